@@ -1,0 +1,28 @@
+"""Stateful Ray actors that survive crashes: the checkpoint mechanism and what is built on it."""
+
+from actors._checkpoint import (
+    CheckpointConfig,
+    Checkpointable,
+    CheckpointStats,
+    Durability,
+    Policy,
+    RestoreInfo,
+    mutation,
+)
+from actors._counter import CheckpointedCounter
+from actors._store import FORMAT_VERSION, CheckpointInfo, CheckpointStore, CheckpointWarning
+
+__all__ = [
+    "FORMAT_VERSION",
+    "CheckpointConfig",
+    "CheckpointInfo",
+    "CheckpointStats",
+    "CheckpointStore",
+    "CheckpointedCounter",
+    "CheckpointWarning",
+    "Checkpointable",
+    "Durability",
+    "Policy",
+    "RestoreInfo",
+    "mutation",
+]

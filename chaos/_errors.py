@@ -1,0 +1,42 @@
+"""The one exception hierarchy of raychaos.
+
+Every error raised on purpose by the toolkit is a :class:`ChaosError`. Each subclass
+also inherits the built-in that matches its meaning, so callers may catch either
+(``except ValueError`` keeps working for bad input), as Hypothesis does with
+``InvalidArgument(HypothesisException, TypeError)``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ChaosError",
+    "CheckpointError",
+    "CheckpointFormatError",
+    "HangError",
+    "InvalidConfig",
+    "StorageUnreachable",
+]
+
+
+class ChaosError(Exception):
+    """Root of every error that raychaos raises on purpose."""
+
+
+class InvalidConfig(ChaosError, ValueError):
+    """An option, policy or spec given by the user is not valid; nothing was changed."""
+
+
+class StorageUnreachable(ChaosError, OSError):
+    """Checkpoint storage cannot be opened or written at the given URL."""
+
+
+class CheckpointError(ChaosError, RuntimeError):
+    """A checkpoint could not be written or restored."""
+
+
+class CheckpointFormatError(CheckpointError, ValueError):
+    """A checkpoint was written by a newer format version than this raychaos reads."""
+
+
+class HangError(ChaosError, TimeoutError):
+    """A wait ran past its deadline; the message names what was stuck and why."""

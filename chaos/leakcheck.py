@@ -1,0 +1,56 @@
+"""``python -m chaos.leakcheck``: fail when Ray or paused processes are left on the machine.
+
+Run after a test suite or a chaos run. Processes that are exiting get a short grace
+period (polled, bounded); anything still there is listed and the exit code is 1.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import psutil
+
+from chaos._cluster import ray_processes
+
+
+def paused_processes() -> list[psutil.Process]:
+    """Processes in state T (stopped) that are Python or Ray: a straggler fault not healed."""
+    found = []
+    for proc in psutil.process_iter(["status", "name", "cmdline"]):
+        text = (proc.info["name"] or "") + " ".join(proc.info["cmdline"] or [])
+        if proc.info["status"] == psutil.STATUS_STOPPED and ("ray" in text or "python" in text):
+            found.append(proc)
+    return found
+
+
+def leftovers(*, grace: float = 15.0) -> list[psutil.Process]:
+    """Ray and paused processes still present after up to ``grace`` seconds."""
+    deadline = time.monotonic() + grace
+    while True:
+        left = ray_processes() + paused_processes()
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.2)  # polling a condition under a deadline
+
+
+def _describe(proc: psutil.Process) -> str:
+    try:
+        return f"{proc.pid} {proc.status()} {' '.join(proc.cmdline())[:120]}"
+    except psutil.Error:
+        return f"{proc.pid} (gone)"
+
+
+def main() -> int:
+    left = leftovers()
+    if not left:
+        print("leakcheck: 0 Ray processes, 0 paused processes")
+        return 0
+    print(f"leakcheck: {len(left)} Ray or paused processes left behind:", file=sys.stderr)
+    for proc in left:
+        print(f"  {_describe(proc)}", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

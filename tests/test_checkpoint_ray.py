@@ -1,0 +1,102 @@
+"""Checkpointed actors under real SIGKILLs, on real Ray processes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import ray
+from ray.exceptions import ActorDiedError
+
+from actors import CheckpointedCounter
+from chaos import ClusterHandle, wait_until
+from conftest import CALL_TIMEOUT, actor_pid
+
+MAX_RESTARTS = 3
+EVERY_N = 5
+
+
+class CounterModel:
+    """What a policy-mode counter must hold after each restart."""
+
+    def __init__(self) -> None:
+        self.value = self.checkpointed = self.since = 0
+
+    def add(self, k: int) -> None:
+        self.value += k
+        self.since += 1
+        if self.since >= EVERY_N:
+            self.checkpointed, self.since = self.value, 0
+
+    def restart(self, durability: str) -> None:
+        if durability == "policy":
+            self.value = self.checkpointed
+        self.since = 0
+
+
+def start_counter(storage: str, durability: str, **options: Any) -> Any:
+    cls = ray.remote(max_restarts=MAX_RESTARTS, max_task_retries=-1, **options)(CheckpointedCounter)
+    return cls.remote(storage, durability=durability, every_n=EVERY_N)
+
+
+def adds(counter: Any, model: CounterModel, ks: list[int]) -> None:
+    for k in ks:
+        assert ray.get(counter.add.remote(k), timeout=CALL_TIMEOUT) == model.value + k
+        model.add(k)
+
+
+@pytest.mark.parametrize("durability", ["policy", "wal"])
+def test_counter_survives_max_restarts_kills_then_dies(
+    ray_cluster: ClusterHandle, storage: str, durability: str, sigkill: Callable[..., int]
+) -> None:
+    counter, model = start_counter(storage, durability), CounterModel()
+    for round_ in range(MAX_RESTARTS):
+        adds(counter, model, [1, 2, 3, 4, 5, 6, 7][: 3 + 2 * round_])
+        sigkill(counter)
+        model.restart(durability)
+        assert ray.get(counter.get.remote(), timeout=CALL_TIMEOUT) == model.value
+    # The 4th kill exceeds max_restarts: every call must fail fast with ActorDiedError.
+    import os
+    import signal
+
+    os.kill(actor_pid(counter), signal.SIGKILL)
+    with pytest.raises(ActorDiedError):
+        ray.get(counter.get.remote(), timeout=CALL_TIMEOUT)
+
+
+def test_wal_mode_equals_the_pre_kill_state_exactly(
+    ray_cluster: ClusterHandle, storage: str, sigkill: Callable[..., int]
+) -> None:
+    counter = start_counter(storage, "wal")
+    for k in range(1, 8):
+        ray.get(counter.add.remote(k), timeout=CALL_TIMEOUT)
+    before = ray.get(counter.digest.remote(), timeout=CALL_TIMEOUT)
+    sigkill(counter)
+    assert ray.get(counter.digest.remote(), timeout=CALL_TIMEOUT) == before
+    info = ray.get(counter.restored.remote(), timeout=CALL_TIMEOUT)
+    assert info.restored and info.replayed == 2  # checkpoint after 5 adds, 2 replayed from the log
+    ray.kill(counter)
+
+
+@pytest.mark.multinode
+@pytest.mark.parametrize("durability", ["policy", "wal"])
+def test_counter_restarts_on_another_node_when_its_node_is_removed(
+    ray_multinode_cluster: ClusterHandle, storage: str, durability: str
+) -> None:
+    cluster = ray_multinode_cluster.cluster
+    # Only worker nodes carry the "worker" resource: the head, and this driver, are spared.
+    counter, model = start_counter(storage, durability, resources={"worker": 1}), CounterModel()
+    adds(counter, model, [1, 2, 3, 4, 5, 6, 7])
+    node_id = ray.get(counter.node_id.remote(), timeout=CALL_TIMEOUT)
+    victim = next(n for n in cluster.worker_nodes if n.node_id == node_id)
+    cluster.remove_node(victim, allow_graceful=False)
+    model.restart(durability)
+    new_node = wait_until(
+        lambda: (n := ray.get(counter.node_id.remote(), timeout=CALL_TIMEOUT)) != node_id and n,
+        timeout=60, what="the counter to restart on another node")
+    assert new_node != node_id
+    assert ray.get(counter.get.remote(), timeout=CALL_TIMEOUT) == model.value
+    ray.kill(counter)
+    cluster.add_node(num_cpus=1, resources={"worker": 100.0})  # back to 3 nodes for the next test
+    cluster.wait_for_nodes(timeout=60)

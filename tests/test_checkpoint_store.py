@@ -1,0 +1,294 @@
+"""The checkpoint mechanism in-process: commit protocol, corruption fallback, WAL, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from actors import (
+    FORMAT_VERSION,
+    CheckpointConfig,
+    Checkpointable,
+    CheckpointStore,
+    CheckpointWarning,
+    mutation,
+)
+from chaos import CheckpointFormatError, InvalidConfig, StorageUnreachable
+
+
+class Box(Checkpointable):
+    """A small in-process actor body with an array, a tensor and a scalar."""
+
+    def __init__(self, storage: str, *, restore: str = "never", clock: Any = None, **cfg: Any):
+        self.n, self.arr, self.t = 0, np.zeros(3), torch.zeros(2)
+        extra = {"clock": clock} if clock else {}
+        self.info = self.enable_checkpointing(CheckpointConfig(storage=storage, **cfg),
+                                              restore=restore, **extra)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"n": self.n, "nested": {"arr": self.arr, "t": self.t}}
+
+    def load_state_dict(self, state: Any) -> None:
+        self.n, self.arr, self.t = state["n"], state["nested"]["arr"], state["nested"]["t"]
+
+    @mutation
+    def add(self, k: int, v: np.ndarray | None = None) -> int:
+        self.n += k
+        if v is not None:
+            self.arr = self.arr + v
+            self.t = self.t + 1
+        return self.n
+
+
+def folders(storage: str) -> list[str]:
+    return sorted(p for p in os.listdir(storage) if p.startswith("ckpt-"))
+
+
+def reopen(storage: str, **cfg: Any) -> Box:
+    return Box(storage, restore="always", **cfg)
+
+
+def test_fresh_start_commits_the_initial_state(storage: str) -> None:
+    box = Box(storage)
+    assert folders(storage) == ["ckpt-0000000001"]
+    manifest = json.loads(Path(storage, "ckpt-0000000001", "manifest.json").read_text())
+    assert manifest["format"] == FORMAT_VERSION and manifest["seq"] == 1
+    assert set(manifest["files"]) == {"state.json", "a0.npy", "tensors.safetensors"}
+    assert box.info.restored is False
+
+
+def test_policy_mode_restores_exactly_the_last_checkpoint(storage: str) -> None:
+    box = Box(storage, every_n=3)
+    for _ in range(7):
+        box.add(1, v=np.ones(3))
+    restored = reopen(storage, every_n=3)
+    assert restored.n == 6  # checkpoints at 3 and 6 adds; the 7th is the unsaved suffix
+    assert np.array_equal(restored.arr, np.full(3, 6.0))
+    assert torch.equal(restored.t, torch.full((2,), 6.0))
+
+
+def test_wal_mode_restores_every_acknowledged_mutation(storage: str) -> None:
+    box = Box(storage, every_n=3, durability="wal")
+    for _ in range(7):
+        box.add(2, v=np.arange(3.0))
+    restored = reopen(storage, every_n=3, durability="wal")
+    assert restored.digest() == box.digest()
+    assert restored.info.replayed == 1
+
+
+def test_keep_prunes_old_folders_and_their_logs(storage: str) -> None:
+    box = Box(storage, every_n=1, keep=2, durability="wal")
+    for _ in range(5):
+        box.add(1)
+    assert folders(storage) == ["ckpt-0000000005", "ckpt-0000000006"]
+    assert sorted(p for p in os.listdir(storage) if p.startswith("wal-")) == [
+        "wal-0000000005.log", "wal-0000000006.log"]
+
+
+def test_every_seconds_policy_uses_the_injected_clock(storage: str) -> None:
+    now = [0.0]
+    box = Box(storage, policy="every_seconds", every_seconds=10.0, clock=lambda: now[0])
+    box.add(1)
+    assert box.checkpoint_stats().checkpoints == 1
+    now[0] = 10.0
+    box.add(1)
+    assert box.checkpoint_stats().checkpoints == 2
+
+
+def test_on_demand_policy_checkpoints_only_when_asked(storage: str) -> None:
+    box = Box(storage, policy="on_demand")
+    for _ in range(50):
+        box.add(1)
+    assert len(folders(storage)) == 1
+    assert box.checkpoint().seq == 2
+    assert reopen(storage, policy="on_demand").n == 50
+
+
+# -- corruption: each falls back to the previous good checkpoint with a warning ---------------
+
+
+def two_checkpoints(storage: str) -> Path:
+    """Checkpoint 2 holds n=3, checkpoint 3 holds n=6; return checkpoint 3's folder."""
+    box = Box(storage, every_n=3, keep=5)
+    for _ in range(6):
+        box.add(1, v=np.ones(3))
+    return Path(storage, "ckpt-0000000003")
+
+
+def assert_falls_back_to_previous(storage: str) -> None:
+    with pytest.warns(CheckpointWarning, match="skipping checkpoint .*ckpt-0000000003"):
+        restored = reopen(storage, every_n=3, keep=5)
+    assert restored.n == 3
+
+
+def test_truncated_file_falls_back(storage: str) -> None:
+    path = two_checkpoints(storage) / "a0.npy"
+    path.write_bytes(path.read_bytes()[:-5])
+    assert_falls_back_to_previous(storage)
+
+
+def test_flipped_byte_falls_back(storage: str) -> None:
+    path = two_checkpoints(storage) / "a0.npy"
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    assert_falls_back_to_previous(storage)
+
+
+def test_missing_manifest_falls_back(storage: str) -> None:
+    (two_checkpoints(storage) / "manifest.json").unlink()
+    assert_falls_back_to_previous(storage)
+
+
+def test_half_written_folder_falls_back(storage: str) -> None:
+    folder = two_checkpoints(storage)
+    (folder / "tensors.safetensors").unlink()  # died before the rest of the files landed
+    assert_falls_back_to_previous(storage)
+
+
+def test_temporary_folder_of_an_interrupted_save_is_ignored_and_cleaned(storage: str) -> None:
+    two_checkpoints(storage)
+    tmp = Path(storage, ".tmp-ckpt-0000000004-deadbeef")
+    tmp.mkdir()
+    (tmp / "state.json").write_text("{")
+    restored = reopen(storage, every_n=3, keep=5)
+    assert restored.n == 6
+    restored.checkpoint()
+    assert not tmp.exists()
+
+
+def test_torn_wal_tail_is_dropped_and_the_rest_replayed(storage: str) -> None:
+    box = Box(storage, every_n=100, durability="wal")
+    for _ in range(4):
+        box.add(1)
+    log = Path(storage, "wal-0000000001.log")
+    log.write_bytes(log.read_bytes()[:-3])  # the 4th record was torn by the crash
+    with pytest.warns(CheckpointWarning, match="dropping a torn or corrupt record"):
+        restored = reopen(storage, every_n=100, durability="wal")
+    assert restored.n == 3
+    restored.add(10)  # appends after the last intact record, not after the torn bytes
+    assert reopen(storage, every_n=100, durability="wal").n == 13
+
+
+def test_wal_replays_across_a_corrupt_checkpoint(storage: str) -> None:
+    box = Box(storage, every_n=3, keep=5, durability="wal")
+    for _ in range(7):
+        box.add(1)
+    (Path(storage, "ckpt-0000000003") / "manifest.json").unlink()
+    with pytest.warns(CheckpointWarning):
+        restored = reopen(storage, every_n=3, keep=5, durability="wal")
+    assert restored.n == 7  # checkpoint 2 plus the logs of checkpoints 2 and 3
+
+
+class Boom:
+    """A payload that would leave a marker file if it were ever unpickled."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> Any:
+        return (open, (self.marker, "w"))
+
+
+def test_planted_pickle_payload_is_never_executed(storage: str, tmp_path: Path) -> None:
+    folder = two_checkpoints(storage)
+    marker = tmp_path / "PWNED"
+    payload = np.array([Boom(str(marker))], dtype=object)
+    with open(folder / "a0.npy", "wb") as f:
+        np.save(f, payload, allow_pickle=True)
+    (folder / "evil.pkl").write_bytes(pickle.dumps(Boom(str(marker))))
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["files"]["a0.npy"] = {  # the attacker also forged the manifest
+        "sha256": __import__("hashlib").sha256((folder / "a0.npy").read_bytes()).hexdigest(),
+        "size": (folder / "a0.npy").stat().st_size,
+    }
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    assert_falls_back_to_previous(storage)
+    assert not marker.exists()
+
+
+def test_newer_format_version_is_refused_before_anything_is_written(storage: str) -> None:
+    folder = two_checkpoints(storage)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["format"] = FORMAT_VERSION + 1
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    before = sorted(os.listdir(storage))
+    with pytest.raises(CheckpointFormatError, match="format version 2, but this raychaos reads up to 1"):
+        reopen(storage, every_n=3, keep=5)
+    assert sorted(os.listdir(storage)) == before
+
+
+# -- bad input: a typed error naming what, the value and the fix; nothing written ------------
+
+
+@pytest.mark.parametrize(
+    ("cfg", "message"),
+    [
+        ({"policy": "evry_n"}, "unknown checkpoint policy 'evry_n'; use one of 'every_n'"),
+        ({"durability": "fast"}, "unknown durability 'fast'; use one of 'policy', 'wal'"),
+        ({"every_n": 0}, "`every_n` must be a whole number >= 1, got 0"),
+        ({"every_seconds": -1.0}, "`every_seconds` must be a positive number, got -1.0"),
+        ({"keep": 0}, "`keep` must be a whole number >= 1, got 0"),
+        ({"fsync_interval": -0.5}, "`fsync_interval` must be a non-negative number, got -0.5"),
+    ],
+)
+def test_bad_config_is_refused(storage: str, cfg: dict[str, Any], message: str) -> None:
+    with pytest.raises(InvalidConfig, match=message):
+        CheckpointConfig(storage=storage, **cfg)
+    assert not os.path.exists(storage)
+
+
+def test_bad_config_is_also_a_value_error(storage: str) -> None:
+    with pytest.raises(ValueError):
+        CheckpointConfig(storage=storage, keep=-3)
+
+
+def test_unreachable_storage_is_refused(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(StorageUnreachable, match="cannot be written.*Give a writable local"):
+        CheckpointStore(str(blocker / "ckpt"))
+    with pytest.raises(StorageUnreachable, match="nosuchproto://bucket"):
+        CheckpointStore("nosuchproto://bucket/ckpt")
+
+
+def test_wal_needs_a_filesystem() -> None:
+    with pytest.raises(InvalidConfig, match="WAL durability needs a POSIX filesystem"):
+        Box("memory://raychaos-test/wal", durability="wal")
+
+
+def test_policy_mode_works_on_any_fsspec_filesystem() -> None:
+    box = Box("memory://raychaos-test/policy", every_n=2)
+    box.add(5)
+    box.add(5)
+    assert reopen("memory://raychaos-test/policy", every_n=2).n == 10
+
+
+def test_unknown_restore_mode_is_refused(storage: str) -> None:
+    with pytest.raises(InvalidConfig, match="unknown restore mode 'sometimes'"):
+        Box(storage, restore="sometimes")
+    assert not os.path.exists(storage)
+
+
+def test_state_that_needs_pickle_is_refused(storage: str) -> None:
+    box = Box(storage)
+    box.arr = np.array([object()], dtype=object)
+    with pytest.raises(InvalidConfig, match="object array"):
+        box.checkpoint()
+    assert folders(storage) == ["ckpt-0000000001"]
+
+
+def test_digest_is_stable_and_order_independent() -> None:
+    from actors._codec import digest
+
+    a = {"x": np.arange(3), "y": {"z": 1, "w": "s"}}
+    b = {"y": {"w": "s", "z": 1}, "x": np.arange(3)}
+    assert digest(a) == digest(b)
+    assert digest(a) != digest({**a, "x": np.arange(3) + 1})

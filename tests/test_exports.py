@@ -1,0 +1,52 @@
+"""The public API of each package is what its __all__ says, and the plugin stays thin."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import actors
+import chaos
+import scenarios
+
+
+def test_chaos_exports() -> None:
+    assert set(chaos.__all__) == {
+        "TEST_SYSTEM_CONFIG", "ChaosError", "CheckpointError", "CheckpointFormatError",
+        "ClusterHandle", "HangError", "InvalidConfig", "StorageUnreachable", "local_cluster",
+        "ray_processes", "reap", "wait_until",
+    }
+
+
+def test_actors_exports() -> None:
+    assert set(actors.__all__) == {
+        "FORMAT_VERSION", "CheckpointConfig", "CheckpointInfo", "CheckpointStats",
+        "CheckpointStore", "CheckpointWarning", "Checkpointable", "CheckpointedCounter",
+        "Durability", "Policy", "RestoreInfo", "mutation",
+    }
+
+
+def test_scenarios_exports() -> None:
+    assert set(scenarios.__all__) == {"DemoRow", "run_demo"}
+
+
+def test_every_exported_name_exists() -> None:
+    for module in (chaos, actors, scenarios):
+        for name in module.__all__:
+            assert hasattr(module, name), f"{module.__name__}.{name}"
+
+
+def test_errors_also_inherit_the_matching_builtin() -> None:
+    assert issubclass(chaos.InvalidConfig, ValueError)
+    assert issubclass(chaos.StorageUnreachable, OSError)
+    assert issubclass(chaos.HangError, TimeoutError)
+    assert issubclass(chaos.CheckpointFormatError, chaos.CheckpointError)
+    for name in ("InvalidConfig", "StorageUnreachable", "HangError", "CheckpointError"):
+        assert issubclass(getattr(chaos, name), chaos.ChaosError)
+        assert getattr(chaos, name).__doc__
+
+
+def test_plugin_and_packages_do_not_import_ray() -> None:
+    code = "import sys, chaos.pytest_plugin, actors, scenarios; print('ray' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

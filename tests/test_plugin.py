@@ -1,0 +1,99 @@
+"""The pytest plugin, tested from the outside in subprocesses (as pytest tests its own)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from chaos import wait_until
+
+pytest_plugins = ["pytester"]
+
+
+def test_markers_are_listed(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_subprocess("--markers")
+    result.stdout.fnmatch_lines([
+        "@pytest.mark.multinode: the test needs the 3-node cluster*",
+        "@pytest.mark.ray: the test starts real Ray processes*",
+        "@pytest.mark.chaos(seed=None, faults=()): run the test under a seeded fault schedule*",
+    ])
+
+
+@pytest.mark.parametrize("profile", ["dev", "ci", "thorough"])
+def test_hypothesis_profile_is_chosen_with_the_option(pytester: pytest.Pytester, profile: str) -> None:
+    pytester.makepyfile("""
+        from hypothesis import settings
+        def test_profile(pytestconfig):
+            print("PROFILE", settings.get_current_profile_name())
+    """)
+    result = pytester.runpytest_subprocess("-s", f"--hypothesis-profile={profile}")
+    result.stdout.fnmatch_lines([f"*PROFILE {profile}*", "*1 passed*"])
+
+
+def test_ci_profile_is_loaded_when_CI_is_set(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CI", "true")
+    pytester.makepyfile("""
+        from hypothesis import settings
+        def test_profile():
+            assert settings.default.derandomize and settings.default.deadline is None
+            assert settings.default.print_blob
+    """)
+    result = pytester.runpytest_subprocess()
+    result.stdout.fnmatch_lines(["raychaos: hypothesis profile 'ci'*", "*1 passed*"])
+
+
+def test_ray_cluster_fixture_gives_an_explicit_address_and_leaves_nothing(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("""
+        import ray
+        from ray.util.state import list_nodes
+
+        def test_cluster(ray_cluster):
+            assert ray.get_runtime_context().gcs_address == ray_cluster.address
+            assert len(list_nodes(address=ray_cluster.address)) == 1
+            assert ray.get(ray.put(41), timeout=30) + 1 == 42
+    """)
+    before = {p.pid for p in psutil.process_iter()}
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["*1 passed*"])
+    assert not _new_ray_processes(before)
+
+
+def _new_ray_processes(before: set[int]) -> list[psutil.Process]:
+    from chaos import ray_processes
+
+    return [p for p in ray_processes() if p.pid not in before]
+
+
+def test_ctrl_c_tears_the_cluster_down(tmp_path: Path) -> None:
+    ready = tmp_path / "ready"
+    test_file = tmp_path / "test_hang.py"
+    test_file.write_text(f"""
+import pathlib, time
+def test_hang(ray_cluster):
+    pathlib.Path({str(ready)!r}).write_text("up")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # stands in for a long test; SIGINT ends it
+        time.sleep(0.1)
+""")
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(test_file)],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        wait_until(ready.exists, timeout=90, what="the child's cluster to come up")
+        children = psutil.Process(proc.pid).children(recursive=True)
+        assert children, "the child pytest started no Ray processes"
+        os.kill(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    assert b"KeyboardInterrupt" in out
+    gone, alive = psutil.wait_procs(children, timeout=15)
+    assert not alive, f"left running after Ctrl-C: {[p.pid for p in alive]}"
