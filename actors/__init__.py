@@ -10,6 +10,8 @@ from actors._checkpoint import (
     mutation,
 )
 from actors._counter import CheckpointedCounter
+from actors._replay import EmptyBufferError, PrioritizedReplayBuffer, ReplayStats, SchemaError
+from actors._replay_actor import ReplayActorStats, ReplayBufferActor
 from actors._store import FORMAT_VERSION, CheckpointInfo, CheckpointStore, CheckpointWarning
 
 __all__ = [
@@ -22,7 +24,13 @@ __all__ = [
     "CheckpointWarning",
     "Checkpointable",
     "Durability",
+    "EmptyBufferError",
     "Policy",
+    "PrioritizedReplayBuffer",
+    "ReplayActorStats",
+    "ReplayBufferActor",
+    "ReplayStats",
     "RestoreInfo",
+    "SchemaError",
     "mutation",
 ]

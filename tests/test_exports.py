@@ -22,7 +22,8 @@ def test_actors_exports() -> None:
     assert set(actors.__all__) == {
         "FORMAT_VERSION", "CheckpointConfig", "CheckpointInfo", "CheckpointStats",
         "CheckpointStore", "CheckpointWarning", "Checkpointable", "CheckpointedCounter",
-        "Durability", "Policy", "RestoreInfo", "mutation",
+        "Durability", "EmptyBufferError", "Policy", "PrioritizedReplayBuffer", "ReplayActorStats",
+        "ReplayBufferActor", "ReplayStats", "RestoreInfo", "SchemaError", "mutation",
     }
 
 

@@ -1,0 +1,109 @@
+"""The replay buffer as a checkpointed, idempotent Ray actor."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from actors._checkpoint import CheckpointConfig, Checkpointable, CheckpointStats, mutation
+from actors._replay import PrioritizedReplayBuffer, ReplayStats
+from chaos._errors import InvalidConfig
+
+__all__ = ["ReplayActorStats", "ReplayBufferActor"]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayActorStats:
+    """The buffer's counters, the duplicates dropped, and the checkpointing counters."""
+
+    buffer: ReplayStats
+    duplicate_adds: int
+    writers: int
+    checkpoint: CheckpointStats
+
+
+class ReplayBufferActor(Checkpointable):
+    """A :class:`PrioritizedReplayBuffer` that survives crashes; wrap it with ``ray.remote``.
+
+    Adds that carry ``(writer_id, seq)`` are idempotent: with ``max_task_retries=-1`` Ray
+    delivers a call at least once, so an add retried after ``ActorUnavailableError`` may
+    arrive twice; the second is acknowledged and not stored. Each writer's ``seq`` must
+    increase in the order it submits (Ray keeps one caller's calls in order). The table of
+    the last ``seq`` per writer is part of the checkpointed state.
+
+    ``sample`` is a mutation too: it advances the sampling RNG, whose state is restored,
+    so a restored buffer draws the same samples as the lost one would have.
+
+    Args:
+        capacity: transitions kept (FIFO eviction).
+        checkpoint: where and how to checkpoint (policy or WAL durability).
+        alpha, beta, eps, seed: as for :class:`PrioritizedReplayBuffer`.
+    """
+
+    def __init__(self, capacity: int, *, checkpoint: CheckpointConfig, alpha: float = 0.6,
+                 beta: float = 0.4, eps: float = 1e-6, seed: int | None = None) -> None:
+        self.buffer = PrioritizedReplayBuffer(capacity, alpha=alpha, beta=beta, eps=eps, seed=seed)
+        self._last_seq: dict[str, int] = {}
+        self._duplicates = 0
+        self.restore_info = self.enable_checkpointing(checkpoint)
+
+    # -- state -----------------------------------------------------------------------------
+
+    def state_dict(self) -> Mapping[str, Any]:
+        return {"buffer": self.buffer.state_dict(),
+                "writers": {"last_seq": dict(self._last_seq), "duplicates": self._duplicates}}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.buffer.load_state_dict(state["buffer"])
+        self._last_seq = {str(k): int(v) for k, v in state["writers"]["last_seq"].items()}
+        self._duplicates = int(state["writers"]["duplicates"])
+
+    # -- mutations -------------------------------------------------------------------------
+
+    @mutation
+    def add(self, batch: Mapping[str, np.ndarray], priorities: np.ndarray | None = None, *,
+            writer_id: str | None = None, seq: int | None = None) -> np.ndarray:
+        """Store a batch; a repeated ``(writer_id, seq)`` stores nothing and returns no slots."""
+        if (writer_id is None) != (seq is None):
+            raise InvalidConfig(
+                f"give both writer_id and seq for an idempotent add, or neither; got "
+                f"writer_id={writer_id!r}, seq={seq!r}")
+        if writer_id is not None and seq is not None:
+            if seq <= self._last_seq.get(str(writer_id), -1):
+                self._duplicates += 1
+                return np.empty(0, dtype=np.int64)
+            indices = self.buffer.add(batch, priorities)
+            self._last_seq[str(writer_id)] = int(seq)
+            return indices
+        return self.buffer.add(batch, priorities)
+
+    @mutation
+    def sample(self, batch_size: int, *, beta: float | None = None) -> dict[str, np.ndarray]:
+        return self.buffer.sample(batch_size, beta=beta)
+
+    @mutation
+    def update_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None:
+        self.buffer.update_priorities(indices, priorities)
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def size(self) -> int:
+        return len(self.buffer)
+
+    def last_seq(self, writer_id: str) -> int:
+        """The highest ``seq`` stored for ``writer_id`` (-1 when none)."""
+        return self._last_seq.get(str(writer_id), -1)
+
+    def stats(self) -> ReplayActorStats:
+        return ReplayActorStats(self.buffer.stats(), self._duplicates, len(self._last_seq),
+                                self.checkpoint_stats())
+
+    def ping(self) -> None:
+        """A no-op call, for measuring round trips against."""
+
+    def pid(self) -> int:
+        return os.getpid()

@@ -1,0 +1,224 @@
+"""The prioritized replay core, in-process: distribution, weights, eviction, validation, state."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from actors import EmptyBufferError, PrioritizedReplayBuffer, SchemaError
+from actors._codec import decode, digest, encode
+from actors._trees import K, SumMinTree
+from chaos import InvalidConfig
+
+
+def transitions(n: int, start: int = 0) -> dict[str, np.ndarray]:
+    ids = np.arange(start, start + n)
+    return {
+        "obs": np.repeat(ids[:, None], 8, axis=1).astype(np.float32),
+        "action": ids.astype(np.int64),
+        "reward": ids.astype(np.float32),
+        "done": np.zeros(n, dtype=np.float32),
+    }
+
+
+def chi_square_critical(df: int, z: float = 3.09) -> float:
+    """Upper 0.1% point of chi-square(df), by the Wilson-Hilferty approximation."""
+    return df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0])
+def test_sampling_distribution_matches_p_i(alpha: float) -> None:
+    rb = PrioritizedReplayBuffer(200, alpha=alpha, eps=1e-6, seed=1)
+    rb.add(transitions(200))
+    prios = np.random.default_rng(0).uniform(0.1, 5.0, 200)
+    rb.update_priorities(np.arange(200), prios)
+    p = (prios + 1e-6) ** alpha
+    expected = p / p.sum()
+    draws = np.concatenate([rb.sample(1000)["indices"] for _ in range(200)])
+    observed = np.bincount(draws, minlength=200)
+    chi2 = (((observed - expected * len(draws)) ** 2) / (expected * len(draws))).sum()
+    assert chi2 < chi_square_critical(199)
+
+
+def test_alpha_zero_is_uniform_whatever_the_priorities() -> None:
+    rb = PrioritizedReplayBuffer(50, alpha=0.0, seed=2)
+    rb.add(transitions(50), priorities=np.linspace(0.0, 100.0, 50))
+    out = rb.sample(500)
+    assert np.all(out["weights"] == 1.0)
+
+
+def test_weights_follow_the_formula() -> None:
+    rb = PrioritizedReplayBuffer(100, alpha=0.7, beta=0.5, eps=1e-3, seed=3)
+    rb.add(transitions(60))
+    prios = np.random.default_rng(1).uniform(0.0, 3.0, 60)
+    rb.update_priorities(np.arange(60), prios)
+    out = rb.sample(256, beta=0.9)
+    p = (prios + 1e-3) ** 0.7
+    probs = p / p.sum()
+    w = (60 * probs) ** -0.9
+    np.testing.assert_allclose(out["weights"], w[out["indices"]] / w.max(), rtol=1e-12)
+
+
+def test_sampled_rows_are_the_stored_rows() -> None:
+    rb = PrioritizedReplayBuffer(64, seed=4)
+    rb.add(transitions(40))
+    out = rb.sample(128)
+    np.testing.assert_array_equal(out["action"], out["indices"])
+    np.testing.assert_array_equal(out["obs"][:, 3], out["indices"].astype(np.float32))
+
+
+def test_new_items_get_the_largest_priority_seen() -> None:
+    rb = PrioritizedReplayBuffer(10, alpha=1.0, eps=0.0 + 1e-9, seed=5)
+    rb.add(transitions(2), priorities=np.array([1.0, 7.0]))
+    rb.add(transitions(1, start=2))
+    assert rb._tree.values(np.array([2]))[0] == pytest.approx(7.0)
+
+
+def test_ring_eviction_is_fifo() -> None:
+    rb = PrioritizedReplayBuffer(5, seed=6)
+    assert rb.add(transitions(3)).tolist() == [0, 1, 2]
+    assert rb.add(transitions(4, start=3)).tolist() == [3, 4, 0, 1]
+    assert len(rb) == 5
+    stored = rb.state_dict()["columns"]["action"]
+    assert stored.tolist() == [5, 6, 2, 3, 4]  # 0 and 1 were the oldest, overwritten first
+    assert rb.add(transitions(12, start=7)).tolist() == [4, 0, 1, 2, 3]
+    assert sorted(rb.state_dict()["columns"]["action"].tolist()) == [14, 15, 16, 17, 18]
+
+
+def unchanged(rb: PrioritizedReplayBuffer) -> Any:
+    return digest(rb.state_dict())
+
+
+@pytest.mark.parametrize(
+    ("batch", "message"),
+    [
+        ({**transitions(3), "extra": np.zeros(3)}, r"batch columns \['action', 'done', 'extra'"),
+        ({**transitions(3), "action": np.zeros(3, np.int32)},
+         r"column 'action' is int32\[\], the buffer stores int64\[\]; convert it"),
+        ({**transitions(3), "obs": np.zeros((3, 4), np.float32)},
+         r"column 'obs' is float32\[4\], the buffer stores float32\[8\]"),
+        ({**transitions(3), "reward": np.zeros(2, np.float32)},
+         "every column needs the same leading"),
+        ({}, "a batch must be a non-empty mapping"),
+    ],
+)
+def test_schema_mismatch_stores_nothing(batch: dict[str, Any], message: str) -> None:
+    rb = PrioritizedReplayBuffer(10, seed=7)
+    rb.add(transitions(4))
+    before = unchanged(rb)
+    with pytest.raises(SchemaError, match=message):
+        rb.add(batch)
+    assert unchanged(rb) == before
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -1.0])
+def test_bad_priorities_change_nothing(bad: float) -> None:
+    rb = PrioritizedReplayBuffer(10, seed=8)
+    rb.add(transitions(4))
+    before = unchanged(rb)
+    with pytest.raises(InvalidConfig, match=r"priorities must be finite and >= 0, got \[.*\] at positions \[1\]"):
+        rb.update_priorities(np.array([0, 1]), np.array([1.0, bad]))
+    with pytest.raises(InvalidConfig, match="priorities must be finite"):
+        rb.add(transitions(2), priorities=np.array([bad, 1.0]))
+    assert unchanged(rb) == before
+
+
+@pytest.mark.parametrize("indices", [[0, 4], [-1, 0], [0, 99]])
+def test_out_of_range_indices_change_nothing(indices: list[int]) -> None:
+    rb = PrioritizedReplayBuffer(10, seed=9)
+    rb.add(transitions(4))
+    before = unchanged(rb)
+    with pytest.raises(InvalidConfig, match=r"indices must be integer slots of stored items in \[0, 4\)"):
+        rb.update_priorities(np.array(indices), np.ones(2))
+    assert unchanged(rb) == before
+
+
+def test_empty_buffer_refuses_to_sample() -> None:
+    with pytest.raises(EmptyBufferError, match="cannot sample from an empty replay buffer"):
+        PrioritizedReplayBuffer(10).sample(4)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"capacity": 0}, "`capacity` must be a whole number >= 1, got 0"),
+     ({"capacity": 4, "alpha": -0.1}, "`alpha` must be finite and >= 0, got -0.1"),
+     ({"capacity": 4, "beta": 1.5}, r"`beta` must be in \[0, 1\], got 1.5"),
+     ({"capacity": 4, "eps": 0.0}, "`eps` must be > 0")],
+)
+def test_bad_construction_is_refused(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(InvalidConfig, match=message):
+        PrioritizedReplayBuffer(**kwargs)
+
+
+def drive(rb: PrioritizedReplayBuffer, rng: np.random.Generator, steps: int) -> list[dict[str, np.ndarray]]:
+    out = []
+    for step in range(steps):
+        rb.add(transitions(7, start=100 * step), priorities=rng.uniform(0, 2, 7) if step % 2 else None)
+        batch = rb.sample(16)
+        rb.update_priorities(batch["indices"], rng.uniform(0, 3, 16))
+        out.append(batch)
+    return out
+
+
+def test_samples_are_bit_identical_after_load_state_dict() -> None:
+    rb = PrioritizedReplayBuffer(50, alpha=0.6, seed=10)
+    drive(rb, np.random.default_rng(0), 12)
+    # Through the on-disk codec, as a checkpoint would carry it.
+    restored = PrioritizedReplayBuffer(50, seed=999)
+    restored.load_state_dict(decode(encode(rb.state_dict())))
+    assert digest(restored.state_dict()) == digest(rb.state_dict())
+    for a, b in zip(drive(rb, np.random.default_rng(1), 10), drive(restored, np.random.default_rng(1), 10)):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert np.array_equal(a[key], b[key]), key
+
+
+def test_load_state_dict_refuses_another_capacity() -> None:
+    state = PrioritizedReplayBuffer(8).state_dict()
+    with pytest.raises(InvalidConfig, match="state has capacity 8, this buffer 9"):
+        PrioritizedReplayBuffer(9).load_state_dict(state)
+
+
+# -- the trees against a plain numpy reference -------------------------------------------------
+
+
+@settings(max_examples=50)
+@given(
+    capacity=st.integers(1, 3 * K * K + 5),
+    ops=st.lists(st.tuples(st.booleans(), st.integers(0, 10**6), st.integers(1, 40),
+                           st.floats(0.0, 10.0)), max_size=12),
+    masses=st.lists(st.floats(0.0, 1.0, exclude_max=True), min_size=1, max_size=30),
+)
+def test_tree_matches_a_reference(capacity: int, ops: list[Any], masses: list[float]) -> None:
+    tree, ref = SumMinTree(capacity), np.zeros(capacity)
+    for contiguous, start, n, value in ops:
+        start %= capacity
+        n = min(n, capacity - start)
+        values = np.full(n, value) + np.arange(n) % 3
+        if contiguous:
+            tree.set_range(start, values)
+            ref[start:start + n] = values
+        else:
+            idx = (start + np.arange(n) * 7) % capacity
+            tree.set(idx, values)
+            ref[idx] = values
+    assert tree.total == pytest.approx(ref.sum(), rel=1e-12, abs=1e-12)
+    assert tree.min == (ref[ref > 0].min() if (ref > 0).any() else np.inf)
+    if ref.sum() > 0:
+        found, values = tree.find(np.array(masses) * tree.total)
+        assert np.all(ref[found] > 0) and np.array_equal(values, ref[found])
+        cum = np.cumsum(ref)
+        m = np.array(masses) * tree.total
+        assert np.all(cum[found] >= m * (1 - 1e-9) - 1e-9)
+        assert np.all(cum[found] - ref[found] <= m * (1 + 1e-9) + 1e-9)
+    rebuilt = SumMinTree(capacity)
+    rebuilt.rebuild(ref)
+    np.testing.assert_allclose(rebuilt.prefix, tree.prefix, rtol=1e-12)
+    restored = SumMinTree(capacity)
+    restored.load(ref, tree.state())
+    assert np.array_equal(restored.prefix, tree.prefix)
