@@ -62,7 +62,9 @@ class CheckpointConfig:
             happens), or ``"on_demand"`` (only ``checkpoint()``).
         durability: ``"policy"`` loses the mutations after the last checkpoint on a crash;
             ``"wal"`` logs each mutation before the call returns and loses none.
-        keep: how many checkpoint folders to keep.
+        keep: how many checkpoints to keep (with the chain of deltas each one needs).
+        incremental: save only what changed since the previous checkpoint, when the actor
+            implements ``delta_state_dict``; a full checkpoint every ``full_every``.
     """
 
     storage: str
@@ -73,13 +75,17 @@ class CheckpointConfig:
     keep: int = 3
     fsync_every: int = 32
     fsync_interval: float = 0.05
+    incremental: bool = False
+    full_every: int = 8
 
     def __post_init__(self) -> None:
         if not isinstance(self.storage, str) or not self.storage:
             raise InvalidConfig(f"`storage` must be a directory or URL, got {self.storage!r}")
         _validate_choice("checkpoint policy", self.policy, get_args(Policy))
         _validate_choice("durability", self.durability, get_args(Durability))
-        for name in ("every_n", "keep", "fsync_every"):
+        if not isinstance(self.incremental, bool):
+            raise InvalidConfig(f"`incremental` must be True or False, got {self.incremental!r}")
+        for name in ("every_n", "keep", "fsync_every", "full_every"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidConfig(f"`{name}` must be a whole number >= 1, got {value!r}")
@@ -158,6 +164,20 @@ class Checkpointable:
         """Replace the actor's state by ``state``, as returned by :meth:`state_dict`."""
         raise NotImplementedError(f"{type(self).__name__} must define load_state_dict()")
 
+    def delta_state_dict(self) -> Mapping[str, Any] | None:
+        """What changed since the last checkpoint, for incremental checkpoints; None: unsupported.
+
+        Return None to have a full checkpoint taken instead.
+        """
+        return None
+
+    def load_delta_state_dict(self, delta: Mapping[str, Any]) -> None:
+        """Apply a delta from :meth:`delta_state_dict` on top of the restored state."""
+        raise NotImplementedError(f"{type(self).__name__} must define load_delta_state_dict()")
+
+    def mark_checkpointed(self) -> None:
+        """Called after each committed checkpoint and restore: forget what changed so far."""
+
     def enable_checkpointing(
         self,
         config: CheckpointConfig,
@@ -185,9 +205,9 @@ class Checkpointable:
         self.__dict__["_raychaos_checkpointer"] = checkpointer
         return info
 
-    def checkpoint(self) -> CheckpointInfo:
-        """Commit a checkpoint now (on demand), whatever the policy."""
-        return self._checkpointer().checkpoint()
+    def checkpoint(self, *, full: bool = False) -> CheckpointInfo:
+        """Commit a checkpoint now (on demand), whatever the policy; ``full`` skips deltas."""
+        return self._checkpointer().checkpoint(full=full)
 
     def digest(self) -> str:
         """A stable hash of the logical state, for recovery assertions."""
@@ -232,7 +252,7 @@ class _Checkpointer:
             )
         self.writer: _wal.WalWriter | None = None
         self.since, self.records, self.count = 0, 0, 0
-        self.last_seq, self.last_time = 0, clock()
+        self.last_seq, self.last_time, self.deltas = 0, clock(), 0
         self.restore_info = RestoreInfo(False, 0, 0, 0.0)
 
     def start(self, restore: bool) -> RestoreInfo:
@@ -242,8 +262,12 @@ class _Checkpointer:
             return self.restore_info
         loaded = self.store.load_latest()
         if loaded is not None:
-            self.last_seq, tree = loaded
-            self.owner.load_state_dict(tree)
+            self.last_seq, chain = loaded
+            self.owner.load_state_dict(chain[0])
+            for delta in chain[1:]:
+                self.owner.load_delta_state_dict(delta)
+            self.deltas = len(chain) - 1
+            self.owner.mark_checkpointed()
         replayed = self._replay() if self.config.durability == "wal" else 0
         self.restore_info = RestoreInfo(True, self.last_seq, replayed, time.perf_counter() - start)
         return self.restore_info
@@ -295,8 +319,17 @@ class _Checkpointer:
             return self.clock() - self.last_time >= self.config.every_seconds
         return False
 
-    def checkpoint(self) -> CheckpointInfo:
-        info = self.store.save(self.owner.state_dict())
+    def checkpoint(self, *, full: bool = False) -> CheckpointInfo:
+        delta = None
+        if self.config.incremental and not full and self.last_seq and \
+                self.deltas < self.config.full_every - 1:
+            delta = self.owner.delta_state_dict()
+        if delta is None:
+            info, self.deltas = self.store.save(self.owner.state_dict()), 0
+        else:
+            info = self.store.save(delta, parent=self.last_seq)
+            self.deltas += 1
+        self.owner.mark_checkpointed()
         self.last_seq, self.last_time, self.since = info.seq, self.clock(), 0
         self.count += 1
         if self.config.durability == "wal":

@@ -83,6 +83,7 @@ class PrioritizedReplayBuffer:
         self._tree = SumMinTree(self.capacity)
         self._cursor = self._size = self._writes = self._samples = self._updates = 0
         self._max_priority = 1.0
+        self._dirty = np.zeros(self.capacity, dtype=bool)  # slots changed since mark_clean()
 
     def __len__(self) -> int:
         return self._size
@@ -154,6 +155,14 @@ class PrioritizedReplayBuffer:
         self._cursor = (self._cursor + n) % self.capacity
         self._writes += n
 
+    def _adopt(self, column: np.ndarray, n: int) -> np.ndarray:
+        """A full-capacity column as loaded (no second copy of the state); else a copy."""
+        if n == self.capacity and column.flags.writeable and column.flags.c_contiguous:
+            return column
+        out = np.zeros((self.capacity, *column.shape[1:]), dtype=column.dtype)
+        out[:n] = column[:n]
+        return out
+
     def _write(self, arrays: dict[str, np.ndarray], prios: np.ndarray, n: int) -> np.ndarray:
         start = self._cursor
         first = min(n, self.capacity - start)  # a ring: at most two contiguous pieces
@@ -161,6 +170,8 @@ class PrioritizedReplayBuffer:
             column[start:start + first] = arrays[name][:first]
             column[: n - first] = arrays[name][first:]
         weights = prios ** self.alpha
+        self._dirty[start:start + first] = True
+        self._dirty[: n - first] = True
         self._tree.set_range(start, weights[:first])
         if n > first:
             self._tree.set_range(0, weights[first:])
@@ -210,6 +221,7 @@ class PrioritizedReplayBuffer:
         if len(idx):
             prios = prios + self.eps
             self._tree.set(idx, prios ** self.alpha)
+            self._dirty[idx] = True
             self._max_priority = max(self._max_priority, float(prios.max()))
         self._updates += 1
 
@@ -239,16 +251,56 @@ class PrioritizedReplayBuffer:
         return {
             "config": {"capacity": self.capacity, "alpha": self.alpha, "beta": self.beta,
                        "eps": self.eps},
-            "schema": {k: {"dtype": c.dtype.str, "shape": list(c.shape)}
-                       for k, c in (self._schema or {}).items()},
+            "schema": self.state_dict_schema(),
             "columns": {k: v[:n] for k, v in self._columns.items()},
             "leaves": self._tree.leaves[:n].copy(),
             "tree": {k: v.copy() for k, v in self._tree.state().items()},
-            "counters": {"cursor": self._cursor, "size": n, "writes": self._writes,
-                         "samples": self._samples, "updates": self._updates,
-                         "max_priority": self._max_priority},
-            "rng": self._rng.bit_generator.state,
+            **self._scalars(),
         }
+
+    def _scalars(self) -> dict[str, Any]:
+        return {"counters": {"cursor": self._cursor, "size": self._size, "writes": self._writes,
+                             "samples": self._samples, "updates": self._updates,
+                             "max_priority": self._max_priority},
+                "rng": self._rng.bit_generator.state}
+
+    def delta_state_dict(self) -> dict[str, Any]:
+        """The slots changed since :meth:`mark_clean` (rows and leaves), the inner tree levels
+        and the scalars: applied on the previous state by :meth:`load_delta_state_dict`."""
+        slots = np.flatnonzero(self._dirty)
+        return {"slots": slots,
+                "columns": {k: np.take(v, slots, axis=0) for k, v in self._columns.items()},
+                "leaves": self._tree.values(slots),
+                "tree": {k: v.copy() for k, v in self._tree.state().items()},
+                "schema": self.state_dict_schema(), **self._scalars()}
+
+    def state_dict_schema(self) -> dict[str, Any]:
+        return {k: {"dtype": c.dtype.str, "shape": list(c.shape)}
+                for k, c in (self._schema or {}).items()}
+
+    def load_delta_state_dict(self, delta: Mapping[str, Any]) -> None:
+        """Apply a :meth:`delta_state_dict` on top of the state it was taken after."""
+        slots = np.asarray(delta["slots"], dtype=np.int64)
+        if self._schema is None and delta["schema"]:
+            self._schema = {k: _Column(np.dtype(c["dtype"]), tuple(c["shape"]))
+                            for k, c in delta["schema"].items()}
+            self._allocate({k: np.empty((0, *c.shape), c.dtype) for k, c in self._schema.items()})
+        for k, v in delta["columns"].items():
+            self._columns[k][slots] = v
+        self._tree.sums[0].ravel()[slots] = delta["leaves"]
+        self._tree.load(self._tree.sums[0].ravel()[: self.capacity].copy(), delta["tree"])
+        self._load_scalars(delta)
+
+    def _load_scalars(self, state: Mapping[str, Any]) -> None:
+        counters = state["counters"]
+        self._cursor, self._size = int(counters["cursor"]), int(counters["size"])
+        self._writes, self._samples = int(counters["writes"]), int(counters["samples"])
+        self._updates, self._max_priority = int(counters["updates"]), float(counters["max_priority"])
+        self._rng.bit_generator.state = state["rng"]
+
+    def mark_clean(self) -> None:
+        """Forget which slots changed: the caller has saved the state."""
+        self._dirty[:] = False
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore from :meth:`state_dict`. The capacity must match; α, β, ε are taken from it."""
@@ -262,16 +314,11 @@ class PrioritizedReplayBuffer:
         n = int(counters["size"])
         self._schema = {k: _Column(np.dtype(c["dtype"]), tuple(c["shape"]))
                         for k, c in state["schema"].items()} or None
-        self._columns = {}
-        if self._schema:
-            self._allocate({k: np.empty((0, *c.shape), c.dtype) for k, c in self._schema.items()})
-            for k, v in state["columns"].items():
-                self._columns[k][:n] = v
+        self._columns = {k: self._adopt(np.asarray(state["columns"][k]), n)
+                         for k in (self._schema or {})}
         self._tree.load(np.asarray(state["leaves"], dtype=np.float64), state["tree"])
-        self._cursor, self._size = int(counters["cursor"]), n
-        self._writes, self._samples = int(counters["writes"]), int(counters["samples"])
-        self._updates, self._max_priority = int(counters["updates"]), float(counters["max_priority"])
-        self._rng.bit_generator.state = state["rng"]
+        self._load_scalars(state)
+        self.mark_clean()
 
 
 def _check_priorities(prios: np.ndarray) -> None:

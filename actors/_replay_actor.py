@@ -9,7 +9,13 @@ from typing import Any
 
 import numpy as np
 
-from actors._checkpoint import CheckpointConfig, Checkpointable, CheckpointStats, mutation
+from actors._checkpoint import (
+    CheckpointConfig,
+    Checkpointable,
+    CheckpointStats,
+    Restore,
+    mutation,
+)
 from actors._replay import PrioritizedReplayBuffer, ReplayStats
 from chaos._errors import InvalidConfig
 
@@ -42,14 +48,17 @@ class ReplayBufferActor(Checkpointable):
         capacity: transitions kept (FIFO eviction).
         checkpoint: where and how to checkpoint (policy or WAL durability).
         alpha, beta, eps, seed: as for :class:`PrioritizedReplayBuffer`.
+        restore: as for :meth:`Checkpointable.enable_checkpointing` (``"always"`` resumes
+            a previous run's storage).
     """
 
     def __init__(self, capacity: int, *, checkpoint: CheckpointConfig, alpha: float = 0.6,
-                 beta: float = 0.4, eps: float = 1e-6, seed: int | None = None) -> None:
+                 beta: float = 0.4, eps: float = 1e-6, seed: int | None = None,
+                 restore: Restore = "auto") -> None:
         self.buffer = PrioritizedReplayBuffer(capacity, alpha=alpha, beta=beta, eps=eps, seed=seed)
         self._last_seq: dict[str, int] = {}
         self._duplicates = 0
-        self.restore_info = self.enable_checkpointing(checkpoint)
+        self.restore_info = self.enable_checkpointing(checkpoint, restore=restore)
 
     # -- state -----------------------------------------------------------------------------
 
@@ -61,6 +70,18 @@ class ReplayBufferActor(Checkpointable):
         self.buffer.load_state_dict(state["buffer"])
         self._last_seq = {str(k): int(v) for k, v in state["writers"]["last_seq"].items()}
         self._duplicates = int(state["writers"]["duplicates"])
+
+    def delta_state_dict(self) -> Mapping[str, Any]:
+        return {"buffer": self.buffer.delta_state_dict(),
+                "writers": {"last_seq": dict(self._last_seq), "duplicates": self._duplicates}}
+
+    def load_delta_state_dict(self, delta: Mapping[str, Any]) -> None:
+        self.buffer.load_delta_state_dict(delta["buffer"])
+        self._last_seq = {str(k): int(v) for k, v in delta["writers"]["last_seq"].items()}
+        self._duplicates = int(delta["writers"]["duplicates"])
+
+    def mark_checkpointed(self) -> None:
+        self.buffer.mark_clean()
 
     # -- mutations -------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ import time
 import uuid
 import warnings
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +35,7 @@ _TMP_PREFIX = ".tmp-"
 _MANIFEST = "manifest.json"
 _STATE = "state.json"
 _TENSORS = "tensors.safetensors"
+_WORKERS = min(4, os.cpu_count() or 1)
 
 
 class CheckpointWarning(UserWarning):
@@ -42,12 +44,13 @@ class CheckpointWarning(UserWarning):
 
 @dataclass(frozen=True, slots=True)
 class CheckpointInfo:
-    """One committed checkpoint: its sequence number, folder, bytes written and cost."""
+    """One committed checkpoint: sequence number, folder, bytes, cost, and parent if a delta."""
 
     seq: int
     path: str
     nbytes: int
     seconds: float
+    parent: int | None = None
 
 
 def _sha256_file(fs: Any, path: str) -> str:
@@ -101,21 +104,27 @@ class CheckpointStore:
 
     # -- writing ---------------------------------------------------------------------------
 
-    def save(self, tree: Mapping[str, Any]) -> CheckpointInfo:
-        """Commit ``tree`` as the next checkpoint and prune all but the newest ``keep``."""
+    def save(self, tree: Mapping[str, Any], *, parent: int | None = None) -> CheckpointInfo:
+        """Commit ``tree`` as the next checkpoint and prune all but the newest ``keep``.
+
+        Args:
+            parent: for an incremental checkpoint, the checkpoint it is a delta of. A
+                delta is only restored on top of its whole chain back to a full one.
+        """
         start = time.perf_counter()
         seq = self.next_seq()
         tmp = f"{self.root}/{_TMP_PREFIX}{_PREFIX}{seq:010d}-{uuid.uuid4().hex[:8]}"
         self.fs.makedirs(tmp, exist_ok=True)
         files = self._write_payload(tmp, tree)
-        manifest = {"format": FORMAT_VERSION, "seq": seq, "created": time.time(), "files": files}
+        manifest = {"format": FORMAT_VERSION, "seq": seq, "parent": parent, "created": time.time(),
+                    "files": files}
         self._write_bytes(f"{tmp}/{_MANIFEST}", json.dumps(manifest, indent=1).encode())
         final = self.folder(seq)
         self.fs.mv(tmp, final, recursive=True)
         _fsync_dir(self.root)
         self.prune()
         nbytes = sum(meta["size"] for meta in files.values())
-        return CheckpointInfo(seq, final, nbytes, time.perf_counter() - start)
+        return CheckpointInfo(seq, final, nbytes, time.perf_counter() - start, parent)
 
     def _write_payload(self, folder: str, tree: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         arrays: list[np.ndarray] = []
@@ -130,10 +139,13 @@ class CheckpointStore:
 
         skeleton = _codec.flatten(tree, on_array)
         files = {_STATE: self._write_bytes(f"{folder}/{_STATE}", json.dumps(skeleton).encode())}
-        for i, array in enumerate(arrays):
-            files[f"a{i}.npy"] = self._write_npy(f"{folder}/a{i}.npy", array)
         if tensors:
             files[_TENSORS] = self._write_tensors(f"{folder}/{_TENSORS}", tensors)
+        # Hashing and writing release the GIL: the arrays are written in parallel.
+        names = [f"a{i}.npy" for i in range(len(arrays))]
+        with ThreadPoolExecutor(_WORKERS) as pool:
+            metas = pool.map(self._write_npy, [f"{folder}/{n}" for n in names], arrays)
+            files.update(zip(names, metas))
         return files
 
     def _write_bytes(self, path: str, data: bytes) -> dict[str, Any]:
@@ -168,30 +180,51 @@ class CheckpointStore:
         seqs = self.seqs()
         return seqs[-1] + 1 if seqs else 1
 
-    def load_latest(self) -> tuple[int, Any] | None:
-        """Return ``(seq, tree)`` of the newest valid checkpoint, or None when there is none.
+    def load_latest(self) -> tuple[int, list[Any]] | None:
+        """Return ``(seq, chain)`` of the newest checkpoint that restores, or None when none does.
+
+        ``chain`` is a full state tree followed by the deltas to apply on it in order
+        (just the full tree when the checkpoint is not incremental).
 
         Raises:
             CheckpointFormatError: the newest readable folder has a newer format version.
         """
         for seq in reversed(self.seqs()):
-            tree = self.load(seq)
-            if tree is not None:
-                return seq, tree
+            chain = self._chain(seq)
+            if chain is not None:
+                return seq, chain
         return None
 
-    def load(self, seq: int) -> Any | None:
-        """The tree of checkpoint ``seq``, or None (with a warning) when it is not valid."""
+    def _chain(self, seq: int) -> list[Any] | None:
+        loaded = self.load(seq)
+        if loaded is None:
+            return None
+        manifest, tree = loaded
+        if manifest.get("parent") is None:
+            return [tree]
+        below = self._chain(int(manifest["parent"]))
+        return None if below is None else [*below, tree]
+
+    def load(self, seq: int) -> tuple[dict[str, Any], Any] | None:
+        """Manifest and tree of checkpoint ``seq``, or None (with a warning) when it is not valid."""
         folder = self.folder(seq)
         try:
             manifest = self._read_manifest(folder, seq)
             self._verify(folder, manifest["files"])
-            return self._read_payload(folder)
+            return manifest, self._read_payload(folder)
         except CheckpointFormatError:
             raise
         except Exception as exc:  # noqa: BLE001 - any unreadable folder is skipped, never trusted
             warnings.warn(f"skipping checkpoint {folder}: {exc}", CheckpointWarning, stacklevel=2)
             return None
+
+    def _parent(self, seq: int) -> int | None:
+        try:
+            with self.fs.open(f"{self.folder(seq)}/{_MANIFEST}", "rb") as f:
+                parent = json.loads(f.read()).get("parent")
+        except (OSError, ValueError):
+            return None
+        return None if parent is None else int(parent)
 
     def _read_manifest(self, folder: str, seq: int) -> dict[str, Any]:
         with self.fs.open(f"{folder}/{_MANIFEST}", "rb") as f:
@@ -207,13 +240,16 @@ class CheckpointStore:
         return manifest
 
     def _verify(self, folder: str, files: Mapping[str, Mapping[str, Any]]) -> None:
-        for name, meta in files.items():
-            path = f"{folder}/{name}"
-            size = self.fs.size(path)
-            if size != meta["size"]:
-                raise CheckpointError(f"{name} has {size} bytes, manifest says {meta['size']}")
-            if _sha256_file(self.fs, path) != meta["sha256"]:
-                raise CheckpointError(f"{name} does not match its sha256 in the manifest")
+        with ThreadPoolExecutor(_WORKERS) as pool:
+            list(pool.map(self._verify_file, [f"{folder}/{n}" for n in files], files.values()))
+
+    def _verify_file(self, path: str, meta: Mapping[str, Any]) -> None:
+        name = path.rsplit("/", 1)[-1]
+        size = self.fs.size(path)
+        if size != meta["size"]:
+            raise CheckpointError(f"{name} has {size} bytes, manifest says {meta['size']}")
+        if _sha256_file(self.fs, path) != meta["sha256"]:
+            raise CheckpointError(f"{name} does not match its sha256 in the manifest")
 
     def _read_payload(self, folder: str) -> Any:
         with self.fs.open(f"{folder}/{_STATE}", "rb") as f:
@@ -236,9 +272,18 @@ class CheckpointStore:
     # -- housekeeping ----------------------------------------------------------------------
 
     def prune(self) -> None:
-        """Delete all but the newest ``keep`` checkpoint folders, and stale temporary folders."""
-        for seq in self.seqs()[: -self.keep]:
-            self.fs.rm(self.folder(seq), recursive=True)
+        """Delete all but the newest ``keep`` checkpoints (and the chains they need), and stale
+        temporary folders."""
+        seqs = self.seqs()
+        needed: set[int] = set()
+        for seq in seqs[-self.keep:]:
+            node: int | None = seq
+            while node is not None and node not in needed:
+                needed.add(node)
+                node = self._parent(node)
+        for seq in seqs:
+            if seq not in needed:
+                self.fs.rm(self.folder(seq), recursive=True)
         for path in self.fs.ls(self.root, detail=False):
             if path.rstrip("/").rsplit("/", 1)[-1].startswith(_TMP_PREFIX):
                 self.fs.rm(path, recursive=True)

@@ -1,0 +1,64 @@
+"""Shared helpers of the benchmark scripts: timing, machine description, table output."""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+
+from rich.console import Console
+from rich.table import Table
+
+console = Console(width=120)
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB, Python {platform.python_version()}"
+
+
+def rate(fn: Callable[[], object], *, seconds: float = 2.0, per_call: int = 1, reps: int = 3) -> float:
+    """Calls of ``fn`` per second (times ``per_call``), the median of ``reps`` timed runs."""
+    fn()  # warm-up
+    rates = []
+    for _ in range(reps):
+        count, start = 0, time.perf_counter()
+        while (elapsed := time.perf_counter() - start) < seconds / reps:
+            fn()
+            count += 1
+        rates.append(count * per_call / elapsed)
+    return statistics.median(rates)
+
+
+def median_seconds(fn: Callable[[], object], *, reps: int = 5) -> float:
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def table(title: str, columns: list[str], rows: list[list[str]]) -> None:
+    t = Table(title=title, title_justify="left")
+    for i, col in enumerate(columns):
+        t.add_column(col, justify="left" if i == 0 else "right")
+    for row in rows:
+        t.add_row(*row)
+    console.print(t)
+
+
+def fmt(x: float, unit: str = "") -> str:
+    if x >= 100:
+        return f"{x:,.0f}{unit}"
+    if x >= 1:
+        return f"{x:.2f}{unit}"
+    return f"{x:.3f}{unit}"

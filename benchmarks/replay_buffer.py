@@ -1,0 +1,330 @@
+"""Replay buffer benchmark: one run, one table per question, ratios against peers.
+
+    python benchmarks/replay_buffer.py [--quick]
+
+Peers (installed by ``pip install -e .[bench]``): cpprb's PrioritizedReplayBuffer (C++), and
+the reference chapter's list-based actor body (at 100k items: it is O(n) per sample).
+Capacity 2^20, transitions obs[8] f32, action i64, reward f32, next_obs[8] f32, done f32,
+batch 256, alpha 0.6, beta 0.4. Not a test: it prints figures, it asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+import psutil
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from _common import console, fmt, machine, median_seconds, rate, table  # noqa: E402
+
+from actors import CheckpointConfig, CheckpointStore, PrioritizedReplayBuffer, ReplayBufferActor  # noqa: E402
+from chaos import local_cluster, wait_until  # noqa: E402
+
+CAPACITY, BATCH, INSERT = 2**20, 256, 1000
+ALPHA, BETA = 0.6, 0.4
+TIMEOUT = 60.0
+
+
+def transitions(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
+    return {
+        "obs": rng.random((n, 8), dtype=np.float32),
+        "action": rng.integers(0, 2, n, dtype=np.int64),
+        "reward": rng.random(n, dtype=np.float32),
+        "next_obs": rng.random((n, 8), dtype=np.float32),
+        "done": np.zeros(n, dtype=np.float32),
+    }
+
+
+class ChapterBuffer:
+    """The reference chapter's ReplayBuffer body (section 4.2), verbatim in behaviour."""
+
+    def __init__(self, capacity: int = 100000) -> None:
+        self.capacity, self.buffer, self.priorities, self.position = capacity, [], [], 0
+
+    def add(self, sample: Any, priority: float = 1.0) -> None:
+        if len(self.buffer) < self.capacity:
+            self.buffer.append(sample)
+            self.priorities.append(priority)
+        else:
+            self.buffer[self.position] = sample
+            self.priorities[self.position] = priority
+        self.position = (self.position + 1) % self.capacity
+
+    def sample(self, batch_size: int) -> tuple[list[Any], np.ndarray]:
+        probs = np.array(self.priorities) / sum(self.priorities)
+        indices = np.random.choice(len(self.buffer), batch_size, p=probs)
+        return [self.buffer[i] for i in indices], indices
+
+    def update_priority(self, indices: Any, new_priorities: Any) -> None:
+        for idx, p in zip(indices, new_priorities):
+            self.priorities[idx] = p
+
+
+# -- core ------------------------------------------------------------------------------------
+
+
+def bench_ours(rng: np.random.Generator, seconds: float) -> tuple[float, float]:
+    rb = PrioritizedReplayBuffer(CAPACITY, alpha=ALPHA, beta=BETA, seed=0)
+    batch = transitions(rng, INSERT)
+    for _ in range(CAPACITY // INSERT + 1):
+        rb.add(batch)  # fill first: inserts are then measured on a full ring, as in steady state
+    inserts = rate(lambda: rb.add(batch), seconds=seconds, per_call=INSERT)
+
+    def cycle() -> None:
+        out = rb.sample(BATCH)
+        rb.update_priorities(out["indices"], rng.random(BATCH))
+
+    return inserts, rate(cycle, seconds=seconds)
+
+
+def bench_cpprb(rng: np.random.Generator, seconds: float) -> tuple[float, float] | None:
+    try:
+        from cpprb import PrioritizedReplayBuffer as Cpprb
+    except ImportError:
+        return None
+    env = {"obs": {"shape": 8}, "action": {"dtype": np.int64}, "reward": {},
+           "next_obs": {"shape": 8}, "done": {}}
+    rb = Cpprb(CAPACITY, env, alpha=ALPHA)
+    batch = transitions(rng, INSERT)
+    for _ in range(CAPACITY // INSERT + 1):
+        rb.add(**batch)
+    inserts = rate(lambda: rb.add(**batch), seconds=seconds, per_call=INSERT)
+
+    def cycle() -> None:
+        out = rb.sample(BATCH, beta=BETA)
+        rb.update_priorities(out["indexes"], rng.random(BATCH) + 1e-6)
+
+    return inserts, rate(cycle, seconds=seconds)
+
+
+def bench_chapter(rng: np.random.Generator, seconds: float) -> tuple[float, float]:
+    rb = ChapterBuffer(100_000)
+    rows = transitions(rng, INSERT)
+    samples = [{k: v[i] for k, v in rows.items()} for i in range(INSERT)]
+    for _ in range(100):
+        for s in samples:
+            rb.add(s)
+
+    def insert() -> None:
+        for s in samples:
+            rb.add(s)
+
+    def cycle() -> None:
+        _, idx = rb.sample(BATCH)
+        rb.update_priority(idx, rng.random(BATCH) + 1e-6)
+
+    return rate(insert, seconds=seconds, per_call=INSERT), rate(cycle, seconds=seconds)
+
+
+def core_section(seconds: float) -> dict[str, float]:
+    rng = np.random.default_rng(0)
+    ours = bench_ours(rng, seconds)
+    peer = bench_cpprb(rng, seconds)
+    chapter = bench_chapter(rng, seconds)
+    rows = [["raychaos (2^20)", fmt(ours[0]), fmt(ours[1]), "1.00", "1.00"]]
+    if peer:
+        rows.append(["cpprb 11 (2^20)", fmt(peer[0]), fmt(peer[1]),
+                     fmt(ours[0] / peer[0]), fmt(ours[1] / peer[1])])
+    rows.append(["chapter list (100k)", fmt(chapter[0]), fmt(chapter[1]),
+                 fmt(ours[0] / chapter[0]), fmt(ours[1] / chapter[1])])
+    table("Core, in-process", ["buffer", "inserts/s", "sample+update/s",
+                               "ours/this inserts", "ours/this sample+update"], rows)
+    return {"inserts": ours[0], "cycles": ours[1], "cpprb_cycles": peer[1] if peer else 0.0}
+
+
+# -- checkpoint ------------------------------------------------------------------------------
+
+
+def filled(n: int) -> PrioritizedReplayBuffer:
+    rb = PrioritizedReplayBuffer(n, alpha=ALPHA, beta=BETA, seed=0)
+    rng = np.random.default_rng(1)
+    for _ in range(n // INSERT + 1):
+        rb.add(transitions(rng, INSERT))
+    return rb
+
+
+def checkpoint_section(root: str) -> None:
+    rb = filled(CAPACITY)
+    state = rb.state_dict()
+    arrays = {**state["columns"], "leaves": state["leaves"],
+              **{f"tree_{k}": v for k, v in state["tree"].items()}}
+    nbytes = sum(a.nbytes for a in arrays.values())
+    path = f"{root}/plain.npz"
+
+    def npz_load() -> None:
+        with np.load(path, allow_pickle=False) as z:
+            {k: z[k] for k in z.files}
+
+    save_np = median_seconds(lambda: np.savez(path, **arrays))
+    load_np = median_seconds(npz_load)
+    store = CheckpointStore(f"{root}/ckpt", keep=2)
+    save = median_seconds(lambda: store.save(rb.state_dict()))
+
+    def restore() -> None:
+        _, (tree,) = store.load_latest()
+        PrioritizedReplayBuffer(CAPACITY).load_state_dict(tree)
+
+    load = median_seconds(restore)
+    incremental_section(root)
+    table(f"Checkpoint of 2^20 transitions ({nbytes / 2**20:.0f} MiB), median of 5",
+          ["what", "save s", "restore s", "save+restore s", "ratio"],
+          [["np.savez + np.load (no fsync, no checksums)", fmt(save_np), fmt(load_np),
+            fmt(save_np + load_np), "1.00"],
+           ["raychaos checkpoint (fsync, sha256, manifest)", fmt(save), fmt(load),
+            fmt(save + load), fmt((save + load) / (save_np + load_np))]])
+    peak_restore(root, nbytes)
+
+
+def incremental_section(root: str) -> None:
+    cfg = CheckpointConfig(storage=f"{root}/incr", policy="on_demand", incremental=True)
+    actor = ReplayBufferActor(CAPACITY, checkpoint=cfg, alpha=ALPHA, beta=BETA, seed=0,
+                              restore="never")
+    rng = np.random.default_rng(4)
+    for _ in range(CAPACITY // INSERT + 1):
+        actor.add(transitions(rng, INSERT))
+    rows = []
+    for _ in range(3):
+        full = actor.checkpoint(full=True)
+        slots = rng.choice(CAPACITY, CAPACITY // 100, replace=False)
+        actor.update_priorities(slots, rng.random(len(slots)))
+        delta = actor.checkpoint()
+        rows.append((full.seconds, full.nbytes, delta.seconds, delta.nbytes))
+    f_s, f_b, d_s, d_b = (float(np.median(c)) for c in zip(*rows))
+    table("Incremental checkpoint after 1% of 2^20 slots changed (median of 3)",
+          ["checkpoint", "seconds", "MiB", "seconds vs full"],
+          [["full", fmt(f_s), fmt(f_b / 2**20), "1.00"],
+           ["incremental (changed slots + trees)", fmt(d_s), fmt(d_b / 2**20), fmt(d_s / f_s)]])
+
+
+def peak_restore(root: str, nbytes: int) -> None:
+    # ru_maxrss survives fork+exec (it would report this process's size): reset the
+    # high-water mark through clear_refs and read VmHWM instead.
+    code = (
+        "import sys; sys.path.insert(0, %r)\n"
+        "from actors import CheckpointStore, PrioritizedReplayBuffer\n"
+        "def hwm():\n"
+        "    return next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM'))\n"
+        "open('/proc/self/clear_refs', 'w').write('5')\n"
+        "base = hwm()\n"
+        "_, (tree,) = CheckpointStore(%r).load_latest()\n"
+        "rb = PrioritizedReplayBuffer(%d); rb.load_state_dict(tree); del tree\n"
+        "print(base, hwm())\n"
+    ) % (os.path.dirname(os.path.dirname(os.path.abspath(__file__))), f"{root}/ckpt", CAPACITY)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    base, peak = (int(x) * 1024 for x in out.stdout.split())
+    table("Restore memory (fresh process: peak RSS during restore minus RSS before)",
+          ["state MiB", "peak RSS growth MiB", "copies of the state"],
+          [[fmt(nbytes / 2**20), fmt((peak - base) / 2**20), fmt((peak - base) / nbytes)]])
+
+
+# -- through Ray -----------------------------------------------------------------------------
+
+
+def actor_section(root: str, seconds: float) -> None:
+    import ray
+
+    cfg = CheckpointConfig(storage=f"{root}/actor", every_n=10**9)
+    actor = ray.remote(max_restarts=3, max_task_retries=-1)(ReplayBufferActor).remote(
+        CAPACITY, checkpoint=cfg, alpha=ALPHA, beta=BETA, seed=0)
+    rng = np.random.default_rng(2)
+    batch = transitions(rng, INSERT)
+    for _ in range(CAPACITY // INSERT + 1):
+        ray.get(actor.add.remote(batch), timeout=TIMEOUT)
+    noop = rate(lambda: ray.get(actor.ping.remote(), timeout=TIMEOUT), seconds=seconds)
+    sample = rate(lambda: ray.get(actor.sample.remote(BATCH), timeout=TIMEOUT), seconds=seconds)
+
+    def cycle() -> None:
+        out = ray.get(actor.sample.remote(BATCH), timeout=TIMEOUT)
+        ray.get(actor.update_priorities.remote(out["indices"], rng.random(BATCH)), timeout=TIMEOUT)
+
+    cycles = rate(cycle, seconds=seconds)
+    pid = ray.get(actor.pid.remote(), timeout=TIMEOUT)
+    rss = psutil.Process(pid).memory_info().rss
+    empty = ray.remote(ReplayBufferActor).remote(
+        CAPACITY, checkpoint=CheckpointConfig(storage=f"{root}/empty"), seed=0)
+    empty_rss = psutil.Process(ray.get(empty.pid.remote(), timeout=TIMEOUT)).memory_info().rss
+    ray.kill(empty)
+    state = ray.get(actor.state_dict.remote(), timeout=TIMEOUT)
+    raw = sum(a.nbytes for a in state["buffer"]["columns"].values()) + \
+        state["buffer"]["leaves"].nbytes + sum(a.nbytes for a in state["buffer"]["tree"].values())
+    del state
+    ray.kill(actor)
+    table("Through the actor (2^20 transitions)", ["call", "round trips/s", "vs no-op call"],
+          [["no-op actor method", fmt(noop), "1.00"],
+           ["sample(256)", fmt(sample), fmt(sample / noop)],
+           ["sample + update_priorities (2 calls)", fmt(cycles), fmt(cycles / noop)]])
+    table("Actor memory at 2^20 transitions (growth: RSS minus an empty actor's)",
+          ["raw columns + trees MiB", "actor RSS MiB", "empty actor RSS MiB", "growth / raw"],
+          [[fmt(raw / 2**20), fmt(rss / 2**20), fmt(empty_rss / 2**20),
+            fmt((rss - empty_rss) / raw)]])
+
+
+def mttr(actor: Any, check: Any) -> float:
+    import ray
+
+    pid = ray.get(actor.pid.remote(), timeout=TIMEOUT)
+    start = time.perf_counter()
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: check(ray.get(actor.pid.remote(), timeout=TIMEOUT) != pid), timeout=TIMEOUT,
+               interval=0.005, what="restart")
+    return time.perf_counter() - start
+
+
+def mttr_section(root: str) -> None:
+    import ray
+
+    @ray.remote(max_restarts=-1, max_task_retries=-1)
+    class Bare:
+        def pid(self) -> int:
+            return os.getpid()
+
+    bare = Bare.remote()
+    bare_times = [mttr(bare, bool) for _ in range(3)]
+    rng = np.random.default_rng(3)
+    rows = []
+    for durability in ("policy", "wal"):
+        cfg = CheckpointConfig(storage=f"{root}/mttr-{durability}", every_n=10**9, durability=durability)
+        rb = ray.remote(max_restarts=-1, max_task_retries=-1)(ReplayBufferActor).remote(
+            100_000, checkpoint=cfg, seed=0)
+        for _ in range(100):
+            ray.get(rb.add.remote(transitions(rng, INSERT)), timeout=TIMEOUT)
+        ray.get(rb.checkpoint.remote(), timeout=TIMEOUT)
+        # First correct answer: the restarted actor reports all 100k transitions.
+        times = [mttr(rb, lambda new: new and ray.get(rb.size.remote(), timeout=TIMEOUT) == 100_000)
+                 for _ in range(3)]
+        rows.append([f"ReplayBufferActor, 100k, {durability}", fmt(float(np.median(times))),
+                     fmt(float(np.median(times) / np.median(bare_times)))])
+        ray.kill(rb)
+    ray.kill(bare)
+    table("MTTR: SIGKILL to first correct answer (median of 3)", ["actor", "seconds", "vs bare actor"],
+          [["bare actor (no state)", fmt(float(np.median(bare_times))), "1.00"], *rows])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="shorter timing windows")
+    args = parser.parse_args()
+    seconds = 1.0 if args.quick else 3.0
+    console.print(f"[bold]raychaos replay buffer benchmark[/] on {machine()}")
+    core_section(seconds)
+    with tempfile.TemporaryDirectory(prefix="rc-bench-") as root:
+        checkpoint_section(root)
+        with local_cluster(num_cpus=2, object_store_mb=1024, log_to_driver=False):
+            actor_section(root, seconds)
+            mttr_section(root)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
+    console.print(f"driver peak RSS {peak:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
