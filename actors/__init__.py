@@ -10,6 +10,14 @@ from actors._checkpoint import (
     mutation,
 )
 from actors._counter import CheckpointedCounter
+from actors._param_server import (
+    GradientError,
+    ParameterServer,
+    PushResult,
+    ServerStats,
+    StaleGradientError,
+    VersionTimeout,
+)
 from actors._replay import EmptyBufferError, PrioritizedReplayBuffer, ReplayStats, SchemaError
 from actors._replay_actor import ReplayActorStats, ReplayBufferActor
 from actors._store import FORMAT_VERSION, CheckpointInfo, CheckpointStore, CheckpointWarning
@@ -25,12 +33,18 @@ __all__ = [
     "Checkpointable",
     "Durability",
     "EmptyBufferError",
+    "GradientError",
+    "ParameterServer",
     "Policy",
     "PrioritizedReplayBuffer",
+    "PushResult",
     "ReplayActorStats",
     "ReplayBufferActor",
     "ReplayStats",
     "RestoreInfo",
     "SchemaError",
+    "ServerStats",
+    "StaleGradientError",
+    "VersionTimeout",
     "mutation",
 ]

@@ -10,6 +10,7 @@ Ray re-runs ``__init__`` when it restarts an actor, so all in-memory state is go
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import time
@@ -123,11 +124,13 @@ def mutation(method: F) -> F:
 
     @functools.wraps(method)
     def wrapper(self: Checkpointable, *args: Any, **kwargs: Any) -> Any:
-        result = method(self, *args, **kwargs)
-        checkpointer = self.__dict__.get("_raychaos_checkpointer")
-        if checkpointer is not None:
-            checkpointer.after_mutation(method.__name__, args, kwargs)
-        return result
+        # Applying and logging happen under one lock, so the log's order is the apply order.
+        with _lock_of(self):
+            result = method(self, *args, **kwargs)
+            checkpointer = self.__dict__.get("_raychaos_checkpointer")
+            if checkpointer is not None:
+                checkpointer.after_mutation(method.__name__, args, kwargs)
+            return result
 
     wrapper.__raychaos_mutation__ = method  # type: ignore[attr-defined]
     return wrapper  # type: ignore[return-value]
@@ -135,6 +138,10 @@ def mutation(method: F) -> F:
 
 class Checkpointable:
     """Mixin for actors whose state must survive a crash. See the module docstring.
+
+    An actor that runs methods concurrently (``max_concurrency > 1``) sets
+    ``self.checkpoint_lock = threading.RLock()`` before ``enable_checkpointing``: mutations,
+    their log records and checkpoints are then taken under it.
 
     Example::
 
@@ -224,6 +231,11 @@ class Checkpointable:
                 "self.enable_checkpointing(CheckpointConfig(storage=...)) at the end of __init__"
             )
         return checkpointer
+
+
+def _lock_of(owner: object) -> Any:
+    """The owner's ``checkpoint_lock`` (threaded actors set one), else a no-op context."""
+    return owner.__dict__.get("checkpoint_lock") or contextlib.nullcontext()
 
 
 def _reconstructed() -> bool:
@@ -320,6 +332,10 @@ class _Checkpointer:
         return False
 
     def checkpoint(self, *, full: bool = False) -> CheckpointInfo:
+        with _lock_of(self.owner):  # no mutation may slip between the snapshot and the log rotation
+            return self._checkpoint(full=full)
+
+    def _checkpoint(self, *, full: bool) -> CheckpointInfo:
         delta = None
         if self.config.incremental and not full and self.last_seq and \
                 self.deltas < self.config.full_every - 1:

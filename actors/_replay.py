@@ -183,7 +183,7 @@ class PrioritizedReplayBuffer:
     # -- sampling --------------------------------------------------------------------------
 
     def sample(self, batch_size: int, *, beta: float | None = None) -> dict[str, np.ndarray]:
-        """Draw ``batch_size`` items with replacement, with probability P(i).
+        """Draw ``batch_size`` items with replacement, with probability P(i), in slot order.
 
         Returns every column plus ``"indices"`` (slots, for :meth:`update_priorities`) and
         ``"weights"`` (importance-sampling weights, float64, max 1 over the buffer).
@@ -197,7 +197,8 @@ class PrioritizedReplayBuffer:
             raise InvalidConfig(f"`batch_size` must be a whole number >= 1, got {batch_size!r}")
         b = self.beta if beta is None else _check_fraction("beta", beta, upper=1.0)
         tree = self._tree
-        indices, leaf = tree.find(self._rng.random(batch_size) * tree.total)
+        # Sorted masses visit the trees and columns in address order: fewer cache misses.
+        indices, leaf = tree.find(np.sort(self._rng.random(batch_size)) * tree.total)
         out = {name: np.take(column, indices, axis=0) for name, column in self._columns.items()}
         # w_i / max_k w_k = (P_i / P_min)^-β = (leaf_i / leaf_min)^-β
         out["weights"] = (leaf / tree.min) ** -b
@@ -215,14 +216,16 @@ class PrioritizedReplayBuffer:
                 or not a stored item, or the lengths differ; nothing is changed.
         """
         idx = np.asarray(indices).reshape(-1)
-        prios = np.asarray(priorities, dtype=np.float64).reshape(-1)
+        prios = np.array(priorities, dtype=np.float64).reshape(-1)  # a copy: changed in place below
         self._check_indices(idx, len(prios))
         _check_priorities(prios)
         if len(idx):
-            prios = prios + self.eps
-            self._tree.set(idx, prios ** self.alpha)
+            prios += self.eps
+            top = float(prios.max())
+            np.power(prios, self.alpha, out=prios)
+            self._tree.set(idx, prios)
             self._dirty[idx] = True
-            self._max_priority = max(self._max_priority, float(prios.max()))
+            self._max_priority = max(self._max_priority, top)
         self._updates += 1
 
     def _check_indices(self, idx: np.ndarray, count: int) -> None:

@@ -68,7 +68,9 @@ class SumMinTree:
         self.mins = [np.empty((0, K))] + [np.full((n // K, K), np.inf) for n in sizes[1:-1]]
         self.top_sums = np.zeros(sizes[-1])
         self.top_mins = np.full(sizes[-1], np.inf)
-        self.prefix = np.zeros(sizes[-1])
+        # A leading 0, so that "mass below top node i" is prefix0[i] with no branch.
+        self.prefix0 = np.zeros(sizes[-1] + 1)
+        self.prefix = self.prefix0[1:]
 
     @property
     def total(self) -> float:
@@ -154,21 +156,25 @@ class SumMinTree:
         """
         m = np.minimum(mass, np.nextafter(self.prefix[-1], 0.0))
         node = np.searchsorted(self.prefix, m, side="right")
-        m = m - np.where(node > 0, self.prefix[node - 1], 0.0)
+        m -= self.prefix0[node]
         n = len(m)
         rows = np.arange(n)
+        at = np.empty(n, dtype=np.int64)
         # Row 0 is zeros and row i + 1 the running sum through child i, so the mass below
         # the chosen child is one gather, with no branch for the first child.
         running = np.zeros((K + 1, n))
+        flat = running.ravel()
         for level in range(len(self.sums) - 1, -1, -1):
             running[1:] = np.take(self.sums[level], node, axis=0).T
             for i in range(2, K + 1):
                 np.add(running[i - 1], running[i], out=running[i])
-            m = np.minimum(m, np.nextafter(running[K], 0.0))
+            np.minimum(m, np.nextafter(running[K], 0.0), out=m)
             child = (running[1:] > m).argmax(axis=0)
-            at = child * n + rows
-            m = m - running.ravel()[at]
-            node = node * K + child
+            np.multiply(child, n, out=at)
+            at += rows
+            m -= flat[at]
+            node *= K
+            node += child
         return node, self.sums[0].ravel()[node]
 
 def _positive_min(blocks: np.ndarray, *, axis: int) -> np.ndarray:

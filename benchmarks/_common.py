@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import signal
 import platform
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -62,3 +64,30 @@ def fmt(x: float, unit: str = "") -> str:
     if x >= 1:
         return f"{x:.2f}{unit}"
     return f"{x:.3f}{unit}"
+
+
+def mttr(actor: Any, check: Callable[[bool], object], *, timeout: float = 60.0) -> float:
+    """SIGKILL the actor's process; seconds until ``check(pid changed)`` is truthy."""
+    import ray
+
+    from chaos import wait_until
+
+    pid = ray.get(actor.pid.remote(), timeout=timeout)
+    start = time.perf_counter()
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: check(ray.get(actor.pid.remote(), timeout=timeout) != pid),
+               timeout=timeout, interval=0.005, what="restart")
+    return time.perf_counter() - start
+
+
+def bare_mttr(reps: int = 3) -> tuple[Any, list[float]]:
+    """A stateless actor's restart times after SIGKILL: the floor every MTTR is compared to."""
+    import ray
+
+    @ray.remote(max_restarts=-1, max_task_retries=-1)
+    class Bare:
+        def pid(self) -> int:
+            return os.getpid()
+
+    bare = Bare.remote()
+    return bare, [mttr(bare, bool) for _ in range(reps)]

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import resource
-import signal
 import subprocess
 import sys
 import tempfile
@@ -25,10 +24,10 @@ import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from _common import console, fmt, machine, median_seconds, rate, table  # noqa: E402
+from _common import bare_mttr, console, fmt, machine, median_seconds, mttr, rate, table  # noqa: E402
 
 from actors import CheckpointConfig, CheckpointStore, PrioritizedReplayBuffer, ReplayBufferActor  # noqa: E402
-from chaos import local_cluster, wait_until  # noqa: E402
+from chaos import local_cluster  # noqa: E402
 
 CAPACITY, BATCH, INSERT = 2**20, 256, 1000
 ALPHA, BETA = 0.6, 0.4
@@ -269,27 +268,10 @@ def actor_section(root: str, seconds: float) -> None:
             fmt((rss - empty_rss) / raw)]])
 
 
-def mttr(actor: Any, check: Any) -> float:
-    import ray
-
-    pid = ray.get(actor.pid.remote(), timeout=TIMEOUT)
-    start = time.perf_counter()
-    os.kill(pid, signal.SIGKILL)
-    wait_until(lambda: check(ray.get(actor.pid.remote(), timeout=TIMEOUT) != pid), timeout=TIMEOUT,
-               interval=0.005, what="restart")
-    return time.perf_counter() - start
-
-
 def mttr_section(root: str) -> None:
     import ray
 
-    @ray.remote(max_restarts=-1, max_task_retries=-1)
-    class Bare:
-        def pid(self) -> int:
-            return os.getpid()
-
-    bare = Bare.remote()
-    bare_times = [mttr(bare, bool) for _ in range(3)]
+    bare, bare_times = bare_mttr()
     rng = np.random.default_rng(3)
     rows = []
     for durability in ("policy", "wal"):

@@ -22,8 +22,10 @@ def test_actors_exports() -> None:
     assert set(actors.__all__) == {
         "FORMAT_VERSION", "CheckpointConfig", "CheckpointInfo", "CheckpointStats",
         "CheckpointStore", "CheckpointWarning", "Checkpointable", "CheckpointedCounter",
-        "Durability", "EmptyBufferError", "Policy", "PrioritizedReplayBuffer", "ReplayActorStats",
-        "ReplayBufferActor", "ReplayStats", "RestoreInfo", "SchemaError", "mutation",
+        "Durability", "EmptyBufferError", "GradientError", "ParameterServer", "Policy",
+        "PrioritizedReplayBuffer", "PushResult", "ReplayActorStats", "ReplayBufferActor",
+        "ReplayStats", "RestoreInfo", "SchemaError", "ServerStats", "StaleGradientError",
+        "VersionTimeout", "mutation",
     }
 
 
