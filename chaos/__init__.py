@@ -1,30 +1,87 @@
-"""raychaos chaos engine: embedded clusters, faults, and the error hierarchy.
+"""raychaos chaos engine: faults on real Ray processes, schedules, journal, watchdog.
 
 Nothing here imports ``ray`` at import time, so the pytest plugin stays cheap to load.
+``chaos.strategies`` (Hypothesis strategies) is imported on its own.
 """
 
+from chaos._agent import ChaosAgent, agent_for
 from chaos._cluster import TEST_SYSTEM_CONFIG, ClusterHandle, local_cluster, ray_processes, reap
+from chaos._delay import Latency, delayed, rpc_delay_env
+from chaos._engine import Chaos, Injection
 from chaos._errors import (
     ChaosError,
     CheckpointError,
     CheckpointFormatError,
     HangError,
     InvalidConfig,
+    InvalidFaultSpec,
     StorageUnreachable,
+    TargetNotFound,
+    UnsafeTarget,
 )
+from chaos._faults import (
+    CpuHog,
+    Fault,
+    FillObjectStore,
+    Kill,
+    KillNode,
+    MemoryPressure,
+    Pause,
+    Starve,
+    fault_from_dict,
+    fault_to_dict,
+)
+from chaos._journal import Event, Journal, read_journal
+from chaos._schedule import Schedule, ScheduledFault, run_schedule
+from chaos._targets import ActorTarget, NodeTarget, Process, TaskTarget, WorkerTarget
 from chaos._wait import wait_until
+from chaos._watchdog import StuckTask, WatchReport, watch
 
 __all__ = [
     "TEST_SYSTEM_CONFIG",
+    "ActorTarget",
+    "Chaos",
+    "ChaosAgent",
     "ChaosError",
     "CheckpointError",
     "CheckpointFormatError",
     "ClusterHandle",
+    "CpuHog",
+    "Event",
+    "Fault",
+    "FillObjectStore",
     "HangError",
+    "Injection",
     "InvalidConfig",
+    "InvalidFaultSpec",
+    "Journal",
+    "Kill",
+    "KillNode",
+    "Latency",
+    "MemoryPressure",
+    "NodeTarget",
+    "Pause",
+    "Process",
+    "Schedule",
+    "ScheduledFault",
+    "Starve",
     "StorageUnreachable",
+    "StuckTask",
+    "TargetNotFound",
+    "TaskTarget",
+    "UnsafeTarget",
+    "WatchReport",
+    "WorkerTarget",
+    "agent_for",
+    "delayed",
+    "fault_from_dict",
+    "fault_to_dict",
     "local_cluster",
     "ray_processes",
+    "read_journal",
     "reap",
+    "rpc_delay_env",
+    "run_schedule",
     "wait_until",
+    "watch",
 ]

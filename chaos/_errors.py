@@ -14,7 +14,10 @@ __all__ = [
     "CheckpointFormatError",
     "HangError",
     "InvalidConfig",
+    "InvalidFaultSpec",
     "StorageUnreachable",
+    "TargetNotFound",
+    "UnsafeTarget",
 ]
 
 
@@ -40,3 +43,15 @@ class CheckpointFormatError(CheckpointError, ValueError):
 
 class HangError(ChaosError, TimeoutError):
     """A wait ran past its deadline; the message names what was stuck and why."""
+
+
+class InvalidFaultSpec(ChaosError, ValueError):
+    """A fault, target or schedule was specified with a bad value; nothing was injected."""
+
+
+class TargetNotFound(ChaosError, LookupError):
+    """No live process matches the target (no actor of that class, no running task of that name)."""
+
+
+class UnsafeTarget(ChaosError, PermissionError):
+    """The process may not be signalled: PID 1, the driver, the agent, or not of this Ray session."""

@@ -1,0 +1,153 @@
+"""The chaos agent: one small actor per node that acts on that node's processes via psutil.
+
+Pinned with ``NodeAffinitySchedulingStrategy`` so a fault on a remote node is injected
+by a process on that node (no SSH, no shared PID namespace needed). Every signal is
+checked by :func:`chaos._safety.check_target` first. Pauses are also guarded by a
+separate healer process with its own deadline, so a pause never outlives its bound even
+if the agent or the driver dies.
+"""
+
+from __future__ import annotations
+
+import os
+import signal as signals
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+import psutil
+
+from chaos._safety import check_target, raylet_of
+
+__all__ = ["ChaosAgent", "agent_for", "stop_agents"]
+
+AGENT_NAMESPACE = "raychaos-agents"
+_HOG = "import time, sys\nend = time.monotonic() + float(sys.argv[1])\nwhile time.monotonic() < end:\n    pass\n"
+
+
+class ChaosAgent:
+    """Runs on one node; every method acts on that node only."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._paused: dict[int, float] = {}  # pid -> create_time
+        self._hogs: list[subprocess.Popen[bytes]] = []
+        self._held: list[Any] = []
+
+    def where(self) -> tuple[int, str]:
+        import ray
+
+        return os.getpid(), ray.get_runtime_context().get_node_id()
+
+    def raylet_pid(self) -> int:
+        return raylet_of(os.getpid()).pid
+
+    def status(self, pid: int) -> str | None:
+        try:
+            return psutil.Process(pid).status()
+        except psutil.NoSuchProcess:
+            return None
+
+    def signal(self, pid: int, signum: int, *, driver_pids: tuple[int, ...] = (),
+               allow_raylet: bool = False) -> int:
+        """Send ``signum`` to ``pid`` after the safety check; return the pid signalled."""
+        proc = check_target(pid, agent_pid=os.getpid(), driver_pids=driver_pids,
+                            allow_raylet=allow_raylet)
+        if allow_raylet and pid == raylet_of(os.getpid()).pid:
+            # Killing our own raylet kills us too: reply first, signal a moment later.
+            threading.Timer(0.2, proc.send_signal, args=(signum,)).start()
+            return pid
+        proc.send_signal(signum)
+        return pid
+
+    def pause(self, pid: int, seconds: float, *, driver_pids: tuple[int, ...] = ()) -> float:
+        """SIGSTOP ``pid`` for ``seconds``; resumed by a timer here and a healer process."""
+        proc = check_target(pid, agent_pid=os.getpid(), driver_pids=driver_pids)
+        deadline = time.time() + seconds
+        created = proc.create_time()
+        # posix_spawn, not fork: forking this multithreaded worker can deadlock the child.
+        os.posix_spawn(sys.executable, [sys.executable, "-m", "chaos._healer", str(pid),
+                                        repr(created), repr(deadline)], dict(os.environ),
+                       setsid=True)
+        proc.send_signal(signals.SIGSTOP)
+        with self._lock:
+            self._paused[pid] = created
+        threading.Timer(seconds, self.resume, args=(pid,)).start()
+        return deadline
+
+    def resume(self, pid: int) -> bool:
+        """SIGCONT ``pid`` if this agent paused it (and it is still that process)."""
+        with self._lock:
+            created = self._paused.pop(pid, None)
+        if created is None:
+            return False
+        try:
+            proc = psutil.Process(pid)
+            if abs(proc.create_time() - created) < 1.0:  # same process, not a reused pid
+                proc.send_signal(signals.SIGCONT)
+        except psutil.NoSuchProcess:
+            pass
+        return True
+
+    def cpu_hog(self, cores: int, seconds: float) -> list[int]:
+        """Start ``cores`` busy-looping processes for at most ``seconds``; return their pids."""
+        procs = [subprocess.Popen([sys.executable, "-c", _HOG, repr(seconds)],
+                                  stdin=subprocess.DEVNULL) for _ in range(cores)]
+        with self._lock:
+            self._hogs.extend(procs)
+        return [p.pid for p in procs]
+
+    def stop_hogs(self) -> int:
+        with self._lock:
+            hogs, self._hogs = self._hogs, []
+        for proc in hogs:
+            proc.kill()
+            proc.wait(timeout=10)
+        return len(hogs)
+
+    def heal_all(self) -> int:
+        """Resume every process this agent paused and stop every hog; return how many."""
+        with self._lock:
+            paused = list(self._paused)
+        return sum(self.resume(pid) for pid in paused) + self.stop_hogs()
+
+
+_AGENTS: dict[tuple[str, str], Any] = {}
+
+
+def agent_for(node_id: str) -> Any:
+    """The agent on ``node_id``, started on first use.
+
+    Agents are detached, named actors: a pause's resume timer must survive the driver
+    that asked for it, and the handle is cached because Ray ends an actor when its last
+    handle goes. :func:`stop_agents` removes them from a cluster this process did not start.
+    """
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    key = (ray.get_runtime_context().gcs_address, node_id)
+    if key not in _AGENTS:
+        _AGENTS[key] = ray.remote(ChaosAgent).options(
+            name=f"agent-{node_id[:16]}", namespace=AGENT_NAMESPACE, get_if_exists=True,
+            lifetime="detached", num_cpus=0, max_concurrency=8, max_restarts=0,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
+        ).remote()
+    return _AGENTS[key]
+
+
+def stop_agents(*, timeout: float = 30.0) -> int:
+    """Heal everything the agents of this cluster hold, then kill them; return how many."""
+    import ray
+
+    gcs = ray.get_runtime_context().gcs_address
+    mine = [(k, a) for k, a in _AGENTS.items() if k[0] == gcs]
+    for key, agent in mine:
+        try:
+            ray.get(agent.heal_all.remote(), timeout=timeout)
+        except Exception:  # noqa: BLE001 - a dead node's agent has nothing left to heal
+            pass
+        ray.kill(agent)
+        del _AGENTS[key]
+    return len(mine)

@@ -1,0 +1,155 @@
+"""Fault records: what to inject, validated on construction (nothing is injected if invalid)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from chaos._errors import InvalidFaultSpec
+from chaos._targets import NodeTarget, Target, target_from_dict, target_to_dict
+
+__all__ = ["CpuHog", "Fault", "FillObjectStore", "Kill", "KillNode", "MemoryPressure", "Pause",
+           "Starve", "fault_from_dict", "fault_to_dict"]
+
+Signal = Literal["SIGKILL", "SIGTERM"]
+MAX_FAULT_SECONDS = 3600.0
+
+
+def _seconds(name: str, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value <= 0 or value > MAX_FAULT_SECONDS:
+        raise InvalidFaultSpec(f"`{name}` must be a duration in (0, {MAX_FAULT_SECONDS:g}] seconds, "
+                               f"got {value!r}: every fault is bounded in time")
+
+
+def _fraction(name: str, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise InvalidFaultSpec(f"`{name}` must be a fraction in (0, 1], got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Kill:
+    """Signal the target's process: SIGKILL (crash) or SIGTERM (polite)."""
+
+    target: Target
+    signal: Signal = "SIGKILL"
+
+    def __post_init__(self) -> None:
+        if self.signal not in ("SIGKILL", "SIGTERM"):
+            raise InvalidFaultSpec(f"unknown signal {self.signal!r}; use 'SIGKILL' or 'SIGTERM'")
+
+
+@dataclass(frozen=True, slots=True)
+class KillNode:
+    """SIGKILL a node's raylet: the node and everything on it dies. Never the head unless asked."""
+
+    target: NodeTarget = field(default_factory=NodeTarget)
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    """SIGSTOP the target's process for ``seconds``, then SIGCONT: a true straggler."""
+
+    target: Target
+    seconds: float
+
+    def __post_init__(self) -> None:
+        _seconds("seconds", self.seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryPressure:
+    """Allocate on a node until its memory use reaches ``fraction`` of the host, never past
+    ``host_cap``, for ``seconds``: drives Ray's memory monitor (``memory_usage_threshold``)
+    to kill a task with ``OutOfMemoryError``."""
+
+    fraction: float
+    seconds: float
+    host_cap: float = 0.8
+    node: NodeTarget | None = None
+
+    def __post_init__(self) -> None:
+        _fraction("fraction", self.fraction)
+        _fraction("host_cap", self.host_cap)
+        _seconds("seconds", self.seconds)
+        if self.fraction > self.host_cap:
+            raise InvalidFaultSpec(f"memory `fraction` {self.fraction} is above the host cap "
+                                   f"{self.host_cap}; lower it, or raise host_cap knowingly")
+
+
+@dataclass(frozen=True, slots=True)
+class CpuHog:
+    """Busy-loop ``cores`` processes on a node for ``seconds``."""
+
+    cores: int
+    seconds: float
+    node: NodeTarget | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.cores, bool) or not isinstance(self.cores, int) or not 1 <= self.cores <= 256:
+            raise InvalidFaultSpec(f"`cores` must be a whole number in [1, 256], got {self.cores!r}")
+        _seconds("seconds", self.seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class FillObjectStore:
+    """``ray.put`` chunks until ``fraction`` of the object store is used (or it spills or
+    refuses), and hold them for ``seconds``."""
+
+    fraction: float
+    seconds: float
+    chunk_mb: int = 16
+
+    def __post_init__(self) -> None:
+        if isinstance(self.fraction, bool) or not isinstance(self.fraction, (int, float)) \
+                or not 0 < self.fraction <= 4:
+            raise InvalidFaultSpec(f"`fraction` of the object store must be in (0, 4] "
+                                   f"(above 1 forces spilling), got {self.fraction!r}")
+        _seconds("seconds", self.seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class Starve:
+    """Hold ``cpus`` and custom ``resources`` for ``seconds`` so new work stays pending."""
+
+    seconds: float
+    cpus: float = 0.0
+    resources: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _seconds("seconds", self.seconds)
+        if self.cpus < 0 or any(v <= 0 for v in self.resources.values()) or \
+                (self.cpus == 0 and not self.resources):
+            raise InvalidFaultSpec(f"starvation needs cpus > 0 or positive resources, got "
+                                   f"cpus={self.cpus!r}, resources={self.resources!r}")
+
+
+Fault = Kill | KillNode | Pause | MemoryPressure | CpuHog | FillObjectStore | Starve
+_KINDS: dict[str, type] = {"kill": Kill, "kill_node": KillNode, "pause": Pause,
+                           "memory": MemoryPressure, "cpu": CpuHog, "object_store": FillObjectStore,
+                           "starve": Starve}
+_TARGET_FIELDS = ("target", "node")
+
+
+def fault_to_dict(fault: Fault) -> dict[str, Any]:
+    """A JSON-able dict of the fault (for the journal); :func:`fault_from_dict` inverts it."""
+    kind = next(k for k, v in _KINDS.items() if isinstance(fault, v))
+    data = asdict(fault)
+    for name in _TARGET_FIELDS:
+        value = getattr(fault, name, None)
+        if name in data:
+            data[name] = None if value is None else target_to_dict(value)
+    return {"kind": kind, **data}
+
+
+def fault_from_dict(data: dict[str, Any]) -> Fault:
+    """Rebuild a fault from :func:`fault_to_dict`'s output (validated again)."""
+    fields = dict(data)
+    kind = fields.pop("kind", None)
+    if kind not in _KINDS:
+        raise InvalidFaultSpec(f"unknown fault kind {kind!r}; use one of {sorted(_KINDS)}")
+    for name in _TARGET_FIELDS:
+        if fields.get(name) is not None:
+            fields[name] = target_from_dict(fields[name])
+    return _KINDS[kind](**fields)

@@ -1,0 +1,188 @@
+"""What a fault hits: target specs (records) and their resolution to processes.
+
+Every lookup goes through the State API at the cluster's explicit address, so targets
+work for any Ray application on the cluster, not only actors this driver created.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from chaos._errors import InvalidFaultSpec, TargetNotFound
+
+__all__ = ["ActorTarget", "NodeTarget", "Process", "TaskTarget", "Target", "WorkerTarget",
+           "target_from_dict"]
+
+Pick = Literal["one", "all"]
+
+
+@dataclass(frozen=True, slots=True)
+class ActorTarget:
+    """An actor by id (``ActorTarget.of(handle)``), by name and namespace, or by class name.
+
+    With ``class_name``, ``pick="one"`` chooses one live actor of that class at random
+    (seeded), ``"all"`` hits every one.
+    """
+
+    actor_id: str | None = None
+    name: str | None = None
+    namespace: str | None = None
+    class_name: str | None = None
+    pick: Pick = "one"
+
+    def __post_init__(self) -> None:
+        given = [k for k in ("actor_id", "name", "class_name") if getattr(self, k)]
+        if len(given) != 1:
+            raise InvalidFaultSpec(
+                f"an actor target needs exactly one of actor_id, name, class_name; got {given or 'none'}")
+        if self.pick not in ("one", "all"):
+            raise InvalidFaultSpec(f"unknown pick {self.pick!r}; use 'one' or 'all'")
+
+    @classmethod
+    def of(cls, handle: Any) -> ActorTarget:
+        return cls(actor_id=handle._actor_id.hex())
+
+    def label(self) -> str:
+        return (f"actor {self.actor_id[:12]}" if self.actor_id else
+                f"actor {self.namespace or ''}/{self.name}" if self.name else
+                f"{self.pick} actor(s) of class {self.class_name}")
+
+
+@dataclass(frozen=True, slots=True)
+class TaskTarget:
+    """The worker running a task (or actor method) of this name, e.g. ``"collect"``."""
+
+    name: str
+
+    def label(self) -> str:
+        return f"worker of task {self.name!r}"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerTarget:
+    """A random worker process that runs an actor or a task right now (agents excluded)."""
+
+    def label(self) -> str:
+        return "a random busy worker"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeTarget:
+    """A whole node (its raylet). ``node_id=None``: a random one. The head only if allowed."""
+
+    node_id: str | None = None
+    allow_head: bool = False
+
+    def label(self) -> str:
+        return f"node {self.node_id[:12]}" if self.node_id else "a random worker node"
+
+
+Target = ActorTarget | TaskTarget | WorkerTarget | NodeTarget
+_KINDS: dict[str, type] = {"actor": ActorTarget, "task": TaskTarget, "worker": WorkerTarget,
+                           "node": NodeTarget}
+
+
+def target_to_dict(target: Target) -> dict[str, Any]:
+    kind = next(k for k, v in _KINDS.items() if isinstance(target, v))
+    return {"kind": kind, **asdict(target)}
+
+
+def target_from_dict(data: dict[str, Any]) -> Target:
+    fields = dict(data)
+    kind = fields.pop("kind", None)
+    if kind not in _KINDS:
+        raise InvalidFaultSpec(f"unknown target kind {kind!r}; use one of {sorted(_KINDS)}")
+    return _KINDS[kind](**fields)
+
+
+@dataclass(frozen=True, slots=True)
+class Process:
+    """A resolved target: the process to act on, where it runs, and what it is."""
+
+    pid: int
+    node_id: str
+    label: str
+    actor_id: str | None = None
+
+
+def resolve(target: Target, *, address: str, rng: random.Random,
+            exclude_pids: frozenset[int] = frozenset()) -> list[Process]:
+    """The live processes ``target`` names now.
+
+    Raises:
+        TargetNotFound: nothing alive matches (e.g. a class name with no live actors).
+    """
+    if isinstance(target, ActorTarget):
+        found = _actors(target, address)
+    elif isinstance(target, TaskTarget):
+        found = _tasks(target.name, address)
+    elif isinstance(target, WorkerTarget):
+        found = _busy_workers(address, exclude_pids)
+    else:
+        found = _nodes(target, address)
+    found = [p for p in found if p.pid not in exclude_pids]
+    if not found:
+        raise TargetNotFound(f"no live process matches {target.label()} on the cluster at "
+                             f"{address}; check the name, or that it is running yet")
+    if isinstance(target, ActorTarget) and target.pick == "all":
+        return found
+    return [rng.choice(sorted(found, key=lambda p: p.pid))]
+
+
+def _actors(target: ActorTarget, address: str) -> list[Process]:
+    from ray.util.state import list_actors
+
+    filters: list[tuple[str, str, str]] = [("state", "=", "ALIVE")]
+    if target.actor_id:
+        filters.append(("actor_id", "=", target.actor_id))
+    if target.name:
+        filters.append(("name", "=", target.name))
+    if target.namespace:
+        filters.append(("ray_namespace", "=", target.namespace))
+    rows = list_actors(address=address, filters=filters, limit=10_000, raise_on_missing_output=False)
+    if target.class_name:  # Ray records the qualified name: "f.<locals>.Flock" matches "Flock"
+        rows = [a for a in rows if target.class_name in (a.class_name, a.class_name.rsplit(".", 1)[-1])]
+    return [Process(a.pid, a.node_id, f"{a.class_name} {a.actor_id[:12]} pid {a.pid}", a.actor_id)
+            for a in rows if a.pid]
+
+
+def _tasks(name: str, address: str) -> list[Process]:
+    from ray.util.state import list_tasks
+
+    rows = list_tasks(address=address, filters=[("name", "=", name), ("state", "=", "RUNNING")],
+                      limit=10_000, raise_on_missing_output=False)
+    return [Process(t.worker_pid, t.node_id, f"task {t.name} pid {t.worker_pid}", t.actor_id)
+            for t in rows if t.worker_pid]
+
+
+def _busy_workers(address: str, exclude: frozenset[int]) -> list[Process]:
+    from ray.util.state import list_actors, list_tasks
+
+    actors = list_actors(address=address, filters=[("state", "=", "ALIVE")], limit=10_000,
+                         raise_on_missing_output=False)
+    tasks = list_tasks(address=address, filters=[("state", "=", "RUNNING")], limit=10_000,
+                       raise_on_missing_output=False)
+    found = {a.pid: Process(a.pid, a.node_id, f"{a.class_name} pid {a.pid}", a.actor_id)
+             for a in actors if a.pid and not a.class_name.startswith("ChaosAgent")}
+    found.update({t.worker_pid: Process(t.worker_pid, t.node_id, f"task {t.name} pid {t.worker_pid}")
+                  for t in tasks if t.worker_pid and t.worker_pid not in found
+                  and not (t.name or "").startswith("ChaosAgent")})
+    return list(found.values())
+
+
+def _nodes(target: NodeTarget, address: str) -> list[Process]:
+    from ray.util.state import list_nodes
+
+    rows = list_nodes(address=address, filters=[("state", "=", "ALIVE")], limit=10_000,
+                      raise_on_missing_output=False)
+    if target.node_id:
+        rows = [n for n in rows if n.node_id == target.node_id]
+        if rows and rows[0].is_head_node and not target.allow_head:
+            raise InvalidFaultSpec(f"node {target.node_id[:12]} is the head node; pass "
+                                   "allow_head=True to kill it (it ends the cluster)")
+    elif not target.allow_head:
+        rows = [n for n in rows if not n.is_head_node]
+    # pid 0: the raylet's pid is found by the agent on that node.
+    return [Process(0, n.node_id, f"node {n.node_id[:12]}") for n in rows]

@@ -1,0 +1,215 @@
+"""Each fault on real Ray processes: it does what it says, it is healed, and it is journaled."""
+
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+import psutil
+import pytest
+import ray
+from ray.exceptions import WorkerCrashedError
+from ray.util.state import list_tasks
+
+from chaos import (
+    ActorTarget,
+    Chaos,
+    ClusterHandle,
+    CpuHog,
+    FillObjectStore,
+    Kill,
+    Pause,
+    Schedule,
+    Starve,
+    TargetNotFound,
+    TaskTarget,
+    UnsafeTarget,
+    WorkerTarget,
+    agent_for,
+    run_schedule,
+    wait_until,
+)
+from conftest import CALL_TIMEOUT
+
+
+@ray.remote(max_restarts=2, max_task_retries=-1)
+class Victim:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def call(self) -> int:
+        self.calls += 1
+        return self.calls
+
+
+@pytest.fixture
+def chaos(ray_cluster: ClusterHandle) -> Any:
+    engine = Chaos(address=ray_cluster.address, seed=1)
+    yield engine
+    engine.heal_all()
+
+
+def pid_of(actor: Any) -> int:
+    return ray.get(actor.pid.remote(), timeout=CALL_TIMEOUT)
+
+
+def gone(pid: int) -> bool:
+    return not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_kill_by_handle_and_observe_the_restart(chaos: Chaos) -> None:
+    victim = Victim.remote()
+    old = pid_of(victim)
+    injection = chaos.kill(Kill(ActorTarget.of(victim)))
+    assert injection.processes[0].pid == old
+    wait_until(lambda: gone(old), timeout=10, what="the killed process to exit")
+    mttr = chaos.wait_restarted(injection.processes[0])
+    assert pid_of(victim) != old and mttr < 30
+    assert [e.kind for e in chaos.journal.events] == ["inject", "heal", "recover"]
+    ray.kill(victim)
+
+
+def test_sigterm_by_name_and_namespace(chaos: Chaos) -> None:
+    victim = Victim.options(name="victim-by-name", namespace="chaos-tests").remote()
+    old = pid_of(victim)
+    chaos.kill(Kill(ActorTarget(name="victim-by-name", namespace="chaos-tests"), signal="SIGTERM"))
+    wait_until(lambda: pid_of(victim) != old, timeout=30, what="restart after SIGTERM")
+    ray.kill(victim)
+
+
+def test_every_live_actor_of_a_class(chaos: Chaos) -> None:
+    @ray.remote(max_restarts=1, max_task_retries=-1)
+    class Flock:
+        def pid(self) -> int:
+            return os.getpid()
+
+    flock = [Flock.remote() for _ in range(2)]
+    old = {pid_of(a) for a in flock}
+    injection = chaos.kill(Kill(ActorTarget(class_name="Flock", pick="all")))
+    assert {p.pid for p in injection.processes} == old
+    wait_until(lambda: not old & {pid_of(a) for a in flock}, timeout=30, what="both restarted")
+    for a in flock:
+        ray.kill(a)
+
+
+def test_a_class_with_no_live_actors_is_refused_and_journaled(chaos: Chaos) -> None:
+    with pytest.raises(TargetNotFound, match="no live process matches one actor"):
+        chaos.kill(Kill(ActorTarget(class_name="NoSuchClass")))
+    assert [e.kind for e in chaos.journal.events] == ["refuse"]
+
+
+@ray.remote(max_retries=0)
+def long_task(seconds: float) -> str:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        time.sleep(0.05)
+    return "finished"
+
+
+def test_kill_the_worker_running_a_named_task(chaos: Chaos, ray_cluster: ClusterHandle) -> None:
+    ref = long_task.options(name="doomed").remote(60)
+    wait_until(lambda: list_tasks(address=ray_cluster.address,
+                                  filters=[("name", "=", "doomed"), ("state", "=", "RUNNING")]),
+               timeout=30, what="the task to run")
+    chaos.kill(Kill(TaskTarget("doomed")))
+    with pytest.raises(WorkerCrashedError):
+        ray.get(ref, timeout=CALL_TIMEOUT)
+
+
+def test_kill_a_random_busy_worker(chaos: Chaos) -> None:
+    victim = Victim.remote()
+    pid_of(victim)
+    injection = chaos.kill(Kill(WorkerTarget()))
+    pid = injection.processes[0].pid
+    wait_until(lambda: gone(pid), timeout=10, what=f"worker {pid} to exit")
+    ray.kill(victim)
+
+
+def test_pause_is_a_true_straggler_then_heals(chaos: Chaos) -> None:
+    victim = Victim.remote()
+    pid = pid_of(victim)
+    with chaos.inject(Pause(ActorTarget.of(victim), seconds=20)):
+        assert psutil.Process(pid).status() == psutil.STATUS_STOPPED
+        pending = victim.call.remote()
+        ready, _ = ray.wait([pending], timeout=1.0)
+        assert not ready  # the call waits; nothing restarts
+    assert psutil.Process(pid).status() != psutil.STATUS_STOPPED
+    assert ray.get(pending, timeout=CALL_TIMEOUT) == 1 and pid_of(victim) == pid
+    assert [e.outcome for e in chaos.journal.events] == ["SIGSTOP", "SIGCONT"]
+    ray.kill(victim)
+
+
+def test_the_agent_resumes_on_its_own_deadline(chaos: Chaos) -> None:
+    victim = Victim.remote()
+    pid = pid_of(victim)
+    deadline = ray.get(agent_for(ray.get_runtime_context().get_node_id()).pause.remote(pid, 0.5),
+                       timeout=CALL_TIMEOUT)
+    assert deadline > time.time()
+    wait_until(lambda: psutil.Process(pid).status() != psutil.STATUS_STOPPED, timeout=10,
+               what="the agent's timer to resume the process")
+    ray.kill(victim)
+
+
+def test_safety_refuses_what_is_not_this_sessions_worker(chaos: Chaos) -> None:
+    agent = agent_for(ray.get_runtime_context().get_node_id())
+    agent_pid = ray.get(agent.where.remote(), timeout=CALL_TIMEOUT)[0]
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        cases = [(1, "it is the init process"), (agent_pid, "it is the chaos agent itself"),
+                 (os.getpid(), "it is the driver of this run"),
+                 (stranger.pid, "it is not a worker of this Ray session on this node")]
+        for pid, why in cases:
+            with pytest.raises(UnsafeTarget, match=why):
+                ray.get(agent.signal.remote(pid, 9, driver_pids=(os.getpid(),)), timeout=CALL_TIMEOUT)
+        assert stranger.poll() is None  # untouched
+    finally:
+        stranger.kill()
+        stranger.wait(timeout=10)
+
+
+def test_cpu_hog_burns_then_stops(chaos: Chaos) -> None:
+    with chaos.inject(CpuHog(cores=1, seconds=30)) as injection:
+        (pid,) = injection.details["pids"]
+        proc = psutil.Process(pid)
+        proc.cpu_percent()
+        wait_until(lambda: proc.cpu_percent(interval=0.2) > 50, timeout=10, what="a busy hog")
+    wait_until(lambda: gone(pid), timeout=10, what="the hog to stop")
+
+
+def test_fill_the_object_store_until_it_spills(chaos: Chaos, ray_cluster: ClusterHandle) -> None:
+    with chaos.inject(FillObjectStore(fraction=1.5, seconds=30, chunk_mb=16)) as injection:
+        assert injection.details["bytes"] >= injection.details["capacity"] or \
+            injection.details["outcome"] == "ObjectStoreFullError"
+        spilled = glob.glob(f"{ray_cluster.temp_dir}/**/ray_spilled_objects*/*", recursive=True)
+        assert spilled or injection.details["outcome"] == "ObjectStoreFullError"
+
+
+def test_starvation_keeps_new_work_pending_until_healed(chaos: Chaos, ray_cluster: ClusterHandle) -> None:
+    cpus = ray.cluster_resources()["CPU"]
+    with chaos.inject(Starve(seconds=30, cpus=cpus)):
+        ref = long_task.options(name="starved").remote(0.01)
+        wait_until(lambda: list_tasks(address=ray_cluster.address, filters=[
+            ("name", "=", "starved"), ("state", "=", "PENDING_NODE_ASSIGNMENT")]),
+            timeout=15, what="the task to be seen pending")
+        assert not ray.wait([ref], timeout=0.5)[0]
+    assert ray.get(ref, timeout=CALL_TIMEOUT) == "finished"
+
+
+def test_a_schedule_runs_heals_and_journals(chaos: Chaos) -> None:
+    victim = Victim.remote()
+    pid = pid_of(victim)
+    target = ActorTarget.of(victim)
+    schedule = Schedule.explicit([(0.0, Pause(target, seconds=0.5)), (1.0, Kill(target))])
+    errors = run_schedule(chaos, schedule)
+    assert errors == [None, None]
+    kinds = [(e.kind, e.at) for e in chaos.journal.events]
+    assert kinds == [("inject", 0.0), ("heal", 0.0), ("inject", 1.0), ("heal", 1.0)]
+    wait_until(lambda: pid_of(victim) != pid, timeout=30, what="restart after the scheduled kill")
+    ray.kill(victim)

@@ -1,0 +1,121 @@
+"""Chaos engine pieces that need no cluster: validation, schedules, journal, delays, strategies."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+
+from chaos import (
+    ActorTarget,
+    CpuHog,
+    FillObjectStore,
+    InvalidFaultSpec,
+    Journal,
+    Kill,
+    KillNode,
+    Latency,
+    MemoryPressure,
+    NodeTarget,
+    Pause,
+    Schedule,
+    Starve,
+    TaskTarget,
+    delayed,
+    fault_from_dict,
+    fault_to_dict,
+    read_journal,
+    rpc_delay_env,
+)
+from chaos import strategies
+
+A = ActorTarget(class_name="Worker")
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [(lambda: Pause(A, seconds=-1.0), r"`seconds` must be a duration in \(0, 3600\] seconds, got -1.0"),
+     (lambda: Pause(A, seconds=float("inf")), "every fault is bounded in time"),
+     (lambda: Kill(A, signal="SIGHUP"), "unknown signal 'SIGHUP'; use 'SIGKILL' or 'SIGTERM'"),
+     (lambda: MemoryPressure(fraction=0.9, seconds=1.0, host_cap=0.8),
+      "memory `fraction` 0.9 is above the host cap 0.8"),
+     (lambda: MemoryPressure(fraction=1.5, seconds=1.0), r"`fraction` must be a fraction in \(0, 1\]"),
+     (lambda: CpuHog(cores=0, seconds=1.0), r"`cores` must be a whole number in \[1, 256\], got 0"),
+     (lambda: FillObjectStore(fraction=9.0, seconds=1.0), r"must be in \(0, 4\]"),
+     (lambda: Starve(seconds=1.0), "starvation needs cpus > 0 or positive resources"),
+     (lambda: ActorTarget(), "an actor target needs exactly one of actor_id, name, class_name"),
+     (lambda: ActorTarget(class_name="X", pick="some"), "unknown pick 'some'"),
+     (lambda: Schedule.random([Kill(A)], rate=2.0, duration=10, seed=1), r"`rate` must be in \(0, 1\], got 2.0"),
+     (lambda: Schedule.interval([Kill(A)], every=1.0, duration=5, jitter=1.5), r"`jitter` must be in \[0, 1\)"),
+     (lambda: Latency("gamma", 1.0), "unknown latency kind 'gamma'"),
+     (lambda: fault_from_dict({"kind": "flood"}), "unknown fault kind 'flood'")],
+)
+def test_bad_specs_are_refused(make: Any, message: str) -> None:
+    with pytest.raises(InvalidFaultSpec, match=message):
+        make()
+
+
+def test_the_same_seed_gives_the_same_schedule() -> None:
+    menu = [Kill(A), Pause(TaskTarget("collect"), seconds=1.0), KillNode(NodeTarget())]
+    a = Schedule.random(menu, rate=0.5, duration=60, seed=7)
+    assert a == Schedule.random(menu, rate=0.5, duration=60, seed=7)
+    assert a != Schedule.random(menu, rate=0.5, duration=60, seed=8)
+    assert 10 < len(a.entries) < 60 and all(0 <= e.at < 60 for e in a.entries)
+    b = Schedule.interval(menu, every=2.0, duration=20, jitter=0.25, seed=3)
+    assert b == Schedule.interval(menu, every=2.0, duration=20, jitter=0.25, seed=3)
+    assert [type(e.fault) for e in b.entries[:3]] == [Kill, Pause, KillNode]
+
+
+@pytest.mark.parametrize("fault", [
+    Kill(ActorTarget(name="buf", namespace="ns"), "SIGTERM"), Pause(TaskTarget("collect"), 1.5),
+    KillNode(NodeTarget("abc", allow_head=True)), MemoryPressure(0.5, 3.0, 0.7, NodeTarget()),
+    CpuHog(2, 1.0), FillObjectStore(1.5, 2.0), Starve(1.0, cpus=2, resources={"gpu": 1.0})])
+def test_faults_round_trip_through_json(fault: Any) -> None:
+    assert fault_from_dict(json.loads(json.dumps(fault_to_dict(fault)))) == fault
+
+
+def test_journal_replays_its_schedule(tmp_path: Path) -> None:
+    path = str(tmp_path / "journal.jsonl")
+    schedule = Schedule.explicit([(0.5, Kill(A)), (2.0, Pause(A, seconds=1.0))])
+    with Journal(path) as journal:
+        for entry in schedule.entries:
+            journal.record("inject", at=entry.at, fault=fault_to_dict(entry.fault), pid=123)
+            journal.record("heal", at=entry.at, fault=fault_to_dict(entry.fault))
+    with open(path, "a") as f:
+        f.write('{"kind": "inj')  # a run killed mid-write leaves a torn line
+    events = list(read_journal(path))
+    assert [e.kind for e in events] == ["inject", "heal", "inject", "heal"]
+    assert Schedule.from_journal(events) == schedule
+
+
+def test_delays_are_seeded_and_reproducible() -> None:
+    slept: list[float] = []
+    latency = Latency("uniform", 0.0, 0.002)
+
+    def twice() -> list[float]:
+        out = []
+        fn = delayed(latency, seed=5)(lambda: None)
+        for i in range(3):
+            out.append(latency.draw(__import__("random").Random(f"5:{fn.__qualname__}:{i + 1}")))
+            fn()
+        return out
+
+    assert twice() == twice()
+    assert Latency("fixed", 0.5, probability=0.0).draw(__import__("random").Random(1)) == 0.0
+    assert slept == []
+
+
+def test_rpc_delay_env_names_rays_testing_knob() -> None:
+    assert rpc_delay_env(min_us=100, max_us=200) == {"RAY_testing_asio_delay_us": "*=100:200"}
+
+
+@settings(max_examples=25)
+@given(schedule=strategies.schedules(strategies.faults(targets=[A, TaskTarget("t")]), max_faults=4))
+def test_strategies_build_valid_sorted_schedules(schedule: Schedule) -> None:
+    ats = [e.at for e in schedule.entries]
+    assert ats == sorted(ats) and len(ats) <= 4
+    for entry in schedule.entries:
+        assert fault_from_dict(fault_to_dict(entry.fault)) == entry.fault
