@@ -169,7 +169,9 @@ class PrioritizedReplayBuffer:
         for name, column in self._columns.items():
             column[start:start + first] = arrays[name][:first]
             column[: n - first] = arrays[name][first:]
-        weights = prios ** self.alpha
+        # New items without a priority all share the max: one power, not one per item.
+        uniform = prios[0] if n and prios[0] == prios[-1] and (prios == prios[0]).all() else None
+        weights = np.full(n, uniform ** self.alpha) if uniform is not None else prios ** self.alpha
         self._dirty[start:start + first] = True
         self._dirty[: n - first] = True
         self._tree.set_range(start, weights[:first])

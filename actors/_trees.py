@@ -114,7 +114,9 @@ class SumMinTree:
             blocks = self.sums[level][lo:hi].T.copy()
             mins = _positive_min(blocks, axis=0) if level == 0 else self.mins[level][lo:hi].min(axis=1)
             self._store(level + 1, slice(lo, hi), blocks.sum(axis=0), mins)
-        np.cumsum(self.top_sums, out=self.prefix)
+        # Only the prefix from the first changed top node on can change.
+        np.cumsum(self.top_sums[lo:], out=self.prefix[lo:])
+        self.prefix[lo:] += self.prefix0[lo]
 
     def rebuild(self, leaves: np.ndarray) -> None:
         """Reset every leaf from ``leaves`` (the rest empty) and recompute every level."""

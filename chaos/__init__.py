@@ -4,7 +4,7 @@ Nothing here imports ``ray`` at import time, so the pytest plugin stays cheap to
 ``chaos.strategies`` (Hypothesis strategies) is imported on its own.
 """
 
-from chaos._agent import ChaosAgent, agent_for
+from chaos._agent import ChaosAgent, agent_for, stop_agents
 from chaos._cluster import TEST_SYSTEM_CONFIG, ClusterHandle, local_cluster, ray_processes, reap
 from chaos._delay import Latency, delayed, rpc_delay_env
 from chaos._engine import Chaos, Injection
@@ -82,6 +82,7 @@ __all__ = [
     "reap",
     "rpc_delay_env",
     "run_schedule",
+    "stop_agents",
     "wait_until",
     "watch",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 import random
 import time
@@ -49,8 +50,8 @@ class Latency:
 
 def delayed(latency: Latency, *, seed: int = 0) -> Callable[[F], F]:
     """Wrap a function (before ``ray.remote``) or an actor method so each call first waits a
-    latency drawn from ``latency``. Call ``n`` of a process draws from ``Random((seed, n))``,
-    so a run's delays are reproducible."""
+    latency drawn from ``latency``. Call ``n`` in a process draws from a RNG seeded by
+    :func:`call_seed`, so a run's delays are reproducible."""
 
     def wrap(fn: F) -> F:
         calls = [0]
@@ -58,14 +59,21 @@ def delayed(latency: Latency, *, seed: int = 0) -> Callable[[F], F]:
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             calls[0] += 1
-            pause = latency.draw(random.Random(f"{seed}:{fn.__qualname__}:{calls[0]}"))
-            if pause:
-                time.sleep(pause)  # the injected latency itself, not a synchronisation
+            if latency.probability > 0:  # a disabled delay costs one comparison
+                pause = latency.draw(random.Random(call_seed(seed, fn, calls[0])))
+                if pause:
+                    time.sleep(pause)  # the injected latency itself, not a synchronisation
             return fn(*args, **kwargs)
 
         return wrapper  # type: ignore[return-value]
 
     return wrap
+
+
+def call_seed(seed: int, fn: Callable[..., Any], n: int) -> int:
+    """The RNG seed of call ``n`` of ``fn``: stable across processes and runs."""
+    return int.from_bytes(hashlib.blake2b(f"{seed}:{fn.__qualname__}:{n}".encode(),
+                                          digest_size=8).digest(), "little")
 
 
 def rpc_delay_env(*, method: str = "*", min_us: int, max_us: int) -> dict[str, str]:

@@ -91,21 +91,15 @@ def test_journal_replays_its_schedule(tmp_path: Path) -> None:
     assert Schedule.from_journal(events) == schedule
 
 
-def test_delays_are_seeded_and_reproducible() -> None:
+def test_delays_are_seeded_and_reproducible(monkeypatch: pytest.MonkeyPatch) -> None:
     slept: list[float] = []
-    latency = Latency("uniform", 0.0, 0.002)
-
-    def twice() -> list[float]:
-        out = []
-        fn = delayed(latency, seed=5)(lambda: None)
-        for i in range(3):
-            out.append(latency.draw(__import__("random").Random(f"5:{fn.__qualname__}:{i + 1}")))
-            fn()
-        return out
-
-    assert twice() == twice()
-    assert Latency("fixed", 0.5, probability=0.0).draw(__import__("random").Random(1)) == 0.0
-    assert slept == []
+    monkeypatch.setattr("chaos._delay.time.sleep", slept.append)  # record, do not wait
+    for _ in range(2):
+        fn = delayed(Latency("uniform", 0.1, 0.2), seed=5)(lambda x: x * 2)
+        assert [fn(i) for i in range(3)] == [0, 2, 4]
+    assert slept[:3] == slept[3:] and all(0.1 <= s <= 0.2 for s in slept)
+    off = delayed(Latency("fixed", 0.5, probability=0.0), seed=5)(lambda: "ran")
+    assert off() == "ran" and len(slept) == 6
 
 
 def test_rpc_delay_env_names_rays_testing_knob() -> None:

@@ -12,10 +12,21 @@ import scenarios
 
 def test_chaos_exports() -> None:
     assert set(chaos.__all__) == {
-        "TEST_SYSTEM_CONFIG", "ChaosError", "CheckpointError", "CheckpointFormatError",
-        "ClusterHandle", "HangError", "InvalidConfig", "StorageUnreachable", "local_cluster",
-        "ray_processes", "reap", "wait_until",
+        "TEST_SYSTEM_CONFIG", "ActorTarget", "Chaos", "ChaosAgent", "ChaosError", "CheckpointError",
+        "CheckpointFormatError", "ClusterHandle", "CpuHog", "Event", "Fault", "FillObjectStore",
+        "HangError", "Injection", "InvalidConfig", "InvalidFaultSpec", "Journal", "Kill",
+        "KillNode", "Latency", "MemoryPressure", "NodeTarget", "Pause", "Process", "Schedule",
+        "ScheduledFault", "Starve", "StorageUnreachable", "StuckTask", "TargetNotFound",
+        "TaskTarget", "UnsafeTarget", "WatchReport", "WorkerTarget", "agent_for", "delayed",
+        "fault_from_dict", "fault_to_dict", "local_cluster", "ray_processes", "read_journal",
+        "reap", "rpc_delay_env", "run_schedule", "stop_agents", "wait_until", "watch",
     }
+
+
+def test_strategies_exports() -> None:
+    from chaos import strategies
+
+    assert set(strategies.__all__) == {"faults", "schedules"}
 
 
 def test_actors_exports() -> None:
@@ -44,7 +55,11 @@ def test_errors_also_inherit_the_matching_builtin() -> None:
     assert issubclass(chaos.StorageUnreachable, OSError)
     assert issubclass(chaos.HangError, TimeoutError)
     assert issubclass(chaos.CheckpointFormatError, chaos.CheckpointError)
-    for name in ("InvalidConfig", "StorageUnreachable", "HangError", "CheckpointError"):
+    assert issubclass(chaos.InvalidFaultSpec, ValueError)
+    assert issubclass(chaos.TargetNotFound, LookupError)
+    assert issubclass(chaos.UnsafeTarget, PermissionError)
+    for name in ("InvalidConfig", "StorageUnreachable", "HangError", "CheckpointError",
+                 "InvalidFaultSpec", "TargetNotFound", "UnsafeTarget"):
         assert issubclass(getattr(chaos, name), chaos.ChaosError)
         assert getattr(chaos, name).__doc__
 

@@ -1,0 +1,84 @@
+"""Faults that need their own driver or cluster: heal after driver death, memory pressure → OOM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import psutil
+import pytest
+import ray
+
+from chaos import ClusterHandle, wait_until
+from chaos.leakcheck import paused_processes
+from conftest import CALL_TIMEOUT
+
+ROOT = str(Path(__file__).resolve().parents[1])
+
+
+@ray.remote
+class Sleeper:
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def test_a_pause_heals_even_when_its_driver_is_sigkilled(ray_cluster: ClusterHandle, tmp_path: Path) -> None:
+    victim = Sleeper.remote()
+    pid = ray.get(victim.pid.remote(), timeout=CALL_TIMEOUT)
+    script = textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {ROOT!r})
+        import ray
+        from chaos import ActorTarget, Chaos, Pause
+        ray.init(address={ray_cluster.address!r}, logging_level="ERROR", log_to_driver=False)
+        chaos = Chaos(address={ray_cluster.address!r})
+        with chaos.inject(Pause(ActorTarget(actor_id={victim._actor_id.hex()!r}), seconds=4.0)):
+            print("paused", flush=True)
+            end = time.monotonic() + 120
+            while time.monotonic() < end:  # the driver is SIGKILLed in here
+                time.sleep(0.1)
+    """)
+    driver = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert driver.stdout is not None and driver.stdout.readline().strip() == "paused"
+        wait_until(lambda: psutil.Process(pid).status() == psutil.STATUS_STOPPED, timeout=10,
+                   what="the victim to be paused")
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=30)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    wait_until(lambda: psutil.Process(pid).status() != psutil.STATUS_STOPPED, timeout=20,
+               what="the agent to resume the victim on its own deadline")
+    assert paused_processes() == []
+    ray.kill(victim)
+
+
+def test_memory_pressure_makes_ray_raise_out_of_memory(tmp_path: Path) -> None:
+    # Its own cluster, with a memory threshold just above what the machine uses now.
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {ROOT!r})
+        import psutil
+        from chaos import Chaos, MemoryPressure, TEST_SYSTEM_CONFIG, local_cluster
+        vm = psutil.virtual_memory()
+        threshold = round((vm.total - vm.available + 1.5 * 2**30) / vm.total, 3)
+        config = {{**TEST_SYSTEM_CONFIG, "memory_usage_threshold": threshold,
+                  "memory_monitor_refresh_ms": 100}}
+        with local_cluster(num_cpus=2, system_config=config, log_to_driver=False) as cluster:
+            chaos = Chaos(address=cluster.address)
+            fault = MemoryPressure(fraction=min(threshold + 0.05, 0.9), seconds=60,
+                                   host_cap=min(threshold + 0.1, 0.95))
+            with chaos.inject(fault) as injection:
+                import ray
+                ray.wait([injection.details["ref"]], timeout=60)
+            print("OUTCOME", injection.details["outcome"], flush=True)
+            print("PEAK_FRACTION", threshold, fault.host_cap, flush=True)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "OUTCOME OutOfMemoryError: Ray's memory monitor killed the allocating task" in out.stdout

@@ -1,0 +1,76 @@
+"""The watchdog names what is stuck and why, instead of a silent hang."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import pytest
+import ray
+from ray.util.state import list_tasks
+
+from chaos import ActorTarget, Chaos, ClusterHandle, HangError, Kill, Pause, TaskTarget, wait_until, watch
+from conftest import CALL_TIMEOUT
+
+
+@ray.remote(max_retries=0)
+def quick() -> int:
+    return 1
+
+
+@ray.remote(max_retries=3)
+def slow(seconds: float) -> str:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        time.sleep(0.05)
+    return "done"
+
+
+@ray.remote(max_retries=0)
+def consume(value: str) -> str:
+    return value + "!"
+
+
+@ray.remote
+class Server:
+    def pid(self) -> int:
+        return os.getpid()
+
+    def hello(self) -> str:
+        return "hello"
+
+
+def test_resolved_refs_pass_quietly(ray_cluster: ClusterHandle) -> None:
+    report = watch([quick.remote() for _ in range(3)], deadline=CALL_TIMEOUT, address=ray_cluster.address)
+    assert report.ready == 3 and report.stuck == ()
+
+
+def test_an_infeasible_task_is_named(ray_cluster: ClusterHandle) -> None:
+    ref = quick.options(num_cpus=64).remote()
+    with pytest.raises(HangError, match=r"infeasible resource request \{'CPU': 64.0\}: no node has that much"):
+        watch([ref, quick.remote()], deadline=2.0, address=ray_cluster.address)
+    ray.cancel(ref)
+
+
+def test_a_call_behind_a_paused_actor_is_named(ray_cluster: ClusterHandle) -> None:
+    server = Server.remote()
+    ray.get(server.pid.remote(), timeout=CALL_TIMEOUT)
+    chaos = Chaos(address=ray_cluster.address)
+    with chaos.inject(Pause(ActorTarget.of(server), seconds=30)):
+        ref = server.hello.remote()
+        report = watch([ref], deadline=2.0, address=ray_cluster.address, raise_on_hang=False)
+        assert "paused (SIGSTOP): a straggler holds it" in report.stuck[0].cause
+    assert ray.get(ref, timeout=CALL_TIMEOUT) == "hello"
+    ray.kill(server)
+
+
+def test_a_task_depending_on_a_killed_one_is_named(ray_cluster: ClusterHandle) -> None:
+    dep = slow.options(name="dependency").remote(8.0)
+    child = consume.remote(dep)
+    wait_until(lambda: list_tasks(address=ray_cluster.address, filters=[
+        ("name", "=", "dependency"), ("state", "=", "RUNNING")]), timeout=30, what="dependency running")
+    Chaos(address=ray_cluster.address).kill(Kill(TaskTarget("dependency")))
+    with pytest.raises(HangError, match="waiting for a dependency: an argument ObjectRef has not been produced"):
+        watch([child], deadline=1.5, address=ray_cluster.address)
+    assert ray.get(child, timeout=CALL_TIMEOUT) == "done!"  # the retry finished it after all
