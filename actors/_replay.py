@@ -36,6 +36,7 @@ class ReplayStats:
 
     size: int
     capacity: int
+    cursor: int
     total_writes: int
     samples: int
     updates: int
@@ -244,8 +245,14 @@ class PrioritizedReplayBuffer:
     # -- state -----------------------------------------------------------------------------
 
     def stats(self) -> ReplayStats:
-        return ReplayStats(self._size, self.capacity, self._writes, self._samples, self._updates,
-                           self._max_priority)
+        return ReplayStats(self._size, self.capacity, self._cursor, self._writes, self._samples,
+                           self._updates, self._max_priority)
+
+    def column(self, name: str) -> np.ndarray:
+        """A copy of the stored rows of column ``name``, by slot (for checks and tests)."""
+        if name not in self._columns:
+            raise InvalidConfig(f"no column {name!r}; the buffer stores {sorted(self._columns)}")
+        return self._columns[name][: self._size].copy()
 
     def state_dict(self) -> dict[str, Any]:
         """Everything a restored buffer needs to behave identically (same samples, bit for bit).

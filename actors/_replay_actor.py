@@ -115,6 +115,10 @@ class ReplayBufferActor(Checkpointable):
     def size(self) -> int:
         return len(self.buffer)
 
+    def column(self, name: str) -> np.ndarray:
+        """The stored rows of column ``name``, by slot."""
+        return self.buffer.column(name)
+
     def last_seq(self, writer_id: str) -> int:
         """The highest ``seq`` stored for ``writer_id`` (-1 when none)."""
         return self._last_seq.get(str(writer_id), -1)
