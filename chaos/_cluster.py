@@ -162,7 +162,7 @@ def _started(nodes: int, num_cpus: int, object_store_mb: int, config: dict[str, 
             address = cluster.address
         yield ClusterHandle(address=address, nodes=nodes, temp_dir=temp_dir, cluster=cluster)
     finally:
-        _teardown(cluster)
+        _teardown(cluster, temp_dir)
 
 
 def _multi_node(nodes: int, num_cpus: int, store: int, config: dict[str, Any], temp_dir: str,
@@ -183,7 +183,7 @@ def _multi_node(nodes: int, num_cpus: int, store: int, config: dict[str, Any], t
     return cluster
 
 
-def _teardown(cluster: Any) -> None:
+def _teardown(cluster: Any, temp_dir: str) -> None:
     import ray
 
     procs = _descendants()
@@ -193,3 +193,12 @@ def _teardown(cluster: Any) -> None:
             cluster.shutdown()
     finally:
         reap(procs)
+        # Anything of this session that escaped the process tree (reparented to init).
+        reap([p for p in ray_processes() if _mentions(p, temp_dir)], timeout=5.0)
+
+
+def _mentions(proc: psutil.Process, text: str) -> bool:
+    try:
+        return any(text in arg for arg in proc.cmdline())
+    except psutil.Error:
+        return False

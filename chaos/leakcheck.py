@@ -24,7 +24,7 @@ def paused_processes() -> list[psutil.Process]:
     return found
 
 
-def leftovers(*, grace: float = 15.0) -> list[psutil.Process]:
+def leftovers(*, grace: float = 30.0) -> list[psutil.Process]:
     """Ray and paused processes still present after up to ``grace`` seconds."""
     deadline = time.monotonic() + grace
     while True:
