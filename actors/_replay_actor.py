@@ -63,22 +63,26 @@ class ReplayBufferActor(Checkpointable):
     # -- state -----------------------------------------------------------------------------
 
     def state_dict(self) -> Mapping[str, Any]:
-        return {"buffer": self.buffer.state_dict(),
-                "writers": {"last_seq": dict(self._last_seq), "duplicates": self._duplicates}}
+        return {"buffer": self.buffer.state_dict(), "writers": self._writers()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.buffer.load_state_dict(state["buffer"])
-        self._last_seq = {str(k): int(v) for k, v in state["writers"]["last_seq"].items()}
-        self._duplicates = int(state["writers"]["duplicates"])
+        self._load_writers(state["writers"])
 
     def delta_state_dict(self) -> Mapping[str, Any]:
-        return {"buffer": self.buffer.delta_state_dict(),
-                "writers": {"last_seq": dict(self._last_seq), "duplicates": self._duplicates}}
+        return {"buffer": self.buffer.delta_state_dict(), "writers": self._writers()}
 
     def load_delta_state_dict(self, delta: Mapping[str, Any]) -> None:
         self.buffer.load_delta_state_dict(delta["buffer"])
-        self._last_seq = {str(k): int(v) for k, v in delta["writers"]["last_seq"].items()}
-        self._duplicates = int(delta["writers"]["duplicates"])
+        self._load_writers(delta["writers"])
+
+    def _writers(self) -> dict[str, Any]:
+        """The dedupe table: small, so full and delta checkpoints both carry all of it."""
+        return {"last_seq": dict(self._last_seq), "duplicates": self._duplicates}
+
+    def _load_writers(self, writers: Mapping[str, Any]) -> None:
+        self._last_seq = {str(k): int(v) for k, v in writers["last_seq"].items()}
+        self._duplicates = int(writers["duplicates"])
 
     def mark_checkpointed(self) -> None:
         self.buffer.mark_clean()

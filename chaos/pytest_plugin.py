@@ -7,6 +7,11 @@ fixtures do, when a test asks for a cluster.
 Fixtures:
     ray_cluster: a single-node embedded cluster (shared by the whole session).
     ray_multinode_cluster: a head plus two worker nodes on ``ray.cluster_utils.Cluster``.
+    chaos: a :class:`chaos.Chaos` engine on ``ray_cluster``, seeded by the test's
+        ``@pytest.mark.chaos(seed=...)``, else ``--chaos-seed``, else a random seed (shown
+        when the test fails); the marker's ``faults`` run in the background during the test.
+        Everything is healed at teardown; a failing test's journal is printed as JSON lines,
+        replayable with ``Schedule.from_journal``.
 
 Both yield a :class:`chaos.ClusterHandle`; pass its ``address`` explicitly everywhere.
 Only one cluster is up at a time (one driver connection per process), so tests that
@@ -15,7 +20,10 @@ use the multi-node fixture are moved to the end of the run.
 
 from __future__ import annotations
 
+import json
 import os
+import random
+import threading
 from collections.abc import Iterator
 from contextlib import ExitStack
 from typing import TYPE_CHECKING
@@ -77,6 +85,7 @@ class RayHarness:
 
 
 _HARNESS = pytest.StashKey[RayHarness]()
+_JOURNAL = pytest.StashKey[list]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -134,3 +143,59 @@ def ray_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterHandle]:
 def ray_multinode_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterHandle]:
     """Head plus 2 worker nodes (1 CPU each, a ``worker`` resource on the workers)."""
     yield request.config.stash[_HARNESS].get(nodes=3)
+
+
+def _seed_for(request: pytest.FixtureRequest) -> int:
+    marker = request.node.get_closest_marker("chaos")
+    if marker is not None and marker.kwargs.get("seed") is not None:
+        return int(marker.kwargs["seed"])
+    option = request.config.getoption("chaos_seed")
+    return int(option) if option is not None else random.SystemRandom().randrange(2**31)
+
+
+def _schedule_for(request: pytest.FixtureRequest) -> object:
+    from chaos._schedule import Schedule
+
+    marker = request.node.get_closest_marker("chaos")
+    faults = marker.kwargs.get("faults", ()) if marker is not None else ()
+    if isinstance(faults, Schedule):
+        return faults
+    return Schedule.explicit([f if isinstance(f, tuple) else (0.0, f) for f in faults])
+
+
+@pytest.fixture
+def chaos(request: pytest.FixtureRequest, ray_cluster: ClusterHandle) -> Iterator[object]:
+    """A seeded chaos engine on ``ray_cluster``; the marker's faults run during the test."""
+    from chaos._engine import Chaos
+    from chaos._schedule import run_schedule
+
+    seed = _seed_for(request)
+    engine = Chaos(address=ray_cluster.address, seed=seed)
+    request.node.stash[_JOURNAL] = [seed, engine.journal]
+    stop = threading.Event()
+    runner = threading.Thread(target=run_schedule, args=(engine, _schedule_for(request)),
+                              kwargs={"stop": stop}, name="raychaos-schedule", daemon=True)
+    runner.start()
+    try:
+        yield engine
+    finally:
+        stop.set()
+        runner.join(timeout=60)
+        engine.heal_all()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    recorded = item.stash.get(_JOURNAL, None)
+    if recorded is None or not report.failed or report.when != "call":
+        return
+    from dataclasses import asdict
+
+    seed, journal = recorded
+    lines = [json.dumps(asdict(e), sort_keys=True) for e in journal.events]
+    report.sections.append((
+        "raychaos journal",
+        f"chaos seed {seed} (rerun with --chaos-seed={seed}); {len(lines)} events, replay with "
+        "Schedule.from_journal:\n" + "\n".join(lines)))

@@ -186,7 +186,20 @@ class ActorChaosMachine(RuleBasedStateMachine):
     def matches_the_model(self) -> None:
         if not self.dead:
             got, want = self.observe(self.actor), self.expected(self.model)
-            assert got == want, f"actor state {got!r} != model {want!r} after {self.kills} kill(s)"
+            if got != want:
+                error = AssertionError(
+                    f"actor state {got!r} != model {want!r} after {self.kills} kill(s)")
+                error.add_note(self.journal_snippet())
+                raise error
+
+    def journal_snippet(self) -> str:
+        """This example's faults as journal lines, replayable with ``Schedule.from_journal``."""
+        import json
+        from dataclasses import asdict
+
+        lines = [json.dumps(asdict(e), sort_keys=True) for e in self.chaos.journal.events]
+        return "raychaos journal of this example (replay with Schedule.from_journal):\n" + \
+            "\n".join(lines)
 
     def teardown(self) -> None:
         import ray

@@ -97,3 +97,66 @@ def test_hang(ray_cluster):
     assert b"KeyboardInterrupt" in out
     gone, alive = psutil.wait_procs(children, timeout=15)
     assert not alive, f"left running after Ctrl-C: {[p.pid for p in alive]}"
+
+
+def test_chaos_fixture_marker_seed_and_journal_on_failure(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("""
+        import os, ray, pytest
+        from chaos import ActorTarget, Kill
+
+        @ray.remote(max_restarts=1, max_task_retries=-1)
+        class Victim:
+            def pid(self):
+                return os.getpid()
+
+        def test_seed_comes_from_the_option(chaos):
+            import random
+            assert chaos.rng.getstate() == random.Random(5).getstate()
+
+        @pytest.mark.chaos(seed=11)
+        def test_marker_seed_wins(chaos):
+            import random
+            assert chaos.rng.getstate() == random.Random(11).getstate()
+
+        def test_fails_and_prints_its_journal(chaos):
+            victim = Victim.remote()
+            ray.get(victim.pid.remote(), timeout=30)
+            chaos.kill(Kill(ActorTarget.of(victim)))
+            assert False, "deliberate"
+    """)
+    result = pytester.runpytest_subprocess("--chaos-seed=5", "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines([
+        "raychaos: hypothesis profile *, chaos seed 5, *",
+        "*raychaos journal*",
+        "chaos seed 5 (rerun with --chaos-seed=5); 2 events, replay with Schedule.from_journal:",
+        '*"kind": "inject"*"outcome": "SIGKILL sent"*',
+        "*1 failed, 2 passed*",
+    ])
+
+
+def test_marker_faults_run_during_the_test(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("""
+        import os, time, ray, pytest
+        from chaos import ActorTarget, Kill, wait_until
+
+        @ray.remote(max_restarts=2, max_task_retries=-1, name="marked-victim")
+        class Victim:
+            def pid(self):
+                return os.getpid()
+
+        victim = None
+
+        @pytest.fixture
+        def started(ray_cluster):
+            global victim
+            victim = Victim.remote()
+            return ray.get(victim.pid.remote(), timeout=30)
+
+        @pytest.mark.chaos(seed=3, faults=[(1.0, Kill(ActorTarget(name="marked-victim")))])
+        def test_victim_is_killed_and_restarts(started, chaos):
+            wait_until(lambda: ray.get(victim.pid.remote(), timeout=30) != started, timeout=60,
+                       what="the scheduled kill and the restart")
+            assert [e.kind for e in chaos.journal.events][:1] == ["inject"]
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["*1 passed*"])

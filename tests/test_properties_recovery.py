@@ -138,6 +138,8 @@ def test_a_buffer_that_forgets_its_cursor_is_caught_and_shrunk(ray_cluster: Clus
     with pytest.raises(AssertionError, match="actor state .* != model") as excinfo:
         run_state_machine_as_test(machine, settings=BREAK)
     assert shrunk_steps(excinfo) == ["add", "checkpoint", "kill"]
+    notes = "\n".join(excinfo.value.__notes__)
+    assert "raychaos journal of this example" in notes and '"outcome": "SIGKILL sent"' in notes
 
 
 def readme_example() -> str:
