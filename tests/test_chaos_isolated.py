@@ -82,3 +82,37 @@ def test_memory_pressure_makes_ray_raise_out_of_memory(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "OUTCOME OutOfMemoryError: Ray's memory monitor killed the allocating task" in out.stdout
+
+
+def test_another_sessions_worker_is_refused(ray_cluster: ClusterHandle) -> None:
+    from chaos import UnsafeTarget, agent_for
+
+    # A second, separate Ray session on this machine, with one actor whose pid we learn.
+    script = textwrap.dedent(f"""
+        import os, sys, time
+        sys.path.insert(0, {ROOT!r})
+        import ray
+        from chaos import local_cluster
+        with local_cluster(num_cpus=1, log_to_driver=False):
+            @ray.remote
+            class Other:
+                def pid(self):
+                    return os.getpid()
+            other = Other.remote()
+            print(ray.get(other.pid.remote(), timeout=60), flush=True)
+            sys.stdin.readline()  # hold the session until the test is done
+    """)
+    session = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        assert session.stdout is not None
+        other_pid = int(session.stdout.readline())
+        agent = agent_for(ray.get_runtime_context().get_node_id())
+        with pytest.raises(UnsafeTarget, match="it is not a worker of this Ray session on this node"):
+            ray.get(agent.signal.remote(other_pid, signal.SIGKILL), timeout=CALL_TIMEOUT)
+        assert psutil.pid_exists(other_pid)
+    finally:
+        assert session.stdin is not None
+        session.stdin.write("\n")
+        session.stdin.flush()
+        session.wait(timeout=120)
