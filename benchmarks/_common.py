@@ -91,3 +91,17 @@ def bare_mttr(reps: int = 3) -> tuple[Any, list[float]]:
 
     bare = Bare.remote()
     return bare, [mttr(bare, bool) for _ in range(reps)]
+
+
+def mttr_row(label: str, actor: Any, correct: Callable[[], bool], bare_times: list[float],
+             *, reps: int = 3) -> list[str]:
+    """A table row: median seconds from SIGKILL until ``correct()`` holds again, and the ratio
+    to a bare actor's restart."""
+    times = [mttr(actor, lambda new: new and correct()) for _ in range(reps)]
+    median = statistics.median(times)
+    return [label, fmt(median), fmt(median / statistics.median(bare_times))]
+
+
+def mttr_table(rows: list[list[str]], bare_times: list[float]) -> None:
+    table("MTTR: SIGKILL to first correct answer (median of 3)", ["actor", "seconds", "vs bare actor"],
+          [["bare actor (no state)", fmt(statistics.median(bare_times)), "1.00"], *rows])

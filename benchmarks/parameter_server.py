@@ -17,7 +17,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from _common import bare_mttr, console, fmt, machine, mttr, rate, table  # noqa: E402
+from _common import bare_mttr, console, fmt, machine, mttr_row, mttr_table, rate, table  # noqa: E402
 
 from actors import CheckpointConfig, ParameterServer  # noqa: E402
 from chaos import local_cluster  # noqa: E402
@@ -77,22 +77,19 @@ def mttr_section(root: str) -> None:
     import ray
 
     bare, bare_times = bare_mttr()
-    rows = [["bare actor (no state)", fmt(float(np.median(bare_times))), "1.00"]]
+    rows = []
     for durability in ("policy", "wal"):
         ps = start(root + "-mttr", durability)
+        shapes = {n: tuple(w.shape) for n, w in ray.get(ps.weights.remote(), timeout=TIMEOUT).items()}
+        grads = {n: np.full(s, 1e-3, np.float32) for n, s in shapes.items()}
         for seq in range(20):
-            shapes = {n: tuple(w.shape) for n, w in ray.get(ps.weights.remote(), timeout=TIMEOUT).items()} \
-                if seq == 0 else shapes
-            g = {n: np.full(s, 1e-3, np.float32) for n, s in shapes.items()}
-            ray.get(ps.push.remote(g, worker_id="w", seq=seq, base_version=seq), timeout=TIMEOUT)
+            ray.get(ps.push.remote(grads, worker_id="w", seq=seq, base_version=seq), timeout=TIMEOUT)
         ray.get(ps.checkpoint.remote(), timeout=TIMEOUT)
-        times = [mttr(ps, lambda new: new and ray.get(ps.version.remote(), timeout=TIMEOUT) == 20)
-                 for _ in range(3)]
-        rows.append([f"ParameterServer, {durability}", fmt(float(np.median(times))),
-                     fmt(float(np.median(times) / np.median(bare_times)))])
+        rows.append(mttr_row(f"ParameterServer, {durability}", ps,
+                             lambda: ray.get(ps.version.remote(), timeout=TIMEOUT) == 20, bare_times))
         ray.kill(ps)
     ray.kill(bare)
-    table("MTTR: SIGKILL to first correct answer (median of 3)", ["actor", "seconds", "vs bare actor"], rows)
+    mttr_table(rows, bare_times)
 
 
 def main() -> None:

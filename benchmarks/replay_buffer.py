@@ -16,7 +16,6 @@ import resource
 import subprocess
 import sys
 import tempfile
-import time
 from typing import Any
 
 import numpy as np
@@ -24,7 +23,17 @@ import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from _common import bare_mttr, console, fmt, machine, median_seconds, mttr, rate, table  # noqa: E402
+from _common import (  # noqa: E402
+    bare_mttr,
+    console,
+    fmt,
+    machine,
+    median_seconds,
+    mttr_row,
+    mttr_table,
+    rate,
+    table,
+)
 
 from actors import CheckpointConfig, CheckpointStore, PrioritizedReplayBuffer, ReplayBufferActor  # noqa: E402
 from chaos import local_cluster  # noqa: E402
@@ -282,14 +291,12 @@ def mttr_section(root: str) -> None:
             ray.get(rb.add.remote(transitions(rng, INSERT)), timeout=TIMEOUT)
         ray.get(rb.checkpoint.remote(), timeout=TIMEOUT)
         # First correct answer: the restarted actor reports all 100k transitions.
-        times = [mttr(rb, lambda new: new and ray.get(rb.size.remote(), timeout=TIMEOUT) == 100_000)
-                 for _ in range(3)]
-        rows.append([f"ReplayBufferActor, 100k, {durability}", fmt(float(np.median(times))),
-                     fmt(float(np.median(times) / np.median(bare_times)))])
+        rows.append(mttr_row(f"ReplayBufferActor, 100k, {durability}", rb,
+                             lambda: ray.get(rb.size.remote(), timeout=TIMEOUT) == 100_000,
+                             bare_times))
         ray.kill(rb)
     ray.kill(bare)
-    table("MTTR: SIGKILL to first correct answer (median of 3)", ["actor", "seconds", "vs bare actor"],
-          [["bare actor (no state)", fmt(float(np.median(bare_times))), "1.00"], *rows])
+    mttr_table(rows, bare_times)
 
 
 def main() -> None:

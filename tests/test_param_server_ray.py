@@ -15,7 +15,7 @@ import ray
 import torch
 from ray import cloudpickle
 
-from actors import CheckpointConfig, ParameterServer, VersionTimeout
+from actors import CheckpointConfig, ParameterServer, StaleGradientError, VersionTimeout
 from chaos import ClusterHandle, wait_until
 from conftest import CALL_TIMEOUT, actor_pid
 
@@ -58,7 +58,8 @@ def test_pull_waits_for_a_version_then_times_out(ray_cluster: ClusterHandle, sto
 
 
 class DiesAfterPush(ParameterServer):
-    """Applies and logs the push of seq 1, then dies before replying, once: Ray retries it."""
+    """Applies and logs the push of seq 1, then SIGKILLs itself before replying, once: Ray
+    retries that push on the restarted server."""
 
     def __init__(self, *args: Any, marker: str, **kwargs: Any) -> None:
         self.marker = marker
@@ -68,7 +69,7 @@ class DiesAfterPush(ParameterServer):
         result = super().push(*args, **kwargs)
         if kwargs["seq"] == 1 and not os.path.exists(self.marker):
             Path(self.marker).write_text("died once")
-            os._exit(1)
+            os.kill(os.getpid(), signal.SIGKILL)
         return result
 
 
@@ -105,6 +106,24 @@ def test_sigkill_restores_checkpoint_or_pre_kill_state(ray_cluster: ClusterHandl
     assert call(ps.digest.remote()) == expected_digest
     assert call(ps.version.remote()) == expected_version
     ray.kill(ps)
+
+
+def test_staleness_and_sync_averaging_through_the_actor(ray_cluster: ClusterHandle, storage: str) -> None:
+    stale = start(storage + "-stale", max_staleness=0)
+    call(stale.push.remote(grads(1), worker_id="a", seq=0, base_version=0))
+    with pytest.raises(StaleGradientError, match="1 behind the server's 1"):
+        call(stale.push.remote(grads(2), worker_id="b", seq=0, base_version=0))
+    assert call(stale.version.remote()) == 1
+    sync = start(storage + "-sync", mode="sync", sync_k=3, optimizer_kwargs={"lr": 1.0})
+    results = [call(sync.push.remote(grads(s), worker_id=f"w{s}", seq=0, base_version=0))
+               for s in (1.0, 2.0, 3.0)]
+    assert [r.applied for r in results] == [False, False, True] and call(sync.version.remote()) == 1
+    mean = {n: torch.stack([grads(s)[n] for s in (1.0, 2.0, 3.0)]).mean(0) for n in ("weight", "bias")}
+    expected = reference([mean], lr=1.0)
+    for name, value in call(sync.weights.remote()).items():
+        torch.testing.assert_close(value, expected[name], rtol=1e-6, atol=1e-6)
+    ray.kill(stale)
+    ray.kill(sync)
 
 
 # -- end to end: policy-gradient CartPole workers while the server is killed twice ------------

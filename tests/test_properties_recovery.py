@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import rule, run_state_machine_as_test

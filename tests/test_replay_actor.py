@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -52,7 +53,7 @@ def test_writer_without_seq_is_refused(ray_cluster: ClusterHandle, storage: str)
 
 
 class DiesAfterAcking(ReplayBufferActor):
-    """Applies and logs an add, then dies before replying, once: Ray must retry that add."""
+    """Applies and logs an add, then SIGKILLs itself before replying, once: Ray retries it."""
 
     def __init__(self, *args: Any, marker: str, **kwargs: Any) -> None:
         self.marker = marker
@@ -62,7 +63,7 @@ class DiesAfterAcking(ReplayBufferActor):
         result = super().add(*args, **kwargs)
         if not os.path.exists(self.marker):
             Path(self.marker).write_text("died once")
-            os._exit(1)
+            os.kill(os.getpid(), signal.SIGKILL)
         return result
 
 
