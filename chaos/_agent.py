@@ -19,11 +19,14 @@ from typing import Any
 
 import psutil
 
+from chaos._errors import HangError
 from chaos._safety import check_target, raylet_of
+from chaos._wait import wait_until
 
 __all__ = ["ChaosAgent", "agent_for", "stop_agents"]
 
 AGENT_NAMESPACE = "raychaos-agents"
+STOP_TIMEOUT = 5.0
 _HOG = "import time, sys\nend = time.monotonic() + float(sys.argv[1])\nwhile time.monotonic() < end:\n    pass\n"
 
 
@@ -75,6 +78,14 @@ class ChaosAgent:
         with self._lock:
             self._paused[pid] = created
         threading.Timer(seconds, self.resume, args=(pid,)).start()
+        # The stop is delivered asynchronously: return only once it has taken effect, so the
+        # caller's next step sees a paused process (replays then behave alike).
+        try:
+            wait_until(lambda: proc.status() == psutil.STATUS_STOPPED, timeout=STOP_TIMEOUT,
+                       interval=0.005, what=f"process {pid} to stop after SIGSTOP")
+        except HangError:
+            self.resume(pid)
+            raise
         return deadline
 
     def resume(self, pid: int) -> bool:
