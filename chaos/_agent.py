@@ -27,6 +27,8 @@ __all__ = ["ChaosAgent", "agent_for", "stop_agents"]
 
 AGENT_NAMESPACE = "raychaos-agents"
 STOP_TIMEOUT = 5.0
+_STOPPED = (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP, psutil.STATUS_ZOMBIE,
+            psutil.STATUS_DEAD)
 _HOG = "import time, sys\nend = time.monotonic() + float(sys.argv[1])\nwhile time.monotonic() < end:\n    pass\n"
 
 
@@ -81,12 +83,22 @@ class ChaosAgent:
         # The stop is delivered asynchronously: return only once it has taken effect, so the
         # caller's next step sees a paused process (replays then behave alike).
         try:
-            wait_until(lambda: proc.status() == psutil.STATUS_STOPPED, timeout=STOP_TIMEOUT,
+            wait_until(lambda: self._stop_took_effect(proc), timeout=STOP_TIMEOUT,
                        interval=0.005, what=f"process {pid} to stop after SIGSTOP")
         except HangError:
             self.resume(pid)
             raise
         return deadline
+
+    def _stop_took_effect(self, proc: psutil.Process) -> bool:
+        # A short pause can end (timer or healer) between two polls: a resumed pid counts too.
+        with self._lock:
+            if proc.pid not in self._paused:
+                return True
+        try:
+            return proc.status() in _STOPPED
+        except psutil.NoSuchProcess:
+            return True
 
     def resume(self, pid: int) -> bool:
         """SIGCONT ``pid`` if this agent paused it (and it is still that process)."""

@@ -157,6 +157,19 @@ def test_the_agent_resumes_on_its_own_deadline(chaos: Chaos) -> None:
     ray.kill(victim)
 
 
+def test_a_pause_shorter_than_one_poll_still_returns(chaos: Chaos) -> None:
+    # The stop can be over (timer, healer) before the agent first sees it: that is not a hang.
+    victim = Victim.remote()
+    pid = pid_of(victim)
+    agent = agent_for(ray.get_runtime_context().get_node_id())
+    for _ in range(20):
+        ray.get(agent.pause.remote(pid, 0.001), timeout=CALL_TIMEOUT)
+    wait_until(lambda: psutil.Process(pid).status() != psutil.STATUS_STOPPED, timeout=10,
+               what="the last short pause to end")
+    assert ray.get(victim.call.remote(), timeout=CALL_TIMEOUT) >= 1
+    ray.kill(victim)
+
+
 def test_safety_refuses_what_is_not_this_sessions_worker(chaos: Chaos) -> None:
     agent = agent_for(ray.get_runtime_context().get_node_id())
     agent_pid = ray.get(agent.where.remote(), timeout=CALL_TIMEOUT)[0]
