@@ -1,10 +1,18 @@
-"""The ``raychaos`` command line."""
+"""The ``raychaos`` command line: list, run and replay scenarios; the demo.
+
+Exit codes: 0 every invariant held, 1 one broke (or the run aborted), 2 bad input,
+130 interrupted (every fault healed first; an embedded cluster is torn down).
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import sys
 from importlib.metadata import PackageNotFoundError, version
 
 import click
+
+EXIT_DEVIATED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 1, 2, 130
 
 
 def _version() -> str:
@@ -24,11 +32,98 @@ def main(ctx: click.Context) -> None:
         click.echo(ctx.get_help())
 
 
+@main.command("list")
+def list_scenarios() -> None:
+    """List the built-in scenarios."""
+    from scenarios._model import builtin_names, load_scenario
+
+    for name in builtin_names():
+        scenario = load_scenario(name)
+        first = scenario.description.split(". ")[0].split(": ")[0]
+        click.echo(f"{name:28} {scenario.duration:>5g} s  {first}")
+
+
+def _fail(problem: str) -> None:
+    click.echo(f"error: {problem}", err=True)
+    sys.exit(EXIT_BAD_INPUT)
+
+
+@main.command()
+@click.argument("scenario", default="dqn-cartpole")
+@click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=0, show_default=True,
+              help="seeds the workload and any random schedule")
+@click.option("--duration", type=click.FloatRange(1, 3600), default=None,
+              help="seconds; overrides the scenario's duration")
+@click.option("--address", default=None, help="run against this existing Ray cluster (GCS address)")
+@click.option("--nodes", type=click.IntRange(1, 8), default=None,
+              help="embedded nodes (head included); overrides the scenario's")
+@click.option("--report", "report_dir", type=click.Path(file_okay=False), default=None,
+              help="write journal.jsonl, summary.json, junit.xml and report.html here")
+@click.option("--baseline/--no-baseline", default=None,
+              help="also run the same seed without faults (default: as the scenario's workload says)")
+def run(scenario: str, seed: int, duration: float | None, address: str | None, nodes: int | None,
+        report_dir: str | None, baseline: bool | None) -> None:
+    """Run SCENARIO (a built-in name or a TOML file) and check its invariants."""
+    from scenarios._model import ScenarioError, load_scenario
+
+    if address and nodes:
+        _fail(f"--address {address!r} and --nodes {nodes} exclude each other: an existing cluster "
+              "has the nodes it has; drop one")
+    try:
+        loaded = load_scenario(scenario, seed=seed, duration=duration)
+    except ScenarioError as exc:
+        _fail(str(exc))
+    _execute(loaded if nodes is None else loaded.with_nodes(nodes), seed=seed, address=address,
+             report_dir=report_dir, baseline=baseline)
+
+
+@main.command()
+@click.argument("journal", type=click.Path(exists=True, dir_okay=False))
+@click.option("--report", "report_dir", type=click.Path(file_okay=False), default=None)
+@click.option("--address", default=None, help="run against this existing Ray cluster")
+def replay(journal: str, report_dir: str | None, address: str | None) -> None:
+    """Re-run the exact fault schedule a JOURNAL recorded (same scenario, same seed)."""
+    from chaos import Schedule, read_journal
+    from scenarios._model import ScenarioError, load_scenario
+
+    events = list(read_journal(journal))
+    start = next((e for e in events if e.kind == "start" and "scenario" in e.extra), None)
+    if start is None:
+        _fail(f"{journal!r} has no start event from `raychaos run`; replay a run's journal.jsonl")
+    try:
+        scenario = load_scenario(start.extra.get("source") or start.extra["scenario"],
+                                 seed=int(start.extra["seed"]), duration=float(start.extra["duration"]))
+    except ScenarioError as exc:
+        _fail(str(exc))
+    scenario = dataclasses.replace(scenario, schedule=Schedule.from_journal(events))
+    click.echo(f"replaying {len(scenario.schedule.entries)} faults of {scenario.name} (seed {start.extra['seed']})")
+    _execute(scenario, seed=int(start.extra["seed"]), address=address, report_dir=report_dir, baseline=False)
+
+
+def _execute(scenario: object, *, seed: int, address: str | None, report_dir: str | None,
+             baseline: bool | None) -> None:
+    from scenarios._console import print_results, progress_display
+    from scenarios._report import write_reports
+    from scenarios._runner import run_scenario
+
+    try:
+        with progress_display(scenario) as progress:  # type: ignore[arg-type]
+            results = run_scenario(scenario, seed=seed, address=address, report_dir=report_dir,  # type: ignore[arg-type]
+                                   baseline=baseline, progress=progress)
+    except KeyboardInterrupt:
+        click.echo("interrupted: every fault healed, the embedded cluster stopped", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    if report_dir:
+        write_reports(results, report_dir)
+    print_results(results, report_dir)
+    sys.exit(EXIT_DEVIATED if any(r.deviated for r in results if r.label == "chaos") else 0)
+
+
 @main.command()
 @click.option("--adds", default=12, show_default=True, type=click.IntRange(1, 10_000),
               help="acknowledged adds before the kill")
-def run(adds: int) -> None:
-    """Run the main job: for now, a checkpointed actor SIGKILLed and restored."""
+def demo(adds: int) -> None:
+    """A checkpointed counter actor SIGKILLed and restored, before and after, per durability mode."""
     from scenarios._demo import run_demo
 
     rows = run_demo(adds=adds)

@@ -1,0 +1,70 @@
+"""Terminal output of a run: a live progress line while it runs, tables when it is done."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from scenarios._model import Scenario
+from scenarios._records import RunResult
+from scenarios._runner import Progress
+from scenarios._workload import RunContext
+
+__all__ = ["print_results", "progress_display"]
+
+
+@contextmanager
+def progress_display(scenario: Scenario, *, console: Console | None = None) -> Iterator[Progress]:
+    """A progress callback that keeps one live line: phase, elapsed time, counters, faults."""
+    console = console or Console(stderr=True)
+    state = {"phase": f"{scenario.name}: starting the cluster"}
+    with Live(Text(state["phase"]), console=console, refresh_per_second=4, transient=True) as live:
+        def progress(message: str, ctx: RunContext | None) -> None:
+            if message:
+                state["phase"] = message
+                console.log(message)
+            live.update(Text(_line(state["phase"], ctx, scenario)))
+
+        yield progress
+
+
+def _line(phase: str, ctx: RunContext | None, scenario: Scenario) -> str:
+    if ctx is None:
+        return phase
+    counters = ", ".join(f"{k} {v:g}" for k, v in sorted(ctx.snapshot().items()))
+    return (f"{phase} · {ctx.elapsed():5.1f}/{scenario.duration:g} s · {counters or 'warming up'}"
+            f" · faults injected {len(ctx.injected)}")
+
+
+def print_results(results: Sequence[RunResult], report_dir: str | None, *,
+                  console: Console | None = None) -> None:
+    console = console or Console()
+    for r in results:
+        table = Table(title=f"{r.scenario} [{r.label}] — {r.status}, {r.seconds:.1f} s, "
+                            f"peak memory {r.peak_rss_bytes / 2**30:.2f} GiB")
+        for col in ("invariant", "verdict", "evidence"):
+            table.add_column(col)
+        for v in r.verdicts:
+            table.add_row(v.name, "[green]held[/]" if v.held else "[bold red]BROKEN[/]", v.detail)
+        console.print(table)
+        if r.faults:
+            console.print(_faults(r))
+        if r.error:
+            console.print(f"[bold red]aborted:[/] {r.error}")
+    if report_dir:
+        console.print(f"report: {report_dir}/report.html (journal.jsonl, junit.xml, summary.json)")
+
+
+def _faults(r: RunResult) -> Table:
+    table = Table(title="faults")
+    for col in ("at", "fault", "target", "MTTR", "outcome"):
+        table.add_column(col)
+    for f in r.faults:
+        table.add_row(f"{f.start:.1f} s", f.kind, f.target,
+                      "—" if f.mttr is None else f"{f.mttr:.2f} s", f.outcome)
+    return table

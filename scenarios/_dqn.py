@@ -1,0 +1,256 @@
+"""The flagship workload: DQN on CartPole with env workers, the replay buffer and the parameter server.
+
+Env workers are Ray tasks (``collect``) that play CartPole with the latest weights and return
+transitions, each with a unique id. The driver acknowledges a chunk once the replay buffer
+actor has stored it (idempotent adds: ``writer_id``/``seq``). The learner, in the driver,
+samples the buffer, computes a double-DQN gradient and pushes it to the parameter server,
+which applies it (Adam) and serves the next weights. Buffer and server log every mutation
+(WAL), so a SIGKILL loses nothing acknowledged: the invariants check exactly that.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+from actors import CheckpointConfig, ParameterServer, ReplayBufferActor
+from scenarios._records import Verdict
+from scenarios._workload import CALL_TIMEOUT, RunContext, Workload
+
+__all__ = ["DQNCartPole", "evaluate", "make_qnet"]
+
+GAMMA = 0.99
+EVAL_EPISODES = 20
+
+
+def make_qnet() -> Any:
+    """The Q-network: CartPole's 4 observations to 2 action values."""
+    import torch
+
+    return torch.nn.Sequential(torch.nn.Linear(4, 128), torch.nn.ReLU(), torch.nn.Linear(128, 128),
+                               torch.nn.ReLU(), torch.nn.Linear(128, 2))
+
+
+def _greedy(net: Any, obs: np.ndarray) -> int:
+    import torch
+
+    with torch.no_grad():
+        return int(net(torch.as_tensor(obs, dtype=torch.float32)).argmax())
+
+
+def collect(weights: dict[str, Any], chunk: int, steps: int, epsilon: float, seed: int) -> dict[str, np.ndarray]:
+    """Play ``steps`` CartPole steps epsilon-greedily; one row per transition, ``tid`` unique.
+
+    Deterministic in (chunk, seed): a retried task returns the same transitions and ids.
+    """
+    import gymnasium as gym
+    import torch
+
+    torch.set_num_threads(1)
+    net = make_qnet()
+    net.load_state_dict(weights)
+    rng, env = np.random.default_rng([seed, chunk]), gym.make("CartPole-v1")
+    obs, _ = env.reset(seed=int(rng.integers(2**31)))
+    rows: dict[str, list[Any]] = {k: [] for k in ("obs", "act", "rew", "next", "done")}
+    for _ in range(steps):
+        act = int(rng.integers(2)) if rng.random() < epsilon else _greedy(net, obs)
+        nxt, rew, term, trunc, _ = env.step(act)
+        for key, value in zip(rows, (obs, act, rew, nxt, term)):
+            rows[key].append(value)
+        obs = env.reset()[0] if term or trunc else nxt
+    return {"obs": np.asarray(rows["obs"], np.float32), "act": np.asarray(rows["act"], np.int64),
+            "rew": np.asarray(rows["rew"], np.float32), "next": np.asarray(rows["next"], np.float32),
+            "done": np.asarray(rows["done"], np.float32),
+            "tid": (np.int64(chunk) << 20) + np.arange(steps, dtype=np.int64)}
+
+
+def evaluate(net: Any, *, episodes: int = EVAL_EPISODES, seed: int = 10_000) -> float:
+    """Mean return of the greedy policy over ``episodes`` seeded CartPole-v1 episodes."""
+    import gymnasium as gym
+
+    env, returns = gym.make("CartPole-v1"), []
+    for i in range(episodes):
+        obs, _ = env.reset(seed=seed + i)
+        total, done = 0.0, False
+        while not done:
+            obs, rew, term, trunc, _ = env.step(_greedy(net, obs))
+            total, done = total + float(rew), term or trunc
+        returns.append(total)
+    return float(np.mean(returns))
+
+
+@functools.cache
+def _remotes() -> tuple[Any, Any, Any]:
+    import ray
+
+    return (ray.remote(max_retries=3, num_cpus=0.5)(collect),
+            ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)(ReplayBufferActor),
+            ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)(ParameterServer))
+
+
+class DQNCartPole(Workload):
+    """DQN on CartPole-v1 under faults; done when the greedy policy reaches ``target_return``."""
+
+    INVARIANTS = ("no_lost_transitions", "no_duplicate_transitions", "ps_version_matches_pushes",
+                  "reaches_target_return")
+    BASELINE = True
+
+    def setup(self) -> None:
+        import torch
+
+        ctx = self.ctx
+        torch.manual_seed(ctx.seed)
+        torch.set_num_threads(1)
+        self.workers = ctx.param("env_workers", 2, int)
+        self.chunk_steps = ctx.param("chunk_steps", 256, int)
+        self.grads_per_chunk = ctx.param("grads_per_chunk", 64, int)
+        self.batch = ctx.param("batch_size", 64, int)
+        self.target = float(ctx.param("target_return", 195.0, (int, float)))
+        self.straggler_timeout = float(ctx.param("straggler_timeout", 2.0, (int, float)))
+        self._start_actors()
+        self.online, self.frozen = make_qnet(), make_qnet()
+        self._pull()
+        self.frozen.load_state_dict(self.online.state_dict())
+        self.acked: list[np.ndarray] = []
+        self.pending: dict[Any, int] = {}
+        self.chunks = self.adds = self.pushes = self.grads = 0
+        self.env_steps, self.solved, self.best = 0, False, 0.0
+        self.priority_refs: list[Any] = []
+
+    def _start_actors(self) -> None:
+        _, buffer_cls, server_cls = _remotes()
+        wal = functools.partial(CheckpointConfig, durability="wal", every_n=500, keep=2)
+        opts = {"namespace": self.ctx.namespace}
+        self.buffer = buffer_cls.options(name="replay", **opts).remote(
+            200_000, checkpoint=wal(f"{self.ctx.storage}/replay", incremental=True), seed=self.ctx.seed)
+        self.server = server_cls.options(name="params", **opts).remote(
+            make_qnet, checkpoint=wal(f"{self.ctx.storage}/params"), optimizer="Adam",
+            optimizer_kwargs={"lr": 1e-3}, seed=self.ctx.seed)
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def step(self) -> bool:
+        self._submit()
+        self._acknowledge()
+        if self.env_steps >= 1000:
+            self._learn()
+        return not self.solved
+
+    def _submit(self) -> None:
+        collect_task = _remotes()[0]
+        weights = self._weights_ref
+        while len(self.pending) < self.workers:
+            epsilon = max(0.05, 1.0 - self.env_steps / 8000)
+            ref = collect_task.remote(weights, self.chunks, self.chunk_steps, epsilon, self.ctx.seed)
+            self.pending[ref], self.chunks = self.chunks, self.chunks + 1
+
+    def _acknowledge(self) -> None:
+        """Store the chunks that are ready; a straggler's chunk waits for a later step."""
+        import ray
+        from ray.exceptions import RayError
+
+        ready, _ = ray.wait(list(self.pending), num_returns=1, timeout=self.straggler_timeout)
+        for ref in ready:
+            self.pending.pop(ref)
+            try:
+                batch = ray.get(ref, timeout=CALL_TIMEOUT)
+            except RayError:
+                self.ctx.count("chunks_lost")  # retries exhausted: never acknowledged, not a loss
+                continue
+            ray.get(self.buffer.add.remote(batch, writer_id="collector", seq=self.adds), timeout=CALL_TIMEOUT)
+            self.adds += 1
+            self.acked.append(batch["tid"])
+            self.env_steps += len(batch["tid"])
+            self.ctx.count("transitions", len(batch["tid"]))
+
+    def _learn(self) -> None:
+        import ray
+
+        for _ in range(self.grads_per_chunk):
+            self._gradient_step()
+        ray.wait(self.priority_refs, num_returns=len(self.priority_refs), timeout=CALL_TIMEOUT)
+        self.priority_refs = []
+        score = evaluate(self.online)
+        self.best = max(self.best, score)
+        self.ctx.point("eval_return", score)
+        if score >= self.target:
+            self.solved = True
+            self.ctx.metric("solved_at_s", self.ctx.elapsed())
+            self.ctx.metric("solved_at_env_steps", self.env_steps)
+
+    def _gradient_step(self) -> None:
+        import ray
+
+        sample = ray.get(self.buffer.sample.remote(self.batch), timeout=CALL_TIMEOUT)
+        grads, td = self._gradients(sample)
+        result = ray.get(self.server.push.remote(grads, worker_id="learner", seq=self.pushes,
+                                                 base_version=self.version), timeout=CALL_TIMEOUT)
+        self.pushes += 1
+        self.ctx.count("gradient_steps")
+        self.priority_refs.append(self.buffer.update_priorities.remote(sample["indices"], np.abs(td) + 1e-3))
+        self._pull(min_version=result.version)
+        if self.pushes % 250 == 0:
+            self.frozen.load_state_dict(self.online.state_dict())
+
+    def _gradients(self, s: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        import torch
+        import torch.nn.functional as F
+
+        obs, nxt = torch.from_numpy(s["obs"]), torch.from_numpy(s["next"])
+        with torch.no_grad():
+            best = self.online(nxt).argmax(1, keepdim=True)
+            target = torch.from_numpy(s["rew"]) + GAMMA * (1 - torch.from_numpy(s["done"])) * \
+                self.frozen(nxt).gather(1, best).squeeze(1)
+        q = self.online(obs).gather(1, torch.from_numpy(s["act"])[:, None]).squeeze(1)
+        weights = torch.from_numpy(s["weights"].astype(np.float32))
+        loss = (weights * F.smooth_l1_loss(q, target, reduction="none")).mean()
+        self.online.zero_grad(set_to_none=True)
+        loss.backward()
+        grads = {n: p.grad.numpy().copy() for n, p in self.online.named_parameters()}
+        return grads, (target - q).detach().numpy()
+
+    def _pull(self, min_version: int = 0) -> None:
+        import ray
+
+        self.version, self._weights_ref = ray.get(self.server.pull.remote(min_version), timeout=CALL_TIMEOUT)
+        self.online.load_state_dict(ray.get(self._weights_ref, timeout=CALL_TIMEOUT))
+
+    # -- steady state and invariants -----------------------------------------------------------
+
+    def probe(self) -> str:
+        import ray
+
+        size, version = ray.get([self.buffer.size.remote(), self.server.version.remote()], timeout=5.0)
+        return f"buffer holds {size} transitions, parameters at version {version}"
+
+    def invariants(self) -> list[Verdict]:
+        import ray
+
+        stored = ray.get(self.buffer.column.remote("tid"), timeout=CALL_TIMEOUT)
+        acked = np.concatenate(self.acked) if self.acked else np.empty(0, np.int64)
+        lost = np.setdiff1d(acked, stored)
+        dupes = len(stored) - len(np.unique(stored))
+        version = ray.get(self.server.version.remote(), timeout=CALL_TIMEOUT)
+        self.ctx.metric("acknowledged_transitions", len(acked))
+        self.ctx.metric("best_return", self.best)
+        self.ctx.metric("pushes", self.pushes)
+        return [
+            Verdict("no_lost_transitions", len(lost) == 0,
+                    f"{len(acked)} acknowledged, {len(stored)} stored, {len(lost)} lost"),
+            Verdict("no_duplicate_transitions", dupes == 0, f"{dupes} duplicated ids in the buffer"),
+            Verdict("ps_version_matches_pushes", version == self.pushes,
+                    f"server version {version}, acknowledged pushes {self.pushes}"),
+            Verdict("reaches_target_return", self.best >= self.target,
+                    f"best mean return {self.best:.1f} over {EVAL_EPISODES} episodes (target {self.target:g})"),
+        ]
+
+    def teardown(self) -> None:
+        import ray
+
+        for actor in (getattr(self, "buffer", None), getattr(self, "server", None)):
+            if actor is not None:
+                ray.kill(actor)
+        for ref in getattr(self, "pending", {}):
+            ray.cancel(ref, force=True)

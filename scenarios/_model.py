@@ -1,0 +1,254 @@
+"""The scenario model: a workload, a fault schedule, steady-state checks, invariants, a heal strategy.
+
+Scenario files are TOML. :func:`load_scenario` validates the whole file before anything runs
+and reports every problem at once, one line each: the field, the value, the fix.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from chaos import ChaosError, InvalidFaultSpec, Schedule, fault_from_dict
+from chaos._schedule import ScheduledFault
+
+__all__ = ["HealStrategy", "Problem", "Scenario", "ScenarioError", "SteadyState",
+           "builtin_names", "load_scenario"]
+
+HealStrategy = Literal["after_each", "at_end"]
+MAX_DURATION = 3600.0
+MAX_NODES = 8
+_TOP_LEVEL = {"name", "description", "workload", "params", "duration", "nodes", "num_cpus",
+              "system_config", "heal", "invariants", "steady_state", "faults", "random"}
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One thing wrong with a scenario file: where, what value, and how to fix it."""
+
+    field: str
+    value: object
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.field} = {self.value!r}: {self.fix}"
+
+
+class ScenarioError(ChaosError, ValueError):
+    """A scenario file or option is invalid; ``problems`` lists each problem."""
+
+    def __init__(self, source: str, problems: list[Problem]) -> None:
+        self.source, self.problems = source, problems
+        lines = "\n".join(f"  {p}" for p in problems)
+        super().__init__(f"{source}: {len(problems)} problem(s)\n{lines}")
+
+
+@dataclass(frozen=True, slots=True)
+class SteadyState:
+    """When the workload's probe must hold: before faults, during them (a fraction), after."""
+
+    before: bool = True
+    after: bool = True
+    during_min: float = 0.0
+    probe_every: float = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """A validated scenario. ``params`` are the workload's own options."""
+
+    name: str
+    description: str
+    workload: str
+    schedule: Schedule
+    duration: float
+    invariants: tuple[str, ...]
+    params: Mapping[str, Any] = field(default_factory=dict)
+    nodes: int = 1
+    num_cpus: int = 2
+    system_config: Mapping[str, Any] = field(default_factory=dict)
+    heal: HealStrategy = "after_each"
+    steady_state: SteadyState = field(default_factory=SteadyState)
+    source: str = ""  # what load_scenario was given: a built-in name or a file path
+
+    def with_nodes(self, nodes: int) -> Scenario:
+        """This scenario on ``nodes`` embedded nodes (CLI ``--nodes``)."""
+        return replace(self, nodes=nodes)
+
+
+def builtin_names() -> list[str]:
+    """The built-in scenarios, by name."""
+    folder = resources.files("scenarios") / "builtin"
+    return sorted(p.name.removesuffix(".toml") for p in folder.iterdir() if p.name.endswith(".toml"))
+
+
+def load_scenario(name_or_path: str, *, seed: int = 0, duration: float | None = None,
+                  workloads: Mapping[str, Any] | None = None) -> Scenario:
+    """Load and validate a scenario: a built-in name or a TOML file.
+
+    Args:
+        seed: draws the schedule when the file asks for a ``[random]`` one.
+        duration: overrides the file's ``duration`` (CLI ``--duration``).
+        workloads: the known workloads and their invariants (default: the built-in registry).
+
+    Raises:
+        ScenarioError: every problem found, one per line; nothing has run.
+    """
+    source, text = _read(name_or_path)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ScenarioError(source, [Problem("file", source, f"is not valid TOML ({exc}); fix the syntax")]) from None
+    if duration is not None:
+        data["duration"] = duration
+    return _validate(source, data, seed, workloads if workloads is not None else _registry())
+
+
+def _registry() -> Mapping[str, Any]:
+    from scenarios._workloads import WORKLOADS
+
+    return WORKLOADS
+
+
+def _read(name_or_path: str) -> tuple[str, str]:
+    path = Path(name_or_path)
+    if path.suffix == ".toml" or path.exists():
+        if not path.is_file():
+            raise ScenarioError(name_or_path, [Problem("scenario", name_or_path,
+                                                       "no such file; give a TOML file or a built-in name")])
+        return str(path), path.read_text(encoding="utf-8")
+    if name_or_path not in builtin_names():
+        raise ScenarioError(name_or_path, [Problem(
+            "scenario", name_or_path, f"unknown; use a TOML file or one of {', '.join(builtin_names())}")])
+    text = (resources.files("scenarios") / "builtin" / f"{name_or_path}.toml").read_text(encoding="utf-8")
+    return f"builtin:{name_or_path}", text
+
+
+class _Checker:
+    """Collects problems while reading fields, so one pass reports all of them."""
+
+    def __init__(self, data: Mapping[str, Any]) -> None:
+        self.data, self.problems = data, []  # type: list[Problem]
+
+    def add(self, name: str, value: object, fix: str) -> None:
+        self.problems.append(Problem(name, value, fix))
+
+    def get(self, name: str, kind: type | tuple[type, ...], default: Any, fix: str) -> Any:
+        value = self.data.get(name, default)
+        if isinstance(value, bool) and kind in (int, float, (int, float)):
+            self.add(name, value, fix)
+            return default
+        if not isinstance(value, kind):
+            self.add(name, value, fix)
+            return default
+        return value
+
+    def number(self, name: str, default: float, lo: float, hi: float, *, whole: bool = False) -> Any:
+        kind = "a whole number" if whole else "a number"
+        fix = f"must be {kind} in [{lo:g}, {hi:g}]"
+        value = self.get(name, int if whole else (int, float), default, fix)
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and lo <= value <= hi):
+            self.add(name, value, fix)
+            return default
+        return value
+
+
+def _validate(source: str, data: dict[str, Any], seed: int, workloads: Mapping[str, Any]) -> Scenario:
+    c = _Checker(data)
+    for key in sorted(set(data) - _TOP_LEVEL):
+        c.add(key, data[key], f"unknown field; the fields are {', '.join(sorted(_TOP_LEVEL))}")
+    name = c.get("name", str, "", "must be a non-empty string") or "unnamed"
+    workload = c.get("workload", str, "", "must name a workload")
+    if workload not in workloads:
+        c.add("workload", workload, f"unknown workload; use one of {', '.join(sorted(workloads))}")
+    duration = c.number("duration", 60.0, 1.0, MAX_DURATION)
+    nodes = c.number("nodes", 1, 1, MAX_NODES, whole=True)
+    invariants = _invariants(c, workloads.get(workload))
+    schedule = _schedule(c, seed, duration)
+    heal = c.get("heal", str, "after_each", "must be a string")
+    if heal not in get_args(HealStrategy):
+        c.add("heal", heal, f"use one of {', '.join(get_args(HealStrategy))}")
+    steady = _steady_state(c)
+    scenario = Scenario(
+        name=name, description=c.get("description", str, "", "must be a string"),
+        workload=workload, schedule=schedule, duration=float(duration), invariants=invariants,
+        params=c.get("params", dict, {}, "must be a table of the workload's options"),
+        nodes=nodes, num_cpus=c.number("num_cpus", 2, 1, 64, whole=True),
+        system_config=c.get("system_config", dict, {}, "must be a table of Ray system config"),
+        heal=heal if heal in get_args(HealStrategy) else "after_each", steady_state=steady,
+        source=source.removeprefix("builtin:"))
+    if c.problems:
+        raise ScenarioError(source, c.problems)
+    return scenario
+
+
+def _invariants(c: _Checker, workload: Any) -> tuple[str, ...]:
+    names = c.get("invariants", list, [], "must be a list of invariant names")
+    known = tuple(getattr(workload, "INVARIANTS", ())) if workload is not None else ()
+    for i, name in enumerate(names):
+        if workload is not None and name not in known:
+            c.add(f"invariants[{i}]", name, f"not an invariant of this workload; use {', '.join(known)}")
+    return tuple(str(n) for n in names)
+
+
+def _steady_state(c: _Checker) -> SteadyState:
+    table = c.get("steady_state", dict, {}, "must be a table (before, after, during_min, probe_every)")
+    sub = _Checker(table)
+    for key in sorted(set(table) - {"before", "after", "during_min", "probe_every"}):
+        sub.add(key, table[key], "unknown; use before, after, during_min, probe_every")
+    steady = SteadyState(before=sub.get("before", bool, True, "must be true or false"),
+                         after=sub.get("after", bool, True, "must be true or false"),
+                         during_min=sub.number("during_min", 0.0, 0.0, 1.0),
+                         probe_every=sub.number("probe_every", 2.0, 0.1, 60.0))
+    c.problems.extend(Problem(f"steady_state.{p.field}", p.value, p.fix) for p in sub.problems)
+    return steady
+
+
+def _schedule(c: _Checker, seed: int, duration: float) -> Schedule:
+    entries = c.get("faults", list, [], "must be an array of [[faults]] tables")
+    parsed = [e for i, raw in enumerate(entries) if (e := _entry(c, i, raw, duration)) is not None]
+    if "random" not in c.data:
+        return Schedule(tuple(sorted(parsed, key=lambda e: e.at)))
+    if entries:
+        c.add("faults", f"{len(entries)} entries", "give [[faults]] or [random], not both")
+    return _random_schedule(c, c.data["random"], seed, duration)
+
+
+def _entry(c: _Checker, i: int, raw: object, duration: float) -> ScheduledFault | None:
+    where = f"faults[{i}]"
+    if not isinstance(raw, dict):
+        c.add(where, raw, "must be a table with `at`, `kind` and the fault's fields")
+        return None
+    fields = dict(raw)
+    at = fields.pop("at", None)
+    if isinstance(at, bool) or not isinstance(at, (int, float)) or not 0 <= at < duration:
+        c.add(f"{where}.at", at, f"must be seconds in [0, duration={duration:g})")
+        return None
+    try:
+        return ScheduledFault(float(at), fault_from_dict(fields))
+    except (InvalidFaultSpec, TypeError) as exc:
+        c.add(where, raw, str(exc))
+        return None
+
+
+def _random_schedule(c: _Checker, raw: object, seed: int, duration: float) -> Schedule:
+    fix = "must be a table: rate (faults/s), menu (an array of fault tables)"
+    if not isinstance(raw, dict) or not isinstance(raw.get("menu"), list):
+        c.add("random", raw, fix)
+        return Schedule(())
+    menu = []
+    for i, item in enumerate(raw["menu"]):
+        try:
+            menu.append(fault_from_dict(dict(item)))
+        except (InvalidFaultSpec, TypeError, ValueError) as exc:
+            c.add(f"random.menu[{i}]", item, str(exc))
+    try:
+        return Schedule.random(menu, rate=raw.get("rate", 0.1), duration=duration, seed=seed)
+    except InvalidFaultSpec as exc:
+        c.add("random", raw, str(exc))
+        return Schedule(())

@@ -1,0 +1,352 @@
+"""Runs a scenario: steady state before, faults while the workload works, recovery, invariants.
+
+The order follows chaostoolkit's run: probe the steady state, inject the schedule (each fault
+healed in ``finally``, also on Ctrl-C), probe during and after, then check the invariants.
+Every fault's recovery time (MTTR) is the time from its injection until the workload's probe
+succeeds again after its heal.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+import psutil
+
+from chaos import (
+    Chaos,
+    ChaosError,
+    HangError,
+    Journal,
+    TargetNotFound,
+    TaskTarget,
+    fault_to_dict,
+    local_cluster,
+    ray_processes,
+    wait_until,
+)
+from chaos._schedule import ScheduledFault
+from scenarios._model import Scenario
+from scenarios._records import FaultRecord, Probe, RunResult, Sample, Verdict
+from scenarios._workload import RunContext, Workload
+
+__all__ = ["Progress", "run_scenario"]
+
+RECOVERY_TIMEOUT = 60.0
+SAMPLE_EVERY = 0.5
+FIND_TARGET_FOR = 5.0  # a task target may be between tasks: look again for this long
+
+Progress = Callable[[str, RunContext | None], None]
+
+
+def _quiet(message: str, ctx: RunContext | None) -> None:
+    """The default progress callback: say nothing."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """What one run needs: where it writes, with which seed, and whether it injects faults."""
+
+    scenario: Scenario
+    address: str
+    seed: int
+    label: str
+    faults: bool
+    journal_path: str | None
+    storage: str
+    embedded: bool
+
+
+def run_scenario(scenario: Scenario, *, seed: int = 0, address: str | None = None,
+                 report_dir: str | None = None, baseline: bool | None = None,
+                 progress: Progress = _quiet) -> list[RunResult]:
+    """Run ``scenario`` (and its fault-free baseline when the workload asks) and return the runs.
+
+    Args:
+        address: an existing cluster's address; None starts an embedded one (torn down after).
+        report_dir: where ``journal.jsonl`` (and ``baseline.journal.jsonl``) go; None: memory.
+        baseline: run the fault-free twin too (default: as the workload says).
+
+    Raises:
+        KeyboardInterrupt: after every fault is healed and, for an embedded cluster, Ray is down.
+    """
+    from scenarios._workloads import WORKLOADS
+
+    workload_cls = WORKLOADS[scenario.workload]
+    with _cluster(scenario, address) as addr, tempfile.TemporaryDirectory(prefix="raychaos-") as tmp:
+        labels = (["baseline"] if (workload_cls.BASELINE if baseline is None else baseline) else []) + ["chaos"]
+        results = []
+        for label in labels:
+            journal = _journal_path(report_dir, label)
+            run = _Run(scenario, addr, seed, label, label == "chaos", journal, f"{tmp}/{label}",
+                       embedded=address is None)
+            results.append(_run_once(run, workload_cls, progress))
+        return results
+
+
+def _journal_path(report_dir: str | None, label: str) -> str | None:
+    if report_dir is None:
+        return None
+    os.makedirs(report_dir, exist_ok=True)
+    path = os.path.join(report_dir, "journal.jsonl" if label == "chaos" else f"{label}.journal.jsonl")
+    if os.path.exists(path):
+        os.remove(path)  # a fresh journal per run; the report folder is this run's
+    return path
+
+
+@contextmanager
+def _cluster(scenario: Scenario, address: str | None) -> Iterator[str]:
+    import ray
+
+    if address is None:
+        config = {**_default_config(), **scenario.system_config}
+        with local_cluster(nodes=scenario.nodes, num_cpus=scenario.num_cpus, system_config=config,
+                           worker_resources={"worker": 100}, log_to_driver=False) as handle:
+            yield handle.address
+        return
+    ray.init(address=address, namespace="raychaos", log_to_driver=False)
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
+
+
+def _default_config() -> dict[str, Any]:
+    from chaos import TEST_SYSTEM_CONFIG
+
+    return dict(TEST_SYSTEM_CONFIG)
+
+
+# -- one run -------------------------------------------------------------------------------
+
+
+class _Recorder:
+    """Collects a run's probes, samples and fault records from several threads."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.probes: list[Probe] = []
+        self.samples: list[Sample] = []
+        self.faults: list[FaultRecord] = []
+
+    def add(self, kind: str, item: Any) -> None:
+        with self.lock:
+            getattr(self, kind).append(item)
+
+
+def _run_once(run: _Run, workload_cls: type[Workload], progress: Progress) -> RunResult:
+    scenario = run.scenario
+    ctx = RunContext(address=run.address, namespace="raychaos" if run.faults else "raychaos-baseline", seed=run.seed,
+                     params=scenario.params, storage=run.storage, duration=scenario.duration,
+                     faults=run.faults)
+    journal = Journal(run.journal_path)
+    chaos = Chaos(address=run.address, journal=journal, seed=run.seed)
+    rec, workload = _Recorder(), workload_cls(ctx)
+    journal.record("start", extra={"scenario": scenario.name, "source": scenario.source, "run": run.label, "seed": run.seed,
+                                   "heal": scenario.heal, "duration": scenario.duration,
+                                   "schedule": scenario.schedule.to_dicts() if run.faults else []})
+    progress(f"{scenario.name} [{run.label}]: setting up", ctx)
+    status, error, verdicts = "completed", "", []
+    sampler = threading.Thread(target=_sample, args=(ctx, rec, run.embedded), daemon=True,
+                               name="raychaos-sampler")
+    sampler.start()
+    try:
+        status, error = _exercise(run, workload, ctx, chaos, rec, progress)
+    finally:
+        ctx.stop.set()
+        chaos.heal_all()  # the rollback: runs after Ctrl-C too
+        verdicts = _conclude(run, workload, ctx, rec, status)
+        sampler.join(timeout=5)
+        journal.record("end", outcome=status, seconds=ctx.elapsed(),
+                       extra={"verdicts": [_verdict_dict(v) for v in verdicts]})
+        journal.close()
+    return RunResult(scenario.name, run.label, run.seed, status, round(ctx.elapsed(), 3),
+                     tuple(verdicts), tuple(rec.probes), tuple(rec.samples),
+                     tuple(sorted(rec.faults, key=lambda f: f.start)), dict(ctx.metrics),
+                     {k: tuple(v) for k, v in ctx.series.items()}, error)
+
+
+def _verdict_dict(v: Verdict) -> dict[str, Any]:
+    return {"name": v.name, "held": v.held, "detail": v.detail}
+
+
+def _exercise(run: _Run, workload: Workload, ctx: RunContext, chaos: Chaos, rec: _Recorder,
+              progress: Progress) -> tuple[str, str]:
+    """Setup, probe before, the workload's loop under faults. Returns (status, error)."""
+    try:
+        workload.setup()
+        rec.add("probes", _probe(workload, ctx, "before"))
+        progress(f"{run.scenario.name} [{run.label}]: running", ctx)
+        with _faults_running(run, workload, ctx, chaos, rec):
+            while not ctx.over() and workload.step():
+                progress("", ctx)
+        return "completed", ""
+    except KeyboardInterrupt:
+        progress(f"{run.scenario.name} [{run.label}]: interrupted, healing", ctx)
+        raise
+    except Exception as exc:  # noqa: BLE001 - the workload's failure is the run's result
+        return "aborted", f"{type(exc).__name__}: {exc}"
+
+
+def _conclude(run: _Run, workload: Workload, ctx: RunContext, rec: _Recorder,
+              status: str) -> list[Verdict]:
+    """Probe after, check invariants and steady state, tear down. Never raises."""
+    verdicts: list[Verdict] = []
+    try:
+        if status != "interrupted":
+            rec.add("probes", _probe(workload, ctx, "after"))
+            verdicts = [v for v in workload.invariants() if v.name in run.scenario.invariants]
+            verdicts += _steady_verdicts(run.scenario, rec.probes)
+    except Exception as exc:  # noqa: BLE001 - reported as a broken verdict, not a crash
+        verdicts.append(Verdict("invariants checked", False, f"{type(exc).__name__}: {exc}"))
+    finally:
+        try:
+            workload.teardown()
+        except Exception:  # noqa: BLE001, S110 - teardown is best effort; the cluster goes next
+            pass
+    return verdicts
+
+
+def _steady_verdicts(scenario: Scenario, probes: list[Probe]) -> list[Verdict]:
+    steady, out = scenario.steady_state, []
+    for phase, wanted in (("before", steady.before), ("after", steady.after)):
+        got = [p for p in probes if p.phase == phase]
+        if wanted and got:
+            out.append(Verdict(f"steady state {phase}", all(p.ok for p in got), got[-1].detail))
+    during = [p for p in probes if p.phase == "during"]
+    if steady.during_min > 0 and during:
+        share = sum(p.ok for p in during) / len(during)
+        out.append(Verdict("steady state during", share >= steady.during_min,
+                           f"{share:.0%} of {len(during)} probes held (need {steady.during_min:.0%})"))
+    return out
+
+
+def _probe(workload: Workload, ctx: RunContext, phase: str) -> Probe:
+    try:
+        return Probe(phase, round(ctx.elapsed(), 3), True, workload.probe())  # type: ignore[arg-type]
+    except Exception as exc:  # noqa: BLE001 - a failed probe is a result
+        return Probe(phase, round(ctx.elapsed(), 3), False, f"{type(exc).__name__}: {exc}"[:300])  # type: ignore[arg-type]
+
+
+def _sample(ctx: RunContext, rec: _Recorder, embedded: bool) -> None:
+    """Every SAMPLE_EVERY seconds: the counters and the memory of this run's processes."""
+    while not ctx.stop.wait(SAMPLE_EVERY):
+        rec.add("samples", Sample(round(ctx.elapsed(), 3), ctx.snapshot(), _rss(embedded=embedded)))
+    rec.add("samples", Sample(round(ctx.elapsed(), 3), ctx.snapshot(), _rss(embedded=embedded)))
+
+
+def _rss(*, embedded: bool) -> int:
+    """Resident memory of this run's processes: the driver and everything it started (an
+    embedded cluster is all descendants), plus every Ray process here when attached."""
+    me = psutil.Process()
+    procs = {p.pid: p for p in [me, *me.children(recursive=True), *([] if embedded else ray_processes())]}
+    total = 0
+    for proc in procs.values():
+        try:
+            total += proc.memory_info().rss
+        except psutil.Error:
+            continue
+    return total
+
+
+# -- faults --------------------------------------------------------------------------------
+
+
+@contextmanager
+def _faults_running(run: _Run, workload: Workload, ctx: RunContext, chaos: Chaos,
+                    rec: _Recorder) -> Iterator[None]:
+    if not run.faults:
+        with nullcontext():
+            yield
+        return
+    driver = threading.Thread(target=_drive, args=(run, workload, ctx, chaos, rec), daemon=True,
+                              name="raychaos-faults")
+    prober = threading.Thread(target=_probe_during, args=(run, workload, ctx, rec), daemon=True,
+                              name="raychaos-probe")
+    driver.start()
+    prober.start()
+    try:
+        yield
+    finally:
+        ctx.stop.set()
+        driver.join(timeout=RECOVERY_TIMEOUT + 30)
+        prober.join(timeout=30)
+
+
+def _probe_during(run: _Run, workload: Workload, ctx: RunContext, rec: _Recorder) -> None:
+    while not ctx.stop.wait(run.scenario.steady_state.probe_every):
+        rec.add("probes", _probe(workload, ctx, "during"))
+
+
+def _drive(run: _Run, workload: Workload, ctx: RunContext, chaos: Chaos, rec: _Recorder) -> None:
+    """Inject each scheduled fault at its time in its own thread; wait for all of them."""
+    with ThreadPoolExecutor(max_workers=8, thread_name_prefix="raychaos-fault") as pool:
+        for entry in run.scenario.schedule.entries:
+            if ctx.stop.wait(max(0.0, ctx.started + entry.at - time.monotonic())):
+                break
+            pool.submit(_one_fault, run, entry, workload, ctx, chaos, rec)
+
+
+def _one_fault(run: _Run, entry: ScheduledFault, workload: Workload, ctx: RunContext,
+               chaos: Chaos, rec: _Recorder) -> None:
+    fault, start = entry.fault, ctx.elapsed()
+    kind = fault_to_dict(fault)["kind"]
+    target = getattr(getattr(fault, "target", None), "label", lambda: "node")()
+    try:
+        with _inject(chaos, fault, entry.at):
+            ctx.injected_fault(kind)
+            ctx.stop.wait(_hold(run.scenario, fault, ctx))
+    except ChaosError as exc:
+        rec.add("faults", FaultRecord(entry.at, start, ctx.elapsed(), kind, target, f"refused: {exc}", None))
+        return
+    end = ctx.elapsed()
+    mttr, outcome = _recovery(workload, ctx, start)
+    chaos.journal.record("recover", at=entry.at, fault=fault_to_dict(fault), target=target,
+                         outcome=outcome, seconds=mttr)
+    rec.add("faults", FaultRecord(entry.at, start, end, kind, target, outcome, mttr))
+
+
+@contextmanager
+def _inject(chaos: Chaos, fault: Any, at: float) -> Iterator[None]:
+    """Inject; a task target between two tasks is looked for again for a few seconds."""
+    deadline = time.monotonic() + FIND_TARGET_FOR
+    while True:
+        try:
+            with chaos.inject(fault, at=at):
+                yield
+            return
+        except TargetNotFound:
+            retry = isinstance(getattr(fault, "target", None), TaskTarget)
+            if not retry or time.monotonic() >= deadline:
+                raise
+        time.sleep(0.1)  # the poll interval of a deadline-bounded search
+
+
+def _hold(scenario: Scenario, fault: Any, ctx: RunContext) -> float:
+    if scenario.heal == "at_end":
+        return ctx.remaining()
+    return float(getattr(fault, "seconds", 0.0))
+
+
+def _recovery(workload: Workload, ctx: RunContext, start: float) -> tuple[float | None, str]:
+    """Seconds from injection until the probe holds again (None if it did not in time)."""
+    def healthy() -> str:
+        if ctx.stop.is_set():
+            return "stopped"
+        workload.probe()
+        return "recovered"
+
+    try:
+        outcome = wait_until(healthy, timeout=RECOVERY_TIMEOUT, interval=0.05, what="the steady state")
+    except HangError:
+        return None, f"not recovered within {RECOVERY_TIMEOUT:g} s"
+    if outcome == "stopped":
+        return None, "the run ended before the steady state returned"
+    return round(ctx.elapsed() - start, 3), "recovered"

@@ -1,0 +1,395 @@
+"""The built-in workloads, by the name scenario files use in ``workload = "..."``."""
+
+from __future__ import annotations
+
+import functools
+import time
+from typing import Any
+
+import numpy as np
+
+from actors import CheckpointConfig, CheckpointedCounter, ParameterServer, ReplayBufferActor
+from chaos import watch
+from scenarios._dqn import DQNCartPole
+from scenarios._records import Verdict
+from scenarios._workload import CALL_TIMEOUT, RunContext, Workload
+
+__all__ = ["WORKLOADS"]
+
+
+def sample_env(index: int, steps: int) -> int:
+    """A CPU-bound stand-in for an env rollout; its value is checkable: the sum of its steps."""
+    total = 0
+    for i in range(steps):
+        total += (index * 7 + i) % 13
+    return total
+
+
+def _expected(index: int, steps: int) -> int:
+    return sum((index * 7 + i) % 13 for i in range(steps))
+
+
+class _Tasks(Workload):
+    """Keeps ``width`` ``sample_env`` tasks in flight; collects them with ``ray.wait`` timeouts."""
+
+    INVARIANTS = ("results_correct", "every_task_terminal", "crashes_surface", "no_error_visible",
+                  "loop_never_blocked")
+    resources: dict[str, float] = {}
+
+    def setup(self) -> None:
+        import ray
+
+        self.retries = self.ctx.param("max_retries", 3, int)
+        self.width = self.ctx.param("width", 4, int)
+        self.steps = self.ctx.param("steps", 600_000, int)
+        self.wait_timeout = float(self.ctx.param("wait_timeout", 1.0, (int, float)))
+        self.task = ray.remote(sample_env).options(max_retries=self.retries, num_cpus=0.5,
+                                                   resources=self.resources)
+        self.pending: dict[Any, tuple[int, float]] = {}
+        self.done: dict[int, object] = {}
+        self.submitted, self.max_gap, self.last = 0, 0.0, time.monotonic()
+
+    def step(self) -> bool:
+        import ray
+
+        while len(self.pending) < self.width and not self.ctx.over():
+            self.pending[self.task.remote(self.submitted, self.steps)] = (self.submitted, time.monotonic())
+            self.submitted += 1
+        ready, _ = ray.wait(list(self.pending), num_returns=1, timeout=self.wait_timeout)
+        for ref in ready:
+            self.done[self.pending.pop(ref)[0]] = self._outcome(ref)
+            self.ctx.count("tasks")
+        now = time.monotonic()
+        self.max_gap, self.last = max(self.max_gap, now - self.last), now
+        return True
+
+    def _outcome(self, ref: Any) -> object:
+        import ray
+        from ray.exceptions import RayError
+
+        try:
+            return ray.get(ref, timeout=CALL_TIMEOUT)
+        except RayError as exc:
+            return exc
+
+    def probe(self) -> str:
+        """The cluster still serves work: a small fresh task completes within 5 s."""
+        import ray
+
+        probe = ray.remote(sample_env).options(num_cpus=0, max_retries=0, resources=self.resources)
+        value = ray.get(probe.remote(1, 10), timeout=5.0)
+        return f"a fresh task answered ({value})"
+
+    def _drain(self) -> list[int]:
+        """Every task still in flight must end within a deadline: the no-silent-hang check."""
+        import ray
+
+        hung = []
+        for ref, (index, _) in list(self.pending.items()):
+            ready, _ = ray.wait([ref], timeout=CALL_TIMEOUT)
+            if ready:
+                self.done[index] = self._outcome(ref)
+            else:
+                hung.append(index)
+            self.pending.pop(ref)
+        return hung
+
+    def invariants(self) -> list[Verdict]:
+        from ray.exceptions import WorkerCrashedError
+
+        hung = self._drain()
+        values = {i: v for i, v in self.done.items() if not isinstance(v, BaseException)}
+        errors = {i: v for i, v in self.done.items() if isinstance(v, BaseException)}
+        wrong = [i for i, v in values.items() if v != _expected(i, self.steps)]
+        crashes = [e for e in errors.values() if isinstance(e, WorkerCrashedError)]
+        kinds = sorted({type(e).__name__ for e in errors.values()})
+        return [
+            Verdict("results_correct", not wrong, f"{len(values)} values, {len(wrong)} wrong"),
+            Verdict("every_task_terminal", not hung,
+                    f"{len(self.done)} of {self.submitted} tasks ended; {len(hung)} still pending "
+                    f"{CALL_TIMEOUT:g} s after the run"),
+            Verdict("crashes_surface", bool(crashes) and len(crashes) == len(errors),
+                    f"{len(crashes)} WorkerCrashedError at max_retries={self.retries}; errors: {kinds or 'none'}"),
+            Verdict("no_error_visible", not errors, f"errors seen by the driver: {kinds or 'none'}"),
+            Verdict("loop_never_blocked", self.max_gap < self.wait_timeout + 5.0,
+                    f"longest loop iteration {self.max_gap:.2f} s (ray.wait timeout {self.wait_timeout:g} s)"),
+        ]
+
+    def teardown(self) -> None:
+        import ray
+
+        for ref in self.pending:
+            ray.cancel(ref, force=True)
+
+
+class _WorkerNodeTasks(_Tasks):
+    """The same tasks, kept off the head so a node loss hits them."""
+
+    resources = {"worker": 1}
+
+
+class _CrashLoop(Workload):
+    """A replay buffer actor fed with idempotent adds while it is killed again and again."""
+
+    INVARIANTS = ("no_lost_transitions", "dies_after_max_restarts", "recovers_within_max_restarts")
+
+    def setup(self) -> None:
+        import ray
+
+        self.max_restarts = self.ctx.param("max_restarts", 3, int)
+        cls = ray.remote(max_restarts=self.max_restarts, max_task_retries=-1, num_cpus=0)(ReplayBufferActor)
+        config = CheckpointConfig(f"{self.ctx.storage}/replay", durability="wal", every_n=50)
+        self.buffer = cls.options(name="replay", namespace=self.ctx.namespace).remote(10_000, checkpoint=config)
+        self.acked, self.died, self.error = 0, None, ""
+        ray.get(self.buffer.size.remote(), timeout=CALL_TIMEOUT)
+
+    def step(self) -> bool:
+        import ray
+        from ray.exceptions import ActorDiedError
+
+        batch = {"tid": np.arange(self.acked * 8, self.acked * 8 + 8, dtype=np.int64)}
+        try:
+            ray.get(self.buffer.add.remote(batch, writer_id="w", seq=self.acked), timeout=CALL_TIMEOUT)
+        except ActorDiedError as exc:
+            self.died, self.error = self.ctx.elapsed(), type(exc).__name__
+            return False
+        self.acked += 1
+        self.ctx.count("adds")
+        return True
+
+    def probe(self) -> str:
+        import ray
+
+        return f"buffer holds {ray.get(self.buffer.size.remote(), timeout=5.0)} transitions"
+
+    def invariants(self) -> list[Verdict]:
+        import ray
+
+        kills = self.ctx.kills()
+        expect_death = kills > self.max_restarts
+        verdicts = [Verdict("dies_after_max_restarts", (self.died is not None) == expect_death,
+                            f"{kills} kills, max_restarts={self.max_restarts}: "
+                            + (f"{self.error} at {self.died:.1f} s" if self.died else "alive at the end"))]
+        if self.died is None:
+            stored = ray.get(self.buffer.column.remote("tid"), timeout=CALL_TIMEOUT)
+            lost = np.setdiff1d(np.arange(self.acked * 8), stored)
+            verdicts.append(Verdict("no_lost_transitions", len(lost) == 0,
+                                    f"{self.acked * 8} acknowledged, {len(stored)} stored, {len(lost)} lost"))
+            verdicts.append(Verdict("recovers_within_max_restarts", True, f"alive after {kills} kills"))
+        return verdicts
+
+    def teardown(self) -> None:
+        import ray
+
+        ray.kill(self.buffer)
+
+
+def _tiny_model() -> Any:
+    import torch
+
+    return torch.nn.Linear(4, 2)
+
+
+class _ParamServer(Workload):
+    """Known gradients pushed to a parameter server that is killed; a local replica checks it."""
+
+    INVARIANTS = ("ps_version_matches_pushes", "weights_match_replica")
+
+    def setup(self) -> None:
+        import ray
+        import torch
+
+        durability = self.ctx.param("durability", "wal", str)
+        cls = ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)(ParameterServer)
+        config = CheckpointConfig(f"{self.ctx.storage}/params", durability=durability, every_n=20)
+        self.server = cls.options(name="params", namespace=self.ctx.namespace).remote(
+            _tiny_model, checkpoint=config, optimizer="SGD", optimizer_kwargs={"lr": 0.1}, seed=self.ctx.seed)
+        torch.manual_seed(self.ctx.seed)
+        self.replica = _tiny_model()
+        self.rng, self.pushes = np.random.default_rng(self.ctx.seed), 0
+        ray.get(self.server.version.remote(), timeout=CALL_TIMEOUT)
+
+    def step(self) -> bool:
+        import ray
+        import torch
+
+        grads = {n: self.rng.standard_normal(p.shape).astype(np.float32)
+                 for n, p in self.replica.named_parameters()}
+        ray.get(self.server.push.remote(grads, worker_id="w", seq=self.pushes, base_version=self.pushes),
+                timeout=CALL_TIMEOUT)
+        with torch.no_grad():
+            for n, p in self.replica.named_parameters():
+                p -= 0.1 * torch.from_numpy(grads[n])
+        self.pushes += 1
+        self.ctx.count("pushes")
+        return True
+
+    def probe(self) -> str:
+        import ray
+
+        return f"parameters at version {ray.get(self.server.version.remote(), timeout=5.0)}"
+
+    def invariants(self) -> list[Verdict]:
+        import ray
+
+        version = ray.get(self.server.version.remote(), timeout=CALL_TIMEOUT)
+        weights = ray.get(self.server.weights.remote(), timeout=CALL_TIMEOUT)
+        gap = max(float((weights[n] - p.detach()).abs().max()) for n, p in self.replica.state_dict().items())
+        return [Verdict("ps_version_matches_pushes", version == self.pushes,
+                        f"server version {version}, acknowledged pushes {self.pushes}"),
+                Verdict("weights_match_replica", gap < 1e-4, f"largest difference {gap:.2e}")]
+
+    def teardown(self) -> None:
+        import ray
+
+        ray.kill(self.server)
+
+
+class _Starvation(Workload):
+    """Tasks wait while their CPUs are held; an infeasible request is named by the watchdog."""
+
+    INVARIANTS = ("starved_tasks_finish", "infeasible_diagnosed")
+
+    def setup(self) -> None:
+        import ray
+
+        self.task = ray.remote(sample_env).options(num_cpus=1, max_retries=0)
+        self.refs: list[Any] = []
+        self.diagnosis = ""
+
+    def step(self) -> bool:
+        import ray
+
+        if len(self.refs) < 6:
+            self.refs.append(self.task.remote(len(self.refs), 100_000))
+        ray.wait(self.refs, num_returns=len(self.refs), timeout=0.5)
+        self.ctx.count("submitted")
+        return True
+
+    def probe(self) -> str:
+        import ray
+
+        return f"{ray.available_resources().get('CPU', 0):g} CPUs free"
+
+    def invariants(self) -> list[Verdict]:
+        import ray
+
+        from chaos import HangError
+
+        report = watch(self.refs, deadline=CALL_TIMEOUT, address=self.ctx.address, raise_on_hang=False)
+        infeasible = ray.remote(sample_env).options(num_cpus=64, max_retries=0).remote(0, 10)
+        try:
+            watch([infeasible], deadline=3.0, address=self.ctx.address)
+            named = False
+        except HangError as exc:
+            named, self.diagnosis = "infeasible" in str(exc).lower(), str(exc)
+        ray.cancel(infeasible, force=True)
+        return [Verdict("starved_tasks_finish", not report.stuck,
+                        f"{len(self.refs)} tasks, {len(report.stuck)} still pending after the heal"),
+                Verdict("infeasible_diagnosed", named, self.diagnosis.splitlines()[0][:200] if self.diagnosis else "no HangError")]
+
+
+class _NodeLoss(_WorkerNodeTasks):
+    """Tasks on worker nodes plus a WAL-checkpointed counter on a worker node; a node dies."""
+
+    INVARIANTS = (*_Tasks.INVARIANTS, "actor_state_recovered")
+
+    def setup(self) -> None:
+        import ray
+
+        super().setup()
+        cls = ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0, resources={"worker": 1})(CheckpointedCounter)
+        self.counter = cls.options(name="counter", namespace=self.ctx.namespace).remote(
+            f"{self.ctx.storage}/counter", durability="wal", every_n=20)
+        self.adds = 0
+
+    def step(self) -> bool:
+        import ray
+
+        ray.get(self.counter.add.remote(1), timeout=CALL_TIMEOUT)
+        self.adds += 1
+        return super().step()
+
+    def invariants(self) -> list[Verdict]:
+        import ray
+
+        value = ray.get(self.counter.get.remote(), timeout=CALL_TIMEOUT)
+        return [*super().invariants(), Verdict("actor_state_recovered", value == self.adds,
+                                               f"counter {value}, acknowledged adds {self.adds}")]
+
+    def teardown(self) -> None:
+        import ray
+
+        super().teardown()
+        ray.kill(self.counter)
+
+
+class _Owner:
+    """Creates objects and returns refs to them: it owns them."""
+
+    def make(self, n: int) -> list[Any]:
+        import ray
+
+        return [ray.put(np.full(1000, n))]
+
+    def ping(self) -> int:
+        return 1
+
+
+class _OwnerDeath(Workload):
+    """The driver holds refs owned by an actor that is killed: ``ray.get`` must raise, not hang."""
+
+    INVARIANTS = ("owner_death_surfaces",)
+
+    def setup(self) -> None:
+        import ray
+
+        self.owner = ray.remote(max_restarts=0, num_cpus=0)(_Owner).options(
+            name="owner", namespace=self.ctx.namespace).remote()
+        self.refs: list[Any] = []
+        self.outcomes: list[str] = []
+
+    def step(self) -> bool:
+        import ray
+        from ray.exceptions import RayActorError
+
+        try:
+            self.refs += ray.get(self.owner.make.remote(len(self.refs)), timeout=CALL_TIMEOUT)
+            self.ctx.count("objects")
+        except RayActorError:
+            return False  # the owner is gone: the invariant checks what its refs do now
+        return len(self.refs) < 10_000
+
+    def probe(self) -> str:
+        return f"{len(self.refs)} refs held"
+
+    def invariants(self) -> list[Verdict]:
+        import ray
+        from ray.exceptions import OwnerDiedError, RayError
+
+        start, kinds = time.monotonic(), set()
+        for ref in self.refs[-5:]:
+            try:
+                ray.get(ref, timeout=CALL_TIMEOUT)
+                kinds.add("value")
+            except RayError as exc:
+                kinds.add(type(exc).__name__ if not isinstance(exc, OwnerDiedError) else "OwnerDiedError")
+        took = time.monotonic() - start
+        return [Verdict("owner_death_surfaces", kinds == {"OwnerDiedError"},
+                        f"ray.get on the dead owner's refs: {sorted(kinds)} in {took:.2f} s")]
+
+    def teardown(self) -> None:
+        import ray
+
+        ray.kill(self.owner)
+
+
+WORKLOADS: dict[str, type[Workload]] = {
+    "dqn-cartpole": DQNCartPole,
+    "sampling": _Tasks,
+    "replay-crash-loop": _CrashLoop,
+    "parameter-server": _ParamServer,
+    "starvation": _Starvation,
+    "node-loss": _NodeLoss,
+    "owner-death": _OwnerDeath,
+}
