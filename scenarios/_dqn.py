@@ -1,6 +1,6 @@
 """The flagship workload: DQN on CartPole with env workers, the replay buffer and the parameter server.
 
-Env workers are Ray tasks (``collect``) that play CartPole with the latest weights and return
+Env workers are Ray actors (``EnvWorker``) that play CartPole with the latest weights and return
 transitions, each with a unique id. The driver acknowledges a chunk once the replay buffer
 actor has stored it (idempotent adds: ``writer_id``/``seq``). The learner, in the driver,
 samples the buffer, computes a double-DQN gradient and pushes it to the parameter server,
@@ -11,6 +11,7 @@ which applies it (Adam) and serves the next weights. Buffer and server log every
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,7 @@ from actors import CheckpointConfig, ParameterServer, ReplayBufferActor
 from scenarios._records import Verdict
 from scenarios._workload import CALL_TIMEOUT, RunContext, Workload
 
-__all__ = ["DQNCartPole", "evaluate", "make_qnet"]
+__all__ = ["DQNCartPole", "EnvWorker", "evaluate", "make_qnet"]
 
 GAMMA = 0.99
 EVAL_EPISODES = 20
@@ -40,30 +41,39 @@ def _greedy(net: Any, obs: np.ndarray) -> int:
         return int(net(torch.as_tensor(obs, dtype=torch.float32)).argmax())
 
 
-def collect(weights: dict[str, Any], chunk: int, steps: int, epsilon: float, seed: int) -> dict[str, np.ndarray]:
-    """Play ``steps`` CartPole steps epsilon-greedily; one row per transition, ``tid`` unique.
+class EnvWorker:
+    """Plays CartPole with the weights it is given; keeps its env (and episode) between calls.
 
-    Deterministic in (chunk, seed): a retried task returns the same transitions and ids.
+    A restarted worker starts a fresh episode; the chunk's ids stay the same, so a call
+    retried after a crash returns transitions the driver has never acknowledged.
     """
-    import gymnasium as gym
-    import torch
 
-    torch.set_num_threads(1)
-    net = make_qnet()
-    net.load_state_dict(weights)
-    rng, env = np.random.default_rng([seed, chunk]), gym.make("CartPole-v1")
-    obs, _ = env.reset(seed=int(rng.integers(2**31)))
-    rows: dict[str, list[Any]] = {k: [] for k in ("obs", "act", "rew", "next", "done")}
-    for _ in range(steps):
-        act = int(rng.integers(2)) if rng.random() < epsilon else _greedy(net, obs)
-        nxt, rew, term, trunc, _ = env.step(act)
-        for key, value in zip(rows, (obs, act, rew, nxt, term)):
-            rows[key].append(value)
-        obs = env.reset()[0] if term or trunc else nxt
-    return {"obs": np.asarray(rows["obs"], np.float32), "act": np.asarray(rows["act"], np.int64),
-            "rew": np.asarray(rows["rew"], np.float32), "next": np.asarray(rows["next"], np.float32),
-            "done": np.asarray(rows["done"], np.float32),
-            "tid": (np.int64(chunk) << 20) + np.arange(steps, dtype=np.int64)}
+    def __init__(self, index: int, seed: int) -> None:
+        import gymnasium as gym
+        import torch
+
+        torch.set_num_threads(1)
+        self.seed, self.net, self.env = seed, make_qnet(), gym.make("CartPole-v1")
+        self.obs, _ = self.env.reset(seed=seed * 1000 + index)
+
+    def collect(self, weights: dict[str, Any], chunk: int, steps: int, epsilon: float) -> dict[str, np.ndarray]:
+        """Play ``steps`` steps epsilon-greedily; one row per transition, ``tid`` unique."""
+        self.net.load_state_dict(weights)
+        rng = np.random.default_rng([self.seed, chunk])
+        rows: dict[str, list[Any]] = {k: [] for k in ("obs", "act", "rew", "next", "done")}
+        for _ in range(steps):
+            act = int(rng.integers(2)) if rng.random() < epsilon else _greedy(self.net, self.obs)
+            nxt, rew, term, trunc, _ = self.env.step(act)
+            for key, value in zip(rows, (self.obs, act, rew, nxt, term)):
+                rows[key].append(value)
+            self.obs = self.env.reset()[0] if term or trunc else nxt
+        return {"obs": np.asarray(rows["obs"], np.float32), "act": np.asarray(rows["act"], np.int64),
+                "rew": np.asarray(rows["rew"], np.float32), "next": np.asarray(rows["next"], np.float32),
+                "done": np.asarray(rows["done"], np.float32),
+                "tid": (np.int64(chunk) << 20) + np.arange(steps, dtype=np.int64)}
+
+    def ping(self) -> int:
+        return os.getpid()
 
 
 def evaluate(net: Any, *, episodes: int = EVAL_EPISODES, seed: int = 10_000) -> float:
@@ -85,7 +95,7 @@ def evaluate(net: Any, *, episodes: int = EVAL_EPISODES, seed: int = 10_000) -> 
 def _remotes() -> tuple[Any, Any, Any]:
     import ray
 
-    return (ray.remote(max_retries=3, num_cpus=0.5)(collect),
+    return (ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0.5)(EnvWorker),
             ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)(ReplayBufferActor),
             ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)(ParameterServer))
 
@@ -110,11 +120,14 @@ class DQNCartPole(Workload):
         self.target = float(ctx.param("target_return", 195.0, (int, float)))
         self.straggler_timeout = float(ctx.param("straggler_timeout", 2.0, (int, float)))
         self._start_actors()
+        worker_cls = _remotes()[0]
+        self.envs = [worker_cls.remote(i, ctx.seed) for i in range(self.workers)]
+        self.idle = list(self.envs)
         self.online, self.frozen = make_qnet(), make_qnet()
         self._pull()
         self.frozen.load_state_dict(self.online.state_dict())
         self.acked: list[np.ndarray] = []
-        self.pending: dict[Any, int] = {}
+        self.pending: dict[Any, Any] = {}  # chunk ref -> the env worker playing it
         self.chunks = self.adds = self.pushes = self.grads = 0
         self.env_steps, self.solved, self.best = 0, False, 0.0
         self.priority_refs: list[Any] = []
@@ -124,9 +137,9 @@ class DQNCartPole(Workload):
         wal = functools.partial(CheckpointConfig, durability="wal", every_n=500, keep=2)
         opts = {"namespace": self.ctx.namespace}
         self.buffer = buffer_cls.options(name="replay", **opts).remote(
-            200_000, checkpoint=wal(f"{self.ctx.storage}/replay", incremental=True), seed=self.ctx.seed)
+            200_000, checkpoint=wal(storage=f"{self.ctx.storage}/replay", incremental=True), seed=self.ctx.seed)
         self.server = server_cls.options(name="params", **opts).remote(
-            make_qnet, checkpoint=wal(f"{self.ctx.storage}/params"), optimizer="Adam",
+            make_qnet, checkpoint=wal(storage=f"{self.ctx.storage}/params"), optimizer="Adam",
             optimizer_kwargs={"lr": 1e-3}, seed=self.ctx.seed)
 
     # -- the loop ----------------------------------------------------------------------------
@@ -139,12 +152,11 @@ class DQNCartPole(Workload):
         return not self.solved
 
     def _submit(self) -> None:
-        collect_task = _remotes()[0]
-        weights = self._weights_ref
-        while len(self.pending) < self.workers:
-            epsilon = max(0.05, 1.0 - self.env_steps / 8000)
-            ref = collect_task.remote(weights, self.chunks, self.chunk_steps, epsilon, self.ctx.seed)
-            self.pending[ref], self.chunks = self.chunks, self.chunks + 1
+        """Give every idle env worker the next chunk to play with the latest weights."""
+        while self.idle:
+            worker, epsilon = self.idle.pop(), max(0.05, 1.0 - self.env_steps / 8000)
+            ref = worker.collect.remote(self._weights_ref, self.chunks, self.chunk_steps, epsilon)
+            self.pending[ref], self.chunks = worker, self.chunks + 1
 
     def _acknowledge(self) -> None:
         """Store the chunks that are ready; a straggler's chunk waits for a later step."""
@@ -153,11 +165,11 @@ class DQNCartPole(Workload):
 
         ready, _ = ray.wait(list(self.pending), num_returns=1, timeout=self.straggler_timeout)
         for ref in ready:
-            self.pending.pop(ref)
+            self.idle.append(self.pending.pop(ref))
             try:
                 batch = ray.get(ref, timeout=CALL_TIMEOUT)
             except RayError:
-                self.ctx.count("chunks_lost")  # retries exhausted: never acknowledged, not a loss
+                self.ctx.count("chunks_lost")  # never acknowledged, so not a loss
                 continue
             ray.get(self.buffer.add.remote(batch, writer_id="collector", seq=self.adds), timeout=CALL_TIMEOUT)
             self.adds += 1
@@ -222,8 +234,9 @@ class DQNCartPole(Workload):
     def probe(self) -> str:
         import ray
 
-        size, version = ray.get([self.buffer.size.remote(), self.server.version.remote()], timeout=5.0)
-        return f"buffer holds {size} transitions, parameters at version {version}"
+        size, version, *_ = ray.get([self.buffer.size.remote(), self.server.version.remote(),
+                                     *(env.ping.remote() for env in self.envs)], timeout=5.0)
+        return f"buffer holds {size} transitions, parameters at version {version}, {len(self.envs)} env workers answer"
 
     def invariants(self) -> list[Verdict]:
         import ray
@@ -249,8 +262,6 @@ class DQNCartPole(Workload):
     def teardown(self) -> None:
         import ray
 
-        for actor in (getattr(self, "buffer", None), getattr(self, "server", None)):
+        for actor in [getattr(self, "buffer", None), getattr(self, "server", None), *getattr(self, "envs", [])]:
             if actor is not None:
                 ray.kill(actor)
-        for ref in getattr(self, "pending", {}):
-            ray.cancel(ref, force=True)

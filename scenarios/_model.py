@@ -24,7 +24,8 @@ HealStrategy = Literal["after_each", "at_end"]
 MAX_DURATION = 3600.0
 MAX_NODES = 8
 _TOP_LEVEL = {"name", "description", "workload", "params", "duration", "nodes", "num_cpus",
-              "system_config", "heal", "invariants", "steady_state", "faults", "random"}
+              "system_config", "oom_headroom_gib", "heal", "invariants", "steady_state", "faults",
+              "random"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +76,9 @@ class Scenario:
     heal: HealStrategy = "after_each"
     steady_state: SteadyState = field(default_factory=SteadyState)
     source: str = ""  # what load_scenario was given: a built-in name or a file path
+    #: Set Ray's memory monitor threshold to the host's use at the start plus this many GiB,
+    #: and aim every memory fault just past it: the OOM kill then happens alike on any host.
+    oom_headroom_gib: float | None = None
 
     def with_nodes(self, nodes: int) -> Scenario:
         """This scenario on ``nodes`` embedded nodes (CLI ``--nodes``)."""
@@ -181,7 +185,8 @@ def _validate(source: str, data: dict[str, Any], seed: int, workloads: Mapping[s
         nodes=nodes, num_cpus=c.number("num_cpus", 2, 1, 64, whole=True),
         system_config=c.get("system_config", dict, {}, "must be a table of Ray system config"),
         heal=heal if heal in get_args(HealStrategy) else "after_each", steady_state=steady,
-        source=source.removeprefix("builtin:"))
+        source=source.removeprefix("builtin:"),
+        oom_headroom_gib=c.number("oom_headroom_gib", 0.0, 0.25, 64.0) if "oom_headroom_gib" in data else None)
     if c.problems:
         raise ScenarioError(source, c.problems)
     return scenario

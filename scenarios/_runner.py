@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import psutil
@@ -24,7 +24,10 @@ from chaos import (
     Chaos,
     ChaosError,
     HangError,
+    Injection,
     Journal,
+    MemoryPressure,
+    Schedule,
     TargetNotFound,
     TaskTarget,
     fault_to_dict,
@@ -80,7 +83,8 @@ def run_scenario(scenario: Scenario, *, seed: int = 0, address: str | None = Non
     from scenarios._workloads import WORKLOADS
 
     workload_cls = WORKLOADS[scenario.workload]
-    with _cluster(scenario, address) as addr, tempfile.TemporaryDirectory(prefix="raychaos-") as tmp:
+    scenario, oom_config = _with_oom_headroom(scenario, address)
+    with _cluster(scenario, address, oom_config) as addr, tempfile.TemporaryDirectory(prefix="raychaos-") as tmp:
         labels = (["baseline"] if (workload_cls.BASELINE if baseline is None else baseline) else []) + ["chaos"]
         results = []
         for label in labels:
@@ -102,11 +106,11 @@ def _journal_path(report_dir: str | None, label: str) -> str | None:
 
 
 @contextmanager
-def _cluster(scenario: Scenario, address: str | None) -> Iterator[str]:
+def _cluster(scenario: Scenario, address: str | None, extra_config: dict[str, Any]) -> Iterator[str]:
     import ray
 
     if address is None:
-        config = {**_default_config(), **scenario.system_config}
+        config = {**_default_config(), **scenario.system_config, **extra_config}
         with local_cluster(nodes=scenario.nodes, num_cpus=scenario.num_cpus, system_config=config,
                            worker_resources={"worker": 100}, log_to_driver=False) as handle:
             yield handle.address
@@ -116,6 +120,29 @@ def _cluster(scenario: Scenario, address: str | None) -> Iterator[str]:
         yield ray.get_runtime_context().gcs_address
     finally:
         ray.shutdown()
+
+
+def _with_oom_headroom(scenario: Scenario, address: str | None) -> tuple[Scenario, dict[str, Any]]:
+    """For ``oom_headroom_gib``: the threshold to give Ray, and the faults aimed past it."""
+    if scenario.oom_headroom_gib is None or address is not None:
+        return scenario, {}
+    threshold = _oom_threshold(scenario.oom_headroom_gib)
+    return (aim_memory_faults(scenario, threshold),
+            {"memory_usage_threshold": threshold, "memory_monitor_refresh_ms": 100})
+
+
+def _oom_threshold(headroom_gib: float) -> float:
+    vm = psutil.virtual_memory()
+    return round(min(0.9, (vm.total - vm.available + headroom_gib * 2**30) / vm.total), 3)
+
+
+def aim_memory_faults(scenario: Scenario, threshold: float) -> Scenario:
+    """The scenario with each memory fault aimed just past Ray's memory monitor threshold."""
+    entries = tuple(
+        ScheduledFault(e.at, replace(e.fault, fraction=min(threshold + 0.05, 0.92),
+                                     host_cap=min(threshold + 0.1, 0.95)))
+        if isinstance(e.fault, MemoryPressure) else e for e in scenario.schedule.entries)
+    return replace(scenario, schedule=Schedule(entries, scenario.schedule.seed))
 
 
 def _default_config() -> dict[str, Any]:
@@ -135,6 +162,7 @@ class _Recorder:
         self.probes: list[Probe] = []
         self.samples: list[Sample] = []
         self.faults: list[FaultRecord] = []
+        self.sampler: threading.Thread | None = None
 
     def add(self, kind: str, item: Any) -> None:
         with self.lock:
@@ -154,16 +182,14 @@ def _run_once(run: _Run, workload_cls: type[Workload], progress: Progress) -> Ru
                                    "schedule": scenario.schedule.to_dicts() if run.faults else []})
     progress(f"{scenario.name} [{run.label}]: setting up", ctx)
     status, error, verdicts = "completed", "", []
-    sampler = threading.Thread(target=_sample, args=(ctx, rec, run.embedded), daemon=True,
-                               name="raychaos-sampler")
-    sampler.start()
     try:
         status, error = _exercise(run, workload, ctx, chaos, rec, progress)
     finally:
         ctx.stop.set()
         chaos.heal_all()  # the rollback: runs after Ctrl-C too
         verdicts = _conclude(run, workload, ctx, rec, status)
-        sampler.join(timeout=5)
+        if rec.sampler is not None:
+            rec.sampler.join(timeout=5)
         journal.record("end", outcome=status, seconds=ctx.elapsed(),
                        extra={"verdicts": [_verdict_dict(v) for v in verdicts]})
         journal.close()
@@ -182,6 +208,10 @@ def _exercise(run: _Run, workload: Workload, ctx: RunContext, chaos: Chaos, rec:
     """Setup, probe before, the workload's loop under faults. Returns (status, error)."""
     try:
         workload.setup()
+        ctx.start_clock()
+        rec.sampler = threading.Thread(target=_sample, args=(ctx, rec, run.embedded), daemon=True,
+                                       name="raychaos-sampler")
+        rec.sampler.start()
         rec.add("probes", _probe(workload, ctx, "before"))
         progress(f"{run.scenario.name} [{run.label}]: running", ctx)
         with _faults_running(run, workload, ctx, chaos, rec):
@@ -243,14 +273,15 @@ def _sample(ctx: RunContext, rec: _Recorder, embedded: bool) -> None:
 
 
 def _rss(*, embedded: bool) -> int:
-    """Resident memory of this run's processes: the driver and everything it started (an
-    embedded cluster is all descendants), plus every Ray process here when attached."""
+    """Memory of this run's processes (PSS: shared pages split, not counted in each): the
+    driver and everything it started (an embedded cluster is all descendants), plus every
+    Ray process here when attached to an existing cluster."""
     me = psutil.Process()
     procs = {p.pid: p for p in [me, *me.children(recursive=True), *([] if embedded else ray_processes())]}
     total = 0
     for proc in procs.values():
         try:
-            total += proc.memory_info().rss
+            total += proc.memory_full_info().pss
         except psutil.Error:
             continue
     return total
@@ -300,27 +331,30 @@ def _one_fault(run: _Run, entry: ScheduledFault, workload: Workload, ctx: RunCon
     kind = fault_to_dict(fault)["kind"]
     target = getattr(getattr(fault, "target", None), "label", lambda: "node")()
     try:
-        with _inject(chaos, fault, entry.at):
+        with _inject(chaos, fault, entry.at) as injection:
             ctx.injected_fault(kind)
             ctx.stop.wait(_hold(run.scenario, fault, ctx))
     except ChaosError as exc:
         rec.add("faults", FaultRecord(entry.at, start, ctx.elapsed(), kind, target, f"refused: {exc}", None))
         return
     end = ctx.elapsed()
+    healed = str(injection.details.get("outcome", ""))
+    ctx.fault_outcome(kind, healed)
     mttr, outcome = _recovery(workload, ctx, start)
+    outcome = f"{healed}; {outcome}" if healed else outcome
     chaos.journal.record("recover", at=entry.at, fault=fault_to_dict(fault), target=target,
                          outcome=outcome, seconds=mttr)
     rec.add("faults", FaultRecord(entry.at, start, end, kind, target, outcome, mttr))
 
 
 @contextmanager
-def _inject(chaos: Chaos, fault: Any, at: float) -> Iterator[None]:
+def _inject(chaos: Chaos, fault: Any, at: float) -> Iterator[Injection]:
     """Inject; a task target between two tasks is looked for again for a few seconds."""
     deadline = time.monotonic() + FIND_TARGET_FOR
     while True:
         try:
-            with chaos.inject(fault, at=at):
-                yield
+            with chaos.inject(fault, at=at) as injection:
+                yield injection
             return
         except TargetNotFound:
             retry = isinstance(getattr(fault, "target", None), TaskTarget)

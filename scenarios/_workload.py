@@ -26,6 +26,7 @@ class RunContext:
                  storage: str, duration: float, faults: bool) -> None:
         self.address, self.namespace, self.seed = address, namespace, seed
         self.params, self.storage, self.faults = dict(params), storage, faults
+        self.duration = duration
         self.started = time.monotonic()
         self.deadline = self.started + duration
         self.stop = threading.Event()
@@ -34,6 +35,12 @@ class RunContext:
         self.series: dict[str, list[tuple[float, float]]] = {}
         self.metrics: dict[str, float] = {}
         self.injected: list[str] = []  # kinds of the faults injected so far (not refused)
+        self.outcomes: list[tuple[str, str]] = []  # (kind, what its heal observed)
+
+    def start_clock(self) -> None:
+        """Time zero of the run: set once setup is done, so schedules and the timeline skip it."""
+        self.started = time.monotonic()
+        self.deadline = self.started + self.duration
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
@@ -60,6 +67,11 @@ class RunContext:
     def injected_fault(self, kind: str) -> None:
         with self._lock:
             self.injected.append(kind)
+
+    def fault_outcome(self, kind: str, outcome: str) -> None:
+        """What a fault's heal observed (e.g. Ray's memory monitor killed the allocation)."""
+        with self._lock:
+            self.outcomes.append((kind, outcome))
 
     def kills(self) -> int:
         """How many kill faults were injected in this run so far."""
