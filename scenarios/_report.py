@@ -119,16 +119,17 @@ def _comparison(results: Sequence[RunResult]) -> str:
     return "".join(rows) + "</table>"
 
 
-def _throughput(r: RunResult) -> list[tuple[float, float]]:
-    """Per-second rate of the workload's first counter between consecutive samples."""
+def _throughput(r: RunResult, *, window: int = 4) -> list[tuple[float, float]]:
+    """Per-second rate of the workload's main counter over a sliding window of samples
+    (work arrives in chunks: a per-sample rate would only show the chunks)."""
     names = sorted({k for s in r.samples for k in s.counters})
     if not names:
         return []
-    name, points = names[-1] if "transitions" not in names else "transitions", []
-    for a, b in zip(r.samples, r.samples[1:]):
-        dt = b.t - a.t
-        if dt > 0:
-            points.append((b.t, (b.counters.get(name, 0) - a.counters.get(name, 0)) / dt))
+    name = "transitions" if "transitions" in names else names[-1]
+    points = []
+    for a, b in zip(r.samples, r.samples[window:]):
+        if b.t > a.t:
+            points.append((b.t, (b.counters.get(name, 0) - a.counters.get(name, 0)) / (b.t - a.t)))
     return points
 
 
@@ -159,8 +160,11 @@ def _polyline(points: list[tuple[float, float]], x: object, plot_h: int, colour:
         return ""
     top = max(v for _, v in points) or 1.0
     coords = " ".join(f"{x(t):.1f},{plot_h - 4 - (plot_h - 12) * v / top:.1f}" for t, v in points)  # type: ignore[operator]
+    last_t, last_v = points[-1]
     return (f"<polyline class='series' data-name='{_e(name)}' points='{coords}' fill='none' "
-            f"stroke='{colour}' stroke-width='1.5'><title>{_e(name)} (max {top:.1f})</title></polyline>")
+            f"stroke='{colour}' stroke-width='1.5'><title>{_e(name)} (max {top:.1f})</title></polyline>"
+            f"<text x='{x(last_t) - 150:.1f}' y='{plot_h - 8 - (plot_h - 12) * last_v / top:.1f}' "  # type: ignore[operator]
+            f"fill='{colour}'>{_e(name)}: {last_v:.0f} (max {top:.0f})</text>")
 
 
 def _legend(r: RunResult) -> str:

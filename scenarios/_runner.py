@@ -25,6 +25,7 @@ from chaos import (
     ChaosError,
     HangError,
     Injection,
+    InvalidConfig,
     Journal,
     MemoryPressure,
     Schedule,
@@ -114,6 +115,13 @@ def _cluster(scenario: Scenario, address: str | None, extra_config: dict[str, An
         with local_cluster(nodes=scenario.nodes, num_cpus=scenario.num_cpus, system_config=config,
                            worker_resources={"worker": 100}, log_to_driver=False) as handle:
             yield handle.address
+        return
+    if ray.is_initialized():  # this process is already a driver (a test, a notebook): reuse it
+        connected = ray.get_runtime_context().gcs_address
+        if connected != address:
+            raise InvalidConfig(f"this process is connected to the Ray cluster at {connected!r}, "
+                                f"not {address!r}; pass --address {connected} or call ray.shutdown()")
+        yield connected
         return
     ray.init(address=address, namespace="raychaos", log_to_driver=False)
     try:

@@ -1,4 +1,4 @@
-"""The raychaos command: version, commands, and the `make run` demo end to end."""
+"""The raychaos command: version, commands, and the demo end to end."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def test_bare_command_prints_version_and_commands() -> None:
 
 
 def test_bad_option_exits_2_with_the_reason() -> None:
-    result = CliRunner().invoke(main, ["run", "--adds", "0"])
+    result = CliRunner().invoke(main, ["demo", "--adds", "0"])
     assert result.exit_code == 2
     assert "Invalid value for '--adds': 0 is not in the range 1<=x<=10000" in result.output
 
@@ -30,7 +30,7 @@ def test_demo_kills_and_restores_in_both_modes() -> None:
     # A subprocess: the demo starts its own embedded cluster, and a process can drive only one.
     exe = Path(sys.executable).parent / "raychaos"
     assert exe.exists(), f"raychaos console script is not installed next to {sys.executable}"
-    out = subprocess.run([str(exe), "run", "--adds", "7"], capture_output=True, text=True, timeout=240)
+    out = subprocess.run([str(exe), "demo", "--adds", "7"], capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stdout + out.stderr
     rows = {line.split("│")[1].strip(): line for line in out.stdout.splitlines()
             if line.startswith("│")}

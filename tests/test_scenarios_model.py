@@ -1,0 +1,129 @@
+"""Scenario files: validated up front, every problem on its own line; the CLI's bad input exits 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from chaos import Kill, MemoryPressure, Pause
+from scenarios import ScenarioError, builtin_names, load_scenario
+from scenarios._runner import aim_memory_faults
+from scenarios.cli import main
+
+BUILTINS = ["dqn-cartpole", "env-worker-kill", "env-worker-kill-no-retries", "memory-pressure",
+            "node-loss", "owner-death", "parameter-server-crash", "replay-crash-loop",
+            "replay-crash-loop-beyond", "starvation", "straggler"]
+
+
+def test_every_builtin_scenario_loads() -> None:
+    assert builtin_names() == BUILTINS
+    for name in BUILTINS:
+        scenario = load_scenario(name)
+        assert scenario.name == name and scenario.invariants and scenario.schedule.entries
+
+
+def test_the_flagship_schedule_mixes_kills_a_pause_and_memory() -> None:
+    kinds = {type(e.fault) for e in load_scenario("dqn-cartpole").schedule.entries}
+    assert kinds == {Kill, Pause, MemoryPressure}
+
+
+def _write(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    return str(path)
+
+
+BAD = """
+name = "bad"
+workload = "sampling"
+duration = -3
+nodes = 99
+colour = "red"
+invariants = ["results_correct", "no_such_invariant"]
+
+[[faults]]
+at = 1
+kind = "teleport"
+
+[[faults]]
+at = 2
+kind = "pause"
+seconds = 0
+target = { kind = "task", name = "sample_env" }
+"""
+
+
+def test_a_bad_file_reports_every_problem_once_each(tmp_path: Path) -> None:
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(_write(tmp_path, BAD))
+    lines = str(info.value).splitlines()[1:]
+    assert len(lines) == len(info.value.problems) == 6
+    text = str(info.value)
+    assert "colour = 'red': unknown field" in text
+    assert "duration = -3: must be a number in [1, 3600]" in text
+    assert "nodes = 99: must be a whole number in [1, 8]" in text
+    assert "invariants[1] = 'no_such_invariant': not an invariant of this workload" in text
+    assert "unknown fault kind 'teleport'" in text
+    assert "`seconds` must be a duration in (0, 3600] seconds, got 0" in text
+
+
+def test_unknown_names_list_the_choices(tmp_path: Path) -> None:
+    with pytest.raises(ScenarioError, match="unknown; use a TOML file or one of dqn-cartpole, env-worker-kill"):
+        load_scenario("no-such-scenario")
+    with pytest.raises(ScenarioError, match="workload = 'quantum': unknown workload; use one of dqn-cartpole"):
+        load_scenario(_write(tmp_path, 'name = "x"\nworkload = "quantum"\nduration = 5\ninvariants = []'))
+
+
+def test_invalid_toml_is_one_problem(tmp_path: Path) -> None:
+    with pytest.raises(ScenarioError, match=r"is not valid TOML \(.*\); fix the syntax"):
+        load_scenario(_write(tmp_path, "name = [unclosed"))
+
+
+def test_a_random_schedule_is_drawn_from_the_seed(tmp_path: Path) -> None:
+    text = ('name = "r"\nworkload = "sampling"\nduration = 60\ninvariants = []\n[random]\nrate = 0.5\n'
+            'menu = [{ kind = "kill", target = { kind = "task", name = "sample_env" } }]\n')
+    path = _write(tmp_path, text)
+    first, again, other = (load_scenario(path, seed=s).schedule for s in (1, 1, 2))
+    assert first == again and first != other and first.entries
+
+
+def test_memory_faults_are_aimed_past_the_threshold() -> None:
+    aimed = aim_memory_faults(load_scenario("memory-pressure"), 0.3)
+    fault = aimed.schedule.entries[0].fault
+    assert (fault.fraction, fault.host_cap) == (pytest.approx(0.35), pytest.approx(0.4))
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["run", "no-such"], "scenario = 'no-such': unknown; use a TOML file or one of"),
+    (["run", "straggler", "--nodes", "0"], "Invalid value for '--nodes': 0 is not in the range 1<=x<=8"),
+    (["run", "straggler", "--duration", "0"], "Invalid value for '--duration': 0.0 is not in the range 1<=x<=3600"),
+    (["run", "straggler", "--seed", "-1"], "Invalid value for '--seed': -1 is not in the range"),
+    (["run", "straggler", "--address", "10.0.0.1:6379", "--nodes", "3"], "exclude each other"),
+    (["replay", "/no/such/journal.jsonl"], "does not exist"),
+])
+def test_bad_cli_input_exits_2_and_says_why(args: list[str], message: str) -> None:
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+
+
+def test_a_bad_scenario_file_exits_2_with_one_line_per_problem(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["run", _write(tmp_path, BAD)])
+    assert result.exit_code == 2
+    assert result.output.startswith("error: ") and "6 problem(s)" in result.output
+    assert sum(line.startswith("  ") for line in result.output.splitlines()) == 6
+
+
+def test_replay_refuses_a_journal_without_a_run(tmp_path: Path) -> None:
+    path = tmp_path / "journal.jsonl"
+    path.write_text('{"kind": "inject", "mono": 1.0, "wall": 1.0}\n')
+    result = CliRunner().invoke(main, ["replay", str(path)])
+    assert result.exit_code == 2 and "has no start event from `raychaos run`" in result.output
+
+
+def test_list_names_every_builtin() -> None:
+    result = CliRunner().invoke(main, ["list"])
+    assert result.exit_code == 0
+    assert [line.split()[0] for line in result.output.splitlines()] == BUILTINS

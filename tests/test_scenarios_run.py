@@ -1,0 +1,183 @@
+"""Every built-in scenario through `raychaos run`: its invariants hold on real Ray processes.
+
+Most run in this process against the session's cluster (`--address`); those that need a
+cluster of their own (a Ray memory threshold, three nodes, the flagship's `make run` path,
+Ctrl-C) run the console script in a subprocess, which starts and tears down an embedded one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from click.testing import CliRunner
+
+from chaos import ClusterHandle, read_journal, wait_until
+from scenarios.cli import main
+
+pytestmark = pytest.mark.ray
+RAYCHAOS = str(Path(sys.executable).parent / "raychaos")
+
+
+def _summary(report: Path) -> dict:
+    return json.loads((report / "summary.json").read_text())
+
+
+def _assert_held(report: Path, output: str) -> dict:
+    summary = _summary(report)
+    chaos_run = summary["runs"][-1]
+    broken = [v for v in chaos_run["verdicts"] if not v["held"]]
+    assert chaos_run["status"] == "completed" and not broken, (broken, chaos_run["error"], output[-3000:])
+    assert {p.name for p in report.iterdir()} >= {"journal.jsonl", "junit.xml", "summary.json", "report.html"}
+    return chaos_run
+
+
+@pytest.mark.parametrize("name", ["env-worker-kill", "env-worker-kill-no-retries", "replay-crash-loop",
+                                  "replay-crash-loop-beyond", "parameter-server-crash", "straggler",
+                                  "starvation", "owner-death"])
+def test_builtin_scenario_holds_its_invariants(name: str, ray_cluster: ClusterHandle, tmp_path: Path) -> None:
+    args = ["run", name, "--address", ray_cluster.address, "--duration", "8", "--report", str(tmp_path)]
+    result = CliRunner().invoke(main, args)
+    run = _assert_held(tmp_path, result.output)
+    assert result.exit_code == 0, result.output
+    injected = [f for f in run["faults"] if not f["outcome"].startswith("refused")]
+    assert injected, run["faults"]  # the faults really happened
+    assert all(f["mttr"] is not None for f in injected if name != "replay-crash-loop-beyond")
+
+
+def test_a_broken_invariant_exits_1(ray_cluster: ClusterHandle, tmp_path: Path) -> None:
+    # Claiming crashes surface while Ray retries them: the invariant breaks, the exit code says so.
+    scenario = tmp_path / "wrong.toml"
+    text = (Path(__file__).parents[1] / "scenarios/builtin/env-worker-kill.toml").read_text()
+    scenario.write_text(text.replace('"no_error_visible"]', '"no_error_visible", "crashes_surface"]'))
+    result = CliRunner().invoke(main, ["run", str(scenario), "--address", ray_cluster.address,
+                                       "--duration", "6", "--report", str(tmp_path / "r")])
+    assert result.exit_code == 1, result.output
+    verdicts = {v["name"]: v["held"] for v in _summary(tmp_path / "r")["runs"][-1]["verdicts"]}
+    assert verdicts["crashes_surface"] is False and verdicts["results_correct"] is True
+    assert "BROKEN" in result.output
+
+
+def test_replay_reruns_the_journal_schedule(ray_cluster: ClusterHandle, tmp_path: Path) -> None:
+    first, second = tmp_path / "first", tmp_path / "second"
+    common = ["--address", ray_cluster.address]
+    assert CliRunner().invoke(main, ["run", "replay-crash-loop", "--duration", "7", "--report", str(first), *common]).exit_code == 0
+    result = CliRunner().invoke(main, ["replay", str(first / "journal.jsonl"), "--report", str(second), *common])
+    assert result.exit_code == 0, result.output
+    assert "replaying 3 faults of replay-crash-loop (seed 0)" in result.output
+
+    def schedule(folder: Path) -> list:
+        return [(e.at, e.fault) for e in read_journal(str(folder / "journal.jsonl")) if e.kind == "inject"]
+
+    assert schedule(first) == schedule(second) and len(schedule(first)) == 3
+
+
+def _run_embedded(args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([RAYCHAOS, "run", *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("name", ["memory-pressure", "node-loss"])
+def test_scenarios_with_their_own_cluster(name: str, tmp_path: Path) -> None:
+    out = _run_embedded([name, "--report", str(tmp_path)], timeout=240)
+    _assert_held(tmp_path, out.stdout + out.stderr)
+    assert out.returncode == 0
+
+
+def test_flagship_dqn_trains_to_target_under_chaos_and_reports(tmp_path: Path) -> None:
+    out = _run_embedded(["dqn-cartpole", "--report", str(tmp_path)], timeout=300)
+    run = _assert_held(tmp_path, out.stdout + out.stderr)
+    assert out.returncode == 0
+    kinds = sorted(f["kind"] for f in run["faults"] if f["mttr"] is not None)
+    assert kinds == ["kill", "kill", "kill", "memory", "pause"]
+    runs = {r["label"]: r for r in _summary(tmp_path)["runs"]}
+    assert set(runs) == {"baseline", "chaos"} and runs["baseline"]["faults"] == []
+    assert runs["chaos"]["peak_rss_gib"] < 6.0
+    assert runs["chaos"]["series"]["eval_return"][-1][1] >= 195
+
+
+def test_the_html_report_renders_in_headless_chromium(tmp_path: Path) -> None:
+    chromium = "/usr/bin/chromium"
+    assert os.path.exists(chromium), "install Debian's chromium (make browser) for the report test"
+    report = tmp_path / "report"
+    out = _run_embedded(["straggler", "--duration", "6", "--report", str(report)], timeout=180)
+    assert out.returncode == 0, out.stdout + out.stderr
+    url = (report / "report.html").as_uri()
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
+    dom = subprocess.run([chromium, *flags, "--dump-dom", url], capture_output=True, text=True, timeout=60).stdout
+    assert "<svg class=\"timeline\"" in dom and "class=\"fault-band\"" in dom
+    assert "class=\"series\" data-name=\"throughput\"" in dom
+    assert "ALL INVARIANTS HELD" in dom and dom.count("class=\"verdict\"") >= 4
+    shot = tmp_path / "shot.png"
+    subprocess.run([chromium, *flags, f"--screenshot={shot}", "--window-size=1200,1400", url],
+                   capture_output=True, timeout=60, check=True)
+    assert _coloured_pixels(shot) > 2000  # the bands and lines were painted, not a blank page
+
+
+def _coloured_pixels(png: Path) -> int:
+    """Pixels that are neither white nor grey: the shaded bands and the coloured series."""
+    import zlib
+
+    import numpy as np
+
+    data = png.read_bytes()
+    chunks, pos = [], 8
+    while pos < len(data):
+        length = int.from_bytes(data[pos:pos + 4], "big")
+        kind = data[pos + 4:pos + 8]
+        if kind == b"IHDR":
+            width, height, depth, colour = int.from_bytes(data[pos + 8:pos + 12], "big"), \
+                int.from_bytes(data[pos + 12:pos + 16], "big"), data[pos + 16], data[pos + 17]
+        elif kind == b"IDAT":
+            chunks.append(data[pos + 8:pos + 8 + length])
+        pos += 12 + length
+    channels = {2: 3, 6: 4}[colour]
+    assert depth == 8
+    raw = np.frombuffer(zlib.decompress(b"".join(chunks)), dtype=np.uint8)
+    rows = raw.reshape(height, 1 + width * channels)[:, 1:]  # filter bytes dropped: saturation survives most filters
+    rgb = rows.reshape(height, width, channels)[:, :, :3].astype(int)
+    return int(((rgb.max(axis=2) - rgb.min(axis=2)) > 40).sum())
+
+
+def test_ctrl_c_heals_and_leaves_no_ray_and_no_paused_process(tmp_path: Path) -> None:
+    report = tmp_path / "r"
+    proc = subprocess.Popen([RAYCHAOS, "run", "straggler", "--duration", "30", "--report", str(report)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    journal = report / "journal.jsonl"
+
+    def paused() -> bool:
+        return journal.exists() and any(e.kind == "inject" for e in read_journal(str(journal)))
+
+    try:
+        wait_until(paused, timeout=120, what="the straggler's SIGSTOP")
+        family = psutil.Process(proc.pid).children(recursive=True)
+        assert any(_stopped(p) for p in family), "the pause should be in effect before Ctrl-C"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=90) == 130
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    wait_until(lambda: not [p for p in family if _alive(p)], timeout=30,
+               what="every process of the interrupted run to exit")
+    kinds = [e.kind for e in read_journal(str(journal))]
+    assert kinds[0] == "start" and "heal" in kinds
+
+
+def _stopped(p: psutil.Process) -> bool:
+    try:
+        return p.status() == psutil.STATUS_STOPPED
+    except psutil.Error:
+        return False
+
+
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
