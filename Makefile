@@ -4,7 +4,9 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: install run test bench leakcheck clean
+REPORT ?= report/dqn-cartpole
+
+.PHONY: install browser run test bench leakcheck clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -14,11 +16,17 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)
 
+# The flagship: DQN on CartPole under mixed chaos, and its fault-free twin; report in $(REPORT).
 run: $(STAMP)
-	$(VENV)/bin/raychaos run
+	$(VENV)/bin/raychaos run dqn-cartpole --report $(REPORT)
 	@$(MAKE) --no-print-directory leakcheck
 
-test: $(STAMP)
+# The report test renders report.html in Debian's headless Chromium.
+browser:
+	@command -v chromium >/dev/null || (apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium)
+
+test: $(STAMP) browser
 	$(PY) -m pytest $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory leakcheck
 

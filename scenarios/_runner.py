@@ -33,6 +33,7 @@ from chaos import (
     TaskTarget,
     fault_to_dict,
     local_cluster,
+    stop_agents,
     ray_processes,
     wait_until,
 )
@@ -123,10 +124,14 @@ def _cluster(scenario: Scenario, address: str | None, extra_config: dict[str, An
                                 f"not {address!r}; pass --address {connected} or call ray.shutdown()")
         yield connected
         return
+    # Ray 2.60 clusters use token authentication; a client must ask for it to send its token
+    # (from ~/.ray/auth_token or RAY_AUTH_TOKEN, as Ray reads them).
+    os.environ.setdefault("RAY_AUTH_MODE", "token")
     ray.init(address=address, namespace="raychaos", log_to_driver=False)
     try:
         yield ray.get_runtime_context().gcs_address
     finally:
+        stop_agents()  # detached agents would outlive the run on a cluster we do not own
         ray.shutdown()
 
 
@@ -344,6 +349,11 @@ def _one_fault(run: _Run, entry: ScheduledFault, workload: Workload, ctx: RunCon
             ctx.stop.wait(_hold(run.scenario, fault, ctx))
     except ChaosError as exc:
         rec.add("faults", FaultRecord(entry.at, start, ctx.elapsed(), kind, target, f"refused: {exc}", None))
+        return
+    except Exception as exc:  # noqa: BLE001 - an injection that failed is a result, not a crash
+        outcome = f"injection failed: {type(exc).__name__}: {exc}"[:500]
+        chaos.journal.record("refuse", at=entry.at, fault=fault_to_dict(fault), target=target, outcome=outcome)
+        rec.add("faults", FaultRecord(entry.at, start, ctx.elapsed(), kind, target, outcome, None))
         return
     end = ctx.elapsed()
     healed = str(injection.details.get("outcome", ""))

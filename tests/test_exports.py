@@ -41,7 +41,10 @@ def test_actors_exports() -> None:
 
 
 def test_scenarios_exports() -> None:
-    assert set(scenarios.__all__) == {"DemoRow", "run_demo"}
+    assert set(scenarios.__all__) == {
+        "DemoRow", "FaultRecord", "Probe", "Problem", "RunContext", "RunResult", "Sample", "Scenario",
+        "ScenarioError", "SteadyState", "Verdict", "Workload", "builtin_names", "load_scenario",
+        "run_demo", "run_scenario", "summary", "write_reports"}
 
 
 def test_every_exported_name_exists() -> None:

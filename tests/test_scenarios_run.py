@@ -181,3 +181,44 @@ def _alive(p: psutil.Process) -> bool:
         return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+def test_address_runs_against_a_cluster_started_with_ray_start(tmp_path: Path) -> None:
+    """A `ray start --head` plus a second `ray start --address` node, as on a real cluster."""
+    import tempfile
+
+    from chaos import reap
+    from chaos._cluster import _mentions, ray_processes
+
+    ray_cli = str(Path(sys.executable).parent / "ray")
+    temp = tempfile.mkdtemp(prefix="rcs-", dir="/tmp")
+    env = {**os.environ, "RAY_AUTH_MODE": "token"}
+    common = ["--num-cpus=2", f"--temp-dir={temp}", "--disable-usage-stats"]
+    try:
+        # The dashboard serves the State API, which targets faults: a real cluster keeps it.
+        head = subprocess.run([ray_cli, "start", "--head", "--port=0", "--include-dashboard=true",
+                               f"--dashboard-port={_free_port()}", *common],
+                              capture_output=True, text=True, timeout=120, env=env)
+        assert head.returncode == 0, head.stderr
+        address = head.stdout.split("ray start --address='")[1].split("'")[0]
+        node = subprocess.run([ray_cli, "start", f"--address={address}", '--resources={"worker": 100}', *common],
+                              capture_output=True, text=True, timeout=120, env=env)
+        assert node.returncode == 0, node.stderr
+        out = subprocess.run([RAYCHAOS, "run", "env-worker-kill", "--address", address, "--duration", "8",
+                              "--report", str(tmp_path)], capture_output=True, text=True, timeout=240, env=env)
+        run = _assert_held(tmp_path, out.stdout + out.stderr)
+        assert out.returncode == 0
+        assert [f["kind"] for f in run["faults"]] == ["kill", "kill"]
+        assert all(f["mttr"] is not None for f in run["faults"])
+    finally:
+        ours = [p for p in ray_processes() if _mentions(p, temp)]
+        family = ours + [c for p in ours if _alive(p) for c in p.children(recursive=True)]
+        reap(family, timeout=5.0)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
