@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import socket
 import signal
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -95,6 +96,7 @@ def local_cluster(
     *,
     nodes: int = 1,
     num_cpus: int = 2,
+    num_gpus: int = 0,
     object_store_mb: int = 200,
     system_config: Mapping[str, Any] | None = None,
     worker_resources: Mapping[str, float] | None = None,
@@ -108,6 +110,7 @@ def local_cluster(
             (each node gets ``num_cpus`` CPUs; the head an ``rc_head`` resource, worker ``i`` an ``rc_node<i>`` resource and
             ``worker_resources``).
         num_cpus: logical CPUs per node.
+        num_gpus: logical GPUs of a single node (scheduling only: nothing needs a real GPU).
         object_store_mb: object store size per node.
         system_config: Ray ``_system_config``; defaults to :data:`TEST_SYSTEM_CONFIG`.
         log_to_driver: forward workers' and raylets' output to this process.
@@ -128,6 +131,8 @@ def local_cluster(
     try:
         init_args = {"namespace": namespace, "log_to_driver": log_to_driver,
                      "logging_level": logging.WARNING}
+        if num_gpus:
+            init_args["num_gpus"] = num_gpus
         with _started(nodes, num_cpus, object_store_mb, config, temp_dir, worker_resources,
                       init_args) as handle:
             yield handle
@@ -158,7 +163,7 @@ def _started(nodes: int, num_cpus: int, object_store_mb: int, config: dict[str, 
             address = ctx.address_info["gcs_address"]
         else:
             cluster = _multi_node(nodes, num_cpus, store, config, temp_dir, worker_resources)
-            ray.init(address=cluster.address, **init_args)
+            ray.init(address=cluster.address, **{k: v for k, v in init_args.items() if k != "num_gpus"})
             address = cluster.address
         yield ClusterHandle(address=address, nodes=nodes, temp_dir=temp_dir, cluster=cluster)
     finally:
@@ -175,12 +180,20 @@ def _multi_node(nodes: int, num_cpus: int, store: int, config: dict[str, Any], t
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": num_cpus, "object_store_memory": store, "_system_config": config,
         "temp_dir": temp_dir, "include_dashboard": True, "resources": {"rc_head": 1.0},
+        # Unlike ray.init, Cluster's head fails if 8265 is taken (another cluster on this machine).
+        "dashboard_port": _free_port(),
     })
     for i in range(1, nodes):
         resources = {f"rc_node{i}": 1.0, **(worker_resources or {})}
         cluster.add_node(num_cpus=num_cpus, object_store_memory=store, resources=resources)
     cluster.wait_for_nodes(timeout=60)
     return cluster
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def _teardown(cluster: Any, temp_dir: str) -> None:

@@ -130,3 +130,25 @@ def demo(adds: int) -> None:
     wal = next(r for r in rows if r.durability == "wal")
     if wal.after != wal.before:
         raise click.ClickException(f"WAL mode lost state: {wal.before} before, {wal.after} after")
+
+
+@main.command()
+@click.argument("lesson_id", required=False)
+@click.option("--address", default=None, help="run on this existing Ray cluster instead of an embedded one")
+def explain(lesson_id: str | None, address: str | None) -> None:
+    """List the lessons, or run LESSON_ID: the chapter's mistake and its fix, measured side by side."""
+    from chaos import InvalidConfig
+    from scenarios._lessons import find, lessons, run_lesson
+    from scenarios._lesson_console import print_lesson, print_lessons
+
+    if lesson_id is None:
+        print_lessons(lessons())
+        return
+    try:
+        item = find(lesson_id)
+    except InvalidConfig as exc:
+        _fail(str(exc))
+    result = run_lesson(item, address=address)
+    print_lesson(result)
+    if not result.favours_fix:
+        sys.exit(EXIT_DEVIATED)

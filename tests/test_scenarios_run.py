@@ -31,6 +31,7 @@ def _summary(report: Path) -> dict:
 
 
 def _assert_held(report: Path, output: str) -> dict:
+    assert (report / "summary.json").exists(), f"no report was written:\n{output[-4000:]}"
     summary = _summary(report)
     chaos_run = summary["runs"][-1]
     broken = [v for v in chaos_run["verdicts"] if not v["held"]]

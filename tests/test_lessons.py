@@ -1,0 +1,60 @@
+"""Every lesson through `raychaos explain`: the measured difference favours the fix.
+
+Only the direction of each difference is asserted, never an absolute time. Lessons that fit
+the session's single-node cluster run in this process (`--address`); the GPU and placement
+group lessons need a cluster of their own (a logical GPU; three nodes) and run in a subprocess.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from chaos import ClusterHandle
+from scenarios._lessons import Measure, find, lessons
+from scenarios.cli import main
+
+pytestmark = pytest.mark.ray
+OWN_CLUSTER = {"13-undeclared-gpu", "15-placement-groups"}
+SHARED = [item.id for item in lessons() if item.id not in OWN_CLUSTER]
+
+
+def test_there_are_fifteen_pitfalls_and_two_tips() -> None:
+    items = lessons()
+    assert [i.id.split("-")[0] for i in items] == [f"{n:02d}" for n in range(1, 16)] + ["t1", "t2"]
+    assert {i.section for i in items} == {"4.1", "4.2", "4.3", "4.4", "4.5"}
+
+
+def test_a_measure_knows_which_way_is_better() -> None:
+    assert Measure("t", "s", 2.0, 1.0).favours_fix
+    assert not Measure("t", "s", 1.0, 2.0).favours_fix
+    assert Measure("n", "of 5", 0, 5, better="higher").favours_fix
+
+
+def test_lessons_are_found_by_number_too() -> None:
+    assert find("7").id == "07-get-then-put" and find("07").id == find("07-get-then-put").id
+
+
+def test_an_unknown_lesson_exits_2_and_lists_them() -> None:
+    result = CliRunner().invoke(main, ["explain", "99"])
+    assert result.exit_code == 2 and "no lesson '99'; `raychaos explain` lists them: 01-global-state" in result.output
+
+
+@pytest.mark.parametrize("lesson_id", SHARED)
+def test_lesson_favours_the_fix(lesson_id: str, ray_cluster: ClusterHandle) -> None:
+    result = CliRunner().invoke(main, ["explain", lesson_id, "--address", ray_cluster.address])
+    assert result.exit_code == 0, result.output
+    assert "mistake?" not in result.output and "Why:" in result.output
+    assert f"Chapter section {find(lesson_id).section}" in result.output
+
+
+@pytest.mark.parametrize("lesson_id", sorted(OWN_CLUSTER))
+def test_lesson_on_its_own_cluster_favours_the_fix(lesson_id: str) -> None:
+    exe = Path(sys.executable).parent / "raychaos"
+    out = subprocess.run([str(exe), "explain", lesson_id], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "mistake?" not in out.stdout and "Why:" in out.stdout
