@@ -21,7 +21,7 @@ from typing import Any, Literal, TypeVar, get_args
 
 from actors import _codec, _wal
 from actors._store import CheckpointInfo, CheckpointStore
-from chaos._errors import InvalidConfig
+from chaos._errors import CheckpointError, InvalidConfig
 
 __all__ = [
     "CheckpointConfig",
@@ -126,9 +126,14 @@ def mutation(method: F) -> F:
     def wrapper(self: Checkpointable, *args: Any, **kwargs: Any) -> Any:
         # Applying and logging happen under one lock, so the log's order is the apply order.
         with _lock_of(self):
-            result = method(self, *args, **kwargs)
+            depth = self.__dict__.get("_raychaos_depth", 0)
+            self.__dict__["_raychaos_depth"] = depth + 1
+            try:
+                result = method(self, *args, **kwargs)
+            finally:
+                self.__dict__["_raychaos_depth"] = depth
             checkpointer = self.__dict__.get("_raychaos_checkpointer")
-            if checkpointer is not None:
+            if checkpointer is not None and depth == 0:  # an override calling super() logs once
                 checkpointer.after_mutation(method.__name__, args, kwargs)
             return result
 
@@ -301,8 +306,16 @@ class _Checkpointer:
         return replayed
 
     def _apply(self, record: Mapping[str, Any]) -> None:
-        method = getattr(type(self.owner), record["m"]).__raychaos_mutation__
-        method(self.owner, *record["a"], **record["k"])
+        method = getattr(getattr(type(self.owner), record["m"], None), "__raychaos_mutation__", None)
+        if method is None:
+            raise CheckpointError(
+                f"the log holds a call to {record['m']!r}, which {type(self.owner).__name__} does not "
+                "mark with @mutation; decorate it (an override too) or restore from fresh storage")
+        self.owner.__dict__["_raychaos_depth"] = 1  # replaying: nested mutations log nothing
+        try:
+            method(self.owner, *record["a"], **record["k"])
+        finally:
+            self.owner.__dict__["_raychaos_depth"] = 0
 
     def _open_segment(self, seq: int, *, valid_length: int | None = None) -> None:
         if self.writer is not None:

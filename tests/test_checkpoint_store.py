@@ -20,7 +20,7 @@ from actors import (
     CheckpointWarning,
     mutation,
 )
-from chaos import CheckpointFormatError, InvalidConfig, StorageUnreachable
+from chaos import CheckpointError, CheckpointFormatError, InvalidConfig, StorageUnreachable
 
 
 class Box(Checkpointable):
@@ -81,6 +81,34 @@ def test_wal_mode_restores_every_acknowledged_mutation(storage: str) -> None:
     restored = reopen(storage, every_n=3, durability="wal")
     assert restored.digest() == box.digest()
     assert restored.info.replayed == 1
+
+
+class DoubleBox(Box):
+    """An override of a mutation that calls super(): logged once, replayed once."""
+
+    @mutation
+    def add(self, k: int, v: np.ndarray | None = None) -> int:
+        return super().add(2 * k, v)
+
+
+def test_an_overriding_mutation_is_logged_and_replayed_once(storage: str) -> None:
+    box = DoubleBox(storage, every_n=100, durability="wal")
+    for _ in range(3):
+        box.add(1)
+    assert box.n == 6
+    restored = DoubleBox(storage, restore="always", every_n=100, durability="wal")
+    assert restored.n == 6 and restored.info.replayed == 3
+
+
+def test_a_logged_call_the_class_no_longer_marks_is_refused_with_the_fix(storage: str) -> None:
+    class Renamed(Box):
+        add = None  # type: ignore[assignment]
+
+    box = Box(storage, every_n=100, durability="wal")
+    box.add(1)
+    with pytest.raises(CheckpointError, match="the log holds a call to 'add', which Renamed does not mark "
+                                              "with @mutation; decorate it"):
+        Renamed(storage, restore="always", every_n=100, durability="wal")
 
 
 def test_keep_prunes_old_folders_and_their_logs(storage: str) -> None:

@@ -154,17 +154,3 @@ def test_the_readme_example_runs(ray_cluster: ClusterHandle) -> None:
     exec(compile(code, "README.md", "exec"), namespace)  # noqa: S102 - our own README
     run_state_machine_as_test(namespace["CounterMachine"], settings=FAST)
 
-
-class AppliesDuplicates(ParameterServer):
-    """Bug: no dedupe table, so a push delivered twice (Ray's at-least-once retry) is applied twice."""
-
-    def push(self, grads: Any, *, worker_id: str, seq: int, base_version: int) -> Any:
-        self._dedupe.clear()
-        return super().push(grads, worker_id=worker_id, seq=seq, base_version=base_version)
-
-
-def test_a_server_that_applies_a_duplicate_push_is_caught_and_shrunk(ray_cluster: ClusterHandle) -> None:
-    machine = type("BrokenPS", (PSMachine,), {"actor_class": AppliesDuplicates, "durability": "wal"})
-    with pytest.raises(AssertionError, match="actor state .* != model") as excinfo:
-        run_state_machine_as_test(machine, settings=settings(BREAK, max_examples=12, stateful_step_count=5))
-    assert shrunk_steps(excinfo) == ["push", "redeliver_last_push"]
