@@ -11,7 +11,7 @@ REPORT ?= report/dqn-cartpole
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e ".[bench]"
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[bench,test]"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -47,6 +47,32 @@ def _warm(workers: int) -> None:
     ray.get([task.remote(0.3) for _ in range(workers)], timeout=TIMEOUT)
 
 
+def _span(seconds: float) -> tuple[float, float]:
+    """The "I/O" being scheduled; returns when it ran (wall clock, comparable across workers)."""
+    start = time.time()
+    time.sleep(seconds)
+    return start, time.time()
+
+
+def _peak(spans: Sequence[tuple[float, float]]) -> int:
+    """The most spans running at one instant."""
+    edges = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
+    running = peak = 0
+    for _, step in edges:
+        running += step
+        peak = max(peak, running)
+    return peak
+
+
+def _concurrency(n: int, seconds: float, **options: Any) -> int:
+    """Peak number of ``n`` I/O tasks running at once, declared with ``options``."""
+    import ray
+
+    _warm(n)
+    task = _remote(_span, **options)
+    return _peak(ray.get([task.remote(seconds) for _ in range(n)], timeout=TIMEOUT))
+
+
 def _timed(fn: Any, *, warm: int = 0) -> float:
     if warm:
         _warm(warm)
@@ -82,15 +108,13 @@ def global_state(address: str) -> Result:
 
 
 @lesson(id="02-num-cpus", section="4.1", title="Ignoring num_cpus for I/O-bound tasks",
-        mistake="8 I/O tasks at the default num_cpus=1", fix="the same tasks at num_cpus=0.5",
+        mistake="I/O tasks at the default num_cpus=1", fix="the same tasks at num_cpus=0.5",
         why="Ray admits a task when its declared CPUs are free, not when a core is busy: I/O tasks "
             "that hold a whole CPU each halve how many run at once.")
 def num_cpus(address: str) -> Result:
-    import ray
-
-    run = lambda cpus: _timed(lambda: ray.get([_remote(_io, num_cpus=cpus).remote(0.5) for _ in range(8)],  # noqa: E731
-                                              timeout=TIMEOUT), warm=8)
-    return [Measure("wall time for 8 × 0.5 s of I/O", "s", run(1), run(0.5))], []
+    n = 2 * _all_cpus_free(address)  # twice what fits at 1 CPU each
+    return [Measure(f"{n} I/O tasks running at once", "tasks", _concurrency(n, 1.0, num_cpus=1),
+                    _concurrency(n, 1.0, num_cpus=0.5), better="higher")], []
 
 
 @lesson(id="03-eager-get", section="4.1", title="Calling ray.get inside the submit loop",
@@ -152,6 +176,15 @@ def blocking_method(address: str) -> Result:
 class _Idle:
     def ready(self) -> bool:
         return True
+
+
+def _all_cpus_free(address: str) -> int:
+    """The cluster's CPU count, once every CPU is free (what ran before has let go)."""
+    import ray
+
+    total = float(ray.cluster_resources().get("CPU", 0.0))
+    wait_until(lambda: _free_cpus(address) >= total, timeout=TIMEOUT, what=f"all {total:g} CPUs to be free")
+    return int(total)
 
 
 def _free_cpus(address: str) -> float:
@@ -446,11 +479,9 @@ def _train(seconds: float) -> int:
         why="Declared CPUs are reserved whether used or not: a task that waits on I/O holding two CPUs "
             "keeps three other tasks out.")
 def over_request(address: str) -> Result:
-    import ray
-
-    run = lambda cpus: _timed(lambda: ray.get([_remote(_io, num_cpus=cpus).remote(0.4) for _ in range(4)],  # noqa: E731
-                                              timeout=TIMEOUT), warm=4)
-    return [Measure("wall time for 4 × 0.4 s of I/O", "s", run(2), run(0.5))], []
+    n = 2 * _all_cpus_free(address)
+    return [Measure(f"{n} I/O tasks running at once", "tasks", _concurrency(n, 1.0, num_cpus=2),
+                    _concurrency(n, 1.0, num_cpus=0.5), better="higher")], []
 
 
 class _Peer:
