@@ -306,7 +306,8 @@ def _rss(*, embedded: bool) -> int:
 @contextmanager
 def _faults_running(run: _Run, workload: Workload, ctx: RunContext, chaos: Chaos,
                     rec: _Recorder) -> Iterator[None]:
-    if not run.faults:
+    if not run.faults or not run.scenario.schedule.entries:
+        ctx.faults_settled.set()
         with nullcontext():
             yield
         return
@@ -336,6 +337,7 @@ def _drive(run: _Run, workload: Workload, ctx: RunContext, chaos: Chaos, rec: _R
             if ctx.stop.wait(max(0.0, ctx.started + entry.at - time.monotonic())):
                 break
             pool.submit(_one_fault, run, entry, workload, ctx, chaos, rec)
+    ctx.faults_settled.set()
 
 
 def _one_fault(run: _Run, entry: ScheduledFault, workload: Workload, ctx: RunContext,

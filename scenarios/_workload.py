@@ -30,6 +30,9 @@ class RunContext:
         self.started = time.monotonic()
         self.deadline = self.started + duration
         self.stop = threading.Event()
+        #: Set once every scheduled fault has been injected, healed and its recovery measured
+        #: (at once for a run without faults): a workload may wait for it before it finishes.
+        self.faults_settled = threading.Event()
         self._lock = threading.Lock()
         self.counters: dict[str, float] = {}
         self.series: dict[str, list[tuple[float, float]]] = {}
