@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -28,6 +28,7 @@ from chaos import (
     InvalidConfig,
     Journal,
     MemoryPressure,
+    TEST_SYSTEM_CONFIG,
     Schedule,
     TargetNotFound,
     TaskTarget,
@@ -112,7 +113,7 @@ def _cluster(scenario: Scenario, address: str | None, extra_config: dict[str, An
     import ray
 
     if address is None:
-        config = {**_default_config(), **scenario.system_config, **extra_config}
+        config = {**TEST_SYSTEM_CONFIG, **scenario.system_config, **extra_config}
         with local_cluster(nodes=scenario.nodes, num_cpus=scenario.num_cpus, system_config=config,
                            worker_resources={"worker": 100}, log_to_driver=False) as handle:
             yield handle.address
@@ -156,12 +157,6 @@ def aim_memory_faults(scenario: Scenario, threshold: float) -> Scenario:
                                      host_cap=min(threshold + 0.1, 0.95)))
         if isinstance(e.fault, MemoryPressure) else e for e in scenario.schedule.entries)
     return replace(scenario, schedule=Schedule(entries, scenario.schedule.seed))
-
-
-def _default_config() -> dict[str, Any]:
-    from chaos import TEST_SYSTEM_CONFIG
-
-    return dict(TEST_SYSTEM_CONFIG)
 
 
 # -- one run -------------------------------------------------------------------------------
@@ -308,8 +303,7 @@ def _faults_running(run: _Run, workload: Workload, ctx: RunContext, chaos: Chaos
                     rec: _Recorder) -> Iterator[None]:
     if not run.faults or not run.scenario.schedule.entries:
         ctx.faults_settled.set()
-        with nullcontext():
-            yield
+        yield
         return
     driver = threading.Thread(target=_drive, args=(run, workload, ctx, chaos, rec), daemon=True,
                               name="raychaos-faults")
