@@ -1,7 +1,8 @@
 """Model-based chaos tests for checkpointed actors: subclass :class:`ActorChaosMachine`.
 
 A Hypothesis ``RuleBasedStateMachine`` whose steps are your actor's operations plus
-``checkpoint``, ``kill`` (SIGKILL through the chaos engine) and ``pause`` (a straggler).
+``checkpoint``, ``kill`` (SIGKILL through the chaos engine; ``just_saved=True`` right after
+a checkpoint) and ``pause`` (a straggler).
 It keeps an in-process model next to the real actor and checks, after every fault, that
 the actor equals the model: in ``"wal"`` durability exactly; in ``"policy"`` durability
 as of the last checkpoint (exactly the unsaved suffix lost, nothing else). After
@@ -120,11 +121,16 @@ class ActorChaosMachine(RuleBasedStateMachine):
         self.saved = copy.deepcopy(self.model)
 
     @precondition(_alive)
-    @rule()
-    def kill(self) -> None:
+    @rule(just_saved=st.booleans())
+    def kill(self, just_saved: bool = False) -> None:
+        """SIGKILL the actor and wait for its restart. ``just_saved``: right after a
+        checkpoint, when the restore alone decides what comes back (one step, not two, so
+        the shrinker reaches it quickly)."""
         from chaos._faults import Kill
         from chaos._targets import ActorTarget
 
+        if just_saved:
+            self.checkpoint()
         injection = self.chaos.kill(Kill(ActorTarget.of(self.actor)))
         self.kills += 1
         if self.kills > self.max_restarts:

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import rule, run_state_machine_as_test
 from ray import cloudpickle
@@ -83,16 +83,30 @@ class PSMachine(ActorChaosMachine):
         weights = reference([grads(s) for s in model["applied"]])
         return len(model["applied"]), {k: v.tolist() for k, v in weights.items()}
 
-    @rule(scale=st.sampled_from([1.0, 2.0, 3.0]))
-    def push(self, scale: float) -> None:
+    @rule(scale=st.sampled_from([1.0, 2.0, 3.0]), reply_lost=st.booleans())
+    def push(self, scale: float, reply_lost: bool) -> None:
+        """One push; with ``reply_lost`` the server is SIGKILLed after applying it and before
+        its reply arrives, and the push is delivered again to the restarted server, as Ray's
+        ``max_task_retries`` does: at-least-once delivery."""
         seq, version = self.model["seq"], len(self.model["applied"])
         self.call(self.actor.push.remote(grads(scale), worker_id="w", seq=seq, base_version=version))
         self.model = {"applied": [*self.model["applied"], scale], "last": (scale, seq, version),
                       "seq": seq + 1}
+        if reply_lost:
+            self.kill()
+            if self.dead:
+                return
+            if self.durability == "policy":  # the restored server never saw it: applied now
+                self.model = {"applied": [*self.model["applied"], scale],
+                              "last": (scale, seq, version), "seq": seq + 1}
+            self.deliver_again()
 
     @rule()
     def redeliver_last_push(self) -> None:
         """At-least-once delivery: the same (worker, seq) arrives again; nothing may change."""
+        self.deliver_again()
+
+    def deliver_again(self) -> None:
         if self.model["last"] is not None:
             scale, seq, version = self.model["last"]
             self.call(self.actor.push.remote(grads(scale), worker_id="w", seq=seq, base_version=version))
@@ -128,17 +142,58 @@ def shrunk_steps(excinfo: pytest.ExceptionInfo[BaseException]) -> list[str]:
     return [s for s in steps if s not in ("matches_the_model", "teardown")]
 
 
-BREAK = settings(max_examples=30, stateful_step_count=6, deadline=None, derandomize=True,
+# Every example is a real actor and every kill a real restart: no explain phase (it re-runs
+# the failing example many times over only to word its report).
+BREAK = settings(max_examples=10, stateful_step_count=3, deadline=None, derandomize=True,
+                 phases=[Phase.explicit, Phase.generate, Phase.shrink],
                  suppress_health_check=list(HealthCheck))
 
 
 def test_a_buffer_that_forgets_its_cursor_is_caught_and_shrunk(ray_cluster: ClusterHandle) -> None:
-    machine = type("Broken", (BufferMachine,), {"actor_class": ForgetsCursor, "durability": "policy"})
+    # Only the operations and faults that matter here: each example is a real actor and each
+    # kill a real restart, and fewer choices leave the shrinker less to try.
+    machine = type("Broken", (BufferMachine,), {"actor_class": ForgetsCursor, "durability": "policy",
+                                                "pause": None, "sample_and_update": None})
     with pytest.raises(AssertionError, match="actor state .* != model") as excinfo:
         run_state_machine_as_test(machine, settings=BREAK)
-    assert shrunk_steps(excinfo) == ["add", "checkpoint", "kill"]
     notes = "\n".join(excinfo.value.__notes__)
+    # The shortest schedule: one add, then a kill right after a checkpoint.
+    assert shrunk_steps(excinfo) == ["add", "kill"] and "kill(just_saved=True)" in notes
     assert "raychaos journal of this example" in notes and '"outcome": "SIGKILL sent"' in notes
+
+
+class AppliesDuplicates(ParameterServer):
+    """Bug: it never records which pushes it applied, so a redelivered push is applied twice."""
+
+    def _remember(self, worker: str, seq: int, result: Any) -> None:
+        pass
+
+
+# Each example starts a server whose worker imports torch (~2.5 s, and again per restart):
+# short schedules keep the search and the shrink within a minute.
+BREAK_PS = settings(BREAK, max_examples=5, stateful_step_count=3)
+
+
+class BrokenPSMachine(PSMachine):
+    """Fewer choices than PSMachine (one gradient, no pauses, no bare redelivery), so the
+    shrinker has less to try; the faults — kills, lost replies, checkpoints — all stay."""
+
+    actor_class = AppliesDuplicates
+    durability = "wal"
+    pause = redeliver_last_push = None
+
+    @rule(reply_lost=st.booleans())
+    def push(self, reply_lost: bool) -> None:  # type: ignore[override]
+        PSMachine.push(self, 1.0, reply_lost)
+
+
+def test_a_parameter_server_that_applies_duplicates_is_caught_and_shrunk(
+        ray_cluster: ClusterHandle) -> None:
+    with pytest.raises(AssertionError, match="actor state .* != model") as excinfo:
+        run_state_machine_as_test(BrokenPSMachine, settings=BREAK_PS)
+    # The shortest schedule: one push whose reply is lost to a crash, then delivered again.
+    assert shrunk_steps(excinfo) == ["push"]
+    assert "reply_lost=True" in "\n".join(excinfo.value.__notes__)
 
 
 def readme_example() -> str:
