@@ -73,15 +73,28 @@ def test_memory_pressure_makes_ray_raise_out_of_memory(tmp_path: Path) -> None:
             chaos = Chaos(address=cluster.address)
             fault = MemoryPressure(fraction=min(threshold + 0.05, 0.9), seconds=60,
                                    host_cap=min(threshold + 0.1, 0.95))
+            import ray
+
+            @ray.remote(max_retries=0)
+            def dependent(value):
+                return value
+
             with chaos.inject(fault) as injection:
-                import ray
-                ray.wait([injection.details["ref"]], timeout=60)
+                ref = injection.details["ref"]
+                after = dependent.remote(ref)
+                ready, _ = ray.wait([ref, after], num_returns=2, timeout=60)
             print("OUTCOME", injection.details["outcome"], flush=True)
-            print("PEAK_FRACTION", threshold, fault.host_cap, flush=True)
+            print("READY", len(ready), flush=True)  # a killed task and its dependent: both ready
+            try:
+                ray.get(after, timeout=30)
+            except ray.exceptions.OutOfMemoryError as exc:
+                print("DEPENDENT RAISES", type(exc).__name__, flush=True)
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "OUTCOME OutOfMemoryError: Ray's memory monitor killed the allocating task" in out.stdout
+    # The failure reaches a dependent unchanged, and ray.wait reports both refs ready.
+    assert "READY 2" in out.stdout and "DEPENDENT RAISES" in out.stdout, out.stdout
 
 
 def test_another_sessions_worker_is_refused(ray_cluster: ClusterHandle) -> None:
