@@ -18,6 +18,8 @@ from chaos._errors import HangError
 __all__ = ["StuckTask", "WatchReport", "watch"]
 
 CALL_TIMEOUT = 10.0
+#: How long a stuck object with no task record is probed with ray.get (owner death: ~1 s).
+OBJECT_PROBE = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,10 +70,29 @@ def diagnose(ref: Any, address: str) -> StuckTask:
     rows = list_tasks(address=address, filters=[("task_id", "=", task_id)], detail=True,
                       raise_on_missing_output=False, timeout=CALL_TIMEOUT)
     if not rows:
-        return StuckTask(task_id, "?", "UNKNOWN", "no task record: an object from ray.put, or "
-                         "the State API has not caught up yet")
+        return StuckTask(task_id, "?", "UNKNOWN", _object_cause(ref))
     task = max(rows, key=lambda t: t.attempt_number)
     return StuckTask(task_id, task.name, task.state, _cause(task, address))
+
+
+def _object_cause(ref: Any) -> str:
+    """An object with no task behind it (``ray.put``, maybe by another process): ask ray.get.
+
+    Measured on Ray 2.60: after its owner is killed, ``ray.wait`` over several refs can leave
+    such an object out of ``ready`` for as long as it is given, while ``ray.get`` raises
+    ``OwnerDiedError`` within about a second. A failed ref must not pass for a pending one.
+    """
+    import ray
+    from ray.exceptions import GetTimeoutError, RayError
+
+    try:
+        ray.get(ref, timeout=OBJECT_PROBE)
+    except GetTimeoutError:
+        return "no task record: an object from ray.put, or the State API has not caught up yet"
+    except RayError as exc:
+        return (f"ray.get raises {type(exc).__name__}, yet ray.wait did not report it ready: "
+                "a failed object (its owner may be dead); get it to see the error")
+    return "ray.get returns it, yet ray.wait did not report it ready"
 
 
 def _cause(task: Any, address: str) -> str:
