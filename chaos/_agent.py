@@ -67,6 +67,18 @@ class ChaosAgent:
         proc.send_signal(signum)
         return pid
 
+    def kill_node(self, *, driver_pids: tuple[int, ...] = ()) -> tuple[int, int]:
+        """SIGKILL this node's raylet and every process under it, this agent last: a node that
+        dies takes all its processes with it (a worker busy in Python would otherwise not
+        notice its raylet is gone, and finish its task as if nothing happened). Replies
+        first; returns the raylet's pid and how many other processes die with it."""
+        raylet = raylet_of(os.getpid())
+        check_target(raylet.pid, agent_pid=os.getpid(), driver_pids=driver_pids, allow_raylet=True)
+        others = [p for p in raylet.children(recursive=True)
+                  if p.pid != os.getpid() and p.pid not in driver_pids]
+        threading.Timer(0.2, _kill_all, args=([raylet, *others],)).start()
+        return raylet.pid, len(others)
+
     def pause(self, pid: int, seconds: float, *, driver_pids: tuple[int, ...] = ()) -> float:
         """SIGSTOP ``pid`` for ``seconds``; resumed by a timer here and a healer process."""
         proc = check_target(pid, agent_pid=os.getpid(), driver_pids=driver_pids)
@@ -138,6 +150,15 @@ class ChaosAgent:
 
 
 _AGENTS: dict[tuple[str, str], Any] = {}
+
+
+def _kill_all(processes: list[psutil.Process]) -> None:
+    for proc in processes:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass  # already gone
+    os._exit(1)  # this agent, last
 
 
 def agent_for(node_id: str) -> Any:

@@ -180,11 +180,9 @@ def _kill(chaos: Chaos, fault: Kill, at: float | None) -> Iterator[Injection]:
 def _kill_node(chaos: Chaos, fault: KillNode, at: float | None) -> Iterator[Injection]:
     (node,) = chaos._resolve(fault.target)
     agent = agent_for(node.node_id)
-    raylet = chaos._call(agent.raylet_pid.remote())
-    chaos._call(agent.signal.remote(raylet, int(signals.SIGKILL), driver_pids=chaos.driver_pids,
-                                    allow_raylet=True))
+    raylet, others = chaos._call(agent.kill_node.remote(driver_pids=chaos.driver_pids))
     proc = Process(raylet, node.node_id, f"raylet of node {node.node_id[:12]}")
-    chaos._record("inject", fault, at, proc, "raylet SIGKILLed")
+    chaos._record("inject", fault, at, proc, f"raylet and the {others} processes under it SIGKILLed")
     try:
         yield Injection(fault, (proc,))
     finally:

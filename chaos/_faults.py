@@ -42,7 +42,8 @@ class Kill:
 
 @dataclass(frozen=True, slots=True)
 class KillNode:
-    """SIGKILL a node's raylet: the node and everything on it dies. Never the head unless asked."""
+    """SIGKILL a node's raylet and every process under it: the whole node dies at once, as a
+    machine that fails would. Never the head unless asked."""
 
     target: NodeTarget = field(default_factory=NodeTarget)
 

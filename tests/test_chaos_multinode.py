@@ -8,6 +8,9 @@ from typing import Any
 import psutil
 import pytest
 import ray
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from ray.exceptions import NodeDiedError, ObjectLostError, WorkerCrashedError
 from ray.util.state import list_nodes
 
 from chaos import (
@@ -20,6 +23,7 @@ from chaos import (
     NodeTarget,
     Pause,
     wait_until,
+    watch,
 )
 from conftest import CALL_TIMEOUT
 
@@ -70,8 +74,62 @@ def test_kill_node_takes_the_node_and_its_actors_down(ray_multinode_cluster: Clu
                timeout=60, what="the node to be declared dead")
     wait_until(lambda: where(actor)[1] != node, timeout=60, what="the actor to move to another node")
     ray.kill(actor)
-    cluster = ray_multinode_cluster.cluster
-    dead = next(n for n in cluster.worker_nodes if n.node_id == node)
+    replace_dead_worker(ray_multinode_cluster, node)
+
+
+# -- no silent hang when a node dies, at max_retries=0 ----------------------------------------
+
+
+@ray.remote(max_retries=0, num_cpus=0)
+def on_node(index: int, kind: str, release: str) -> int:
+    if kind == "value_error":
+        raise ValueError(f"node task {index}")
+    if kind == "slow":  # still running when its node dies
+        wait_until(lambda: os.path.exists(release), timeout=60, interval=0.05, what="release")
+    return index
+
+
+@ray.remote(max_retries=0, num_cpus=0)
+def after(value: int) -> int:
+    return value + 1
+
+
+def pinned(node_id: str) -> Any:
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return NodeAffinitySchedulingStrategy(node_id, soft=False)
+
+
+def replace_dead_worker(cluster_handle: ClusterHandle, node_id: str) -> None:
+    cluster = cluster_handle.cluster
+    dead = next(n for n in cluster.worker_nodes if n.node_id == node_id)
     cluster.remove_node(dead, allow_graceful=False)  # only its bookkeeping is left: drop it
     cluster.add_node(num_cpus=1, resources={"worker": 100.0})  # back to 3 live nodes
     cluster.wait_for_nodes(timeout=60)
+
+
+@example(kinds=["slow", "ok", "value_error"])  # a task still running when its node dies, every run
+@settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
+@given(kinds=st.lists(st.sampled_from(["ok", "slow", "value_error"]), min_size=1, max_size=4))
+def test_nothing_hangs_silently_when_a_node_dies(ray_multinode_cluster: ClusterHandle,
+                                                 tmp_path_factory: Any, kinds: list[str]) -> None:
+    address = ray_multinode_cluster.address
+    victim = next(n.node_id for n in list_nodes(address=address, filters=[("state", "=", "ALIVE")],
+                                                raise_on_missing_output=False)
+                  if not n.is_head_node)
+    root = tmp_path_factory.mktemp("node")
+    tasks = [on_node.options(scheduling_strategy=pinned(victim)).remote(i, kind, str(root / "never"))
+             for i, kind in enumerate(kinds)]
+    dependents = [after.remote(ref) for ref in tasks]  # scheduled anywhere, waiting on the victim
+    Chaos(address=address).kill(KillNode(NodeTarget(victim)))
+    watch(tasks + dependents, deadline=60, address=address)  # all end, or HangError names them
+    for ref, dep, kind in zip(tasks, dependents, kinds):
+        for r in (ref, dep):  # a slow one dies with its node; the others may have finished first
+            try:
+                ray.get(r, timeout=CALL_TIMEOUT)
+                assert kind == "ok", f"a {kind} task returned a value"
+            except ValueError:
+                assert kind == "value_error"
+            except (NodeDiedError, WorkerCrashedError, ObjectLostError):
+                assert kind != "value_error"
+    replace_dead_worker(ray_multinode_cluster, victim)
