@@ -121,7 +121,7 @@ def test_replay_buffer_recovers(ray_cluster: ClusterHandle, durability: str) -> 
 @pytest.mark.parametrize("durability", ["policy", "wal"])
 def test_parameter_server_recovers(ray_cluster: ClusterHandle, durability: str) -> None:
     machine = type(f"PS{durability}", (PSMachine,), {"durability": durability})
-    run_state_machine_as_test(machine, settings=settings(FAST, max_examples=3))
+    run_state_machine_as_test(machine, settings=settings(FAST, max_examples=3, stateful_step_count=6))
 
 
 # -- deliberately broken actors: caught, and shrunk to a short schedule -----------------------
