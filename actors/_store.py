@@ -1,21 +1,29 @@
 """Crash-safe checkpoint folders at any fsspec URL.
 
 Commit protocol: write every file of a new checkpoint into a temporary folder, fsync
-each, write ``manifest.json`` last (sha256 and size of each file, format version,
+each, write ``manifest.json`` last (CRC-32 and size of each file, format version,
 sequence number), fsync it, then rename the folder to ``ckpt-<seq>`` (atomic on a
 POSIX filesystem) and fsync the parent. A reader trusts a folder only when its
 manifest parses and every file matches it; anything else is skipped with a
 :class:`CheckpointWarning` and the previous good checkpoint is used.
+
+Each file is read once — a local one is mapped copy-on-write, with no read copy — checked
+against the manifest, and only then parsed; an array is a view of those bytes. The checksum guards against
+torn and corrupted files, not against an attacker (who could rewrite the manifest too):
+that is why nothing read is ever unpickled. Format 1 checkpoints (sha256) still load.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import mmap
 import os
 import time
 import uuid
 import warnings
+import zlib
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -29,12 +37,16 @@ from chaos._errors import CheckpointError, CheckpointFormatError, StorageUnreach
 
 __all__ = ["FORMAT_VERSION", "CheckpointInfo", "CheckpointStore", "CheckpointWarning"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: CRC-32 per file (1: sha256)
 _PREFIX = "ckpt-"
 _TMP_PREFIX = ".tmp-"
 _MANIFEST = "manifest.json"
 _STATE = "state.json"
 _TENSORS = "tensors.safetensors"
+# Arrays up to this size share one file: an incremental checkpoint is mostly small arrays,
+# and one fsync per file would dominate its cost.
+_SMALL = "arrays.safetensors"
+_SMALL_BYTES = 1 << 20
 _WORKERS = min(4, os.cpu_count() or 1)
 
 
@@ -53,12 +65,47 @@ class CheckpointInfo:
     parent: int | None = None
 
 
-def _sha256_file(fs: Any, path: str) -> str:
-    h = hashlib.sha256()
-    with fs.open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
-    return h.hexdigest()
+def _crc32(*chunks: Any) -> str:
+    crc = 0
+    for chunk in chunks:
+        crc = zlib.crc32(chunk, crc)  # releases the GIL on large buffers
+    return f"{crc:08x}"
+
+
+def _matches(data: np.ndarray, meta: Mapping[str, Any]) -> bool:
+    if "crc32" in meta:
+        return _crc32(data) == meta["crc32"]
+    return hashlib.sha256(data).hexdigest() == meta.get("sha256")  # format 1
+
+
+def _packable(array: np.ndarray) -> bool:
+    """Small, and of a dtype safetensors stores (bool, integers, floats; native order)."""
+    dtype = array.dtype
+    return (array.nbytes <= _SMALL_BYTES and dtype.kind in "biuf" and dtype.isnative
+            and dtype.itemsize in (1, 2, 4, 8) and dtype.fields is None)
+
+
+def _npy_header(array: np.ndarray) -> bytes:
+    out = io.BytesIO()
+    header = np.lib.format.header_data_from_array_1_0(array)
+    try:
+        np.lib.format.write_array_header_1_0(out, header)
+    except ValueError:  # a header over 64 KiB: only for absurdly many fields
+        np.lib.format.write_array_header_2_0(out, header)
+    return out.getvalue()
+
+
+def _parse_npy(data: np.ndarray, name: str) -> np.ndarray:
+    """The array in a verified .npy buffer, as a writable view of it; never unpickles."""
+    stream = io.BytesIO(memoryview(data)[: min(len(data), 1 << 17)])
+    major, _ = np.lib.format.read_magic(stream)
+    read = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+    shape, fortran, dtype = read(stream)
+    if dtype.hasobject:
+        raise CheckpointError(f"{name} holds Python objects (dtype {dtype}); refusing to unpickle it")
+    count = int(np.prod(shape, dtype=np.int64))
+    flat = np.frombuffer(data, dtype=dtype, count=count, offset=stream.tell())
+    return flat.reshape(shape, order="F" if fortran else "C")
 
 
 def _fsync(f: Any) -> None:
@@ -129,18 +176,23 @@ class CheckpointStore:
     def _write_payload(self, folder: str, tree: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         arrays: list[np.ndarray] = []
         tensors: dict[str, np.ndarray] = {}
+        small: dict[str, np.ndarray] = {}
 
         def on_array(_: str, array: np.ndarray, is_tensor: bool) -> dict[str, Any]:
             if is_tensor:
                 tensors[f"t{len(tensors)}"] = array
                 return {"$tensor": f"t{len(tensors) - 1}"}
+            if _packable(array):
+                small[f"s{len(small)}"] = np.ascontiguousarray(array)
+                return {"$array": f"{_SMALL}#s{len(small) - 1}"}
             arrays.append(array)
             return {"$array": f"a{len(arrays) - 1}.npy"}
 
         skeleton = _codec.flatten(tree, on_array)
         files = {_STATE: self._write_bytes(f"{folder}/{_STATE}", json.dumps(skeleton).encode())}
-        if tensors:
-            files[_TENSORS] = self._write_tensors(f"{folder}/{_TENSORS}", tensors)
+        for name, group in ((_TENSORS, tensors), (_SMALL, small)):
+            if group:
+                files[name] = self._write_tensors(f"{folder}/{name}", group)
         # Hashing and writing release the GIL: the arrays are written in parallel.
         names = [f"a{i}.npy" for i in range(len(arrays))]
         with ThreadPoolExecutor(_WORKERS) as pool:
@@ -152,14 +204,20 @@ class CheckpointStore:
         with self.fs.open(path, "wb") as f:
             f.write(data)
             _fsync(f)
-        return {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+        return {"crc32": _crc32(data), "size": len(data)}
 
     def _write_npy(self, path: str, array: np.ndarray) -> dict[str, Any]:
-        h = _HashingWriter(self.fs.open(path, "wb"))
-        with h:
-            np.save(h, array, allow_pickle=False)
-            _fsync(h.raw)
-        return {"sha256": h.hash.hexdigest(), "size": h.size}
+        """The .npy format, written as header + the array's own bytes (no copy, one pass)."""
+        if array.dtype.hasobject:
+            raise CheckpointError(f"cannot checkpoint an array of Python objects ({path}); "
+                                  "convert it to a numeric dtype")
+        array = np.ascontiguousarray(array)
+        header, body = _npy_header(array), array.reshape(-1).view(np.uint8)
+        with self.fs.open(path, "wb") as f:
+            f.write(header)
+            f.write(memoryview(body))
+            _fsync(f)
+        return {"crc32": _crc32(header, body), "size": len(header) + body.nbytes}
 
     def _write_tensors(self, path: str, tensors: dict[str, np.ndarray]) -> dict[str, Any]:
         from safetensors.numpy import save
@@ -210,8 +268,7 @@ class CheckpointStore:
         folder = self.folder(seq)
         try:
             manifest = self._read_manifest(folder, seq)
-            self._verify(folder, manifest["files"])
-            return manifest, self._read_payload(folder)
+            return manifest, self._read_payload(folder, manifest["files"])
         except CheckpointFormatError:
             raise
         except Exception as exc:  # noqa: BLE001 - any unreadable folder is skipped, never trusted
@@ -239,33 +296,47 @@ class CheckpointStore:
             raise CheckpointError(f"manifest seq {manifest.get('seq')!r} does not match folder {seq}")
         return manifest
 
-    def _verify(self, folder: str, files: Mapping[str, Mapping[str, Any]]) -> None:
+    def _read_checked(self, folder: str, name: str, files: Mapping[str, Any]) -> np.ndarray:
+        """The bytes of ``name``, read once, matching its size and checksum in the manifest."""
+        meta = files.get(name)
+        if meta is None:
+            raise CheckpointError(f"{name} is not in the manifest")
+        path, size = f"{folder}/{name}", int(meta["size"])
+        data = _map_local(path, size) if self.is_local else self._read_remote(path, size)
+        if data is None or len(data) != size:
+            raise CheckpointError(f"{name} has another size than the manifest's {size} bytes")
+        if not _matches(data, meta):
+            raise CheckpointError(f"{name} does not match its checksum in the manifest")
+        return data
+
+    def _read_remote(self, path: str, size: int) -> np.ndarray | None:
+        data = bytearray(size)
+        with self.fs.open(path, "rb") as f:
+            if _read_into(f, data) != size or f.read(1):
+                return None
+        return np.frombuffer(data, dtype=np.uint8)
+
+    def _read_payload(self, folder: str, files: Mapping[str, Any]) -> Any:
+        skeleton = json.loads(self._read_checked(folder, _STATE, files).tobytes())
+        from safetensors.numpy import load
+
+        tensors, small = ({} if name not in files else load(self._read_checked(folder, name, files).tobytes())
+                          for name in (_TENSORS, _SMALL))
+        names = [n for n in files if n.endswith(".npy")]
+        # Reading and checksumming release the GIL: the arrays are read in parallel.
         with ThreadPoolExecutor(_WORKERS) as pool:
-            list(pool.map(self._verify_file, [f"{folder}/{n}" for n in files], files.values()))
-
-    def _verify_file(self, path: str, meta: Mapping[str, Any]) -> None:
-        name = path.rsplit("/", 1)[-1]
-        size = self.fs.size(path)
-        if size != meta["size"]:
-            raise CheckpointError(f"{name} has {size} bytes, manifest says {meta['size']}")
-        if _sha256_file(self.fs, path) != meta["sha256"]:
-            raise CheckpointError(f"{name} does not match its sha256 in the manifest")
-
-    def _read_payload(self, folder: str) -> Any:
-        with self.fs.open(f"{folder}/{_STATE}", "rb") as f:
-            skeleton = json.loads(f.read())
-        tensors: dict[str, np.ndarray] = {}
-        if self.fs.exists(f"{folder}/{_TENSORS}"):
-            from safetensors.numpy import load
-
-            with self.fs.open(f"{folder}/{_TENSORS}", "rb") as f:
-                tensors = load(f.read())
+            arrays = dict(zip(names, pool.map(
+                lambda n: _parse_npy(self._read_checked(folder, n, files), n), names)))
 
         def load_array(ref: Mapping[str, Any]) -> np.ndarray:
             if "$tensor" in ref:
                 return tensors[ref["$tensor"]]
-            with self.fs.open(f"{folder}/{ref['$array']}", "rb") as f:
-                return np.load(f, allow_pickle=False)
+            file, _, key = ref["$array"].partition("#")
+            if file == _SMALL and key in small:
+                return small[key]
+            if ref["$array"] not in arrays:
+                raise CheckpointError(f"{ref['$array']} is not in the manifest")
+            return arrays[ref["$array"]]
 
         return _codec.unflatten(skeleton, load_array)
 
@@ -289,23 +360,35 @@ class CheckpointStore:
                 self.fs.rm(path, recursive=True)
 
 
-class _HashingWriter:
-    """A write-only file wrapper that hashes and counts what passes through it."""
+def _map_local(path: str, size: int) -> np.ndarray | None:
+    """A local file as private copy-on-write memory: no read copy, pages come straight from
+    the page cache as they are touched (the checksum touches them all, once). Checkpoint
+    files are never rewritten in place, and an unlinked (pruned) file stays mapped."""
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size != size:
+            return None
+        if size == 0:
+            return np.empty(0, dtype=np.uint8)
+        mapped = mmap.mmap(f.fileno(), size, flags=mmap.MAP_PRIVATE,
+                           prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    return np.frombuffer(mapped, dtype=np.uint8)
 
-    def __init__(self, raw: Any) -> None:
-        self.raw, self.hash, self.size = raw, hashlib.sha256(), 0
 
-    def write(self, data: Any) -> int:
-        view = memoryview(data).cast("B")
-        self.hash.update(view)
-        self.size += view.nbytes
-        return self.raw.write(view)
-
-    def __enter__(self) -> _HashingWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.raw.close()
+def _read_into(f: Any, data: bytearray) -> int:
+    """Fill ``data`` from ``f`` (readinto when the file has it: no intermediate copy)."""
+    view, got = memoryview(data), 0
+    readinto = getattr(f, "readinto", None)
+    while got < len(data):
+        if readinto is not None:
+            n = readinto(view[got:])
+        else:
+            chunk = f.read(len(data) - got)
+            n = len(chunk)
+            view[got:got + n] = chunk
+        if not n:
+            break
+        got += n
+    return got
 
 
 def _protocols(fs: Any) -> tuple[str, ...]:

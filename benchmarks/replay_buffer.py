@@ -188,7 +188,7 @@ def checkpoint_section(root: str) -> None:
           ["what", "save s", "restore s", "save+restore s", "ratio"],
           [["np.savez + np.load (no fsync, no checksums)", fmt(save_np), fmt(load_np),
             fmt(save_np + load_np), "1.00"],
-           ["raychaos checkpoint (fsync, sha256, manifest)", fmt(save), fmt(load),
+           ["raychaos checkpoint (fsync, crc32, manifest)", fmt(save), fmt(load),
             fmt(save + load), fmt((save + load) / (save_np + load_np))]])
     peak_restore(root, nbytes)
 

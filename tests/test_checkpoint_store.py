@@ -60,7 +60,8 @@ def test_fresh_start_commits_the_initial_state(storage: str) -> None:
     assert folders(storage) == ["ckpt-0000000001"]
     manifest = json.loads(Path(storage, "ckpt-0000000001", "manifest.json").read_text())
     assert manifest["format"] == FORMAT_VERSION and manifest["seq"] == 1
-    assert set(manifest["files"]) == {"state.json", "a0.npy", "tensors.safetensors"}
+    # Small arrays share one file (one fsync); tensors have theirs.
+    assert set(manifest["files"]) == {"state.json", "arrays.safetensors", "tensors.safetensors"}
     assert box.info.restored is False
 
 
@@ -156,18 +157,39 @@ def assert_falls_back_to_previous(storage: str) -> None:
     assert restored.n == 3
 
 
-def test_truncated_file_falls_back(storage: str) -> None:
-    path = two_checkpoints(storage) / "a0.npy"
+@pytest.mark.parametrize("name", ["arrays.safetensors", "tensors.safetensors", "state.json"])
+def test_truncated_file_falls_back(storage: str, name: str) -> None:
+    path = two_checkpoints(storage) / name
     path.write_bytes(path.read_bytes()[:-5])
     assert_falls_back_to_previous(storage)
 
 
-def test_flipped_byte_falls_back(storage: str) -> None:
-    path = two_checkpoints(storage) / "a0.npy"
+@pytest.mark.parametrize("name", ["arrays.safetensors", "tensors.safetensors", "state.json"])
+def test_flipped_byte_falls_back(storage: str, name: str) -> None:
+    path = two_checkpoints(storage) / name
+    data = bytearray(path.read_bytes())
+    data[-2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    assert_falls_back_to_previous(storage)
+
+
+def test_a_large_array_has_its_own_file_read_back_as_a_writable_view(tmp_path: Path) -> None:
+    store = CheckpointStore(str(tmp_path / "big"))
+    big = np.arange(300_000, dtype=np.float64)  # 2.4 MB: over the shared file's limit
+    info = store.save({"big": big, "small": np.ones(3, dtype=np.float32)})
+    assert sorted(os.listdir(info.path)) == ["a0.npy", "arrays.safetensors", "manifest.json",
+                                              "state.json"]
+    _, (tree,) = store.load_latest()  # type: ignore[misc]
+    assert np.array_equal(tree["big"], big) and tree["big"].flags.writeable
+    tree["big"][0] = -1.0  # copy-on-write: the file keeps its bytes
+    _, (again,) = store.load_latest()  # type: ignore[misc]
+    assert again["big"][0] == 0.0
+    path = Path(info.path, "a0.npy")
     data = bytearray(path.read_bytes())
     data[-1] ^= 0xFF
     path.write_bytes(bytes(data))
-    assert_falls_back_to_previous(storage)
+    with pytest.warns(CheckpointWarning, match="a0.npy does not match its checksum"):
+        assert store.load_latest() is None
 
 
 def test_missing_manifest_falls_back(storage: str) -> None:
@@ -248,7 +270,8 @@ def test_newer_format_version_is_refused_before_anything_is_written(storage: str
     manifest["format"] = FORMAT_VERSION + 1
     (folder / "manifest.json").write_text(json.dumps(manifest))
     before = sorted(os.listdir(storage))
-    with pytest.raises(CheckpointFormatError, match="format version 2, but this raychaos reads up to 1"):
+    with pytest.raises(CheckpointFormatError,
+                       match=f"format version {FORMAT_VERSION + 1}, but this raychaos reads up to {FORMAT_VERSION}"):
         reopen(storage, every_n=3, keep=5)
     assert sorted(os.listdir(storage)) == before
 
@@ -320,3 +343,15 @@ def test_digest_is_stable_and_order_independent() -> None:
     b = {"y": {"w": "s", "z": 1}, "x": np.arange(3)}
     assert digest(a) == digest(b)
     assert digest(a) != digest({**a, "x": np.arange(3) + 1})
+
+
+def test_a_format_1_checkpoint_with_sha256_still_restores(storage: str) -> None:
+    import hashlib
+
+    folder = two_checkpoints(storage)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["format"] = 1
+    manifest["files"] = {name: {"sha256": hashlib.sha256((folder / name).read_bytes()).hexdigest(),
+                                "size": meta["size"]} for name, meta in manifest["files"].items()}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    assert reopen(storage, every_n=3, keep=5).n == 6  # checkpoint 3, not the fallback
