@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 
+import numpy as np
 import pytest
 import ray
 from ray.util.state import list_tasks
@@ -73,3 +74,34 @@ def test_a_task_depending_on_a_killed_one_is_named(ray_cluster: ClusterHandle) -
     with pytest.raises(HangError, match="waiting for a dependency: an argument ObjectRef has not been produced"):
         watch([child], deadline=1.5, address=ray_cluster.address)
     assert ray.get(child, timeout=CALL_TIMEOUT) == "done!"  # the retry finished it after all
+
+
+@ray.remote
+class Owner:
+    def make(self) -> list:
+        return [ray.put(np.zeros(200_000))]  # in the shared store, owned by this actor
+
+
+def test_a_dead_owners_object_is_named_as_failed_not_pending(ray_cluster: ClusterHandle) -> None:
+    from ray.exceptions import OwnerDiedError
+    from ray.util.state import get_actor
+
+    from chaos._watchdog import diagnose
+
+    owner = Owner.options(max_restarts=0, num_cpus=0).remote()
+    (obj,) = ray.get(owner.make.remote(), timeout=CALL_TIMEOUT)
+    Chaos(address=ray_cluster.address).kill(Kill(ActorTarget.of(owner)))
+    wait_until(lambda: get_actor(owner._actor_id.hex(), address=ray_cluster.address).state == "DEAD",
+               timeout=CALL_TIMEOUT, what="the owner to be dead")
+
+    def freed() -> bool:  # until the raylet frees this node's copy, ray.get still returns it
+        try:
+            ray.get(obj, timeout=CALL_TIMEOUT)
+        except OwnerDiedError:
+            return True
+        return False
+
+    wait_until(freed, timeout=CALL_TIMEOUT, what="the dead owner's object to be freed")
+    # What watch() says of it when ray.wait leaves it out of `ready` (as Ray 2.60's can).
+    stuck = diagnose(obj, ray_cluster.address)
+    assert stuck.cause.startswith("ray.get raises OwnerDiedError, yet ray.wait did not report it ready")
