@@ -8,9 +8,10 @@ manifest parses and every file matches it; anything else is skipped with a
 :class:`CheckpointWarning` and the previous good checkpoint is used.
 
 Each file is read once — a local one is mapped copy-on-write, with no read copy — checked
-against the manifest, and only then parsed; an array is a view of those bytes. The checksum guards against
-torn and corrupted files, not against an attacker (who could rewrite the manifest too):
-that is why nothing read is ever unpickled. Format 1 checkpoints (sha256) still load.
+against the manifest, and only then parsed; an array is a view of those bytes. The checksum
+guards against torn and corrupted files, not against an attacker (who could rewrite the
+manifest too): that is why nothing read is ever unpickled. Format 1 checkpoints (sha256)
+still load.
 """
 
 from __future__ import annotations
@@ -192,7 +193,7 @@ class CheckpointStore:
         files = {_STATE: self._write_bytes(f"{folder}/{_STATE}", json.dumps(skeleton).encode())}
         for name, group in ((_TENSORS, tensors), (_SMALL, small)):
             if group:
-                files[name] = self._write_tensors(f"{folder}/{name}", group)
+                files[name] = self._write_safetensors(f"{folder}/{name}", group)
         # Hashing and writing release the GIL: the arrays are written in parallel.
         names = [f"a{i}.npy" for i in range(len(arrays))]
         with ThreadPoolExecutor(_WORKERS) as pool:
@@ -207,10 +208,8 @@ class CheckpointStore:
         return {"crc32": _crc32(data), "size": len(data)}
 
     def _write_npy(self, path: str, array: np.ndarray) -> dict[str, Any]:
-        """The .npy format, written as header + the array's own bytes (no copy, one pass)."""
-        if array.dtype.hasobject:
-            raise CheckpointError(f"cannot checkpoint an array of Python objects ({path}); "
-                                  "convert it to a numeric dtype")
+        """The .npy format, written as header + the array's own bytes (no copy, one pass).
+        Object arrays never get here: the codec refuses them."""
         array = np.ascontiguousarray(array)
         header, body = _npy_header(array), array.reshape(-1).view(np.uint8)
         with self.fs.open(path, "wb") as f:
@@ -219,10 +218,10 @@ class CheckpointStore:
             _fsync(f)
         return {"crc32": _crc32(header, body), "size": len(header) + body.nbytes}
 
-    def _write_tensors(self, path: str, tensors: dict[str, np.ndarray]) -> dict[str, Any]:
+    def _write_safetensors(self, path: str, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
         from safetensors.numpy import save
 
-        return self._write_bytes(path, save(tensors))
+        return self._write_bytes(path, save(arrays))
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -303,7 +302,7 @@ class CheckpointStore:
             raise CheckpointError(f"{name} is not in the manifest")
         path, size = f"{folder}/{name}", int(meta["size"])
         data = _map_local(path, size) if self.is_local else self._read_remote(path, size)
-        if data is None or len(data) != size:
+        if data is None:
             raise CheckpointError(f"{name} has another size than the manifest's {size} bytes")
         if not _matches(data, meta):
             raise CheckpointError(f"{name} does not match its checksum in the manifest")
@@ -316,12 +315,14 @@ class CheckpointStore:
                 return None
         return np.frombuffer(data, dtype=np.uint8)
 
-    def _read_payload(self, folder: str, files: Mapping[str, Any]) -> Any:
-        skeleton = json.loads(self._read_checked(folder, _STATE, files).tobytes())
+    def _read_safetensors(self, folder: str, name: str, files: Mapping[str, Any]) -> dict[str, np.ndarray]:
         from safetensors.numpy import load
 
-        tensors, small = ({} if name not in files else load(self._read_checked(folder, name, files).tobytes())
-                          for name in (_TENSORS, _SMALL))
+        return load(self._read_checked(folder, name, files).tobytes()) if name in files else {}
+
+    def _read_payload(self, folder: str, files: Mapping[str, Any]) -> Any:
+        skeleton = json.loads(self._read_checked(folder, _STATE, files).tobytes())
+        tensors, small = (self._read_safetensors(folder, name, files) for name in (_TENSORS, _SMALL))
         names = [n for n in files if n.endswith(".npy")]
         # Reading and checksumming release the GIL: the arrays are read in parallel.
         with ThreadPoolExecutor(_WORKERS) as pool:

@@ -46,24 +46,15 @@ class ChaosAgent:
 
         return os.getpid(), ray.get_runtime_context().get_node_id()
 
-    def raylet_pid(self) -> int:
-        return raylet_of(os.getpid()).pid
-
     def status(self, pid: int) -> str | None:
         try:
             return psutil.Process(pid).status()
         except psutil.NoSuchProcess:
             return None
 
-    def signal(self, pid: int, signum: int, *, driver_pids: tuple[int, ...] = (),
-               allow_raylet: bool = False) -> int:
+    def signal(self, pid: int, signum: int, *, driver_pids: tuple[int, ...] = ()) -> int:
         """Send ``signum`` to ``pid`` after the safety check; return the pid signalled."""
-        proc = check_target(pid, agent_pid=os.getpid(), driver_pids=driver_pids,
-                            allow_raylet=allow_raylet)
-        if allow_raylet and pid == raylet_of(os.getpid()).pid:
-            # Killing our own raylet kills us too: reply first, signal a moment later.
-            threading.Timer(0.2, proc.send_signal, args=(signum,)).start()
-            return pid
+        proc = check_target(pid, agent_pid=os.getpid(), driver_pids=driver_pids)
         proc.send_signal(signum)
         return pid
 

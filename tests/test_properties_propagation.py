@@ -221,13 +221,6 @@ def test_failures_propagate_as_predicted(ray_cluster: ClusterHandle, tmp_path_fa
 WATCH = 5.0
 
 
-@ray.remote
-def hold(index: int, release: str) -> int:
-    wait_until(lambda: os.path.exists(release), timeout=DEADLINE, interval=0.01,
-               what=f"node {index} to be released")
-    return index
-
-
 @ray.remote(max_retries=0)
 def add_one(value: Any) -> Any:
     return value + 1 if isinstance(value, int) else int(value[0]) + 1
@@ -254,7 +247,8 @@ def start(kind: str, index: int, root: Path) -> Plan:
     if kind == "infeasible":
         return Plan(kind, [run_node.options(max_retries=0, num_cpus=64).remote(index, "ok", marker)])
     if kind == "straggler":
-        held = hold.options(max_retries=0, num_cpus=0, name=straggler(index, root)).remote(index, marker)
+        held = run_node.options(max_retries=0, num_cpus=0, name=straggler(index, root)).remote(
+            index, "slow", marker)
         return Plan(kind, [held, add_one.remote(held)])
     if kind == "owner_killed":
         owner = Owner.options(max_restarts=0, num_cpus=0).remote()
@@ -326,7 +320,7 @@ def test_nothing_hangs_silently_at_max_retries_zero(ray_cluster: ClusterHandle,
         inject(plans, chaos, faults, root, ray_cluster.address)
         for i, plan in enumerate(plans):  # a straggler is done as soon as it runs again
             if plan.kind == "straggler":
-                (root / f"n{i}").touch()
+                (root / f"n{i}.release").touch()
         report = watch(refs, deadline=WATCH, address=ray_cluster.address, raise_on_hang=False)
         unexplained = [s for s in report.stuck if not explained(s, plans)]
         assert not unexplained, report.message(WATCH)

@@ -90,16 +90,18 @@ class PSMachine(ActorChaosMachine):
         ``max_task_retries`` does: at-least-once delivery."""
         seq, version = self.model["seq"], len(self.model["applied"])
         self.call(self.actor.push.remote(grads(scale), worker_id="w", seq=seq, base_version=version))
-        self.model = {"applied": [*self.model["applied"], scale], "last": (scale, seq, version),
-                      "seq": seq + 1}
+        self.applied(scale, seq, version)
         if reply_lost:
             self.kill()
             if self.dead:
                 return
             if self.durability == "policy":  # the restored server never saw it: applied now
-                self.model = {"applied": [*self.model["applied"], scale],
-                              "last": (scale, seq, version), "seq": seq + 1}
+                self.applied(scale, seq, version)
             self.deliver_again()
+
+    def applied(self, scale: float, seq: int, version: int) -> None:
+        self.model = {"applied": [*self.model["applied"], scale], "last": (scale, seq, version),
+                      "seq": seq + 1}
 
     @rule()
     def redeliver_last_push(self) -> None:
