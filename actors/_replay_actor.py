@@ -16,8 +16,8 @@ from actors._checkpoint import (
     Restore,
     mutation,
 )
+from actors._dedupe import WriterSeqs
 from actors._replay import PrioritizedReplayBuffer, ReplayStats
-from chaos._errors import InvalidConfig
 
 __all__ = ["ReplayActorStats", "ReplayBufferActor"]
 
@@ -56,33 +56,25 @@ class ReplayBufferActor(Checkpointable):
                  beta: float = 0.4, eps: float = 1e-6, seed: int | None = None,
                  restore: Restore = "auto") -> None:
         self.buffer = PrioritizedReplayBuffer(capacity, alpha=alpha, beta=beta, eps=eps, seed=seed)
-        self._last_seq: dict[str, int] = {}
-        self._duplicates = 0
+        self._seqs = WriterSeqs()
         self.restore_info = self.enable_checkpointing(checkpoint, restore=restore)
 
     # -- state -----------------------------------------------------------------------------
 
     def state_dict(self) -> Mapping[str, Any]:
-        return {"buffer": self.buffer.state_dict(), "writers": self._writers()}
+        return {"buffer": self.buffer.state_dict(), "writers": self._seqs.state_dict()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.buffer.load_state_dict(state["buffer"])
-        self._load_writers(state["writers"])
+        self._seqs.load_state_dict(state["writers"])
 
+    # The dedupe table is small, so full and delta checkpoints both carry all of it.
     def delta_state_dict(self) -> Mapping[str, Any]:
-        return {"buffer": self.buffer.delta_state_dict(), "writers": self._writers()}
+        return {"buffer": self.buffer.delta_state_dict(), "writers": self._seqs.state_dict()}
 
     def load_delta_state_dict(self, delta: Mapping[str, Any]) -> None:
         self.buffer.load_delta_state_dict(delta["buffer"])
-        self._load_writers(delta["writers"])
-
-    def _writers(self) -> dict[str, Any]:
-        """The dedupe table: small, so full and delta checkpoints both carry all of it."""
-        return {"last_seq": dict(self._last_seq), "duplicates": self._duplicates}
-
-    def _load_writers(self, writers: Mapping[str, Any]) -> None:
-        self._last_seq = {str(k): int(v) for k, v in writers["last_seq"].items()}
-        self._duplicates = int(writers["duplicates"])
+        self._seqs.load_state_dict(delta["writers"])
 
     def mark_checkpointed(self) -> None:
         self.buffer.mark_clean()
@@ -93,18 +85,11 @@ class ReplayBufferActor(Checkpointable):
     def add(self, batch: Mapping[str, np.ndarray], priorities: np.ndarray | None = None, *,
             writer_id: str | None = None, seq: int | None = None) -> np.ndarray:
         """Store a batch; a repeated ``(writer_id, seq)`` stores nothing and returns no slots."""
-        if (writer_id is None) != (seq is None):
-            raise InvalidConfig(
-                f"give both writer_id and seq for an idempotent add, or neither; got "
-                f"writer_id={writer_id!r}, seq={seq!r}")
-        if writer_id is not None and seq is not None:
-            if seq <= self._last_seq.get(str(writer_id), -1):
-                self._duplicates += 1
-                return np.empty(0, dtype=np.int64)
-            indices = self.buffer.add(batch, priorities)
-            self._last_seq[str(writer_id)] = int(seq)
-            return indices
-        return self.buffer.add(batch, priorities)
+        if self._seqs.is_repeat(writer_id, seq):
+            return np.empty(0, dtype=np.int64)
+        indices = self.buffer.add(batch, priorities)
+        self._seqs.applied(writer_id, seq)
+        return indices
 
     @mutation
     def sample(self, batch_size: int, *, beta: float | None = None) -> dict[str, np.ndarray]:
@@ -125,10 +110,10 @@ class ReplayBufferActor(Checkpointable):
 
     def last_seq(self, writer_id: str) -> int:
         """The highest ``seq`` stored for ``writer_id`` (-1 when none)."""
-        return self._last_seq.get(str(writer_id), -1)
+        return self._seqs.last.get(str(writer_id), -1)
 
     def stats(self) -> ReplayActorStats:
-        return ReplayActorStats(self.buffer.stats(), self._duplicates, len(self._last_seq),
+        return ReplayActorStats(self.buffer.stats(), self._seqs.duplicates, len(self._seqs.last),
                                 self.checkpoint_stats())
 
     def ping(self) -> None:

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 import ray
+from ray import cloudpickle
 from ray.exceptions import ActorDiedError
 
 from actors import CheckpointedCounter
 from chaos import ClusterHandle, wait_until
 from conftest import CALL_TIMEOUT, actor_pid
+
+from test_replay_actor import DiesAfterAcking
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
 
 MAX_RESTARTS = 3
 EVERY_N = 5
@@ -76,6 +83,43 @@ def test_wal_mode_equals_the_pre_kill_state_exactly(
     assert ray.get(counter.digest.remote(), timeout=CALL_TIMEOUT) == before
     info = ray.get(counter.restored.remote(), timeout=CALL_TIMEOUT)
     assert info.restored and info.replayed == 2  # checkpoint after 5 adds, 2 replayed from the log
+    ray.kill(counter)
+
+
+class CounterDiesAfterAcking(DiesAfterAcking, CheckpointedCounter):
+    pass
+
+
+@pytest.mark.parametrize("durability", ["policy", "wal"])
+def test_an_add_delivered_again_after_the_counter_died_counts_once(
+    ray_cluster: ClusterHandle, storage: str, tmp_path: Path, durability: str
+) -> None:
+    marker = tmp_path / "died"
+    cls = ray.remote(max_restarts=1, max_task_retries=-1)(CounterDiesAfterAcking)
+    # every_n=1 in policy mode, so the add is durable before the crash in both modes.
+    counter = cls.remote(storage, durability=durability, every_n=1, marker=str(marker))
+    assert ray.get(counter.add.remote(5, writer_id="driver", seq=0), timeout=CALL_TIMEOUT) == 5
+    assert marker.exists(), "the counter did not die after applying the add"
+    assert ray.get(counter.duplicates.remote(), timeout=CALL_TIMEOUT) == 1
+    assert ray.get(counter.add.remote(1, writer_id="driver", seq=1), timeout=CALL_TIMEOUT) == 6
+    ray.kill(counter)
+
+
+def test_an_add_without_ids_is_applied_again_when_delivered_again(
+    ray_cluster: ClusterHandle, storage: str, tmp_path: Path
+) -> None:
+    """Why the ids exist: at-least-once delivery counts a plain add twice."""
+    cls = ray.remote(max_restarts=1, max_task_retries=-1)(CounterDiesAfterAcking)
+    counter = cls.remote(storage, durability="wal", every_n=1, marker=str(tmp_path / "died"))
+    assert ray.get(counter.add.remote(5), timeout=CALL_TIMEOUT) == 10
+    ray.kill(counter)
+
+
+def test_an_add_with_a_writer_but_no_seq_is_refused(ray_cluster: ClusterHandle, storage: str) -> None:
+    counter = start_counter(storage, "wal")
+    with pytest.raises(ValueError, match=r"give both writer_id and seq .* got writer_id='w', seq=None"):
+        ray.get(counter.add.remote(1, writer_id="w"), timeout=CALL_TIMEOUT)
+    assert ray.get(counter.get.remote(), timeout=CALL_TIMEOUT) == 0
     ray.kill(counter)
 
 

@@ -52,19 +52,25 @@ def test_writer_without_seq_is_refused(ray_cluster: ClusterHandle, storage: str)
     ray.kill(rb)
 
 
-class DiesAfterAcking(ReplayBufferActor):
-    """Applies and logs an add, then SIGKILLs itself before replying, once: Ray retries it."""
+class DiesAfterAcking:
+    """Mixed in before an actor class: applies and logs an ``add``, then SIGKILLs itself
+    before replying, once (``marker`` remembers across the restart): Ray delivers it again."""
 
     def __init__(self, *args: Any, marker: str, **kwargs: Any) -> None:
         self.marker = marker
         super().__init__(*args, **kwargs)
 
+    # Not a @mutation itself: the class's own add logs (and checkpoints) before the kill.
     def add(self, *args: Any, **kwargs: Any) -> Any:
-        result = super().add(*args, **kwargs)
+        result = super().add(*args, **kwargs)  # type: ignore[misc]
         if not os.path.exists(self.marker):
             Path(self.marker).write_text("died once")
             os.kill(os.getpid(), signal.SIGKILL)
         return result
+
+
+class BufferDiesAfterAcking(DiesAfterAcking, ReplayBufferActor):
+    pass
 
 
 @pytest.mark.parametrize("durability", ["policy", "wal"])
@@ -72,7 +78,7 @@ def test_add_retried_after_the_actor_died_is_stored_once(
     ray_cluster: ClusterHandle, storage: str, tmp_path: Path, durability: str
 ) -> None:
     # every_n=1 in policy mode, so the add is durable before the crash in both modes.
-    rb = start(storage, durability, cls=DiesAfterAcking, marker=str(tmp_path / "died"), every_n=1)
+    rb = start(storage, durability, cls=BufferDiesAfterAcking, marker=str(tmp_path / "died"), every_n=1)
     indices = call(rb.add.remote(transitions(5), writer_id="w0", seq=7))
     assert (tmp_path / "died").exists(), "the actor did not die after applying the add"
     assert indices.tolist() == []  # the retry found seq 7 already stored
