@@ -46,12 +46,42 @@ def _gather(level: np.ndarray, blocks: np.ndarray) -> np.ndarray:
     return np.take(level, blocks, axis=0).T.copy()
 
 
-def _running_sum(blocks: np.ndarray) -> np.ndarray:
-    """Running sum down the rows of a ``(K, batch)`` array, strictly in row order."""
-    out = blocks.copy()
-    for i in range(1, K):
-        np.add(out[i - 1], out[i], out=out[i])
-    return out
+class _Descent:
+    """Work arrays of one batch size's descent, with their row views made once.
+
+    A 256-draw descent is a few dozen numpy calls on 256-element rows, where making the
+    views and arrays costs as much as the arithmetic; reusing them makes it ~30% faster.
+    Row 0 of ``running`` stays zero and row ``i + 1`` is the running sum through child
+    ``i``, so the mass below the chosen child is one gather, with no branch for child 0.
+    """
+
+    # Above this batch size the per-call costs do not matter; do not keep big arrays alive.
+    KEEP = 4096
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.running = np.zeros((K + 1, n))
+        rows = self.running
+        self.steps = [(rows[i - 1], rows[i]) for i in range(2, K + 1)]
+        self.children, self.through_last, self.block_total = rows[1:], rows[1:K], rows[K]
+        self.flat = rows.ravel()
+        self.rows = np.arange(n)
+        self.at = np.empty(n, dtype=np.int64)
+        self.below = np.empty((K - 1, n), dtype=bool)
+
+    def child(self, level: np.ndarray, node: np.ndarray, m: np.ndarray) -> np.ndarray:
+        """In each block ``node`` of ``level``, the child holding mass ``m`` (m is reduced)."""
+        self.children[...] = np.take(level, node, axis=0).T
+        for before, row in self.steps:  # strictly in row order: see the module docstring
+            np.add(before, row, out=row)
+        np.minimum(m, np.nextafter(self.block_total, 0.0), out=m)
+        # Running sums never decrease, so the child is how many of them are <= m.
+        np.less_equal(self.through_last, m, out=self.below)
+        child = self.below.sum(axis=0)
+        np.multiply(child, self.n, out=self.at)
+        self.at += self.rows
+        m -= self.flat[self.at]
+        return child
 
 
 class SumMinTree:
@@ -71,6 +101,7 @@ class SumMinTree:
         # A leading 0, so that "mass below top node i" is prefix0[i] with no branch.
         self.prefix0 = np.zeros(sizes[-1] + 1)
         self.prefix = self.prefix0[1:]
+        self._last_descent: _Descent | None = None
 
     @property
     def total(self) -> float:
@@ -159,25 +190,25 @@ class SumMinTree:
         m = np.minimum(mass, np.nextafter(self.prefix[-1], 0.0))
         node = np.searchsorted(self.prefix, m, side="right")
         m -= self.prefix0[node]
-        n = len(m)
-        rows = np.arange(n)
-        at = np.empty(n, dtype=np.int64)
-        # Row 0 is zeros and row i + 1 the running sum through child i, so the mass below
-        # the chosen child is one gather, with no branch for the first child.
-        running = np.zeros((K + 1, n))
-        flat = running.ravel()
+        descent = self._descent(len(m))
         for level in range(len(self.sums) - 1, -1, -1):
-            running[1:] = np.take(self.sums[level], node, axis=0).T
-            for i in range(2, K + 1):
-                np.add(running[i - 1], running[i], out=running[i])
-            np.minimum(m, np.nextafter(running[K], 0.0), out=m)
-            child = (running[1:] > m).argmax(axis=0)
-            np.multiply(child, n, out=at)
-            at += rows
-            m -= flat[at]
+            child = descent.child(self.sums[level], node, m)
             node *= K
             node += child
         return node, self.sums[0].ravel()[node]
 
+    def _descent(self, n: int) -> _Descent:
+        if self._last_descent is not None and self._last_descent.n == n:
+            return self._last_descent
+        descent = _Descent(n)
+        if n <= _Descent.KEEP:
+            self._last_descent = descent
+        return descent
+
+
 def _positive_min(blocks: np.ndarray, *, axis: int) -> np.ndarray:
+    """The smallest positive value along ``axis`` (inf where there is none)."""
+    mins = blocks.min(axis=axis)
+    if mins.min(initial=np.inf) > 0.0:  # no empty or zero leaf: the common case, one pass
+        return mins
     return np.where(blocks > 0, blocks, np.inf).min(axis=axis)

@@ -187,6 +187,22 @@ def test_load_state_dict_refuses_another_capacity() -> None:
 # -- the trees against a plain numpy reference -------------------------------------------------
 
 
+def test_a_descent_does_not_depend_on_the_batch_sizes_before_it() -> None:
+    """find() reuses its work arrays between calls of one batch size: nothing may leak."""
+    tree, rng = SumMinTree(5 * K * K), np.random.default_rng(0)
+    tree.set(np.arange(5 * K * K), rng.random(5 * K * K) * (rng.random(5 * K * K) > 0.3))
+    first, other = rng.random(7) * tree.total, rng.random(3) * tree.total
+    masses = first.copy()
+    expected = SumMinTree(5 * K * K)
+    expected.load(tree.leaves, tree.state())
+    want = expected.find(first)
+    for batch in (first, other, first, rng.random(10_000) * tree.total, first):
+        got = tree.find(batch)
+        assert np.all(got[1] > 0)
+    assert all(np.array_equal(a, b) for a, b in zip(got, want))
+    assert np.array_equal(first, masses)  # the caller's masses are not changed
+
+
 @settings(max_examples=50)
 @given(
     capacity=st.integers(1, 3 * K * K + 5),
