@@ -221,10 +221,10 @@ class PrioritizedReplayBuffer:
         idx = np.asarray(indices).reshape(-1)
         prios = np.array(priorities, dtype=np.float64).reshape(-1)  # a copy: changed in place below
         self._check_indices(idx, len(prios))
-        _check_priorities(prios)
+        highest = _check_priorities(prios)
         if len(idx):
             prios += self.eps
-            top = float(prios.max())
+            top = highest + self.eps  # the same float as max(prios + eps): rounding is monotone
             np.power(prios, self.alpha, out=prios)
             self._tree.set(idx, prios)
             self._dirty[idx] = True
@@ -333,11 +333,14 @@ class PrioritizedReplayBuffer:
         self.mark_clean()
 
 
-def _check_priorities(prios: np.ndarray) -> None:
-    if ((prios >= 0) & (prios < np.inf)).all():  # NaN fails both comparisons
-        return
+def _check_priorities(prios: np.ndarray) -> float:
+    """Refuse NaN, infinite or negative priorities; return the largest (-inf when none)."""
+    if not len(prios):
+        return -np.inf
+    low, high = prios.min(), prios.max()
+    if low >= 0 and high < np.inf:  # a NaN makes both NaN, and NaN fails both comparisons
+        return float(high)
     bad = ~np.isfinite(prios) | (prios < 0)
-    if bad.any():
-        raise InvalidConfig(
-            f"priorities must be finite and >= 0, got {prios[bad][:5].tolist()} at positions "
-            f"{np.flatnonzero(bad)[:5].tolist()}; clip or fix the TD errors first")
+    raise InvalidConfig(
+        f"priorities must be finite and >= 0, got {prios[bad][:5].tolist()} at positions "
+        f"{np.flatnonzero(bad)[:5].tolist()}; clip or fix the TD errors first")
