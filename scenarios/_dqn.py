@@ -18,7 +18,7 @@ import numpy as np
 
 from actors import CheckpointConfig, ParameterServer, ReplayBufferActor
 from scenarios._records import Verdict
-from scenarios._workload import CALL_TIMEOUT, RunContext, Workload
+from scenarios._workload import CALL_TIMEOUT, Workload
 
 __all__ = ["DQNCartPole", "EnvWorker", "evaluate", "make_qnet"]
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import time
 from typing import Any
 
@@ -12,7 +11,7 @@ from actors import CheckpointConfig, CheckpointedCounter, ParameterServer, Repla
 from chaos import watch
 from scenarios._dqn import DQNCartPole
 from scenarios._records import Verdict
-from scenarios._workload import CALL_TIMEOUT, RunContext, Workload
+from scenarios._workload import CALL_TIMEOUT, Workload
 
 __all__ = ["WORKLOADS"]
 
