@@ -47,30 +47,28 @@ def _warm(workers: int) -> None:
     ray.get([task.remote(0.3) for _ in range(workers)], timeout=TIMEOUT)
 
 
-def _span(seconds: float) -> tuple[float, float]:
-    """The "I/O" being scheduled; returns when it ran (wall clock, comparable across workers)."""
+def _io_until(until: float) -> tuple[float, float]:
+    """An "I/O" task that lasts until the wall-clock time ``until``; returns when it ran."""
     start = time.time()
-    time.sleep(seconds)
+    time.sleep(max(0.0, until - start))  # the "I/O" being scheduled
     return start, time.time()
 
 
-def _peak(spans: Sequence[tuple[float, float]]) -> int:
-    """The most spans running at one instant."""
-    edges = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
-    running = peak = 0
-    for _, step in edges:
-        running += step
-        peak = max(peak, running)
-    return peak
+def _concurrency(n: int, hold: float, **options: Any) -> int:
+    """How many of ``n`` I/O tasks, declared with ``options``, run at one instant.
 
-
-def _concurrency(n: int, seconds: float, **options: Any) -> int:
-    """Peak number of ``n`` I/O tasks running at once, declared with ``options``."""
+    Every task lasts until one wall-clock time, ``hold`` seconds after submission, and the
+    count is taken just before it: a worker process that starts late still counts, and a
+    task admitted only once another has finished (freeing its CPUs) never does.
+    """
     import ray
 
     _warm(n)
-    task = _remote(_span, **options)
-    return _peak(ray.get([task.remote(seconds) for _ in range(n)], timeout=TIMEOUT))
+    until = time.time() + hold
+    task = _remote(_io_until, **options)
+    spans = ray.get([task.remote(until) for _ in range(n)], timeout=TIMEOUT)
+    instant = until - 0.1
+    return sum(1 for start, end in spans if start <= instant < end)
 
 
 def _timed(fn: Any, *, warm: int = 0) -> float:
@@ -113,8 +111,8 @@ def global_state(address: str) -> Result:
             "that hold a whole CPU each halve how many run at once.")
 def num_cpus(address: str) -> Result:
     n = 2 * _all_cpus_free(address)  # twice what fits at 1 CPU each
-    return [Measure(f"{n} I/O tasks running at once", "tasks", _concurrency(n, 1.0, num_cpus=1),
-                    _concurrency(n, 1.0, num_cpus=0.5), better="higher")], []
+    return [Measure(f"{n} I/O tasks running at once", "tasks", _concurrency(n, 2.0, num_cpus=1),
+                    _concurrency(n, 2.0, num_cpus=0.5), better="higher")], []
 
 
 @lesson(id="03-eager-get", section="4.1", title="Calling ray.get inside the submit loop",
@@ -481,8 +479,8 @@ def _train(seconds: float) -> int:
             "keeps three other tasks out.")
 def over_request(address: str) -> Result:
     n = 2 * _all_cpus_free(address)
-    return [Measure(f"{n} I/O tasks running at once", "tasks", _concurrency(n, 1.0, num_cpus=2),
-                    _concurrency(n, 1.0, num_cpus=0.5), better="higher")], []
+    return [Measure(f"{n} I/O tasks running at once", "tasks", _concurrency(n, 2.0, num_cpus=2),
+                    _concurrency(n, 2.0, num_cpus=0.5), better="higher")], []
 
 
 class _Peer:
