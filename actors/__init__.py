@@ -10,6 +10,7 @@ from actors._checkpoint import (
     mutation,
 )
 from actors._counter import CheckpointedCounter
+from actors._dedupe import WriterSeqs
 from actors._param_server import (
     GradientError,
     ParameterServer,
@@ -46,5 +47,6 @@ __all__ = [
     "ServerStats",
     "StaleGradientError",
     "VersionTimeout",
+    "WriterSeqs",
     "mutation",
 ]

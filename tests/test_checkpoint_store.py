@@ -18,6 +18,7 @@ from actors import (
     Checkpointable,
     CheckpointStore,
     CheckpointWarning,
+    WriterSeqs,
     mutation,
 )
 from chaos import CheckpointError, CheckpointFormatError, InvalidConfig, StorageUnreachable
@@ -355,3 +356,36 @@ def test_a_format_1_checkpoint_with_sha256_still_restores(storage: str) -> None:
                                 "size": meta["size"]} for name, meta in manifest["files"].items()}
     (folder / "manifest.json").write_text(json.dumps(manifest))
     assert reopen(storage, every_n=3, keep=5).n == 6  # checkpoint 3, not the fallback
+
+
+# -- exactly-once over at-least-once: the writer table ----------------------------------------
+
+
+def test_writer_seqs_drop_a_repeat_but_not_a_call_whose_apply_failed() -> None:
+    seqs = WriterSeqs()
+    assert not seqs.is_repeat("w", 0)
+    # The mutation raised: nothing is recorded, so Ray's redelivery applies it.
+    assert not seqs.is_repeat("w", 0)
+    seqs.applied("w", 0)
+    assert seqs.is_repeat("w", 0) and seqs.is_repeat("w", 0)
+    assert not seqs.is_repeat("other", 0) and not seqs.is_repeat("w", 1)
+    assert not seqs.is_repeat(None, None)  # a call without ids is never a repeat
+    assert seqs.duplicates == 2
+
+
+def test_writer_seqs_travel_with_the_checkpointed_state() -> None:
+    seqs = WriterSeqs()
+    seqs.applied("w", 4)
+    assert seqs.is_repeat("w", 3)
+    restored = WriterSeqs()
+    restored.load_state_dict(json.loads(json.dumps(seqs.state_dict())))
+    assert restored.is_repeat("w", 4) and not restored.is_repeat("w", 5)
+    assert restored.duplicates == 2
+
+
+@pytest.mark.parametrize("ids", [{"writer_id": "w"}, {"seq": 3}])
+def test_writer_seqs_refuse_half_an_id(ids: dict[str, Any]) -> None:
+    seqs = WriterSeqs()
+    with pytest.raises(InvalidConfig, match=r"give both writer_id and seq for an idempotent call, or neither; got"):
+        seqs.is_repeat(ids.get("writer_id"), ids.get("seq"))
+    assert seqs.state_dict() == {"last_seq": {}, "duplicates": 0}

@@ -36,7 +36,7 @@ def test_actors_exports() -> None:
         "Durability", "EmptyBufferError", "GradientError", "ParameterServer", "Policy",
         "PrioritizedReplayBuffer", "PushResult", "ReplayActorStats", "ReplayBufferActor",
         "ReplayStats", "RestoreInfo", "SchemaError", "ServerStats", "StaleGradientError",
-        "VersionTimeout", "mutation",
+        "VersionTimeout", "WriterSeqs", "mutation",
     }
 
 
