@@ -63,7 +63,7 @@ class _Descent:
         self.running = np.zeros((K + 1, n))
         rows = self.running
         self.steps = [(rows[i - 1], rows[i]) for i in range(2, K + 1)]
-        self.children, self.through_last, self.block_total = rows[1:], rows[1:K], rows[K]
+        self.children, self.through_all_but_last, self.block_total = rows[1:], rows[1:K], rows[K]
         self.flat = rows.ravel()
         self.rows = np.arange(n)
         self.at = np.empty(n, dtype=np.int64)
@@ -76,7 +76,7 @@ class _Descent:
             np.add(before, row, out=row)
         np.minimum(m, np.nextafter(self.block_total, 0.0), out=m)
         # Running sums never decrease, so the child is how many of them are <= m.
-        np.less_equal(self.through_last, m, out=self.below)
+        np.less_equal(self.through_all_but_last, m, out=self.below)
         child = self.below.sum(axis=0)
         np.multiply(child, self.n, out=self.at)
         self.at += self.rows
