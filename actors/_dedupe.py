@@ -31,7 +31,7 @@ class WriterSeqs:
             raise InvalidConfig(
                 f"give both writer_id and seq for an idempotent call, or neither; got "
                 f"writer_id={writer_id!r}, seq={seq!r}")
-        if writer_id is None or seq is None or int(seq) > self.last.get(str(writer_id), -1):
+        if writer_id is None or seq is None or int(seq) > self.last_of(writer_id):
             return False
         self.duplicates += 1
         return True
@@ -40,6 +40,10 @@ class WriterSeqs:
         """Record a call as applied; call it only once the mutation has succeeded."""
         if writer_id is not None and seq is not None:
             self.last[str(writer_id)] = int(seq)
+
+    def last_of(self, writer_id: str) -> int:
+        """The highest ``seq`` applied for ``writer_id`` (-1 when none)."""
+        return self.last.get(str(writer_id), -1)
 
     def state_dict(self) -> dict[str, Any]:
         return {"last_seq": dict(self.last), "duplicates": self.duplicates}

@@ -110,7 +110,7 @@ class ReplayBufferActor(Checkpointable):
 
     def last_seq(self, writer_id: str) -> int:
         """The highest ``seq`` stored for ``writer_id`` (-1 when none)."""
-        return self._seqs.last.get(str(writer_id), -1)
+        return self._seqs.last_of(writer_id)
 
     def stats(self) -> ReplayActorStats:
         return ReplayActorStats(self.buffer.stats(), self._seqs.duplicates, len(self._seqs.last),
