@@ -9,27 +9,39 @@ if the agent or the driver dies.
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal as signals
 import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import psutil
 
-from chaos._errors import HangError
+from chaos._errors import FaultIneffective, HangError
 from chaos._safety import check_target, raylet_of
 from chaos._wait import wait_until
 
-__all__ = ["ChaosAgent", "agent_for", "stop_agents"]
+__all__ = ["ChaosAgent", "agent_for", "start_agents", "stop_agents"]
 
 AGENT_NAMESPACE = "raychaos-agents"
 STOP_TIMEOUT = 5.0
-_STOPPED = (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP, psutil.STATUS_ZOMBIE,
-            psutil.STATUS_DEAD)
+_STOPPED = (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+_ENDED = ("gone", psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
 _HOG = "import time, sys\nend = time.monotonic() + float(sys.argv[1])\nwhile time.monotonic() < end:\n    pass\n"
+
+
+@dataclass(slots=True)
+class _Pause:
+    """One pause of one process: its identity, and what resumes it (this pause only)."""
+
+    created: float  # the process's creation time: a reused pid is never signalled
+    token: int
+    healer: int  # pid of the healer process guarding the deadline
+    timer: threading.Timer | None = None
 
 
 class ChaosAgent:
@@ -37,7 +49,8 @@ class ChaosAgent:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._paused: dict[int, float] = {}  # pid -> create_time
+        self._paused: dict[int, _Pause] = {}
+        self._tokens = itertools.count(1)
         self._hogs: list[subprocess.Popen[bytes]] = []
         self._held: list[Any] = []
 
@@ -52,11 +65,28 @@ class ChaosAgent:
         except psutil.NoSuchProcess:
             return None
 
-    def signal(self, pid: int, signum: int, *, driver_pids: tuple[int, ...] = ()) -> int:
-        """Send ``signum`` to ``pid`` after the safety check; return the pid signalled."""
+    def signal(self, pid: int, signum: int, *, driver_pids: tuple[int, ...] = (),
+               confirm_within: float = 0.0) -> float:
+        """Send ``signum`` to ``pid`` after the safety check. With ``confirm_within`` > 0, wait
+        that long for the process to be gone and return how long it took.
+
+        Raises:
+            FaultIneffective: the process was still running ``confirm_within`` s later (it
+                ignores or handles the signal).
+        """
         proc = check_target(pid, agent_pid=os.getpid(), driver_pids=driver_pids)
+        sent = time.monotonic()
         proc.send_signal(signum)
-        return pid
+        if confirm_within <= 0:
+            return 0.0
+        try:
+            wait_until(lambda: _gone(proc), timeout=confirm_within, interval=0.002,
+                       what=f"process {pid} to exit after signal {signum}")
+        except HangError:
+            raise FaultIneffective(
+                f"process {pid} was still running {confirm_within:g} s after signal {signum}: it "
+                "ignores or handles the signal; use SIGKILL to be sure it dies") from None
+        return time.monotonic() - sent
 
     def kill_node(self, *, driver_pids: tuple[int, ...] = ()) -> tuple[int, int]:
         """SIGKILL this node's raylet and every process under it, this agent last: a node that
@@ -71,50 +101,62 @@ class ChaosAgent:
         return raylet.pid, len(others)
 
     def pause(self, pid: int, seconds: float, *, driver_pids: tuple[int, ...] = ()) -> float:
-        """SIGSTOP ``pid`` for ``seconds``; resumed by a timer here and a healer process."""
+        """SIGSTOP ``pid`` for ``seconds``; returns once the process is seen stopped (state T).
+
+        Its ``seconds`` count from that moment: this agent's timer resumes it then, and a
+        separate healer process guards the same deadline (plus the confirmation's bound) in
+        case this agent dies. Both belong to this pause only: resuming it retires them, so a
+        stale timer or healer can never cut a later pause of the same process short.
+        Returns the wall-clock deadline.
+
+        Raises:
+            FaultIneffective: the process exited, or was not seen stopped within
+                ``STOP_TIMEOUT`` seconds (it is resumed at once).
+        """
         proc = check_target(pid, agent_pid=os.getpid(), driver_pids=driver_pids)
-        deadline = time.time() + seconds
-        created = proc.create_time()
-        # posix_spawn, not fork: forking this multithreaded worker can deadlock the child.
-        os.posix_spawn(sys.executable, [sys.executable, "-m", "chaos._healer", str(pid),
-                                        repr(created), repr(deadline)], dict(os.environ),
-                       setsid=True)
-        proc.send_signal(signals.SIGSTOP)
+        entry = _Pause(proc.create_time(), next(self._tokens),
+                       _spawn_healer(pid, proc.create_time(), time.time() + seconds + STOP_TIMEOUT))
+        with self._lock:  # signals are sent under the lock: a resume's SIGCONT cannot overtake
+            earlier, self._paused[pid] = self._paused.get(pid), entry
+            proc.send_signal(signals.SIGSTOP)
+        if earlier is not None:
+            _retire(earlier)
+        self._confirm_stopped(proc, entry.token)
+        self._arm(pid, entry.token, seconds)
+        return time.time() + seconds
+
+    def _arm(self, pid: int, token: int, seconds: float) -> None:
+        """Start the resume timer of pause ``token``, unless it was resumed meanwhile."""
+        timer = threading.Timer(seconds, self.resume, args=(pid,), kwargs={"token": token})
         with self._lock:
-            self._paused[pid] = created
-        threading.Timer(seconds, self.resume, args=(pid,)).start()
-        # The stop is delivered asynchronously: return only once it has taken effect, so the
-        # caller's next step sees a paused process (replays then behave alike).
+            entry = self._paused.get(pid)
+            if entry is None or entry.token != token:
+                return
+            entry.timer = timer
+        timer.start()
+
+    def _confirm_stopped(self, proc: psutil.Process, token: int) -> None:
+        # The stop is delivered asynchronously: return only once the kernel shows state T, so
+        # the caller's next step sees a paused process (and a pause is never merely "sent").
         try:
-            wait_until(lambda: self._stop_took_effect(proc), timeout=STOP_TIMEOUT,
-                       interval=0.005, what=f"process {pid} to stop after SIGSTOP")
+            wait_until(lambda: _status(proc) in _STOPPED, timeout=STOP_TIMEOUT, interval=0.002,
+                       what=f"process {proc.pid} to stop after SIGSTOP")
         except HangError:
-            self.resume(pid)
-            raise
-        return deadline
+            why = "it exited" if _gone(proc) else f"its state stayed {_status(proc)!r}"
+            self.resume(proc.pid, token=token)
+            raise FaultIneffective(f"process {proc.pid} was not seen stopped within "
+                                   f"{STOP_TIMEOUT:g} s of SIGSTOP: {why}") from None
 
-    def _stop_took_effect(self, proc: psutil.Process) -> bool:
-        # A short pause can end (timer or healer) between two polls: a resumed pid counts too.
+    def resume(self, pid: int, *, token: int | None = None) -> bool:
+        """SIGCONT ``pid`` if this agent paused it (and it is still that process). With
+        ``token``, only if that pause is still the current one (a timer's own pause)."""
         with self._lock:
-            if proc.pid not in self._paused:
-                return True
-        try:
-            return proc.status() in _STOPPED
-        except psutil.NoSuchProcess:
-            return True
-
-    def resume(self, pid: int) -> bool:
-        """SIGCONT ``pid`` if this agent paused it (and it is still that process)."""
-        with self._lock:
-            created = self._paused.pop(pid, None)
-        if created is None:
-            return False
-        try:
-            proc = psutil.Process(pid)
-            if abs(proc.create_time() - created) < 1.0:  # same process, not a reused pid
-                proc.send_signal(signals.SIGCONT)
-        except psutil.NoSuchProcess:
-            pass
+            entry = self._paused.get(pid)
+            if entry is None or (token is not None and entry.token != token):
+                return False
+            del self._paused[pid]
+            _sigcont(pid, entry.created)
+        _retire(entry)
         return True
 
     def cpu_hog(self, cores: int, seconds: float) -> list[int]:
@@ -123,6 +165,10 @@ class ChaosAgent:
                                   stdin=subprocess.DEVNULL) for _ in range(cores)]
         with self._lock:
             self._hogs.extend(procs)
+        ended = [p.pid for p in procs if p.poll() is not None]
+        if ended:
+            self.stop_hogs()
+            raise FaultIneffective(f"busy processes {ended} exited as soon as they started")
         return [p.pid for p in procs]
 
     def stop_hogs(self) -> int:
@@ -141,6 +187,47 @@ class ChaosAgent:
 
 
 _AGENTS: dict[tuple[str, str], Any] = {}
+
+
+def _spawn_healer(pid: int, created: float, deadline: float) -> int:
+    """The process that resumes ``pid`` at ``deadline`` whatever happens to this agent."""
+    # posix_spawn, not fork: forking this multithreaded worker can deadlock the child.
+    return os.posix_spawn(sys.executable, [sys.executable, "-m", "chaos._healer", str(pid),
+                                           repr(created), repr(deadline)], dict(os.environ),
+                          setsid=True)
+
+
+def _sigcont(pid: int, created: float) -> None:
+    try:
+        proc = psutil.Process(pid)
+        if abs(proc.create_time() - created) < 1.0:  # same process, not a reused pid
+            proc.send_signal(signals.SIGCONT)
+    except psutil.NoSuchProcess:
+        pass
+
+
+def _retire(entry: _Pause) -> None:
+    """A pause is over: its timer and its healer must not fire into a later pause."""
+    if entry.timer is not None:
+        entry.timer.cancel()
+    try:
+        os.kill(entry.healer, signals.SIGKILL)
+        os.waitpid(entry.healer, 0)  # our child: reap it
+    except (ProcessLookupError, ChildProcessError):
+        pass  # it already fired and exited
+
+
+def _status(proc: psutil.Process) -> str:
+    try:
+        return str(proc.status())
+    except psutil.NoSuchProcess:
+        return "gone"
+
+
+def _gone(proc: psutil.Process) -> bool:
+    """The process has exited (a zombie waiting for its raylet to reap it counts; a reused
+    pid does not fool ``is_running``, which compares creation times)."""
+    return not proc.is_running() or _status(proc) in _ENDED
 
 
 def _kill_all(processes: list[psutil.Process]) -> None:
@@ -170,6 +257,17 @@ def agent_for(node_id: str) -> Any:
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
         ).remote()
     return _AGENTS[key]
+
+
+def start_agents(*, timeout: float = 60.0) -> int:
+    """Start (or find) the agent of every live node and wait until each answers; return how
+    many. Call it before a schedule's time zero, so no fault is late by an agent's start
+    (about 0.8 s here)."""
+    import ray
+
+    nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
+    ray.get([agent_for(node).where.remote() for node in nodes], timeout=timeout)
+    return len(nodes)
 
 
 def stop_agents(*, timeout: float = 30.0) -> int:

@@ -12,6 +12,8 @@ __all__ = [
     "ChaosError",
     "CheckpointError",
     "CheckpointFormatError",
+    "FaultIneffective",
+    "FaultsNotApplied",
     "HangError",
     "InvalidConfig",
     "InvalidFaultSpec",
@@ -43,6 +45,19 @@ class CheckpointFormatError(CheckpointError, ValueError):
 
 class HangError(ChaosError, TimeoutError):
     """A wait ran past its deadline; the message names what was stuck and why."""
+
+
+class FaultIneffective(ChaosError, RuntimeError):
+    """A fault was sent but its effect was not observed within its bound (a process that
+    outlived its signal, a pause that never showed state T, an allocation that never grew).
+
+    The injection counts as failed: a chaos run must not pass on a fault that did not happen.
+    """
+
+
+class FaultsNotApplied(ChaosError, AssertionError):
+    """Scheduled faults were not all injected and confirmed before the run or test ended;
+    the message lists each one, with its status and why."""
 
 
 class InvalidFaultSpec(ChaosError, ValueError):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from chaos._errors import InvalidFaultSpec
 from chaos._targets import NodeTarget, Target, target_from_dict, target_to_dict
@@ -32,6 +32,9 @@ def _fraction(name: str, value: float) -> None:
 class Kill:
     """Signal the target's process: SIGKILL (crash) or SIGTERM (polite)."""
 
+    #: Carried out by the chaos agent on the target's node (see :func:`chaos.start_agents`).
+    USES_AGENT: ClassVar[bool] = True
+
     target: Target
     signal: Signal = "SIGKILL"
 
@@ -45,12 +48,18 @@ class KillNode:
     """SIGKILL a node's raylet and every process under it: the whole node dies at once, as a
     machine that fails would. Never the head unless asked."""
 
+    #: Carried out by the chaos agent on the target's node (see :func:`chaos.start_agents`).
+    USES_AGENT: ClassVar[bool] = True
+
     target: NodeTarget = field(default_factory=NodeTarget)
 
 
 @dataclass(frozen=True, slots=True)
 class Pause:
     """SIGSTOP the target's process for ``seconds``, then SIGCONT: a true straggler."""
+
+    #: Carried out by the chaos agent on the target's node (see :func:`chaos.start_agents`).
+    USES_AGENT: ClassVar[bool] = True
 
     target: Target
     seconds: float
@@ -64,6 +73,9 @@ class MemoryPressure:
     """Allocate on a node until its memory use reaches ``fraction`` of the host, never past
     ``host_cap``, for ``seconds``: drives Ray's memory monitor (``memory_usage_threshold``)
     to kill a task with ``OutOfMemoryError``."""
+
+    #: Carried out by the chaos agent on the target's node (see :func:`chaos.start_agents`).
+    USES_AGENT: ClassVar[bool] = False
 
     fraction: float
     seconds: float
@@ -83,6 +95,9 @@ class MemoryPressure:
 class CpuHog:
     """Busy-loop ``cores`` processes on a node for ``seconds``."""
 
+    #: Carried out by the chaos agent on the target's node (see :func:`chaos.start_agents`).
+    USES_AGENT: ClassVar[bool] = True
+
     cores: int
     seconds: float
     node: NodeTarget | None = None
@@ -97,6 +112,9 @@ class CpuHog:
 class FillObjectStore:
     """``ray.put`` chunks until ``fraction`` of the object store is used (or it spills or
     refuses), and hold them for ``seconds``."""
+
+    #: Carried out by the chaos agent on the target's node (see :func:`chaos.start_agents`).
+    USES_AGENT: ClassVar[bool] = False
 
     fraction: float
     seconds: float
@@ -113,6 +131,9 @@ class FillObjectStore:
 @dataclass(frozen=True, slots=True)
 class Starve:
     """Hold ``cpus`` and custom ``resources`` for ``seconds`` so new work stays pending."""
+
+    #: Carried out by the chaos agent on the target's node (see :func:`chaos.start_agents`).
+    USES_AGENT: ClassVar[bool] = False
 
     seconds: float
     cpus: float = 0.0

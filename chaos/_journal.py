@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 __all__ = ["Event", "EventKind", "Journal", "read_journal"]
 
-EventKind = Literal["start", "inject", "heal", "refuse", "recover", "observe", "end"]
+EventKind = Literal["start", "inject", "heal", "refuse", "ineffective", "recover", "observe", "end"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +25,9 @@ class Event:
 
     Attributes:
         kind: what happened. ``inject``/``heal`` bracket a fault; ``refuse`` is a fault the
-            safety checks stopped; ``recover`` is an observed recovery (``seconds`` = MTTR).
+            safety checks stopped or whose target was not found; ``ineffective`` a fault
+            sent whose effect was not observed; ``recover`` is an observed recovery
+            (``seconds`` = MTTR).
         mono: ``time.monotonic()`` (orders events); ``wall``: ``time.time()``.
         at: seconds since the run started, as scheduled (for replay).
         fault: the fault record as a dict (see ``fault_from_dict``).

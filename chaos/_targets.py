@@ -99,21 +99,47 @@ def target_from_dict(data: dict[str, Any]) -> Target:
 
 @dataclass(frozen=True, slots=True)
 class Process:
-    """A resolved target: the process to act on, where it runs, and what it is."""
+    """A resolved target: the process to act on, where it runs, and what it is.
+
+    ``name`` is the actor's or task's name when it has one: a seeded pick among named
+    candidates chooses the same one in every run (pids and actor ids differ between runs).
+    """
 
     pid: int
     node_id: str
     label: str
     actor_id: str | None = None
+    name: str | None = None
+
+
+#: A task target may be between two tasks when a fault comes: it is looked for this long.
+TASK_PATIENCE = 5.0
 
 
 def resolve(target: Target, *, address: str, rng: random.Random,
             exclude_pids: frozenset[int] = frozenset()) -> list[Process]:
-    """The live processes ``target`` names now.
+    """The live processes ``target`` names now (a task target: within ``TASK_PATIENCE``).
 
     Raises:
         TargetNotFound: nothing alive matches (e.g. a class name with no live actors).
     """
+    if isinstance(target, TaskTarget):
+        from chaos._errors import HangError
+        from chaos._wait import wait_until
+
+        try:
+            return wait_until(lambda: _resolve_now(target, address, rng, exclude_pids),
+                              timeout=TASK_PATIENCE, interval=0.1, what=target.label())
+        except HangError as exc:
+            if isinstance(exc.__cause__, TargetNotFound):
+                raise exc.__cause__ from None
+            raise TargetNotFound(f"no live process matches {target.label()} within "
+                                 f"{TASK_PATIENCE:g} s on the cluster at {address}") from exc
+    return _resolve_now(target, address, rng, exclude_pids)
+
+
+def _resolve_now(target: Target, address: str, rng: random.Random,
+                 exclude_pids: frozenset[int]) -> list[Process]:
     if isinstance(target, ActorTarget):
         found = _actors(target, address)
     elif isinstance(target, TaskTarget):
@@ -126,9 +152,10 @@ def resolve(target: Target, *, address: str, rng: random.Random,
     if not found:
         raise TargetNotFound(f"no live process matches {target.label()} on the cluster at "
                              f"{address}; check the name, or that it is running yet")
+    found.sort(key=lambda p: (p.name or "", p.pid))
     if isinstance(target, ActorTarget) and target.pick == "all":
         return found
-    return [rng.choice(sorted(found, key=lambda p: p.pid))]
+    return [rng.choice(found)]
 
 
 def _actors(target: ActorTarget, address: str) -> list[Process]:
@@ -144,8 +171,8 @@ def _actors(target: ActorTarget, address: str) -> list[Process]:
     rows = list_actors(address=address, filters=filters, limit=10_000, raise_on_missing_output=False)
     if target.class_name:  # Ray records the qualified name: "f.<locals>.Flock" matches "Flock"
         rows = [a for a in rows if target.class_name in (a.class_name, a.class_name.rsplit(".", 1)[-1])]
-    return [Process(a.pid, a.node_id, f"{a.class_name} {a.actor_id[:12]} pid {a.pid}", a.actor_id)
-            for a in rows if a.pid]
+    return [Process(a.pid, a.node_id, f"{a.class_name} {a.actor_id[:12]} pid {a.pid}", a.actor_id,
+                    a.name or None) for a in rows if a.pid]
 
 
 def _tasks(name: str, address: str) -> list[Process]:
@@ -153,8 +180,8 @@ def _tasks(name: str, address: str) -> list[Process]:
 
     rows = list_tasks(address=address, filters=[("name", "=", name), ("state", "=", "RUNNING")],
                       limit=10_000, raise_on_missing_output=False)
-    return [Process(t.worker_pid, t.node_id, f"task {t.name} pid {t.worker_pid}", t.actor_id)
-            for t in rows if t.worker_pid]
+    return [Process(t.worker_pid, t.node_id, f"task {t.name} pid {t.worker_pid}", t.actor_id,
+                    t.name) for t in rows if t.worker_pid]
 
 
 def _busy_workers(address: str, exclude: frozenset[int]) -> list[Process]:

@@ -20,6 +20,8 @@ from chaos import (
     Chaos,
     ClusterHandle,
     CpuHog,
+    FaultIneffective,
+    FaultStatus,
     FillObjectStore,
     Kill,
     Pause,
@@ -142,7 +144,7 @@ def test_pause_is_a_true_straggler_then_heals(chaos: Chaos) -> None:
         assert not ready  # the call waits; nothing restarts
     assert psutil.Process(pid).status() != psutil.STATUS_STOPPED
     assert ray.get(pending, timeout=CALL_TIMEOUT) == 1 and pid_of(victim) == pid
-    assert [e.outcome for e in chaos.journal.events] == ["SIGSTOP", "SIGCONT"]
+    assert [e.outcome for e in chaos.journal.events] == ["SIGSTOP; seen in state T", "SIGCONT"]
     ray.kill(victim)
 
 
@@ -167,6 +169,24 @@ def test_a_pause_shorter_than_one_poll_still_returns(chaos: Chaos) -> None:
     wait_until(lambda: psutil.Process(pid).status() != psutil.STATUS_STOPPED, timeout=10,
                what="the last short pause to end")
     assert ray.get(victim.call.remote(), timeout=CALL_TIMEOUT) >= 1
+    ray.kill(victim)
+
+
+def test_an_earlier_pauses_timer_cannot_end_a_later_pause(chaos: Chaos) -> None:
+    # Found by the pause's confirmation: a pause healed early left its timer (and healer)
+    # armed, and they resumed the next pause of the same process, unseen.
+    victim = Victim.remote()
+    pid = pid_of(victim)
+    agent = agent_for(ray.get_runtime_context().get_node_id())
+    ray.get(agent.pause.remote(pid, 0.3), timeout=CALL_TIMEOUT)
+    ray.get(agent.resume.remote(pid), timeout=CALL_TIMEOUT)  # healed before its time, as a heal does
+    ray.get(agent.pause.remote(pid, 30.0), timeout=CALL_TIMEOUT)
+    end = time.monotonic() + 1.0  # past the first pause's timer: the second must hold throughout
+    while time.monotonic() < end:
+        assert psutil.Process(pid).status() == psutil.STATUS_STOPPED
+        time.sleep(0.02)  # observing a state over a window, not waiting for one
+    assert ray.get(agent.resume.remote(pid), timeout=CALL_TIMEOUT)
+    assert ray.get(victim.call.remote(), timeout=CALL_TIMEOUT) == 1
     ray.kill(victim)
 
 
@@ -220,9 +240,50 @@ def test_a_schedule_runs_heals_and_journals(chaos: Chaos) -> None:
     pid = pid_of(victim)
     target = ActorTarget.of(victim)
     schedule = Schedule.explicit([(0.0, Pause(target, seconds=0.5)), (1.0, Kill(target))])
-    errors = run_schedule(chaos, schedule)
-    assert errors == [None, None]
+    outcomes = run_schedule(chaos, schedule)
+    assert [o.status for o in outcomes] == [FaultStatus.INJECTED, FaultStatus.INJECTED]
     kinds = [(e.kind, e.at) for e in chaos.journal.events]
     assert kinds == [("inject", 0.0), ("heal", 0.0), ("inject", 1.0), ("heal", 1.0)]
     wait_until(lambda: pid_of(victim) != pid, timeout=30, what="restart after the scheduled kill")
     ray.kill(victim)
+
+
+@ray.remote(max_restarts=1, max_task_retries=-1)
+class Deaf:
+    """Ignores SIGTERM: a polite kill has no effect on it."""
+
+    def __init__(self) -> None:
+        import signal
+
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def test_a_kill_the_target_ignores_is_ineffective_and_journaled(ray_cluster: ClusterHandle) -> None:
+    chaos = Chaos(address=ray_cluster.address, kill_confirm=2.0)
+    deaf = Deaf.remote()
+    pid = pid_of(deaf)
+    with pytest.raises(FaultIneffective, match=f"process {pid} was still running 2 s after signal 15"):
+        chaos.kill(Kill(ActorTarget.of(deaf), signal="SIGTERM"))
+    assert [e.kind for e in chaos.journal.events] == ["ineffective"]
+    assert psutil.pid_exists(pid) and pid_of(deaf) == pid  # it really ignored it
+    ray.kill(deaf)
+
+
+def test_pick_all_pauses_every_actor_of_the_class(chaos: Chaos) -> None:
+    @ray.remote
+    class Herd:
+        def pid(self) -> int:
+            return os.getpid()
+
+    herd = [Herd.remote() for _ in range(2)]
+    pids = {pid_of(a) for a in herd}
+    with chaos.inject(Pause(ActorTarget(class_name="Herd", pick="all"), seconds=20)) as injection:
+        assert {p.pid for p in injection.processes} == pids
+        assert all(psutil.Process(p).status() == psutil.STATUS_STOPPED for p in pids)
+    assert all(psutil.Process(p).status() != psutil.STATUS_STOPPED for p in pids)
+    assert [e.kind for e in chaos.journal.events] == ["inject", "inject", "heal", "heal"]
+    for a in herd:
+        ray.kill(a)

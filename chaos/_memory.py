@@ -1,0 +1,109 @@
+"""The memory fault's allocation task, its progress reports, and what its heal observed.
+
+The task runs on the target node and reports, after each block, how many bytes it holds
+*resident* (its RSS growth, not what it asked for) in a small JSON file in that node's temp
+directory; the chaos agent on the same node reads it, so the engine can confirm the
+pressure is real before it calls the fault injected.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+import uuid
+from enum import StrEnum
+from typing import Any
+
+__all__ = ["MemoryOutcome", "allocate", "outcome_of", "progress_path", "read_progress"]
+
+STEP = 64 * 2**20
+CALL_TIMEOUT = 30.0
+
+
+class MemoryOutcome(StrEnum):
+    """How a memory fault ended, as its heal observed it (decided on by invariants)."""
+
+    OOM_KILLED = "oom_killed"  #: Ray's memory monitor killed the allocation (OutOfMemoryError)
+    HELD = "held"  #: it held its memory to its deadline without an OOM kill
+    STOPPED_AT_HEAL = "stopped_at_heal"  #: still holding when the heal cancelled it
+    CRASHED = "crashed"  #: its worker died some other way
+
+
+def progress_path() -> str:
+    """A fresh progress file name (resolved on the node: each node has its own temp dir)."""
+    return os.path.join(tempfile.gettempdir(), f"raychaos-memory-{uuid.uuid4().hex}.json")
+
+
+def _report(path: str, resident: int, host_used: float, cannot: bool) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump({"resident": resident, "host_used": host_used, "cannot": cannot}, f)
+    os.replace(tmp, path)  # atomic: the agent never reads half a report
+
+
+def read_progress(path: str, *, remove: bool = False) -> dict[str, Any] | None:
+    """The last report at ``path`` (JSON, never pickle), or None before the first one."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            progress = json.load(f)
+    except (FileNotFoundError, ValueError):
+        progress = None
+    if remove:
+        for name in (path, f"{path}.tmp"):
+            try:
+                os.remove(name)
+            except FileNotFoundError:
+                pass
+    return progress
+
+
+def allocate(fraction: float, host_cap: float, seconds: float, path: str) -> int:
+    """Grow resident memory in 64 MiB steps toward ``fraction`` of the host, never past the
+    cap, for ``seconds``; report each step at ``path``. Returns the bytes held at the end."""
+    import mmap
+
+    import psutil
+
+    me, vm = psutil.Process(), psutil.virtual_memory()
+    base, target, deadline = me.memory_info().rss, min(fraction, host_cap) * vm.total, time.monotonic() + seconds
+    blocks: list[mmap.mmap] = []
+    # MAP_POPULATE: the kernel faults every page in up front, about 6x faster than touching
+    # them from Python, so the pressure builds within a short fault's seconds.
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0)
+    if (vm.total - vm.available) + STEP > target:
+        _report(path, 0, (vm.total - vm.available) / vm.total, cannot=True)
+        return 0
+    while time.monotonic() < deadline:
+        used = psutil.virtual_memory()
+        if (used.total - used.available) + STEP <= target:
+            block = mmap.mmap(-1, STEP, flags=flags)
+            block[::4096] = b"\x01" * (STEP // 4096)  # resident even without MAP_POPULATE
+            blocks.append(block)
+            _report(path, max(0, me.memory_info().rss - base), 1 - used.available / used.total, False)
+        else:
+            time.sleep(0.05)  # at the target: hold until the deadline (or Ray kills us)
+    return sum(len(b) for b in blocks)
+
+
+def outcome_of(ref: Any, progress: dict[str, Any] | None) -> dict[str, Any]:
+    """What the allocation task ended in: a :class:`MemoryOutcome`, its peak resident bytes
+    and a sentence for people (the journal's outcome)."""
+    import ray
+    from ray.exceptions import OutOfMemoryError, RayError, TaskCancelledError
+
+    peak = int(progress["resident"]) if progress else 0
+    try:
+        peak = max(peak, int(ray.get(ref, timeout=CALL_TIMEOUT)))
+        kind, said = MemoryOutcome.HELD, "held without an OOM kill"
+    except OutOfMemoryError:
+        kind, said = MemoryOutcome.OOM_KILLED, "Ray's memory monitor killed the allocating task"
+    except TaskCancelledError:
+        kind, said = MemoryOutcome.STOPPED_AT_HEAL, "allocation stopped at heal"
+    except RayError as exc:
+        kind, said = MemoryOutcome.CRASHED, f"the allocating task failed: {type(exc).__name__}"
+    if progress and progress["cannot"]:
+        said = f"nothing allocated: the host already used {progress['host_used']:.0%}, past the target"
+    return {"memory_outcome": kind, "peak_bytes": peak,
+            "outcome": f"{said} (peak {peak / 2**30:.2f} GiB resident)"}
