@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import math
 import random
-import threading
-import time
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +12,7 @@ from chaos._errors import InvalidFaultSpec
 from chaos._faults import Fault, fault_from_dict, fault_to_dict
 from chaos._journal import Event
 
-__all__ = ["Schedule", "ScheduledFault", "run_schedule"]
+__all__ = ["Schedule", "ScheduledFault"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,40 +77,25 @@ class Schedule:
 
     @classmethod
     def from_journal(cls, events: Sequence[Event]) -> Schedule:
-        """The schedule a journal ran: its ``inject`` and ``refuse`` events, deduplicated."""
+        """The schedule a journal ran: the one its ``start`` event recorded when there is one
+        (faults that never happened included), else its ``inject``, ``refuse`` and
+        ``ineffective`` events, deduplicated."""
+        for e in events:
+            if e.kind == "start" and isinstance(e.extra.get("schedule"), list):
+                return cls.from_dicts(e.extra["schedule"])
         seen: dict[tuple[float, str], ScheduledFault] = {}
         for e in events:
-            if e.kind in ("inject", "refuse") and e.fault is not None and e.at is not None:
+            if e.kind in ("inject", "refuse", "ineffective") and e.fault is not None and e.at is not None:
                 seen.setdefault((e.at, repr(sorted(e.fault.items()))),
                                 ScheduledFault(e.at, fault_from_dict(e.fault)))
         return cls(tuple(sorted(seen.values(), key=lambda s: s.at)))
+
+    @classmethod
+    def from_dicts(cls, entries: Sequence[dict[str, Any]]) -> Schedule:
+        """Inverse of :meth:`to_dicts` (each fault validated again)."""
+        return cls(tuple(ScheduledFault(float(e["at"]), fault_from_dict(e["fault"])) for e in entries))
 
     def to_dicts(self) -> list[dict[str, Any]]:
         return [{"at": e.at, "fault": fault_to_dict(e.fault)} for e in self.entries]
 
 
-def _hold(fault: Fault) -> float:
-    return float(getattr(fault, "seconds", 0.0))
-
-
-def run_schedule(chaos: Any, schedule: Schedule, *, stop: threading.Event | None = None,
-                 clock: Any = time.monotonic) -> list[BaseException | None]:
-    """Inject each fault at its time, hold it for its ``seconds``, heal it; wait for all.
-
-    ``stop`` ends the run early: pending faults are skipped, active ones healed now.
-    Returns one entry per scheduled fault: None, or the error its injection raised.
-    """
-    stop = stop or threading.Event()
-    start = clock()
-
-    def one(entry: ScheduledFault) -> None:
-        with chaos.inject(entry.fault, at=entry.at):
-            stop.wait(_hold(entry.fault))  # hold the fault for its bound, or until stopped
-
-    futures: list[Future[None]] = []
-    with ThreadPoolExecutor(max_workers=8, thread_name_prefix="raychaos-fault") as pool:
-        for entry in schedule.entries:
-            if stop.wait(max(0.0, start + entry.at - clock())):
-                break
-            futures.append(pool.submit(one, entry))
-    return [f.exception() for f in futures]

@@ -1,0 +1,150 @@
+"""The one fault loop: inject each scheduled fault at its time, hold it, heal it, say how it went.
+
+Used alike by the pytest ``chaos`` fixture, the scenario runner and user code. Every fault
+ends in a :class:`FaultOutcome` with a typed :class:`FaultStatus`; only ``INJECTED`` (sent,
+its effect confirmed, healed) counts as having happened. Callers fail closed on the rest.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from chaos._errors import FaultIneffective, FaultsNotApplied, TargetNotFound, UnsafeTarget
+from chaos._faults import fault_to_dict
+from chaos._schedule import Schedule, ScheduledFault
+
+__all__ = ["FaultOutcome", "FaultStatus", "ScheduleObserver", "check_applied", "run_schedule",
+           "uses_agents"]
+
+MAX_CONCURRENT_FAULTS = 8
+
+
+class FaultStatus(StrEnum):
+    """How a scheduled fault went. Only ``INJECTED`` means it happened."""
+
+    INJECTED = "injected"  #: sent, its effect confirmed, then healed
+    NOT_FOUND = "not_found"  #: no live process matched its target
+    REFUSED = "refused"  #: the safety check refused the process it matched
+    INEFFECTIVE = "ineffective"  #: sent, but its effect was not observed within its bound
+    FAILED = "failed"  #: the injection raised another error
+    NOT_REACHED = "not_reached"  #: the run ended before the fault's time came
+
+
+@dataclass(frozen=True, slots=True)
+class FaultOutcome:
+    """One scheduled fault as it went: when it started and ended (seconds after the run's
+    start; None if it never started), its injection, and the error when it did not happen."""
+
+    index: int
+    entry: ScheduledFault
+    status: FaultStatus
+    started: float | None = None
+    ended: float | None = None
+    injection: Any = None
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status is FaultStatus.INJECTED
+
+    @property
+    def kind(self) -> str:
+        return str(fault_to_dict(self.entry.fault)["kind"])
+
+    def describe(self) -> str:
+        target = getattr(getattr(self.entry.fault, "target", None), "label", lambda: "the node")()
+        head = f"faults[{self.index}] {self.kind} of {target} at {self.entry.at:g} s: {self.status.value}"
+        return f"{head}: {self.error}" if self.error else head
+
+
+class ScheduleObserver:
+    """Hooks of :func:`run_schedule`, called from the fault's own thread. The default holds
+    each fault for its own ``seconds`` (0 for kills) and observes nothing."""
+
+    def hold(self, entry: ScheduledFault) -> float:
+        """How long to keep ``entry``'s fault before healing it (``stop`` cuts it short)."""
+        return float(getattr(entry.fault, "seconds", 0.0))
+
+    def injected(self, index: int, entry: ScheduledFault, injection: Any) -> None:
+        """The fault took effect (confirmed); it is held next."""
+
+    def settled(self, outcome: FaultOutcome) -> FaultOutcome:
+        """The fault is over (healed, or it failed); may measure recovery. Returns the outcome."""
+        return outcome
+
+
+_STATUS_OF: tuple[tuple[type[BaseException], FaultStatus], ...] = (
+    (TargetNotFound, FaultStatus.NOT_FOUND), (UnsafeTarget, FaultStatus.REFUSED),
+    (FaultIneffective, FaultStatus.INEFFECTIVE))
+
+
+def run_schedule(chaos: Any, schedule: Schedule, *, stop: threading.Event | None = None,
+                 start: float | None = None, observer: ScheduleObserver | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> list[FaultOutcome]:
+    """Inject each fault at its time, hold it, heal it; wait for all; one outcome per entry.
+
+    Args:
+        stop: ends the run early: faults not yet started are ``NOT_REACHED``, active ones
+            are healed now.
+        start: the ``clock()`` value the entries' ``at`` count from (default: now).
+        observer: hooks for holding, and for what happens after each fault.
+
+    Each fault chooses its target with its own generator, seeded by the engine's seed and
+    the fault's index, so concurrent faults pick the same targets in every run.
+    """
+    stop, observer = stop or threading.Event(), observer or ScheduleObserver()
+    start = clock() if start is None else start
+    futures: dict[int, Future[FaultOutcome]] = {}
+    with ThreadPoolExecutor(MAX_CONCURRENT_FAULTS, thread_name_prefix="raychaos-fault") as pool:
+        for i, entry in enumerate(schedule.entries):
+            if stop.wait(max(0.0, start + entry.at - clock())):
+                break
+            futures[i] = pool.submit(_one, chaos, i, entry, stop, start, clock, observer)
+    ended = clock() - start
+    return [futures[i].result() if i in futures else observer.settled(FaultOutcome(
+        i, e, FaultStatus.NOT_REACHED, error=f"the run stopped {ended:.2f} s after its start, "
+                                             f"before this fault's time"))
+        for i, e in enumerate(schedule.entries)]
+
+
+def _one(chaos: Any, index: int, entry: ScheduledFault, stop: threading.Event, start: float,
+         clock: Callable[[], float], observer: ScheduleObserver) -> FaultOutcome:
+    began, injection = clock() - start, None
+    rng = random.Random(f"{getattr(chaos, 'seed', 0)}/{index}")
+    try:
+        with chaos.inject(entry.fault, at=entry.at, rng=rng) as injection:
+            observer.injected(index, entry, injection)
+            stop.wait(observer.hold(entry))
+    except Exception as exc:  # noqa: BLE001 - every failure becomes a typed outcome
+        status = next((s for t, s in _STATUS_OF if isinstance(exc, t)), FaultStatus.FAILED)
+        return observer.settled(FaultOutcome(index, entry, status, began, clock() - start,
+                                             injection, f"{type(exc).__name__}: {exc}"[:500]))
+    return observer.settled(FaultOutcome(index, entry, FaultStatus.INJECTED, began,
+                                         clock() - start, injection))
+
+
+def uses_agents(schedule: Schedule) -> bool:
+    """Does some fault of ``schedule`` act through the chaos agents (start them before time
+    zero, then)? Faults that do not stay clear of them: an agent is a Ray worker too, and
+    Ray's memory monitor has picked one as its victim under a memory fault."""
+    return any(getattr(e.fault, "USES_AGENT", False) for e in schedule.entries)
+
+
+def check_applied(outcomes: Sequence[FaultOutcome], *, where: str) -> None:
+    """Raise :class:`FaultsNotApplied` listing every fault that did not happen.
+
+    Raises:
+        FaultsNotApplied: some outcome is not ``INJECTED``.
+    """
+    missed = [o for o in outcomes if not o.ok]
+    if missed:
+        lines = "\n".join(f"  - {o.describe()}" for o in missed)
+        raise FaultsNotApplied(f"{len(missed)} of {len(outcomes)} scheduled faults did not happen "
+                               f"in {where}:\n{lines}")

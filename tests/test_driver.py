@@ -1,0 +1,110 @@
+"""The one fault loop, with an engine that needs no cluster: every scheduled fault ends in a
+typed outcome, and only a confirmed injection counts as having happened."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from chaos import (
+    ActorTarget,
+    FaultIneffective,
+    FaultsNotApplied,
+    FaultStatus,
+    Kill,
+    Pause,
+    Schedule,
+    ScheduleObserver,
+    TargetNotFound,
+    UnsafeTarget,
+    check_applied,
+    run_schedule,
+)
+
+A = ActorTarget(name="a")
+
+
+class ScriptedEngine:
+    """Raises what the fault's target name says; records the rng each fault was given."""
+
+    seed = 7
+
+    def __init__(self) -> None:
+        self.picks: dict[tuple[float, str], float] = {}
+
+    @contextmanager
+    def inject(self, fault: Any, *, at: float, rng: random.Random) -> Iterator[str]:
+        self.picks[(at, type(fault).__name__)] = rng.random()
+        errors = {"missing": TargetNotFound("no live process"), "unsafe": UnsafeTarget("pid 1"),
+                  "deaf": FaultIneffective("still running"), "broken": RuntimeError("agent down")}
+        name = fault.target.name
+        if name in errors:
+            raise errors[name]
+        yield f"injected {name}"
+
+
+def kill(name: str) -> Kill:
+    return Kill(ActorTarget(name=name))
+
+
+def test_each_failure_has_its_own_status() -> None:
+    names = ["ok", "missing", "unsafe", "deaf", "broken"]
+    schedule = Schedule.explicit([(i * 0.01, kill(n)) for i, n in enumerate(names)])
+    outcomes = run_schedule(ScriptedEngine(), schedule)
+    assert [o.status for o in outcomes] == [
+        FaultStatus.INJECTED, FaultStatus.NOT_FOUND, FaultStatus.REFUSED, FaultStatus.INEFFECTIVE,
+        FaultStatus.FAILED]
+    assert outcomes[0].ok and outcomes[0].injection == "injected ok"
+    assert "RuntimeError: agent down" in outcomes[4].error
+
+
+def test_faults_not_yet_due_when_stopped_are_not_reached() -> None:
+    stop = threading.Event()
+    schedule = Schedule.explicit([(0.0, kill("ok")), (60.0, kill("late"))])
+
+    class StopAfterFirst(ScheduleObserver):
+        def settled(self, outcome: Any) -> Any:
+            stop.set()
+            return outcome
+
+    outcomes = run_schedule(ScriptedEngine(), schedule, stop=stop, observer=StopAfterFirst())
+    assert [o.status for o in outcomes] == [FaultStatus.INJECTED, FaultStatus.NOT_REACHED]
+    assert outcomes[1].started is None and "before this fault's time" in outcomes[1].error
+
+
+def test_check_applied_names_every_fault_that_did_not_happen() -> None:
+    schedule = Schedule.explicit([(0.0, kill("ok")), (0.0, kill("missing")), (0.0, kill("deaf"))])
+    outcomes = run_schedule(ScriptedEngine(), schedule)
+    with pytest.raises(FaultsNotApplied, match="2 of 3 scheduled faults did not happen in the test") as e:
+        check_applied(outcomes, where="the test")
+    assert "not_found" in str(e.value) and "ineffective" in str(e.value)
+    assert isinstance(e.value, AssertionError)
+    check_applied(outcomes[:1], where="the test")  # all happened: nothing raised
+
+
+def test_each_fault_picks_with_its_own_seeded_generator() -> None:
+    # Concurrent faults must not share one generator: the draws would depend on thread timing.
+    schedule = Schedule.explicit([(0.0, kill("ok")), (0.0, Pause(A, seconds=0.01)), (0.01, kill("ok"))])
+    first, second = ScriptedEngine(), ScriptedEngine()
+    run_schedule(first, schedule)
+    run_schedule(second, schedule)
+    assert first.picks == second.picks
+    assert len(first.picks) == 3 and first.picks[(0.01, "Kill")] == random.Random("7/2").random()
+
+
+def test_a_fault_is_held_for_its_seconds_unless_stopped() -> None:
+    held: list[float] = []
+
+    class Recording(ScheduleObserver):
+        def hold(self, entry: Any) -> float:
+            held.append(super().hold(entry))
+            return 0.0
+
+    run_schedule(ScriptedEngine(), Schedule.explicit([(0.0, Pause(A, seconds=2.5)), (0.0, kill("ok"))]),
+                 observer=Recording())
+    assert sorted(held) == [0.0, 2.5]
