@@ -4,14 +4,24 @@ Nothing here imports ``ray`` at import time, so the pytest plugin stays cheap to
 ``chaos.strategies`` (Hypothesis strategies) is imported on its own.
 """
 
-from chaos._agent import ChaosAgent, agent_for, stop_agents
+from chaos._agent import ChaosAgent, agent_for, start_agents, stop_agents
 from chaos._cluster import TEST_SYSTEM_CONFIG, ClusterHandle, local_cluster, ray_processes, reap
 from chaos._delay import Latency, delayed, rpc_delay_env
+from chaos._driver import (
+    FaultOutcome,
+    FaultStatus,
+    ScheduleObserver,
+    check_applied,
+    run_schedule,
+    uses_agents,
+)
 from chaos._engine import Chaos, Injection
 from chaos._errors import (
     ChaosError,
     CheckpointError,
     CheckpointFormatError,
+    FaultIneffective,
+    FaultsNotApplied,
     HangError,
     InvalidConfig,
     InvalidFaultSpec,
@@ -32,10 +42,11 @@ from chaos._faults import (
     fault_to_dict,
 )
 from chaos._journal import Event, Journal, read_journal
-from chaos._schedule import Schedule, ScheduledFault, run_schedule
+from chaos._memory import MemoryOutcome
+from chaos._schedule import Schedule, ScheduledFault
 from chaos._targets import ActorTarget, NodeTarget, Process, TaskTarget, WorkerTarget
 from chaos._wait import wait_until
-from chaos._watchdog import StuckTask, WatchReport, watch
+from chaos._watchdog import StuckCause, StuckTask, WatchReport, watch
 
 __all__ = [
     "TEST_SYSTEM_CONFIG",
@@ -49,6 +60,10 @@ __all__ = [
     "CpuHog",
     "Event",
     "Fault",
+    "FaultIneffective",
+    "FaultOutcome",
+    "FaultStatus",
+    "FaultsNotApplied",
     "FillObjectStore",
     "HangError",
     "Injection",
@@ -58,14 +73,17 @@ __all__ = [
     "Kill",
     "KillNode",
     "Latency",
+    "MemoryOutcome",
     "MemoryPressure",
     "NodeTarget",
     "Pause",
     "Process",
     "Schedule",
+    "ScheduleObserver",
     "ScheduledFault",
     "Starve",
     "StorageUnreachable",
+    "StuckCause",
     "StuckTask",
     "TargetNotFound",
     "TaskTarget",
@@ -73,6 +91,7 @@ __all__ = [
     "WatchReport",
     "WorkerTarget",
     "agent_for",
+    "check_applied",
     "delayed",
     "fault_from_dict",
     "fault_to_dict",
@@ -82,7 +101,9 @@ __all__ = [
     "reap",
     "rpc_delay_env",
     "run_schedule",
+    "start_agents",
     "stop_agents",
+    "uses_agents",
     "wait_until",
     "watch",
 ]

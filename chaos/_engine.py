@@ -1,6 +1,10 @@
-"""The chaos engine: resolve a target, inject through the agent on its node, heal, journal.
+"""The chaos engine: resolve a target, inject through the agent on its node, confirm, heal, journal.
 
-Every injector is inject → ``yield`` → heal in ``finally``; every wait has a deadline.
+Every injector is inject → confirm → ``yield`` → heal in ``finally``; every wait has a
+deadline. *Confirm* means the fault's effect was observed (the process gone, state T, bytes
+resident, resources held): a fault that was only *sent* raises :class:`FaultIneffective`
+and is journaled ``ineffective``, as CockroachDB's roachprod failure modes check that an
+injection took effect before they wait for its consequences.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chaos._agent import agent_for
-from chaos._errors import HangError, TargetNotFound, UnsafeTarget
+from chaos._errors import FaultIneffective, HangError, InvalidFaultSpec, TargetNotFound, UnsafeTarget
 from chaos._faults import (
     CpuHog,
     Fault,
@@ -29,17 +33,30 @@ from chaos._faults import (
     fault_to_dict,
 )
 from chaos._journal import Journal
+from chaos._memory import MemoryOutcome, allocate, outcome_of, progress_path, read_progress
 from chaos._targets import NodeTarget, Process, resolve
 from chaos._wait import wait_until
 
-__all__ = ["Chaos", "Injection"]
+__all__ = ["Chaos", "Injection", "MemoryOutcome"]
 
 CALL_TIMEOUT = 30.0
+#: How long a signalled process may take to be gone (a Ray worker's SIGTERM handler included).
+KILL_CONFIRM = 15.0
+#: How long Ray may take to declare a killed node dead (its health check; default settings
+#: need about 5 misses of 3 s, the test settings about 3 of 1 s).
+NODE_DEATH_CONFIRM = 60.0
+#: How long a memory fault's task may take to start running (a worker may be starting).
+MEMORY_CONFIRM = 30.0
 
 
 @dataclass(frozen=True, slots=True)
 class Injection:
-    """What an injection hit: the processes (pid 0 for a node), and what it observed."""
+    """What an injection hit: the processes (pid 0 for a node), and what it observed.
+
+    ``details`` holds per-fault observations (``pids`` of CPU hogs, ``bytes`` held in the
+    object store, and after a memory fault's heal ``memory_outcome``, a
+    :class:`MemoryOutcome`, and ``peak_bytes``).
+    """
 
     fault: Fault
     processes: tuple[Process, ...]
@@ -52,12 +69,18 @@ class Chaos:
     Args:
         address: the cluster's GCS address (State API calls go there, never to "auto").
         journal: where events go (a fresh in-memory one by default).
-        seed: seeds the choice among matching targets.
+        seed: seeds the choice among matching targets (each scheduled fault gets its own
+            generator from :func:`chaos.run_schedule`, so concurrent faults stay reproducible).
+        kill_confirm: seconds a signalled process may take to be gone before the kill is
+            ``ineffective`` (a Ray worker's SIGTERM handler needs some).
     """
 
-    def __init__(self, *, address: str, journal: Journal | None = None, seed: int = 0) -> None:
+    def __init__(self, *, address: str, journal: Journal | None = None, seed: int = 0,
+                 kill_confirm: float = KILL_CONFIRM) -> None:
         self.address = address
+        self.kill_confirm = kill_confirm
         self.journal = journal or Journal()
+        self.seed = seed
         self.rng = random.Random(seed)
         self.driver_pids = (os.getpid(),)
         self._active: dict[int, Callable[[], None]] = {}
@@ -67,32 +90,50 @@ class Chaos:
     # -- public ----------------------------------------------------------------------------
 
     @contextmanager
-    def inject(self, fault: Fault, *, at: float | None = None) -> Iterator[Injection]:
-        """Inject ``fault``, yield, and heal it when the block ends (also on error or Ctrl-C).
+    def inject(self, fault: Fault, *, at: float | None = None,
+               rng: random.Random | None = None) -> Iterator[Injection]:
+        """Inject ``fault``, confirm it took effect, yield, and heal it when the block ends
+        (also on error or Ctrl-C).
+
+        Args:
+            at: the scheduled time, journaled for replay.
+            rng: chooses among matching targets (default: this engine's seeded generator).
 
         Raises:
-            TargetNotFound: nothing alive matches the fault's target.
-            UnsafeTarget: the safety check refused the process (journaled as ``refuse``).
+            InvalidFaultSpec: ``fault`` is not a fault record.
+            TargetNotFound: nothing alive matches the fault's target (journaled ``refuse``).
+            UnsafeTarget: the safety check refused the process (journaled ``refuse``).
+            FaultIneffective: the effect was not observed (journaled ``ineffective``).
         """
-        injector = _INJECTORS[type(fault)]
+        injector = _injector_for(fault)
         try:
-            with injector(self, fault, at) as injection:
+            with injector(self, fault, at, rng or self.rng) as injection:
                 yield injection
         except (UnsafeTarget, TargetNotFound) as exc:
             self.journal.record("refuse", at=at, fault=fault_to_dict(fault), outcome=str(exc))
             raise
+        except FaultIneffective as exc:
+            self.journal.record("ineffective", at=at, fault=fault_to_dict(fault), outcome=str(exc))
+            raise
 
     def kill(self, fault: Kill | KillNode) -> Injection:
-        """Inject a kill (nothing to heal: Ray restarts what it may)."""
+        """Inject a kill and confirm it (nothing to heal: Ray restarts what it may)."""
         with self.inject(fault) as injection:
             return injection
 
     def heal_all(self) -> int:
-        """Heal every fault still active from this engine, now. Returns how many."""
+        """Heal every fault still active from this engine, now (each one, even when another's
+        heal fails; the first failure is raised after). Returns how many."""
         with self._lock:
             heals, self._active = list(self._active.values()), {}
+        errors = []
         for heal in heals:
-            heal()
+            try:
+                heal()
+            except Exception as exc:  # noqa: BLE001 - heal the rest first
+                errors.append(exc)
+        if errors:
+            raise errors[0]
         return len(heals)
 
     def wait_restarted(self, process: Process, *, timeout: float = 60.0) -> float:
@@ -114,13 +155,10 @@ class Chaos:
 
     # -- plumbing --------------------------------------------------------------------------
 
-    def _resolve(self, target: Any) -> list[Process]:
-        return resolve(target, address=self.address, rng=self.rng)
-
-    def _call(self, ref: Any) -> Any:
+    def _call(self, ref: Any, timeout: float = CALL_TIMEOUT) -> Any:
         import ray
 
-        return ray.get(ref, timeout=CALL_TIMEOUT)
+        return ray.get(ref, timeout=timeout)
 
     @contextmanager
     def _active_heal(self, heal: Callable[[], None]) -> Iterator[None]:
@@ -137,26 +175,39 @@ class Chaos:
 
     def _record(self, kind: str, fault: Fault, at: float | None, proc: Process | None,
                 outcome: str, **extra: Any) -> None:
+        if proc is not None and proc.name:
+            extra["name"] = proc.name  # stable across runs, unlike pids and actor ids
         self.journal.record(kind, at=at, fault=fault_to_dict(fault),  # type: ignore[arg-type]
                             target=proc.label if proc else None, node=proc.node_id if proc else None,
                             pid=proc.pid if proc else None, outcome=outcome, extra=extra)
 
 
-# -- injectors: inject → yield → heal in finally ------------------------------------------------
+def _injector_for(fault: object) -> Callable[..., Any]:
+    try:
+        return _INJECTORS[type(fault)]
+    except (KeyError, TypeError):
+        raise InvalidFaultSpec(
+            f"{fault!r} is not a fault: give a fault record such as "
+            "Kill(ActorTarget(name='victim')) or Pause(TaskTarget('collect'), seconds=2)") from None
 
 
-def _signal_resolved(chaos: Chaos, target: Any, signum: int) -> list[Process]:
-    """Resolve and signal; a process that exited since the State API saw it is skipped and
-    the target resolved again without it (the State API lags a dying process)."""
+# -- injectors: inject → confirm → yield → heal in finally --------------------------------------
+
+
+def _signal_resolved(chaos: Chaos, target: Any, signum: int, rng: random.Random,
+                     confirm_within: float) -> list[tuple[Process, float]]:
+    """Resolve, signal and confirm each process gone; a process that exited since the State
+    API saw it is skipped and the target resolved again without it (the State API lags)."""
     stale: set[int] = set()
     for _ in range(5):
-        procs = resolve(target, address=chaos.address, rng=chaos.rng, exclude_pids=frozenset(stale))
+        procs = resolve(target, address=chaos.address, rng=rng, exclude_pids=frozenset(stale))
         done = []
         for proc in procs:
             try:
-                chaos._call(agent_for(proc.node_id).signal.remote(proc.pid, signum,
-                                                                  driver_pids=chaos.driver_pids))
-                done.append(proc)
+                took = chaos._call(agent_for(proc.node_id).signal.remote(
+                    proc.pid, signum, driver_pids=chaos.driver_pids, confirm_within=confirm_within),
+                    timeout=CALL_TIMEOUT + confirm_within)
+                done.append((proc, took))
             except TargetNotFound:
                 stale.add(proc.pid)
         if done:
@@ -165,51 +216,85 @@ def _signal_resolved(chaos: Chaos, target: Any, signum: int) -> list[Process]:
 
 
 @contextmanager
-def _kill(chaos: Chaos, fault: Kill, at: float | None) -> Iterator[Injection]:
-    procs = _signal_resolved(chaos, fault.target, int(getattr(signals, fault.signal)))
-    for proc in procs:
-        chaos._record("inject", fault, at, proc, f"{fault.signal} sent")
+def _kill(chaos: Chaos, fault: Kill, at: float | None, rng: random.Random) -> Iterator[Injection]:
+    done = _signal_resolved(chaos, fault.target, int(getattr(signals, fault.signal)), rng,
+                            chaos.kill_confirm)
+    for proc, took in done:
+        chaos._record("inject", fault, at, proc, f"{fault.signal} sent; process gone after {took:.3f} s")
     try:
-        yield Injection(fault, tuple(procs))
+        yield Injection(fault, tuple(proc for proc, _ in done))
     finally:
-        for proc in procs:
+        for proc, _ in done:
             chaos._record("heal", fault, at, proc, "nothing to heal: Ray restarts what it may")
 
 
 @contextmanager
-def _kill_node(chaos: Chaos, fault: KillNode, at: float | None) -> Iterator[Injection]:
-    (node,) = chaos._resolve(fault.target)
+def _kill_node(chaos: Chaos, fault: KillNode, at: float | None,
+               rng: random.Random) -> Iterator[Injection]:
+    (node,) = resolve(fault.target, address=chaos.address, rng=rng)
     agent = agent_for(node.node_id)
     raylet, others = chaos._call(agent.kill_node.remote(driver_pids=chaos.driver_pids))
     proc = Process(raylet, node.node_id, f"raylet of node {node.node_id[:12]}")
-    chaos._record("inject", fault, at, proc, f"raylet and the {others} processes under it SIGKILLed")
+    took = _confirm_node_dead(chaos, node.node_id)
+    chaos._record("inject", fault, at, proc, f"raylet and the {others} processes under it SIGKILLed; "
+                                             f"Ray declared the node dead after {took:.1f} s")
     try:
         yield Injection(fault, (proc,))
     finally:
         chaos._record("heal", fault, at, proc, "nothing to heal: the node stays dead")
 
 
+def _confirm_node_dead(chaos: Chaos, node_id: str) -> float:
+    from ray.util.state import list_nodes
+
+    start = time.monotonic()
+
+    def dead() -> bool:
+        rows = list_nodes(address=chaos.address, filters=[("node_id", "=", node_id)],
+                          raise_on_missing_output=False, timeout=CALL_TIMEOUT)
+        return bool(rows) and all(n.state == "DEAD" for n in rows)
+
+    try:
+        wait_until(dead, timeout=NODE_DEATH_CONFIRM, interval=0.1, what=f"node {node_id[:12]} dead")
+    except HangError:
+        raise FaultIneffective(f"node {node_id[:12]} was still ALIVE in the GCS "
+                               f"{NODE_DEATH_CONFIRM:g} s after its raylet was killed") from None
+    return time.monotonic() - start
+
+
 @contextmanager
-def _pause(chaos: Chaos, fault: Pause, at: float | None) -> Iterator[Injection]:
-    (proc,) = chaos._resolve(fault.target)[:1]
-    agent = agent_for(proc.node_id)
-    deadline = chaos._call(agent.pause.remote(proc.pid, fault.seconds, driver_pids=chaos.driver_pids))
-    chaos._record("inject", fault, at, proc, "SIGSTOP", resume_by=deadline)
+def _pause(chaos: Chaos, fault: Pause, at: float | None, rng: random.Random) -> Iterator[Injection]:
+    procs = resolve(fault.target, address=chaos.address, rng=rng)
+    paused: list[Process] = []
 
     def heal() -> None:
-        chaos._call(agent.resume.remote(proc.pid))
-        chaos._record("heal", fault, at, proc, "SIGCONT")
+        for proc in paused:
+            _resume_one(chaos, fault, at, proc)
 
-    with chaos._active_heal(heal):
-        yield Injection(fault, (proc,), {"resume_by": deadline})
+    with chaos._active_heal(heal):  # every process paused so far is resumed, whatever happens
+        for proc in procs:
+            _pause_one(chaos, fault, at, proc)
+            paused.append(proc)
+        yield Injection(fault, tuple(procs))
+
+
+def _pause_one(chaos: Chaos, fault: Pause, at: float | None, proc: Process) -> None:
+    agent = agent_for(proc.node_id)
+    deadline = chaos._call(agent.pause.remote(proc.pid, fault.seconds, driver_pids=chaos.driver_pids))
+    chaos._record("inject", fault, at, proc, "SIGSTOP; seen in state T", resume_by=deadline)
+
+
+def _resume_one(chaos: Chaos, fault: Pause, at: float | None, proc: Process) -> None:
+    chaos._call(agent_for(proc.node_id).resume.remote(proc.pid))
+    chaos._record("heal", fault, at, proc, "SIGCONT")
 
 
 @contextmanager
-def _cpu(chaos: Chaos, fault: CpuHog, at: float | None) -> Iterator[Injection]:
-    node = _node_of(chaos, fault.node)
+def _cpu(chaos: Chaos, fault: CpuHog, at: float | None, rng: random.Random) -> Iterator[Injection]:
+    node = _node_of(chaos, fault.node, rng)
     agent = agent_for(node.node_id)
     pids = chaos._call(agent.cpu_hog.remote(fault.cores, fault.seconds))
-    chaos._record("inject", fault, at, node, f"{len(pids)} busy processes", pids=pids)
+    chaos._record("inject", fault, at, node, f"{len(pids)} busy processes running", pids=pids)
 
     def heal() -> None:
         chaos._call(agent.stop_hogs.remote())
@@ -219,80 +304,86 @@ def _cpu(chaos: Chaos, fault: CpuHog, at: float | None) -> Iterator[Injection]:
         yield Injection(fault, (node,), {"pids": pids})
 
 
-def _node_of(chaos: Chaos, target: NodeTarget | None) -> Process:
+def _node_of(chaos: Chaos, target: NodeTarget | None, rng: random.Random) -> Process:
     import ray
 
     if target is None:  # this driver's node
         node_id = ray.get_runtime_context().get_node_id()
         return Process(0, node_id, f"node {node_id[:12]}")
-    return chaos._resolve(target)[0]
+    return resolve(target, address=chaos.address, rng=rng)[0]
 
 
 @contextmanager
-def _memory(chaos: Chaos, fault: MemoryPressure, at: float | None) -> Iterator[Injection]:
+def _memory(chaos: Chaos, fault: MemoryPressure, at: float | None,
+            rng: random.Random) -> Iterator[Injection]:
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    node = _node_of(chaos, fault.node)
-    hog = ray.remote(_allocate).options(
+    node = _node_of(chaos, fault.node, rng)
+    path = progress_path()
+    hog = ray.remote(allocate).options(
         max_retries=0, num_cpus=0, name="raychaos.memory_pressure",
         scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False),
-    ).remote(fault.fraction, fault.host_cap, fault.seconds)
-    chaos._record("inject", fault, at, node, f"allocating to {fault.fraction:.0%} of the host")
+    ).remote(fault.fraction, fault.host_cap, fault.seconds, path)
     details: dict[str, Any] = {"ref": hog}
 
     def heal() -> None:
-        ray.cancel(hog, force=True)
-        outcome = _memory_outcome(hog)
-        details["outcome"] = outcome
-        chaos._record("heal", fault, at, node, outcome)
+        ray.cancel(hog, force=True)  # the pressure ends first; only then is the agent asked
+        details.update(outcome_of(hog, _progress(node, path)))
+        chaos._record("heal", fault, at, node, details["outcome"],
+                      memory_outcome=details["memory_outcome"].value, peak_bytes=details["peak_bytes"])
 
     with chaos._active_heal(heal):
+        chaos._record("inject", fault, at, node, _confirm_started(chaos, hog, fault))
         yield Injection(fault, (node,), details)
+    # Its effect is known once it is over: bytes held resident, or Ray's memory monitor's kill.
+    if details["memory_outcome"] is not MemoryOutcome.OOM_KILLED and details["peak_bytes"] == 0:
+        raise FaultIneffective(f"the memory fault never held a resident byte: {details['outcome']}")
 
 
-def _memory_outcome(ref: Any) -> str:
+def _progress(node: Process, path: str) -> dict[str, Any] | None:
+    """The allocation's last report, read on its node by a fresh task once the pressure is
+    over (not by the agent: Ray's memory monitor picked it as a victim while it served)."""
     import ray
-    from ray.exceptions import OutOfMemoryError, TaskCancelledError, WorkerCrashedError
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    reader = ray.remote(read_progress).options(
+        num_cpus=0, max_retries=3, name="raychaos.memory_progress",
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False))
+    try:
+        return ray.get(reader.remote(path, remove=True), timeout=CALL_TIMEOUT)
+    except Exception:  # noqa: BLE001 - without the report, the OOM kill (or not) still decides
+        return None
+
+
+def _confirm_started(chaos: Chaos, hog: Any, fault: MemoryPressure) -> str:
+    """Wait until the allocating task runs (the State API, asked at the GCS: nothing on the
+    squeezed node), or has already ended (Ray's memory monitor may be that quick)."""
+    import ray
+    from ray.util.state import list_tasks
+
+    def started() -> str | None:
+        if ray.wait([hog], timeout=0)[0]:
+            return "allocating; ended at once"
+        rows = list_tasks(address=chaos.address, filters=[("task_id", "=", hog.task_id().hex())],
+                          raise_on_missing_output=False, timeout=CALL_TIMEOUT)
+        running = any(t.state == "RUNNING" for t in rows)
+        return f"allocating toward {fault.fraction:.0%} of the host" if running else None
 
     try:
-        peak = ray.get(ref, timeout=CALL_TIMEOUT)
-        return f"held {peak / 2**30:.2f} GiB without an OOM kill"
-    except OutOfMemoryError:
-        return "OutOfMemoryError: Ray's memory monitor killed the allocating task"
-    except (TaskCancelledError, WorkerCrashedError):
-        return "allocation stopped at heal"
-
-
-def _allocate(fraction: float, host_cap: float, seconds: float) -> int:
-    """Grow resident memory in 64 MiB steps toward ``fraction`` of the host, never past the cap."""
-    import mmap
-
-    import psutil
-
-    blocks, step, deadline = [], 64 * 2**20, time.monotonic() + seconds
-    total = psutil.virtual_memory().total
-    # MAP_POPULATE: the kernel faults every page in up front, about 6x faster than touching
-    # them from Python, so the pressure builds within a short fault's seconds.
-    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0)
-    while time.monotonic() < deadline:
-        used = total - psutil.virtual_memory().available
-        if used + step <= min(fraction, host_cap) * total:
-            block = mmap.mmap(-1, step, flags=flags)
-            block[::4096] = b"\x01" * (step // 4096)  # resident even without MAP_POPULATE
-            blocks.append(block)
-        else:
-            time.sleep(0.05)  # at the target: hold until the deadline (or Ray kills us)
-    return sum(len(b) for b in blocks)
+        return wait_until(started, timeout=MEMORY_CONFIRM, interval=0.05, what="the memory fault's task to run")
+    except HangError:
+        raise FaultIneffective(f"the memory fault's task did not start within {MEMORY_CONFIRM:g} s") from None
 
 
 @contextmanager
-def _object_store(chaos: Chaos, fault: FillObjectStore, at: float | None) -> Iterator[Injection]:
+def _object_store(chaos: Chaos, fault: FillObjectStore, at: float | None,
+                  rng: random.Random) -> Iterator[Injection]:
     import numpy as np
     import ray
     from ray.exceptions import ObjectStoreFullError
 
-    node = _node_of(chaos, None)
+    node = _node_of(chaos, None, rng)
     capacity = ray.cluster_resources().get("object_store_memory", 0.0) / max(1, len(ray.nodes()))
     refs, chunk, outcome = [], np.ones(fault.chunk_mb * 2**20, dtype=np.uint8), "filled"
     try:
@@ -301,6 +392,8 @@ def _object_store(chaos: Chaos, fault: FillObjectStore, at: float | None) -> Ite
     except ObjectStoreFullError:
         outcome = "ObjectStoreFullError"
     held = len(refs) * chunk.nbytes
+    if held == 0 and outcome != "ObjectStoreFullError":
+        raise FaultIneffective(f"nothing put in the object store (capacity {capacity:.0f} bytes)")
     chaos._record("inject", fault, at, node, outcome, bytes=held, capacity=capacity)
 
     def heal() -> None:
@@ -319,7 +412,7 @@ class _Holder:
 
 
 @contextmanager
-def _starve(chaos: Chaos, fault: Starve, at: float | None) -> Iterator[Injection]:
+def _starve(chaos: Chaos, fault: Starve, at: float | None, rng: random.Random) -> Iterator[Injection]:
     import ray
 
     holder = ray.remote(_Holder).options(num_cpus=fault.cpus, resources=fault.resources,
@@ -328,9 +421,9 @@ def _starve(chaos: Chaos, fault: Starve, at: float | None) -> Iterator[Injection
         chaos._call(holder.ready.remote())
     except Exception as exc:
         ray.kill(holder)
-        raise HangError(f"could not acquire cpus={fault.cpus} resources={fault.resources} within "
-                        f"{CALL_TIMEOUT:g} s to starve the cluster; are they free?") from exc
-    node = _node_of(chaos, None)
+        raise FaultIneffective(f"could not acquire cpus={fault.cpus} resources={fault.resources} "
+                               f"within {CALL_TIMEOUT:g} s to starve the cluster; are they free?") from exc
+    node = _node_of(chaos, None, rng)
     chaos._record("inject", fault, at, node, "resources held", cpus=fault.cpus,
                   resources=fault.resources)
 

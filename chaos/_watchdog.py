@@ -11,25 +11,43 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from chaos._errors import HangError
 
-__all__ = ["StuckTask", "WatchReport", "watch"]
+__all__ = ["StuckCause", "StuckTask", "WatchReport", "watch"]
 
 CALL_TIMEOUT = 10.0
 #: How long a stuck object with no task record is probed with ray.get (owner death: ~1 s).
 OBJECT_PROBE = 2.0
 
 
+class StuckCause(StrEnum):
+    """Why a ref is not resolved, as the watchdog decided it (code decides on this, never
+    on the wording of ``StuckTask.cause``)."""
+
+    INFEASIBLE = "infeasible"  #: asks for more resources than any node has: waits for ever
+    RESOURCES_HELD = "resources_held"  #: the resources exist but are all held
+    DEPENDENCY = "dependency"  #: an argument has not been produced
+    ACTOR_UNAVAILABLE = "actor_unavailable"  #: its actor is restarting, dead or not yet created
+    PAUSED = "paused"  #: its worker process is stopped (SIGSTOP)
+    ACTOR_BUSY = "actor_busy"  #: queued or running on a live actor
+    RUNNING = "running"  #: running with no fault seen: slow or blocked
+    FAILED_OBJECT = "failed_object"  #: ray.get raises, yet ray.wait did not report it ready
+    NO_TASK_RECORD = "no_task_record"  #: an object with no task behind it, still pending
+    CANCEL_LOST = "cancel_lost"  #: ray.cancel was called on it, yet its task runs on
+
+
 @dataclass(frozen=True, slots=True)
 class StuckTask:
-    """One unresolved ref: its task, state, and the likely cause."""
+    """One unresolved ref: its task, state, the likely cause in words, and its kind."""
 
     task_id: str
     name: str
     state: str
     cause: str
+    kind: StuckCause = StuckCause.RUNNING
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,9 +64,13 @@ class WatchReport:
         return "\n".join(lines)
 
 
-def watch(refs: Sequence[Any], *, deadline: float, address: str,
-          raise_on_hang: bool = True) -> WatchReport:
+def watch(refs: Sequence[Any], *, deadline: float, address: str, raise_on_hang: bool = True,
+          cancelled: Sequence[Any] = ()) -> WatchReport:
     """Wait at most ``deadline`` seconds for ``refs``; diagnose the ones still pending.
+
+    Args:
+        cancelled: refs the caller has called ``ray.cancel`` on: one still running is
+            ``CANCEL_LOST`` (Ray 2.60 can lose a cancel issued before its task starts).
 
     Raises:
         HangError: some refs were not resolved in time (unless ``raise_on_hang=False``).
@@ -56,26 +78,35 @@ def watch(refs: Sequence[Any], *, deadline: float, address: str,
     import ray
 
     ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=deadline)
-    report = WatchReport(len(ready), tuple(diagnose(ref, address) for ref in pending))
+    asked = {ref.task_id().hex() for ref in cancelled}
+    report = WatchReport(len(ready), tuple(diagnose(ref, address, cancelled=asked) for ref in pending))
     if report.stuck and raise_on_hang:
         raise HangError(report.message(deadline))
     return report
 
 
-def diagnose(ref: Any, address: str) -> StuckTask:
-    """Why is the task behind ``ref`` not done? Asks the State API at ``address``."""
+def diagnose(ref: Any, address: str, *, cancelled: frozenset[str] | set[str] = frozenset()) -> StuckTask:
+    """Why is the task behind ``ref`` not done? Asks the State API at ``address``.
+    ``cancelled``: ids of the tasks the caller asked Ray to cancel."""
     from ray.util.state import list_tasks
 
     task_id = ref.task_id().hex()
     rows = list_tasks(address=address, filters=[("task_id", "=", task_id)], detail=True,
                       raise_on_missing_output=False, timeout=CALL_TIMEOUT)
     if not rows:
-        return StuckTask(task_id, "?", "UNKNOWN", _object_cause(ref))
+        kind, cause = _object_cause(ref)
+        return StuckTask(task_id, "?", "UNKNOWN", cause, kind)
     task = max(rows, key=lambda t: t.attempt_number)
-    return StuckTask(task_id, task.name, task.state, _cause(task, address))
+    if task_id in cancelled and task.state == "RUNNING":
+        return StuckTask(task_id, task.name, task.state, (
+            f"ray.cancel was called on it, yet it is still RUNNING (attempt {task.attempt_number}, "
+            f"worker {task.worker_pid}): the cancel was lost; cancel it again or kill its worker"),
+            StuckCause.CANCEL_LOST)
+    kind, cause = _cause(task, address)
+    return StuckTask(task_id, task.name, task.state, cause, kind)
 
 
-def _object_cause(ref: Any) -> str:
+def _object_cause(ref: Any) -> tuple[StuckCause, str]:
     """An object with no task behind it (``ray.put``, maybe by another process): ask ray.get.
 
     Measured on Ray 2.60: after its owner is killed, ``ray.wait`` over several refs can leave
@@ -88,34 +119,38 @@ def _object_cause(ref: Any) -> str:
     try:
         ray.get(ref, timeout=OBJECT_PROBE)
     except GetTimeoutError:
-        return "no task record: an object from ray.put, or the State API has not caught up yet"
+        return StuckCause.NO_TASK_RECORD, ("no task record: an object from ray.put, or the State "
+                                           "API has not caught up yet")
     except RayError as exc:
-        return (f"ray.get raises {type(exc).__name__}, yet ray.wait did not report it ready: "
-                "a failed object (its owner may be dead); get it to see the error")
-    return "ray.get returns it, yet ray.wait did not report it ready"
+        return StuckCause.FAILED_OBJECT, (
+            f"ray.get raises {type(exc).__name__}, yet ray.wait did not report it ready: "
+            "a failed object (its owner may be dead); get it to see the error")
+    return StuckCause.FAILED_OBJECT, "ray.get returns it, yet ray.wait did not report it ready"
 
 
-def _cause(task: Any, address: str) -> str:
+def _cause(task: Any, address: str) -> tuple[StuckCause, str]:
     state = task.state
     if state == "PENDING_NODE_ASSIGNMENT":
         return _pending_resources(task.required_resources or {}, address)
     if state == "PENDING_ARGS_AVAIL":
-        return ("waiting for a dependency: an argument ObjectRef has not been produced (its task "
-                "is pending, stuck, paused, or being retried after its worker died)")
+        return StuckCause.DEPENDENCY, (
+            "waiting for a dependency: an argument ObjectRef has not been produced (its task "
+            "is pending, stuck, paused, or being retried after its worker died)")
     actor = _actor(task.actor_id, address) if task.actor_id else None
     if actor is not None and actor.state in ("RESTARTING", "DEAD", "PENDING_CREATION"):
-        return f"its actor {actor.class_name} ({actor.actor_id[:12]}) is {actor.state}"
+        return StuckCause.ACTOR_UNAVAILABLE, f"its actor {actor.class_name} ({actor.actor_id[:12]}) is {actor.state}"
     pid = task.worker_pid or (actor.pid if actor is not None else None)
     node = task.node_id or (actor.node_id if actor is not None else None)
     if pid and node and _paused(pid, node):
-        return f"its worker process {pid} is paused (SIGSTOP): a straggler holds it"
+        return StuckCause.PAUSED, f"its worker process {pid} is paused (SIGSTOP): a straggler holds it"
     if actor is not None:
-        return (f"queued or running on actor {actor.class_name} ({actor.actor_id[:12]}, pid "
-                f"{actor.pid}); an earlier call on it may be long-running or blocked")
-    return f"running on worker {pid}: the task itself is slow or blocked (no fault seen)"
+        return StuckCause.ACTOR_BUSY, (
+            f"queued or running on actor {actor.class_name} ({actor.actor_id[:12]}, pid "
+            f"{actor.pid}); an earlier call on it may be long-running or blocked")
+    return StuckCause.RUNNING, f"running on worker {pid}: the task itself is slow or blocked (no fault seen)"
 
 
-def _pending_resources(required: dict[str, float], address: str) -> str:
+def _pending_resources(required: dict[str, float], address: str) -> tuple[StuckCause, str]:
     from ray.util.state import list_nodes
 
     nodes = list_nodes(address=address, filters=[("state", "=", "ALIVE")], detail=True,
@@ -124,10 +159,10 @@ def _pending_resources(required: dict[str, float], address: str) -> str:
     if not any(all(t.get(k, 0.0) >= v for k, v in required.items()) for t in totals):
         largest = max(totals, key=lambda t: t.get("CPU", 0.0), default={})
         offer = {k: largest.get(k, 0.0) for k in required}
-        return (f"infeasible resource request {required}: no node has that much "
-                f"(the largest offers {offer}); it will wait forever")
-    return (f"waiting for resources {required}: they exist but are all held (starvation, or "
-            "too much work queued)")
+        return StuckCause.INFEASIBLE, (f"infeasible resource request {required}: no node has that "
+                                       f"much (the largest offers {offer}); it will wait forever")
+    return StuckCause.RESOURCES_HELD, (f"waiting for resources {required}: they exist but are all "
+                                       "held (starvation, or too much work queued)")
 
 
 def _actor(actor_id: str, address: str) -> Any:

@@ -13,13 +13,15 @@ import scenarios
 def test_chaos_exports() -> None:
     assert set(chaos.__all__) == {
         "TEST_SYSTEM_CONFIG", "ActorTarget", "Chaos", "ChaosAgent", "ChaosError", "CheckpointError",
-        "CheckpointFormatError", "ClusterHandle", "CpuHog", "Event", "Fault", "FillObjectStore",
-        "HangError", "Injection", "InvalidConfig", "InvalidFaultSpec", "Journal", "Kill",
-        "KillNode", "Latency", "MemoryPressure", "NodeTarget", "Pause", "Process", "Schedule",
-        "ScheduledFault", "Starve", "StorageUnreachable", "StuckTask", "TargetNotFound",
-        "TaskTarget", "UnsafeTarget", "WatchReport", "WorkerTarget", "agent_for", "delayed",
-        "fault_from_dict", "fault_to_dict", "local_cluster", "ray_processes", "read_journal",
-        "reap", "rpc_delay_env", "run_schedule", "stop_agents", "wait_until", "watch",
+        "CheckpointFormatError", "ClusterHandle", "CpuHog", "Event", "Fault", "FaultIneffective",
+        "FaultOutcome", "FaultStatus", "FaultsNotApplied", "FillObjectStore", "HangError",
+        "Injection", "InvalidConfig", "InvalidFaultSpec", "Journal", "Kill", "KillNode", "Latency",
+        "MemoryOutcome", "MemoryPressure", "NodeTarget", "Pause", "Process", "Schedule",
+        "ScheduleObserver", "ScheduledFault", "Starve", "StorageUnreachable", "StuckCause",
+        "StuckTask", "TargetNotFound", "TaskTarget", "UnsafeTarget", "WatchReport", "WorkerTarget",
+        "agent_for", "check_applied", "delayed", "fault_from_dict", "fault_to_dict",
+        "local_cluster", "ray_processes", "read_journal", "reap", "rpc_delay_env", "run_schedule",
+        "start_agents", "stop_agents", "uses_agents", "wait_until", "watch",
     }
 
 
@@ -61,8 +63,11 @@ def test_errors_also_inherit_the_matching_builtin() -> None:
     assert issubclass(chaos.InvalidFaultSpec, ValueError)
     assert issubclass(chaos.TargetNotFound, LookupError)
     assert issubclass(chaos.UnsafeTarget, PermissionError)
+    assert issubclass(chaos.FaultIneffective, RuntimeError)
+    assert issubclass(chaos.FaultsNotApplied, AssertionError)
     for name in ("InvalidConfig", "StorageUnreachable", "HangError", "CheckpointError",
-                 "InvalidFaultSpec", "TargetNotFound", "UnsafeTarget"):
+                 "InvalidFaultSpec", "TargetNotFound", "UnsafeTarget", "FaultIneffective",
+                 "FaultsNotApplied"):
         assert issubclass(getattr(chaos, name), chaos.ChaosError)
         assert getattr(chaos, name).__doc__
 

@@ -10,7 +10,18 @@ import pytest
 import ray
 from ray.util.state import list_tasks
 
-from chaos import ActorTarget, Chaos, ClusterHandle, HangError, Kill, Pause, TaskTarget, wait_until, watch
+from chaos import (
+    ActorTarget,
+    Chaos,
+    ClusterHandle,
+    HangError,
+    Kill,
+    Pause,
+    StuckCause,
+    TaskTarget,
+    wait_until,
+    watch,
+)
 from conftest import CALL_TIMEOUT
 
 
@@ -50,6 +61,8 @@ def test_an_infeasible_task_is_named(ray_cluster: ClusterHandle) -> None:
     ref = quick.options(num_cpus=64).remote()
     with pytest.raises(HangError, match=r"infeasible resource request \{'CPU': 64.0\}: no node has that much"):
         watch([ref, quick.remote()], deadline=2.0, address=ray_cluster.address)
+    report = watch([ref], deadline=0.1, address=ray_cluster.address, raise_on_hang=False)
+    assert report.stuck[0].kind is StuckCause.INFEASIBLE
     ray.cancel(ref)
 
 
@@ -61,6 +74,7 @@ def test_a_call_behind_a_paused_actor_is_named(ray_cluster: ClusterHandle) -> No
         ref = server.hello.remote()
         report = watch([ref], deadline=2.0, address=ray_cluster.address, raise_on_hang=False)
         assert "paused (SIGSTOP): a straggler holds it" in report.stuck[0].cause
+        assert report.stuck[0].kind is StuckCause.PAUSED
     assert ray.get(ref, timeout=CALL_TIMEOUT) == "hello"
     ray.kill(server)
 
@@ -105,3 +119,18 @@ def test_a_dead_owners_object_is_named_as_failed_not_pending(ray_cluster: Cluste
     # What watch() says of it when ray.wait leaves it out of `ready` (as Ray 2.60's can).
     stuck = diagnose(obj, ray_cluster.address)
     assert stuck.cause.startswith("ray.get raises OwnerDiedError, yet ray.wait did not report it ready")
+    assert stuck.kind is StuckCause.FAILED_OBJECT
+
+
+def test_a_cancelled_task_still_running_is_named_cancel_lost(ray_cluster: ClusterHandle) -> None:
+    # Ray 2.60 can lose a cancel issued right after submit (README); this pins the naming, on a
+    # running task the caller says it cancelled, since the race itself cannot be forced.
+    ref = slow.options(name="cancel-lost", max_retries=0).remote(30.0)
+    wait_until(lambda: list_tasks(address=ray_cluster.address, filters=[
+        ("name", "=", "cancel-lost"), ("state", "=", "RUNNING")]), timeout=30, what="the task running")
+    report = watch([ref], deadline=0.5, address=ray_cluster.address, raise_on_hang=False, cancelled=[ref])
+    assert report.stuck[0].kind is StuckCause.CANCEL_LOST
+    assert "ray.cancel was called on it, yet it is still RUNNING" in report.stuck[0].cause
+    plain = watch([ref], deadline=0.1, address=ray_cluster.address, raise_on_hang=False)
+    assert plain.stuck[0].kind is StuckCause.RUNNING  # not cancelled: merely slow
+    ray.cancel(ref, force=True)
