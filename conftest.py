@@ -2,14 +2,32 @@
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 CALL_TIMEOUT = 30.0
+#: Hypothesis's own defaults: the ``default`` and ``ci`` profiles have these.
+BASE_EXAMPLES, BASE_STEPS = 100, 50
+
+
+def scaled(examples: int, *, steps: int | None = None, **options: Any) -> settings:
+    """Settings for one of this suite's properties: ``examples`` (and ``steps`` per stateful
+    example) under Hypothesis's ``default`` or ``ci`` profile, scaled with the loaded profile
+    (``--hypothesis-profile=thorough``: ten times both). Read when the test module is
+    imported, after ``--hypothesis-profile`` has been loaded."""
+    depth = settings.default.max_examples / BASE_EXAMPLES
+    chosen: dict[str, Any] = {"max_examples": max(1, math.ceil(examples * depth)), "deadline": None,
+                              "suppress_health_check": list(HealthCheck)}
+    if steps is not None:
+        chosen["stateful_step_count"] = max(1, math.ceil(
+            steps * settings.default.stateful_step_count / BASE_STEPS))
+    return settings(**{**chosen, **options})
 
 
 def actor_pid(actor: Any) -> int:

@@ -1,17 +1,19 @@
-"""The raychaos pytest plugin: a leak-free Ray harness and Hypothesis profiles.
+"""The raychaos pytest plugin: a leak-free Ray harness, the ``chaos`` fixture and marker.
 
-Registered under ``pytest11``, so it loads in every pytest run once raychaos is
-installed. It is deliberately thin and never imports ``ray`` at import time: only the
-fixtures do, when a test asks for a cluster.
+Registered under ``pytest11``, so it loads in every pytest run once raychaos is installed.
+It is a guest there: it never imports ``ray`` at import time, loads no Hypothesis profile
+and changes no setting of tests that do not use it (it only *registers* a ``thorough``
+profile, which ``--hypothesis-profile=thorough`` loads).
 
 Fixtures:
     ray_cluster: a single-node embedded cluster (shared by the whole session).
     ray_multinode_cluster: a head plus two worker nodes on ``ray.cluster_utils.Cluster``.
     chaos: a :class:`chaos.Chaos` engine on ``ray_cluster``, seeded by the test's
-        ``@pytest.mark.chaos(seed=...)``, else ``--chaos-seed``, else a random seed (shown
-        when the test fails); the marker's ``faults`` run in the background during the test.
-        Everything is healed at teardown; a failing test's journal is printed as JSON lines,
-        replayable with ``Schedule.from_journal``.
+        ``@pytest.mark.chaos(seed=...)``, else ``--chaos-seed``, else a random seed. The
+        marker's faults run in the background from the start of the test body; a fault
+        not found, refused, ineffective or not reached before the body ends fails the test
+        (unless ``strict=False``). A failing test prints its journal and the command that
+        replays it.
 
 Both yield a :class:`chaos.ClusterHandle`; pass its ``address`` explicitly everywhere.
 Only one cluster is up at a time (one driver connection per process), so tests that
@@ -21,34 +23,31 @@ use the multi-node fixture are moved to the end of the run.
 from __future__ import annotations
 
 import json
-import os
 import random
-import threading
+import signal
 from collections.abc import Iterator
-from contextlib import ExitStack
-from typing import TYPE_CHECKING
+from contextlib import ExitStack, contextmanager
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import HealthCheck, settings
 
+from chaos._marker import MARKER_HELP, ChaosRun, ChaosSpec, parse_marker
+
 if TYPE_CHECKING:
     from chaos._cluster import ClusterHandle
 
-PROFILES = ("dev", "ci", "thorough")
-_SLOW = [HealthCheck.too_slow, HealthCheck.data_too_large]
-settings.register_profile("dev", max_examples=10, deadline=None, suppress_health_check=_SLOW)
+#: Registered, never loaded unless asked: ten times Hypothesis's default examples and steps.
 settings.register_profile(
-    "ci", max_examples=10, derandomize=True, deadline=None, print_blob=True,
-    suppress_health_check=_SLOW,
+    "thorough", max_examples=1000, stateful_step_count=500, deadline=None, print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-settings.register_profile("thorough", max_examples=300, deadline=None, suppress_health_check=_SLOW)
 
 MARKERS = (
     "multinode: the test needs the 3-node cluster (head + 2 workers); run last. "
     "Example: @pytest.mark.multinode",
     "ray: the test starts real Ray processes (deselect with -m 'not ray'). Example: @pytest.mark.ray",
-    "chaos(seed=None, faults=()): run the test under a seeded fault schedule. "
-    "Example: @pytest.mark.chaos(seed=7, faults=('kill',))",
+    MARKER_HELP,
 )
 SINGLE_NODE_CPUS = 4
 MULTI_NODE_WORKER_RESOURCES = {"worker": 100.0}
@@ -81,25 +80,40 @@ class RayHarness:
     def close(self) -> None:
         stack, self._stack, self.handle = self._stack, None, None
         if stack is not None:
-            stack.close()
+            with _sigint_deferred():  # a second Ctrl-C must not leave Ray half torn down
+                stack.close()
+
+
+@contextmanager
+def _sigint_deferred() -> Iterator[None]:
+    """Ignore SIGINT while the block runs (it is bounded), then restore the handler."""
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread: nothing to defer
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 _HARNESS = pytest.StashKey[RayHarness]()
-_JOURNAL = pytest.StashKey[list]()
+_SPEC = pytest.StashKey["ChaosSpec | Exception"]()
+_RUN = pytest.StashKey[ChaosRun]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("raychaos")
     group.addoption("--chaos-seed", type=int, default=None,
-                    help="seed for fault schedules of @pytest.mark.chaos tests (default: random)")
+                    help="seed for the fault schedules (targets and timing) of "
+                         "@pytest.mark.chaos tests without a seed of their own (default: random)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     for marker in MARKERS:
         config.addinivalue_line("markers", marker)
     config.stash[_HARNESS] = RayHarness()
-    if getattr(config.option, "hypothesis_profile", None) is None:
-        settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 
 @pytest.hookimpl(trylast=True)
@@ -129,8 +143,62 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if {"ray_cluster", "ray_multinode_cluster"} & set(getattr(item, "fixturenames", ())):
             item.add_marker("ray")
+        if item.get_closest_marker("chaos") is not None:
+            item.stash[_SPEC] = _spec_of(item)
     # Switching cluster size costs a shutdown and a start: group multinode tests at the end.
     items.sort(key=lambda item: "ray_multinode_cluster" in getattr(item, "fixturenames", ()))
+
+
+def _spec_of(item: pytest.Item) -> ChaosSpec | Exception:
+    """The validated marker, or the error to fail the test with (the session goes on)."""
+    from chaos._errors import InvalidFaultSpec
+
+    kwargs: dict[str, Any] = {}
+    args: list[Any] = []
+    for marker in reversed(list(item.iter_markers("chaos"))):  # the closest marker wins
+        kwargs.update(marker.kwargs)
+        args.extend(marker.args)
+    try:
+        spec = parse_marker(args, kwargs)
+    except InvalidFaultSpec as exc:
+        return exc
+    if (spec.explicit or spec.menu) and "chaos" not in getattr(item, "fixturenames", ()):
+        return InvalidFaultSpec("the test has @pytest.mark.chaos faults but does not use the "
+                                "`chaos` fixture, so they would never run; add `chaos` to its arguments")
+    return spec
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """The marker's schedule starts with the test body; after it, a fault that did not
+    happen fails the test (unless the marker says ``strict=False``)."""
+    spec = item.stash.get(_SPEC, None)
+    if isinstance(spec, Exception):
+        pytest.fail(f"raychaos usage error: {spec}", pytrace=False)
+    run = item.stash.get(_RUN, None)
+    if run is None:
+        return (yield)
+    run.start()
+    try:
+        result = yield
+    except BaseException:
+        run.finish()
+        raise
+    _fail_unless_applied(run, run.finish())
+    return result
+
+
+def _fail_unless_applied(run: ChaosRun, outcomes: list[Any]) -> None:
+    from chaos._driver import check_applied
+    from chaos._errors import FaultsNotApplied
+
+    if not run.strict:
+        return
+    try:
+        check_applied(outcomes, where="this test")
+    except FaultsNotApplied as exc:
+        pytest.fail(f"{exc}\nLengthen the test body, fix the target, or pass strict=False to "
+                    "@pytest.mark.chaos to accept faults that did not happen.", pytrace=False)
 
 
 @pytest.fixture
@@ -145,57 +213,49 @@ def ray_multinode_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterHan
     yield request.config.stash[_HARNESS].get(nodes=3)
 
 
-def _seed_for(request: pytest.FixtureRequest) -> int:
-    marker = request.node.get_closest_marker("chaos")
-    if marker is not None and marker.kwargs.get("seed") is not None:
-        return int(marker.kwargs["seed"])
+def _seed_for(request: pytest.FixtureRequest, spec: ChaosSpec) -> int:
+    if spec.seed is not None:
+        return spec.seed
     option = request.config.getoption("chaos_seed")
     return int(option) if option is not None else random.SystemRandom().randrange(2**31)
 
 
-def _schedule_for(request: pytest.FixtureRequest) -> object:
-    from chaos._schedule import Schedule
-
-    marker = request.node.get_closest_marker("chaos")
-    faults = marker.kwargs.get("faults", ()) if marker is not None else ()
-    if isinstance(faults, Schedule):
-        return faults
-    return Schedule.explicit([f if isinstance(f, tuple) else (0.0, f) for f in faults])
-
-
 @pytest.fixture
 def chaos(request: pytest.FixtureRequest, ray_cluster: ClusterHandle) -> Iterator[object]:
-    """A seeded chaos engine on ``ray_cluster``; the marker's faults run during the test."""
+    """A seeded chaos engine on ``ray_cluster``; the marker's faults run during the test body."""
     from chaos._engine import Chaos
-    from chaos._schedule import run_schedule
 
-    seed = _seed_for(request)
+    spec = request.node.stash.get(_SPEC, None)
+    spec = spec if isinstance(spec, ChaosSpec) else ChaosSpec()
+    seed = _seed_for(request, spec)
     engine = Chaos(address=ray_cluster.address, seed=seed)
-    request.node.stash[_JOURNAL] = [seed, engine.journal]
-    stop = threading.Event()
-    runner = threading.Thread(target=run_schedule, args=(engine, _schedule_for(request)),
-                              kwargs={"stop": stop}, name="raychaos-schedule", daemon=True)
-    runner.start()
+    schedule = spec.schedule(seed)
+    from chaos._driver import uses_agents
+
+    if uses_agents(schedule):
+        from chaos._agent import start_agents
+
+        start_agents()  # before time zero, so the first fault is not late by an agent's start
+    run = ChaosRun(engine, schedule, strict=spec.strict, nodeid=request.node.nodeid)
+    request.node.stash[_RUN] = run
     try:
         yield engine
     finally:
-        stop.set()
-        runner.join(timeout=60)
-        engine.heal_all()
+        run.finish()
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     outcome = yield
     report = outcome.get_result()
-    recorded = item.stash.get(_JOURNAL, None)
-    if recorded is None or not report.failed or report.when != "call":
+    run = item.stash.get(_RUN, None)
+    if run is None or not report.failed or report.when != "call":
         return
     from dataclasses import asdict
 
-    seed, journal = recorded
-    lines = [json.dumps(asdict(e), sort_keys=True) for e in journal.events]
+    seed, journal = run.engine.seed, run.engine.journal
+    lines = [json.dumps(asdict(e), sort_keys=True, default=str) for e in journal.events]
     report.sections.append((
         "raychaos journal",
-        f"chaos seed {seed} (rerun with --chaos-seed={seed}); {len(lines)} events, replay with "
-        "Schedule.from_journal:\n" + "\n".join(lines)))
+        f"chaos seed {seed}; replay this test with: pytest {item.nodeid!r} --chaos-seed={seed}\n"
+        f"{len(lines)} events (Schedule.from_journal rebuilds the schedule):\n" + "\n".join(lines)))

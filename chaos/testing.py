@@ -60,11 +60,15 @@ class ActorChaosMachine(RuleBasedStateMachine):
     max_restarts: ClassVar[int] = 2
     call_timeout: ClassVar[float] = 30.0
     initial_model: ClassVar[Any] = 0
+    #: How many steps each failing example had, in the order Hypothesis ran them: the first
+    #: is what the search found, the last the shrunk one it reports. Each subclass has its own.
+    failing_lengths: ClassVar[list[int]] = []
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         # The user's rules need the actor alive: once it is dead for good (the property
         # after max_restarts + 1 kills has been checked) only that property remains.
         super().__init_subclass__(**kwargs)
+        cls.failing_lengths = []
         marker = stateful.RULE_MARKER
         for name, value in list(vars(cls).items()):
             if getattr(value, marker, None) is not None:
@@ -80,7 +84,7 @@ class ActorChaosMachine(RuleBasedStateMachine):
         self.chaos = Chaos(address=ray.get_runtime_context().gcs_address)
         self.model = copy.deepcopy(self.initial_model)
         self.saved = copy.deepcopy(self.model)
-        self.kills, self.dead = 0, False
+        self.kills, self.dead, self._checks = 0, False, 0
         self.actor = self.create(f"{self._dir.name}/ckpt")
         self.observe(self.actor)  # wait until it is up
 
@@ -126,6 +130,11 @@ class ActorChaosMachine(RuleBasedStateMachine):
         """SIGKILL the actor and wait for its restart. ``just_saved``: right after a
         checkpoint, when the restore alone decides what comes back (one step, not two, so
         the shrinker reaches it quickly)."""
+        self.crash(just_saved=just_saved)
+
+    def crash(self, *, just_saved: bool = False) -> None:
+        """The kill rule's work, for your own rules too (a reply lost to a crash at an exact
+        point): SIGKILL, confirmed, then the restart awaited (or ActorDiedError checked)."""
         from chaos._faults import Kill
         from chaos._targets import ActorTarget
 
@@ -190,9 +199,11 @@ class ActorChaosMachine(RuleBasedStateMachine):
 
     @invariant()
     def matches_the_model(self) -> None:
+        self._checks += 1  # once before the first step, then after each step
         if not self.dead:
             got, want = self.observe(self.actor), self.expected(self.model)
             if got != want:
+                type(self).failing_lengths.append(self._checks - 1)
                 error = AssertionError(
                     f"actor state {got!r} != model {want!r} after {self.kills} kill(s)")
                 error.add_note(self.journal_snippet())

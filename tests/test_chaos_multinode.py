@@ -8,7 +8,7 @@ from typing import Any
 import psutil
 import pytest
 import ray
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 from ray.exceptions import NodeDiedError, ObjectLostError, WorkerCrashedError
 from ray.util.state import list_nodes
@@ -25,7 +25,7 @@ from chaos import (
     wait_until,
     watch,
 )
-from conftest import CALL_TIMEOUT
+from conftest import CALL_TIMEOUT, scaled
 
 pytestmark = pytest.mark.multinode
 
@@ -108,8 +108,9 @@ def replace_dead_worker(cluster_handle: ClusterHandle, node_id: str) -> None:
     cluster.wait_for_nodes(timeout=60)
 
 
+@pytest.mark.property
 @example(kinds=["slow", "ok", "value_error"])  # a task still running when its node dies, every run
-@settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
+@scaled(2)
 @given(kinds=st.lists(st.sampled_from(["ok", "slow", "value_error"]), min_size=1, max_size=4))
 def test_nothing_hangs_silently_when_a_node_dies(ray_multinode_cluster: ClusterHandle,
                                                  tmp_path_factory: Any, kinds: list[str]) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 
 from chaos import (
     ActorTarget,
@@ -31,6 +31,7 @@ from chaos import (
     rpc_delay_env,
 )
 from chaos import strategies
+from conftest import scaled
 
 A = ActorTarget(class_name="Worker")
 
@@ -106,7 +107,7 @@ def test_rpc_delay_env_names_rays_testing_knob() -> None:
     assert rpc_delay_env(min_us=100, max_us=200) == {"RAY_testing_asio_delay_us": "*=100:200"}
 
 
-@settings(max_examples=25)
+@scaled(25)
 @given(schedule=strategies.schedules(strategies.faults(targets=[A, TaskTarget("t")]), max_faults=4))
 def test_strategies_build_valid_sorted_schedules(schedule: Schedule) -> None:
     ats = [e.at for e in schedule.entries]

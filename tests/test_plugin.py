@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -12,8 +13,15 @@ import psutil
 import pytest
 
 from chaos import wait_until
+from chaos._marker import MARKER_HELP
 
 pytest_plugins = ["pytester"]
+
+
+def default_sigint() -> None:
+    """For a child we will Ctrl-C: a background job or CI runner may have started us with
+    SIGINT ignored, which the child would inherit (Python then installs no handler)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def test_markers_are_listed(pytester: pytest.Pytester) -> None:
@@ -21,47 +29,52 @@ def test_markers_are_listed(pytester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines([
         "@pytest.mark.multinode: the test needs the 3-node cluster*",
         "@pytest.mark.ray: the test starts real Ray processes*",
-        "@pytest.mark.chaos(seed=None, faults=()): run the test under a seeded fault schedule*",
+        "@pytest.mark.chaos(seed=None, faults=(), menu=(), rate=0.5, duration=5.0, strict=True): *",
     ])
 
 
-@pytest.mark.parametrize("profile", ["dev", "ci", "thorough"])
-def test_hypothesis_profile_is_chosen_with_the_option(pytester: pytest.Pytester, profile: str) -> None:
-    pytester.makepyfile("""
-        from hypothesis import settings
-        def test_profile(pytestconfig):
-            print("PROFILE", settings.get_current_profile_name())
-    """)
-    result = pytester.runpytest_subprocess("-s", f"--hypothesis-profile={profile}")
-    result.stdout.fnmatch_lines([f"*PROFILE {profile}*", "*1 passed*"])
+# -- a guest: tests that do not use raychaos are left alone ------------------------------------
+
+COUNTING = """
+    from hypothesis import given, settings, strategies as st
+    CALLS = []
+
+    @given(st.integers())
+    def test_unrelated(x):
+        CALLS.append(x)
+
+    def test_report():
+        print("EXAMPLES", len(CALLS), "PROFILE", settings.get_current_profile_name())
+"""
 
 
-def test_ci_profile_is_loaded_when_CI_is_set(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CI", "true")
+@pytest.mark.parametrize("ci", [False, True])
+def test_an_unrelated_given_test_still_runs_100_examples(pytester: pytest.Pytester,
+                                                         monkeypatch: pytest.MonkeyPatch, ci: bool) -> None:
+    # raychaos is installed (its plugin loads: see the header), yet Hypothesis's own default
+    # and its own `ci` profile (loaded by Hypothesis when CI is set) are untouched.
+    monkeypatch.delenv("CI", raising=False)
+    if ci:
+        monkeypatch.setenv("CI", "true")
+    pytester.makepyfile(COUNTING)
+    result = pytester.runpytest_subprocess("-s")
+    profile = "ci" if ci else "default"
+    result.stdout.fnmatch_lines([f"raychaos: hypothesis profile '{profile}'*",
+                                 f"*EXAMPLES 100 PROFILE {profile}*", "*2 passed*"])
+
+
+def test_the_thorough_profile_is_loaded_only_when_asked(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("""
         from hypothesis import settings
         def test_profile():
-            assert settings.default.derandomize and settings.default.deadline is None
-            assert settings.default.print_blob
+            print("PROFILE", settings.get_current_profile_name(), settings.default.max_examples,
+                  settings.default.stateful_step_count)
     """)
-    result = pytester.runpytest_subprocess()
-    result.stdout.fnmatch_lines(["raychaos: hypothesis profile 'ci'*", "*1 passed*"])
+    result = pytester.runpytest_subprocess("-s", "--hypothesis-profile=thorough")
+    result.stdout.fnmatch_lines(["*PROFILE thorough 1000 500*", "*1 passed*"])
 
 
-def test_ray_cluster_fixture_gives_an_explicit_address_and_leaves_nothing(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile("""
-        import ray
-        from ray.util.state import list_nodes
-
-        def test_cluster(ray_cluster):
-            assert ray.get_runtime_context().gcs_address == ray_cluster.address
-            assert len(list_nodes(address=ray_cluster.address)) == 1
-            assert ray.get(ray.put(41), timeout=30) + 1 == 42
-    """)
-    before = {p.pid for p in psutil.process_iter()}
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
-    result.stdout.fnmatch_lines(["*1 passed*"])
-    assert not _new_ray_processes(before)
+# -- the Ray harness --------------------------------------------------------------------------
 
 
 def _new_ray_processes(before: set[int]) -> list[psutil.Process]:
@@ -82,7 +95,8 @@ def test_hang(ray_cluster):
         time.sleep(0.1)
 """)
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(test_file)],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            preexec_fn=default_sigint)
     try:
         wait_until(ready.exists, timeout=90, what="the child's cluster to come up")
         children = psutil.Process(proc.pid).children(recursive=True)
@@ -98,64 +112,169 @@ def test_hang(ray_cluster):
     assert not alive, f"left running after Ctrl-C: {[p.pid for p in alive]}"
 
 
-def test_chaos_fixture_marker_seed_and_journal_on_failure(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile("""
-        import os, ray, pytest
-        from chaos import ActorTarget, Kill
+# -- the chaos fixture and marker: fail closed --------------------------------------------------
 
-        @ray.remote(max_restarts=1, max_task_retries=-1)
-        class Victim:
-            def pid(self):
-                return os.getpid()
+EXAMPLE = MARKER_HELP.split("Example: ", 1)[1]
 
-        def test_seed_comes_from_the_option(chaos):
-            import random
-            assert chaos.rng.getstate() == random.Random(5).getstate()
+CHAOS_TESTS = f"""
+import os, time, ray, pytest
+from chaos import ActorTarget, Kill, Pause, wait_until
 
-        @pytest.mark.chaos(seed=11)
-        def test_marker_seed_wins(chaos):
-            import random
-            assert chaos.rng.getstate() == random.Random(11).getstate()
+@ray.remote(max_restarts=-1, max_task_retries=-1)
+class Victim:
+    def pid(self):
+        return os.getpid()
 
-        def test_fails_and_prints_its_journal(chaos):
-            victim = Victim.remote()
-            ray.get(victim.pid.remote(), timeout=30)
-            chaos.kill(Kill(ActorTarget.of(victim)))
-            assert False, "deliberate"
-    """)
-    result = pytester.runpytest_subprocess("--chaos-seed=5", "-p", "no:cacheprovider")
-    result.stdout.fnmatch_lines([
-        "raychaos: hypothesis profile *, chaos seed 5, *",
+def start(name):
+    actor = Victim.options(name=name).remote()
+    return actor, ray.get(actor.pid.remote(), timeout=30)
+
+def killed(actor, first):
+    wait_until(lambda: ray.get(actor.pid.remote(), timeout=30) != first, timeout=30,
+               what="the scheduled kill and the restart")
+
+def name_free(name):
+    try:
+        ray.get_actor(name)
+    except ValueError:
+        return True
+    return False
+
+@pytest.fixture
+def victim(chaos):  # set up after `chaos`: a fault at 0 s must wait for the test body
+    actor, pid = start("victim")
+    yield actor, pid
+    ray.kill(actor)
+    wait_until(lambda: name_free("victim"), timeout=30, what="the name to be free for the next test")
+
+{EXAMPLE}
+def test_the_markers_help_example(victim, chaos):
+    killed(*victim)
+
+@pytest.mark.chaos(faults=[(0.0, Kill(ActorTarget(name="victim")))])
+def test_at_counts_from_the_body(victim, chaos):
+    killed(*victim)
+    assert [e.kind for e in chaos.journal.events][:2] == ["start", "inject"]
+
+@pytest.mark.chaos(faults=[(0.1, Kill(ActorTarget(name="victiim")))])
+def test_misspelled_target(victim, chaos):
+    time.sleep(1.0)  # the body outlasts the fault's time
+
+@pytest.mark.chaos(seed=7, faults=('kill',))
+def test_invalid_fault(chaos):
+    pass
+
+@pytest.mark.chaos(faults=[(30.0, Kill(ActorTarget(name="victim")))])
+def test_fault_after_the_end(victim, chaos):
+    pass
+
+@pytest.mark.chaos(faults=[(30.0, Kill(ActorTarget(name="victim")))], strict=False)
+def test_best_effort_in_words(victim, chaos):
+    pass
+
+@pytest.mark.chaos(faults=[(0.0, Kill(ActorTarget(name="victim")))])
+def test_marker_without_the_fixture():
+    pass
+
+def test_the_cluster_has_an_explicit_address(ray_cluster):
+    from ray.util.state import list_nodes
+
+    assert ray.get_runtime_context().gcs_address == ray_cluster.address
+    assert len(list_nodes(address=ray_cluster.address)) == 1
+
+def test_the_seed_comes_from_the_option(chaos):
+    assert chaos.seed == 5
+
+@pytest.mark.chaos(seed=11)
+def test_the_markers_seed_wins(chaos):
+    assert chaos.seed == 11
+
+def test_a_failure_prints_the_journal(chaos):
+    actor, _ = start("printed")
+    chaos.kill(Kill(ActorTarget.of(actor)))
+    assert False, "deliberate"
+"""
+
+
+def test_the_chaos_marker_fails_closed(pytester: pytest.Pytester) -> None:
+    """One child session (one cluster) for all the marker's cases; it leaves no Ray process."""
+    pytester.makepyfile(test_chaos_marker=CHAOS_TESTS)
+    before = {p.pid for p in psutil.process_iter()}
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--chaos-seed=5", "-rA")
+    assert not _new_ray_processes(before)
+    out = result.stdout.str()
+    outcome = {name: state for state, name in (line.split()[:2] for line in out.splitlines()
+                                               if line.startswith(("PASSED ", "FAILED ")))}
+    assert {k.split("::")[1]: v for k, v in outcome.items()} == {
+        "test_the_markers_help_example": "PASSED", "test_at_counts_from_the_body": "PASSED",
+        "test_misspelled_target": "FAILED", "test_invalid_fault": "FAILED",
+        "test_fault_after_the_end": "FAILED", "test_best_effort_in_words": "PASSED",
+        "test_marker_without_the_fixture": "FAILED", "test_the_cluster_has_an_explicit_address": "PASSED",
+        "test_the_seed_comes_from_the_option": "PASSED", "test_the_markers_seed_wins": "PASSED",
+        "test_a_failure_prints_the_journal": "FAILED"}, out[-6000:]
+    for expected in [
+        "1 of 1 scheduled faults did not happen in this test:",
+        "faults[0] kill of actor /victiim at 0.1 s: not_found: TargetNotFound: no live process matches",
+        "raychaos usage error: chaos marker faults[0] = 'kill' is not a fault: give a fault record",
+        "faults[0] kill of actor /victim at 30 s: not_reached: the run stopped",
+        "raychaos usage error: the test has @pytest.mark.chaos faults but does not use the `chaos` fixture",
+        "replay this test with: pytest 'test_chaos_marker.py::test_misspelled_target' --chaos-seed=5",
+    ]:
+        assert expected in out, expected
+    result.stdout.fnmatch_lines([  # a failing test's journal: start, the kill confirmed, heal, end
         "*raychaos journal*",
-        "chaos seed 5 (rerun with --chaos-seed=5); 2 events, replay with Schedule.from_journal:",
-        '*"kind": "inject"*"outcome": "SIGKILL sent"*',
-        "*1 failed, 2 passed*",
+        "chaos seed 5; replay this test with: pytest "
+        "'test_chaos_marker.py::test_a_failure_prints_the_journal' --chaos-seed=5",
+        "4 events (Schedule.from_journal rebuilds the schedule):",
+        '*"kind": "start"*',
+        '*"kind": "inject"*"outcome": "SIGKILL sent; process gone after *',
     ])
 
 
-def test_marker_faults_run_during_the_test(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile("""
-        import os, time, ray, pytest
-        from chaos import ActorTarget, Kill, wait_until
+SEEDED = """
+import json, os, ray, pytest
+from chaos import ActorTarget, Pause, wait_until
 
-        @ray.remote(max_restarts=2, max_task_retries=-1, name="marked-victim")
-        class Victim:
-            def pid(self):
-                return os.getpid()
+@ray.remote
+class Flock:
+    def ping(self):
+        return 1
 
-        victim = None
+@pytest.fixture
+def flock(ray_cluster):
+    actors = [Flock.options(name=f"flock-{i}").remote() for i in range(4)]
+    ray.get([a.ping.remote() for a in actors], timeout=60)
+    yield actors
+    for a in actors:
+        ray.kill(a)
 
-        @pytest.fixture
-        def started(ray_cluster):
-            global victim
-            victim = Victim.remote()
-            return ray.get(victim.pid.remote(), timeout=30)
+@pytest.mark.chaos(menu=[Pause(ActorTarget(class_name="Flock"), seconds=0.2)], rate=1.0, duration=4.0)
+def test_random_schedule(flock, chaos):
+    start = next(e for e in chaos.journal.events if e.kind == "start")
+    wanted = len(start.extra["schedule"])
+    wait_until(lambda: sum(e.kind == "heal" for e in chaos.journal.events) >= wanted, timeout=60,
+               what="every scheduled pause to be over")
+    injects = [(e.extra["name"], round(e.mono - start.mono, 4)) for e in chaos.journal.events
+               if e.kind == "inject"]
+    with open(os.environ["JOURNAL_OUT"], "w") as f:
+        json.dump({"schedule": start.extra["schedule"], "injects": injects}, f)
+"""
 
-        @pytest.mark.chaos(seed=3, faults=[(1.0, Kill(ActorTarget(name="marked-victim")))])
-        def test_victim_is_killed_and_restarts(started, chaos):
-            wait_until(lambda: ray.get(victim.pid.remote(), timeout=30) != started, timeout=60,
-                       what="the scheduled kill and the restart")
-            assert [e.kind for e in chaos.journal.events][:1] == ["inject"]
-    """)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
-    result.stdout.fnmatch_lines(["*1 passed*"])
+
+@pytest.mark.slow
+def test_the_same_chaos_seed_gives_the_same_journal(pytester: pytest.Pytester, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makepyfile(test_seeded=SEEDED)
+    runs = []
+    for i in range(2):
+        out = tmp_path / f"run{i}.json"
+        monkeypatch.setenv("JOURNAL_OUT", str(out))
+        pytester.runpytest_subprocess("-p", "no:cacheprovider", "--chaos-seed=123").assert_outcomes(passed=1)
+        runs.append(json.loads(out.read_text()))
+    first, second = runs
+    assert first["schedule"] == second["schedule"] and len(first["schedule"]) >= 2
+    assert [n for n, _ in first["injects"]] == [n for n, _ in second["injects"]]  # same targets
+    gaps = [abs(a - b) for (_, a), (_, b) in zip(first["injects"], second["injects"])]
+    assert max(gaps) < 0.05, (first["injects"], second["injects"])  # same times, within 50 ms
+
+

@@ -7,13 +7,14 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from actors import EmptyBufferError, PrioritizedReplayBuffer, SchemaError
 from actors._codec import decode, digest, encode
 from actors._trees import K, SumMinTree
 from chaos import InvalidConfig
+from conftest import scaled
 
 
 def transitions(n: int, start: int = 0) -> dict[str, np.ndarray]:
@@ -203,7 +204,7 @@ def test_a_descent_does_not_depend_on_the_batch_sizes_before_it() -> None:
     assert np.array_equal(first, masses)  # the caller's masses are not changed
 
 
-@settings(max_examples=50)
+@scaled(50)
 @given(
     capacity=st.integers(1, 3 * K * K + 5),
     ops=st.lists(st.tuples(st.booleans(), st.integers(0, 10**6), st.integers(1, 40),
