@@ -54,6 +54,10 @@ def print_results(results: Sequence[RunResult], report_dir: str | None, *,
         console.print(table)
         if r.faults:
             console.print(_faults(r))
+        if r.missed_faults:
+            verdict = "the run fails" if r.strict_faults else "accepted: strict_faults = false"
+            console.print(f"[bold red]{len(r.missed_faults)} of {len(r.faults)} scheduled faults did "
+                          f"not happen[/] ({verdict})")
         if r.error:
             console.print(f"[bold red]aborted:[/] {r.error}")
     if report_dir:
@@ -62,9 +66,10 @@ def print_results(results: Sequence[RunResult], report_dir: str | None, *,
 
 def _faults(r: RunResult) -> Table:
     table = Table(title="faults")
-    for col in ("at", "fault", "target", "MTTR", "outcome"):
+    for col in ("at", "fault", "target", "status", "MTTR", "outcome"):
         table.add_column(col)
     for f in r.faults:
-        table.add_row(f"{f.start:.1f} s", f.kind, f.target,
+        status = f.status if f.status == "injected" else f"[bold red]{f.status}[/]"
+        table.add_row(f"{f.start:.1f} s", f.kind, f.target, status,
                       "—" if f.mttr is None else f"{f.mttr:.2f} s", f.outcome)
     return table

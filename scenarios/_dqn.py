@@ -92,12 +92,10 @@ def evaluate(net: Any, *, episodes: int = EVAL_EPISODES, seed: int = 10_000) -> 
 
 
 @functools.cache
-def _remotes() -> tuple[Any, Any, Any]:
+def _remote(cls: type, num_cpus: float) -> Any:
     import ray
 
-    return (ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0.5)(EnvWorker),
-            ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)(ReplayBufferActor),
-            ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)(ParameterServer))
+    return ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=num_cpus)(cls)
 
 
 class DQNCartPole(Workload):
@@ -106,6 +104,9 @@ class DQNCartPole(Workload):
     INVARIANTS = ("no_lost_transitions", "no_duplicate_transitions", "ps_version_matches_pushes",
                   "reaches_target_return")
     BASELINE = True
+    #: The actors under test (a test plants bugs in subclasses of them).
+    buffer_class: type = ReplayBufferActor
+    server_class: type = ParameterServer
 
     def setup(self) -> None:
         import torch
@@ -120,7 +121,7 @@ class DQNCartPole(Workload):
         self.target = float(ctx.param("target_return", 195.0, (int, float)))
         self.straggler_timeout = float(ctx.param("straggler_timeout", 2.0, (int, float)))
         self._start_actors()
-        worker_cls = _remotes()[0]
+        worker_cls = _remote(EnvWorker, 0.5)
         self.envs = [worker_cls.remote(i, ctx.seed) for i in range(self.workers)]
         self.idle = list(self.envs)
         self.online, self.frozen = make_qnet(), make_qnet()
@@ -133,7 +134,7 @@ class DQNCartPole(Workload):
         self.priority_refs: list[Any] = []
 
     def _start_actors(self) -> None:
-        _, buffer_cls, server_cls = _remotes()
+        buffer_cls, server_cls = _remote(self.buffer_class, 0), _remote(self.server_class, 0)
         wal = functools.partial(CheckpointConfig, durability="wal", every_n=500, keep=2)
         opts = {"namespace": self.ctx.namespace}
         self.buffer = buffer_cls.options(name="replay", **opts).remote(
@@ -212,6 +213,8 @@ class DQNCartPole(Workload):
         import torch
         import torch.nn.functional as F
 
+        # ray.get hands out read-only views of the object store; torch wants writable arrays.
+        s = {k: np.array(v) for k, v in s.items()}
         obs, nxt = torch.from_numpy(s["obs"]), torch.from_numpy(s["next"])
         with torch.no_grad():
             best = self.online(nxt).argmax(1, keepdim=True)

@@ -6,7 +6,10 @@ and reports every problem at once, one line each: the field, the value, the fix.
 
 from __future__ import annotations
 
+import importlib
 import math
+import os
+import sys
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -14,18 +17,18 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from chaos import ChaosError, InvalidFaultSpec, Schedule, fault_from_dict
+from chaos import ChaosError, InvalidConfig, InvalidFaultSpec, Schedule, fault_from_dict
 from chaos._schedule import ScheduledFault
 
 __all__ = ["HealStrategy", "Problem", "Scenario", "ScenarioError", "SteadyState",
-           "builtin_names", "load_scenario"]
+           "builtin_names", "load_scenario", "resolve_workload"]
 
 HealStrategy = Literal["after_each", "at_end"]
 MAX_DURATION = 3600.0
 MAX_NODES = 8
 _TOP_LEVEL = {"name", "description", "workload", "params", "duration", "nodes", "num_cpus",
               "system_config", "oom_headroom_gib", "heal", "invariants", "steady_state", "faults",
-              "random"}
+              "random", "strict_faults"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +82,9 @@ class Scenario:
     #: Set Ray's memory monitor threshold to the host's use at the start plus this many GiB,
     #: and aim every memory fault just past it: the OOM kill then happens alike on any host.
     oom_headroom_gib: float | None = None
+    #: A scheduled fault that did not happen fails the run; ``strict_faults = false`` in the
+    #: file accepts that (best effort), in words.
+    strict_faults: bool = True
 
     def with_nodes(self, nodes: int) -> Scenario:
         """This scenario on ``nodes`` embedded nodes (CLI ``--nodes``)."""
@@ -98,7 +104,8 @@ def load_scenario(name_or_path: str, *, seed: int = 0, duration: float | None = 
     Args:
         seed: draws the schedule when the file asks for a ``[random]`` one.
         duration: overrides the file's ``duration`` (CLI ``--duration``).
-        workloads: the known workloads and their invariants (default: the built-in registry).
+        workloads: known workloads besides the built-in ones; ``workload = "module:Class"``
+            in the file names any importable :class:`scenarios.Workload` subclass.
 
     Raises:
         ScenarioError: every problem found, one per line; nothing has run.
@@ -110,13 +117,45 @@ def load_scenario(name_or_path: str, *, seed: int = 0, duration: float | None = 
         raise ScenarioError(source, [Problem("file", source, f"is not valid TOML ({exc}); fix the syntax")]) from None
     if duration is not None:
         data["duration"] = duration
-    return _validate(source, data, seed, workloads if workloads is not None else _registry())
+    return _validate(source, data, seed, workloads)
 
 
-def _registry() -> Mapping[str, Any]:
+def resolve_workload(name: str, workloads: Mapping[str, Any] | None = None) -> Any:
+    """The workload class a scenario names: one of ``workloads``, a built-in, or a
+    ``module:Class`` path to a :class:`scenarios.Workload` subclass (imported with the
+    current directory on ``sys.path``; Ray passes the driver's path on to its workers).
+
+    Raises:
+        InvalidConfig: no such workload; the message says what was tried and the fix.
+    """
+    found, fix = _find_workload(name, workloads)
+    if found is None:
+        raise InvalidConfig(f"workload {name!r}: {fix}")
+    return found
+
+
+def _find_workload(name: str, workloads: Mapping[str, Any] | None) -> tuple[Any, str]:
+    """(the class, "") or (None, what is wrong and the fix)."""
+    from scenarios._workload import Workload
     from scenarios._workloads import WORKLOADS
 
-    return WORKLOADS
+    known = {**WORKLOADS, **(workloads or {})}
+    if name in known:
+        return known[name], ""
+    if ":" not in name:
+        return None, (f"unknown workload; use one of {', '.join(sorted(known))}, or "
+                      "'module:Class' naming a scenarios.Workload subclass")
+    module, _, attr = name.partition(":")
+    if os.getcwd() not in sys.path:  # as `python -m` would: the user's own modules, from here
+        sys.path.insert(0, os.getcwd())
+    try:
+        found = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        return None, (f"cannot be imported ({type(exc).__name__}: {exc}); check the module is on "
+                      "sys.path (the current directory is) and the class name")
+    if not (isinstance(found, type) and issubclass(found, Workload)):
+        return None, f"is {found!r}, not a scenarios.Workload subclass"
+    return found, ""
 
 
 def _read(name_or_path: str) -> tuple[str, str]:
@@ -162,17 +201,19 @@ class _Checker:
         return value
 
 
-def _validate(source: str, data: dict[str, Any], seed: int, workloads: Mapping[str, Any]) -> Scenario:
+def _validate(source: str, data: dict[str, Any], seed: int,
+              workloads: Mapping[str, Any] | None) -> Scenario:
     c = _Checker(data)
     for key in sorted(set(data) - _TOP_LEVEL):
         c.add(key, data[key], f"unknown field; the fields are {', '.join(sorted(_TOP_LEVEL))}")
     name = c.get("name", str, "", "must be a non-empty string") or "unnamed"
     workload = c.get("workload", str, "", "must name a workload")
-    if workload not in workloads:
-        c.add("workload", workload, f"unknown workload; use one of {', '.join(sorted(workloads))}")
+    workload_cls, fix = _find_workload(workload, workloads)
+    if workload_cls is None:
+        c.add("workload", workload, fix)
     duration = c.number("duration", 60.0, 1.0, MAX_DURATION)
     nodes = c.number("nodes", 1, 1, MAX_NODES, whole=True)
-    invariants = _invariants(c, workloads.get(workload))
+    invariants = _invariants(c, workload_cls)
     schedule = _schedule(c, seed, duration)
     heal = c.get("heal", str, "after_each", "must be a string")
     if heal not in get_args(HealStrategy):
@@ -186,7 +227,9 @@ def _validate(source: str, data: dict[str, Any], seed: int, workloads: Mapping[s
         system_config=c.get("system_config", dict, {}, "must be a table of Ray system config"),
         heal=heal if heal in get_args(HealStrategy) else "after_each", steady_state=steady,
         source=source.removeprefix("builtin:"),
-        oom_headroom_gib=c.number("oom_headroom_gib", 0.0, 0.25, 64.0) if "oom_headroom_gib" in data else None)
+        oom_headroom_gib=c.number("oom_headroom_gib", 0.0, 0.25, 64.0) if "oom_headroom_gib" in data else None,
+        strict_faults=c.get("strict_faults", bool, True, "must be true or false (false: faults "
+                            "that did not happen do not fail the run)"))
     if c.problems:
         raise ScenarioError(source, c.problems)
     return scenario

@@ -4,14 +4,25 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Literal
+
+from chaos import FaultStatus
 
 __all__ = ["FaultRecord", "Phase", "Probe", "RunResult", "RunStatus", "Sample", "Verdict"]
 
 Phase = Literal["before", "during", "after"]
-#: As chaostoolkit's journal: completed (ran to its end), interrupted (Ctrl-C), aborted (the
-#: workload itself raised). Whether an invariant broke is ``deviated``, apart from the status.
-RunStatus = Literal["completed", "interrupted", "aborted"]
+
+
+class RunStatus(StrEnum):
+    """Where a run is, as chaostoolkit's journal: it starts ``RUNNING`` and ends
+    ``COMPLETED`` (ran to its end), ``INTERRUPTED`` (Ctrl-C: no probes, no invariants) or
+    ``ABORTED`` (the workload itself raised). Whether an invariant broke is ``deviated``."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    INTERRUPTED = "interrupted"
+    ABORTED = "aborted"
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +55,8 @@ class Sample:
 
 @dataclass(frozen=True, slots=True)
 class FaultRecord:
-    """A fault as it happened: when it started and was healed, and how long recovery took."""
+    """A fault as it happened: when it started and was healed, how long recovery took, and
+    whether it happened at all (``status``; only ``INJECTED`` did)."""
 
     at: float
     start: float
@@ -53,11 +65,16 @@ class FaultRecord:
     target: str
     outcome: str
     mttr: float | None
+    status: FaultStatus = FaultStatus.INJECTED
 
 
 @dataclass(frozen=True, slots=True)
 class RunResult:
-    """One run of a scenario (``label`` ``"chaos"``, or ``"baseline"`` for the fault-free twin)."""
+    """One run of a scenario (``label`` ``"chaos"``, or ``"baseline"`` for the fault-free twin).
+
+    ``strict_faults``: a scheduled fault that did not happen (not found, refused,
+    ineffective, not reached) makes the run deviate; the scenario can opt out in words.
+    """
 
     scenario: str
     label: str
@@ -71,11 +88,19 @@ class RunResult:
     metrics: Mapping[str, float] = field(default_factory=dict)
     series: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
     error: str = ""
+    strict_faults: bool = True
+
+    @property
+    def missed_faults(self) -> tuple[FaultRecord, ...]:
+        """The scheduled faults that did not happen."""
+        return tuple(f for f in self.faults if f.status is not FaultStatus.INJECTED)
 
     @property
     def deviated(self) -> bool:
-        """An invariant or a steady-state check broke, or the run did not complete."""
-        return self.status != "completed" or not all(v.held for v in self.verdicts)
+        """An invariant or a steady-state check broke, the run did not complete, or (with
+        ``strict_faults``) a scheduled fault did not happen."""
+        return (self.status is not RunStatus.COMPLETED or not all(v.held for v in self.verdicts)
+                or (self.strict_faults and bool(self.missed_faults)))
 
     @property
     def peak_rss_bytes(self) -> int:

@@ -62,15 +62,25 @@ def _machine() -> dict[str, object]:
 
 
 def junit(results: Sequence[RunResult]) -> ET.Element:
-    """One testsuite per run, one testcase per verdict; a broken verdict is a failure."""
+    """One testsuite per run: a testcase for the run, each fault and each verdict; a run
+    that did not complete, a fault that did not happen (strict) or a broken verdict fails."""
     suites = ET.Element("testsuites", name="raychaos")
     for r in results:
-        failures = sum(not v.held for v in r.verdicts) + (r.status != "completed")
+        missed = r.missed_faults if r.strict_faults else ()
+        failures = sum(not v.held for v in r.verdicts) + (r.status != "completed") + len(missed)
         suite = ET.SubElement(suites, "testsuite", name=f"{r.scenario}[{r.label}]",
-                              tests=str(len(r.verdicts) + 1), failures=str(failures), time=f"{r.seconds:.3f}")
+                              tests=str(len(r.verdicts) + len(r.faults) + 1), failures=str(failures),
+                              time=f"{r.seconds:.3f}")
         run_case = ET.SubElement(suite, "testcase", classname=r.scenario, name=f"run[{r.label}]")
         if r.status != "completed":
             ET.SubElement(run_case, "failure", message=r.status).text = r.error
+        for i, f in enumerate(r.faults):
+            case = ET.SubElement(suite, "testcase", classname=r.scenario,
+                                 name=f"fault[{i}] {f.kind} at {f.at:g} s")
+            if f in missed:
+                ET.SubElement(case, "failure", message=f.status).text = f.outcome
+            else:
+                ET.SubElement(case, "system-out").text = f"{f.status}: {f.outcome}"
         for v in r.verdicts:
             case = ET.SubElement(suite, "testcase", classname=r.scenario, name=v.name)
             if not v.held:
@@ -176,11 +186,12 @@ def _legend(r: RunResult) -> str:
 
 def _faults_table(r: RunResult) -> str:
     if not r.faults:
-        return "<p>No faults injected in this run.</p>"
+        return "<p>No faults scheduled in this run.</p>"
     rows = "".join(f"<tr><td>{f.start:.1f} s</td><td>{_e(f.kind)}</td><td>{_e(f.target)}</td>"
+                   f"<td class='{'held' if f.status == 'injected' else 'broken'}'>{_e(f.status)}</td>"
                    f"<td>{'—' if f.mttr is None else f'{f.mttr:.2f} s'}</td><td>{_e(f.outcome)}</td></tr>"
                    for f in r.faults)
-    return ("<table class='faults'><tr><th>injected</th><th>fault</th><th>target</th>"
+    return ("<table class='faults'><tr><th>started</th><th>fault</th><th>target</th><th>status</th>"
             f"<th>MTTR</th><th>outcome</th></tr>{rows}</table>")
 
 

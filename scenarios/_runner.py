@@ -11,9 +11,7 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
-import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
@@ -21,33 +19,36 @@ from typing import Any
 import psutil
 
 from chaos import (
+    TEST_SYSTEM_CONFIG,
     Chaos,
-    ChaosError,
+    FaultOutcome,
     HangError,
     Injection,
     InvalidConfig,
     Journal,
+    MemoryOutcome,
     MemoryPressure,
-    TEST_SYSTEM_CONFIG,
     Schedule,
-    TargetNotFound,
-    TaskTarget,
+    ScheduledFault,
+    ScheduleObserver,
     fault_to_dict,
     local_cluster,
-    stop_agents,
     ray_processes,
+    run_schedule,
+    start_agents,
+    stop_agents,
+    uses_agents,
     wait_until,
 )
-from chaos._schedule import ScheduledFault
-from scenarios._model import Scenario
-from scenarios._records import FaultRecord, Probe, RunResult, Sample, Verdict
+from scenarios._interrupt import interrupt_once
+from scenarios._model import Scenario, resolve_workload
+from scenarios._records import FaultRecord, Phase, Probe, RunResult, RunStatus, Sample, Verdict
 from scenarios._workload import RunContext, Workload
 
-__all__ = ["Progress", "run_scenario"]
+__all__ = ["Progress", "declared_verdicts", "run_scenario"]
 
 RECOVERY_TIMEOUT = 60.0
 SAMPLE_EVERY = 0.5
-FIND_TARGET_FOR = 5.0  # a task target may be between tasks: look again for this long
 
 Progress = Callable[[str, RunContext | None], None]
 
@@ -72,30 +73,35 @@ class _Run:
 
 def run_scenario(scenario: Scenario, *, seed: int = 0, address: str | None = None,
                  report_dir: str | None = None, baseline: bool | None = None,
-                 progress: Progress = _quiet) -> list[RunResult]:
+                 progress: Progress = _quiet,
+                 workloads: Mapping[str, type[Workload]] | None = None) -> list[RunResult]:
     """Run ``scenario`` (and its fault-free baseline when the workload asks) and return the runs.
 
     Args:
         address: an existing cluster's address; None starts an embedded one (torn down after).
         report_dir: where ``journal.jsonl`` (and ``baseline.journal.jsonl``) go; None: memory.
         baseline: run the fault-free twin too (default: as the workload says).
+        workloads: workloads by name, besides the built-in ones and ``module:Class`` paths.
 
     Raises:
-        KeyboardInterrupt: after every fault is healed and, for an embedded cluster, Ray is down.
+        KeyboardInterrupt: after Ctrl-C, once every fault is healed, the run journaled
+            ``interrupted`` and, for an embedded cluster, Ray is down. Further Ctrl-Cs while
+            that happens are noted and ignored (each step of it is bounded).
     """
-    from scenarios._workloads import WORKLOADS
-
-    workload_cls = WORKLOADS[scenario.workload]
-    scenario, oom_config = _with_oom_headroom(scenario, address)
-    with _cluster(scenario, address, oom_config) as addr, tempfile.TemporaryDirectory(prefix="raychaos-") as tmp:
-        labels = (["baseline"] if (workload_cls.BASELINE if baseline is None else baseline) else []) + ["chaos"]
-        results = []
-        for label in labels:
-            journal = _journal_path(report_dir, label)
-            run = _Run(scenario, addr, seed, label, label == "chaos", journal, f"{tmp}/{label}",
-                       embedded=address is None)
-            results.append(_run_once(run, workload_cls, progress))
-        return results
+    workload_cls = resolve_workload(scenario.workload, workloads)
+    with interrupt_once():
+        scenario, oom_config = _with_oom_headroom(scenario, address)
+        with _cluster(scenario, address, oom_config) as addr, \
+                tempfile.TemporaryDirectory(prefix="raychaos-") as tmp:
+            wants_baseline = workload_cls.BASELINE if baseline is None else baseline
+            labels = (["baseline"] if wants_baseline else []) + ["chaos"]
+            results = []
+            for label in labels:
+                journal = _journal_path(report_dir, label)
+                run = _Run(scenario, addr, seed, label, label == "chaos", journal, f"{tmp}/{label}",
+                           embedded=address is None)
+                results.append(_run_once(run, workload_cls, progress))
+            return results
 
 
 def _journal_path(report_dir: str | None, label: str) -> str | None:
@@ -172,9 +178,17 @@ class _Recorder:
         self.faults: list[FaultRecord] = []
         self.sampler: threading.Thread | None = None
 
-    def add(self, kind: str, item: Any) -> None:
+    def probe(self, probe: Probe) -> None:
         with self.lock:
-            getattr(self, kind).append(item)
+            self.probes.append(probe)
+
+    def sample(self, sample: Sample) -> None:
+        with self.lock:
+            self.samples.append(sample)
+
+    def fault(self, record: FaultRecord) -> None:
+        with self.lock:
+            self.faults.append(record)
 
 
 def _run_once(run: _Run, workload_cls: type[Workload], progress: Progress) -> RunResult:
@@ -187,24 +201,33 @@ def _run_once(run: _Run, workload_cls: type[Workload], progress: Progress) -> Ru
     rec, workload = _Recorder(), workload_cls(ctx)
     journal.record("start", extra={"scenario": scenario.name, "source": scenario.source, "run": run.label, "seed": run.seed,
                                    "heal": scenario.heal, "duration": scenario.duration,
-                                   "schedule": scenario.schedule.to_dicts() if run.faults else []})
+                                   "schedule": _schedule(run).to_dicts()})
     progress(f"{scenario.name} [{run.label}]: setting up", ctx)
-    status, error, verdicts = "completed", "", []
+    status, error, verdicts = RunStatus.RUNNING, "", []
     try:
         status, error = _exercise(run, workload, ctx, chaos, rec, progress)
+    except KeyboardInterrupt:
+        status, error = RunStatus.INTERRUPTED, "interrupted by Ctrl-C: no probes after it, no invariants"
+        progress(f"{scenario.name} [{run.label}]: interrupted, healing", ctx)
+        raise
     finally:
         ctx.stop.set()
         chaos.heal_all()  # the rollback: runs after Ctrl-C too
         verdicts = _conclude(run, workload, ctx, rec, status)
         if rec.sampler is not None:
             rec.sampler.join(timeout=5)
-        journal.record("end", outcome=status, seconds=ctx.elapsed(),
-                       extra={"verdicts": [_verdict_dict(v) for v in verdicts]})
+        journal.record("end", outcome=status.value, seconds=ctx.elapsed(),
+                       extra={"verdicts": [_verdict_dict(v) for v in verdicts],
+                              "faults": [f.status.value for f in rec.faults]})
         journal.close()
     return RunResult(scenario.name, run.label, run.seed, status, round(ctx.elapsed(), 3),
                      tuple(verdicts), tuple(rec.probes), tuple(rec.samples),
                      tuple(sorted(rec.faults, key=lambda f: f.start)), dict(ctx.metrics),
-                     {k: tuple(v) for k, v in ctx.series.items()}, error)
+                     {k: tuple(v) for k, v in ctx.series.items()}, error, scenario.strict_faults)
+
+
+def _schedule(run: _Run) -> Schedule:
+    return run.scenario.schedule if run.faults else Schedule(())
 
 
 def _verdict_dict(v: Verdict) -> dict[str, Any]:
@@ -212,35 +235,35 @@ def _verdict_dict(v: Verdict) -> dict[str, Any]:
 
 
 def _exercise(run: _Run, workload: Workload, ctx: RunContext, chaos: Chaos, rec: _Recorder,
-              progress: Progress) -> tuple[str, str]:
+              progress: Progress) -> tuple[RunStatus, str]:
     """Setup, probe before, the workload's loop under faults. Returns (status, error)."""
     try:
         workload.setup()
+        if uses_agents(_schedule(run)):
+            start_agents()  # before time zero: the first fault is not late by an agent's start
         ctx.start_clock()
         rec.sampler = threading.Thread(target=_sample, args=(ctx, rec, run.embedded), daemon=True,
                                        name="raychaos-sampler")
         rec.sampler.start()
-        rec.add("probes", _probe(workload, ctx, "before"))
+        rec.probe(_probe(workload, ctx, "before"))
         progress(f"{run.scenario.name} [{run.label}]: running", ctx)
         with _faults_running(run, workload, ctx, chaos, rec):
             while not ctx.over() and workload.step():
                 progress("", ctx)
-        return "completed", ""
-    except KeyboardInterrupt:
-        progress(f"{run.scenario.name} [{run.label}]: interrupted, healing", ctx)
-        raise
+        return RunStatus.COMPLETED, ""
     except Exception as exc:  # noqa: BLE001 - the workload's failure is the run's result
-        return "aborted", f"{type(exc).__name__}: {exc}"
+        return RunStatus.ABORTED, f"{type(exc).__name__}: {exc}"
 
 
 def _conclude(run: _Run, workload: Workload, ctx: RunContext, rec: _Recorder,
-              status: str) -> list[Verdict]:
-    """Probe after, check invariants and steady state, tear down. Never raises."""
+              status: RunStatus) -> list[Verdict]:
+    """Probe after, check invariants and steady state, tear down. Never raises. An
+    interrupted run gets no probe and no verdict: nothing was checked, so nothing held."""
     verdicts: list[Verdict] = []
     try:
-        if status != "interrupted":
-            rec.add("probes", _probe(workload, ctx, "after"))
-            verdicts = [v for v in workload.invariants() if v.name in run.scenario.invariants]
+        if status is not RunStatus.INTERRUPTED:
+            rec.probe(_probe(workload, ctx, "after"))
+            verdicts = declared_verdicts(run.scenario.invariants, workload.invariants())
             verdicts += _steady_verdicts(run.scenario, rec.probes)
     except Exception as exc:  # noqa: BLE001 - reported as a broken verdict, not a crash
         verdicts.append(Verdict("invariants checked", False, f"{type(exc).__name__}: {exc}"))
@@ -250,6 +273,24 @@ def _conclude(run: _Run, workload: Workload, ctx: RunContext, rec: _Recorder,
         except Exception:  # noqa: BLE001, S110 - teardown is best effort; the cluster goes next
             pass
     return verdicts
+
+
+def declared_verdicts(declared: Sequence[str], produced: Sequence[Verdict]) -> list[Verdict]:
+    """Exactly one verdict per declared invariant, in the declared order: one the workload
+    did not produce, or produced twice, is a broken verdict naming the problem (a run
+    never passes on an invariant nobody checked). Verdicts not declared are dropped."""
+    out = []
+    for name in declared:
+        found = [v for v in produced if v.name == name]
+        if len(found) == 1:
+            out.append(found[0])
+        elif not found:
+            out.append(Verdict(name, False, "no verdict: the workload did not report this "
+                                            "declared invariant, so it was never checked"))
+        else:
+            out.append(Verdict(name, False, f"{len(found)} verdicts for one invariant: "
+                                            + "; ".join(f"{v.held}: {v.detail}" for v in found)))
+    return out
 
 
 def _steady_verdicts(scenario: Scenario, probes: list[Probe]) -> list[Verdict]:
@@ -266,18 +307,18 @@ def _steady_verdicts(scenario: Scenario, probes: list[Probe]) -> list[Verdict]:
     return out
 
 
-def _probe(workload: Workload, ctx: RunContext, phase: str) -> Probe:
+def _probe(workload: Workload, ctx: RunContext, phase: Phase) -> Probe:
     try:
-        return Probe(phase, round(ctx.elapsed(), 3), True, workload.probe())  # type: ignore[arg-type]
+        return Probe(phase, round(ctx.elapsed(), 3), True, workload.probe())
     except Exception as exc:  # noqa: BLE001 - a failed probe is a result
-        return Probe(phase, round(ctx.elapsed(), 3), False, f"{type(exc).__name__}: {exc}"[:300])  # type: ignore[arg-type]
+        return Probe(phase, round(ctx.elapsed(), 3), False, f"{type(exc).__name__}: {exc}"[:300])
 
 
 def _sample(ctx: RunContext, rec: _Recorder, embedded: bool) -> None:
     """Every SAMPLE_EVERY seconds: the counters and the memory of this run's processes."""
     while not ctx.stop.wait(SAMPLE_EVERY):
-        rec.add("samples", Sample(round(ctx.elapsed(), 3), ctx.snapshot(), _rss(embedded=embedded)))
-    rec.add("samples", Sample(round(ctx.elapsed(), 3), ctx.snapshot(), _rss(embedded=embedded)))
+        rec.sample(Sample(round(ctx.elapsed(), 3), ctx.snapshot(), _rss(embedded=embedded)))
+    rec.sample(Sample(round(ctx.elapsed(), 3), ctx.snapshot(), _rss(embedded=embedded)))
 
 
 def _rss(*, embedded: bool) -> int:
@@ -295,17 +336,19 @@ def _rss(*, embedded: bool) -> int:
     return total
 
 
-# -- faults --------------------------------------------------------------------------------
+# -- faults: chaos.run_schedule, the one fault loop, with this run's observer -------------------
 
 
 @contextmanager
 def _faults_running(run: _Run, workload: Workload, ctx: RunContext, chaos: Chaos,
                     rec: _Recorder) -> Iterator[None]:
-    if not run.faults or not run.scenario.schedule.entries:
+    schedule = _schedule(run)
+    if not schedule.entries:
         ctx.faults_settled.set()
         yield
         return
-    driver = threading.Thread(target=_drive, args=(run, workload, ctx, chaos, rec), daemon=True,
+    observer = _RunObserver(run.scenario, workload, ctx, chaos, rec)
+    driver = threading.Thread(target=_drive, args=(chaos, schedule, ctx, observer), daemon=True,
                               name="raychaos-faults")
     prober = threading.Thread(target=_probe_during, args=(run, workload, ctx, rec), daemon=True,
                               name="raychaos-probe")
@@ -319,68 +362,62 @@ def _faults_running(run: _Run, workload: Workload, ctx: RunContext, chaos: Chaos
         prober.join(timeout=30)
 
 
+def _drive(chaos: Chaos, schedule: Schedule, ctx: RunContext, observer: _RunObserver) -> None:
+    try:
+        run_schedule(chaos, schedule, stop=ctx.stop, start=ctx.started, observer=observer)
+    finally:
+        ctx.faults_settled.set()
+
+
 def _probe_during(run: _Run, workload: Workload, ctx: RunContext, rec: _Recorder) -> None:
     while not ctx.stop.wait(run.scenario.steady_state.probe_every):
-        rec.add("probes", _probe(workload, ctx, "during"))
+        rec.probe(_probe(workload, ctx, "during"))
 
 
-def _drive(run: _Run, workload: Workload, ctx: RunContext, chaos: Chaos, rec: _Recorder) -> None:
-    """Inject each scheduled fault at its time in its own thread; wait for all of them."""
-    with ThreadPoolExecutor(max_workers=8, thread_name_prefix="raychaos-fault") as pool:
-        for entry in run.scenario.schedule.entries:
-            if ctx.stop.wait(max(0.0, ctx.started + entry.at - time.monotonic())):
-                break
-            pool.submit(_one_fault, run, entry, workload, ctx, chaos, rec)
-    ctx.faults_settled.set()
+class _RunObserver(ScheduleObserver):
+    """Holds each fault per the heal strategy, counts it, measures its recovery, records it."""
+
+    def __init__(self, scenario: Scenario, workload: Workload, ctx: RunContext, chaos: Chaos,
+                 rec: _Recorder) -> None:
+        self.scenario, self.workload, self.ctx, self.chaos, self.rec = scenario, workload, ctx, chaos, rec
+
+    def hold(self, entry: ScheduledFault) -> float:
+        if self.scenario.heal == "at_end":
+            return self.ctx.remaining()
+        return float(getattr(entry.fault, "seconds", 0.0))
+
+    def injected(self, index: int, entry: ScheduledFault, injection: Injection) -> None:
+        self.ctx.injected_fault(_kind(entry))
+
+    def settled(self, outcome: FaultOutcome) -> FaultOutcome:
+        entry, target = outcome.entry, _target_label(outcome.entry)
+        start = entry.at if outcome.started is None else outcome.started
+        end = start if outcome.ended is None else outcome.ended
+        if not outcome.ok:
+            self.rec.fault(FaultRecord(entry.at, start, end, _kind(entry), target,
+                                       f"{outcome.status.value}: {outcome.error}"[:500], None, outcome.status))
+            return outcome
+        healed = self._heal_observed(outcome.injection)
+        mttr, recovered = _recovery(self.workload, self.ctx, start)
+        text = f"{healed}; {recovered}" if healed else recovered
+        self.chaos.journal.record("recover", at=entry.at, fault=fault_to_dict(entry.fault),
+                                  target=target, outcome=text, seconds=mttr)
+        self.rec.fault(FaultRecord(entry.at, start, end, _kind(entry), target, text, mttr, outcome.status))
+        return outcome
+
+    def _heal_observed(self, injection: Injection) -> str:
+        memory = injection.details.get("memory_outcome")
+        if isinstance(memory, MemoryOutcome):
+            self.ctx.memory_outcome(memory)
+        return str(injection.details.get("outcome", ""))
 
 
-def _one_fault(run: _Run, entry: ScheduledFault, workload: Workload, ctx: RunContext,
-               chaos: Chaos, rec: _Recorder) -> None:
-    fault, start = entry.fault, ctx.elapsed()
-    kind = fault_to_dict(fault)["kind"]
-    target = getattr(getattr(fault, "target", None), "label", lambda: "node")()
-    try:
-        with _inject(chaos, fault, entry.at) as injection:
-            ctx.injected_fault(kind)
-            ctx.stop.wait(_hold(run.scenario, fault, ctx))
-    except ChaosError as exc:
-        rec.add("faults", FaultRecord(entry.at, start, ctx.elapsed(), kind, target, f"refused: {exc}", None))
-        return
-    except Exception as exc:  # noqa: BLE001 - an injection that failed is a result, not a crash
-        outcome = f"injection failed: {type(exc).__name__}: {exc}"[:500]
-        chaos.journal.record("refuse", at=entry.at, fault=fault_to_dict(fault), target=target, outcome=outcome)
-        rec.add("faults", FaultRecord(entry.at, start, ctx.elapsed(), kind, target, outcome, None))
-        return
-    end = ctx.elapsed()
-    healed = str(injection.details.get("outcome", ""))
-    ctx.fault_outcome(kind, healed)
-    mttr, outcome = _recovery(workload, ctx, start)
-    outcome = f"{healed}; {outcome}" if healed else outcome
-    chaos.journal.record("recover", at=entry.at, fault=fault_to_dict(fault), target=target,
-                         outcome=outcome, seconds=mttr)
-    rec.add("faults", FaultRecord(entry.at, start, end, kind, target, outcome, mttr))
+def _kind(entry: ScheduledFault) -> str:
+    return str(fault_to_dict(entry.fault)["kind"])
 
 
-@contextmanager
-def _inject(chaos: Chaos, fault: Any, at: float) -> Iterator[Injection]:
-    """Inject; a task target between two tasks is looked for again for a few seconds."""
-    deadline = time.monotonic() + FIND_TARGET_FOR
-    while True:
-        try:
-            with chaos.inject(fault, at=at) as injection:
-                yield injection
-            return
-        except TargetNotFound:
-            retry = isinstance(getattr(fault, "target", None), TaskTarget)
-            if not retry or time.monotonic() >= deadline:
-                raise
-        time.sleep(0.1)  # the poll interval of a deadline-bounded search
-
-
-def _hold(scenario: Scenario, fault: Any, ctx: RunContext) -> float:
-    if scenario.heal == "at_end":
-        return ctx.remaining()
-    return float(getattr(fault, "seconds", 0.0))
+def _target_label(entry: ScheduledFault) -> str:
+    return getattr(getattr(entry.fault, "target", None), "label", lambda: "node")()
 
 
 def _recovery(workload: Workload, ctx: RunContext, start: float) -> tuple[float | None, str]:

@@ -7,7 +7,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from chaos import InvalidConfig
+from chaos import InvalidConfig, MemoryOutcome
 from scenarios._records import Verdict
 
 __all__ = ["RunContext", "Workload"]
@@ -37,8 +37,9 @@ class RunContext:
         self.counters: dict[str, float] = {}
         self.series: dict[str, list[tuple[float, float]]] = {}
         self.metrics: dict[str, float] = {}
-        self.injected: list[str] = []  # kinds of the faults injected so far (not refused)
-        self.outcomes: list[tuple[str, str]] = []  # (kind, what its heal observed)
+        self.injected: list[str] = []  # kinds of the faults injected so far (confirmed)
+        #: How each memory fault ended, as its heal observed it.
+        self.memory_outcomes: list[MemoryOutcome] = []
 
     def start_clock(self) -> None:
         """Time zero of the run: set once setup is done, so schedules and the timeline skip it."""
@@ -71,10 +72,10 @@ class RunContext:
         with self._lock:
             self.injected.append(kind)
 
-    def fault_outcome(self, kind: str, outcome: str) -> None:
-        """What a fault's heal observed (e.g. Ray's memory monitor killed the allocation)."""
+    def memory_outcome(self, outcome: MemoryOutcome) -> None:
+        """How a memory fault ended (e.g. Ray's memory monitor killed the allocation)."""
         with self._lock:
-            self.outcomes.append((kind, outcome))
+            self.memory_outcomes.append(outcome)
 
     def kills(self) -> int:
         """How many kill faults were injected in this run so far."""

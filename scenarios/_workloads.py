@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from actors import CheckpointConfig, CheckpointedCounter, ParameterServer, ReplayBufferActor
-from chaos import watch
+from chaos import MemoryOutcome, StuckCause, watch
 from scenarios._dqn import DQNCartPole
 from scenarios._records import Verdict
 from scenarios._workload import CALL_TIMEOUT, Workload
@@ -35,6 +35,8 @@ class _Tasks(Workload):
     INVARIANTS = ("results_correct", "every_task_terminal", "crashes_surface", "no_error_visible",
                   "loop_never_blocked", "memory_monitor_fired")
     resources: dict[str, float] = {}
+    #: The task under test: its value must be ``_expected(index, steps)``.
+    task_function = staticmethod(sample_env)
 
     def setup(self) -> None:
         import ray
@@ -43,8 +45,12 @@ class _Tasks(Workload):
         self.width = self.ctx.param("width", 4, int)
         self.steps = self.ctx.param("steps", 600_000, int)
         self.wait_timeout = float(self.ctx.param("wait_timeout", 1.0, (int, float)))
-        self.task = ray.remote(sample_env).options(max_retries=self.retries, num_cpus=0.5,
-                                                   resources=self.resources)
+        #: How long tasks still in flight at the end may take to end (else: a silent hang).
+        self.drain_timeout = float(self.ctx.param("drain_timeout", CALL_TIMEOUT, (int, float)))
+        #: How much longer than the ray.wait timeout one loop iteration may take.
+        self.block_slack = float(self.ctx.param("block_slack", 5.0, (int, float)))
+        self.task = ray.remote(self.task_function).options(max_retries=self.retries, num_cpus=0.5,
+                                                           resources=self.resources)
         self.pending: dict[Any, tuple[int, float]] = {}
         self.done: dict[int, object] = {}
         self.submitted, self.max_gap, self.last = 0, 0.0, time.monotonic()
@@ -81,17 +87,20 @@ class _Tasks(Workload):
         return f"a fresh task answered ({value})"
 
     def _drain(self) -> list[int]:
-        """Every task still in flight must end within a deadline: the no-silent-hang check."""
+        """Every task still in flight must end within one deadline: the no-silent-hang check."""
         import ray
 
+        refs = list(self.pending)
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.drain_timeout) if refs else ([], [])
+        done = set(ready)
         hung = []
-        for ref, (index, _) in list(self.pending.items()):
-            ready, _ = ray.wait([ref], timeout=CALL_TIMEOUT)
-            if ready:
+        for ref in refs:
+            index, _ = self.pending.pop(ref)
+            if ref in done:
                 self.done[index] = self._outcome(ref)
             else:
                 hung.append(index)
-            self.pending.pop(ref)
+                ray.cancel(ref, force=True)
         return hung
 
     def invariants(self) -> list[Verdict]:
@@ -107,19 +116,21 @@ class _Tasks(Workload):
             Verdict("results_correct", not wrong, f"{len(values)} values, {len(wrong)} wrong"),
             Verdict("every_task_terminal", not hung,
                     f"{len(self.done)} of {self.submitted} tasks ended; {len(hung)} still pending "
-                    f"{CALL_TIMEOUT:g} s after the run"),
+                    f"{self.drain_timeout:g} s after the run"),
             Verdict("crashes_surface", bool(crashes) and len(crashes) == len(errors),
                     f"{len(crashes)} WorkerCrashedError at max_retries={self.retries}; errors: {kinds or 'none'}"),
             Verdict("no_error_visible", not errors, f"errors seen by the driver: {kinds or 'none'}"),
-            Verdict("loop_never_blocked", self.max_gap < self.wait_timeout + 5.0,
-                    f"longest loop iteration {self.max_gap:.2f} s (ray.wait timeout {self.wait_timeout:g} s)"),
+            Verdict("loop_never_blocked", self.max_gap < self.wait_timeout + self.block_slack,
+                    f"longest loop iteration {self.max_gap:.2f} s (ray.wait timeout "
+                    f"{self.wait_timeout:g} s, slack {self.block_slack:g} s)"),
             self._memory_verdict(),
         ]
 
     def _memory_verdict(self) -> Verdict:
-        seen = [o for kind, o in self.ctx.outcomes if kind == "memory"]
-        fired = any("OutOfMemoryError" in o for o in seen)
-        return Verdict("memory_monitor_fired", fired, "; ".join(seen) or "no memory fault healed")
+        seen = list(self.ctx.memory_outcomes)
+        fired = MemoryOutcome.OOM_KILLED in seen
+        return Verdict("memory_monitor_fired", fired,
+                       f"memory faults ended: {', '.join(seen) or 'none healed'}")
 
     def teardown(self) -> None:
         import ray
@@ -138,17 +149,24 @@ class _CrashLoop(Workload):
     """A replay buffer actor fed with idempotent adds while it is killed again and again."""
 
     INVARIANTS = ("no_lost_transitions", "dies_after_max_restarts", "recovers_within_max_restarts")
+    #: The actor under test (a test plants bugs in a subclass of it).
+    buffer_class: type = ReplayBufferActor
 
     def setup(self) -> None:
         import ray
 
         self.max_restarts = self.ctx.param("max_restarts", 3, int)
         self.capacity = self.ctx.param("capacity", 100_000, int)
-        cls = ray.remote(max_restarts=self.max_restarts, max_task_retries=-1, num_cpus=0)(ReplayBufferActor)
+        cls = ray.remote(max_restarts=self._granted_restarts(), max_task_retries=-1,
+                         num_cpus=0)(self.buffer_class)
         config = CheckpointConfig(storage=f"{self.ctx.storage}/replay", durability="wal", every_n=50)
         self.buffer = cls.options(name="replay", namespace=self.ctx.namespace).remote(self.capacity, checkpoint=config)
         self.acked, self.died, self.error = 0, None, ""
         ray.get(self.buffer.size.remote(), timeout=CALL_TIMEOUT)
+
+    def _granted_restarts(self) -> int:
+        """The ``max_restarts`` the actor really gets (the one the invariants expect)."""
+        return self.max_restarts
 
     def step(self) -> bool:
         import ray
@@ -170,22 +188,38 @@ class _CrashLoop(Workload):
         return f"buffer holds {ray.get(self.buffer.size.remote(), timeout=5.0)} transitions"
 
     def invariants(self) -> list[Verdict]:
+        kills = self.ctx.kills()
+        expect_death, alive = kills > self.max_restarts, self.died is None
+        death = f"{self.error} at {self.died:.1f} s" if self.died is not None else "alive at the end"
+        restarts = self._restarts()
+        expected = min(kills, self.max_restarts)
+        return [
+            Verdict("dies_after_max_restarts", alive != expect_death,
+                    f"{kills} kills, max_restarts={self.max_restarts}: {death}"),
+            self._lost_verdict() if alive else Verdict(
+                "no_lost_transitions", False, f"the buffer is dead ({death}): nothing to read back"),
+            Verdict("recovers_within_max_restarts", restarts == expected and (alive or expect_death),
+                    f"Ray restarted it {restarts} times for {kills} kills (expected {expected}, "
+                    f"max_restarts={self.max_restarts}); {death}"),
+        ]
+
+    def _lost_verdict(self) -> Verdict:
         import ray
 
-        kills = self.ctx.kills()
-        expect_death = kills > self.max_restarts
-        verdicts = [Verdict("dies_after_max_restarts", (self.died is not None) == expect_death,
-                            f"{kills} kills, max_restarts={self.max_restarts}: "
-                            + (f"{self.error} at {self.died:.1f} s" if self.died else "alive at the end"))]
-        if self.died is None:
-            stored = ray.get(self.buffer.column.remote("tid"), timeout=CALL_TIMEOUT)
-            kept = np.arange(self.acked * 8)[-self.capacity:]  # FIFO: the newest `capacity` stay
-            lost = np.setdiff1d(kept, stored)
-            verdicts.append(Verdict("no_lost_transitions", len(lost) == 0 and len(stored) == len(kept),
-                                    f"{self.acked * 8} acknowledged, {len(kept)} kept by FIFO eviction, "
-                                    f"{len(stored)} stored, {len(lost)} lost"))
-            verdicts.append(Verdict("recovers_within_max_restarts", True, f"alive after {kills} kills"))
-        return verdicts
+        stored = ray.get(self.buffer.column.remote("tid"), timeout=CALL_TIMEOUT)
+        kept = np.arange(self.acked * 8)[-self.capacity:]  # FIFO: the newest `capacity` stay
+        lost = np.setdiff1d(kept, stored)
+        return Verdict("no_lost_transitions", len(lost) == 0 and len(stored) == len(kept),
+                       f"{self.acked * 8} acknowledged, {len(kept)} kept by FIFO eviction, "
+                       f"{len(stored)} stored, {len(lost)} lost")
+
+    def _restarts(self) -> int:
+        """How many times Ray restarted the buffer (the State API's count, not ours)."""
+        from ray.util.state import list_actors
+
+        rows = list_actors(address=self.ctx.address, detail=True, raise_on_missing_output=False,
+                           filters=[("actor_id", "=", self.buffer._actor_id.hex())], timeout=CALL_TIMEOUT)
+        return int(rows[0].num_restarts) if rows else -1
 
     def teardown(self) -> None:
         import ray
@@ -203,13 +237,15 @@ class _ParamServer(Workload):
     """Known gradients pushed to a parameter server that is killed; a local replica checks it."""
 
     INVARIANTS = ("ps_version_matches_pushes", "weights_match_replica")
+    #: The actor under test (a test plants bugs in a subclass of it).
+    server_class: type = ParameterServer
 
     def setup(self) -> None:
         import ray
         import torch
 
         durability = self.ctx.param("durability", "wal", str)
-        cls = ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)(ParameterServer)
+        cls = ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)(self.server_class)
         config = CheckpointConfig(storage=f"{self.ctx.storage}/params", durability=durability, every_n=20)
         self.server = cls.options(name="params", namespace=self.ctx.namespace).remote(
             _tiny_model, checkpoint=config, optimizer="SGD", optimizer_kwargs={"lr": 0.1}, seed=self.ctx.seed)
@@ -283,32 +319,33 @@ class _Starvation(Workload):
     def invariants(self) -> list[Verdict]:
         import ray
 
-        from chaos import HangError
-
-        report = watch(self.refs, deadline=CALL_TIMEOUT, address=self.ctx.address, raise_on_hang=False)
-        infeasible = ray.remote(sample_env).options(num_cpus=64, max_retries=0).remote(0, 10)
-        try:
-            watch([infeasible], deadline=3.0, address=self.ctx.address)
-            named = False
-        except HangError as exc:
-            lines = [ln.strip() for ln in str(exc).splitlines() if "infeasible" in ln.lower()]
-            named, self.diagnosis = bool(lines), (lines or [str(exc)])[0]
-        ray.cancel(infeasible, force=True)
+        finish = float(self.ctx.param("finish_timeout", CALL_TIMEOUT, (int, float)))
+        report = watch(self.refs, deadline=finish, address=self.ctx.address, raise_on_hang=False)
+        request = float(self.ctx.param("infeasible_cpus", 64.0, (int, float)))
+        probe = ray.remote(sample_env).options(num_cpus=request, max_retries=0).remote(0, 10)
+        seen = watch([probe], deadline=3.0, address=self.ctx.address, raise_on_hang=False).stuck
+        ray.cancel(probe, force=True)
+        named = [s for s in seen if s.kind is StuckCause.INFEASIBLE]
+        diagnosis = (named or seen)[0].cause if (named or seen) else "it ran: no diagnosis to check"
         return [Verdict("starved_tasks_finish", not report.stuck,
-                        f"{len(self.refs)} tasks, {len(report.stuck)} still pending after the heal"),
-                Verdict("infeasible_diagnosed", named, self.diagnosis[:240] or "no HangError")]
+                        f"{len(self.refs)} tasks, {len(report.stuck)} still pending {finish:g} s after the heal"),
+                Verdict("infeasible_diagnosed", bool(named),
+                        f"a request for {request:g} CPUs: {diagnosis[:240]}")]
 
 
 class _NodeLoss(_WorkerNodeTasks):
     """Tasks on worker nodes plus a WAL-checkpointed counter on a worker node; a node dies."""
 
     INVARIANTS = (*_Tasks.INVARIANTS, "actor_state_recovered")
+    #: The actor under test (a test plants bugs in a subclass of it).
+    counter_class: type = CheckpointedCounter
 
     def setup(self) -> None:
         import ray
 
         super().setup()
-        cls = ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0, resources={"worker": 1})(CheckpointedCounter)
+        cls = ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0,
+                         resources={"worker": 1})(self.counter_class)
         self.counter = cls.options(name="counter", namespace=self.ctx.namespace).remote(
             f"{self.ctx.storage}/counter", durability="wal", every_n=20)
         self.adds = 0
@@ -378,25 +415,33 @@ class _OwnerDeath(Workload):
         return f"{len(self.refs)} refs held"
 
     def invariants(self) -> list[Verdict]:
-        """Every get ends within its bound: the value (its copy may still be in this node's
-        store while the raylet frees it) or OwnerDiedError; never a hang, never another error."""
-        import ray
-        from ray.exceptions import GetTimeoutError, OwnerDiedError, RayError
-
-        start, kinds = time.monotonic(), []
-        for ref in self.refs[:: max(1, len(self.refs) // 5)][:5]:
-            try:
-                ray.get(ref, timeout=10.0)
-                kinds.append("value")
-            except (OwnerDiedError, GetTimeoutError) as exc:
-                kinds.append(type(exc).__name__)
-            except RayError as exc:
-                kinds.append(type(exc).__name__)
+        """Once the owner is dead, ``ray.get`` on its refs raises OwnerDiedError within
+        ``surface_within`` seconds (a copy in this node's store may serve it until the raylet
+        frees it, so a value is asked again until then); never a hang, never another error."""
+        within = float(self.ctx.param("surface_within", 10.0, (int, float)))
+        start = time.monotonic()
+        sample = self.refs[:: max(1, len(self.refs) // 5)][:5]
+        kinds = [self._surfaced(ref, start + within) for ref in sample]
         took, seen = time.monotonic() - start, sorted(set(kinds))
-        held = "OwnerDiedError" in seen and set(seen) <= {"OwnerDiedError", "value"}
-        return [Verdict("owner_death_surfaces", held,
-                        f"ray.get on {len(kinds)} of the dead owner's refs: "
-                        f"{', '.join(f'{k} ×{kinds.count(k)}' for k in seen)} in {took:.2f} s")]
+        return [Verdict("owner_death_surfaces", bool(kinds) and seen == ["OwnerDiedError"],
+                        f"ray.get on {len(kinds)} of the dead owner's refs within {within:g} s: "
+                        f"{', '.join(f'{k} ×{kinds.count(k)}' for k in seen) or 'no refs'} "
+                        f"({took:.2f} s)")]
+
+    @staticmethod
+    def _surfaced(ref: Any, deadline: float) -> str:
+        """What ``ray.get`` ends in by ``deadline``: OwnerDiedError, another error, or a value."""
+        import ray
+        from ray.exceptions import RayError
+
+        while True:
+            try:
+                ray.get(ref, timeout=max(0.1, deadline - time.monotonic()))
+            except RayError as exc:
+                return type(exc).__name__
+            if time.monotonic() >= deadline:
+                return "value"
+            time.sleep(0.1)  # the poll interval of a deadline-bounded wait: not freed yet
 
     def teardown(self) -> None:
         import ray

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,32 @@ def test_unknown_names_list_the_choices(tmp_path: Path) -> None:
         load_scenario("no-such-scenario")
     with pytest.raises(ScenarioError, match="workload = 'quantum': unknown workload; use one of dqn-cartpole"):
         load_scenario(_write(tmp_path, 'name = "x"\nworkload = "quantum"\nduration = 5\ninvariants = []'))
+
+
+def test_a_workload_named_by_module_and_class(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "my_workloads.py").write_text(
+        "from scenarios import Workload\n"
+        "class Mine(Workload):\n    INVARIANTS = ('mine_holds',)\n"
+        "class NotOne:\n    pass\n")
+    monkeypatch.chdir(tmp_path)  # resolved from the current directory, as `python -m` would
+    head = 'name = "x"\nduration = 5\n'
+    mine = load_scenario(_write(tmp_path, head + 'workload = "my_workloads:Mine"\ninvariants = ["mine_holds"]'))
+    assert mine.workload == "my_workloads:Mine" and mine.invariants == ("mine_holds",)
+    for workload, why in [("my_workloads:Missing", "cannot be imported (AttributeError"),
+                          ("no_such_module:X", "cannot be imported (ModuleNotFoundError"),
+                          ("my_workloads:NotOne", "not a scenarios.Workload subclass")]:
+        with pytest.raises(ScenarioError, match=re.escape(why)):
+            load_scenario(_write(tmp_path, head + f'workload = "{workload}"\ninvariants = []'))
+    with pytest.raises(ScenarioError, match="invariants\\[0\\] = 'other': not an invariant of this workload"):
+        load_scenario(_write(tmp_path, head + 'workload = "my_workloads:Mine"\ninvariants = ["other"]'))
+
+
+def test_strict_faults_is_on_unless_the_file_says_otherwise(tmp_path: Path) -> None:
+    head = 'name = "x"\nworkload = "sampling"\nduration = 5\ninvariants = []\n'
+    assert load_scenario(_write(tmp_path, head)).strict_faults is True
+    assert load_scenario(_write(tmp_path, head + "strict_faults = false")).strict_faults is False
+    with pytest.raises(ScenarioError, match="strict_faults = 'no': must be true or false"):
+        load_scenario(_write(tmp_path, head + 'strict_faults = "no"'))
 
 
 def test_invalid_toml_is_one_problem(tmp_path: Path) -> None:

@@ -1,0 +1,302 @@
+"""Verdicts that can fail: for every built-in workload, each declared invariant turns red when
+the failure it guards against is planted (a wrong result, a dropped transition, an extra
+restart, a skipped push, a watchdog that cannot tell an infeasible request). The green side is
+each built-in scenario, run unplanted in test_scenarios_run.py.
+
+Each plant is a subclass of the real workload or of the real actor it drives, run through
+the real runner on real Ray processes."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import ray
+from ray import cloudpickle
+
+from actors import CheckpointedCounter, ParameterServer, ReplayBufferActor, mutation
+from chaos import ActorTarget, ClusterHandle, Kill, Schedule
+from chaos import _watchdog
+from scenarios import RunResult, Scenario, SteadyState, Verdict, Workload, run_scenario
+from scenarios._dqn import DQNCartPole
+from scenarios._runner import declared_verdicts
+from scenarios._workloads import WORKLOADS, sample_env
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
+pytestmark = pytest.mark.ray
+
+
+def planted(workload: type[Workload], *, duration: float, params: dict[str, Any] | None = None,
+            faults: list[tuple[float, Any]] | None = None, address: str) -> RunResult:
+    """Run ``workload`` through the runner, every invariant it declares asked for."""
+    scenario = Scenario(name=f"planted-{workload.__name__}", description="planted failures",
+                        workload="planted", schedule=Schedule.explicit(faults or []),
+                        duration=duration, invariants=workload.INVARIANTS, params=params or {},
+                        steady_state=SteadyState(before=False, after=False))
+    (result,) = run_scenario(scenario, address=address, baseline=False, workloads={"planted": workload})
+    return result
+
+
+def broken(result: RunResult) -> dict[str, str]:
+    """The declared invariants that broke, with their evidence (steady-state checks aside)."""
+    return {v.name: v.detail for v in result.verdicts if not v.held}
+
+
+def assert_all_red(result: RunResult, workload: type[Workload]) -> None:
+    assert result.status == "completed", result.error
+    assert set(broken(result)) == set(workload.INVARIANTS), result.verdicts
+    assert result.deviated
+
+
+# -- sampling (also the base of node-loss) -----------------------------------------------------
+
+
+def planted_sample_env(index: int, steps: int) -> int:
+    """The task with three planted bugs: a wrong value, an error, and a task that never ends."""
+    if index == 1:
+        return -1
+    if index == 2:
+        raise ValueError("a planted error the driver must see")
+    if index == 3:
+        time.sleep(3600)  # never ends: the drain must call it a hang
+    return sample_env(index, steps)
+
+
+@ray.remote(num_cpus=0)
+def slow_answer() -> int:
+    time.sleep(1.5)
+    return 1
+
+
+class BlocksOnce:
+    """A driver loop that blocks once on a ray.get without a timeout."""
+
+    submitted: int
+
+    def step(self) -> bool:
+        if self.submitted == 8 and not getattr(self, "blocked", False):
+            self.blocked = ray.get(slow_answer.remote())  # the planted block: no timeout
+        return super().step()  # type: ignore[misc]
+
+
+class PlantedTasks(BlocksOnce, WORKLOADS["sampling"]):  # type: ignore[misc]
+    """The planted task, a loop that blocks once; no memory fault is given and no worker
+    crashes, so memory_monitor_fired and crashes_surface have nothing to see."""
+
+    task_function = staticmethod(planted_sample_env)
+
+
+SAMPLING = {"steps": 20_000, "wait_timeout": 0.3, "block_slack": 0.5, "drain_timeout": 1.0}
+
+
+def test_every_sampling_invariant_can_break(ray_cluster: ClusterHandle) -> None:
+    result = planted(PlantedTasks, duration=3.0, params=SAMPLING, address=ray_cluster.address)
+    assert_all_red(result, PlantedTasks)
+    why = broken(result)
+    assert "1 wrong" in why["results_correct"] and "1 still pending" in why["every_task_terminal"]
+    assert "ValueError" in why["no_error_visible"] and "0 WorkerCrashedError" in why["crashes_surface"]
+
+
+# -- replay-crash-loop ------------------------------------------------------------------------
+
+
+class DropsOneAndCrashesOnce(ReplayBufferActor):
+    """Acknowledges add seq 3 without storing it; SIGKILLs itself once at add seq 6 (a restart
+    nobody asked for; Ray delivers that add again)."""
+
+    def __init__(self, *args: Any, checkpoint: Any, **kwargs: Any) -> None:
+        self.marker = Path(checkpoint.storage).with_name("crashed-once")
+        super().__init__(*args, checkpoint=checkpoint, **kwargs)
+
+    @mutation
+    def add(self, batch: Any, priorities: Any = None, *, writer_id: Any = None, seq: Any = None) -> Any:
+        marker = self.marker
+        if seq == 6 and not marker.exists():
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.touch()
+            os._exit(1)
+        if seq == 3:
+            return np.empty(0, dtype=np.int64)
+        return super().add(batch, priorities, writer_id=writer_id, seq=seq)
+
+
+class PlantedCrashLoop(WORKLOADS["replay-crash-loop"]):  # type: ignore[misc, valid-type]
+    """...created with more restarts than the scenario says (it outlives max_restarts + 1 kills)."""
+
+    buffer_class = DropsOneAndCrashesOnce
+
+    def _granted_restarts(self) -> int:
+        return self.max_restarts + 5
+
+
+def test_every_crash_loop_invariant_can_break(ray_cluster: ClusterHandle) -> None:
+    kill = Kill(ActorTarget(name="replay", namespace="raychaos"))
+    result = planted(PlantedCrashLoop, duration=4.0, params={"max_restarts": 1},
+                     faults=[(1.0, kill), (2.0, kill)], address=ray_cluster.address)
+    assert [f.status for f in result.faults] == ["injected", "injected"]
+    assert_all_red(result, PlantedCrashLoop)
+    why = broken(result)
+    assert "8 lost" in why["no_lost_transitions"] and "alive at the end" in why["dies_after_max_restarts"]
+    assert "restarted it 3 times for 2 kills (expected 1" in why["recovers_within_max_restarts"]
+
+
+# -- parameter-server -------------------------------------------------------------------------
+
+
+class SkipsOnePush(ParameterServer):
+    """Acknowledges its third push as applied without applying it."""
+
+    def _step(self, arrays: Any) -> None:
+        if self._counts["applied"] == 2 and not getattr(self, "_skipped", False):
+            self._skipped = True
+            return
+        super()._step(arrays)
+
+
+class PlantedParamServer(WORKLOADS["parameter-server"]):  # type: ignore[misc, valid-type]
+    server_class = SkipsOnePush
+
+
+def test_every_parameter_server_invariant_can_break(ray_cluster: ClusterHandle) -> None:
+    result = planted(PlantedParamServer, duration=2.0, address=ray_cluster.address)
+    assert_all_red(result, PlantedParamServer)
+    assert "server version" in broken(result)["ps_version_matches_pushes"]
+
+
+# -- starvation -------------------------------------------------------------------------------
+
+
+@ray.remote(num_cpus=1, max_retries=0)
+def never_finishes() -> int:
+    time.sleep(3600)
+    return 0
+
+
+class PlantedStarvation(WORKLOADS["starvation"]):  # type: ignore[misc, valid-type]
+    """One of its tasks never finishes, heal or not."""
+
+    def step(self) -> bool:
+        if not self.refs:
+            self.refs.append(never_finishes.remote())
+        return super().step()
+
+    def teardown(self) -> None:
+        for ref in self.refs:
+            ray.cancel(ref, force=True)
+
+
+def test_every_starvation_invariant_can_break(ray_cluster: ClusterHandle,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # The planted watchdog bug: it cannot tell an infeasible request from resources all held.
+    monkeypatch.setattr(_watchdog, "_pending_resources", lambda required, address: (
+        _watchdog.StuckCause.RESOURCES_HELD, f"waiting for resources {required}"))
+    result = planted(PlantedStarvation, duration=2.0, params={"finish_timeout": 1.0},
+                     address=ray_cluster.address)
+    assert_all_red(result, PlantedStarvation)
+    assert "waiting for resources" in broken(result)["infeasible_diagnosed"]
+
+
+# -- owner-death ------------------------------------------------------------------------------
+
+
+def test_owner_death_surfaces_breaks_when_the_owner_never_dies(ray_cluster: ClusterHandle) -> None:
+    # The failure it guards against is a death that does not surface through ray.get; with
+    # no kill at all, every get returns a value and the verdict must say so.
+    workload = WORKLOADS["owner-death"]
+    result = planted(workload, duration=1.5, params={"surface_within": 1.0}, address=ray_cluster.address)
+    assert_all_red(result, workload)
+    assert "value ×5" in broken(result)["owner_death_surfaces"]
+
+
+# -- dqn-cartpole -----------------------------------------------------------------------------
+
+
+class DropsOneStoresOneTwice(ReplayBufferActor):
+    """Acknowledges chunk 1 without storing it; stores chunk 2 twice."""
+
+    @mutation
+    def add(self, batch: Any, priorities: Any = None, *, writer_id: Any = None, seq: Any = None) -> Any:
+        if seq == 1:
+            return np.empty(0, dtype=np.int64)
+        if seq == 2:
+            self.buffer.add(batch, priorities)
+        return super().add(batch, priorities, writer_id=writer_id, seq=seq)
+
+
+class PlantedDQN(DQNCartPole):
+    """...a server that skips a push, and a learner whose gradients are all zero."""
+
+    buffer_class = DropsOneStoresOneTwice
+    server_class = SkipsOnePush
+
+    def _gradients(self, s: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        grads, td = super()._gradients(s)
+        return {n: np.zeros_like(g) for n, g in grads.items()}, td
+
+
+def test_every_dqn_invariant_can_break(ray_cluster: ClusterHandle) -> None:
+    result = planted(PlantedDQN, duration=8.0, params={"env_workers": 1}, address=ray_cluster.address)
+    assert_all_red(result, PlantedDQN)
+    why = broken(result)
+    assert "256 lost" in why["no_lost_transitions"] and "256 duplicated" in why["no_duplicate_transitions"]
+
+
+# -- node-loss (on the 3-node cluster: its actors need a worker node) ---------------------------
+
+
+class LosesOneAdd(CheckpointedCounter):
+    """Acknowledges add seq 2 without adding it."""
+
+    @mutation
+    def add(self, k: int = 1, *, writer_id: Any = None, seq: Any = None) -> int:
+        if seq == 2:
+            return self.value
+        return super().add(k, writer_id=writer_id, seq=seq)
+
+
+class PlantedNodeLoss(BlocksOnce, WORKLOADS["node-loss"]):  # type: ignore[misc]
+    """The sampling plants, and a counter that loses an acknowledged add."""
+
+    task_function = staticmethod(planted_sample_env)
+    counter_class = LosesOneAdd
+
+
+@pytest.mark.multinode
+def test_every_node_loss_invariant_can_break(ray_multinode_cluster: ClusterHandle) -> None:
+    result = planted(PlantedNodeLoss, duration=4.0, params=SAMPLING, address=ray_multinode_cluster.address)
+    assert_all_red(result, PlantedNodeLoss)
+    assert "counter" in broken(result)["actor_state_recovered"]
+
+
+# -- the runner: every declared invariant yields exactly one verdict ---------------------------
+
+
+class Silent(Workload):
+    """Declares two invariants, reports one of them twice and the other not at all."""
+
+    INVARIANTS = ("reported_twice", "never_reported")
+
+    def step(self) -> bool:
+        time.sleep(0.05)  # a tiny loop of no work; the run lasts its duration
+        return True
+
+    def invariants(self) -> list[Verdict]:
+        return [Verdict("reported_twice", True, "first"), Verdict("reported_twice", True, "second")]
+
+
+def test_a_declared_invariant_without_exactly_one_verdict_fails_the_run(ray_cluster: ClusterHandle) -> None:
+    result = planted(Silent, duration=1.0, address=ray_cluster.address)
+    assert result.deviated and broken(result) == {
+        "never_reported": "no verdict: the workload did not report this declared invariant, so it "
+                          "was never checked",
+        "reported_twice": "2 verdicts for one invariant: True: first; True: second"}
+
+
+def test_declared_verdicts_keeps_the_declared_order_and_drops_undeclared() -> None:
+    produced = [Verdict("b", True, ""), Verdict("extra", False, ""), Verdict("a", False, "x")]
+    assert [v.name for v in declared_verdicts(["a", "b"], produced)] == ["a", "b"]
