@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 import ray
-from hypothesis import HealthCheck, event, example, given, settings
+from hypothesis import event, example, given
 from hypothesis import strategies as st
 from ray import cloudpickle
 from ray.exceptions import (
@@ -26,11 +26,25 @@ from ray.exceptions import (
     WorkerCrashedError,
 )
 
-from chaos import ActorTarget, Chaos, ClusterHandle, HangError, Kill, Pause, TaskTarget, wait_until, watch
+from chaos import (
+    ActorTarget,
+    Chaos,
+    ClusterHandle,
+    HangError,
+    Kill,
+    Pause,
+    StuckCause,
+    TaskTarget,
+    wait_until,
+    watch,
+)
+from conftest import scaled
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
 
 DEADLINE = 60.0
+#: How long after ray.cancel a cancelled task may still be running before its cancel is lost.
+CANCEL_GRACE = 10.0
 
 
 class CustomError(Exception):
@@ -121,15 +135,18 @@ def failure(node: Node) -> frozenset | None:
     return None
 
 
-def oracle(nodes: list[Node]) -> tuple[list[Any], list[bool]]:
+def oracle(nodes: list[Node], observed: dict[int, Any] | None = None) -> tuple[list[Any], list[bool]]:
     """Each node's outcome (its int value, or the exception types it may raise), and whether
-    it is held back by a ``slow`` node (so a ray.get with a short timeout raises first)."""
+    it is held back by a ``slow`` node (so a ray.get with a short timeout raises first).
+    ``observed``: nodes whose outcome Ray decided by a race, as it turned out (a lost cancel)."""
     out: list[Any] = []
     held: list[bool] = []
     for i, node in enumerate(nodes):
         failed = [out[d] for d in node.deps if isinstance(out[d], frozenset)]
         own = failure(node)
-        if failed:
+        if observed and i in observed:
+            out.append(observed[i])
+        elif failed:
             out.append(frozenset().union(*failed))  # a dependency's failure, unchanged
         else:
             out.append(own if own is not None else i + sum(out[d] for d in node.deps))
@@ -160,15 +177,56 @@ def raises_as_predicted(error: BaseException, allowed: frozenset) -> bool:
     return isinstance(cause, FinalError) or isinstance(error, type(cause))
 
 
+def stuck_report(pending: list[Any], refs: list[Any], nodes: list[Node], root: Path) -> str:
+    """Evidence for a ref left pending: its node, whether its Python code started (its marker),
+    and what the State API says of its task."""
+    from ray.util.state import list_tasks
+
+    lines = []
+    for ref in pending:
+        i = refs.index(ref)
+        rows = list_tasks(address=ray.get_runtime_context().gcs_address, detail=True, timeout=10,
+                          filters=[("task_id", "=", ref.task_id().hex())],
+                          raise_on_missing_output=False)
+        states = [(t.attempt_number, t.state, t.worker_pid, (t.error_type or "")) for t in rows]
+        lines.append(f"node {i} {nodes[i]}: started={os.path.exists(root / f'n{i}')} tasks={states}")
+    return "pending after the cancels:\n" + "\n".join(lines)
+
+
+def cancel_and_find_lost(refs: list[Any], nodes: list[Node], root: Path) -> dict[int, Any]:
+    """Cancel the cancel nodes at once, as a user would. Ray 2.60 can lose such a cancel on a
+    busy machine (README, "What the properties found"; benchmarks/repro_cancel_race.py): the
+    task runs on. Such a node must be named CANCEL_LOST by the watchdog; it is then released
+    and its outcome observed. Returns those outcomes by node index."""
+    victims = {i: ref for i, (ref, node) in enumerate(zip(refs, nodes)) if node.kind in ("cancel", "cancel_force")}
+    for i, ref in victims.items():
+        ray.cancel(ref, force=nodes[i].kind == "cancel_force")
+    if not victims:
+        return {}
+    report = watch(list(victims.values()), deadline=CANCEL_GRACE, raise_on_hang=False,
+                   address=ray.get_runtime_context().gcs_address, cancelled=list(victims.values()))
+    assert all(s.kind is StuckCause.CANCEL_LOST for s in report.stuck), report.message(CANCEL_GRACE)
+    lost = [i for i, ref in victims.items() if ref.task_id().hex() in {s.task_id for s in report.stuck}]
+    for i in lost:
+        event("ray.cancel lost: the task ran on (Ray 2.60)")
+        (root / f"n{i}.release").touch()
+    return {i: observed(refs[i]) for i in lost}
+
+
+def observed(ref: Any) -> Any:
+    """The value of a task whose cancel was lost, or TaskCancelledError if it landed late."""
+    try:
+        return ray.get(ref, timeout=DEADLINE)
+    except TaskCancelledError:
+        return frozenset({TaskCancelledError})
+
+
 def hold_then_release(refs: list[Any], nodes: list[Node], held: list[bool], root: Path) -> None:
-    """Cancel the cancel nodes; show that held refs time out, while ray.wait reports every
-    other one ready (failed ones too, never hidden); then release the slow nodes."""
-    for ref, node in zip(refs, nodes):
-        if node.kind in ("cancel", "cancel_force"):
-            ray.cancel(ref, force=node.kind == "cancel_force")
+    """Show that held refs time out, while ray.wait reports every other one ready (failed ones
+    too, never hidden); then release the slow nodes."""
     free = [r for r, h in zip(refs, held) if not h]
     ready, pending = ray.wait(free, num_returns=len(free), timeout=DEADLINE)
-    assert not pending and len(ready) == len(free)
+    assert not pending and len(ready) == len(free), stuck_report(pending, refs, nodes, root)
     for ref in (r for r, h in zip(refs, held) if h):
         with pytest.raises(GetTimeoutError):
             ray.get(ref, timeout=0.2)
@@ -185,7 +243,8 @@ def hold_then_release(refs: list[Any], nodes: list[Node], held: list[bool], root
 @example(nodes=[Node("actor_exit", (), 0, False), Node("actor_flaky_exit", (), 1, False),
                 Node("actor_flaky_exit", (), 0, False), Node("cancel_force", (), 1, False),
                 Node("final", (1,), 0, False)])
-@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
+@pytest.mark.property
+@scaled(10)
 @given(nodes=graphs())
 def test_failures_propagate_as_predicted(ray_cluster: ClusterHandle, tmp_path_factory: Any,
                                          nodes: list[Node]) -> None:
@@ -195,7 +254,7 @@ def test_failures_propagate_as_predicted(ray_cluster: ClusterHandle, tmp_path_fa
         event(kind)  # --hypothesis-show-statistics: how often each plan ran
     for i, node in enumerate(nodes):
         refs.append(submit(node, i, str(root / f"n{i}"), [refs[d] for d in node.deps]))
-    outcomes, held = oracle(nodes)
+    outcomes, held = oracle(nodes, cancel_and_find_lost(refs, nodes, root))
     hold_then_release(refs, nodes, held, root)
     ready, pending = ray.wait(refs, num_returns=len(refs), timeout=DEADLINE)
     assert not pending and len(ready) == len(refs)  # failed refs are ready, never hidden
@@ -283,11 +342,11 @@ def explained(stuck: Any, plans: list[Plan]) -> bool:
     """Is this stuck ref one the faults hold back, and does the watchdog name why?"""
     kind = next(p.kind for p in plans if any(r.task_id().hex() == stuck.task_id for r in p.refs))
     if kind == "infeasible":
-        return stuck.cause.startswith("infeasible resource request")
+        return stuck.kind is StuckCause.INFEASIBLE
     if kind == "straggler":
-        return "paused (SIGSTOP)" in stuck.cause or stuck.cause.startswith("waiting for a dependency")
+        return stuck.kind in (StuckCause.PAUSED, StuckCause.DEPENDENCY)
     # Ray's wait can leave a dead owner's object out of `ready`: then it must be named.
-    return kind == "owner_killed" and stuck.cause.startswith("ray.get raises OwnerDiedError")
+    return kind == "owner_killed" and stuck.kind is StuckCause.FAILED_OBJECT
 
 
 def check_outcome(plan: Plan, index: int) -> None:
@@ -307,7 +366,8 @@ def check_outcome(plan: Plan, index: int) -> None:
 
 
 @example(kinds=["straggler", "owner_killed", "infeasible", "ok"])  # every hard case, every run
-@settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
+@pytest.mark.property
+@scaled(4)
 @given(kinds=st.lists(st.sampled_from(["ok", "crash", "value_error", "infeasible", "straggler",
                                        "owner_killed"]), min_size=1, max_size=4))
 def test_nothing_hangs_silently_at_max_retries_zero(ray_cluster: ClusterHandle,
