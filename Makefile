@@ -3,14 +3,22 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
+# Install-time versions: pip itself, and the tool that writes constraints.txt (`make lock`).
+PIP_VERSION      := 26.3
+PIP_TOOLS_VERSION := 7.6.2
+# The two pins the lock is resolved around: a CPU torch on this machine's disk, the Ray we test.
+PINS   := torch==2.13.0 ray==2.60.0
+LOCK_ARGS ?=
 
 REPORT ?= report/dqn-cartpole
 
-.PHONY: install browser run test bench leakcheck clean
+.PHONY: install browser run test slow thorough bench lock leakcheck clean
 
+# constraints.txt pins every package the install resolves (see `make lock`); pyproject keeps
+# loose ranges for users.
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet pip==$(PIP_VERSION)
 	$(PY) -m pip install --quiet -c constraints.txt -e ".[bench,test]"
 	touch $(STAMP)
 
@@ -26,16 +34,42 @@ browser:
 	@command -v chromium >/dev/null || (apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium)
 
+# The suite under Hypothesis's `ci` profile (pyproject's addopts), but the end-to-end runs
+# marked slow: within 10 minutes here.
 test: $(STAMP) browser
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory leakcheck
 
-# Fails when any Ray process or paused process is left on the machine.
+# The end-to-end tier (CI runs it after `make test`): the flagship and its report, scenarios
+# on their own clusters, the broken actors caught and shrunk.
+slow: $(STAMP) browser
+	$(PY) -m pytest -m slow $(PYTEST_ARGS)
+	@$(MAKE) --no-print-directory leakcheck
+
+# The suite's own properties ten times deeper (examples and steps): hours, not minutes.
+thorough: $(STAMP)
+	$(PY) -m pytest -m property --hypothesis-profile=thorough --hypothesis-show-statistics \
+		-p no:cacheprovider $(PYTEST_ARGS)
+	@$(MAKE) --no-print-directory leakcheck
+
+# Fails when any Ray or paused process is left on the machine.
 leakcheck: $(STAMP)
 	$(PY) -m chaos.leakcheck
 
 bench: $(STAMP)
 	$(PY) benchmarks/replay_buffer.py
 
+# Regenerate constraints.txt with pip-tools (add LOCK_ARGS=--upgrade to move every pin to
+# its newest version); pip-compile uses this machine's pip configuration, so torch resolves
+# to the CPU wheel on disk.
+lock:
+	test -x .lock-venv/bin/pip-compile || (python3 -m venv .lock-venv && \
+		.lock-venv/bin/pip install --quiet pip-tools==$(PIP_TOOLS_VERSION))
+	printf '%s\n' $(PINS) > .lock-venv/pins.txt
+	CUSTOM_COMPILE_COMMAND="make lock" .lock-venv/bin/pip-compile --quiet --strip-extras \
+		--allow-unsafe --no-emit-index-url --no-emit-find-links --extra bench --extra test \
+		-c .lock-venv/pins.txt $(LOCK_ARGS) \
+		-o constraints.txt pyproject.toml
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) .lock-venv build *.egg-info .pytest_cache .hypothesis

@@ -58,6 +58,7 @@ def test_a_pause_heals_even_when_its_driver_is_sigkilled(ray_cluster: ClusterHan
     ray.kill(victim)
 
 
+@pytest.mark.slow
 def test_memory_pressure_makes_ray_raise_out_of_memory(tmp_path: Path) -> None:
     # Its own cluster, with a memory threshold just above what the machine uses now.
     script = textwrap.dedent(f"""
@@ -97,6 +98,7 @@ def test_memory_pressure_makes_ray_raise_out_of_memory(tmp_path: Path) -> None:
     assert "READY 2" in out.stdout and "DEPENDENT RAISES" in out.stdout, out.stdout
 
 
+@pytest.mark.slow
 def test_another_sessions_worker_is_refused(ray_cluster: ClusterHandle) -> None:
     from chaos import UnsafeTarget, agent_for
 

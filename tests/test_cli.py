@@ -26,6 +26,7 @@ def test_bad_option_exits_2_with_the_reason() -> None:
 
 
 @pytest.mark.ray
+@pytest.mark.slow
 def test_demo_kills_and_restores_in_both_modes() -> None:
     # A subprocess: the demo starts its own embedded cluster, and a process can drive only one.
     exe = Path(sys.executable).parent / "raychaos"

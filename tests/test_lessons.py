@@ -44,6 +44,7 @@ def test_an_unknown_lesson_exits_2_and_lists_them() -> None:
     assert result.exit_code == 2 and "no lesson '99'; `raychaos explain` lists them: 01-global-state" in result.output
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lesson_id", SHARED)
 def test_lesson_favours_the_fix(lesson_id: str, ray_cluster: ClusterHandle) -> None:
     result = CliRunner().invoke(main, ["explain", lesson_id, "--address", ray_cluster.address])
@@ -52,6 +53,7 @@ def test_lesson_favours_the_fix(lesson_id: str, ray_cluster: ClusterHandle) -> N
     assert f"Chapter section {find(lesson_id).section}" in result.output
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lesson_id", sorted(OWN_CLUSTER))
 def test_lesson_on_its_own_cluster_favours_the_fix(lesson_id: str) -> None:
     exe = Path(sys.executable).parent / "raychaos"
