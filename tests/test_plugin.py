@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -278,3 +279,24 @@ def test_the_same_chaos_seed_gives_the_same_journal(pytester: pytest.Pytester, t
     assert max(gaps) < 0.05, (first["injects"], second["injects"])  # same times, within 50 ms
 
 
+
+
+# -- the suite's own properties deepen with the profile --------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def examples_run(profile: str) -> int:
+    """Passing examples of one of this suite's properties (a pure one: cheap) under ``profile``."""
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--hypothesis-profile={profile}",
+         "--hypothesis-show-statistics",
+         "tests/test_chaos_unit.py::test_strategies_build_valid_sorted_schedules"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:]
+    return sum(int(n) for n in re.findall(r"(\d+) passing", out.stdout))
+
+
+def test_the_thorough_profile_runs_ten_times_the_examples_of_ci() -> None:
+    ci, thorough = examples_run("ci"), examples_run("thorough")
+    assert ci >= 25 and thorough >= 10 * ci, (ci, thorough)
