@@ -30,6 +30,13 @@ def scaled(examples: int, *, steps: int | None = None, **options: Any) -> settin
     return settings(**{**chosen, **options})
 
 
+def default_sigint() -> None:
+    """``preexec_fn`` for a child the test will Ctrl-C: a background job, ``nohup`` or a CI
+    runner may have started this suite with SIGINT ignored, which the child would inherit
+    (and Python installs no KeyboardInterrupt handler then)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def actor_pid(actor: Any) -> int:
     import ray
 

@@ -15,14 +15,9 @@ import pytest
 
 from chaos import wait_until
 from chaos._marker import MARKER_HELP
+from conftest import default_sigint
 
 pytest_plugins = ["pytester"]
-
-
-def default_sigint() -> None:
-    """For a child we will Ctrl-C: a background job or CI runner may have started us with
-    SIGINT ignored, which the child would inherit (Python then installs no handler)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def test_markers_are_listed(pytester: pytest.Pytester) -> None:

@@ -19,6 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from chaos import ClusterHandle, read_journal, wait_until
+from conftest import default_sigint
 from scenarios.cli import main
 
 pytestmark = pytest.mark.ray
@@ -137,19 +138,13 @@ def _coloured_pixels(png: Path) -> int:
     return int(((rgb.max(axis=2) - rgb.min(axis=2)) > 30).sum())
 
 
-def _default_sigint() -> None:
-    """The child must obey SIGINT even when this suite runs as a background job (which
-    starts with SIGINT ignored, and the child would inherit that)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def test_ctrl_c_twice_heals_journals_interrupted_and_leaves_nothing(tmp_path: Path) -> None:
     from chaos.leakcheck import paused_processes
 
     report = tmp_path / "r"
     proc = subprocess.Popen([RAYCHAOS, "run", "straggler", "--duration", "30", "--report", str(report)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, preexec_fn=_default_sigint)
+                            start_new_session=True, preexec_fn=default_sigint)
     journal = report / "journal.jsonl"
 
     def paused() -> bool:
