@@ -430,13 +430,14 @@ class _OwnerDeath(Workload):
 
     @staticmethod
     def _surfaced(ref: Any, deadline: float) -> str:
-        """What ``ray.get`` ends in by ``deadline``: OwnerDiedError, another error, or a value."""
+        """What ``ray.get`` ends in by ``deadline``: OwnerDiedError, another error (a single
+        get blocked ``CALL_TIMEOUT`` s: GetTimeoutError, a hang), or still a value."""
         import ray
         from ray.exceptions import RayError
 
         while True:
             try:
-                ray.get(ref, timeout=max(0.1, deadline - time.monotonic()))
+                ray.get(ref, timeout=CALL_TIMEOUT)
             except RayError as exc:
                 return type(exc).__name__
             if time.monotonic() >= deadline:
