@@ -239,6 +239,7 @@ def _exercise(run: _Run, workload: Workload, ctx: RunContext, chaos: Chaos, rec:
     """Setup, probe before, the workload's loop under faults. Returns (status, error)."""
     try:
         workload.setup()
+        ctx.check_params(run.scenario.workload)
         if uses_agents(_schedule(run)):
             start_agents()  # before time zero: the first fault is not late by an agent's start
         ctx.start_clock()

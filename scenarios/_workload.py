@@ -26,6 +26,7 @@ class RunContext:
                  storage: str, duration: float, faults: bool) -> None:
         self.address, self.namespace, self.seed = address, namespace, seed
         self.params, self.storage, self.faults = dict(params), storage, faults
+        self.params_read: set[str] = set()  # what the workload asked for (see unknown_params)
         self.duration = duration
         self.started = time.monotonic()
         self.deadline = self.started + duration
@@ -82,12 +83,27 @@ class RunContext:
         with self._lock:
             return self.injected.count("kill")
 
+    def check_params(self, workload: str) -> None:
+        """Raise for ``[params]`` keys the workload's ``setup`` did not ask for.
+
+        Raises:
+            InvalidConfig: names each unknown key, its value, and the keys the workload reads.
+        """
+        unknown = sorted(set(self.params) - self.params_read)
+        if unknown:
+            given = ", ".join(f"params.{k} = {self.params[k]!r}" for k in unknown)
+            raise InvalidConfig(f"{given}: not a parameter of workload {workload!r}; it reads "
+                                f"{', '.join(sorted(self.params_read)) or 'none'}")
+
     def snapshot(self) -> dict[str, float]:
         with self._lock:
             return dict(self.counters)
 
     def param(self, name: str, default: Any, kind: type | tuple[type, ...]) -> Any:
-        """A workload option from the scenario's ``[params]``, type-checked."""
+        """A workload option from the scenario's ``[params]``, type-checked. Read them all in
+        ``setup``: a ``[params]`` key no setup asked for is an error (a misspelling would
+        otherwise fall back to the default without a word)."""
+        self.params_read.add(name)
         value = self.params.get(name, default)
         if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
             raise InvalidConfig(f"params.{name} = {value!r}: must be {getattr(kind, '__name__', kind)}")

@@ -300,7 +300,10 @@ class _Starvation(Workload):
 
         self.task = ray.remote(sample_env).options(num_cpus=1, max_retries=0)
         self.refs: list[Any] = []
-        self.diagnosis = ""
+        #: How long after the heal the starved tasks may take to finish.
+        self.finish_timeout = float(self.ctx.param("finish_timeout", CALL_TIMEOUT, (int, float)))
+        #: CPUs of the request the watchdog must name infeasible.
+        self.infeasible_cpus = float(self.ctx.param("infeasible_cpus", 64.0, (int, float)))
 
     def step(self) -> bool:
         import ray
@@ -319,9 +322,8 @@ class _Starvation(Workload):
     def invariants(self) -> list[Verdict]:
         import ray
 
-        finish = float(self.ctx.param("finish_timeout", CALL_TIMEOUT, (int, float)))
+        finish, request = self.finish_timeout, self.infeasible_cpus
         report = watch(self.refs, deadline=finish, address=self.ctx.address, raise_on_hang=False)
-        request = float(self.ctx.param("infeasible_cpus", 64.0, (int, float)))
         probe = ray.remote(sample_env).options(num_cpus=request, max_retries=0).remote(0, 10)
         seen = watch([probe], deadline=3.0, address=self.ctx.address, raise_on_hang=False).stuck
         ray.cancel(probe, force=True)
@@ -398,7 +400,8 @@ class _OwnerDeath(Workload):
         self.owner = ray.remote(max_restarts=0, num_cpus=0)(_Owner).options(
             name="owner", namespace=self.ctx.namespace).remote()
         self.refs: list[Any] = []
-        self.outcomes: list[str] = []
+        #: How long ray.get may keep serving a dead owner's object (until the raylet frees it).
+        self.surface_within = float(self.ctx.param("surface_within", 10.0, (int, float)))
 
     def step(self) -> bool:
         import ray
@@ -418,8 +421,7 @@ class _OwnerDeath(Workload):
         """Once the owner is dead, ``ray.get`` on its refs raises OwnerDiedError within
         ``surface_within`` seconds (a copy in this node's store may serve it until the raylet
         frees it, so a value is asked again until then); never a hang, never another error."""
-        within = float(self.ctx.param("surface_within", 10.0, (int, float)))
-        start = time.monotonic()
+        within, start = self.surface_within, time.monotonic()
         sample = self.refs[:: max(1, len(self.refs) // 5)][:5]
         kinds = [self._surfaced(ref, start + within) for ref in sample]
         took, seen = time.monotonic() - start, sorted(set(kinds))

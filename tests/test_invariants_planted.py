@@ -300,3 +300,12 @@ def test_a_declared_invariant_without_exactly_one_verdict_fails_the_run(ray_clus
 def test_declared_verdicts_keeps_the_declared_order_and_drops_undeclared() -> None:
     produced = [Verdict("b", True, ""), Verdict("extra", False, ""), Verdict("a", False, "x")]
     assert [v.name for v in declared_verdicts(["a", "b"], produced)] == ["a", "b"]
+
+
+def test_a_misspelled_param_aborts_the_run_naming_it(ray_cluster: ClusterHandle) -> None:
+    # Silently falling back to the default would run another experiment than the one asked.
+    result = planted(WORKLOADS["sampling"], duration=1.0, params={"max_retires": 0},
+                     address=ray_cluster.address)
+    assert result.status == "aborted" and result.deviated
+    assert result.error.startswith("InvalidConfig: params.max_retires = 0: not a parameter of "
+                                   "workload 'planted'; it reads block_slack, drain_timeout, max_retries")
