@@ -13,7 +13,6 @@ from chaos._driver import (
     ScheduleObserver,
     check_applied,
     run_schedule,
-    uses_agents,
 )
 from chaos._engine import Chaos, Injection
 from chaos._errors import (
@@ -103,7 +102,6 @@ __all__ = [
     "run_schedule",
     "start_agents",
     "stop_agents",
-    "uses_agents",
     "wait_until",
     "watch",
 ]

@@ -20,8 +20,7 @@ from chaos._errors import FaultIneffective, FaultsNotApplied, TargetNotFound, Un
 from chaos._faults import fault_to_dict
 from chaos._schedule import Schedule, ScheduledFault
 
-__all__ = ["FaultOutcome", "FaultStatus", "ScheduleObserver", "check_applied", "run_schedule",
-           "uses_agents"]
+__all__ = ["FaultOutcome", "FaultStatus", "ScheduleObserver", "check_applied", "run_schedule"]
 
 MAX_CONCURRENT_FAULTS = 8
 
@@ -128,13 +127,6 @@ def _one(chaos: Any, index: int, entry: ScheduledFault, stop: threading.Event, s
                                              injection, f"{type(exc).__name__}: {exc}"[:500]))
     return observer.settled(FaultOutcome(index, entry, FaultStatus.INJECTED, began,
                                          clock() - start, injection))
-
-
-def uses_agents(schedule: Schedule) -> bool:
-    """Does some fault of ``schedule`` act through the chaos agents (start them before time
-    zero, then)? Faults that do not stay clear of them: an agent is a Ray worker too, and
-    Ray's memory monitor has picked one as its victim under a memory fault."""
-    return any(getattr(e.fault, "USES_AGENT", False) for e in schedule.entries)
 
 
 def check_applied(outcomes: Sequence[FaultOutcome], *, where: str) -> None:

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaos._agent import agent_for
+from chaos._agent import agent_for, start_agents
 from chaos._errors import FaultIneffective, HangError, InvalidFaultSpec, TargetNotFound, UnsafeTarget
 from chaos._faults import (
     CpuHog,
@@ -34,6 +34,7 @@ from chaos._faults import (
 )
 from chaos._journal import Journal
 from chaos._memory import MemoryOutcome, allocate, outcome_of, progress_path, read_progress
+from chaos._schedule import Schedule
 from chaos._targets import NodeTarget, Process, resolve
 from chaos._wait import wait_until
 
@@ -115,6 +116,16 @@ class Chaos:
         except FaultIneffective as exc:
             self.journal.record("ineffective", at=at, fault=fault_to_dict(fault), outcome=str(exc))
             raise
+
+    def warm_up(self, schedule: Schedule) -> None:
+        """Before a schedule's time zero: start the agents its faults act through and open the
+        State API's connection (its first call costs tens of ms), so no fault is late."""
+        from ray.util.state import list_nodes
+
+        if schedule.uses_agents:
+            start_agents()
+        if schedule.entries:
+            list_nodes(address=self.address, limit=1, timeout=CALL_TIMEOUT)
 
     def kill(self, fault: Kill | KillNode) -> Injection:
         """Inject a kill and confirm it (nothing to heal: Ray restarts what it may)."""

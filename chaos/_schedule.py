@@ -95,6 +95,13 @@ class Schedule:
         """Inverse of :meth:`to_dicts` (each fault validated again)."""
         return cls(tuple(ScheduledFault(float(e["at"]), fault_from_dict(e["fault"])) for e in entries))
 
+    @property
+    def uses_agents(self) -> bool:
+        """Does some fault act through the chaos agents (start them before time zero, then)?
+        Faults that do not stay clear of them: an agent is a Ray worker too, and Ray's memory
+        monitor has picked one as its victim under a memory fault."""
+        return any(getattr(e.fault, "USES_AGENT", False) for e in self.entries)
+
     def to_dicts(self) -> list[dict[str, Any]]:
         return [{"at": e.at, "fault": fault_to_dict(e.fault)} for e in self.entries]
 

@@ -230,12 +230,7 @@ def chaos(request: pytest.FixtureRequest, ray_cluster: ClusterHandle) -> Iterato
     seed = _seed_for(request, spec)
     engine = Chaos(address=ray_cluster.address, seed=seed)
     schedule = spec.schedule(seed)
-    from chaos._driver import uses_agents
-
-    if uses_agents(schedule):
-        from chaos._agent import start_agents
-
-        start_agents()  # before time zero, so the first fault is not late by an agent's start
+    engine.warm_up(schedule)  # agents and the State API, before time zero: no fault is late
     run = ChaosRun(engine, schedule, strict=spec.strict, nodeid=request.node.nodeid)
     request.node.stash[_RUN] = run
     try:

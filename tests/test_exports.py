@@ -21,7 +21,7 @@ def test_chaos_exports() -> None:
         "StuckTask", "TargetNotFound", "TaskTarget", "UnsafeTarget", "WatchReport", "WorkerTarget",
         "agent_for", "check_applied", "delayed", "fault_from_dict", "fault_to_dict",
         "local_cluster", "ray_processes", "read_journal", "reap", "rpc_delay_env", "run_schedule",
-        "start_agents", "stop_agents", "uses_agents", "wait_until", "watch",
+        "start_agents", "stop_agents", "wait_until", "watch",
     }
 
 
