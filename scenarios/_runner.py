@@ -35,9 +35,7 @@ from chaos import (
     local_cluster,
     ray_processes,
     run_schedule,
-    start_agents,
     stop_agents,
-    uses_agents,
     wait_until,
 )
 from scenarios._interrupt import interrupt_once
@@ -240,8 +238,7 @@ def _exercise(run: _Run, workload: Workload, ctx: RunContext, chaos: Chaos, rec:
     try:
         workload.setup()
         ctx.check_params(run.scenario.workload)
-        if uses_agents(_schedule(run)):
-            start_agents()  # before time zero: the first fault is not late by an agent's start
+        chaos.warm_up(_schedule(run))  # agents and the State API, before time zero
         ctx.start_clock()
         rec.sampler = threading.Thread(target=_sample, args=(ctx, rec, run.embedded), daemon=True,
                                        name="raychaos-sampler")
@@ -424,9 +421,14 @@ def _target_label(entry: ScheduledFault) -> str:
 def _recovery(workload: Workload, ctx: RunContext, start: float) -> tuple[float | None, str]:
     """Seconds from injection until the probe holds again (None if it did not in time)."""
     def healthy() -> str:
-        if ctx.stop.is_set():
-            return "stopped"
-        workload.probe()
+        # The probe first: a workload that ends itself on the fault (owner-death) has still
+        # recovered if its probe holds; the stop only cuts short a probe that keeps failing.
+        try:
+            workload.probe()
+        except Exception:
+            if ctx.stop.is_set():
+                return "stopped"
+            raise
         return "recovered"
 
     try:

@@ -10,7 +10,8 @@ from click.testing import CliRunner
 
 from chaos import Kill, MemoryPressure, Pause
 from scenarios import ScenarioError, builtin_names, load_scenario
-from scenarios._runner import aim_memory_faults
+from scenarios._runner import _recovery, aim_memory_faults
+from scenarios._workload import RunContext, Workload
 from scenarios.cli import main
 
 BUILTINS = ["dqn-cartpole", "env-worker-kill", "env-worker-kill-no-retries", "memory-pressure",
@@ -154,3 +155,35 @@ def test_list_names_every_builtin() -> None:
     result = CliRunner().invoke(main, ["list"])
     assert result.exit_code == 0
     assert [line.split()[0] for line in result.output.splitlines()] == BUILTINS
+
+
+class _ProbeAfter(Workload):
+    """A workload whose probe fails until its ``healthy_after``-th call."""
+
+    def __init__(self, ctx: RunContext, healthy_after: int) -> None:
+        super().__init__(ctx)
+        self.calls, self.healthy_after = 0, healthy_after
+
+    def probe(self) -> str:
+        self.calls += 1
+        if self.calls < self.healthy_after:
+            raise RuntimeError("not yet")
+        return "ok"
+
+
+def _stopped_context() -> RunContext:
+    ctx = RunContext(address="", namespace="t", seed=0, params={}, storage="", duration=1.0, faults=True)
+    ctx.stop.set()  # the workload ended the run itself, as owner-death does on its fault
+    return ctx
+
+
+def test_recovery_counts_a_holding_probe_after_the_run_stopped() -> None:
+    ctx = _stopped_context()
+    mttr, text = _recovery(_ProbeAfter(ctx, healthy_after=1), ctx, ctx.elapsed())
+    assert text == "recovered" and mttr is not None and mttr >= 0
+
+
+def test_recovery_gives_up_on_a_failing_probe_once_the_run_stopped() -> None:
+    ctx = _stopped_context()
+    mttr, text = _recovery(_ProbeAfter(ctx, healthy_after=3), ctx, ctx.elapsed())
+    assert mttr is None and text == "the run ended before the steady state returned"
