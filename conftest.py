@@ -16,12 +16,31 @@ CALL_TIMEOUT = 30.0
 BASE_EXAMPLES, BASE_STEPS = 100, 50
 
 
+def _depth() -> float:
+    """How many times deeper than ``ci`` the loaded Hypothesis profile runs (10 for ``thorough``)."""
+    return settings.default.max_examples / BASE_EXAMPLES
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The last-resort per-test bound (pyproject's ``timeout``) grows with the profile's depth
+    for the suite's own properties: under ``thorough`` one runs ten times the examples, so a
+    fixed bound would fail it for being thorough. ``--timeout`` on the command line wins;
+    every wait inside a property keeps its own deadline either way."""
+    depth = _depth()
+    if depth <= 1.0 or config.getoption("timeout", None) is not None:
+        return
+    bound = float(config.getini("timeout") or 0) * depth
+    for item in items:
+        if bound and item.get_closest_marker("property") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(bound))
+
+
 def scaled(examples: int, *, steps: int | None = None, **options: Any) -> settings:
     """Settings for one of this suite's properties: ``examples`` (and ``steps`` per stateful
     example) under Hypothesis's ``default`` or ``ci`` profile, scaled with the loaded profile
     (``--hypothesis-profile=thorough``: ten times both). Read when the test module is
     imported, after ``--hypothesis-profile`` has been loaded."""
-    depth = settings.default.max_examples / BASE_EXAMPLES
+    depth = _depth()
     chosen: dict[str, Any] = {"max_examples": max(1, math.ceil(examples * depth)), "deadline": None,
                               "suppress_health_check": list(HealthCheck)}
     if steps is not None:

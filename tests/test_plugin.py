@@ -295,3 +295,39 @@ def examples_run(profile: str) -> int:
 def test_the_thorough_profile_runs_ten_times_the_examples_of_ci() -> None:
     ci, thorough = examples_run("ci"), examples_run("thorough")
     assert ci >= 25 and thorough >= 10 * ci, (ci, thorough)
+
+
+BOUNDS = """
+    import pytest
+
+    @pytest.mark.property
+    def test_property(request):
+        marker = request.node.get_closest_marker("timeout")
+        print("BOUND", marker.args[0] if marker else None)
+
+    @pytest.mark.property
+    @pytest.mark.timeout(7)
+    def test_own_bound(request):
+        print("OWN", request.node.get_closest_marker("timeout").args[0])
+
+    def test_plain(request):
+        print("PLAIN", request.node.get_closest_marker("timeout"))
+"""
+
+
+@pytest.mark.parametrize(("args", "bound"), [((), "None"), (("--hypothesis-profile=thorough",), "3000.0"),
+                                            (("--hypothesis-profile=thorough", "--timeout=50"), "None")])
+def test_the_suites_per_test_bound_grows_with_the_profile(pytester: pytest.Pytester, args: tuple[str, ...],
+                                                          bound: str) -> None:
+    # This suite's conftest hook, in a project of its own: pyproject's 300 s times the depth.
+    pytester.makeini("[pytest]\ntimeout = 300\nmarkers =\n    property: a property\n")
+    pytester.makeconftest(f"""
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("suite_conftest", {str(ROOT / "conftest.py")!r})
+        suite = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(suite)
+        pytest_collection_modifyitems = suite.pytest_collection_modifyitems
+    """)
+    pytester.makepyfile(BOUNDS)
+    result = pytester.runpytest_subprocess("-s", *args)
+    result.stdout.fnmatch_lines([f"*BOUND {bound}*", "*OWN 7*", "*PLAIN None*", "*3 passed*"])
