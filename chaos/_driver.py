@@ -17,7 +17,6 @@ from enum import StrEnum
 from typing import Any
 
 from chaos._errors import FaultIneffective, FaultsNotApplied, TargetNotFound, UnsafeTarget
-from chaos._faults import fault_to_dict
 from chaos._schedule import Schedule, ScheduledFault
 
 __all__ = ["FaultOutcome", "FaultStatus", "ScheduleObserver", "check_applied", "run_schedule"]
@@ -53,13 +52,9 @@ class FaultOutcome:
     def ok(self) -> bool:
         return self.status is FaultStatus.INJECTED
 
-    @property
-    def kind(self) -> str:
-        return str(fault_to_dict(self.entry.fault)["kind"])
-
     def describe(self) -> str:
-        target = getattr(getattr(self.entry.fault, "target", None), "label", lambda: "the node")()
-        head = f"faults[{self.index}] {self.kind} of {target} at {self.entry.at:g} s: {self.status.value}"
+        entry = self.entry
+        head = f"faults[{self.index}] {entry.kind} of {entry.target_label} at {entry.at:g} s: {self.status.value}"
         return f"{head}: {self.error}" if self.error else head
 
 

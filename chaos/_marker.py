@@ -151,7 +151,7 @@ class ChaosRun:
             self._thread.join(timeout=FINISH_TIMEOUT)
         self.engine.heal_all()
         outcomes = self._final()
-        if self._thread is not None and not self.engine.journal.events[-1].kind == "end":
+        if self._thread is not None and self.engine.journal.events[-1].kind != "end":
             self.engine.journal.record("end", outcome="completed" if all(o.ok for o in outcomes)
                                        else "deviated", extra={"faults": [o.status.value for o in outcomes]})
         return outcomes

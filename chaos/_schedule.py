@@ -26,6 +26,17 @@ class ScheduledFault:
         if not (isinstance(self.at, (int, float)) and math.isfinite(self.at) and self.at >= 0):
             raise InvalidFaultSpec(f"`at` must be a finite number of seconds >= 0, got {self.at!r}")
 
+    @property
+    def kind(self) -> str:
+        """The fault's kind as scenario files and journals spell it (``kill``, ``pause``...)."""
+        return str(fault_to_dict(self.fault)["kind"])
+
+    @property
+    def target_label(self) -> str:
+        """Its target as reports name it; ``node`` for node-wide faults (hogs, memory)."""
+        target = getattr(self.fault, "target", None)
+        return target.label() if target is not None else "node"
+
 
 def _positive(name: str, value: float, *, upper: float | None = None) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \

@@ -385,14 +385,14 @@ class _RunObserver(ScheduleObserver):
         return float(getattr(entry.fault, "seconds", 0.0))
 
     def injected(self, index: int, entry: ScheduledFault, injection: Injection) -> None:
-        self.ctx.injected_fault(_kind(entry))
+        self.ctx.injected_fault(entry.kind)
 
     def settled(self, outcome: FaultOutcome) -> FaultOutcome:
-        entry, target = outcome.entry, _target_label(outcome.entry)
+        entry, target = outcome.entry, outcome.entry.target_label
         start = entry.at if outcome.started is None else outcome.started
         end = start if outcome.ended is None else outcome.ended
         if not outcome.ok:
-            self.rec.fault(FaultRecord(entry.at, start, end, _kind(entry), target,
+            self.rec.fault(FaultRecord(entry.at, start, end, entry.kind, target,
                                        f"{outcome.status.value}: {outcome.error}"[:500], None, outcome.status))
             return outcome
         healed = self._heal_observed(outcome.injection)
@@ -400,7 +400,7 @@ class _RunObserver(ScheduleObserver):
         text = f"{healed}; {recovered}" if healed else recovered
         self.chaos.journal.record("recover", at=entry.at, fault=fault_to_dict(entry.fault),
                                   target=target, outcome=text, seconds=mttr)
-        self.rec.fault(FaultRecord(entry.at, start, end, _kind(entry), target, text, mttr, outcome.status))
+        self.rec.fault(FaultRecord(entry.at, start, end, entry.kind, target, text, mttr, outcome.status))
         return outcome
 
     def _heal_observed(self, injection: Injection) -> str:
@@ -408,14 +408,6 @@ class _RunObserver(ScheduleObserver):
         if isinstance(memory, MemoryOutcome):
             self.ctx.memory_outcome(memory)
         return str(injection.details.get("outcome", ""))
-
-
-def _kind(entry: ScheduledFault) -> str:
-    return str(fault_to_dict(entry.fault)["kind"])
-
-
-def _target_label(entry: ScheduledFault) -> str:
-    return getattr(getattr(entry.fault, "target", None), "label", lambda: "node")()
 
 
 def _recovery(workload: Workload, ctx: RunContext, start: float) -> tuple[float | None, str]:
