@@ -10,6 +10,7 @@ from actors._checkpoint import (
     mutation,
 )
 from actors._counter import CheckpointedCounter
+from actors._failpoints import FAILPOINTS, ActorFailpoint
 from actors._dedupe import WriterSeqs
 from actors._param_server import (
     GradientError,
@@ -21,10 +22,18 @@ from actors._param_server import (
 )
 from actors._replay import EmptyBufferError, PrioritizedReplayBuffer, ReplayStats, SchemaError
 from actors._replay_actor import ReplayActorStats, ReplayBufferActor
-from actors._store import FORMAT_VERSION, CheckpointInfo, CheckpointStore, CheckpointWarning
+from actors._store import (
+    FORMAT_VERSION,
+    CheckpointInfo,
+    CheckpointStore,
+    CheckpointWarning,
+    LoadedCheckpoint,
+)
 
 __all__ = [
+    "FAILPOINTS",
     "FORMAT_VERSION",
+    "ActorFailpoint",
     "CheckpointConfig",
     "CheckpointInfo",
     "CheckpointStats",
@@ -35,6 +44,7 @@ __all__ = [
     "Durability",
     "EmptyBufferError",
     "GradientError",
+    "LoadedCheckpoint",
     "ParameterServer",
     "Policy",
     "PrioritizedReplayBuffer",

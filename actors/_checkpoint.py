@@ -20,8 +20,10 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, get_args
 
 from actors import _codec, _wal
+from actors import _failpoints as fp
 from actors._store import CheckpointInfo, CheckpointStore
 from chaos._errors import CheckpointError, InvalidConfig
+from chaos._failpoint import failpoint
 
 __all__ = [
     "CheckpointConfig",
@@ -96,12 +98,20 @@ class CheckpointConfig:
 
 @dataclass(frozen=True, slots=True)
 class RestoreInfo:
-    """What happened when the actor started: restored checkpoint (0: none) and replayed records."""
+    """What happened when the actor started: restored checkpoint (0: none), replayed records,
+    and any fallback: newer checkpoints ``skipped`` as unusable, torn log bytes dropped.
+
+    After a process crash neither kind of fallback is ever needed (the commit protocol and
+    the one-write record keep both whole, the last record aside); they show a torn disk, or
+    a bug.
+    """
 
     restored: bool
     seq: int
     replayed: int
     seconds: float
+    skipped: tuple[int, ...] = ()
+    torn_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +144,7 @@ def mutation(method: F) -> F:
                 self.__dict__["_raychaos_depth"] = depth
             checkpointer = self.__dict__.get("_raychaos_checkpointer")
             if checkpointer is not None and depth == 0:  # an override calling super() logs once
+                failpoint(fp.MUTATION_APPLIED)
                 checkpointer.after_mutation(method.__name__, args, kwargs)
             return result
 
@@ -279,31 +290,38 @@ class _Checkpointer:
             return self.restore_info
         loaded = self.store.load_latest()
         if loaded is not None:
-            self.last_seq, chain = loaded
-            self.owner.load_state_dict(chain[0])
-            for delta in chain[1:]:
+            self.last_seq = loaded.seq
+            self.owner.load_state_dict(loaded.chain[0])
+            for delta in loaded.chain[1:]:
                 self.owner.load_delta_state_dict(delta)
-            self.deltas = len(chain) - 1
+            self.deltas = len(loaded.chain) - 1
             self.owner.mark_checkpointed()
-        replayed = self._replay() if self.config.durability == "wal" else 0
-        self.restore_info = RestoreInfo(True, self.last_seq, replayed, time.perf_counter() - start)
+        failpoint(fp.RESTORE_LOADED)
+        replayed, torn = self._replay() if self.config.durability == "wal" else (0, 0)
+        skipped = loaded.skipped if loaded else tuple(self.store.seqs())  # none restored: all
+        self.restore_info = RestoreInfo(True, self.last_seq, replayed, time.perf_counter() - start,
+                                        skipped, torn)
         return self.restore_info
 
-    def _replay(self) -> int:
+    def _replay(self) -> tuple[int, int]:
+        """Apply the log after the restored checkpoint; return records replayed, torn bytes dropped."""
         root = self.store.root
-        replayed, segments = 0, [s for s in _wal.segment_seqs(root) if s >= self.last_seq]
+        replayed, torn = 0, 0
+        segments = [s for s in _wal.segment_seqs(root) if s >= self.last_seq]
         for i, seq in enumerate(segments):
             path = f"{root}/{_wal.segment_name(seq)}"
             records, valid = _wal.read_segment(path)
             for payload in records:
                 self._apply(_codec.decode(payload))
+                failpoint(fp.RESTORE_REPLAYED)
             replayed += len(records)
-            if valid != os.path.getsize(path) and i < len(segments) - 1:
+            torn = os.path.getsize(path) - valid
+            if torn and i < len(segments) - 1:
                 self.checkpoint()  # a tear mid-lineage: start a clean one from here
-                return replayed
+                return replayed, torn
         last = segments[-1] if segments else self.last_seq
         self._open_segment(last, valid_length=valid if segments else None)
-        return replayed
+        return replayed, torn
 
     def _apply(self, record: Mapping[str, Any]) -> None:
         method = getattr(getattr(type(self.owner), record["m"], None), "__raychaos_mutation__", None)
@@ -362,7 +380,9 @@ class _Checkpointer:
         self.last_seq, self.last_time, self.since = info.seq, self.clock(), 0
         self.count += 1
         if self.config.durability == "wal":
+            failpoint(fp.WAL_ROLL)
             self._open_segment(info.seq)
+            failpoint(fp.WAL_ROLLED)
             self._prune_segments()
         return info
 

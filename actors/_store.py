@@ -34,9 +34,11 @@ import fsspec
 import numpy as np
 
 from actors import _codec
+from actors import _failpoints as fp
 from chaos._errors import CheckpointError, CheckpointFormatError, StorageUnreachable
+from chaos._failpoint import failpoint
 
-__all__ = ["FORMAT_VERSION", "CheckpointInfo", "CheckpointStore", "CheckpointWarning"]
+__all__ = ["FORMAT_VERSION", "CheckpointInfo", "CheckpointStore", "CheckpointWarning", "LoadedCheckpoint"]
 
 FORMAT_VERSION = 2  # 2: CRC-32 per file (1: sha256)
 _PREFIX = "ckpt-"
@@ -67,6 +69,20 @@ class CheckpointInfo:
     nbytes: int
     seconds: float
     parent: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedCheckpoint:
+    """What :meth:`CheckpointStore.load_latest` found.
+
+    ``chain`` is a full state tree followed by the deltas to apply on it in order (just the
+    full tree when the checkpoint is not incremental); ``skipped`` are the newer committed
+    checkpoints passed over because they (or a folder of their chain) did not restore.
+    """
+
+    seq: int
+    chain: list[Any]
+    skipped: tuple[int, ...] = ()
 
 
 def _crc32(*chunks: Any) -> str:
@@ -169,10 +185,14 @@ class CheckpointStore:
         files = self._write_payload(tmp, tree)
         manifest = {"format": FORMAT_VERSION, "seq": seq, "parent": parent, "created": time.time(),
                     "files": files}
+        failpoint(fp.CHECKPOINT_BEFORE_MANIFEST)
         self._write_bytes(f"{tmp}/{_MANIFEST}", json.dumps(manifest, indent=1).encode())
+        failpoint(fp.CHECKPOINT_MANIFEST)
         final = self.folder(seq)
         self.fs.mv(tmp, final, recursive=True)
+        failpoint(fp.CHECKPOINT_RENAMED)
         _fsync_dir(self.root)
+        failpoint(fp.CHECKPOINT_PRUNE)
         self.prune()
         nbytes = sum(meta["size"] for meta in files.values())
         return CheckpointInfo(seq, final, nbytes, time.perf_counter() - start, parent)
@@ -194,9 +214,11 @@ class CheckpointStore:
 
         skeleton = _codec.flatten(tree, on_array)
         files = {_STATE: self._write_bytes(f"{folder}/{_STATE}", json.dumps(skeleton).encode())}
+        failpoint(fp.CHECKPOINT_FILE)
         for name, group in ((_TENSORS, tensors), (_SMALL, small)):
             if group:
                 files[name] = self._write_safetensors(f"{folder}/{name}", group)
+                failpoint(fp.CHECKPOINT_FILE)
         # Hashing, writing and fsync release the GIL: the arrays are written in parallel,
         # the largest first so that no writer is left with a big one at the end.
         order = sorted(range(len(arrays)), key=lambda i: -arrays[i].nbytes)
@@ -220,6 +242,7 @@ class CheckpointStore:
             f.write(header)
             f.write(memoryview(body))
             _fsync(f)
+        failpoint(fp.CHECKPOINT_FILE)
         return {"crc32": _crc32(header, body), "size": len(header) + body.nbytes}
 
     def _write_safetensors(self, path: str, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -241,19 +264,18 @@ class CheckpointStore:
         seqs = self.seqs()
         return seqs[-1] + 1 if seqs else 1
 
-    def load_latest(self) -> tuple[int, list[Any]] | None:
-        """Return ``(seq, chain)`` of the newest checkpoint that restores, or None when none does.
-
-        ``chain`` is a full state tree followed by the deltas to apply on it in order
-        (just the full tree when the checkpoint is not incremental).
+    def load_latest(self) -> LoadedCheckpoint | None:
+        """The newest checkpoint that restores, or None when none does.
 
         Raises:
             CheckpointFormatError: the newest readable folder has a newer format version.
         """
+        skipped: list[int] = []
         for seq in reversed(self.seqs()):
             chain = self._chain(seq)
             if chain is not None:
-                return seq, chain
+                return LoadedCheckpoint(seq, chain, tuple(skipped))
+            skipped.append(seq)
         return None
 
     def _chain(self, seq: int) -> list[Any] | None:
@@ -360,6 +382,7 @@ class CheckpointStore:
         for seq in seqs:
             if seq not in needed:
                 self.fs.rm(self.folder(seq), recursive=True)
+                failpoint(fp.CHECKPOINT_PRUNED)
         for path in self.fs.ls(self.root, detail=False):
             if path.rstrip("/").rsplit("/", 1)[-1].startswith(_TMP_PREFIX):
                 self.fs.rm(path, recursive=True)

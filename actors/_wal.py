@@ -18,7 +18,9 @@ import warnings
 import zlib
 from collections.abc import Callable, Iterator
 
+from actors import _failpoints as fp
 from actors._store import CheckpointWarning
+from chaos._failpoint import failpoint, is_armed
 
 _FRAME = struct.Struct("<II")
 _PREFIX, _SUFFIX = "wal-", ".log"
@@ -94,13 +96,22 @@ class WalWriter:
         self._pending, self._last_sync = 0, clock()
 
     def append(self, payload: bytes) -> None:
+        failpoint(fp.WAL_BEFORE)
         frame = _FRAME.pack(len(payload), zlib.crc32(payload)) + payload
-        written = os.write(self._fd, frame)
-        if written != len(frame):  # a short write would leave a torn record mid-log
-            raise OSError(f"short write to {self.path}: {written} of {len(frame)} bytes")
+        if is_armed(fp.WAL_TORN):  # a record torn by a crash: half of it reaches the file
+            self._write(frame[: len(frame) // 2])
+            failpoint(fp.WAL_TORN)
+            frame = frame[len(frame) // 2 :]
+        self._write(frame)
+        failpoint(fp.WAL_WRITTEN)
         self._pending += 1
         if self._pending >= self._every or self._clock() - self._last_sync >= self._interval:
             self.sync()
+
+    def _write(self, data: bytes) -> None:
+        written = os.write(self._fd, data)
+        if written != len(data):  # a short write would leave a torn record mid-log
+            raise OSError(f"short write to {self.path}: {written} of {len(data)} bytes")
 
     def sync(self) -> None:
         os.fsync(self._fd)

@@ -179,7 +179,7 @@ def checkpoint_section(root: str) -> None:
     save = median_seconds(lambda: store.save(rb.state_dict()))
 
     def restore() -> None:
-        _, (tree,) = store.load_latest()
+        (tree,) = store.load_latest().chain
         PrioritizedReplayBuffer(CAPACITY).load_state_dict(tree)
 
     load = median_seconds(restore)
@@ -224,7 +224,7 @@ def peak_restore(root: str, nbytes: int) -> None:
         "    return next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM'))\n"
         "open('/proc/self/clear_refs', 'w').write('5')\n"
         "base = hwm()\n"
-        "_, (tree,) = CheckpointStore(%r).load_latest()\n"
+        "(tree,) = CheckpointStore(%r).load_latest().chain\n"
         "rb = PrioritizedReplayBuffer(%d); rb.load_state_dict(tree); del tree\n"
         "print(base, hwm())\n"
     ) % (os.path.dirname(os.path.dirname(os.path.abspath(__file__))), f"{root}/ckpt", CAPACITY)

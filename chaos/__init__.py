@@ -28,6 +28,21 @@ from chaos._errors import (
     TargetNotFound,
     UnsafeTarget,
 )
+from chaos._failpoint import (
+    FAILPOINTS_ENV,
+    FailAction,
+    Failpoint,
+    FailpointError,
+    FailpointPlan,
+    Firing,
+    arm,
+    armed,
+    disarm,
+    failpoint,
+    failpoint_env,
+    firings,
+    is_armed,
+)
 from chaos._faults import (
     CpuHog,
     Fault,
@@ -40,6 +55,7 @@ from chaos._faults import (
     fault_from_dict,
     fault_to_dict,
 )
+from chaos._history import History, Op, OpStatus, SetVerdict, check_set
 from chaos._journal import Event, Journal, read_journal
 from chaos._memory import MemoryOutcome
 from chaos._schedule import Schedule, ScheduledFault
@@ -48,6 +64,7 @@ from chaos._wait import wait_until
 from chaos._watchdog import StuckCause, StuckTask, WatchReport, watch
 
 __all__ = [
+    "FAILPOINTS_ENV",
     "TEST_SYSTEM_CONFIG",
     "ActorTarget",
     "Chaos",
@@ -58,13 +75,19 @@ __all__ = [
     "ClusterHandle",
     "CpuHog",
     "Event",
+    "FailAction",
+    "Failpoint",
+    "FailpointError",
+    "FailpointPlan",
     "Fault",
     "FaultIneffective",
     "FaultOutcome",
     "FaultStatus",
     "FaultsNotApplied",
     "FillObjectStore",
+    "Firing",
     "HangError",
+    "History",
     "Injection",
     "InvalidConfig",
     "InvalidFaultSpec",
@@ -75,11 +98,14 @@ __all__ = [
     "MemoryOutcome",
     "MemoryPressure",
     "NodeTarget",
+    "Op",
+    "OpStatus",
     "Pause",
     "Process",
     "Schedule",
     "ScheduleObserver",
     "ScheduledFault",
+    "SetVerdict",
     "Starve",
     "StorageUnreachable",
     "StuckCause",
@@ -90,10 +116,18 @@ __all__ = [
     "WatchReport",
     "WorkerTarget",
     "agent_for",
+    "arm",
+    "armed",
     "check_applied",
+    "check_set",
     "delayed",
+    "disarm",
+    "failpoint",
+    "failpoint_env",
     "fault_from_dict",
     "fault_to_dict",
+    "firings",
+    "is_armed",
     "local_cluster",
     "ray_processes",
     "read_journal",

@@ -180,10 +180,10 @@ def test_a_large_array_has_its_own_file_read_back_as_a_writable_view(tmp_path: P
     info = store.save({"big": big, "small": np.ones(3, dtype=np.float32)})
     assert sorted(os.listdir(info.path)) == ["a0.npy", "arrays.safetensors", "manifest.json",
                                               "state.json"]
-    _, (tree,) = store.load_latest()  # type: ignore[misc]
+    (tree,) = store.load_latest().chain  # type: ignore[union-attr]
     assert np.array_equal(tree["big"], big) and tree["big"].flags.writeable
     tree["big"][0] = -1.0  # copy-on-write: the file keeps its bytes
-    _, (again,) = store.load_latest()  # type: ignore[misc]
+    (again,) = store.load_latest().chain  # type: ignore[union-attr]
     assert again["big"][0] == 0.0
     path = Path(info.path, "a0.npy")
     data = bytearray(path.read_bytes())

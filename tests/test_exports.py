@@ -22,6 +22,11 @@ def test_chaos_exports() -> None:
         "agent_for", "check_applied", "delayed", "fault_from_dict", "fault_to_dict",
         "local_cluster", "ray_processes", "read_journal", "reap", "rpc_delay_env", "run_schedule",
         "start_agents", "stop_agents", "wait_until", "watch",
+        # failpoints
+        "FAILPOINTS_ENV", "FailAction", "Failpoint", "FailpointError", "FailpointPlan", "Firing",
+        "arm", "armed", "disarm", "failpoint", "failpoint_env", "firings", "is_armed",
+        # histories
+        "History", "Op", "OpStatus", "SetVerdict", "check_set",
     }
 
 
@@ -33,7 +38,7 @@ def test_strategies_exports() -> None:
 
 def test_actors_exports() -> None:
     assert set(actors.__all__) == {
-        "FORMAT_VERSION", "CheckpointConfig", "CheckpointInfo", "CheckpointStats",
+        "FAILPOINTS", "FORMAT_VERSION", "ActorFailpoint", "LoadedCheckpoint", "CheckpointConfig", "CheckpointInfo", "CheckpointStats",
         "CheckpointStore", "CheckpointWarning", "Checkpointable", "CheckpointedCounter",
         "Durability", "EmptyBufferError", "GradientError", "ParameterServer", "Policy",
         "PrioritizedReplayBuffer", "PushResult", "ReplayActorStats", "ReplayBufferActor",
