@@ -1,9 +1,15 @@
-"""Exactly-once over at-least-once: the last ``seq`` applied per writer.
+"""Exactly-once over at-least-once: which ``seq`` of each writer has been applied.
 
 With ``max_task_retries=-1`` Ray delivers an actor call at least once: when the actor dies
 after applying a call and before its reply arrives, the call is delivered again to the
 restarted actor. A mutation that carries ``(writer_id, seq)`` is applied once: the table
 below, checkpointed with the actor's state, recognises the second delivery.
+
+Ray does **not** keep a caller's order when it retries ("the task execution order is not
+guaranteed when task retries occur"; the failpoint sweep saw seq 5 run before 3 and 4 after
+a restart). So the table is not a high-water mark, which would take a late 3 for a repeat
+and drop an acknowledged write: it keeps a floor below which every seq was applied, and
+the seqs applied above it, up to :data:`REORDER_WINDOW` of them.
 """
 
 from __future__ import annotations
@@ -13,16 +19,21 @@ from typing import Any
 
 from chaos._errors import InvalidConfig
 
+#: How far out of order a writer's calls may arrive. A gap older than this many later
+#: applied seqs (a call its writer gave up on) is closed: that seq then counts as a repeat.
+REORDER_WINDOW = 1024
+
 
 class WriterSeqs:
-    """The highest ``seq`` applied per writer, and how many repeats were dropped.
+    """The seqs applied per writer, and how many repeats were dropped.
 
-    Each writer's ``seq`` must increase in the order it submits (Ray keeps one caller's
-    calls to an actor in order), so "not above the last one applied" means "a repeat".
+    A writer numbers its calls 0, 1, 2, …; they may arrive in any order (Ray's retries
+    reorder them), each is applied once.
     """
 
     def __init__(self) -> None:
-        self.last: dict[str, int] = {}
+        self.floor: dict[str, int] = {}  # every seq <= floor applied; -1: none
+        self.above: dict[str, set[int]] = {}  # applied seqs above the floor
         self.duplicates = 0
 
     def is_repeat(self, writer_id: str | None, seq: int | None) -> bool:
@@ -31,23 +42,43 @@ class WriterSeqs:
             raise InvalidConfig(
                 f"give both writer_id and seq for an idempotent call, or neither; got "
                 f"writer_id={writer_id!r}, seq={seq!r}")
-        if writer_id is None or seq is None or int(seq) > self.last_of(writer_id):
+        if writer_id is None or seq is None:
+            return False
+        writer, seq = str(writer_id), int(seq)
+        if seq > self.floor.get(writer, -1) and seq not in self.above.get(writer, ()):
             return False
         self.duplicates += 1
         return True
 
     def applied(self, writer_id: str | None, seq: int | None) -> None:
         """Record a call as applied; call it only once the mutation has succeeded."""
-        if writer_id is not None and seq is not None:
-            self.last[str(writer_id)] = int(seq)
+        if writer_id is None or seq is None:
+            return
+        writer = str(writer_id)
+        above = self.above.setdefault(writer, set())
+        above.add(int(seq))
+        floor = self.floor.get(writer, -1)
+        while len(above) > REORDER_WINDOW:  # the oldest gap is given up on
+            floor = min(above)
+            above.discard(floor)
+        while floor + 1 in above:
+            floor += 1
+            above.discard(floor)
+        self.floor[writer] = floor
 
     def last_of(self, writer_id: str) -> int:
         """The highest ``seq`` applied for ``writer_id`` (-1 when none)."""
-        return self.last.get(str(writer_id), -1)
+        writer = str(writer_id)
+        return max(self.floor.get(writer, -1), *self.above.get(writer, ()), -1)
+
+    def writers(self) -> int:
+        return len(self.floor)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"last_seq": dict(self.last), "duplicates": self.duplicates}
+        return {"last_seq": dict(self.floor), "duplicates": self.duplicates,
+                "above": {w: sorted(seqs) for w, seqs in self.above.items() if seqs}}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.last = {str(k): int(v) for k, v in state["last_seq"].items()}
+        self.floor = {str(k): int(v) for k, v in state["last_seq"].items()}
+        self.above = {str(k): {int(s) for s in v} for k, v in state.get("above", {}).items()}
         self.duplicates = int(state["duplicates"])

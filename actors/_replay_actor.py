@@ -37,9 +37,9 @@ class ReplayBufferActor(Checkpointable):
 
     Adds that carry ``(writer_id, seq)`` are idempotent: with ``max_task_retries=-1`` Ray
     delivers a call at least once, so an add retried after ``ActorUnavailableError`` may
-    arrive twice; the second is acknowledged and not stored. Each writer's ``seq`` must
-    increase in the order it submits (Ray keeps one caller's calls in order). The table of
-    the last ``seq`` per writer is part of the checkpointed state.
+    arrive twice; the second is acknowledged and not stored. Each writer numbers its adds
+    0, 1, 2, …; Ray's retries may deliver them out of order, which the table of applied
+    ``seq`` per writer (part of the checkpointed state) allows for.
 
     ``sample`` is a mutation too: it advances the sampling RNG, whose state is restored,
     so a restored buffer draws the same samples as the lost one would have.
@@ -113,7 +113,7 @@ class ReplayBufferActor(Checkpointable):
         return self._seqs.last_of(writer_id)
 
     def stats(self) -> ReplayActorStats:
-        return ReplayActorStats(self.buffer.stats(), self._seqs.duplicates, len(self._seqs.last),
+        return ReplayActorStats(self.buffer.stats(), self._seqs.duplicates, self._seqs.writers(),
                                 self.checkpoint_stats())
 
     def ping(self) -> None:

@@ -55,7 +55,7 @@ from chaos._faults import (
     fault_from_dict,
     fault_to_dict,
 )
-from chaos._history import History, Op, OpStatus, SetVerdict, check_set
+from chaos._history import History, Op, OpStatus, SetVerdict, check_set, drive_writers
 from chaos._journal import Event, Journal, read_journal
 from chaos._memory import MemoryOutcome
 from chaos._schedule import Schedule, ScheduledFault
@@ -121,6 +121,7 @@ __all__ = [
     "check_applied",
     "check_set",
     "delayed",
+    "drive_writers",
     "disarm",
     "failpoint",
     "failpoint_env",

@@ -14,14 +14,18 @@ A key is whatever names one write uniquely, e.g. ``(writer_id, seq)``.
 
 from __future__ import annotations
 
+import collections
 import enum
 import threading
 import time
 from collections import Counter
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["History", "Op", "OpStatus", "SetVerdict", "check_set"]
+from chaos._errors import HangError
+
+__all__ = ["History", "Op", "OpStatus", "SetVerdict", "check_set", "drive_writers"]
 
 
 class OpStatus(enum.Enum):
@@ -119,3 +123,61 @@ def check_set(history: Iterable[Op], stored: Iterable[Hashable], *, allowed_loss
         unexpected=tuple(key for key in counts if key not in ops or key in refused),
         allowed_loss=allowed_loss,
     )
+
+
+def drive_writers(submit: Callable[[str, int], Any], history: History, *, writers: Sequence[str],
+                  writes: int, window: int = 4, timeout: float = 60.0,
+                  stop: threading.Event | None = None) -> dict[str, BaseException]:
+    """Run one thread per writer, each keeping ``window`` calls in flight: ``submit(writer,
+    seq)`` returns a Ray ObjectRef; each is recorded when invoked and when its reply arrives.
+
+    A call that raises is recorded ``info`` (it may have been applied) and ends its writer:
+    the error is returned under the writer's name. Each reply is awaited at most ``timeout``
+    seconds (a :class:`HangError` then). ``stop`` ends the writers early.
+    """
+    errors: dict[str, BaseException] = {}
+    threads = [threading.Thread(target=_writer, name=f"writer-{w}", daemon=True,
+                                args=(submit, history, w, writes, window, timeout, stop, errors))
+               for w in writers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout * (writes + 1))  # each reply has its own bound; this one is a backstop
+        if thread.is_alive():
+            errors.setdefault(thread.name, HangError(f"{thread.name} did not finish"))
+    return errors
+
+
+def _writer(submit: Callable[[str, int], Any], history: History, writer: str, writes: int,
+            window: int, timeout: float, stop: threading.Event | None,
+            errors: dict[str, BaseException]) -> None:
+    import ray
+
+    in_flight: collections.deque[tuple[Hashable, Any]] = collections.deque()
+    seq = 0
+    try:
+        while seq < writes or in_flight:
+            while seq < writes and len(in_flight) < window and not (stop and stop.is_set()):
+                history.invoke((writer, seq), writer)
+                in_flight.append(((writer, seq), submit(writer, seq)))
+                seq += 1
+            if not in_flight:
+                return
+            key, ref = in_flight.popleft()
+            _await(ray, key, ref, history, timeout)
+    except BaseException as exc:  # noqa: BLE001 - reported to the caller, with the rest `info`
+        errors[writer] = exc
+        for key, _ in in_flight:
+            history.complete(key, OpStatus.INFO)
+
+
+def _await(ray: Any, key: Hashable, ref: Any, history: History, timeout: float) -> None:
+    try:
+        ray.get(ref, timeout=timeout)
+    except ray.exceptions.GetTimeoutError as exc:
+        history.complete(key, OpStatus.INFO)
+        raise HangError(f"write {key!r} got no reply within {timeout} s") from exc
+    except BaseException:
+        history.complete(key, OpStatus.INFO)
+        raise
+    history.complete(key, OpStatus.OK)

@@ -375,12 +375,36 @@ def test_writer_seqs_drop_a_repeat_but_not_a_call_whose_apply_failed() -> None:
 
 def test_writer_seqs_travel_with_the_checkpointed_state() -> None:
     seqs = WriterSeqs()
-    seqs.applied("w", 4)
-    assert seqs.is_repeat("w", 3)
+    for seq in (0, 1, 4):
+        seqs.applied("w", seq)
+    assert seqs.is_repeat("w", 1) and seqs.last_of("w") == 4
     restored = WriterSeqs()
     restored.load_state_dict(json.loads(json.dumps(seqs.state_dict())))
-    assert restored.is_repeat("w", 4) and not restored.is_repeat("w", 5)
-    assert restored.duplicates == 2
+    assert restored.is_repeat("w", 4) and restored.is_repeat("w", 0)
+    assert not restored.is_repeat("w", 2) and not restored.is_repeat("w", 5)
+    assert restored.duplicates == 3
+
+
+def test_writer_seqs_take_retries_in_any_order() -> None:
+    """Ray reorders retried calls: 5 may run before 3 and 4; neither of those is a repeat."""
+    seqs = WriterSeqs()
+    for seq in (0, 1, 2, 5):
+        seqs.applied("w", seq)
+    assert not seqs.is_repeat("w", 4) and not seqs.is_repeat("w", 3)
+    seqs.applied("w", 4)
+    seqs.applied("w", 3)
+    assert all(seqs.is_repeat("w", s) for s in range(6)) and not seqs.is_repeat("w", 6)
+    assert seqs.state_dict()["above"] == {} and seqs.state_dict()["last_seq"] == {"w": 5}
+
+
+def test_writer_seqs_give_up_a_gap_older_than_the_window() -> None:
+    from actors._dedupe import REORDER_WINDOW
+
+    seqs = WriterSeqs()
+    for seq in range(1, REORDER_WINDOW + 2):  # seq 0 never arrives
+        seqs.applied("w", seq)
+    assert seqs.state_dict()["last_seq"] == {"w": REORDER_WINDOW + 1}
+    assert seqs.is_repeat("w", 0)
 
 
 @pytest.mark.parametrize("ids", [{"writer_id": "w"}, {"seq": 3}])
@@ -388,4 +412,4 @@ def test_writer_seqs_refuse_half_an_id(ids: dict[str, Any]) -> None:
     seqs = WriterSeqs()
     with pytest.raises(InvalidConfig, match=r"give both writer_id and seq for an idempotent call, or neither; got"):
         seqs.is_repeat(ids.get("writer_id"), ids.get("seq"))
-    assert seqs.state_dict() == {"last_seq": {}, "duplicates": 0}
+    assert seqs.state_dict() == {"last_seq": {}, "duplicates": 0, "above": {}}

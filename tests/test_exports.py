@@ -26,7 +26,7 @@ def test_chaos_exports() -> None:
         "FAILPOINTS_ENV", "FailAction", "Failpoint", "FailpointError", "FailpointPlan", "Firing",
         "arm", "armed", "disarm", "failpoint", "failpoint_env", "firings", "is_armed",
         # histories
-        "History", "Op", "OpStatus", "SetVerdict", "check_set",
+        "History", "Op", "OpStatus", "SetVerdict", "check_set", "drive_writers",
     }
 
 
