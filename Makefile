@@ -12,7 +12,7 @@ LOCK_ARGS ?=
 
 REPORT ?= report/dqn-cartpole
 
-.PHONY: install browser run test slow thorough bench lock leakcheck clean
+.PHONY: install browser run test slow thorough mutants soak bench lock leakcheck clean
 
 # constraints.txt pins every package the install resolves (see `make lock`); pyproject keeps
 # loose ranges for users.
@@ -50,6 +50,17 @@ slow: $(STAMP) browser
 thorough: $(STAMP)
 	$(PY) -m pytest -m property --hypothesis-profile=thorough --hypothesis-show-statistics \
 		-p no:cacheprovider $(PYTEST_ARGS)
+	@$(MAKE) --no-print-directory leakcheck
+
+# The suite's mutation score on the crash-consistency code: plants each of ~340 small bugs
+# and runs make test's Ray-free tests of that code against it (about 20 min here).
+mutants: $(STAMP)
+	$(PY) benchmarks/mutants.py $(MUTANTS_ARGS)
+
+# The concurrent history driven for SOAK_SECONDS (default 600) under random-time kills.
+SOAK_SECONDS ?= 600
+soak: $(STAMP)
+	$(PY) benchmarks/soak.py --seconds $(SOAK_SECONDS)
 	@$(MAKE) --no-print-directory leakcheck
 
 # Fails when any Ray or paused process is left on the machine.

@@ -23,7 +23,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from chaos._errors import HangError
+from chaos._errors import HangError, InvalidConfig
 
 __all__ = ["History", "Op", "OpStatus", "SetVerdict", "check_set", "drive_writers"]
 
@@ -59,7 +59,7 @@ class History:
     def invoke(self, key: Hashable, client: str) -> None:
         with self._lock:
             if key in self._ops:
-                raise ValueError(f"write {key!r} was invoked twice; give every write its own key")
+                raise InvalidConfig(f"write {key!r} was invoked twice; give every write its own key")
             self._ops[key] = Op(key, client, self._clock(), None, OpStatus.PENDING)
 
     def complete(self, key: Hashable, status: OpStatus) -> None:

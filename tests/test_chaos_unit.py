@@ -114,3 +114,51 @@ def test_strategies_build_valid_sorted_schedules(schedule: Schedule) -> None:
     assert ats == sorted(ats) and len(ats) <= 4
     for entry in schedule.entries:
         assert fault_from_dict(fault_to_dict(entry.fault)) == entry.fault
+
+
+# -- the set checker over concurrent histories ------------------------------------------------
+
+
+def _history(ok: list[int], failed: list[int] = (), unknown: list[int] = ()) -> Any:
+    from chaos import History, OpStatus
+
+    history = History()
+    for keys, status in ((ok, OpStatus.OK), (failed, OpStatus.FAIL), (unknown, OpStatus.INFO)):
+        for key in keys:
+            history.invoke(key, "c")
+            history.complete(key, status)
+    return history.ops()
+
+
+def test_the_set_checker_holds_when_every_acknowledged_write_is_stored_once() -> None:
+    from chaos import check_set
+
+    verdict = check_set(_history([1, 2], unknown=[3]), [2, 1])  # an unknown write may be absent
+    assert verdict.ok and (verdict.acknowledged, verdict.stored, verdict.indeterminate) == (2, 2, 1)
+    assert check_set(_history([1], unknown=[3]), [1, 3]).ok  # ... or present
+
+
+@pytest.mark.parametrize(("stored", "broken"), [
+    ([1], "lost"), ([1, 2, 2], "duplicated"), ([1, 2, 9], "unexpected"), ([1, 2, 4], "unexpected"),
+])
+def test_the_set_checker_names_what_broke(stored: list[int], broken: str) -> None:
+    from chaos import check_set
+
+    verdict = check_set(_history([1, 2], failed=[4]), stored)
+    assert not verdict.ok and getattr(verdict, broken) and broken in verdict.explain()
+
+
+def test_an_allowed_loss_is_a_bound_not_a_pass() -> None:
+    from chaos import check_set
+
+    assert check_set(_history([1, 2, 3]), [1], allowed_loss=2).ok
+    assert not check_set(_history([1, 2, 3]), [], allowed_loss=2).ok
+
+
+def test_a_history_refuses_a_key_invoked_twice() -> None:
+    from chaos import History
+
+    history = History()
+    history.invoke(("w", 0), "w")
+    with pytest.raises(ValueError, match="invoked twice"):
+        history.invoke(("w", 0), "w")

@@ -1,0 +1,334 @@
+"""Mutation score of the suite over the crash-consistency code (``make mutants``).
+
+Plants one small bug at a time (a mutant) in the checkpoint store, the WAL, the checkpointer,
+the writer table, the actors' idempotent mutations and the history checker, then runs the
+part of ``make test``'s suite that exercises that code without Ray (the in-process failpoint
+sweep with real SIGKILLs included). A mutant is *caught* when a test fails (or runs past its
+bound); a *survivor* is a bug the suite would ship. Prints caught/total per file and every
+survivor, with its line.
+
+Mutation operators (one change per mutant, inside functions only): comparison flips
+(``<``/``<=``, ``==``/``!=``, ``in``/``not in``, ``is``/``is not``), ``+``/``-``, ``and``/``or``,
+dropping a ``not``, negating an ``if``/``while`` condition, integer constants ±1, ``True``/
+``False``, deleting a call statement (an ``fsync``, a ``write``, a ``prune``), and swapping two
+adjacent call statements (the order of a commit protocol). Failpoint calls are never mutated:
+they are the sweep's instruments.
+
+Usage: ``python benchmarks/mutants.py [--workers N] [--only actors/_wal.py] [--limit K]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import concurrent.futures
+import copy
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks._common import console, machine, table  # noqa: E402
+
+#: The code under mutation: file → the functions mutated (None: every function in it).
+TARGETS: dict[str, set[str] | None] = {
+    "actors/_store.py": None,
+    "actors/_wal.py": None,
+    "actors/_checkpoint.py": {"mutation", "mutation.wrapper", "Checkpointable.enable_checkpointing",
+                              "_lock_of",
+                              "_Checkpointer.start", "_Checkpointer._replay", "_Checkpointer._apply",
+                              "_Checkpointer._open_segment", "_Checkpointer.after_mutation",
+                              "_Checkpointer._due", "_Checkpointer.checkpoint",
+                              "_Checkpointer._checkpoint", "_Checkpointer._prune_segments"},
+    "actors/_dedupe.py": None,
+    "actors/_replay_actor.py": {"ReplayBufferActor.add", "ReplayBufferActor.state_dict",
+                                "ReplayBufferActor.load_state_dict",
+                                "ReplayBufferActor.delta_state_dict",
+                                "ReplayBufferActor.load_delta_state_dict"},
+    "actors/_param_server.py": {"ParameterServer.push", "ParameterServer._too_old",
+                                "ParameterServer._remember"},
+    "chaos/_history.py": {"SetVerdict.ok", "check_set"},
+}
+#: ``make test``'s tests of that code that need no Ray cluster (a cluster per mutant would
+#: take hours); the fastest to fail first.
+TESTS = ["tests/test_checkpoint_store.py", "tests/test_incremental.py", "tests/test_failpoints.py",
+         "tests/test_chaos_unit.py", "tests/test_param_server.py", "tests/test_failpoint_sweep.py"]
+TIMEOUT = 180.0  # per mutant; the whole selection takes ~15 s here unmutated
+_FLIPS = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,
+          ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In, ast.Is: ast.IsNot, ast.IsNot: ast.Is}
+
+
+@dataclass(frozen=True, slots=True)
+class Mutant:
+    """One planted bug: where, what, and the mutated module's source."""
+
+    file: str
+    line: int
+    function: str
+    what: str
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    mutant: Mutant
+    caught: bool
+    seconds: float
+    by: str  # the first failing test, or why it counts as caught
+
+
+# -- generating mutants ----------------------------------------------------------------------
+
+def _is_failpoint(node: ast.AST) -> bool:
+    call = node.value if isinstance(node, ast.Expr) else node
+    return isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "failpoint"
+
+
+def _is_call_stmt(node: ast.AST) -> bool:
+    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and not _is_failpoint(node)
+
+
+def _sites(node: ast.AST) -> Iterator[tuple[ast.AST, str]]:
+    """(node, description) for each mutation applicable at ``node`` itself."""
+    if isinstance(node, ast.Compare) and type(node.ops[0]) in _FLIPS:
+        yield node, f"{type(node.ops[0]).__name__} -> {_FLIPS[type(node.ops[0])].__name__}"
+    elif isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
+        yield node, "+ -> -" if isinstance(node.op, ast.Add) else "- -> +"
+    elif isinstance(node, ast.BoolOp):
+        yield node, "and -> or" if isinstance(node.op, ast.And) else "or -> and"
+    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        yield node, "drop not"
+    elif isinstance(node, (ast.If, ast.While)):
+        yield node, f"negate {type(node).__name__.lower()} condition"
+    elif isinstance(node, ast.Constant) and type(node.value) is bool:
+        yield node, f"{node.value} -> {not node.value}"
+    elif isinstance(node, ast.Constant) and type(node.value) is int:
+        yield node, f"{node.value} -> {node.value + 1}"
+    if isinstance(node, ast.stmt) and _is_call_stmt(node):
+        yield node, f"delete call {ast.unparse(node)[:50]}"
+
+
+def _apply(node: ast.AST, what: str) -> ast.AST | None:
+    """The replacement for ``node`` under mutation ``what`` (None: delete / swap handled apart)."""
+    if what.startswith("delete call"):
+        return ast.Pass()
+    if isinstance(node, ast.Compare):
+        return ast.Compare(node.left, [_FLIPS[type(node.ops[0])](), *node.ops[1:]], node.comparators)
+    if isinstance(node, ast.BinOp):
+        return ast.BinOp(node.left, ast.Sub() if isinstance(node.op, ast.Add) else ast.Add(), node.right)
+    if isinstance(node, ast.BoolOp):
+        return ast.BoolOp(ast.Or() if isinstance(node.op, ast.And) else ast.And(), node.values)
+    if isinstance(node, ast.UnaryOp):
+        return node.operand
+    if isinstance(node, (ast.If, ast.While)):
+        mutated = copy.copy(node)
+        mutated.test = ast.UnaryOp(ast.Not(), node.test)
+        return mutated
+    if type(node.value) is bool:  # type: ignore[attr-defined]
+        return ast.Constant(not node.value)  # type: ignore[attr-defined]
+    return ast.Constant(node.value + 1)  # type: ignore[attr-defined]
+
+
+class _Functions(ast.NodeVisitor):
+    """Qualified name → function node, for the functions of a module (methods as Class.f,
+    nested functions as outer.f)."""
+
+    def __init__(self) -> None:
+        self.found: dict[str, ast.AST] = {}
+        self._prefix: list[str] = []
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        self._prefix.append(node.name)
+        self.generic_visit(node)
+        self._prefix.pop()
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        name = ".".join([*self._prefix[-1:], node.name])
+        self.found[name] = node
+        self._prefix.append(node.name)
+        self.generic_visit(node)
+        self._prefix.pop()
+
+
+def _body_nodes(function: ast.AST) -> Iterator[ast.AST]:
+    """The nodes of a function's body, skipping its docstring, decorators, annotations and
+    f-strings (messages for people)."""
+    body = function.body  # type: ignore[attr-defined]
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]
+    stack = list(reversed(body))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.JoinedStr, ast.FunctionDef)) or _is_failpoint(node):
+            continue
+        yield node
+        children = [c for c in ast.iter_child_nodes(node) if not isinstance(c, ast.arg | ast.arguments)]
+        stack.extend(reversed(children))
+
+
+def _swaps(function: ast.AST) -> Iterator[tuple[list[ast.stmt], int]]:
+    for node in ast.walk(function):
+        for field in ("body", "orelse", "finalbody"):
+            stmts = getattr(node, field, None)
+            if isinstance(stmts, list):
+                for i in range(len(stmts) - 1):
+                    if _is_call_stmt(stmts[i]) and _is_call_stmt(stmts[i + 1]):
+                        yield stmts, i
+
+
+def mutants_of(file: str, only: set[str] | None) -> Iterator[Mutant]:
+    source = (ROOT / file).read_text()
+    functions = _Functions()
+    functions.visit(ast.parse(source))
+    missing = (only or set()) - set(functions.found)
+    if missing:
+        raise SystemExit(f"{file} has no function {sorted(missing)}: update TARGETS")
+    for name in sorted(n for n in functions.found if only is None or n in only):
+        yield from _function_mutants(file, source, name)
+
+
+def _function_mutants(file: str, source: str, name: str) -> Iterator[Mutant]:
+    count = sum(1 for _ in _enumerate_sites(source, name))
+    for k in range(count):
+        tree = ast.parse(source)
+        node, what, parent_swap = next(s for i, s in enumerate(_enumerate_sites(source, name, tree)) if i == k)
+        if parent_swap is not None:
+            stmts, i = parent_swap
+            stmts[i], stmts[i + 1] = stmts[i + 1], stmts[i]
+        else:
+            _replace(tree, node, _apply(node, what))
+        yield Mutant(file, node.lineno, name, what, ast.unparse(ast.fix_missing_locations(tree)))
+
+
+def _enumerate_sites(source: str, name: str, tree: ast.AST | None = None) -> Iterator[tuple[ast.AST, str, tuple | None]]:
+    tree = tree or ast.parse(source)
+    functions = _Functions()
+    functions.visit(tree)
+    function = functions.found[name]
+    for node in _body_nodes(function):
+        for site, what in _sites(node):
+            yield site, what, None
+    for stmts, i in _swaps(function):
+        yield stmts[i], f"swap with next: {ast.unparse(stmts[i])[:40]}", (stmts, i)
+
+
+def _replace(tree: ast.AST, old: ast.AST, new: ast.AST) -> None:
+    for parent in ast.walk(tree):
+        for field, value in ast.iter_fields(parent):
+            if value is old:
+                setattr(parent, field, ast.copy_location(new, old))
+                return
+            if isinstance(value, list) and any(v is old for v in value):
+                value[[i for i, v in enumerate(value) if v is old][0]] = ast.copy_location(new, old)
+                return
+    raise LookupError("mutation site not found")
+
+
+# -- running them ----------------------------------------------------------------------------
+
+def _copy_tree(dest: Path) -> None:
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True)
+    for rel in files.stdout.split():
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if (ROOT / rel).is_file():
+            shutil.copy2(ROOT / rel, target)
+
+
+def _run_tests(workdir: Path) -> tuple[bool, str, float]:
+    """Run the selection in ``workdir``: (passed, first failure, seconds)."""
+    env = {**os.environ, "PYTHONPATH": str(workdir), "PYTHONDONTWRITEBYTECODE": "1"}
+    start = time.monotonic()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--timeout=120",
+             f"--basetemp={workdir / '.tmp'}", *TESTS],
+            cwd=workdir, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return False, f"ran past {TIMEOUT:.0f} s", time.monotonic() - start
+    failed = next((line.split()[1] for line in proc.stdout.splitlines() if line.startswith("FAILED")
+                   or line.startswith("ERROR")), f"exit code {proc.returncode}")
+    return proc.returncode == 0, failed, time.monotonic() - start
+
+
+def _worker(workdir: Path, mutants: list[Mutant], done: list[Result], total: int) -> None:
+    for mutant in mutants:
+        path = workdir / mutant.file
+        original = path.read_text()
+        path.write_text(mutant.source)
+        try:
+            passed, by, seconds = _run_tests(workdir)
+        finally:
+            path.write_text(original)
+        done.append(Result(mutant, not passed, seconds, by))
+        mark = "[green]caught[/]" if not passed else "[red]SURVIVED[/]"
+        console.print(f"{len(done):4d}/{total} {mark} {mutant.file}:{mutant.line} "
+                      f"{mutant.function}: {mutant.what} ({seconds:.1f} s)")
+
+
+def _baseline(workdir: Path) -> None:
+    passed, by, seconds = _run_tests(workdir)
+    if not passed:
+        raise SystemExit(f"the unmutated suite fails ({by}): fix it before measuring mutants")
+    imported = subprocess.run([sys.executable, "-c", "import actors; print(actors.__file__)"],
+                              cwd=workdir, env={**os.environ, "PYTHONPATH": str(workdir)},
+                              capture_output=True, text=True, check=True).stdout.strip()
+    if not imported.startswith(str(workdir)):
+        raise SystemExit(f"the copy imports actors from {imported}, not {workdir}: mutants would not run")
+    console.print(f"unmutated selection passes in {seconds:.1f} s; imports from the copy")
+
+
+def report(results: list[Result]) -> None:
+    rows, by_file = [], {}
+    for r in results:
+        by_file.setdefault(r.mutant.file, []).append(r)
+    for file, rs in sorted(by_file.items()):
+        caught = sum(r.caught for r in rs)
+        rows.append([file, str(len(rs)), str(caught), str(len(rs) - caught), f"{caught / len(rs):.0%}"])
+    caught = sum(r.caught for r in results)
+    rows.append(["all", str(len(results)), str(caught), str(len(results) - caught),
+                 f"{caught / max(1, len(results)):.1%}"])
+    table(f"Mutation score of make test's suite (no-Ray part) on the crash-consistency code — {machine()}",
+          ["file", "mutants", "caught", "survived", "score"], rows)
+    survivors = sorted((r for r in results if not r.caught), key=lambda r: (r.mutant.file, r.mutant.line))
+    table("Survivors", ["where", "function", "mutation"],
+          [[f"{r.mutant.file}:{r.mutant.line}", r.mutant.function, r.mutant.what] for r in survivors])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--only", action="append", help="mutate only this file (repeatable)")
+    parser.add_argument("--limit", type=int, default=0, help="at most this many mutants (a smoke run)")
+    args = parser.parse_args()
+    unknown = set(args.only or ()) - set(TARGETS)
+    if unknown:
+        parser.error(f"--only {sorted(unknown)}: not a mutated file; use one of {sorted(TARGETS)}")
+    mutants = [m for file, only in TARGETS.items() if not args.only or file in args.only
+               for m in mutants_of(file, only)]
+    mutants = mutants[: args.limit] if args.limit else mutants
+    console.print(f"{len(mutants)} mutants; tests: {' '.join(TESTS)}")
+    with tempfile.TemporaryDirectory(prefix="raychaos-mutants-") as tmp:
+        dirs = [Path(tmp, f"w{i}") for i in range(args.workers)]
+        for d in dirs:
+            _copy_tree(d)
+        _baseline(dirs[0])
+        done: list[Result] = []
+        with concurrent.futures.ThreadPoolExecutor(args.workers) as pool:
+            futures = [pool.submit(_worker, d, mutants[i:: args.workers], done, len(mutants))
+                       for i, d in enumerate(dirs)]
+            for future in futures:
+                future.result()
+    report(done)
+
+
+if __name__ == "__main__":
+    main()
