@@ -59,7 +59,7 @@ TARGETS: dict[str, set[str] | None] = {
 }
 #: ``make test``'s tests of that code that need no Ray cluster (a cluster per mutant would
 #: take hours); the fastest to fail first.
-TESTS = ["tests/test_checkpoint_store.py", "tests/test_incremental.py", "tests/test_failpoints.py",
+TESTS = ["tests/test_durability_trace.py", "tests/test_checkpoint_store.py", "tests/test_incremental.py", "tests/test_failpoints.py",
          "tests/test_chaos_unit.py", "tests/test_param_server.py", "tests/test_failpoint_sweep.py"]
 TIMEOUT = 180.0  # per mutant; the whole selection takes ~15 s here unmutated
 _FLIPS = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,
@@ -159,16 +159,17 @@ class _Functions(ast.NodeVisitor):
 
 
 def _body_nodes(function: ast.AST) -> Iterator[ast.AST]:
-    """The nodes of a function's body, skipping its docstring, decorators, annotations and
-    f-strings (messages for people)."""
+    """The nodes of a function's body, skipping its docstring, decorators, annotations,
+    f-strings (messages for people) and ``stacklevel=`` (which line a warning names)."""
     body = function.body  # type: ignore[attr-defined]
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
         body = body[1:]
     stack = list(reversed(body))
     while stack:
         node = stack.pop()
-        if isinstance(node, (ast.JoinedStr, ast.FunctionDef)) or _is_failpoint(node):
-            continue
+        if isinstance(node, (ast.JoinedStr, ast.FunctionDef)) or _is_failpoint(node) or (
+                isinstance(node, ast.keyword) and node.arg == "stacklevel"):
+            continue  # messages, nested functions (mutated on their own), instruments, warning attribution
         yield node
         children = [c for c in ast.iter_child_nodes(node) if not isinstance(c, ast.arg | ast.arguments)]
         stack.extend(reversed(children))

@@ -156,6 +156,7 @@ def assert_falls_back_to_previous(storage: str) -> None:
     with pytest.warns(CheckpointWarning, match="skipping checkpoint .*ckpt-0000000003"):
         restored = reopen(storage, every_n=3, keep=5)
     assert restored.n == 3
+    assert (restored.info.seq, restored.info.skipped) == (2, (3,))  # the fallback, as a fact
 
 
 @pytest.mark.parametrize("name", ["arrays.safetensors", "tensors.safetensors", "state.json"])
@@ -321,6 +322,24 @@ def test_policy_mode_works_on_any_fsspec_filesystem() -> None:
     box.add(5)
     box.add(5)
     assert reopen("memory://raychaos-test/policy", every_n=2).n == 10
+
+
+@pytest.mark.parametrize("change", [b"", b"extra"], ids=["truncated", "extended"])
+def test_a_remote_file_of_another_size_falls_back(change: bytes) -> None:
+    """The non-local read path checks sizes too: a short or long file is never trusted."""
+    import fsspec
+
+    url = f"memory://raychaos-test/size-{len(change)}"
+    box = Box(url, every_n=2, keep=5)
+    for _ in range(4):
+        box.add(1)
+    fs = fsspec.filesystem("memory")
+    path = f"/raychaos-test/size-{len(change)}/ckpt-0000000003/state.json"
+    data = fs.cat_file(path)
+    fs.pipe_file(path, data + change if change else data[:-1])
+    with pytest.warns(CheckpointWarning, match="state.json has another size"):
+        restored = reopen(url, every_n=2, keep=5)
+    assert (restored.n, restored.info.skipped) == (2, (3,))
 
 
 def test_unknown_restore_mode_is_refused(storage: str) -> None:
