@@ -1,8 +1,8 @@
 """Stateful Ray actors that survive crashes: the checkpoint mechanism and what is built on it."""
 
 from actors._checkpoint import (
-    CheckpointConfig,
     Checkpointable,
+    CheckpointConfig,
     CheckpointStats,
     Durability,
     Policy,
@@ -10,8 +10,8 @@ from actors._checkpoint import (
     mutation,
 )
 from actors._counter import CheckpointedCounter
-from actors._failpoints import FAILPOINTS, ActorFailpoint
 from actors._dedupe import WriterSeqs
+from actors._failpoints import FAILPOINTS, ActorFailpoint
 from actors._param_server import (
     GradientError,
     ParameterServer,
@@ -38,9 +38,9 @@ __all__ = [
     "CheckpointInfo",
     "CheckpointStats",
     "CheckpointStore",
-    "CheckpointedCounter",
     "CheckpointWarning",
     "Checkpointable",
+    "CheckpointedCounter",
     "Durability",
     "EmptyBufferError",
     "GradientError",

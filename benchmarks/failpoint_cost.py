@@ -12,9 +12,9 @@ import timeit
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from actors._wal import WalWriter  # noqa: E402
-from benchmarks._common import machine, table  # noqa: E402
-from chaos import failpoint, is_armed  # noqa: E402
+from actors._wal import WalWriter
+from benchmarks._common import machine, table
+from chaos import failpoint, is_armed
 
 CALLS = 2_000_000
 

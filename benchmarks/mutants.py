@@ -36,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._common import console, machine, table  # noqa: E402
+from benchmarks._common import console, machine, table
 
 #: The code under mutation: file → the functions mutated (None: every function in it).
 TARGETS: dict[str, set[str] | None] = {
@@ -228,7 +228,7 @@ def _replace(tree: ast.AST, old: ast.AST, new: ast.AST) -> None:
                 setattr(parent, field, ast.copy_location(new, old))
                 return
             if isinstance(value, list) and any(v is old for v in value):
-                value[[i for i, v in enumerate(value) if v is old][0]] = ast.copy_location(new, old)
+                value[next(i for i, v in enumerate(value) if v is old)] = ast.copy_location(new, old)
                 return
     raise LookupError("mutation site not found")
 
@@ -252,11 +252,11 @@ def _run_tests(workdir: Path) -> tuple[bool, str, float]:
         proc = subprocess.run(
             [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--timeout=120",
              f"--basetemp={workdir / '.tmp'}", *TESTS],
-            cwd=workdir, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+            cwd=workdir, env=env, capture_output=True, text=True, timeout=TIMEOUT, check=False)
     except subprocess.TimeoutExpired:
         return False, f"ran past {TIMEOUT:.0f} s", time.monotonic() - start
-    failed = next((line.split()[1] for line in proc.stdout.splitlines() if line.startswith("FAILED")
-                   or line.startswith("ERROR")), f"exit code {proc.returncode}")
+    failed = next((line.split()[1] for line in proc.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))),
+                  f"exit code {proc.returncode}")
     return proc.returncode == 0, failed, time.monotonic() - start
 
 

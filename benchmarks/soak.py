@@ -21,13 +21,13 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 
-import ray  # noqa: E402
-from ray import cloudpickle  # noqa: E402
+import ray
+from ray import cloudpickle
 
-import histories  # noqa: E402
-from benchmarks._common import console, machine, table  # noqa: E402
-from chaos import local_cluster  # noqa: E402
-from histories import HistoryRun, add_row, buffer_keys, run_history, start_buffer  # noqa: E402
+import histories
+from benchmarks._common import console, machine, table
+from chaos import local_cluster
+from histories import HistoryRun, add_row, buffer_keys, run_history, start_buffer
 
 cloudpickle.register_pickle_by_value(histories)  # workers cannot import tests/
 CAPACITY = 1 << 17  # more than a writer's cap × 3: nothing is evicted in a soak

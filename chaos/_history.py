@@ -93,8 +93,8 @@ class SetVerdict:
         return len(self.lost) <= self.allowed_loss and not self.duplicated and not self.unexpected
 
     def explain(self) -> str:
-        parts = [f"{self.acknowledged} acknowledged, {self.stored} stored, "
-                 f"{self.indeterminate} indeterminate"]
+        parts = [(f"{self.acknowledged} acknowledged, {self.stored} stored, "
+                  f"{self.indeterminate} indeterminate")]
         for name, keys in (("lost", self.lost), ("duplicated", self.duplicated),
                            ("unexpected", self.unexpected)):
             if keys:

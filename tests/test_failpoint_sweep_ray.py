@@ -19,7 +19,18 @@ from ray import cloudpickle
 from actors import FAILPOINTS, ReplayBufferActor
 from chaos import ClusterHandle, History, OpStatus, drive_writers, failpoint_env, firings
 from conftest import CALL_TIMEOUT, _depth
-from crashcases import CAPACITY, WRITERS, WRITES, Case, all_cases, check, max_skip, row, stored_keys, tmp_paths
+from crashcases import (
+    CAPACITY,
+    WRITERS,
+    WRITES,
+    Case,
+    all_cases,
+    check,
+    max_skip,
+    row,
+    stored_keys,
+    tmp_paths,
+)
 
 cloudpickle.register_pickle_by_value(sys.modules["crashcases"])  # workers cannot import tests/
 

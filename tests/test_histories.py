@@ -4,6 +4,7 @@ then requires every acknowledged write stored exactly once."""
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,6 @@ from actors import ReplayBufferActor, WriterSeqs
 from chaos import ClusterHandle
 from conftest import scaled
 from histories import (
-    WRITERS,
     add_row,
     buffer_keys,
     push,
@@ -80,7 +80,7 @@ def test_a_dedupe_that_assumes_ordered_retries_is_caught(ray_cluster: ClusterHan
     for attempt in range(4):
         actor = start_buffer(str(tmp_path / f"ckpt{attempt}"), CAPACITY, cls=HighWaterBuffer)
         try:
-            runs.append(run_history(actor, add_row(actor), lambda: buffer_keys(actor),
+            runs.append(run_history(actor, add_row(actor), functools.partial(buffer_keys, actor),
                                     seed=attempt, gap=(0.1, 0.6), kills=4))
         finally:
             ray.kill(actor)
