@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +132,12 @@ def test_every_seconds_policy_uses_the_injected_clock(storage: str) -> None:
     now[0] = 10.0
     box.add(1)
     assert box.checkpoint_stats().checkpoints == 2
+    now[0] = 15.0  # 5 s since the last checkpoint: not yet
+    box.add(1)
+    assert box.checkpoint_stats().checkpoints == 2
+    now[0] = 20.0
+    box.add(1)
+    assert box.checkpoint_stats().checkpoints == 3
 
 
 def test_on_demand_policy_checkpoints_only_when_asked(storage: str) -> None:
@@ -194,6 +202,37 @@ def test_a_large_array_has_its_own_file_read_back_as_a_writable_view(tmp_path: P
         assert store.load_latest() is None
 
 
+def test_the_manifest_holds_each_files_standard_crc32_and_size(tmp_path: Path) -> None:
+    """Format 2 is documented as CRC-32 and size per file: another tool can check a folder."""
+    store = CheckpointStore(str(tmp_path))
+    before = time.perf_counter()
+    info = store.save({"big": np.arange(300_000.0), "small": np.ones(3, np.float16), "n": 1})
+    elapsed = time.perf_counter() - before
+    manifest = json.loads(Path(info.path, "manifest.json").read_text())
+    for name, meta in manifest["files"].items():
+        data = Path(info.path, name).read_bytes()
+        assert meta == {"crc32": f"{zlib.crc32(data):08x}", "size": len(data)}, name
+    assert info.nbytes == sum(meta["size"] for meta in manifest["files"].values())
+    assert 0 <= info.seconds <= elapsed  # the commit's own duration, within the call's
+
+
+def test_arrays_up_to_one_mib_of_any_safetensors_dtype_share_one_file(tmp_path: Path) -> None:
+    store = CheckpointStore(str(tmp_path))
+    tree = {"exact": np.zeros(1 << 17, np.float64), "half": np.ones(3, np.float16),
+            "byte": np.ones(3, np.uint8)}  # 1 MiB exactly; 2- and 1-byte items
+    info = store.save(tree)
+    assert sorted(os.listdir(info.path)) == ["arrays.safetensors", "manifest.json", "state.json"]
+
+
+def test_checkpoints_leave_no_file_descriptor_open(tmp_path: Path) -> None:
+    store = CheckpointStore(str(tmp_path), keep=1)
+    store.save({"n": 0, "a": np.ones(3)})
+    before = len(os.listdir("/proc/self/fd"))
+    for n in range(1, 4):
+        store.save({"n": n, "a": np.ones(3)})
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
 def test_missing_manifest_falls_back(storage: str) -> None:
     (two_checkpoints(storage) / "manifest.json").unlink()
     assert_falls_back_to_previous(storage)
@@ -225,6 +264,7 @@ def test_torn_wal_tail_is_dropped_and_the_rest_replayed(storage: str) -> None:
     with pytest.warns(CheckpointWarning, match="dropping a torn or corrupt record"):
         restored = reopen(storage, every_n=100, durability="wal")
     assert restored.n == 3
+    assert restored.checkpoint_stats().last_seq == 1  # a torn tail needs no new checkpoint
     restored.add(10)  # appends after the last intact record, not after the torn bytes
     assert reopen(storage, every_n=100, durability="wal").n == 13
 
@@ -237,6 +277,71 @@ def test_wal_replays_across_a_corrupt_checkpoint(storage: str) -> None:
     with pytest.warns(CheckpointWarning):
         restored = reopen(storage, every_n=3, keep=5, durability="wal")
     assert restored.n == 7  # checkpoint 2 plus the logs of checkpoints 2 and 3
+
+
+def test_a_tear_mid_lineage_stops_the_replay_there_and_checkpoints(storage: str) -> None:
+    """A torn segment with a newer one after it (a machine crash lost its tail): replaying
+    the newer one on top of the hole would build a state that never existed."""
+    box = Box(storage, every_n=3, keep=5, durability="wal")
+    for _ in range(8):
+        box.add(1)  # checkpoints 2 (n=3) and 3 (n=6); segment 2 holds 3 records, segment 3 two
+    (Path(storage, "ckpt-0000000003") / "manifest.json").unlink()
+    log = Path(storage, "wal-0000000002.log")
+    log.write_bytes(log.read_bytes()[:-3])  # segment 2's last record torn
+    with pytest.warns(CheckpointWarning):
+        restored = reopen(storage, every_n=3, keep=5, durability="wal")
+    assert (restored.n, restored.info.replayed, restored.info.skipped) == (5, 2, (3,))
+    assert restored.info.torn_bytes > 0 and restored.checkpoint_stats().last_seq == 4
+
+
+@pytest.mark.parametrize("durability", ["policy", "wal"])
+def test_restore_info_says_what_the_restore_did(storage: str, durability: str) -> None:
+    box = Box(storage, every_n=3, durability=durability)
+    for _ in range(4):
+        box.add(1)
+    before = time.perf_counter()
+    restored = reopen(storage, every_n=3, durability=durability)
+    elapsed = time.perf_counter() - before
+    info = restored.info
+    assert (info.restored, info.seq, info.skipped, info.torn_bytes) == (True, 2, (), 0)
+    assert info.replayed == (1 if durability == "wal" else 0)
+    assert 0 <= info.seconds <= elapsed
+
+
+def test_every_n_counts_each_mutation_once(storage: str) -> None:
+    box = Box(storage, every_n=3)
+    for expected_since in (1, 2):
+        box.add(1)
+        assert box.checkpoint_stats().mutations_since_checkpoint == expected_since
+    box.add(1)
+    assert (box.checkpoint_stats().checkpoints, box.checkpoint_stats().mutations_since_checkpoint) == (2, 0)
+
+
+def test_auto_restore_starts_fresh_outside_a_restart(storage: str) -> None:
+    """``restore="auto"`` restores only a reconstructed actor: a first start begins anew."""
+    box = Box(storage, every_n=1)
+    box.add(5)
+    again = Box(storage, restore="auto", every_n=1)
+    assert again.n == 0 and not again.info.restored
+
+
+def test_wal_checkpoints_leave_no_file_descriptor_open(storage: str) -> None:
+    box = Box(storage, every_n=2, durability="wal")
+    box.add(1)
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(8):
+        box.add(1)  # four checkpoints, four log segments opened
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_foreign_files_in_the_storage_are_neither_checkpoints_nor_logs(storage: str) -> None:
+    box = Box(storage, every_n=2, durability="wal")
+    for _ in range(3):
+        box.add(1)
+    for name in ("backup12", "ckpt-latest", "wal-notes.log", "x0000000001.log", "wal-0000000009.txt"):
+        Path(storage, name).write_bytes(b"not ours")
+    restored = reopen(storage, every_n=2, durability="wal")
+    assert (restored.n, restored.info.seq, restored.info.skipped) == (3, 2, ())
 
 
 class Boom:
@@ -420,10 +525,12 @@ def test_writer_seqs_give_up_a_gap_older_than_the_window() -> None:
     from actors._dedupe import REORDER_WINDOW
 
     seqs = WriterSeqs()
-    for seq in range(1, REORDER_WINDOW + 2):  # seq 0 never arrives
+    for seq in range(1, REORDER_WINDOW + 1):  # seq 0 never arrives
         seqs.applied("w", seq)
+    assert not seqs.is_repeat("w", 0)  # REORDER_WINDOW seqs past it: still awaited
+    seqs.applied("w", REORDER_WINDOW + 1)
     assert seqs.state_dict()["last_seq"] == {"w": REORDER_WINDOW + 1}
-    assert seqs.is_repeat("w", 0)
+    assert seqs.is_repeat("w", 0)  # one more: given up
 
 
 @pytest.mark.parametrize("ids", [{"writer_id": "w"}, {"seq": 3}])

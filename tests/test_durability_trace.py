@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from actors import CheckpointStore
-from actors._wal import WalWriter
+from actors import CheckpointStore, CheckpointWarning
+from actors._wal import WalWriter, read_segment
 
 
 class Trace:
@@ -124,6 +125,8 @@ def test_the_wal_never_holds_more_unsynced_records_than_fsync_every(
             if target == path:
                 unsynced = unsynced + 1 if kind == "write" else 0
         assert unsynced < every or (every == 1 and unsynced == 0), (i, unsynced)
+    # ... and no more fsyncs than that bound needs: one per `every` records
+    assert trace.ops.count(("fsync", path)) == 20 // every
     writer.close()
     assert trace.ops[-1] == ("fsync", path), "close() leaves records unsynced"
 
@@ -137,3 +140,33 @@ def test_the_wal_syncs_once_its_interval_has_passed(tmp_path: Path, trace: Trace
     now[0] = 1.0
     writer.append(b"b")
     assert trace.ops[-1] == ("fsync", path)
+    now[0] = 1.5  # half an interval since that sync
+    writer.append(b"c")
+    assert trace.ops.count(("fsync", path)) == 1
+
+
+def test_a_closed_log_holds_no_descriptor_and_is_a_plain_file(tmp_path: Path) -> None:
+    path = tmp_path / "wal-0000000000.log"
+    before = len(os.listdir("/proc/self/fd"))
+    writer = WalWriter(str(path))
+    writer.append(b"x")
+    writer.close()
+    writer.close()  # idempotent
+    assert len(os.listdir("/proc/self/fd")) == before
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644 & ~umask
+
+
+def test_records_frame_any_payload_and_a_corrupt_one_ends_the_segment(tmp_path: Path) -> None:
+    path = str(tmp_path / "wal-0000000000.log")
+    writer = WalWriter(path)
+    for payload in (b"", b"one", b"", b"three"):
+        writer.append(payload)
+    writer.close()
+    assert read_segment(path) == ([b"", b"one", b"", b"three"], os.path.getsize(path))
+    data = bytearray(Path(path).read_bytes())
+    data[8 + 8] ^= 0xFF  # the second record's payload, its length intact
+    Path(path).write_bytes(bytes(data))
+    with pytest.warns(CheckpointWarning, match="at byte 8 "):
+        assert read_segment(path) == ([b""], 8)

@@ -105,3 +105,11 @@ def test_a_bad_plan_is_refused(tmp_path: Path) -> None:
         plan(tmp_path, Failpoint(name="demo.p"), Failpoint(name="demo.p"))
     with pytest.raises(InvalidFaultSpec, match=FAILPOINTS_ENV):
         FailpointPlan.from_json(json.dumps({"points": [{"name": "demo.p"}]}))
+
+
+def test_the_readme_tables_every_failpoint_of_the_checkpoint_mechanism() -> None:
+    from actors import FAILPOINTS
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    for point in FAILPOINTS:
+        assert f"| `{point.name}` | {point.where}" in readme, point.name

@@ -61,6 +61,20 @@ def test_full_every_bounds_the_chain(storage: str) -> None:
     assert sorted(os.listdir(storage)) == ["ckpt-0000000007"]  # keep=1 and #7 needs no chain
 
 
+def test_a_restored_chain_keeps_counting_towards_the_next_full(storage: str) -> None:
+    """Restored on a full and one delta, the actor takes one more delta, then a full, and
+    its first delta holds only what changed after the restore."""
+    actor = open_actor(storage, full_every=3)
+    mutate(actor, 0)
+    assert actor.checkpoint().parent == 1  # full #1, delta #2
+    restored = open_actor(storage, restore=True, full_every=3)
+    restored.update_priorities(np.arange(2), np.ones(2))
+    delta = restored.checkpoint()
+    assert (delta.parent, restored.checkpoint().parent) == (2, None)
+    _, tree = CheckpointStore(storage).load(delta.seq)  # type: ignore[misc]
+    assert tree["buffer"]["slots"].tolist() == [0, 1]
+
+
 def test_pruning_keeps_the_chain_a_kept_delta_needs(storage: str) -> None:
     actor = open_actor(storage, keep=1, full_every=10)
     for step in range(3):
@@ -86,3 +100,11 @@ def test_a_corrupt_delta_falls_back_to_the_previous_link(storage: str) -> None:
 def test_full_every_must_be_positive(storage: str) -> None:
     with pytest.raises(ValueError, match="`full_every` must be a whole number >= 1, got 0"):
         CheckpointConfig(storage=storage, incremental=True, full_every=0)
+
+
+def test_a_repeated_add_stores_nothing_and_returns_no_slots(storage: str) -> None:
+    actor = open_actor(storage)
+    first = actor.add(transitions(3), writer_id="w", seq=0)
+    again = actor.add(transitions(3), writer_id="w", seq=0)
+    assert first.tolist() == [0, 1, 2] and again.tolist() == [] and actor.size() == 3
+    assert actor.stats().duplicate_adds == 1

@@ -125,3 +125,16 @@ def test_state_round_trips_with_optimizer_state(storage: str) -> None:
     a = ps.push(grads(9), worker_id="w", seq=3, base_version=3)
     b = restored.push(grads(9), worker_id="w", seq=3, base_version=3)
     assert a == b and ps.digest() == restored.digest()
+
+
+def test_the_dedupe_window_remembers_its_last_pushes_and_refuses_older_ones(storage: str) -> None:
+    from actors._param_server import DEDUPE_WINDOW
+
+    ps = server(storage)
+    for seq in range(DEDUPE_WINDOW + 1):  # seq 0 falls out of the window
+        assert ps.push(grads(1), worker_id="w", seq=seq, base_version=0).version == seq + 1
+    oldest_kept = ps.push(grads(1), worker_id="w", seq=1, base_version=0)
+    assert (oldest_kept.version, oldest_kept.applied, oldest_kept.duplicate) == (2, False, True)
+    evicted = ps.push(grads(1), worker_id="w", seq=0, base_version=0)  # too old: never re-applied
+    assert (evicted.applied, evicted.duplicate) == (False, True)
+    assert ps.version() == DEDUPE_WINDOW + 1 and ps.stats().duplicate_pushes == 2
