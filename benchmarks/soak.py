@@ -1,6 +1,6 @@
 """``make soak``: the concurrent history, driven for a set time under random-time kills.
 
-Several replay-buffer actors (WAL durability, incremental checkpoints, ``max_restarts=-1``,
+Four replay-buffer actors (WAL durability, incremental checkpoints, ``max_restarts=-1``,
 ``max_task_retries=-1``), each with three writers keeping four adds in flight and a nemesis
 that SIGKILLs it at random times (each kill confirmed, each restart awaited before the next).
 At the end the set checker reads every actor: acknowledged writes lost, duplicated, or stored
@@ -55,8 +55,8 @@ def progress(runs: dict[int, HistoryRun], start: float, seconds: float, done: th
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=600.0)
-    parser.add_argument("--actors", type=int, default=3)
-    parser.add_argument("--gap", type=float, nargs=2, default=(0.05, 0.4), metavar=("MIN", "MAX"),
+    parser.add_argument("--actors", type=int, default=4)
+    parser.add_argument("--gap", type=float, nargs=2, default=(0.05, 0.3), metavar=("MIN", "MAX"),
                         help="seconds between a restart and the next kill, drawn uniformly")
     args = parser.parse_args()
     if args.seconds <= 0 or args.actors < 1 or not 0 <= args.gap[0] <= args.gap[1]:
