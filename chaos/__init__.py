@@ -1,4 +1,5 @@
-"""raychaos chaos engine: faults on real Ray processes, schedules, journal, watchdog.
+"""raychaos chaos engine: faults on real Ray processes, schedules, journal, watchdog;
+failpoints (crash at an exact point of the code) and Jepsen-style histories with a set checker.
 
 Nothing here imports ``ray`` at import time, so the pytest plugin stays cheap to load.
 ``chaos.strategies`` (Hypothesis strategies) is imported on its own.

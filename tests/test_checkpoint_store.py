@@ -422,6 +422,26 @@ def test_wal_needs_a_filesystem() -> None:
         Box("memory://raychaos-test/wal", durability="wal")
 
 
+class Dribble:
+    """A remote file without ``readinto`` that returns at most 3 bytes a read."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data, self.pos = data, 0
+
+    def read(self, n: int) -> bytes:
+        chunk = self.data[self.pos : self.pos + min(n, 3)]
+        self.pos += len(chunk)
+        return chunk
+
+
+def test_a_file_without_readinto_is_read_in_pieces() -> None:
+    from actors._store import _read_into
+
+    data = bytearray(10)
+    assert _read_into(Dribble(b"0123456789"), data) == 10 and data == b"0123456789"
+    assert _read_into(Dribble(b"0123"), bytearray(10)) == 4  # short: the caller refuses it
+
+
 def test_policy_mode_works_on_any_fsspec_filesystem() -> None:
     box = Box("memory://raychaos-test/policy", every_n=2)
     box.add(5)

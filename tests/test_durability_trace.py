@@ -161,10 +161,10 @@ def test_a_closed_log_holds_no_descriptor_and_is_a_plain_file(tmp_path: Path) ->
 def test_records_frame_any_payload_and_a_corrupt_one_ends_the_segment(tmp_path: Path) -> None:
     path = str(tmp_path / "wal-0000000000.log")
     writer = WalWriter(path)
-    for payload in (b"", b"one", b"", b"three"):
+    for payload in (b"", b"one", b"", b"three", b""):
         writer.append(payload)
     writer.close()
-    assert read_segment(path) == ([b"", b"one", b"", b"three"], os.path.getsize(path))
+    assert read_segment(path) == ([b"", b"one", b"", b"three", b""], os.path.getsize(path))
     data = bytearray(Path(path).read_bytes())
     data[8 + 8] ^= 0xFF  # the second record's payload, its length intact
     Path(path).write_bytes(bytes(data))
