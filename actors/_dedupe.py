@@ -24,6 +24,22 @@ from chaos._errors import InvalidConfig
 REORDER_WINDOW = 1024
 
 
+_NONE = -1  # the floor of a writer with nothing applied
+
+
+def _key(writer_id: str | None, seq: int | None) -> tuple[str, int] | None:
+    """``(writer, seq)`` of an idempotent call, None for a call without ids."""
+    if (writer_id is None) != (seq is None):
+        raise InvalidConfig(
+            f"give both writer_id and seq for an idempotent call, or neither; got "
+            f"writer_id={writer_id!r}, seq={seq!r}")
+    if writer_id is None:
+        return None
+    if isinstance(seq, bool) or int(seq) < 0:  # type: ignore[arg-type]
+        raise InvalidConfig(f"seq must be a whole number >= 0 (a writer counts 0, 1, 2, ...), got {seq!r}")
+    return str(writer_id), int(seq)  # type: ignore[arg-type]
+
+
 class WriterSeqs:
     """The seqs applied per writer, and how many repeats were dropped.
 
@@ -38,26 +54,24 @@ class WriterSeqs:
 
     def is_repeat(self, writer_id: str | None, seq: int | None) -> bool:
         """Whether this call was applied before (counted); ``False`` for a call without ids."""
-        if (writer_id is None) != (seq is None):
-            raise InvalidConfig(
-                f"give both writer_id and seq for an idempotent call, or neither; got "
-                f"writer_id={writer_id!r}, seq={seq!r}")
-        if writer_id is None or seq is None:
+        key = _key(writer_id, seq)
+        if key is None:
             return False
-        writer, seq = str(writer_id), int(seq)
-        if seq > self.floor.get(writer, -1) and seq not in self.above.get(writer, ()):
+        writer, seq = key
+        if seq > self.floor.get(writer, _NONE) and seq not in self.above.get(writer, ()):
             return False
         self.duplicates += 1
         return True
 
     def applied(self, writer_id: str | None, seq: int | None) -> None:
         """Record a call as applied; call it only once the mutation has succeeded."""
-        if writer_id is None or seq is None:
+        key = _key(writer_id, seq)
+        if key is None:
             return
-        writer = str(writer_id)
+        writer, seq = key
         above = self.above.setdefault(writer, set())
-        above.add(int(seq))
-        floor = self.floor.get(writer, -1)
+        above.add(seq)
+        floor = self.floor.get(writer, _NONE)
         while len(above) > REORDER_WINDOW:  # the oldest gap is given up on
             floor = min(above)
             above.discard(floor)
@@ -69,7 +83,7 @@ class WriterSeqs:
     def last_of(self, writer_id: str) -> int:
         """The highest ``seq`` applied for ``writer_id`` (-1 when none)."""
         writer = str(writer_id)
-        return max(self.floor.get(writer, -1), *self.above.get(writer, ()), -1)
+        return max(self.above.get(writer) or (), default=self.floor.get(writer, _NONE))
 
     def writers(self) -> int:
         return len(self.floor)

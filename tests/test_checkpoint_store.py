@@ -305,6 +305,7 @@ def test_restore_info_says_what_the_restore_did(storage: str, durability: str) -
     info = restored.info
     assert (info.restored, info.seq, info.skipped, info.torn_bytes) == (True, 2, (), 0)
     assert info.replayed == (1 if durability == "wal" else 0)
+    assert box.checkpoint_stats().wal_records == (4 if durability == "wal" else 0)
     assert 0 <= info.seconds <= elapsed
 
 
@@ -315,6 +316,25 @@ def test_every_n_counts_each_mutation_once(storage: str) -> None:
         assert box.checkpoint_stats().mutations_since_checkpoint == expected_since
     box.add(1)
     assert (box.checkpoint_stats().checkpoints, box.checkpoint_stats().mutations_since_checkpoint) == (2, 0)
+
+
+class Marked(Box):
+    """Counts ``mark_checkpointed``: an actor's own delta tracking relies on it."""
+
+    def __init__(self, storage: str, **cfg: Any) -> None:
+        self.marks = 0
+        super().__init__(storage, **cfg)
+
+    def mark_checkpointed(self) -> None:
+        self.marks += 1
+
+
+def test_a_restore_and_each_checkpoint_mark_the_state_clean(storage: str) -> None:
+    box = Marked(storage, every_n=2)  # the fresh start's checkpoint: one mark
+    box.add(1)
+    box.add(1)
+    assert box.marks == 2
+    assert Marked(storage, restore="always", every_n=2).marks == 1
 
 
 def test_auto_restore_starts_fresh_outside_a_restart(storage: str) -> None:
@@ -551,6 +571,14 @@ def test_writer_seqs_give_up_a_gap_older_than_the_window() -> None:
     seqs.applied("w", REORDER_WINDOW + 1)
     assert seqs.state_dict()["last_seq"] == {"w": REORDER_WINDOW + 1}
     assert seqs.is_repeat("w", 0)  # one more: given up
+
+
+def test_writer_seqs_refuse_a_negative_seq_and_know_no_writer() -> None:
+    seqs = WriterSeqs()
+    for bad in (-1, True):
+        with pytest.raises(InvalidConfig, match="seq must be a whole number >= 0"):
+            seqs.is_repeat("w", bad)
+    assert seqs.last_of("nobody") == -1 and seqs.writers() == 0
 
 
 @pytest.mark.parametrize("ids", [{"writer_id": "w"}, {"seq": 3}])
