@@ -16,8 +16,8 @@ import torch
 
 from actors import (
     FORMAT_VERSION,
-    CheckpointConfig,
     Checkpointable,
+    CheckpointConfig,
     CheckpointStore,
     CheckpointWarning,
     WriterSeqs,
