@@ -172,7 +172,14 @@ def _actors(target: ActorTarget, address: str) -> list[Process]:
     if target.class_name:  # Ray records the qualified name: "f.<locals>.Flock" matches "Flock"
         rows = [a for a in rows if target.class_name in (a.class_name, a.class_name.rsplit(".", 1)[-1])]
     return [Process(a.pid, a.node_id, f"{a.class_name} {a.actor_id[:12]} pid {a.pid}", a.actor_id,
-                    a.name or None) for a in rows if a.pid]
+                    a.name or None) for a in rows if _placed(a.pid, a.node_id)]
+
+
+def _placed(pid: int | None, node_id: str | None) -> bool:
+    """Whether a State API row names both a process and its node. A row of a task being
+    retried can show RUNNING with its worker's pid before its node id (seen in make test:
+    a kill then failed with a TypeError on the missing node): no agent can act on it."""
+    return bool(pid) and bool(node_id)
 
 
 def _tasks(name: str, address: str) -> list[Process]:
@@ -181,7 +188,7 @@ def _tasks(name: str, address: str) -> list[Process]:
     rows = list_tasks(address=address, filters=[("name", "=", name), ("state", "=", "RUNNING")],
                       limit=10_000, raise_on_missing_output=False)
     return [Process(t.worker_pid, t.node_id, f"task {t.name} pid {t.worker_pid}", t.actor_id,
-                    t.name) for t in rows if t.worker_pid]
+                    t.name) for t in rows if _placed(t.worker_pid, t.node_id)]
 
 
 def _busy_workers(address: str, exclude: frozenset[int]) -> list[Process]:
@@ -192,9 +199,9 @@ def _busy_workers(address: str, exclude: frozenset[int]) -> list[Process]:
     tasks = list_tasks(address=address, filters=[("state", "=", "RUNNING")], limit=10_000,
                        raise_on_missing_output=False)
     found = {a.pid: Process(a.pid, a.node_id, f"{a.class_name} pid {a.pid}", a.actor_id)
-             for a in actors if a.pid and not a.class_name.startswith("ChaosAgent")}
+             for a in actors if _placed(a.pid, a.node_id) and not a.class_name.startswith("ChaosAgent")}
     found.update({t.worker_pid: Process(t.worker_pid, t.node_id, f"task {t.name} pid {t.worker_pid}")
-                  for t in tasks if t.worker_pid and t.worker_pid not in found
+                  for t in tasks if _placed(t.worker_pid, t.node_id) and t.worker_pid not in found
                   and not (t.name or "").startswith("ChaosAgent")})
     return list(found.values())
 

@@ -162,3 +162,11 @@ def test_a_history_refuses_a_key_invoked_twice() -> None:
     history.invoke(("w", 0), "w")
     with pytest.raises(ValueError, match="invoked twice"):
         history.invoke(("w", 0), "w")
+
+
+def test_a_state_row_without_its_node_is_no_target() -> None:
+    """A retried task's row can show a worker pid before a node id; an agent needs both."""
+    from chaos._targets import _placed
+
+    assert _placed(123, "ab" * 28)
+    assert not _placed(123, None) and not _placed(123, "") and not _placed(0, "ab" * 28)

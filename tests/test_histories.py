@@ -74,6 +74,7 @@ def test_every_acknowledged_add_is_stored_once_under_random_kills(
     assert run.verdict.acknowledged > 0
 
 
+@pytest.mark.slow  # make test's 10-minute budget: the end-to-end tier (CI runs both) has room
 def test_a_dedupe_that_assumes_ordered_retries_is_caught(ray_cluster: ClusterHandle, tmp_path: Path) -> None:
     """Up to four histories of four kills each; the checker must see an acknowledged add lost."""
     runs = []
@@ -89,6 +90,7 @@ def test_a_dedupe_that_assumes_ordered_retries_is_caught(ray_cluster: ClusterHan
     assert runs[-1].verdict.lost and not runs[-1].verdict.ok, [r.explain() for r in runs]
 
 
+@pytest.mark.slow
 def test_the_parameter_server_applies_each_push_once_in_a_replayable_order(
         ray_cluster: ClusterHandle, tmp_path: Path) -> None:
     server = start_server(str(tmp_path / "ckpt"))
