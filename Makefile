@@ -46,14 +46,15 @@ slow: $(STAMP) browser
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory leakcheck
 
-# The suite's own properties ten times deeper (examples and steps): about 16 min here.
+# The suite's own properties ten times deeper (examples and steps), the Ray failpoint sweep in
+# full: about 20 min here.
 thorough: $(STAMP)
 	$(PY) -m pytest -m property --hypothesis-profile=thorough --hypothesis-show-statistics \
 		-p no:cacheprovider $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory leakcheck
 
-# The suite's mutation score on the crash-consistency code: plants each of ~340 small bugs
-# and runs make test's Ray-free tests of that code against it (about 20 min here).
+# The suite's mutation score on the crash-consistency code: plants each of 337 small bugs
+# and runs make test's Ray-free tests of that code against it (16 min here).
 mutants: $(STAMP)
 	$(PY) benchmarks/mutants.py $(MUTANTS_ARGS)
 
