@@ -50,13 +50,14 @@ class HighWaterSeqs(WriterSeqs):
 
 
 class HighWaterBuffer(ReplayBufferActor):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._seqs = HighWaterSeqs()
-        super().__init__(*args, **kwargs)
+    """The buffer with the planted table for the calls it serves (its restore used the real
+    one, then hands the state over): Ray's reordered retries land on the planted one."""
 
-    def __setattr__(self, name: str, value: Any) -> None:  # keep the planted table
-        if name != "_seqs" or not isinstance(getattr(self, "_seqs", None), HighWaterSeqs):
-            super().__setattr__(name, value)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        planted = HighWaterSeqs()
+        planted.load_state_dict(self._seqs.state_dict())
+        self._seqs = planted
 
 
 @given(seed=st.integers(0, 2**16))
