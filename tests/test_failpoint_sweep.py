@@ -129,3 +129,20 @@ def test_a_store_that_renames_before_writing_is_caught_naming_the_failpoint(tmp_
     assert set(caught) == expected, caught
     assert caught["checkpoint.manifest.before"].startswith("checkpoint.manifest.before[skip=")
     assert "passed over committed checkpoints" in caught["checkpoint.manifest.before"]
+
+
+def test_a_failpoint_never_reached_fails_its_case(tmp_path: Path) -> None:
+    problems = run_case(Case("checkpoint.pruned", "wal", False, skip=1000), tmp_path)
+    label = "checkpoint.pruned[skip=1000] wal/full"
+    assert problems == [f"{label}: failpoint checkpoint.pruned was never reached (skip=1000)",
+                        f"{label}: no process crashed"]
+
+
+def test_the_checker_fails_a_fallback_and_a_run_without_a_crash(tmp_path: Path) -> None:
+    """What a process crash must never need: a skipped checkpoint, torn log bytes."""
+    case = Case("wal.append.written", "wal", False, skip=0)
+    fallback = RestoreInfo(True, 2, 0, 0.0, skipped=(3,), torn_bytes=7)
+    problems = check(case, History(), [], [fallback], str(tmp_path), crashes=0)
+    assert [p.split(": ", 1)[1][:30] for p in problems] == [
+        "failpoint wal.append.written w", "no process crashed", "restore passed over committed ",
+        "restore dropped 7 torn log byt"]

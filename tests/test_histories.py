@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from ray import cloudpickle
 
 import histories
 from actors import ReplayBufferActor, WriterSeqs
-from chaos import ClusterHandle
+from chaos import ClusterHandle, HangError, History, OpStatus, drive_writers
 from conftest import scaled
 from histories import (
     add_row,
@@ -58,6 +59,23 @@ class HighWaterBuffer(ReplayBufferActor):
         planted = HighWaterSeqs()
         planted.load_state_dict(self._seqs.state_dict())
         self._seqs = planted
+
+
+@ray.remote
+class Stuck:
+    def call(self, seq: int) -> None:
+        threading.Event().wait(60)  # never set: a write that gets no reply (bounded all the same)
+
+
+def test_a_write_without_a_reply_is_a_hang_not_a_pass(ray_cluster: ClusterHandle) -> None:
+    stuck, history = Stuck.remote(), History()
+    try:
+        errors = drive_writers(lambda w, s: stuck.call.remote(s), history, writers=["w"], writes=2,
+                               window=2, timeout=1.0)
+    finally:
+        ray.kill(stuck)
+    assert isinstance(errors["w"], HangError) and "got no reply within 1.0 s" in str(errors["w"])
+    assert [op.status for op in history.ops()] == [OpStatus.INFO, OpStatus.INFO]
 
 
 @given(seed=st.integers(0, 2**16))
