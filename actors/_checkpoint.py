@@ -10,19 +10,24 @@ Ray re-runs ``__init__`` when it restarts an actor, so all in-memory state is go
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import contextvars
 import functools
+import inspect
 import os
+import threading
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, get_args
 
 from actors import _codec, _wal
 from actors import _failpoints as fp
-from actors._store import CheckpointInfo, CheckpointStore
-from chaos._errors import CheckpointError, InvalidConfig
+from actors._store import CheckpointInfo, CheckpointStore, CheckpointWarning
+from chaos._errors import CheckpointError, InvalidConfig, MutationNotLogged
 from chaos._failpoint import failpoint
 
 __all__ = [
@@ -129,9 +134,20 @@ def mutation(method: F) -> F:
     """Mark an actor method that changes state, so it is logged and counted for checkpoints.
 
     The method's arguments must be numpy arrays, torch tensors or JSON values when the
-    actor uses ``"wal"`` durability: they are what the log replays.
-    """
+    actor uses ``"wal"`` durability: they are what the log replays. An ``async def``
+    method is logged once its coroutine has finished (its effect is then whole), and async
+    mutations run one at a time, ``await``s included, across concurrency groups too.
 
+    A mutation whose log record cannot be written (a full disk) is undone before the call
+    fails with :class:`MutationNotLogged`: what the actor holds is always what its log
+    replays.
+    """
+    wrapper = _async_mutation(method) if inspect.iscoroutinefunction(method) else _sync_mutation(method)
+    wrapper.__raychaos_mutation__ = method  # type: ignore[attr-defined]
+    return wrapper  # type: ignore[return-value]
+
+
+def _sync_mutation(method: F) -> Callable[..., Any]:
     @functools.wraps(method)
     def wrapper(self: Checkpointable, *args: Any, **kwargs: Any) -> Any:
         # Applying and logging happen under one lock, so the log's order is the apply order.
@@ -142,14 +158,74 @@ def mutation(method: F) -> F:
                 result = method(self, *args, **kwargs)
             finally:
                 self.__dict__["_raychaos_depth"] = depth
-            checkpointer = self.__dict__.get("_raychaos_checkpointer")
-            if checkpointer is not None and depth == 0:  # an override calling super() logs once
-                failpoint(fp.MUTATION_APPLIED)
-                checkpointer.after_mutation(method.__name__, args, kwargs)
+            if depth == 0:  # an override calling super() logs once
+                _log(self, method.__name__, args, kwargs)
             return result
 
-    wrapper.__raychaos_mutation__ = method  # type: ignore[attr-defined]
-    return wrapper  # type: ignore[return-value]
+    return wrapper
+
+
+#: The actors whose async mutation this task is inside (an override awaiting ``super()``).
+_IN_MUTATION: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar(
+    "raychaos_in_mutation", default=frozenset())
+
+
+def _async_mutation(method: F) -> Callable[..., Any]:
+    @functools.wraps(method)
+    async def wrapper(self: Checkpointable, *args: Any, **kwargs: Any) -> Any:
+        gate = self.__dict__.get("_raychaos_gate")
+        nested = id(self) in _IN_MUTATION.get() or self.__dict__.get("_raychaos_depth", 0)
+        if gate is None or nested:  # not checkpointed yet, replaying, or inside the outer call
+            return await method(self, *args, **kwargs)
+        async with gate.held():
+            inside = _IN_MUTATION.set(_IN_MUTATION.get() | {id(self)})
+            try:
+                result = await method(self, *args, **kwargs)
+            finally:
+                _IN_MUTATION.reset(inside)
+            _log(self, method.__name__, args, kwargs)
+            return result
+
+    return wrapper
+
+
+def _log(owner: Checkpointable, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    checkpointer = owner.__dict__.get("_raychaos_checkpointer")
+    if checkpointer is not None:
+        failpoint(fp.MUTATION_APPLIED)
+        checkpointer.after_mutation(name, args, kwargs)
+
+
+class _Gate:
+    """Runs an actor's async mutations one at a time, ``await``s included.
+
+    A thread lock, not an ``asyncio.Lock``: an actor with concurrency groups runs one event
+    loop per group, each in its own thread, and an ``asyncio.Lock`` belongs to one loop. A
+    coroutine that must wait does so in an executor thread, never blocking its loop.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    @contextlib.asynccontextmanager
+    async def held(self) -> AsyncIterator[None]:
+        if not self._lock.acquire(blocking=False):
+            waiting = asyncio.get_running_loop().run_in_executor(None, self._lock.acquire)
+            try:
+                await asyncio.shield(waiting)
+            except asyncio.CancelledError:  # the lock is still taken for us: give it back then
+                waiting.add_done_callback(lambda _: self._lock.release())
+                raise
+        try:
+            yield
+        finally:
+            self._lock.release()
+
+    def try_hold(self) -> bool:
+        return self._lock.acquire(blocking=False)
+
+    def release(self) -> None:
+        self._lock.release()
 
 
 class Checkpointable:
@@ -225,12 +301,34 @@ class Checkpointable:
         _validate_choice("restore mode", restore, get_args(Restore))
         checkpointer = _Checkpointer(self, config, clock)
         info = checkpointer.start(restore == "always" or (restore == "auto" and _reconstructed()))
+        self.__dict__["_raychaos_gate"] = _Gate()
         self.__dict__["_raychaos_checkpointer"] = checkpointer
         return info
 
     def checkpoint(self, *, full: bool = False) -> CheckpointInfo:
-        """Commit a checkpoint now (on demand), whatever the policy; ``full`` skips deltas."""
-        return self._checkpointer().checkpoint(full=full)
+        """Commit a checkpoint now (on demand), whatever the policy; ``full`` skips deltas.
+
+        Raises:
+            CheckpointError: an async mutation is half done (awaiting); a snapshot now would
+                hold half of it. Use :meth:`checkpoint_async` from async code.
+        """
+        checkpointer, gate = self._checkpointer(), self.__dict__["_raychaos_gate"]
+        if id(self) in _IN_MUTATION.get() or self.__dict__.get("_raychaos_depth", 0):
+            return checkpointer.checkpoint(full=full)  # from inside a mutation: it holds the gate
+        if not gate.try_hold():
+            raise CheckpointError(f"an async mutation of {type(self).__name__} is in flight: a "
+                                  "checkpoint now would hold half of it; await "
+                                  "self.checkpoint_async() instead")
+        try:
+            return checkpointer.checkpoint(full=full)
+        finally:
+            gate.release()
+
+    async def checkpoint_async(self, *, full: bool = False) -> CheckpointInfo:
+        """:meth:`checkpoint` for async actors: waits until no async mutation is in flight."""
+        checkpointer = self._checkpointer()
+        async with self.__dict__["_raychaos_gate"].held():
+            return checkpointer.checkpoint(full=full)
 
     def digest(self) -> str:
         """A stable hash of the logical state, for recovery assertions."""
@@ -252,6 +350,17 @@ class Checkpointable:
 def _lock_of(owner: object) -> Any:
     """The owner's ``checkpoint_lock`` (threaded actors set one), else a no-op context."""
     return owner.__dict__.get("checkpoint_lock") or contextlib.nullcontext()
+
+
+def _run_to_end(coroutine: Any) -> Any:
+    """Run a replayed async mutation to its end from synchronous code: on this thread when no
+    event loop runs here, else on a thread of its own (this loop is blocked meanwhile)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
 
 
 def _reconstructed() -> bool:
@@ -282,6 +391,8 @@ class _Checkpointer:
         self.since, self.records, self.count = 0, 0, 0
         self.last_seq, self.last_time, self.deltas = 0, clock(), 0
         self.restore_info = RestoreInfo(False, 0, 0, 0.0)
+        self.failed_checkpoints = 0
+        self.diverged = ""  # why memory no longer matches the log, once it does not
 
     def start(self, restore: bool) -> RestoreInfo:
         start = time.perf_counter()
@@ -290,18 +401,21 @@ class _Checkpointer:
             return self.restore_info
         loaded = self.store.load_latest()
         if loaded is not None:
-            self.last_seq = loaded.seq
-            self.owner.load_state_dict(loaded.chain[0])
-            for delta in loaded.chain[1:]:
-                self.owner.load_delta_state_dict(delta)
-            self.deltas = len(loaded.chain) - 1
-            self.owner.mark_checkpointed()
+            self._load(loaded.seq, loaded.chain)
         failpoint(fp.RESTORE_LOADED)
         replayed, torn = self._replay() if self.config.durability == "wal" else (0, 0)
         skipped = loaded.skipped if loaded else tuple(self.store.seqs())  # none restored: all
         self.restore_info = RestoreInfo(True, self.last_seq, replayed, time.perf_counter() - start,
                                         skipped, torn)
         return self.restore_info
+
+    def _load(self, seq: int, chain: Sequence[Mapping[str, Any]]) -> None:
+        self.last_seq = seq
+        self.owner.load_state_dict(chain[0])
+        for delta in chain[1:]:
+            self.owner.load_delta_state_dict(delta)
+        self.deltas = len(chain) - 1
+        self.owner.mark_checkpointed()
 
     def _replay(self) -> tuple[int, int]:
         """Apply the log after the restored checkpoint; return records replayed, torn bytes dropped."""
@@ -331,7 +445,9 @@ class _Checkpointer:
                 "mark with @mutation; decorate it (an override too) or restore from fresh storage")
         self.owner.__dict__["_raychaos_depth"] = 1  # replaying: nested mutations log nothing
         try:
-            method(self.owner, *record["a"], **record["k"])
+            result = method(self.owner, *record["a"], **record["k"])
+            if inspect.isawaitable(result):
+                _run_to_end(result)
         finally:
             self.owner.__dict__["_raychaos_depth"] = 0
 
@@ -348,12 +464,55 @@ class _Checkpointer:
         )
 
     def after_mutation(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if self.diverged:
+            raise MutationNotLogged(self.diverged, undone=False)
         if self.writer is not None:
-            self.writer.append(_codec.encode({"m": name, "a": list(args), "k": kwargs}))
+            try:
+                self.writer.append(_codec.encode({"m": name, "a": list(args), "k": kwargs}))
+            except Exception as exc:  # noqa: BLE001 - whatever stopped the record, undo the call
+                self._undo(name, exc)
             self.records += 1
         self.since += 1
         if self._due():
+            self._checkpoint_due(name)
+
+    def _undo(self, name: str, exc: Exception) -> None:
+        """The call ran but the log cannot replay it: restore the last logged state, so memory
+        and log agree again, and fail the call (it was never acknowledged)."""
+        root = self.store.root
+        try:
+            self._reload()
+        except Exception as reload_exc:  # noqa: BLE001 - memory now holds what no log replays
+            self.diverged = (f"{name}() could not be logged ({exc}) nor undone ({reload_exc}): the "
+                             f"actor refuses mutations until it restarts from {root}")
+            raise MutationNotLogged(self.diverged, undone=False) from exc
+        raise MutationNotLogged(
+            f"{name}() ran but its log record could not be written to {root} ({exc}); its effect "
+            f"was undone (state back at checkpoint {self.last_seq} plus the log). Free space "
+            "there, or fix the cause, and call it again", undone=True) from exc
+
+    def _reload(self) -> None:
+        loaded = self.store.load_latest()
+        self.last_seq, self.deltas = 0, 0
+        if loaded is not None:
+            self._load(loaded.seq, loaded.chain)
+        self._replay()
+
+    def _checkpoint_due(self, name: str) -> None:
+        """A checkpoint the policy asks for after ``name``. With the WAL the call is already
+        durable, so a failed checkpoint only waits for the next mutation (warned); without
+        it the call's durability was this checkpoint, and the caller must hear it failed."""
+        try:
             self.checkpoint()
+        except OSError as exc:
+            if self.config.durability != "wal":
+                raise CheckpointError(f"{name}() was applied but the checkpoint the policy takes "
+                                      f"after it failed ({exc}): a crash before the next one "
+                                      f"loses it. Free space under {self.store.root}") from exc
+            self.failed_checkpoints += 1
+            warnings.warn(f"checkpoint after {name}() failed ({exc}); the log holds the call and "
+                          "the checkpoint is tried again after the next mutation",
+                          CheckpointWarning, stacklevel=3)
 
     def _due(self) -> bool:
         if self.config.policy == "every_n":

@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from actors._checkpoint import CheckpointConfig, Checkpointable, Durability, Policy, mutation
+from actors._checkpoint import Checkpointable, CheckpointConfig, Durability, Policy, Restore, mutation
 from actors._dedupe import WriterSeqs
 
 
@@ -19,11 +19,11 @@ class CheckpointedCounter(Checkpointable):
     """
 
     def __init__(self, storage: str, *, durability: Durability = "policy",
-                 policy: Policy = "every_n", every_n: int = 5) -> None:
+                 policy: Policy = "every_n", every_n: int = 5, restore: Restore = "auto") -> None:
         self.value, self.adds = 0, 0
         self._seqs = WriterSeqs()
         self.restore_info = self.enable_checkpointing(CheckpointConfig(
-            storage=storage, durability=durability, policy=policy, every_n=every_n))
+            storage=storage, durability=durability, policy=policy, every_n=every_n), restore=restore)
 
     def state_dict(self) -> Mapping[str, Any]:
         return {"value": self.value, "adds": self.adds, "writers": self._seqs.state_dict()}

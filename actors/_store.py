@@ -182,12 +182,13 @@ class CheckpointStore:
         seq = self.next_seq()
         tmp = f"{self.root}/{_TMP_PREFIX}{_PREFIX}{seq:010d}-{uuid.uuid4().hex[:8]}"
         self.fs.makedirs(tmp, exist_ok=True)
-        files = self._write_payload(tmp, tree)
-        manifest = {"format": FORMAT_VERSION, "seq": seq, "parent": parent, "created": time.time(),
-                    "files": files}
-        failpoint(fp.CHECKPOINT_BEFORE_MANIFEST)
-        self._write_bytes(f"{tmp}/{_MANIFEST}", json.dumps(manifest, indent=1).encode())
-        failpoint(fp.CHECKPOINT_MANIFEST)
+        try:
+            files = self._write_tmp(tmp, seq, tree, parent)
+        except OSError:
+            # A full disk (or a vanished mount): the half-written folder must not keep
+            # holding the space the next attempt needs. Nothing was committed.
+            self.fs.rm(tmp, recursive=True)
+            raise
         final = self.folder(seq)
         self.fs.mv(tmp, final, recursive=True)
         failpoint(fp.CHECKPOINT_RENAMED)
@@ -196,6 +197,16 @@ class CheckpointStore:
         self.prune()
         nbytes = sum(meta["size"] for meta in files.values())
         return CheckpointInfo(seq, final, nbytes, time.perf_counter() - start, parent)
+
+    def _write_tmp(self, tmp: str, seq: int, tree: Mapping[str, Any],
+                   parent: int | None) -> dict[str, dict[str, Any]]:
+        files = self._write_payload(tmp, tree)
+        manifest = {"format": FORMAT_VERSION, "seq": seq, "parent": parent, "created": time.time(),
+                    "files": files}
+        failpoint(fp.CHECKPOINT_BEFORE_MANIFEST)
+        self._write_bytes(f"{tmp}/{_MANIFEST}", json.dumps(manifest, indent=1).encode())
+        failpoint(fp.CHECKPOINT_MANIFEST)
+        return files
 
     def _write_payload(self, folder: str, tree: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         arrays: list[np.ndarray] = []

@@ -92,17 +92,27 @@ class WalWriter:
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         if valid_length is not None:
             os.ftruncate(self._fd, valid_length)
+        self._size = os.fstat(self._fd).st_size  # where the next record starts
         self._every, self._interval, self._clock = fsync_every, fsync_interval, clock
         self._pending, self._last_sync = 0, clock()
 
     def append(self, payload: bytes) -> None:
+        """Append one record, whole or not at all: a write that fails (``ENOSPC``, ``EIO``)
+        is cut off the file again before the error propagates, so a later record never
+        follows a torn one (a reader stops at the first torn record)."""
         failpoint(fp.WAL_BEFORE)
         frame = _FRAME.pack(len(payload), zlib.crc32(payload)) + payload
-        if is_armed(fp.WAL_TORN):  # a record torn by a crash: half of it reaches the file
-            self._write(frame[: len(frame) // 2])
-            failpoint(fp.WAL_TORN)
-            frame = frame[len(frame) // 2 :]
-        self._write(frame)
+        whole = len(frame)
+        try:
+            if is_armed(fp.WAL_TORN):  # a record torn by a crash: half of it reaches the file
+                self._write(frame[: len(frame) // 2])
+                failpoint(fp.WAL_TORN)
+                frame = frame[len(frame) // 2 :]
+            self._write(frame)
+        except OSError:
+            os.ftruncate(self._fd, self._size)  # frees space: works on a full disk
+            raise
+        self._size += whole
         failpoint(fp.WAL_WRITTEN)
         self._pending += 1
         if self._pending >= self._every or self._clock() - self._last_sync >= self._interval:

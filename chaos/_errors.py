@@ -8,6 +8,8 @@ also inherits the built-in that matches its meaning, so callers may catch either
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "ChaosError",
     "CheckpointError",
@@ -17,6 +19,7 @@ __all__ = [
     "HangError",
     "InvalidConfig",
     "InvalidFaultSpec",
+    "MutationNotLogged",
     "StorageUnreachable",
     "TargetNotFound",
     "UnsafeTarget",
@@ -37,6 +40,26 @@ class StorageUnreachable(ChaosError, OSError):
 
 class CheckpointError(ChaosError, RuntimeError):
     """A checkpoint could not be written or restored."""
+
+
+class MutationNotLogged(CheckpointError):
+    """A mutation ran but its log record could not be written (a full disk, a vanished mount).
+
+    ``undone`` says whether its effect was undone (the actor restored its last logged state, so
+    memory and log agree again and the call may simply be retried); when False the actor
+    refuses further mutations until Ray restarts it from its storage.
+    """
+
+    def __init__(self, message: str, *, undone: bool) -> None:
+        super().__init__(message)
+        self.undone = undone
+
+    def __reduce__(self) -> tuple[Any, ...]:  # Ray pickles it back to the caller
+        return (_mutation_not_logged, (str(self), self.undone))
+
+
+def _mutation_not_logged(message: str, undone: bool) -> MutationNotLogged:
+    return MutationNotLogged(message, undone=undone)
 
 
 class CheckpointFormatError(CheckpointError, ValueError):
