@@ -7,7 +7,8 @@ Nothing here imports ``ray`` at import time, so the pytest plugin stays cheap to
 
 from chaos._agent import ChaosAgent, agent_for, start_agents, stop_agents
 from chaos._cluster import TEST_SYSTEM_CONFIG, ClusterHandle, local_cluster, ray_processes, reap
-from chaos._delay import Latency, delayed, rpc_delay_env
+from chaos._delay import Latency, RpcFailure, delayed, rpc_delay_env, rpc_failure_env
+from chaos._disk import capped_filesystem, free_bytes
 from chaos._driver import (
     FaultOutcome,
     FaultStatus,
@@ -47,10 +48,15 @@ from chaos._failpoint import (
 )
 from chaos._faults import (
     CpuHog,
+    DrainNode,
     Fault,
+    FillDisk,
     FillObjectStore,
+    FreezeNode,
     Kill,
+    KillGcs,
     KillNode,
+    LimitOpenFiles,
     MemoryPressure,
     Pause,
     Starve,
@@ -60,6 +66,7 @@ from chaos._faults import (
 from chaos._history import History, Op, OpStatus, SetVerdict, check_set, drive_writers
 from chaos._journal import Event, Journal, read_journal
 from chaos._memory import MemoryOutcome
+from chaos._redis import redis_server
 from chaos._schedule import Schedule, ScheduledFault
 from chaos._targets import ActorTarget, NodeTarget, Process, TaskTarget, WorkerTarget
 from chaos._wait import wait_until
@@ -76,6 +83,7 @@ __all__ = [
     "CheckpointFormatError",
     "ClusterHandle",
     "CpuHog",
+    "DrainNode",
     "Event",
     "FailAction",
     "Failpoint",
@@ -86,8 +94,10 @@ __all__ = [
     "FaultOutcome",
     "FaultStatus",
     "FaultsNotApplied",
+    "FillDisk",
     "FillObjectStore",
     "Firing",
+    "FreezeNode",
     "HangError",
     "History",
     "Injection",
@@ -95,8 +105,10 @@ __all__ = [
     "InvalidFaultSpec",
     "Journal",
     "Kill",
+    "KillGcs",
     "KillNode",
     "Latency",
+    "LimitOpenFiles",
     "MemoryOutcome",
     "MemoryPressure",
     "MutationNotLogged",
@@ -105,6 +117,7 @@ __all__ = [
     "OpStatus",
     "Pause",
     "Process",
+    "RpcFailure",
     "Schedule",
     "ScheduleObserver",
     "ScheduledFault",
@@ -121,6 +134,7 @@ __all__ = [
     "agent_for",
     "arm",
     "armed",
+    "capped_filesystem",
     "check_applied",
     "check_set",
     "delayed",
@@ -131,12 +145,15 @@ __all__ = [
     "fault_from_dict",
     "fault_to_dict",
     "firings",
+    "free_bytes",
     "is_armed",
     "local_cluster",
     "ray_processes",
     "read_journal",
     "reap",
+    "redis_server",
     "rpc_delay_env",
+    "rpc_failure_env",
     "run_schedule",
     "start_agents",
     "stop_agents",

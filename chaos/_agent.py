@@ -9,6 +9,7 @@ if the agent or the driver dies.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import signal as signals
@@ -21,7 +22,8 @@ from typing import Any
 
 import psutil
 
-from chaos._errors import FaultIneffective, HangError
+from chaos._disk import Filled, fill, unfill
+from chaos._errors import FaultIneffective, HangError, TargetNotFound
 from chaos._safety import check_target, raylet_of
 from chaos._wait import wait_until
 
@@ -88,19 +90,83 @@ class ChaosAgent:
                 "ignores or handles the signal; use SIGKILL to be sure it dies") from None
         return time.monotonic() - sent
 
-    def kill_node(self, *, driver_pids: tuple[int, ...] = ()) -> tuple[int, int]:
+    def kill_node(self, *, driver_pids: tuple[int, ...] = (), grace_s: float = 0.0) -> tuple[int, int]:
         """SIGKILL this node's raylet and every process under it, this agent last: a node that
         dies takes all its processes with it (a worker busy in Python would otherwise not
-        notice its raylet is gone, and finish its task as if nothing happened). Replies
-        first; returns the raylet's pid and how many other processes die with it."""
+        notice its raylet is gone, and finish its task as if nothing happened). With
+        ``grace_s``, the workers first get SIGTERM and that long to exit, as an instance that
+        shuts down does. Replies first; returns the raylet's pid and how many other processes
+        die with it."""
         raylet = raylet_of(os.getpid())
         check_target(raylet.pid, agent_pid=os.getpid(), driver_pids=driver_pids, allow_raylet=True)
         others = [p for p in raylet.children(recursive=True)
                   if p.pid != os.getpid() and p.pid not in driver_pids]
-        threading.Timer(0.2, _kill_all, args=([raylet, *others],)).start()
+        threading.Timer(0.2, _kill_all, args=([raylet, *others], grace_s)).start()
         return raylet.pid, len(others)
 
-    def pause(self, pid: int, seconds: float, *, driver_pids: tuple[int, ...] = ()) -> float:
+    def freeze_node(self, seconds: float, *, workers: bool = False,
+                    driver_pids: tuple[int, ...] = ()) -> list[int]:
+        """SIGSTOP this node's raylet (and with ``workers`` every worker under it, this agent
+        aside) for ``seconds``, each confirmed in state T and resumed by this agent's timer and
+        its healer alike; returns the pids, the raylet first. This agent keeps running: it is
+        what resumes them, though Ray may declare this node, and so this agent, dead."""
+        raylet = raylet_of(os.getpid())
+        others = [p.pid for p in raylet.children() if workers and p.pid != os.getpid()
+                  and p.pid not in driver_pids and _status(p) not in _ENDED]
+        frozen: list[int] = []
+        try:
+            for pid in (raylet.pid, *others):
+                self.pause(pid, seconds, driver_pids=driver_pids, allow_raylet=True)
+                frozen.append(pid)
+        except BaseException:
+            for pid in frozen:
+                self.resume(pid)
+            raise
+        return frozen
+
+    def limit_open_files(self, pid: int, headroom: int, *,
+                         driver_pids: tuple[int, ...] = ()) -> tuple[int, int, int]:
+        """Lower ``pid``'s soft ``RLIMIT_NOFILE`` so that it can open ``headroom`` more descriptors
+        and no more, and read it back; returns the old soft and hard limits and the new soft one.
+
+        Raises:
+            FaultIneffective: the process's limit did not read back as set.
+        """
+        proc = check_target(pid, agent_pid=os.getpid(), driver_pids=driver_pids)
+        soft, hard = proc.rlimit(psutil.RLIMIT_NOFILE)
+        low = _limit_leaving(_open_fds(pid), headroom)
+        proc.rlimit(psutil.RLIMIT_NOFILE, (low, hard))
+        if proc.rlimit(psutil.RLIMIT_NOFILE) != (low, hard):
+            raise FaultIneffective(f"process {pid}'s open-file limit read back as "
+                                   f"{proc.rlimit(psutil.RLIMIT_NOFILE)}, not ({low}, {hard})")
+        return soft, hard, low
+
+    def restore_open_files(self, pid: int, soft: int, hard: int) -> bool:
+        """Give ``pid`` back its open-file limit; False when it has exited since (nothing to heal).
+
+        Raises:
+            FaultIneffective: the limit did not read back as restored.
+        """
+        try:
+            proc = psutil.Process(pid)
+            proc.rlimit(psutil.RLIMIT_NOFILE, (soft, hard))
+            now = proc.rlimit(psutil.RLIMIT_NOFILE)
+        except psutil.NoSuchProcess:
+            return False
+        if now != (soft, hard):
+            raise FaultIneffective(f"process {pid}'s open-file limit read back as {now}, not ({soft}, {hard})")
+        return True
+
+    def fill_disk(self, path: str) -> Filled:
+        """Fill the (small tmpfs) filesystem of ``path`` on this node; see :func:`chaos._disk.fill`."""
+        return fill(path)
+
+    def free_disk(self, ballast: str) -> int:
+        """Delete a ballast written by :meth:`fill_disk`; returns the free bytes now."""
+        return unfill(ballast)
+
+    def pause(self, pid: int, seconds: float, *, driver_pids: tuple[int, ...] = (),
+              allow_raylet: bool = False) -> float:
         """SIGSTOP ``pid`` for ``seconds``; returns once the process is seen stopped (state T).
 
         Its ``seconds`` count from that moment: this agent's timer resumes it then, and a
@@ -113,7 +179,8 @@ class ChaosAgent:
             FaultIneffective: the process exited, or was not seen stopped within
                 ``STOP_TIMEOUT`` seconds (it is resumed at once).
         """
-        proc = check_target(pid, agent_pid=os.getpid(), driver_pids=driver_pids)
+        proc = check_target(pid, agent_pid=os.getpid(), driver_pids=driver_pids,
+                            allow_raylet=allow_raylet)
         entry = _Pause(proc.create_time(), next(self._tokens),
                        _spawn_healer(pid, proc.create_time(), time.time() + seconds + STOP_TIMEOUT))
         with self._lock:  # signals are sent under the lock: a resume's SIGCONT cannot overtake
@@ -158,6 +225,10 @@ class ChaosAgent:
             _sigcont(pid, entry.created)
         _retire(entry)
         return True
+
+    def resume_all(self, pids: list[int]) -> int:
+        """Resume each of ``pids`` this agent paused; returns how many it resumed."""
+        return sum(self.resume(pid) for pid in pids)
 
     def cpu_hog(self, cores: int, seconds: float) -> list[int]:
         """Start ``cores`` busy-looping processes for at most ``seconds``; return their pids."""
@@ -230,13 +301,38 @@ def _gone(proc: psutil.Process) -> bool:
     return not proc.is_running() or _status(proc) in _ENDED
 
 
-def _kill_all(processes: list[psutil.Process]) -> None:
+def _kill_all(processes: list[psutil.Process], grace_s: float = 0.0) -> None:
+    if grace_s > 0:
+        workers = processes[1:]  # the raylet stays up while its workers shut down
+        for proc in workers:
+            with contextlib.suppress(psutil.Error):
+                proc.terminate()
+        psutil.wait_procs(workers, timeout=grace_s)
     for proc in processes:
-        try:
+        with contextlib.suppress(psutil.Error):  # already gone
             proc.kill()
-        except psutil.Error:
-            pass  # already gone
     os._exit(1)  # this agent, last
+
+
+def _open_fds(pid: int) -> set[int]:
+    try:
+        return {int(fd) for fd in os.listdir(f"/proc/{pid}/fd")}
+    except FileNotFoundError as exc:
+        raise TargetNotFound(f"process {pid} no longer exists") from exc
+
+
+def _limit_leaving(held: set[int], headroom: int) -> int:
+    """The open-file limit under which exactly ``headroom`` more descriptors can be opened. A
+    new descriptor takes the lowest free number and must be below the limit; descriptors
+    already open above it stay usable. So the limit is the number of the free slot after the
+    first ``headroom`` free ones."""
+    free, slot = 0, 0
+    while True:
+        if slot not in held:
+            if free == headroom:
+                return slot
+            free += 1
+        slot += 1
 
 
 def agent_for(node_id: str) -> Any:

@@ -22,7 +22,8 @@ from typing import Any
 
 import psutil
 
-from chaos._errors import InvalidConfig
+from chaos._errors import FaultIneffective, InvalidConfig, InvalidFaultSpec
+from chaos._wait import wait_until
 
 __all__ = ["TEST_SYSTEM_CONFIG", "ClusterHandle", "local_cluster", "ray_processes", "reap"]
 
@@ -56,6 +57,69 @@ class ClusterHandle:
     nodes: int
     temp_dir: str
     cluster: Any = field(default=None, compare=False)
+
+
+#: GCS restart: how long the restarted server may take to answer and its nodes to be alive.
+GCS_RESTART_TIMEOUT = 60.0
+_HEADS: dict[str, Any] = {}  # gcs address -> the head's ray._private.node.Node, for KillGcs
+
+
+@dataclass(frozen=True, slots=True)
+class _Head:
+    """The head node of a cluster this process started: the one whose GCS it can restart."""
+
+    node: Any
+
+    @property
+    def node_id(self) -> str:
+        return str(self.node.node_id)
+
+    def gcs_pid(self) -> int:
+        from ray._private import ray_constants
+
+        (info,) = self.node.all_processes[ray_constants.PROCESS_TYPE_GCS_SERVER]
+        return int(info.process.pid)
+
+    def kill_gcs(self) -> int:
+        """SIGKILL the GCS server; returns its pid once it is gone."""
+        pid = self.gcs_pid()
+        self.node.kill_gcs_server()  # SIGKILL, then waits for the process
+        if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+            raise FaultIneffective(f"gcs_server pid {pid} still runs after SIGKILL")
+        return pid
+
+    def restart_gcs(self, address: str) -> tuple[int, float]:
+        """Start the GCS server again (same port, same storage); returns its pid and how long
+        it took until it answered with every node it knew alive again."""
+        import time
+
+        start = time.monotonic()
+        self.node.start_gcs_server()
+        wait_until(lambda: _gcs_answers(address), timeout=GCS_RESTART_TIMEOUT, interval=0.1,
+                   what=f"the restarted GCS at {address} to answer")
+        return self.gcs_pid(), time.monotonic() - start
+
+
+def _gcs_answers(address: str) -> bool:
+    from ray.util.state import list_nodes
+
+    try:
+        return bool(list_nodes(address=address, limit=1, timeout=5, raise_on_missing_output=False))
+    except Exception:  # noqa: BLE001 - not up yet: the wait retries until its deadline
+        return False
+
+
+def head_of(address: str) -> _Head:
+    """The head of the cluster at ``address``, when this process started it.
+
+    Raises:
+        InvalidFaultSpec: another process started that cluster (its GCS is not ours to restart).
+    """
+    if address not in _HEADS:
+        raise InvalidFaultSpec(f"the cluster at {address} was not started by this process, so its "
+                               "GCS cannot be restarted from here; run KillGcs on a cluster from "
+                               "chaos.local_cluster (or kill the GCS on its head yourself)")
+    return _Head(_HEADS[address])
 
 
 def _is_ray(proc: psutil.Process) -> bool:
@@ -102,6 +166,8 @@ def local_cluster(
     worker_resources: Mapping[str, float] | None = None,
     namespace: str = "raychaos",
     log_to_driver: bool = True,
+    redis_address: str | None = None,
+    worker_env: Mapping[str, str] | None = None,
 ) -> Iterator[ClusterHandle]:
     """Start a fresh embedded Ray cluster, connect this driver to it, and tear it all down.
 
@@ -114,6 +180,10 @@ def local_cluster(
         object_store_mb: object store size per node.
         system_config: Ray ``_system_config``; defaults to :data:`TEST_SYSTEM_CONFIG`.
         log_to_driver: forward workers' and raylets' output to this process.
+        redis_address: ``host:port`` of a Redis for GCS fault tolerance (see
+            :func:`chaos.redis_server`): the GCS keeps its tables there and survives a restart.
+        worker_env: environment for the processes of the worker nodes (not the head), set
+            when they start: Ray's testing knobs such as :func:`chaos.rpc_failure_env`.
 
     Raises:
         InvalidConfig: a bad size, or this process is already connected to Ray.
@@ -133,8 +203,12 @@ def local_cluster(
                      "logging_level": logging.WARNING}
         if num_gpus:
             init_args["num_gpus"] = num_gpus
+        env = _NodeEnv(head={"RAY_REDIS_ADDRESS": redis_address} if redis_address else {},
+                       workers=dict(worker_env or {}))
+        if env.workers and nodes == 1:
+            raise InvalidConfig(f"worker_env {dict(env.workers)} needs worker nodes; pass nodes >= 2")
         with _started(nodes, num_cpus, object_store_mb, config, temp_dir, worker_resources,
-                      init_args) as handle:
+                      init_args, env) as handle:
             yield handle
     finally:
         shutil.rmtree(temp_dir, ignore_errors=True)
@@ -147,45 +221,75 @@ def _validate_cluster_args(nodes: int, num_cpus: int, object_store_mb: int) -> N
             raise InvalidConfig(f"`{name}` must be a whole number >= {low}, got {value!r}")
 
 
+@dataclass(frozen=True, slots=True)
+class _NodeEnv:
+    """Environment variables for the processes of the head and of the worker nodes."""
+
+    head: Mapping[str, str]
+    workers: Mapping[str, str]
+
+
+@contextmanager
+def _environ(variables: Mapping[str, str]) -> Iterator[None]:
+    """Ray's processes inherit this process's environment when they start: set ``variables``
+    for the start only, then restore every one of them."""
+    saved = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 @contextmanager
 def _started(nodes: int, num_cpus: int, object_store_mb: int, config: dict[str, Any],
              temp_dir: str, worker_resources: Mapping[str, float] | None,
-             init_args: dict[str, Any]) -> Iterator[ClusterHandle]:
+             init_args: dict[str, Any], env: _NodeEnv) -> Iterator[ClusterHandle]:
     import ray
 
     store = object_store_mb * 1024 * 1024
-    cluster = None
+    cluster, address = None, ""
     try:
         if nodes == 1:
-            ctx = ray.init(address="local", num_cpus=num_cpus, object_store_memory=store,
-                           _temp_dir=temp_dir, _system_config=config, include_dashboard=True,
-                           **init_args)
+            with _environ(env.head):
+                ctx = ray.init(address="local", num_cpus=num_cpus, object_store_memory=store,
+                               _temp_dir=temp_dir, _system_config=config, include_dashboard=True,
+                               **init_args)
             address = ctx.address_info["gcs_address"]
+            _HEADS[address] = ray._private.worker._global_node
         else:
-            cluster = _multi_node(nodes, num_cpus, store, config, temp_dir, worker_resources)
+            cluster = _multi_node(nodes, num_cpus, store, config, temp_dir, worker_resources, env)
             ray.init(address=cluster.address, **{k: v for k, v in init_args.items() if k != "num_gpus"})
             address = cluster.address
+            _HEADS[address] = cluster.head_node
         yield ClusterHandle(address=address, nodes=nodes, temp_dir=temp_dir, cluster=cluster)
     finally:
+        _HEADS.pop(address, None)
         _teardown(cluster, temp_dir)
 
 
 def _multi_node(nodes: int, num_cpus: int, store: int, config: dict[str, Any], temp_dir: str,
-                worker_resources: Mapping[str, float] | None) -> Any:
+                worker_resources: Mapping[str, float] | None, env: _NodeEnv) -> Any:
     from ray._private.utils import get_ray_address_file
     from ray.cluster_utils import Cluster
 
     # Cluster records its address under Ray's default temp root and fails if that is missing.
     os.makedirs(os.path.dirname(get_ray_address_file(None)), exist_ok=True)
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": num_cpus, "object_store_memory": store, "_system_config": config,
-        "temp_dir": temp_dir, "include_dashboard": True, "resources": {"rc_head": 1.0},
-        # Unlike ray.init, Cluster's head fails if 8265 is taken (another cluster on this machine).
-        "dashboard_port": _free_port(),
-    })
+    with _environ(env.head):
+        cluster = Cluster(initialize_head=True, head_node_args={
+            "num_cpus": num_cpus, "object_store_memory": store, "_system_config": config,
+            "temp_dir": temp_dir, "include_dashboard": True, "resources": {"rc_head": 1.0},
+            # Unlike ray.init, Cluster's head fails if 8265 is taken (another cluster here).
+            "dashboard_port": _free_port(),
+        })
     for i in range(1, nodes):
         resources = {f"rc_node{i}": 1.0, **(worker_resources or {})}
-        cluster.add_node(num_cpus=num_cpus, object_store_memory=store, resources=resources)
+        with _environ(env.workers):
+            cluster.add_node(num_cpus=num_cpus, object_store_memory=store, resources=resources)
     cluster.wait_for_nodes(timeout=60)
     return cluster
 

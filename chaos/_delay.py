@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import math
 import random
 import time
@@ -13,7 +14,7 @@ from typing import Any, Literal, TypeVar
 
 from chaos._errors import InvalidFaultSpec
 
-__all__ = ["Latency", "delayed", "rpc_delay_env"]
+__all__ = ["Latency", "RpcFailure", "delayed", "rpc_delay_env", "rpc_failure_env"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -86,3 +87,49 @@ def rpc_delay_env(*, method: str = "*", min_us: int, max_us: int) -> dict[str, s
     if min_us < 0 or max_us < min_us:
         raise InvalidFaultSpec(f"need 0 <= min_us <= max_us, got {min_us}, {max_us}")
     return {"RAY_testing_asio_delay_us": f"{method}={min_us}:{max_us}"}
+
+
+@dataclass(frozen=True, slots=True)
+class RpcFailure:
+    """Ray's own RPC failure knob for one gRPC client method (``"*"``: every method).
+
+    ``method`` is ``Service.grpc_client.Method`` as Ray names it, e.g.
+    ``"CoreWorkerService.grpc_client.PushTask"`` (an actor call or task pushed to a worker).
+    Percentages: the request is lost before it is sent, the reply is lost after the server ran
+    it, or the call fails while the server still runs it (its retry may arrive meanwhile).
+    ``num_failures`` bounds how many are injected per process (-1: no bound).
+    """
+
+    method: str
+    request_percent: int = 0
+    response_percent: int = 0
+    in_flight_percent: int = 0
+    num_failures: int = -1
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.method, str) or not (self.method == "*" or self.method.count(".") == 2):
+            raise InvalidFaultSpec(f"RPC method must be 'Service.grpc_client.Method' or '*', "
+                                   f"got {self.method!r}")
+        shares = (self.request_percent, self.response_percent, self.in_flight_percent)
+        if any(isinstance(p, bool) or not isinstance(p, int) or not 0 <= p <= 100 for p in shares) \
+                or sum(shares) > 100 or sum(shares) == 0:
+            raise InvalidFaultSpec(f"RPC failure percentages must be whole numbers in [0, 100] "
+                                   f"adding up to (0, 100], got {shares}")
+        if isinstance(self.num_failures, bool) or not isinstance(self.num_failures, int) \
+                or self.num_failures < -1 or self.num_failures == 0:
+            raise InvalidFaultSpec(f"`num_failures` must be -1 (no bound) or >= 1, got {self.num_failures!r}")
+
+
+def rpc_failure_env(*failures: RpcFailure) -> dict[str, str]:
+    """Environment for Ray processes started with Ray's RPC failure testing knob (read at
+    start-up; a testing knob, not a stable API): pass it as :func:`chaos.local_cluster`'s
+    ``worker_env`` to make the worker nodes' RPCs fail. Checked against Ray 2.60's JSON format.
+    """
+    if not failures:
+        raise InvalidFaultSpec("give at least one RpcFailure")
+    config = {f.method: {"num_failures": f.num_failures, "req_failure_prob": f.request_percent,
+                         "resp_failure_prob": f.response_percent,
+                         "in_flight_failure_prob": f.in_flight_percent} for f in failures}
+    # Every embedded node shares this machine's address: "intra-node" must not be spared.
+    return {"RAY_testing_rpc_failure": json.dumps(config),
+            "RAY_testing_rpc_failure_avoid_intra_node_failures": "0"}

@@ -20,13 +20,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chaos._agent import agent_for, start_agents
+from chaos._cluster import head_of
 from chaos._errors import FaultIneffective, HangError, InvalidFaultSpec, TargetNotFound, UnsafeTarget
 from chaos._faults import (
     CpuHog,
+    DrainNode,
     Fault,
+    FillDisk,
     FillObjectStore,
+    FreezeNode,
     Kill,
+    KillGcs,
     KillNode,
+    LimitOpenFiles,
     MemoryPressure,
     Pause,
     Starve,
@@ -446,8 +452,138 @@ def _starve(chaos: Chaos, fault: Starve, at: float | None, rng: random.Random) -
         yield Injection(fault, (node,))
 
 
+@contextmanager
+def _freeze_node(chaos: Chaos, fault: FreezeNode, at: float | None,
+                 rng: random.Random) -> Iterator[Injection]:
+    (node,) = resolve(fault.target, address=chaos.address, rng=rng)
+    agent = agent_for(node.node_id)
+    pids = chaos._call(agent.freeze_node.remote(fault.seconds, workers=fault.workers,
+                                                driver_pids=chaos.driver_pids))
+    proc = Process(pids[0], node.node_id, f"raylet of node {node.node_id[:12]}")
+    chaos._record("inject", fault, at, proc, f"raylet and {len(pids) - 1} workers SIGSTOPped; "
+                                             "each seen in state T", pids=pids)
+
+    def heal() -> None:
+        chaos._record("heal", fault, at, proc, _thaw(chaos, agent, pids))
+
+    with chaos._active_heal(heal):
+        yield Injection(fault, (proc,), {"pids": pids})
+
+
+def _thaw(chaos: Chaos, agent: Any, pids: list[int]) -> str:
+    """Resume a frozen node through its agent. Once Ray has declared the node dead its agent
+    is dead to Ray too, though its process runs on: its own timer resumed the raylet at the
+    same deadline (a healer process guards it as well), and that is what is said."""
+    from ray.exceptions import RayActorError
+
+    try:
+        resumed = chaos._call(agent.resume_all.remote(pids), timeout=10.0)
+    except (RayActorError, TimeoutError) as exc:
+        return (f"the agent is unreachable ({type(exc).__name__}: Ray declared the node dead); its "
+                "timer resumed the raylet at the deadline")
+    return f"SIGCONT to {resumed} of {len(pids)} processes (the rest had exited)"
+
+
+@contextmanager
+def _limit_open_files(chaos: Chaos, fault: LimitOpenFiles, at: float | None,
+                      rng: random.Random) -> Iterator[Injection]:
+    limited: list[tuple[Process, int, int]] = []
+
+    def heal() -> None:
+        for proc, soft, hard in limited:
+            back = chaos._call(agent_for(proc.node_id).restore_open_files.remote(proc.pid, soft, hard))
+            chaos._record("heal", fault, at, proc, f"open-file limit back to {soft} (read back)"
+                          if back else "the process has exited: nothing to restore")
+
+    with chaos._active_heal(heal):
+        for proc in resolve(fault.target, address=chaos.address, rng=rng):
+            soft, hard, low = chaos._call(agent_for(proc.node_id).limit_open_files.remote(
+                proc.pid, fault.headroom, driver_pids=chaos.driver_pids))
+            limited.append((proc, soft, hard))
+            chaos._record("inject", fault, at, proc, f"open-file limit {soft} -> {low} (read back)",
+                          old_limit=soft, limit=low)
+        yield Injection(fault, tuple(p for p, _, _ in limited))
+
+
+@contextmanager
+def _fill_disk(chaos: Chaos, fault: FillDisk, at: float | None,
+               rng: random.Random) -> Iterator[Injection]:
+    node = _node_of(chaos, fault.node, rng)
+    agent = agent_for(node.node_id)
+    filled = chaos._call(agent.fill_disk.remote(fault.path))
+    chaos._record("inject", fault, at, node, f"{fault.path} full: {filled.bytes} bytes of ballast, "
+                                             "0 bytes free (statvfs)", bytes=filled.bytes)
+
+    def heal() -> None:
+        free = chaos._call(agent.free_disk.remote(filled.ballast))
+        chaos._record("heal", fault, at, node, f"ballast deleted; {free} bytes free again")
+
+    with chaos._active_heal(heal):
+        yield Injection(fault, (node,), {"bytes": filled.bytes})
+
+
+@contextmanager
+def _drain_node(chaos: Chaos, fault: DrainNode, at: float | None,
+                rng: random.Random) -> Iterator[Injection]:
+    (node,) = resolve(fault.target, address=chaos.address, rng=rng)
+    deadline = time.monotonic() + fault.deadline_s
+    _request_drain(chaos, node.node_id, fault)
+    chaos._record("inject", fault, at, node, f"drain accepted by the GCS ({fault.reason}); "
+                                             f"deadline in {fault.deadline_s:g} s")
+    if fault.kill_at_deadline:
+        threading.Event().wait(max(0.0, deadline - time.monotonic()))  # the notice's length
+        agent = agent_for(node.node_id)
+        raylet, others = chaos._call(agent.kill_node.remote(driver_pids=chaos.driver_pids,
+                                                            grace_s=fault.grace_s))
+        took = _confirm_node_dead(chaos, node.node_id)
+        chaos._record("inject", fault, at, Process(raylet, node.node_id, node.label),
+                      f"deadline reached: SIGTERM, {fault.grace_s:g} s grace, SIGKILL to the raylet "
+                      f"and {others} processes; Ray declared the node dead after {took:.1f} s")
+    try:
+        yield Injection(fault, (node,))
+    finally:
+        chaos._record("heal", fault, at, node, "nothing to heal: the node is gone"
+                      if fault.kill_at_deadline else "nothing to heal: the node stays drained")
+
+
+def _request_drain(chaos: Chaos, node_id: str, fault: DrainNode) -> None:
+    import ray
+    from ray.core.generated import autoscaler_pb2
+
+    reason = {"preemption": "DRAIN_NODE_REASON_PREEMPTION",
+              "idle_termination": "DRAIN_NODE_REASON_IDLE_TERMINATION"}[fault.reason]
+    client = ray._raylet.GcsClient(address=chaos.address)
+    deadline_ms = time.time_ns() // 1_000_000 + int(fault.deadline_s * 1000)
+    accepted, why = client.drain_node(node_id, autoscaler_pb2.DrainNodeReason.Value(reason),
+                                      "raychaos DrainNode", deadline_ms)
+    if not accepted:
+        raise FaultIneffective(f"the GCS refused to drain node {node_id[:12]}: {why}")
+
+
+@contextmanager
+def _kill_gcs(chaos: Chaos, fault: KillGcs, at: float | None,
+              rng: random.Random) -> Iterator[Injection]:
+    head = head_of(chaos.address)
+    pid = head.kill_gcs()
+    proc = Process(pid, head.node_id, f"gcs_server pid {pid}")
+    chaos._record("inject", fault, at, proc, "gcs_server SIGKILLed; process gone")
+
+    def heal() -> None:
+        if not fault.restart:
+            chaos._record("heal", fault, at, proc, "not restarted, as asked: the head is lost")
+            return
+        new_pid, took = head.restart_gcs(chaos.address)
+        chaos._record("heal", fault, at, proc, f"gcs_server restarted as pid {new_pid}; it answered "
+                                               f"after {took:.2f} s", new_pid=new_pid)
+
+    with chaos._active_heal(heal):
+        yield Injection(fault, (proc,), {"pid": pid})
+
+
 _INJECTORS: dict[type, Callable[..., Any]] = {
     Kill: _kill, KillNode: _kill_node, Pause: _pause, CpuHog: _cpu, MemoryPressure: _memory,
-    FillObjectStore: _object_store, Starve: _starve,
+    FillObjectStore: _object_store, Starve: _starve, FreezeNode: _freeze_node,
+    LimitOpenFiles: _limit_open_files, FillDisk: _fill_disk, DrainNode: _drain_node,
+    KillGcs: _kill_gcs,
 }
 

@@ -9,8 +9,9 @@ from typing import Any, ClassVar, Literal
 from chaos._errors import InvalidFaultSpec
 from chaos._targets import NodeTarget, Target, target_from_dict, target_to_dict
 
-__all__ = ["CpuHog", "Fault", "FillObjectStore", "Kill", "KillNode", "MemoryPressure", "Pause",
-           "Starve", "fault_from_dict", "fault_to_dict"]
+__all__ = ["CpuHog", "DrainNode", "Fault", "FillDisk", "FillObjectStore", "FreezeNode", "Kill",
+           "KillGcs", "KillNode", "LimitOpenFiles", "MemoryPressure", "Pause", "Starve",
+           "fault_from_dict", "fault_to_dict"]
 
 Signal = Literal["SIGKILL", "SIGTERM"]
 MAX_FAULT_SECONDS = 3600.0
@@ -147,10 +148,118 @@ class Starve:
                                    f"cpus={self.cpus!r}, resources={self.resources!r}")
 
 
-Fault = Kill | KillNode | Pause | MemoryPressure | CpuHog | FillObjectStore | Starve
+@dataclass(frozen=True, slots=True)
+class FreezeNode:
+    """SIGSTOP a node's raylet (with ``workers``, its workers too) for ``seconds``: a node that
+    stops answering without dying, as a long swap storm or a hung kernel does. Ray's health
+    check declares it dead after about ``failure_threshold × (period + timeout)``; once
+    thawed, a raylet Ray declared dead must exit rather than rejoin."""
+
+    #: Carried out by the chaos agent on the target's node (see :func:`chaos.start_agents`).
+    USES_AGENT: ClassVar[bool] = True
+
+    seconds: float
+    target: NodeTarget = field(default_factory=NodeTarget)
+    workers: bool = False
+
+    def __post_init__(self) -> None:
+        _seconds("seconds", self.seconds)
+        if self.target.allow_head:
+            raise InvalidFaultSpec("freezing the head freezes the GCS's node: use KillGcs for the "
+                                   "head, FreezeNode for worker nodes")
+
+
+@dataclass(frozen=True, slots=True)
+class LimitOpenFiles:
+    """Lower the target process's open-file limit (``RLIMIT_NOFILE``) for ``seconds`` so that it
+    can open ``headroom`` more descriptors: the next ``open``/``socket`` fails with ``EMFILE``,
+    as a descriptor leak would make it (those it holds stay usable). Healing restores the
+    limit it had."""
+
+    #: Carried out by the chaos agent on the target's node (see :func:`chaos.start_agents`).
+    USES_AGENT: ClassVar[bool] = True
+
+    target: Target
+    seconds: float
+    headroom: int = 0
+
+    def __post_init__(self) -> None:
+        _seconds("seconds", self.seconds)
+        if isinstance(self.headroom, bool) or not isinstance(self.headroom, int) or not 0 <= self.headroom <= 4096:
+            raise InvalidFaultSpec(f"`headroom` must be a whole number of descriptors in [0, 4096], "
+                                   f"got {self.headroom!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class FillDisk:
+    """Fill the filesystem holding ``path`` on a node (this driver's when ``node`` is None) for
+    ``seconds``; healing deletes the ballast. Only a tmpfs of at most 1 GiB is ever filled
+    (:func:`chaos.capped_filesystem` mounts one), never the host's disk."""
+
+    #: Carried out by the chaos agent on the target's node (see :func:`chaos.start_agents`).
+    USES_AGENT: ClassVar[bool] = True
+
+    path: str
+    seconds: float
+    node: NodeTarget | None = None
+
+    def __post_init__(self) -> None:
+        _seconds("seconds", self.seconds)
+        if not isinstance(self.path, str) or not self.path.startswith("/"):
+            raise InvalidFaultSpec(f"`path` must be an absolute directory, got {self.path!r}")
+
+
+DrainReason = Literal["preemption", "idle_termination"]
+
+
+@dataclass(frozen=True, slots=True)
+class DrainNode:
+    """Drain a node through Ray's autoscaler API with a deadline, as a spot instance's
+    preemption notice does, then at the deadline SIGTERM its processes, wait ``grace_s``, and
+    SIGKILL what is left (the instance going away). ``kill_at_deadline=False`` only drains."""
+
+    #: Carried out by the chaos agent on the target's node (see :func:`chaos.start_agents`).
+    USES_AGENT: ClassVar[bool] = True
+
+    deadline_s: float
+    target: NodeTarget = field(default_factory=NodeTarget)
+    reason: DrainReason = "preemption"
+    grace_s: float = 2.0
+    kill_at_deadline: bool = True
+
+    def __post_init__(self) -> None:
+        _seconds("deadline_s", self.deadline_s)
+        _seconds("grace_s", self.grace_s)
+        if self.reason not in ("preemption", "idle_termination"):
+            raise InvalidFaultSpec(f"unknown drain reason {self.reason!r}; use 'preemption' or "
+                                   "'idle_termination'")
+        if self.target.allow_head:
+            raise InvalidFaultSpec("Ray refuses to drain the head node; target a worker node")
+
+
+@dataclass(frozen=True, slots=True)
+class KillGcs:
+    """SIGKILL the GCS server (on the head) and, with ``restart``, start it again after
+    ``seconds`` on the same address. With GCS fault tolerance (an external Redis) the
+    cluster carries on; without it, this is the head's loss: raylets and workers give up after
+    ``gcs_rpc_server_reconnect_timeout_s``. Needs the cluster this process started."""
+
+    #: Carried out by this driver, which owns the head's processes (see the class docstring).
+    USES_AGENT: ClassVar[bool] = False
+
+    seconds: float = 1.0
+    restart: bool = True
+
+    def __post_init__(self) -> None:
+        _seconds("seconds", self.seconds)
+
+
+Fault = (Kill | KillNode | Pause | MemoryPressure | CpuHog | FillObjectStore | Starve | FreezeNode
+         | LimitOpenFiles | FillDisk | DrainNode | KillGcs)
 _KINDS: dict[str, type] = {"kill": Kill, "kill_node": KillNode, "pause": Pause,
                            "memory": MemoryPressure, "cpu": CpuHog, "object_store": FillObjectStore,
-                           "starve": Starve}
+                           "starve": Starve, "freeze_node": FreezeNode, "limit_open_files": LimitOpenFiles,
+                           "fill_disk": FillDisk, "drain_node": DrainNode, "kill_gcs": KillGcs}
 _TARGET_FIELDS = ("target", "node")
 
 

@@ -1,0 +1,110 @@
+"""The faults beyond the reference chapter, on real Ray processes: each one seen to take effect,
+and seen undone by its heal (a limit read back, a filesystem emptied, a node resumed)."""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import psutil
+import pytest
+import ray
+
+from actors import CheckpointedCounter
+from chaos import (
+    ActorTarget,
+    Chaos,
+    ClusterHandle,
+    FillDisk,
+    InvalidFaultSpec,
+    KillGcs,
+    LimitOpenFiles,
+    MutationNotLogged,
+    UnsafeTarget,
+    capped_filesystem,
+    free_bytes,
+)
+from conftest import CALL_TIMEOUT
+
+pytestmark = pytest.mark.ray
+
+
+@ray.remote(max_restarts=-1, max_task_retries=-1)
+class Opener:
+    """Opens a file per call: what a process that leaks or needs descriptors does."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder, self.held = folder, []
+
+    def open_one(self) -> int:
+        f = open(os.path.join(self.folder, f"f{len(self.held)}"), "w")  # noqa: SIM115 - held on purpose
+        self.held.append(f)
+        return len(self.held)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def test_an_open_file_limit_surfaces_emfile_through_ray_get_and_heals(
+        ray_cluster: ClusterHandle, tmp_path: Any) -> None:
+    chaos, opener = Chaos(address=ray_cluster.address), Opener.remote(str(tmp_path))
+    pid = ray.get(opener.pid.remote(), timeout=CALL_TIMEOUT)
+    before = psutil.Process(pid).rlimit(psutil.RLIMIT_NOFILE)
+    with chaos.inject(LimitOpenFiles(ActorTarget.of(opener), seconds=30, headroom=2)) as injection:
+        assert injection.processes[0].pid == pid
+        assert psutil.Process(pid).rlimit(psutil.RLIMIT_NOFILE)[0] < before[0]
+        opened = [ray.get(opener.open_one.remote(), timeout=CALL_TIMEOUT) for _ in range(2)]
+        with pytest.raises(OSError) as caught:  # RayTaskError(OSError): the cause's type too
+            ray.get(opener.open_one.remote(), timeout=CALL_TIMEOUT)
+        # Ray's dual type is an OSError without the errno: the cause carries it.
+        assert caught.value.cause.errno == errno.EMFILE, caught.value.cause  # type: ignore[attr-defined]
+    assert psutil.Process(pid).rlimit(psutil.RLIMIT_NOFILE) == before
+    assert ray.get(opener.open_one.remote(), timeout=CALL_TIMEOUT) == opened[-1] + 1
+    assert [e.kind for e in chaos.journal.events] == ["inject", "heal"]
+    ray.kill(opener)
+
+
+@pytest.fixture
+def disk() -> Iterator[str]:
+    with capped_filesystem(8) as root:
+        yield root
+
+
+def test_a_full_disk_fails_the_unlogged_add_loses_nothing_acknowledged_and_heals(
+        ray_cluster: ClusterHandle, disk: str) -> None:
+    counter = ray.remote(max_restarts=-1, max_task_retries=-1)(CheckpointedCounter).remote(
+        f"{disk}/ckpt", durability="wal", every_n=50)
+    chaos, acked, failed = Chaos(address=ray_cluster.address), 0, 0
+    for seq in range(20):
+        acked = ray.get(counter.add.remote(1, writer_id="w", seq=seq), timeout=CALL_TIMEOUT)
+    with chaos.inject(FillDisk(disk, seconds=30)):
+        assert free_bytes(disk) == 0
+        for seq in range(20, 20 + os.sysconf("SC_PAGE_SIZE")):  # the log's page fills, then it fails
+            try:
+                acked = ray.get(counter.add.remote(1, writer_id="w", seq=seq), timeout=CALL_TIMEOUT)
+            except MutationNotLogged as exc:  # RayTaskError(MutationNotLogged)
+                failed += 1
+                assert exc.cause.undone, exc.cause  # type: ignore[attr-defined]
+                break
+    assert failed == 1 and free_bytes(disk) > 0
+    acked = ray.get(counter.add.remote(1, writer_id="w", seq=10**6), timeout=CALL_TIMEOUT)
+    os.kill(ray.get(counter.pid.remote(), timeout=CALL_TIMEOUT), 9)
+    assert ray.get(counter.get.remote(), timeout=CALL_TIMEOUT) == acked  # restored: every ack
+    ray.kill(counter)
+
+
+def test_a_disk_fault_refuses_anything_but_a_small_tmpfs(ray_cluster: ClusterHandle, tmp_path: Any) -> None:
+    chaos = Chaos(address=ray_cluster.address)
+    with pytest.raises(UnsafeTarget, match="never the host's disk"), \
+            chaos.inject(FillDisk(str(tmp_path), seconds=1)):
+        pass
+    with pytest.raises(InvalidFaultSpec, match="absolute directory"):
+        FillDisk("relative/dir", seconds=1)
+
+
+def test_kill_gcs_needs_a_cluster_this_process_started(ray_cluster: ClusterHandle) -> None:
+    with pytest.raises(InvalidFaultSpec, match="not started by this process"), \
+            Chaos(address="127.0.0.1:1").inject(KillGcs(seconds=1)):
+        pass
