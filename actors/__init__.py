@@ -7,6 +7,7 @@ from actors._checkpoint import (
     Durability,
     Policy,
     RestoreInfo,
+    checkpoint_async,
     mutation,
 )
 from actors._counter import CheckpointedCounter
@@ -58,5 +59,6 @@ __all__ = [
     "StaleGradientError",
     "VersionTimeout",
     "WriterSeqs",
+    "checkpoint_async",
     "mutation",
 ]

@@ -16,6 +16,7 @@ import contextvars
 import functools
 import inspect
 import os
+import signal
 import threading
 import time
 import warnings
@@ -37,6 +38,7 @@ __all__ = [
     "Durability",
     "Policy",
     "RestoreInfo",
+    "checkpoint_async",
     "mutation",
 ]
 
@@ -73,6 +75,11 @@ class CheckpointConfig:
         keep: how many checkpoints to keep (with the chain of deltas each one needs).
         incremental: save only what changed since the previous checkpoint, when the actor
             implements ``delta_state_dict``; a full checkpoint every ``full_every``.
+        checkpoint_on_sigterm: on SIGTERM (a node drained or preempted, an instance shutting
+            down) commit a checkpoint of everything acknowledged, after the mutation in flight,
+            then exit as before: ``"policy"`` durability then loses nothing to a graceful stop.
+            For actors whose mutations run on the main thread (sync actors); an async actor's
+            run on its event loop's thread, where Python cannot take signals.
     """
 
     storage: str
@@ -85,14 +92,16 @@ class CheckpointConfig:
     fsync_interval: float = 0.05
     incremental: bool = False
     full_every: int = 8
+    checkpoint_on_sigterm: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.storage, str) or not self.storage:
             raise InvalidConfig(f"`storage` must be a directory or URL, got {self.storage!r}")
         _validate_choice("checkpoint policy", self.policy, get_args(Policy))
         _validate_choice("durability", self.durability, get_args(Durability))
-        if not isinstance(self.incremental, bool):
-            raise InvalidConfig(f"`incremental` must be True or False, got {self.incremental!r}")
+        for flag in ("incremental", "checkpoint_on_sigterm"):
+            if not isinstance(getattr(self, flag), bool):
+                raise InvalidConfig(f"`{flag}` must be True or False, got {getattr(self, flag)!r}")
         for name in ("every_n", "keep", "fsync_every", "full_every"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -189,11 +198,23 @@ def _async_mutation(method: F) -> Callable[..., Any]:
     return wrapper
 
 
+async def checkpoint_async(owner: Checkpointable, *, full: bool = False) -> CheckpointInfo:
+    """:meth:`Checkpointable.checkpoint` for async actors: waits until no async mutation is in
+    flight. A function, not a method: an ``async def`` on the mixin would make Ray run every
+    checkpointed actor as an async actor."""
+    checkpointer = owner._checkpointer()
+    async with owner.__dict__["_raychaos_gate"].held():
+        return checkpointer.checkpoint(full=full)
+
+
 def _log(owner: Checkpointable, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     checkpointer = owner.__dict__.get("_raychaos_checkpointer")
     if checkpointer is not None:
         failpoint(fp.MUTATION_APPLIED)
+        checkpointer.install_sigterm()
         checkpointer.after_mutation(name, args, kwargs)
+        if checkpointer.terminating:  # SIGTERM came while this call ran: it is whole now
+            checkpointer.final_checkpoint()
 
 
 class _Gate:
@@ -303,6 +324,8 @@ class Checkpointable:
         info = checkpointer.start(restore == "always" or (restore == "auto" and _reconstructed()))
         self.__dict__["_raychaos_gate"] = _Gate()
         self.__dict__["_raychaos_checkpointer"] = checkpointer
+        if config.checkpoint_on_sigterm:
+            checkpointer.checkpoint_on_sigterm()
         return info
 
     def checkpoint(self, *, full: bool = False) -> CheckpointInfo:
@@ -318,17 +341,12 @@ class Checkpointable:
         if not gate.try_hold():
             raise CheckpointError(f"an async mutation of {type(self).__name__} is in flight: a "
                                   "checkpoint now would hold half of it; await "
-                                  "self.checkpoint_async() instead")
+                                  "actors.checkpoint_async(self) instead")
         try:
             return checkpointer.checkpoint(full=full)
         finally:
             gate.release()
 
-    async def checkpoint_async(self, *, full: bool = False) -> CheckpointInfo:
-        """:meth:`checkpoint` for async actors: waits until no async mutation is in flight."""
-        checkpointer = self._checkpointer()
-        async with self.__dict__["_raychaos_gate"].held():
-            return checkpointer.checkpoint(full=full)
 
     def digest(self) -> str:
         """A stable hash of the logical state, for recovery assertions."""
@@ -350,6 +368,14 @@ class Checkpointable:
 def _lock_of(owner: object) -> Any:
     """The owner's ``checkpoint_lock`` (threaded actors set one), else a no-op context."""
     return owner.__dict__.get("checkpoint_lock") or contextlib.nullcontext()
+
+
+def _gate_held(owner: object) -> bool:
+    gate = owner.__dict__.get("_raychaos_gate")
+    if gate is None or not gate.try_hold():
+        return gate is not None
+    gate.release()
+    return False
 
 
 def _run_to_end(coroutine: Any) -> Any:
@@ -393,6 +419,8 @@ class _Checkpointer:
         self.restore_info = RestoreInfo(False, 0, 0, 0.0)
         self.failed_checkpoints = 0
         self.diverged = ""  # why memory no longer matches the log, once it does not
+        self.terminating, self.final_done, self.sigterm_pending = False, False, False
+        self.previous_sigterm: Any = signal.SIG_DFL
 
     def start(self, restore: bool) -> RestoreInfo:
         start = time.perf_counter()
@@ -475,6 +503,38 @@ class _Checkpointer:
         self.since += 1
         if self._due():
             self._checkpoint_due(name)
+
+    def checkpoint_on_sigterm(self) -> None:
+        """Install the SIGTERM hook (see ``CheckpointConfig.checkpoint_on_sigterm``) now if this
+        is the main thread, where Python runs signal handlers, else at the first mutation that
+        runs there (Ray 2.60 runs ``__init__`` on another thread, a sync actor's methods on the
+        main one): until then nothing was acknowledged that a checkpoint lacks."""
+        self.sigterm_pending = True
+        self.install_sigterm()
+
+    def install_sigterm(self) -> None:
+        if self.sigterm_pending and threading.current_thread() is threading.main_thread():
+            self.sigterm_pending = False
+            self.previous_sigterm = signal.getsignal(signal.SIGTERM)
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        self.terminating = True
+        if self.final_done or not (self.owner.__dict__.get("_raychaos_depth", 0) or _gate_held(self.owner)):
+            self.final_checkpoint()
+        # else a mutation is half done: it checkpoints once it is whole and logged (see _log)
+
+    def final_checkpoint(self) -> None:
+        """The checkpoint of a graceful stop, then the stop itself: SIGTERM again, to the
+        handler that was there before (Ray's ends the worker)."""
+        try:
+            if not self.final_done:
+                self.checkpoint()
+                self.final_done = True
+        finally:
+            if threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGTERM, self.previous_sigterm)
+            os.kill(os.getpid(), signal.SIGTERM)  # from another thread: this handler, then that
 
     def _undo(self, name: str, exc: Exception) -> None:
         """The call ran but the log cannot replay it: restore the last logged state, so memory

@@ -19,11 +19,13 @@ class CheckpointedCounter(Checkpointable):
     """
 
     def __init__(self, storage: str, *, durability: Durability = "policy",
-                 policy: Policy = "every_n", every_n: int = 5, restore: Restore = "auto") -> None:
+                 policy: Policy = "every_n", every_n: int = 5, restore: Restore = "auto",
+                 checkpoint_on_sigterm: bool = False) -> None:
         self.value, self.adds = 0, 0
         self._seqs = WriterSeqs()
         self.restore_info = self.enable_checkpointing(CheckpointConfig(
-            storage=storage, durability=durability, policy=policy, every_n=every_n), restore=restore)
+            storage=storage, durability=durability, policy=policy, every_n=every_n,
+            checkpoint_on_sigterm=checkpoint_on_sigterm), restore=restore)
 
     def state_dict(self) -> Mapping[str, Any]:
         return {"value": self.value, "adds": self.adds, "writers": self._seqs.state_dict()}

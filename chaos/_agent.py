@@ -301,9 +301,24 @@ def _gone(proc: psutil.Process) -> bool:
     return not proc.is_running() or _status(proc) in _ENDED
 
 
+#: Processes under a raylet that are not workers: the raylet fate-shares with them (it exits
+#: at once when one ends), so a graceful shutdown leaves them to the final SIGKILL.
+_RAYLET_AGENTS = ("ray::DashboardAgent", "ray::RuntimeEnvAgent", "dashboard/agent.py",
+                  "runtime_env/agent")
+
+
+def _is_raylet_agent(proc: psutil.Process) -> bool:
+    try:
+        text = proc.name() + " " + " ".join(proc.cmdline())
+    except psutil.Error:
+        return False
+    return any(marker in text for marker in _RAYLET_AGENTS)
+
+
 def _kill_all(processes: list[psutil.Process], grace_s: float = 0.0) -> None:
     if grace_s > 0:
-        workers = processes[1:]  # the raylet stays up while its workers shut down
+        # The raylet and its agents stay up while the workers shut down.
+        workers = [p for p in processes[1:] if not _is_raylet_agent(p)]
         for proc in workers:
             with contextlib.suppress(psutil.Error):
                 proc.terminate()

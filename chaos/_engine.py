@@ -133,7 +133,7 @@ class Chaos:
         if schedule.entries:
             list_nodes(address=self.address, limit=1, timeout=CALL_TIMEOUT)
 
-    def kill(self, fault: Kill | KillNode) -> Injection:
+    def kill(self, fault: Kill | KillNode | DrainNode) -> Injection:
         """Inject a kill and confirm it (nothing to heal: Ray restarts what it may)."""
         with self.inject(fault) as injection:
             return injection
@@ -526,13 +526,14 @@ def _fill_disk(chaos: Chaos, fault: FillDisk, at: float | None,
 def _drain_node(chaos: Chaos, fault: DrainNode, at: float | None,
                 rng: random.Random) -> Iterator[Injection]:
     (node,) = resolve(fault.target, address=chaos.address, rng=rng)
+    agent = agent_for(node.node_id)
+    chaos._call(agent.where.remote())  # up before the drain: a draining node takes no new actor
     deadline = time.monotonic() + fault.deadline_s
     _request_drain(chaos, node.node_id, fault)
     chaos._record("inject", fault, at, node, f"drain accepted by the GCS ({fault.reason}); "
                                              f"deadline in {fault.deadline_s:g} s")
     if fault.kill_at_deadline:
         threading.Event().wait(max(0.0, deadline - time.monotonic()))  # the notice's length
-        agent = agent_for(node.node_id)
         raylet, others = chaos._call(agent.kill_node.remote(driver_pids=chaos.driver_pids,
                                                             grace_s=fault.grace_s))
         took = _confirm_node_dead(chaos, node.node_id)

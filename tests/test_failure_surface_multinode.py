@@ -1,0 +1,83 @@
+"""Node-level faults beyond a kill, on the 3-node cluster: a node that stops answering, a node
+drained and preempted at its deadline."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import psutil
+import pytest
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+from ray.util.state import list_nodes
+
+from actors import CheckpointedCounter
+from chaos import TEST_SYSTEM_CONFIG, Chaos, ClusterHandle, DrainNode, FreezeNode, NodeTarget, wait_until
+from conftest import CALL_TIMEOUT
+from test_chaos_multinode import Remote, replace_dead_worker, where
+
+pytestmark = [pytest.mark.multinode, pytest.mark.slow]
+
+#: Ray's health check declares a silent node dead after about threshold × (period + timeout).
+DETECTION_BOUND = TEST_SYSTEM_CONFIG["health_check_failure_threshold"] * (
+    TEST_SYSTEM_CONFIG["health_check_period_ms"] + TEST_SYSTEM_CONFIG["health_check_timeout_ms"]) / 1000
+
+
+def node_state(address: str, node_id: str) -> str:
+    rows = list_nodes(address=address, filters=[("node_id", "=", node_id)], raise_on_missing_output=False)
+    return rows[0].state if rows else "MISSING"
+
+
+def test_a_frozen_node_is_declared_dead_its_actors_move_and_it_never_rejoins(
+        ray_multinode_cluster: ClusterHandle) -> None:
+    address, actor = ray_multinode_cluster.address, Remote.remote()
+    old_pid, node = where(actor)
+    chaos = Chaos(address=address)
+    with chaos.inject(FreezeNode(seconds=DETECTION_BOUND + 4, target=NodeTarget(node))) as injection:
+        raylet = psutil.Process(injection.processes[0].pid)
+        assert raylet.status() == psutil.STATUS_STOPPED  # one machine: visible here
+        frozen = time.monotonic()
+        wait_until(lambda: node_state(address, node) == "DEAD", timeout=DETECTION_BOUND + 10,
+                   interval=0.1, what="Ray's health check to declare the frozen node dead")
+        detected = time.monotonic() - frozen
+        pid, moved_to = where(actor)  # restarted elsewhere while the node is still frozen
+        assert moved_to != node and pid != old_pid
+    assert detected <= DETECTION_BOUND + 2, detected
+    # Thawed, the raylet learns it was declared dead and exits instead of rejoining.
+    wait_until(lambda: not raylet.is_running() or raylet.status() == psutil.STATUS_ZOMBIE,
+               timeout=30, what="the thawed raylet to exit")
+    assert node_state(address, node) == "DEAD" and where(actor)[1] != node
+    # Ray 2.60 leaves the frozen node's workers running after its raylet exits: the actor's
+    # old incarnation still runs beside the new one (README: "what Ray 2.60 did").
+    assert psutil.pid_exists(old_pid) and psutil.Process(old_pid).status() != psutil.STATUS_ZOMBIE
+    psutil.Process(old_pid).kill()
+    ray.kill(actor)
+    replace_dead_worker(ray_multinode_cluster, node)
+
+
+def counter_on(node: str, storage: str, *, graceful: bool) -> Any:
+    remote = ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0, resources={"worker": 1})(
+        CheckpointedCounter)
+    return remote.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=True)).remote(
+        storage, durability="policy", every_n=1000, checkpoint_on_sigterm=graceful)
+
+
+def test_a_preempted_node_loses_nothing_of_an_actor_that_checkpoints_on_sigterm(
+        ray_multinode_cluster: ClusterHandle, tmp_path: Any) -> None:
+    address = ray_multinode_cluster.address
+    node = where(Remote.options(max_restarts=0).remote())[1]
+    graceful = counter_on(node, str(tmp_path / "graceful"), graceful=True)
+    plain = counter_on(node, str(tmp_path / "plain"), graceful=False)
+    assert {ray.get(a.node_id.remote(), timeout=CALL_TIMEOUT) for a in (graceful, plain)} == {node}
+    for seq in range(30):
+        ray.get([a.add.remote(1, writer_id="w", seq=seq) for a in (graceful, plain)], timeout=CALL_TIMEOUT)
+    Chaos(address=address).kill(DrainNode(deadline_s=2, target=NodeTarget(node), grace_s=5))
+    assert node_state(address, node) == "DEAD"
+    assert ray.get(graceful.get.remote(), timeout=60) == 30  # restored elsewhere, all of it
+    assert ray.get(plain.get.remote(), timeout=60) == 0  # policy durability without the hook
+    assert ray.get(graceful.node_id.remote(), timeout=CALL_TIMEOUT) != node
+    for actor in (graceful, plain):
+        ray.kill(actor)
+    replace_dead_worker(ray_multinode_cluster, node)
