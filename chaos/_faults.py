@@ -190,6 +190,9 @@ class LimitOpenFiles:
                                    f"got {self.headroom!r}")
 
 
+#: ``FillDisk(path=STORAGE)`` in a scenario: the run's checkpoint storage (see ``storage_mb``).
+STORAGE = "$STORAGE"
+
 @dataclass(frozen=True, slots=True)
 class FillDisk:
     """Fill the filesystem holding ``path`` on a node (this driver's when ``node`` is None) for
@@ -205,8 +208,9 @@ class FillDisk:
 
     def __post_init__(self) -> None:
         _seconds("seconds", self.seconds)
-        if not isinstance(self.path, str) or not self.path.startswith("/"):
-            raise InvalidFaultSpec(f"`path` must be an absolute directory, got {self.path!r}")
+        if not isinstance(self.path, str) or not (self.path.startswith("/") or self.path == STORAGE):
+            raise InvalidFaultSpec(f"`path` must be an absolute directory (or {STORAGE!r}, a "
+                                   f"scenario's checkpoint storage), got {self.path!r}")
 
 
 DrainReason = Literal["preemption", "idle_termination"]

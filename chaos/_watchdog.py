@@ -37,6 +37,8 @@ class StuckCause(StrEnum):
     FAILED_OBJECT = "failed_object"  #: ray.get raises, yet ray.wait did not report it ready
     NO_TASK_RECORD = "no_task_record"  #: an object with no task behind it, still pending
     CANCEL_LOST = "cancel_lost"  #: ray.cancel was called on it, yet its task runs on
+    INFEASIBLE_GROUP = "infeasible_group"  #: its placement group can never be placed
+    GROUP_PENDING = "group_pending"  #: its placement group waits for resources or a node
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +132,8 @@ def _object_cause(ref: Any) -> tuple[StuckCause, str]:
 
 def _cause(task: Any, address: str) -> tuple[StuckCause, str]:
     state = task.state
+    if state == "PENDING_NODE_ASSIGNMENT" and getattr(task, "placement_group_id", None):
+        return _group_cause(task.placement_group_id, address)
     if state == "PENDING_NODE_ASSIGNMENT":
         return _pending_resources(task.required_resources or {}, address)
     if state == "PENDING_ARGS_AVAIL":
@@ -163,6 +167,45 @@ def _pending_resources(required: dict[str, float], address: str) -> tuple[StuckC
                                        f"much (the largest offers {offer}); it will wait forever")
     return StuckCause.RESOURCES_HELD, (f"waiting for resources {required}: they exist but are all "
                                        "held (starvation, or too much work queued)")
+
+
+def _group_cause(group_id: str, address: str) -> tuple[StuckCause, str]:
+    """A task waiting for its placement group: can the group ever be placed on the live nodes?"""
+    from ray.util.state import list_nodes, list_placement_groups
+
+    rows = list_placement_groups(address=address, filters=[("placement_group_id", "=", group_id)],
+                                 detail=True, raise_on_missing_output=False, timeout=CALL_TIMEOUT)
+    if not rows:
+        return StuckCause.GROUP_PENDING, f"its placement group {group_id[:12]} is not known to the GCS (removed?)"
+    group = rows[0]
+    bundles = [b.get("unit_resources", {}) for b in group.bundles or []]
+    nodes = list_nodes(address=address, filters=[("state", "=", "ALIVE")], detail=True,
+                       raise_on_missing_output=False, timeout=CALL_TIMEOUT)
+    totals = [n.resources_total or {} for n in nodes]
+    if not group_fits(bundles, group.strategy, totals):
+        return StuckCause.INFEASIBLE_GROUP, (
+            f"placement group {group_id[:12]} ({group.strategy}, bundles {bundles}) can never be "
+            f"placed: no set of live nodes offers that much; it is {group.state} and will wait forever")
+    return StuckCause.GROUP_PENDING, (f"waiting for its placement group {group_id[:12]} ({group.state}): "
+                                      "its resources are held, or a node that held a bundle is being replaced")
+
+
+def group_fits(bundles: Sequence[dict[str, float]], strategy: str, totals: Sequence[dict[str, float]]) -> bool:
+    """Whether the live nodes' total resources could ever hold ``bundles`` under ``strategy``
+    (held resources aside): each bundle on some node, all on one for STRICT_PACK, each on its
+    own node for STRICT_SPREAD."""
+    def fits(need: dict[str, float], node: dict[str, float]) -> bool:
+        return all(node.get(k, 0.0) >= v for k, v in need.items())
+
+    if strategy == "STRICT_PACK":
+        whole: dict[str, float] = {}
+        for bundle in bundles:
+            for k, v in bundle.items():
+                whole[k] = whole.get(k, 0.0) + v
+        return any(fits(whole, t) for t in totals)
+    if strategy == "STRICT_SPREAD" and len(bundles) > len(totals):
+        return False
+    return all(any(fits(b, t) for t in totals) for b in bundles)
 
 
 def _actor(actor_id: str, address: str) -> Any:

@@ -17,7 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from chaos import ChaosError, InvalidConfig, InvalidFaultSpec, Schedule, fault_from_dict
+from chaos import ChaosError, InvalidConfig, InvalidFaultSpec, RpcFailure, Schedule, fault_from_dict
 from chaos._schedule import ScheduledFault
 
 __all__ = ["HealStrategy", "Problem", "Scenario", "ScenarioError", "SteadyState",
@@ -28,7 +28,7 @@ MAX_DURATION = 3600.0
 MAX_NODES = 8
 _TOP_LEVEL = {"name", "description", "workload", "params", "duration", "nodes", "num_cpus",
               "system_config", "oom_headroom_gib", "heal", "invariants", "steady_state", "faults",
-              "random", "strict_faults"}
+              "random", "strict_faults", "gcs_fault_tolerance", "rpc_failures", "storage_mb"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +85,13 @@ class Scenario:
     #: A scheduled fault that did not happen fails the run; ``strict_faults = false`` in the
     #: file accepts that (best effort), in words.
     strict_faults: bool = True
+    #: Start a Redis and give the embedded head GCS fault tolerance (it survives KillGcs).
+    gcs_fault_tolerance: bool = False
+    #: Ray's RPC failure knob for the embedded worker nodes' processes, set at their start.
+    rpc_failures: tuple[RpcFailure, ...] = ()
+    #: Put each run's checkpoint storage on a tmpfs of this many MiB (a FillDisk of
+    #: ``path = "$STORAGE"`` fills it); None: an ordinary temporary directory.
+    storage_mb: int | None = None
 
     def with_nodes(self, nodes: int) -> Scenario:
         """This scenario on ``nodes`` embedded nodes (CLI ``--nodes``)."""
@@ -229,10 +236,28 @@ def _validate(source: str, data: dict[str, Any], seed: int,
         source=source.removeprefix("builtin:"),
         oom_headroom_gib=c.number("oom_headroom_gib", 0.0, 0.25, 64.0) if "oom_headroom_gib" in data else None,
         strict_faults=c.get("strict_faults", bool, True, "must be true or false (false: faults "
-                            "that did not happen do not fail the run)"))
+                            "that did not happen do not fail the run)"),
+        gcs_fault_tolerance=c.get("gcs_fault_tolerance", bool, False, "must be true or false (true: "
+                                  "the embedded head keeps its GCS tables in a Redis it starts)"),
+        rpc_failures=_rpc_failures(c, nodes),
+        storage_mb=c.number("storage_mb", 8, 1, 1024, whole=True) if "storage_mb" in data else None)
     if c.problems:
         raise ScenarioError(source, c.problems)
     return scenario
+
+
+def _rpc_failures(c: _Checker, nodes: int) -> tuple[RpcFailure, ...]:
+    tables = c.get("rpc_failures", list, [], "must be an array of tables (method, request_percent, "
+                   "response_percent, in_flight_percent, num_failures)")
+    if tables and nodes < 2:
+        c.add("rpc_failures", f"{len(tables)} entries", "they apply to worker nodes: set nodes >= 2")
+    found = []
+    for i, table in enumerate(tables):
+        try:
+            found.append(RpcFailure(**table))
+        except (InvalidFaultSpec, TypeError) as exc:
+            c.add(f"rpc_failures[{i}]", table, str(exc))
+    return tuple(found)
 
 
 def _invariants(c: _Checker, workload: Any) -> tuple[str, ...]:

@@ -12,7 +12,7 @@ import os
 import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -22,6 +22,7 @@ from chaos import (
     TEST_SYSTEM_CONFIG,
     Chaos,
     FaultOutcome,
+    FillDisk,
     HangError,
     Injection,
     InvalidConfig,
@@ -31,13 +32,17 @@ from chaos import (
     Schedule,
     ScheduledFault,
     ScheduleObserver,
+    capped_filesystem,
     fault_to_dict,
     local_cluster,
     ray_processes,
+    redis_server,
+    rpc_failure_env,
     run_schedule,
     stop_agents,
     wait_until,
 )
+from chaos._faults import STORAGE
 from scenarios._interrupt import interrupt_once
 from scenarios._model import Scenario, resolve_workload
 from scenarios._records import FaultRecord, Phase, Probe, RunResult, RunStatus, Sample, Verdict
@@ -96,10 +101,29 @@ def run_scenario(scenario: Scenario, *, seed: int = 0, address: str | None = Non
             results = []
             for label in labels:
                 journal = _journal_path(report_dir, label)
-                run = _Run(scenario, addr, seed, label, label == "chaos", journal, f"{tmp}/{label}",
-                           embedded=address is None)
-                results.append(_run_once(run, workload_cls, progress))
+                with _storage(scenario, f"{tmp}/{label}") as storage:
+                    run = _Run(_at_storage(scenario, storage), addr, seed, label, label == "chaos",
+                               journal, storage, embedded=address is None)
+                    results.append(_run_once(run, workload_cls, progress))
             return results
+
+
+@contextmanager
+def _storage(scenario: Scenario, path: str) -> Iterator[str]:
+    """A run's checkpoint storage: ``path``, or a capped tmpfs when ``storage_mb`` asks."""
+    if scenario.storage_mb is None:
+        yield path
+        return
+    with capped_filesystem(scenario.storage_mb) as root:
+        yield root
+
+
+def _at_storage(scenario: Scenario, storage: str) -> Scenario:
+    """The scenario with ``FillDisk(path="$STORAGE")`` aimed at this run's storage."""
+    entries = tuple(ScheduledFault(e.at, replace(e.fault, path=storage))
+                    if isinstance(e.fault, FillDisk) and e.fault.path == STORAGE else e
+                    for e in scenario.schedule.entries)
+    return replace(scenario, schedule=Schedule(entries, scenario.schedule.seed))
 
 
 def _journal_path(report_dir: str | None, label: str) -> str | None:
@@ -118,10 +142,18 @@ def _cluster(scenario: Scenario, address: str | None, extra_config: dict[str, An
 
     if address is None:
         config = {**TEST_SYSTEM_CONFIG, **scenario.system_config, **extra_config}
-        with local_cluster(nodes=scenario.nodes, num_cpus=scenario.num_cpus, system_config=config,
-                           worker_resources={"worker": 100}, log_to_driver=False) as handle:
+        with ExitStack() as stack:
+            redis = stack.enter_context(redis_server()) if scenario.gcs_fault_tolerance else None
+            env = rpc_failure_env(*scenario.rpc_failures) if scenario.rpc_failures else None
+            handle = stack.enter_context(local_cluster(
+                nodes=scenario.nodes, num_cpus=scenario.num_cpus, system_config=config,
+                worker_resources={"worker": 100}, log_to_driver=False, redis_address=redis,
+                worker_env=env))
             yield handle.address
         return
+    if scenario.gcs_fault_tolerance or scenario.rpc_failures:
+        raise InvalidConfig(f"scenario {scenario.name!r} sets up the cluster it runs on "
+                            "(gcs_fault_tolerance, rpc_failures): run it without --address")
     if ray.is_initialized():  # this process is already a driver (a test, a notebook): reuse it
         connected = ray.get_runtime_context().gcs_address
         if connected != address:

@@ -39,6 +39,7 @@ class RunContext:
         self.series: dict[str, list[tuple[float, float]]] = {}
         self.metrics: dict[str, float] = {}
         self.injected: list[str] = []  # kinds of the faults injected so far (confirmed)
+        self.injected_at: list[float] = []  # when each was confirmed, seconds into the run
         #: How each memory fault ended, as its heal observed it.
         self.memory_outcomes: list[MemoryOutcome] = []
 
@@ -72,6 +73,12 @@ class RunContext:
     def injected_fault(self, kind: str) -> None:
         with self._lock:
             self.injected.append(kind)
+            self.injected_at.append(self.elapsed())
+
+    def injections(self, kind: str) -> list[float]:
+        """When each fault of ``kind`` was confirmed, seconds into the run."""
+        with self._lock:
+            return [t for k, t in zip(self.injected, self.injected_at) if k == kind]
 
     def memory_outcome(self, outcome: MemoryOutcome) -> None:
         """How a memory fault ended (e.g. Ray's memory monitor killed the allocation)."""

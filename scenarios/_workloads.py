@@ -11,6 +11,7 @@ from actors import CheckpointConfig, CheckpointedCounter, ParameterServer, Repla
 from chaos import MemoryOutcome, StuckCause, watch
 from scenarios._dqn import DQNCartPole
 from scenarios._records import Verdict
+from scenarios._surface import SURFACE_WORKLOADS
 from scenarios._workload import CALL_TIMEOUT, Workload
 
 __all__ = ["WORKLOADS"]
@@ -460,4 +461,5 @@ WORKLOADS: dict[str, type[Workload]] = {
     "starvation": _Starvation,
     "node-loss": _NodeLoss,
     "owner-death": _OwnerDeath,
+    **SURFACE_WORKLOADS,
 }

@@ -1,0 +1,823 @@
+"""Workloads for Ray's failure surface beyond the reference chapter: GCS restarts, silent nodes,
+RPC failures, OS limits, full disks, preemption, lost objects, placement groups, async actors.
+
+Each one checks a guarantee Ray documents (or one our actors add) with invariants that can be
+false, and fails closed when its fault left no trace (a verdict on a fault that never bit
+would be a false green).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import socket
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+import psutil
+
+from actors import Checkpointable, CheckpointConfig, CheckpointedCounter, WriterSeqs, mutation
+from chaos import (
+    TEST_SYSTEM_CONFIG,
+    History,
+    MutationNotLogged,
+    StuckCause,
+    check_set,
+    drive_writers,
+    wait_until,
+    watch,
+)
+from scenarios._records import Verdict
+from scenarios._workload import CALL_TIMEOUT, Workload
+
+__all__ = ["SURFACE_WORKLOADS"]
+
+#: Ray's health check declares a silent node dead after about threshold × (period + timeout).
+DETECTION_BOUND = TEST_SYSTEM_CONFIG["health_check_failure_threshold"] * (
+    TEST_SYSTEM_CONFIG["health_check_period_ms"] + TEST_SYSTEM_CONFIG["health_check_timeout_ms"]) / 1000
+#: Objects this large live in the shared-memory store of the node that made them.
+PLASMA_ELEMENTS = 50_000
+
+
+class Ack(StrEnum):
+    """How one keyed add ended, as the writer saw it."""
+
+    ACKED = "acked"  #: the reply came: applied and (per durability) kept
+    UNDONE = "undone"  #: MutationNotLogged(undone=True): refused and rolled back, not applied
+    UNKNOWN = "unknown"  #: another error: it may or may not have been applied
+
+
+@dataclass
+class Ledger:
+    """One writer's keyed adds of 1 to a :class:`CheckpointedCounter`: the counter must end
+    between the acknowledged adds and those plus the ones whose fate is unknown."""
+
+    actor: Any
+    writer: str
+    seq: int = 0
+    counts: dict[Ack, int] = field(default_factory=lambda: dict.fromkeys(Ack, 0))
+    last: dict[Ack, float] = field(default_factory=dict)
+
+    def add(self, *, timeout: float = CALL_TIMEOUT) -> Ack:
+        import ray
+
+        seq, self.seq = self.seq, self.seq + 1
+        try:
+            ray.get(self.actor.add.remote(1, writer_id=self.writer, seq=seq), timeout=timeout)
+            outcome = Ack.ACKED
+        except MutationNotLogged as exc:  # RayTaskError(MutationNotLogged): the cause says
+            outcome = Ack.UNDONE if getattr(exc, "cause", exc).undone else Ack.UNKNOWN
+        except Exception:  # noqa: BLE001 - an error reply: the add may have happened
+            outcome = Ack.UNKNOWN
+        self.counts[outcome] += 1
+        self.last[outcome] = time.monotonic()
+        return outcome
+
+    def verdict(self, name: str) -> Verdict:
+        import ray
+
+        value = ray.get(self.actor.get.remote(), timeout=CALL_TIMEOUT)
+        acked, unknown = self.counts[Ack.ACKED], self.counts[Ack.UNKNOWN]
+        return Verdict(name, acked <= value <= acked + unknown,
+                       f"{self.writer}: counter {value}, acknowledged {acked}, fate unknown {unknown}, "
+                       f"refused and undone {self.counts[Ack.UNDONE]}")
+
+
+def _counter(ctx: Any, name: str, *, node: str | None = None, **options: Any) -> Any:
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    remote = ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)(CheckpointedCounter)
+    where = {"scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=True)} if node else {}
+    return remote.options(name=name, namespace=ctx.namespace, **where).remote(
+        f"{ctx.storage}/{name}", **options)
+
+
+def _worker_nodes() -> list[str]:
+    import ray
+
+    return sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive") and "worker" in n["Resources"])
+
+
+def _states(address: str) -> dict[str, str]:
+    from ray.util.state import list_nodes
+
+    return {n.node_id: n.state for n in list_nodes(address=address, limit=1000,
+                                                  raise_on_missing_output=False, timeout=CALL_TIMEOUT)}
+
+
+class _NodeWatch:
+    """When each node was first seen DEAD (seconds into the run), polled from ``step``."""
+
+    def __init__(self, ctx: Any, every: float = 0.25) -> None:
+        self.ctx, self.every, self.next = ctx, every, 0.0
+        self.dead_at: dict[str, float] = {}
+
+    def poll(self) -> None:
+        if time.monotonic() < self.next:
+            return
+        self.next = time.monotonic() + self.every
+        for node, state in _states(self.ctx.address).items():
+            if state == "DEAD":
+                self.dead_at.setdefault(node, self.ctx.elapsed())
+
+
+# -- 1. GCS restart on a Redis ------------------------------------------------------------------
+
+
+def square(x: int) -> int:
+    return x * x
+
+
+def _port_open(address: str) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+class GcsRestart(Workload):
+    """A detached named WAL counter and a stream of tasks while the GCS is killed and restarted
+    on its Redis: running actors serve through the outage, work submitted during it completes,
+    the named actor is found again with every acknowledged add."""
+
+    INVARIANTS = ("actor_served_during_outage", "pending_work_resumed", "named_actor_found",
+                  "nothing_acknowledged_lost")
+
+    def setup(self) -> None:
+        import ray
+
+        self.ledger = Ledger(self._detached(), "driver")
+        # Exported now: a remote function first called while the GCS is down blocks its caller
+        # until the GCS is back (its definition goes to the GCS), measured on Ray 2.60.
+        self.square = ray.remote(square).options(num_cpus=0.25, max_retries=3)
+        ray.get(self.square.remote(0), timeout=CALL_TIMEOUT)
+        self.served_down, self.i = 0, 0
+        self.outage: list[tuple[int, Any]] = []
+        self.settle = float(self.ctx.param("settle", CALL_TIMEOUT, (int, float)))
+
+    def _detached(self) -> Any:
+        import ray
+
+        remote = ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)(CheckpointedCounter)
+        return remote.options(name="ledger", namespace=self.ctx.namespace, lifetime="detached").remote(
+            f"{self.ctx.storage}/ledger", durability="wal", every_n=50)
+
+    def step(self) -> bool:
+        down = not _port_open(self.ctx.address)
+        if self.ledger.add() is Ack.ACKED and down:
+            self.served_down += 1
+        if down:
+            self.outage.append((self.i, self.square.remote(self.i)))
+        self.i += 1
+        self.ctx.count("calls")
+        self.ctx.stop.wait(0.02)  # the workload's pace, not a synchronisation
+        return True
+
+    def probe(self) -> str:
+        import ray
+
+        found = ray.get_actor("ledger", namespace=self.ctx.namespace)  # a GCS lookup
+        return f"ledger found by name, {ray.get(found.get.remote(), timeout=5)} adds"
+
+    def invariants(self) -> list[Verdict]:
+        import ray
+
+        values = [self._value(ref) for _, ref in self.outage]
+        right = sum(v == i * i for (i, _), v in zip(self.outage, values))
+        found = self._found()
+        return [Verdict("actor_served_during_outage", self.served_down > 0,
+                        f"{self.served_down} actor calls answered while the GCS port was closed"
+                        if self.served_down else "no call was answered while the GCS was down: "
+                        "either no outage happened or the actor stopped serving"),
+                Verdict("pending_work_resumed", bool(values) and right == len(values),
+                        f"{right} of {len(values)} tasks submitted during the outage returned "
+                        f"their value within {self.settle:g} s"),
+                Verdict("named_actor_found", found == ray.get(self.ledger.actor.get.remote(), timeout=CALL_TIMEOUT),
+                        f"get_actor('ledger') after the restart: {found}"),
+                self.ledger.verdict("nothing_acknowledged_lost")]
+
+    def _value(self, ref: Any) -> object:
+        import ray
+
+        try:
+            return ray.get(ref, timeout=self.settle)
+        except Exception as exc:  # noqa: BLE001 - the verdict shows it
+            return type(exc).__name__
+
+    def _found(self) -> object:
+        import ray
+
+        try:
+            return ray.get(ray.get_actor("ledger", namespace=self.ctx.namespace).get.remote(),
+                           timeout=CALL_TIMEOUT)
+        except Exception as exc:  # noqa: BLE001 - the verdict shows it
+            return f"{type(exc).__name__}: {exc}"[:200]
+
+    def teardown(self) -> None:
+        import ray
+
+        ray.kill(self.ledger.actor)  # detached: it would outlive the run
+
+
+# -- 2. an unresponsive node, 6. preemption: checkpointed counters on the worker nodes ------------
+
+
+class _OnWorkerNodes(Workload):
+    """A checkpointed counter on each worker node, written by the driver, nodes watched."""
+
+    DURABILITY = "wal"
+    GRACEFUL = False
+
+    def setup(self) -> None:
+        import ray
+
+        graceful = self.ctx.param("graceful", self.GRACEFUL, bool)
+        self.nodes = _worker_nodes()
+        self.ledgers = [Ledger(_counter(self.ctx, f"counter{i}", node=node, durability=self.DURABILITY,
+                                        every_n=1000, checkpoint_on_sigterm=graceful), f"w{i}")
+                        for i, node in enumerate(self.nodes)]
+        self.pids = [ray.get(ledger.actor.pid.remote(), timeout=CALL_TIMEOUT) for ledger in self.ledgers]
+        self.watch = _NodeWatch(self.ctx)
+
+    def step(self) -> bool:
+        for ledger in self.ledgers:
+            ledger.add()
+        self.watch.poll()
+        self.ctx.count("adds", len(self.ledgers))
+        return True
+
+    def probe(self) -> str:
+        import ray
+
+        values = ray.get([ledger.actor.get.remote() for ledger in self.ledgers], timeout=10)
+        return f"counters {values}"
+
+    def _moved(self) -> Verdict:
+        import ray
+
+        states = _states(self.ctx.address)
+        now = ray.get([ledger.actor.node_id.remote() for ledger in self.ledgers], timeout=CALL_TIMEOUT)
+        stranded = [n[:12] for n in now if states.get(n) != "ALIVE"]
+        return Verdict("actors_moved", not stranded and bool(self.watch.dead_at),
+                       f"counters now on {[n[:12] for n in now]}; on a dead node: {stranded or 'none'}"
+                       if self.watch.dead_at else "no node died: nothing had to move")
+
+    def teardown(self) -> None:
+        import ray
+
+        for ledger in self.ledgers:
+            ray.kill(ledger.actor)
+
+
+class Unresponsive(_OnWorkerNodes):
+    """A worker node freezes (its raylet SIGSTOPped): Ray's health check declares it dead, its
+    counters restart elsewhere with every acknowledged add, and the thawed node never rejoins."""
+
+    INVARIANTS = ("dead_node_detected", "actors_moved", "no_rejoin", "nothing_acknowledged_lost",
+                  "old_incarnations_gone")
+
+    def setup(self) -> None:
+        super().setup()
+        self.detect_within = float(self.ctx.param("detect_within", DETECTION_BOUND + 2.0, (int, float)))
+
+    def invariants(self) -> list[Verdict]:
+        frozen = self.ctx.injections("freeze_node")
+        dead = self.watch.dead_at
+        took = (min(dead.values()) - frozen[0]) if frozen and dead else None
+        states = _states(self.ctx.address)
+        rejoined = [n[:12] for n in dead if states.get(n) != "DEAD"]
+        alive = [p for p in self.pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        return [Verdict("dead_node_detected", took is not None and took <= self.detect_within,
+                        f"declared dead {took:.1f} s after the freeze (bound {self.detect_within:g} s)"
+                        if took is not None else f"freezes at {frozen}, nodes seen dead: {len(dead)}"),
+                self._moved(),
+                Verdict("no_rejoin", bool(dead) and not rejoined,
+                        f"nodes declared dead: {len(dead)}; alive again since: {rejoined or 'none'}"),
+                *[ledger.verdict("nothing_acknowledged_lost") for ledger in self.ledgers],
+                # One machine: the first incarnations' processes are visible here.
+                Verdict("old_incarnations_gone", not alive,
+                        f"first incarnations' workers still running: {alive or 'none'}")]
+
+    def teardown(self) -> None:
+        super().teardown()
+        for pid in self.pids:  # a frozen node's workers outlive it on Ray 2.60
+            try:
+                psutil.Process(pid).kill()
+            except psutil.Error:
+                pass
+
+
+class Preemption(_OnWorkerNodes):
+    """A worker node is drained with a deadline and killed at it: counters with ``policy``
+    durability and ``checkpoint_on_sigterm`` lose no acknowledged add."""
+
+    INVARIANTS = ("node_gone_at_deadline", "actors_moved", "drained_actor_lost_nothing")
+    DURABILITY = "policy"
+    GRACEFUL = True
+
+    def invariants(self) -> list[Verdict]:
+        drained, dead = self.ctx.injections("drain_node"), self.watch.dead_at
+        return [Verdict("node_gone_at_deadline", bool(drained) and bool(dead),
+                        f"drain confirmed at {drained}, nodes dead at "
+                        f"{sorted(round(t, 1) for t in dead.values())}"),
+                self._moved(),
+                *[ledger.verdict("drained_actor_lost_nothing") for ledger in self.ledgers]]
+
+
+# -- 4. OS limits -----------------------------------------------------------------------------
+
+
+class Opener:
+    """Opens, writes and closes a file per call."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+        os.makedirs(folder, exist_ok=True)
+
+    def touch(self, i: int) -> int:
+        with open(os.path.join(self.folder, f"f{i % 8}"), "w") as f:
+            f.write(str(i))
+        return i
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+class OpenFiles(Workload):
+    """An actor's open-file limit is cut to what it holds: its next open fails with EMFILE,
+    which must reach the caller through ``ray.get`` as that OSError; once healed it opens again."""
+
+    INVARIANTS = ("emfile_surfaces", "recovers_after_heal", "no_other_errors")
+
+    def setup(self) -> None:
+        import ray
+
+        self.opener = ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)(Opener).options(
+            name="opener", namespace=self.ctx.namespace).remote(f"{self.ctx.storage}/files")
+        self.ok, self.emfile, self.other, self.i = 0, 0, [], 0
+
+    def step(self) -> bool:
+        import ray
+
+        try:
+            ray.get(self.opener.touch.remote(self.i), timeout=CALL_TIMEOUT)
+            self.ok += 1
+        except OSError as exc:  # RayTaskError(OSError): the errno is on the cause
+            cause = getattr(exc, "cause", exc)
+            if getattr(cause, "errno", None) == errno.EMFILE:
+                self.emfile += 1
+            else:
+                self.other.append(f"{type(cause).__name__}: {cause}"[:120])
+        except Exception as exc:  # noqa: BLE001 - any other error is a finding
+            self.other.append(f"{type(exc).__name__}: {exc}"[:120])
+        self.i += 1
+        self.ctx.count("opens")
+        self.ctx.stop.wait(0.01)  # the workload's pace
+        return True
+
+    def probe(self) -> str:
+        import ray
+
+        return f"opened f{ray.get(self.opener.touch.remote(0), timeout=5)}"
+
+    def invariants(self) -> list[Verdict]:
+        import ray
+
+        try:
+            after = f"a file opened after the heal ({ray.get(self.opener.touch.remote(1), timeout=CALL_TIMEOUT)})"
+            healed = True
+        except Exception as exc:  # noqa: BLE001 - the verdict shows it
+            after, healed = f"still failing after the heal: {type(exc).__name__}: {exc}"[:200], False
+        return [Verdict("emfile_surfaces", self.emfile > 0,
+                        f"{self.emfile} calls raised OSError(EMFILE) through ray.get; {self.ok} succeeded"),
+                Verdict("recovers_after_heal", healed, after),
+                Verdict("no_other_errors", not self.other, f"{len(self.other)}: {self.other[:3]}")]
+
+    def teardown(self) -> None:
+        import ray
+
+        ray.kill(self.opener)
+
+
+# -- 5. a full disk under the checkpoint storage -------------------------------------------------
+
+
+class FullDisk(Workload):
+    """A WAL counter on a small tmpfs that the fault fills: adds that cannot be logged fail
+    (undone), none acknowledged is lost across a restart, and adds succeed once space returns."""
+
+    INVARIANTS = ("disk_full_surfaces", "nothing_acknowledged_lost", "recovers_when_space_returns")
+
+    def setup(self) -> None:
+        self.ledger = Ledger(_counter(self.ctx, "counter", durability="wal", every_n=50), "driver")
+
+    def step(self) -> bool:
+        self.ledger.add()
+        self.ctx.count("adds")
+        return True
+
+    def probe(self) -> str:
+        import ray
+
+        return f"counter {ray.get(self.ledger.actor.get.remote(), timeout=5)}"
+
+    def invariants(self) -> list[Verdict]:
+        import ray
+
+        last = self.ledger.last
+        undone, refused = self.ledger.counts[Ack.UNDONE], last.get(Ack.UNDONE)
+        recovered = refused is not None and last.get(Ack.ACKED, 0.0) > refused
+        ray.kill(self.ledger.actor, no_restart=False)  # a crash: what is on disk is all it has
+        return [Verdict("disk_full_surfaces", undone > 0,
+                        f"{undone} adds refused with MutationNotLogged (undone) while the disk was full"),
+                self.ledger.verdict("nothing_acknowledged_lost"),
+                Verdict("recovers_when_space_returns", recovered,
+                        "adds acknowledged again after the last refusal" if recovered
+                        else "no add was acknowledged after the last refusal")]
+
+    def teardown(self) -> None:
+        import ray
+
+        ray.kill(self.ledger.actor)
+
+
+# -- 7. lost objects and lineage ----------------------------------------------------------------
+
+
+def produce(i: int) -> np.ndarray:
+    return np.full(PLASMA_ELEMENTS, i, dtype=np.int64)
+
+
+class Putter:
+    """Owns the objects it ``ray.put``s: they die with it."""
+
+    def put(self, i: int) -> list[Any]:
+        import ray
+
+        return [ray.put(produce(i))]
+
+
+class ObjectKind(StrEnum):
+    """How an object was made, which decides what its loss does."""
+
+    RETRIED_TASK = "retried_task"  #: a task's output, max_retries > 0: rebuilt from lineage
+    ONCE_TASK = "once_task"  #: a task's output, max_retries=0: reconstruction fails
+    WORKER_PUT = "worker_put"  #: ray.put by an actor on the node: its owner dies with it
+
+
+def expected_outcome(kind: ObjectKind, *, on_dead_node: bool) -> str:
+    """The oracle: what ``ray.get`` of an object ends in once the node holding its only copy
+    died (Ray's documented object fault tolerance: lineage for task outputs with retries left,
+    none for ``ray.put``; an object dies with its owner)."""
+    if not on_dead_node or kind is ObjectKind.RETRIED_TASK:
+        return "value"
+    if kind is ObjectKind.ONCE_TASK:
+        return "ObjectReconstructionFailedMaxAttemptsExceededError"
+    return "OwnerDiedError"
+
+
+class LostObjects(Workload):
+    """Objects made on the worker nodes, nobody holding a second copy; a worker node dies:
+    each ``ray.get`` ends as the oracle predicts (rebuilt, or the documented error)."""
+
+    INVARIANTS = ("lost_objects_as_predicted",)
+
+    def setup(self) -> None:
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        self.made: list[tuple[ObjectKind, str, int, Any]] = []
+        per = int(self.ctx.param("per_kind", 3, int))
+        for node in _worker_nodes():
+            where = NodeAffinitySchedulingStrategy(node, soft=True)
+            putter = ray.remote(num_cpus=0, max_restarts=0)(Putter).options(scheduling_strategy=where).remote()
+            for i in range(per):
+                for kind, retries in ((ObjectKind.RETRIED_TASK, 3), (ObjectKind.ONCE_TASK, 0)):
+                    ref = ray.remote(produce).options(max_retries=retries, num_cpus=0,
+                                                      scheduling_strategy=where).remote(i)
+                    self.made.append((kind, node, i, ref))
+                self.made.append((ObjectKind.WORKER_PUT, node, i,
+                                  ray.get(putter.put.remote(i), timeout=CALL_TIMEOUT)[0]))
+        refs = [m[3] for m in self.made]
+        ray.wait(refs, num_returns=len(refs), timeout=CALL_TIMEOUT, fetch_local=False)  # made, not copied
+
+    def step(self) -> bool:
+        self.ctx.count("idle")
+        return not self.ctx.stop.wait(0.2) and not self.ctx.faults_settled.is_set()
+
+    def invariants(self) -> list[Verdict]:
+        states = _states(self.ctx.address)
+        dead = {n for n, s in states.items() if s == "DEAD"}
+        wrong, seen = [], {}
+        for kind, node, i, ref in self.made:
+            want = expected_outcome(kind, on_dead_node=node in dead)
+            got = self._outcome(ref, i)
+            seen[got] = seen.get(got, 0) + 1
+            if got != want:
+                wrong.append(f"{kind.value} on {'the dead' if node in dead else 'a live'} node: {got}, want {want}")
+        return [Verdict("lost_objects_as_predicted", bool(dead) and not wrong,
+                        f"{len(self.made)} objects, dead nodes {len(dead)}: {seen}; wrong: {wrong[:3] or 'none'}")]
+
+    def _outcome(self, ref: Any, i: int) -> str:
+        import ray
+
+        try:
+            value = ray.get(ref, timeout=CALL_TIMEOUT)
+        except Exception as exc:  # noqa: BLE001 - the error's type is the outcome
+            return type(exc).__name__
+        return "value" if int(value[0]) == i and len(value) == PLASMA_ELEMENTS else "wrong value"
+
+
+# -- 8. placement groups ------------------------------------------------------------------------
+
+
+class Member:
+    def ping(self) -> str:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
+
+class GroupLoss(Workload):
+    """A placement group of two bundles spread over the worker nodes, an actor in each; a node
+    holding a bundle dies: the group is rescheduled, its actors answer again, and a group that
+    can never be placed is named by the watchdog instead of hanging."""
+
+    INVARIANTS = ("group_rescheduled", "actors_restarted", "infeasible_group_named")
+
+    def setup(self) -> None:
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        self.group = placement_group([{"worker": 1, "CPU": 0.1}] * 2, strategy="SPREAD")
+        ray.get(self.group.ready(), timeout=CALL_TIMEOUT)
+        self.before = self._bundle_nodes()
+        self.members = [ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0.1,
+                                   resources={"worker": 1})(Member).options(
+            scheduling_strategy=PlacementGroupSchedulingStrategy(self.group, i)).remote() for i in range(2)]
+        ray.get([m.ping.remote() for m in self.members], timeout=CALL_TIMEOUT)
+        self.recover = float(self.ctx.param("recover_within", CALL_TIMEOUT, (int, float)))
+
+    def _bundle_nodes(self) -> list[str]:
+        from ray.util.placement_group import placement_group_table
+
+        return list(placement_group_table(self.group)["bundles_to_node_id"].values())
+
+    def step(self) -> bool:
+        import ray
+
+        ray.get([m.ping.remote() for m in self.members], timeout=CALL_TIMEOUT)
+        self.ctx.count("pings", 2)
+        self.ctx.stop.wait(0.05)  # the workload's pace
+        return True
+
+    def probe(self) -> str:
+        import ray
+
+        return f"members on {[n[:8] for n in ray.get([m.ping.remote() for m in self.members], timeout=10)]}"
+
+    def invariants(self) -> list[Verdict]:
+        return [self._rescheduled(), self._restarted(), self._infeasible_named()]
+
+    def _rescheduled(self) -> Verdict:
+        from ray.util.placement_group import placement_group_table
+
+        dead = {n for n, s in _states(self.ctx.address).items() if s == "DEAD"}
+        hit = [n[:12] for n in self.before if n in dead]
+
+        def placed() -> bool:
+            table = placement_group_table(self.group)
+            return table["state"] == "CREATED" and not set(table["bundles_to_node_id"].values()) & dead
+
+        try:
+            wait_until(placed, timeout=self.recover, interval=0.2, what="the group to be placed again")
+            ok = bool(hit)
+        except Exception:  # noqa: BLE001 - the verdict shows the table
+            ok = False
+        table = placement_group_table(self.group)
+        return Verdict("group_rescheduled", ok,
+                       f"bundles were on {[n[:12] for n in self.before]}, dead among them {hit or 'none'}; "
+                       f"now {table['state']} on {[n[:12] for n in table['bundles_to_node_id'].values()]}")
+
+    def _restarted(self) -> Verdict:
+        import ray
+
+        try:
+            nodes = ray.get([m.ping.remote() for m in self.members], timeout=self.recover)
+        except Exception as exc:  # noqa: BLE001 - the verdict shows it
+            return Verdict("actors_restarted", False, f"{type(exc).__name__}: {exc}"[:200])
+        return Verdict("actors_restarted", True, f"both members answer, on {[n[:12] for n in nodes]}")
+
+    def _infeasible_named(self) -> Verdict:
+        from ray.util.placement_group import placement_group, remove_placement_group
+
+        never = placement_group([{"CPU": 64.0}])
+        try:
+            stuck = watch([never.ready()], deadline=3.0, address=self.ctx.address, raise_on_hang=False).stuck
+        finally:
+            remove_placement_group(never)
+        named = [s for s in stuck if s.kind is StuckCause.INFEASIBLE_GROUP]
+        return Verdict("infeasible_group_named", bool(named),
+                       (named or stuck)[0].cause[:240] if (named or stuck) else "it was placed: nothing to name")
+
+    def teardown(self) -> None:
+        import ray
+        from ray.util.placement_group import remove_placement_group
+
+        for member in self.members:
+            ray.kill(member)
+        remove_placement_group(self.group)
+
+
+# -- 9. an async checkpointed actor with concurrency groups ---------------------------------------
+
+
+class AsyncLedger(Checkpointable):
+    """An async actor storing ``(writer, seq)`` keys once each; its mutation awaits between its
+    check and its write, and two concurrency groups each have a mutation."""
+
+    def __init__(self, storage: str) -> None:
+        self.keys: list[list[Any]] = []
+        self.seqs = WriterSeqs()
+        self.enable_checkpointing(CheckpointConfig(storage=storage, durability="wal", every_n=16))
+
+    def state_dict(self) -> Mapping[str, Any]:
+        return {"keys": self.keys, "writers": self.seqs.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.keys = [list(k) for k in state["keys"]]
+        self.seqs.load_state_dict(state["writers"])
+
+    @mutation
+    async def add(self, writer_id: str, seq: int) -> int:
+        if not self.seqs.is_repeat(writer_id, seq):
+            await asyncio.sleep(0.0005)  # another call runs here unless mutations are gated
+            self.keys.append([writer_id, seq])
+            self.seqs.applied(writer_id, seq)
+        return len(self.keys)
+
+    @mutation
+    async def add_other(self, writer_id: str, seq: int) -> int:
+        return await self.add(writer_id, seq)  # nested: logged once, by the outer call
+
+    async def stored(self) -> list[tuple[str, int]]:
+        return [(str(w), int(s)) for w, s in self.keys]
+
+    async def pid(self) -> int:
+        return os.getpid()
+
+
+class AsyncActor(Workload):
+    """Three writers against an async checkpointed actor whose two mutations run in two
+    concurrency groups, under kills and pauses: every acknowledged add stored exactly once."""
+
+    INVARIANTS = ("no_lost_adds", "no_duplicate_adds")
+
+    def setup(self) -> None:
+        import ray
+
+        remote = ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0,
+                            concurrency_groups={"a": 2, "b": 2})(AsyncLedger)
+        self.actor = remote.options(name="ledger", namespace=self.ctx.namespace).remote(f"{self.ctx.storage}/ledger")
+        ray.get(self.actor.pid.remote(), timeout=CALL_TIMEOUT)
+        self.history, self.errors = History(), {}
+
+    def _submit(self, writer: str, seq: int) -> Any:
+        method = self.actor.add if writer == "w0" else self.actor.add_other
+        group = "a" if writer == "w0" else "b"
+        return method.options(concurrency_group=group).remote(writer, seq)
+
+    def step(self) -> bool:
+        stop = threading.Event()
+        timer = threading.Timer(self.ctx.remaining(), stop.set)
+        timer.start()
+        try:
+            self.errors = drive_writers(self._submit, self.history, writers=["w0", "w1", "w2"],
+                                        writes=10**6, window=4, timeout=CALL_TIMEOUT, stop=stop)
+        finally:
+            timer.cancel()
+        self.ctx.count("writes", len(self.history.ops()))
+        return False
+
+    def probe(self) -> str:
+        import ray
+
+        return f"{len(ray.get(self.actor.stored.remote(), timeout=10))} keys stored"
+
+    def invariants(self) -> list[Verdict]:
+        import ray
+
+        verdict = check_set(self.history.ops(), ray.get(self.actor.stored.remote(), timeout=CALL_TIMEOUT))
+        detail = f"{verdict.explain()}; writer errors: {self.errors or 'none'}"
+        return [Verdict("no_lost_adds", not verdict.lost and verdict.acknowledged > 0 and not self.errors, detail),
+                Verdict("no_duplicate_adds", not verdict.duplicated, detail)]
+
+    def teardown(self) -> None:
+        import ray
+
+        ray.kill(self.actor)
+
+
+# -- 3. RPC failures through Ray's own knob ------------------------------------------------------
+
+
+class Target:
+    """Counts how many times its method ran: more runs than calls means retried deliveries."""
+
+    def __init__(self) -> None:
+        self.runs = 0
+
+    def echo(self, x: int) -> int:
+        self.runs += 1
+        return x
+
+    def count(self) -> int:
+        return self.runs
+
+
+class Caller:
+    """Calls the target from a worker node, where the RPC failure knob is set."""
+
+    def run(self, target: Any, start: int, n: int) -> tuple[int, dict[str, int]]:
+        import ray
+
+        ok, errors = 0, {}
+        for i in range(start, start + n):
+            try:
+                ok += ray.get(target.echo.remote(i), timeout=CALL_TIMEOUT) == i
+            except Exception as exc:  # noqa: BLE001 - counted by type, the verdict decides
+                errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
+        return ok, errors
+
+
+class RpcFailures(Workload):
+    """Actor calls between processes of the worker nodes, whose replies Ray's RPC failure knob
+    drops: with ``max_task_retries=-1`` every call returns its value (and the lost replies show
+    as extra runs: at-least-once); with 0 the failures reach the caller as
+    ``ActorUnavailableError``, and nothing hangs."""
+
+    INVARIANTS = ("results_correct", "retried_deliveries_seen", "errors_surface", "no_hang")
+
+    def setup(self) -> None:
+        import ray
+
+        retries = self.ctx.param("max_task_retries", -1, int)
+        self.target = ray.remote(num_cpus=0, resources={"worker": 1}, max_task_retries=retries)(Target).remote()
+        self.caller = ray.remote(num_cpus=0, resources={"worker": 1})(Caller).remote()
+        self.calls, self.ok, self.errors, self.hung = 0, 0, {}, ""
+
+    def step(self) -> bool:
+        import ray
+
+        try:
+            ok, errors = ray.get(self.caller.run.remote(self.target, self.calls, 20), timeout=20 * CALL_TIMEOUT)
+        except Exception as exc:  # noqa: BLE001 - a batch that did not end is a hang
+            self.hung = f"{type(exc).__name__}: {exc}"[:200]
+            return False
+        self.calls, self.ok = self.calls + 20, self.ok + ok
+        for name, n in errors.items():
+            self.errors[name] = self.errors.get(name, 0) + n
+        self.ctx.count("calls", 20)
+        return True
+
+    def probe(self) -> str:
+        return f"{self.calls} calls, {self.ok} answered"
+
+    def invariants(self) -> list[Verdict]:
+        import ray
+
+        runs = ray.get(self.target.count.remote(), timeout=CALL_TIMEOUT)
+        summary = f"{self.calls} calls, {self.ok} right values, {runs} runs, errors {self.errors or 'none'}"
+        return [Verdict("results_correct", self.calls > 0 and self.ok == self.calls, summary),
+                Verdict("retried_deliveries_seen", runs > self.calls, summary),
+                Verdict("errors_surface", bool(self.errors.get("ActorUnavailableError")), summary),
+                Verdict("no_hang", not self.hung, self.hung or summary)]
+
+    def teardown(self) -> None:
+        import ray
+
+        ray.kill(self.target)
+        ray.kill(self.caller)
+
+
+SURFACE_WORKLOADS: dict[str, type[Workload]] = {
+    "gcs-restart": GcsRestart,
+    "node-unresponsive": Unresponsive,
+    "rpc-failures": RpcFailures,
+    "open-files": OpenFiles,
+    "full-disk": FullDisk,
+    "drain-preemption": Preemption,
+    "lost-objects": LostObjects,
+    "placement-group": GroupLoss,
+    "async-actor": AsyncActor,
+}
