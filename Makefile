@@ -12,7 +12,7 @@ LOCK_ARGS ?=
 
 REPORT ?= report/dqn-cartpole
 
-.PHONY: install browser run test slow thorough mutants soak bench lock leakcheck clean
+.PHONY: install browser redis run test slow thorough mutants soak bench latency lock leakcheck clean
 
 # constraints.txt pins every package the install resolves (see `make lock`); pyproject keeps
 # loose ranges for users.
@@ -34,15 +34,23 @@ browser:
 	@command -v chromium >/dev/null || (apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium)
 
+# GCS fault tolerance needs Debian's redis-server. The harness starts its own on a free port
+# and stops it; a fresh install must not leave Debian's service running (leakcheck fails on
+# any redis-server left).
+redis:
+	@command -v redis-server >/dev/null || (apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server && \
+		(systemctl disable --now redis-server 2>/dev/null || service redis-server stop 2>/dev/null || true))
+
 # The suite under Hypothesis's `ci` profile (pyproject's addopts), but the end-to-end runs
 # marked slow: within 10 minutes here.
-test: $(STAMP) browser
+test: $(STAMP) browser redis
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory leakcheck
 
 # The end-to-end tier (CI runs it after `make test`): the flagship and its report, scenarios
 # on their own clusters, the broken actors caught and shrunk.
-slow: $(STAMP) browser
+slow: $(STAMP) browser redis
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory leakcheck
 
@@ -64,12 +72,17 @@ soak: $(STAMP)
 	$(PY) benchmarks/soak.py --seconds $(SOAK_SECONDS)
 	@$(MAKE) --no-print-directory leakcheck
 
-# Fails when any Ray or paused process is left on the machine.
+# Fails when any Ray, Redis or paused process is left on the machine.
 leakcheck: $(STAMP)
 	$(PY) -m chaos.leakcheck
 
 bench: $(STAMP)
 	$(PY) benchmarks/replay_buffer.py
+
+# Schedule tick → fault confirmed, per fault kind, on 1 and 3 embedded nodes.
+latency: $(STAMP)
+	$(PY) benchmarks/fault_latency.py
+	@$(MAKE) --no-print-directory leakcheck
 
 # Regenerate constraints.txt with pip-tools (add LOCK_ARGS=--upgrade to move every pin to
 # its newest version); pip-compile uses this machine's pip configuration, so torch resolves

@@ -9,6 +9,7 @@ it returns the same report.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -71,6 +72,7 @@ def watch(refs: Sequence[Any], *, deadline: float, address: str, raise_on_hang: 
     """Wait at most ``deadline`` seconds for ``refs``; diagnose the ones still pending.
 
     Args:
+        refs: ObjectRefs, and placement groups (each must be placed within the deadline).
         cancelled: refs the caller has called ``ray.cancel`` on: one still running is
             ``CANCEL_LOST`` (Ray 2.60 can lose a cancel issued before its task starts).
 
@@ -79,9 +81,18 @@ def watch(refs: Sequence[Any], *, deadline: float, address: str, raise_on_hang: 
     """
     import ray
 
-    ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=deadline)
+    groups = [r for r in refs if _is_group(r)]
+    plain = [r for r in refs if not _is_group(r)]
+    end = time.monotonic() + deadline
+    ready, pending = ray.wait(plain, num_returns=len(plain), timeout=deadline) if plain else ([], [])
     asked = {ref.task_id().hex() for ref in cancelled}
-    report = WatchReport(len(ready), tuple(diagnose(ref, address, cancelled=asked) for ref in pending))
+    stuck = [diagnose(ref, address, cancelled=asked) for ref in pending]
+    for group in groups:  # its ready() object has no task record: ask the group itself
+        if group.wait(timeout_seconds=max(0.0, end - time.monotonic())):
+            ready.append(group)
+        else:
+            stuck.append(_group_stuck(group.id.hex(), address))
+    report = WatchReport(len(ready), tuple(stuck))
     if report.stuck and raise_on_hang:
         raise HangError(report.message(deadline))
     return report
@@ -169,24 +180,35 @@ def _pending_resources(required: dict[str, float], address: str) -> tuple[StuckC
                                        "held (starvation, or too much work queued)")
 
 
-def _group_cause(group_id: str, address: str) -> tuple[StuckCause, str]:
-    """A task waiting for its placement group: can the group ever be placed on the live nodes?"""
-    from ray.util.state import list_nodes, list_placement_groups
+def _is_group(item: Any) -> bool:
+    from ray.util.placement_group import PlacementGroup
 
-    rows = list_placement_groups(address=address, filters=[("placement_group_id", "=", group_id)],
-                                 detail=True, raise_on_missing_output=False, timeout=CALL_TIMEOUT)
-    if not rows:
+    return isinstance(item, PlacementGroup)
+
+
+def _group_stuck(group_id: str, address: str) -> StuckTask:
+    kind, cause = _group_cause(group_id, address)
+    return StuckTask(group_id, "placement group", "PENDING", cause, kind)
+
+
+def _group_cause(group_id: str, address: str) -> tuple[StuckCause, str]:
+    """A task waiting for its placement group: can the group ever be placed on the live nodes?
+    (The group's strategy is in the GCS table this driver reads, not in the State API.)"""
+    from ray.util.placement_group import placement_group_table
+    from ray.util.state import list_nodes
+
+    group = placement_group_table().get(group_id)
+    if group is None:
         return StuckCause.GROUP_PENDING, f"its placement group {group_id[:12]} is not known to the GCS (removed?)"
-    group = rows[0]
-    bundles = [b.get("unit_resources", {}) for b in group.bundles or []]
+    bundles = list(group["bundles"].values())
     nodes = list_nodes(address=address, filters=[("state", "=", "ALIVE")], detail=True,
                        raise_on_missing_output=False, timeout=CALL_TIMEOUT)
     totals = [n.resources_total or {} for n in nodes]
-    if not group_fits(bundles, group.strategy, totals):
+    if not group_fits(bundles, group["strategy"], totals):
         return StuckCause.INFEASIBLE_GROUP, (
-            f"placement group {group_id[:12]} ({group.strategy}, bundles {bundles}) can never be "
-            f"placed: no set of live nodes offers that much; it is {group.state} and will wait forever")
-    return StuckCause.GROUP_PENDING, (f"waiting for its placement group {group_id[:12]} ({group.state}): "
+            f"placement group {group_id[:12]} ({group['strategy']}, bundles {bundles}) can never be "
+            f"placed: no set of live nodes offers that much; it is {group['state']} and will wait forever")
+    return StuckCause.GROUP_PENDING, (f"waiting for its placement group {group_id[:12]} ({group['state']}): "
                                       "its resources are held, or a node that held a bundle is being replaced")
 
 

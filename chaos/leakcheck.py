@@ -1,4 +1,4 @@
-"""``python -m chaos.leakcheck``: fail when Ray or paused processes are left on the machine.
+"""``python -m chaos.leakcheck``: fail when Ray, Redis or paused processes are left on the machine.
 
 Run after a test suite or a chaos run. Processes that are exiting get a short grace
 period (polled, bounded); anything still there is listed and the exit code is 1.
@@ -24,11 +24,21 @@ def paused_processes() -> list[psutil.Process]:
     return found
 
 
+def redis_processes() -> list[psutil.Process]:
+    """Running ``redis-server`` processes: the harness starts one per GCS-fault-tolerant
+    cluster and must stop it (a system Redis the user runs would be listed too)."""
+    found = []
+    for proc in psutil.process_iter(["name", "status"]):
+        if (proc.info["name"] or "").startswith("redis-server") and proc.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(proc)
+    return found
+
+
 def leftovers(*, grace: float = 30.0) -> list[psutil.Process]:
-    """Ray and paused processes still present after up to ``grace`` seconds."""
+    """Ray, Redis and paused processes still present after up to ``grace`` seconds."""
     deadline = time.monotonic() + grace
     while True:
-        left = ray_processes() + paused_processes()
+        left = ray_processes() + redis_processes() + paused_processes()
         if not left or time.monotonic() >= deadline:
             return left
         time.sleep(0.2)  # polling a condition under a deadline
@@ -44,9 +54,9 @@ def _describe(proc: psutil.Process) -> str:
 def main() -> int:
     left = leftovers()
     if not left:
-        print("leakcheck: 0 Ray processes, 0 paused processes")
+        print("leakcheck: 0 Ray processes, 0 Redis processes, 0 paused processes")
         return 0
-    print(f"leakcheck: {len(left)} Ray or paused processes left behind:", file=sys.stderr)
+    print(f"leakcheck: {len(left)} Ray, Redis or paused processes left behind:", file=sys.stderr)
     for proc in left:
         print(f"  {_describe(proc)}", file=sys.stderr)
     return 1

@@ -27,6 +27,9 @@ def test_chaos_exports() -> None:
         "arm", "armed", "disarm", "failpoint", "failpoint_env", "firings", "is_armed",
         # histories
         "History", "Op", "OpStatus", "SetVerdict", "check_set", "drive_writers",
+        # the failure surface beyond the chapter
+        "DrainNode", "FillDisk", "FreezeNode", "KillGcs", "LimitOpenFiles", "MutationNotLogged",
+        "RpcFailure", "capped_filesystem", "free_bytes", "redis_server", "rpc_failure_env",
     }
 
 
@@ -43,7 +46,7 @@ def test_actors_exports() -> None:
         "Durability", "EmptyBufferError", "GradientError", "ParameterServer", "Policy",
         "PrioritizedReplayBuffer", "PushResult", "ReplayActorStats", "ReplayBufferActor",
         "ReplayStats", "RestoreInfo", "SchemaError", "ServerStats", "StaleGradientError",
-        "VersionTimeout", "WriterSeqs", "mutation",
+        "VersionTimeout", "WriterSeqs", "checkpoint_async", "mutation",
     }
 
 

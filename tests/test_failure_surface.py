@@ -25,6 +25,7 @@ from chaos import (
     UnsafeTarget,
     capped_filesystem,
     free_bytes,
+    wait_until,
 )
 from conftest import CALL_TIMEOUT
 
@@ -108,3 +109,57 @@ def test_kill_gcs_needs_a_cluster_this_process_started(ray_cluster: ClusterHandl
     with pytest.raises(InvalidFaultSpec, match="not started by this process"), \
             Chaos(address="127.0.0.1:1").inject(KillGcs(seconds=1)):
         pass
+
+
+HEAD_LOSS_DRIVER = """
+import sys, time, ray
+from chaos import TEST_SYSTEM_CONFIG, Chaos, KillGcs, local_cluster
+config = {**TEST_SYSTEM_CONFIG, "gcs_rpc_server_reconnect_timeout_s": %d}
+with local_cluster(nodes=2, num_cpus=1, log_to_driver=False, system_config=config) as cluster:
+    print("temp_dir", cluster.temp_dir, flush=True)
+    def nap(seconds):
+        time.sleep(seconds)
+    slow = ray.remote(max_retries=0, num_cpus=0)(nap)
+    ray.get(slow.remote(0))
+    ref = slow.remote(120)
+    with Chaos(address=cluster.address).inject(KillGcs(restart=False)):
+        print("killed", time.monotonic(), flush=True)
+    ray.get(ref, timeout=300)
+    print("ray.get returned: the head's loss went unnoticed", flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_without_redis_the_heads_loss_ends_the_driver_and_the_cluster_within_a_bound(tmp_path: Any) -> None:
+    """No GCS fault tolerance: the GCS dies for good. Nothing may hang silently: the driver
+    blocked in ray.get must end (Ray 2.60 exits the process: "Failed to connect to GCS within
+    N seconds"), and every process of that cluster must exit on its own."""
+    import subprocess
+    import sys
+    import time
+
+    from chaos import ray_processes, reap
+
+    reconnect = 5
+    before = {p.pid for p in ray_processes()}  # the session's own cluster, if any
+    start = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", HEAD_LOSS_DRIVER % reconnect], capture_output=True,
+                         text=True, timeout=240, cwd=os.path.dirname(os.path.dirname(__file__)))
+    lines = dict(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)
+    assert "killed" in lines, out.stdout + out.stderr[-3000:]
+    ended = time.monotonic() - start
+    assert out.returncode != 0 and "ray.get returned" not in out.stdout
+    assert f"Failed to connect to GCS within {reconnect} seconds" in out.stderr, out.stderr[-3000:]
+
+    def orphans() -> list[psutil.Process]:  # the headless cluster's: nobody tears it down
+        return [p for p in ray_processes() if p.pid not in before]
+
+    try:
+        gone = wait_until(lambda: not orphans() and time.monotonic(), timeout=120,
+                          what="the headless cluster's processes to exit")
+    finally:
+        reap(orphans(), timeout=5)
+    killed = float(lines["killed"])  # CLOCK_MONOTONIC is one clock for every process here
+    assert ended < 60, ended
+    print(f"after the GCS's kill: the driver ended {start + ended - killed:.1f} s later, the "
+          f"cluster's last process {gone - killed:.1f} s later")

@@ -42,7 +42,7 @@ def _assert_held(report: Path, output: str) -> dict:
 
 @pytest.mark.parametrize("name", ["env-worker-kill", "env-worker-kill-no-retries", "replay-crash-loop",
                                   "replay-crash-loop-beyond", "parameter-server-crash", "straggler",
-                                  "starvation", "owner-death"])
+                                  "starvation", "owner-death", "async-actor"])
 def test_builtin_scenario_holds_its_invariants(name: str, ray_cluster: ClusterHandle, tmp_path: Path) -> None:
     args = ["run", name, "--address", ray_cluster.address, "--duration", "8", "--report", str(tmp_path)]
     result = CliRunner().invoke(main, args)
@@ -89,6 +89,81 @@ def test_scenarios_with_their_own_cluster(name: str, tmp_path: Path) -> None:
     out = _run_embedded([name, "--report", str(tmp_path)], timeout=240)
     _assert_held(tmp_path, out.stdout + out.stderr)
     assert out.returncode == 0
+
+
+# -- the failure surface beyond the chapter -------------------------------------------------------
+
+#: Per scenario, the invariants that need the fault to have bitten: its fault-free twin (the
+#: baseline, run first on the same cluster) must find each of them broken.
+FAULT_TRACES = {
+    "open-files": {"emfile_surfaces"},
+    "full-disk": {"disk_full_surfaces", "recovers_when_space_returns"},
+    "gcs-restart": {"actor_served_during_outage", "pending_work_resumed"},
+    "node-unresponsive": {"dead_node_detected", "actors_moved", "no_rejoin"},
+    "drain-preemption": {"node_gone_at_deadline", "actors_moved"},
+    "lost-objects": {"lost_objects_as_predicted"},
+    "placement-group": {"group_rescheduled"},
+}
+
+
+def _assert_baseline_misses_the_fault(report: Path, name: str) -> None:
+    baseline = _summary(report)["runs"][0]
+    assert baseline["label"] == "baseline", baseline["label"]
+    broken = {v["name"] for v in baseline["verdicts"] if not v["held"]}
+    assert broken == FAULT_TRACES[name], (broken, baseline["verdicts"])
+
+
+@pytest.mark.parametrize("name", ["open-files", "full-disk"])
+def test_os_limit_and_full_disk_scenarios_hold_and_fail_closed_without_their_fault(
+        name: str, ray_cluster: ClusterHandle, tmp_path: Path) -> None:
+    args = ["run", name, "--address", ray_cluster.address, "--duration", "5", "--report", str(tmp_path)]
+    result = CliRunner().invoke(main, args)
+    run = _assert_held(tmp_path, result.output)
+    assert result.exit_code == 0, result.output
+    assert run["faults"] and all(f["status"] == "injected" for f in run["faults"]), run["faults"]
+    _assert_baseline_misses_the_fault(tmp_path, name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["gcs-restart", "node-unresponsive", "drain-preemption", "lost-objects",
+                                  "placement-group", "rpc-failures", "rpc-failures-no-retries"])
+def test_failure_surface_scenarios_on_their_own_cluster(name: str, tmp_path: Path) -> None:
+    out = _run_embedded([name, "--report", str(tmp_path)], timeout=300)
+    run = _assert_held(tmp_path, out.stdout + out.stderr)
+    assert out.returncode == 0
+    assert all(f["status"] == "injected" for f in run["faults"]), run["faults"]
+    if name in FAULT_TRACES:
+        _assert_baseline_misses_the_fault(tmp_path, name)
+
+
+def _broken_variant(tmp_path: Path, name: str, edit: tuple[str, str]) -> Path:
+    text = (Path(__file__).parents[1] / f"scenarios/builtin/{name}.toml").read_text()
+    assert edit[0] in text, edit
+    path = tmp_path / f"{name}.toml"
+    path.write_text(text.replace(*edit))
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "edit", "broken"), [
+    # Ray 2.60 leaves a frozen node's workers running once it is declared dead.
+    ("node-unresponsive", ('"nothing_acknowledged_lost"]', '"nothing_acknowledged_lost", "old_incarnations_gone"]'),
+     "old_incarnations_gone"),
+    # Without the SIGTERM hook, policy durability loses what came after the last checkpoint.
+    ("drain-preemption", ('target = { kind = "node" }', 'target = { kind = "node" }\n\n[params]\ngraceful = false'),
+     "drained_actor_lost_nothing"),
+    # Without retries, a dropped reply is an error the caller sees: not every value returns.
+    ("rpc-failures-no-retries", ('invariants = ["errors_surface", "no_hang"]',
+                                 'invariants = ["errors_surface", "no_hang", "results_correct"]'),
+     "results_correct"),
+])
+def test_failure_surface_invariants_break_when_their_guarantee_does(
+        name: str, edit: tuple[str, str], broken: str, tmp_path: Path) -> None:
+    scenario = _broken_variant(tmp_path, name, edit)
+    out = _run_embedded([str(scenario), "--report", str(tmp_path / "r"), "--no-baseline"], timeout=300)
+    verdicts = {v["name"]: v["held"] for v in _summary(tmp_path / "r")["runs"][-1]["verdicts"]}
+    assert out.returncode == 1 and verdicts[broken] is False, (verdicts, out.stdout[-2000:])
+    assert [n for n, held in verdicts.items() if not held] == [broken], verdicts
 
 
 @pytest.fixture(scope="module")

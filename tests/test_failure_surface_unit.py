@@ -1,0 +1,144 @@
+"""The Ray-free parts of the failure-surface faults and scenarios: records validated, Ray's
+knob format, the oracles and checks each one false as well as true."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from chaos import (
+    DrainNode,
+    FillDisk,
+    FreezeNode,
+    InvalidConfig,
+    InvalidFaultSpec,
+    KillGcs,
+    LimitOpenFiles,
+    NodeTarget,
+    RpcFailure,
+    TaskTarget,
+    capped_filesystem,
+    fault_from_dict,
+    fault_to_dict,
+    redis_server,
+    rpc_failure_env,
+)
+from chaos._agent import _limit_leaving
+from chaos._watchdog import group_fits
+from scenarios import ScenarioError, load_scenario
+from scenarios._surface import Ack, ObjectKind, expected_outcome, kept
+
+
+@pytest.mark.parametrize("fault", [
+    FreezeNode(seconds=3), LimitOpenFiles(TaskTarget("t"), seconds=2, headroom=1),
+    FillDisk("/tmp/x", seconds=1), FillDisk("$STORAGE", seconds=1), DrainNode(deadline_s=2),
+    KillGcs(seconds=2, restart=False)])
+def test_new_faults_round_trip_through_the_journal_form(fault: object) -> None:
+    assert fault_from_dict(json.loads(json.dumps(fault_to_dict(fault)))) == fault  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda: FreezeNode(seconds=0), "duration"),
+    (lambda: FreezeNode(seconds=1, target=NodeTarget(allow_head=True)), "KillGcs for the head"),
+    (lambda: LimitOpenFiles(TaskTarget("t"), seconds=1, headroom=-1), "headroom"),
+    (lambda: FillDisk("relative", seconds=1), "absolute directory"),
+    (lambda: DrainNode(deadline_s=2, reason="boredom"), "unknown drain reason"),  # type: ignore[arg-type]
+    (lambda: DrainNode(deadline_s=2, target=NodeTarget(allow_head=True)), "refuses to drain the head"),
+    (lambda: KillGcs(seconds=float("nan")), "duration"),
+    (lambda: RpcFailure("PushTask", response_percent=10), "Service.grpc_client.Method"),
+    (lambda: RpcFailure("*", response_percent=60, request_percent=60), "adding up to"),
+    (lambda: RpcFailure("*"), "adding up to"),
+    (lambda: RpcFailure("*", response_percent=5, num_failures=0), "num_failures"),
+])
+def test_bad_fault_specs_say_what_and_how_to_fix(make: object, message: str) -> None:
+    with pytest.raises(InvalidFaultSpec, match=message):
+        make()  # type: ignore[operator]
+
+
+def test_the_rpc_failure_env_is_ray_260s_json_and_spares_no_intra_node_call() -> None:
+    env = rpc_failure_env(RpcFailure("CoreWorkerService.grpc_client.PushTask", response_percent=10,
+                                     num_failures=5))
+    assert json.loads(env["RAY_testing_rpc_failure"]) == {"CoreWorkerService.grpc_client.PushTask": {
+        "num_failures": 5, "req_failure_prob": 0, "resp_failure_prob": 10, "in_flight_failure_prob": 0}}
+    assert env["RAY_testing_rpc_failure_avoid_intra_node_failures"] == "0"
+    with pytest.raises(InvalidFaultSpec):
+        rpc_failure_env()
+
+
+def test_the_open_file_limit_leaves_exactly_the_headroom() -> None:
+    held = {0, 1, 2, 5, 6, 9}
+    assert _limit_leaving(held, 0) == 3  # the lowest free slot: the next open fails
+    assert _limit_leaving(held, 2) == 7  # slots 3 and 4 may still be taken, 7 may not
+    assert _limit_leaving(held, 4) == 10
+
+
+def test_a_placement_group_fits_or_not_by_strategy() -> None:
+    nodes = [{"CPU": 2.0}, {"CPU": 2.0, "worker": 1.0}]
+    assert group_fits([{"CPU": 1.0}] * 2, "PACK", nodes)
+    assert not group_fits([{"CPU": 64.0}], "PACK", nodes)
+    assert not group_fits([{"CPU": 2.0}] * 2, "STRICT_PACK", nodes)
+    assert group_fits([{"CPU": 1.0}] * 2, "STRICT_SPREAD", nodes)
+    assert not group_fits([{"CPU": 1.0}] * 3, "STRICT_SPREAD", nodes)
+    assert not group_fits([{"worker": 1.0}, {"gpu": 1.0}], "SPREAD", nodes)
+
+
+def test_the_lost_object_oracle() -> None:
+    assert expected_outcome(ObjectKind.ONCE_TASK, on_dead_node=False) == "value"
+    assert expected_outcome(ObjectKind.RETRIED_TASK, on_dead_node=True) == "value"
+    assert expected_outcome(ObjectKind.ONCE_TASK, on_dead_node=True) == "ObjectReconstructionFailedError"
+    assert expected_outcome(ObjectKind.WORKER_PUT, on_dead_node=True) == "OwnerDiedError"
+
+
+def test_a_counter_holds_every_acknowledged_add_and_no_undone_one() -> None:
+    counts = {Ack.ACKED: 10, Ack.UNKNOWN: 2, Ack.UNDONE: 5}
+    assert kept("k", "w", 10, counts).held and kept("k", "w", 12, counts).held
+    assert not kept("k", "w", 9, counts).held  # an acknowledged add lost
+    assert not kept("k", "w", 13, counts).held  # an undone add counted after all
+
+
+def _scenario(tmp_path: object, text: str) -> str:
+    path = f"{tmp_path}/s.toml"
+    with open(path, "w", encoding="utf-8") as f:
+        f.write('name = "x"\nworkload = "open-files"\nduration = 5\ninvariants = []\n' + text)
+    return path
+
+
+def test_scenario_fields_of_the_failure_surface_are_validated(tmp_path: object) -> None:
+    bad = _scenario(tmp_path, 'gcs_fault_tolerance = "yes"\nstorage_mb = 0\n'
+                              '[[rpc_failures]]\nmethod = "PushTask"\nresponse_percent = 10\n')
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(bad)
+    text = str(caught.value)
+    for expected in ("gcs_fault_tolerance", "storage_mb", "rpc_failures = '1 entries'",
+                     "rpc_failures[0]", "Service.grpc_client.Method"):
+        assert expected in text, text
+
+
+def test_a_scenario_that_builds_its_cluster_refuses_an_address(tmp_path: object) -> None:
+    from scenarios import run_scenario
+
+    scenario = load_scenario("gcs-restart")
+    with pytest.raises(InvalidConfig, match="without --address"):
+        run_scenario(scenario, address="127.0.0.1:1")
+
+
+def test_redis_is_started_answers_and_is_stopped() -> None:
+    with redis_server() as address:
+        host, port = address.split(":")
+        out = subprocess.run(["redis-cli", "-h", host, "-p", port, "PING"], capture_output=True,
+                             text=True, timeout=10)
+        assert out.stdout.strip() == "PONG"
+    assert subprocess.run(["pgrep", "-f", f"redis-server 127.0.0.1:{port}"], check=False).returncode == 1
+
+
+def test_a_missing_redis_is_a_clear_error() -> None:
+    with pytest.raises(InvalidConfig, match="apt-get install redis-server"), \
+            redis_server(executable="redis-server-not-here"):
+        pass
+
+
+def test_a_capped_filesystem_refuses_a_bad_size() -> None:
+    with pytest.raises(InvalidConfig, match="size_mb"), capped_filesystem(0):
+        pass
