@@ -536,16 +536,21 @@ class LostObjects(Workload):
                                   ray.get(putter.put.remote(i), timeout=CALL_TIMEOUT)[0]))
         refs = [m[3] for m in self.made]
         ray.wait(refs, num_returns=len(refs), timeout=CALL_TIMEOUT, fetch_local=False)  # made, not copied
-        self.made = [(k, node or self._made_on(ref), i, ref) for k, node, i, ref in self.made]
+        # Task events reach the State API a moment after the task ends: wait until each is there.
+        homes = wait_until(lambda: self._homes(), timeout=CALL_TIMEOUT, interval=0.2,
+                           what="the State API to show where each task ran")
+        self.made = [(k, node or homes[ref.task_id().hex()], i, ref) for k, node, i, ref in self.made]
 
-    def _made_on(self, ref: Any) -> str:
-        """The node a task's first attempt ran on, from the State API."""
+    def _homes(self) -> dict[str, str] | None:
+        """Where each task's first attempt ran, from the State API; None until all are known."""
         from ray.util.state import list_tasks
 
-        rows = list_tasks(address=self.ctx.address, filters=[("task_id", "=", ref.task_id().hex())],
+        wanted = {ref.task_id().hex() for kind, _, _, ref in self.made if kind is not ObjectKind.WORKER_PUT}
+        rows = list_tasks(address=self.ctx.address, filters=[("name", "=", "produce")], limit=10_000,
                           raise_on_missing_output=False, timeout=CALL_TIMEOUT)
-        first = min(rows, key=lambda t: t.attempt_number) if rows else None
-        return str(first.node_id) if first is not None and first.node_id else "unknown"
+        homes = {t.task_id: t.node_id for t in sorted(rows, key=lambda t: -t.attempt_number)
+                 if t.task_id in wanted and t.node_id}
+        return homes if set(homes) == wanted else None
 
     def step(self) -> bool:
         self.ctx.count("idle")
