@@ -24,6 +24,7 @@ import psutil
 
 from chaos._disk import Filled, fill, unfill
 from chaos._errors import FaultIneffective, HangError, TargetNotFound
+from chaos._memory import read_progress
 from chaos._safety import check_target, raylet_of
 from chaos._wait import wait_until
 
@@ -225,6 +226,10 @@ class ChaosAgent:
             _sigcont(pid, entry.created)
         _retire(entry)
         return True
+
+    def progress(self, path: str) -> dict[str, Any] | None:
+        """A memory fault's last progress report on this node (JSON), or None before its first."""
+        return read_progress(path)
 
     def resume_all(self, pids: list[int]) -> int:
         """Resume each of ``pids`` this agent paused; returns how many it resumed."""

@@ -9,6 +9,7 @@ injection took effect before they wait for its consequences.
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import signal as signals
@@ -124,14 +125,22 @@ class Chaos:
             raise
 
     def warm_up(self, schedule: Schedule) -> None:
-        """Before a schedule's time zero: start the agents its faults act through and open the
-        State API's connection (its first call costs tens of ms), so no fault is late."""
+        """Before a schedule's time zero: start the agents its faults act through, open the
+        State API's connection (its first call costs tens of ms), map the object store's
+        memory and leave an idle worker on each node for memory faults, so no fault is late."""
         from ray.util.state import list_nodes
 
         if schedule.uses_agents:
             start_agents()
         if schedule.entries:
             list_nodes(address=self.address, limit=1, timeout=CALL_TIMEOUT)
+        for size in {e.fault.chunk_mb for e in schedule.entries if isinstance(e.fault, FillObjectStore)}:
+            _warm_store(size)
+        if any(isinstance(e.fault, MemoryPressure) for e in schedule.entries):
+            import ray
+
+            for node in [n["NodeID"] for n in ray.nodes() if n.get("Alive")]:
+                _prestart(node, wait=True)
 
     def kill(self, fault: Kill | KillNode | DrainNode) -> Injection:
         """Inject a kill and confirm it (nothing to heal: Ray restarts what it may)."""
@@ -338,7 +347,7 @@ def _memory(chaos: Chaos, fault: MemoryPressure, at: float | None,
 
     node = _node_of(chaos, fault.node, rng)
     path = progress_path()
-    hog = ray.remote(allocate).options(
+    hog = _allocator().options(
         max_retries=0, num_cpus=0, name="raychaos.memory_pressure",
         scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False),
     ).remote(fault.fraction, fault.host_cap, fault.seconds, path)
@@ -346,16 +355,50 @@ def _memory(chaos: Chaos, fault: MemoryPressure, at: float | None,
 
     def heal() -> None:
         ray.cancel(hog, force=True)  # the pressure ends first; only then is the agent asked
+        _prestart(node.node_id, wait=False)  # the killed worker's replacement, for the next one
         details.update(outcome_of(hog, _progress(node, path)))
         chaos._record("heal", fault, at, node, details["outcome"],
                       memory_outcome=details["memory_outcome"].value, peak_bytes=details["peak_bytes"])
 
     with chaos._active_heal(heal):
-        chaos._record("inject", fault, at, node, _confirm_started(chaos, hog, fault))
+        chaos._record("inject", fault, at, node, _confirm_started(chaos, hog, fault, node, path))
         yield Injection(fault, (node,), details)
     # Its effect is known once it is over: bytes held resident, or Ray's memory monitor's kill.
     if details["memory_outcome"] is not MemoryOutcome.OOM_KILLED and details["peak_bytes"] == 0:
         raise FaultIneffective(f"the memory fault never held a resident byte: {details['outcome']}")
+
+
+def _noop() -> None:
+    """A task that only makes Ray start (or reuse) a worker process."""
+
+
+def _prestart(node_id: str, *, wait: bool) -> None:
+    """Leave an idle worker in ``node_id``'s pool: a memory fault's task then starts in
+    milliseconds instead of waiting ~0.5 s for a new worker process."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    ref = ray.remote(_noop).options(num_cpus=0, max_retries=0, name="raychaos.prestart",
+                                    scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote()
+    if wait:
+        ray.get(ref, timeout=CALL_TIMEOUT)
+
+
+def _warm_store(megabytes: int) -> None:
+    """Put one chunk and free it: the store's first large put maps its memory (~0.2 s here)."""
+    import ray
+
+    ray.get(ray.put(_chunk(megabytes)), timeout=CALL_TIMEOUT)
+
+
+@functools.cache
+def _chunk(megabytes: int) -> Any:
+    """One read-only chunk per size, made once: every put of it is a copy into the store."""
+    import numpy as np
+
+    chunk = np.ones(megabytes * 2**20, dtype=np.uint8)
+    chunk.flags.writeable = False
+    return chunk
 
 
 def _progress(node: Process, path: str) -> dict[str, Any] | None:
@@ -373,36 +416,43 @@ def _progress(node: Process, path: str) -> dict[str, Any] | None:
         return None
 
 
-def _confirm_started(chaos: Chaos, hog: Any, fault: MemoryPressure) -> str:
-    """Wait until the allocating task runs (the State API, asked at the GCS: nothing on the
-    squeezed node), or has already ended (Ray's memory monitor may be that quick)."""
+def _confirm_started(chaos: Chaos, hog: Any, fault: MemoryPressure, node: Process, path: str) -> str:
+    """Wait until the allocating task runs — its first report on its node, read by the agent
+    there (the State API learns of a running task up to a second late) — or has already ended
+    (Ray's memory monitor may be that quick)."""
     import ray
-    from ray.util.state import list_tasks
+
+    agent = agent_for(node.node_id)
 
     def started() -> str | None:
         if ray.wait([hog], timeout=0)[0]:
             return "allocating; ended at once"
-        rows = list_tasks(address=chaos.address, filters=[("task_id", "=", hog.task_id().hex())],
-                          raise_on_missing_output=False, timeout=CALL_TIMEOUT)
-        running = any(t.state == "RUNNING" for t in rows)
-        return f"allocating toward {fault.fraction:.0%} of the host" if running else None
+        report = chaos._call(agent.progress.remote(path))
+        return f"allocating toward {fault.fraction:.0%} of the host" if report is not None else None
 
     try:
-        return wait_until(started, timeout=MEMORY_CONFIRM, interval=0.05, what="the memory fault's task to run")
+        return wait_until(started, timeout=MEMORY_CONFIRM, interval=0.005, what="the memory fault's task to run")
     except HangError:
         raise FaultIneffective(f"the memory fault's task did not start within {MEMORY_CONFIRM:g} s") from None
+
+
+@functools.cache
+def _allocator() -> Any:
+    """The allocating task, made remote once: each ``ray.remote`` would export it anew."""
+    import ray
+
+    return ray.remote(allocate)
 
 
 @contextmanager
 def _object_store(chaos: Chaos, fault: FillObjectStore, at: float | None,
                   rng: random.Random) -> Iterator[Injection]:
-    import numpy as np
     import ray
     from ray.exceptions import ObjectStoreFullError
 
     node = _node_of(chaos, None, rng)
     capacity = ray.cluster_resources().get("object_store_memory", 0.0) / max(1, len(ray.nodes()))
-    refs, chunk, outcome = [], np.ones(fault.chunk_mb * 2**20, dtype=np.uint8), "filled"
+    refs, chunk, outcome = [], _chunk(fault.chunk_mb), "filled"
     try:
         while len(refs) * chunk.nbytes < fault.fraction * capacity:
             refs.append(ray.put(chunk))
@@ -421,31 +471,23 @@ def _object_store(chaos: Chaos, fault: FillObjectStore, at: float | None,
         yield Injection(fault, (node,), {"bytes": held, "outcome": outcome, "capacity": capacity})
 
 
-class _Holder:
-    """Holds resources while it lives."""
-
-    def ready(self) -> bool:
-        return True
-
-
 @contextmanager
 def _starve(chaos: Chaos, fault: Starve, at: float | None, rng: random.Random) -> Iterator[Injection]:
-    import ray
+    """Held by a placement group, not by an actor: reserving resources needs no worker process,
+    so the starvation starts within milliseconds of its tick (an actor took ~0.5 s to start)."""
+    from ray.util.placement_group import placement_group, remove_placement_group
 
-    holder = ray.remote(_Holder).options(num_cpus=fault.cpus, resources=fault.resources,
-                                         name=None, max_restarts=0).remote()
-    try:
-        chaos._call(holder.ready.remote())
-    except Exception as exc:
-        ray.kill(holder)
-        raise FaultIneffective(f"could not acquire cpus={fault.cpus} resources={fault.resources} "
-                               f"within {CALL_TIMEOUT:g} s to starve the cluster; are they free?") from exc
+    bundle = {**({"CPU": fault.cpus} if fault.cpus else {}), **fault.resources}
+    group = placement_group([bundle], name="raychaos.starve")
+    if not group.wait(timeout_seconds=CALL_TIMEOUT):
+        remove_placement_group(group)
+        raise FaultIneffective(f"could not acquire {bundle} within {CALL_TIMEOUT:g} s to starve the "
+                               "cluster; are they free?")
     node = _node_of(chaos, None, rng)
-    chaos._record("inject", fault, at, node, "resources held", cpus=fault.cpus,
-                  resources=fault.resources)
+    chaos._record("inject", fault, at, node, "resources held", cpus=fault.cpus, resources=fault.resources)
 
     def heal() -> None:
-        ray.kill(holder)
+        remove_placement_group(group)
         chaos._record("heal", fault, at, node, "resources released")
 
     with chaos._active_heal(heal):

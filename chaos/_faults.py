@@ -75,8 +75,8 @@ class MemoryPressure:
     ``host_cap``, for ``seconds``: drives Ray's memory monitor (``memory_usage_threshold``)
     to kill a task with ``OutOfMemoryError``."""
 
-    #: Carried out by the chaos agent on the target's node (see :func:`chaos.start_agents`).
-    USES_AGENT: ClassVar[bool] = False
+    #: Its start is confirmed by the chaos agent on the target's node (see :func:`chaos.start_agents`).
+    USES_AGENT: ClassVar[bool] = True
 
     fraction: float
     seconds: float

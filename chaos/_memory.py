@@ -75,6 +75,7 @@ def allocate(fraction: float, host_cap: float, seconds: float, path: str) -> int
     if (vm.total - vm.available) + STEP > target:
         _report(path, 0, (vm.total - vm.available) / vm.total, cannot=True)
         return 0
+    _report(path, 0, (vm.total - vm.available) / vm.total, cannot=False)  # running: the start's proof
     while time.monotonic() < deadline:
         used = psutil.virtual_memory()
         if (used.total - used.available) + STEP <= target:

@@ -113,7 +113,7 @@ def _assert_baseline_misses_the_fault(report: Path, name: str) -> None:
     assert broken == FAULT_TRACES[name], (broken, baseline["verdicts"])
 
 
-@pytest.mark.parametrize("name", ["open-files", "full-disk"])
+@pytest.mark.parametrize("name", ["open-files", pytest.param("full-disk", marks=pytest.mark.slow)])
 def test_os_limit_and_full_disk_scenarios_hold_and_fail_closed_without_their_fault(
         name: str, ray_cluster: ClusterHandle, tmp_path: Path) -> None:
     args = ["run", name, "--address", ray_cluster.address, "--duration", "5", "--report", str(tmp_path)]
