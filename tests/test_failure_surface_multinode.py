@@ -26,7 +26,7 @@ from chaos import (
     wait_until,
 )
 from conftest import CALL_TIMEOUT, scaled
-from scenarios._surface import ObjectKind, Putter, expected_outcome, produce
+from scenarios._surface import ObjectKind, Putter, combine, expected_outcome, produce
 from test_chaos_multinode import Remote, replace_dead_worker, where
 
 pytestmark = [pytest.mark.multinode, pytest.mark.slow]
@@ -95,13 +95,6 @@ def test_a_preempted_node_loses_nothing_of_an_actor_that_checkpoints_on_sigterm(
 
 
 # -- lost objects: a property over generated object graphs ----------------------------------------
-
-
-def combine(*parts: Any) -> Any:
-    """A task output made from its inputs (arrays from ``produce``): the first element sums."""
-    import numpy as np
-
-    return produce(int(sum(int(np.asarray(p)[0]) for p in parts)))
 
 
 @st.composite
