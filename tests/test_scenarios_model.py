@@ -14,16 +14,22 @@ from scenarios._runner import _recovery, aim_memory_faults
 from scenarios._workload import RunContext, Workload
 from scenarios.cli import main
 
-BUILTINS = ["dqn-cartpole", "env-worker-kill", "env-worker-kill-no-retries", "memory-pressure",
-            "node-loss", "owner-death", "parameter-server-crash", "replay-crash-loop",
-            "replay-crash-loop-beyond", "starvation", "straggler"]
+BUILTINS = ["async-actor", "dqn-cartpole", "drain-preemption", "env-worker-kill",
+            "env-worker-kill-no-retries", "full-disk", "gcs-restart", "lost-objects", "memory-pressure",
+            "node-loss", "node-unresponsive", "open-files", "owner-death", "parameter-server-crash",
+            "placement-group", "replay-crash-loop", "replay-crash-loop-beyond", "rpc-failures",
+            "rpc-failures-no-retries", "starvation", "straggler"]
+#: Built-ins whose faults are set up with the cluster, not scheduled (Ray's RPC failure knob).
+NO_SCHEDULE = {"rpc-failures", "rpc-failures-no-retries"}
 
 
 def test_every_builtin_scenario_loads() -> None:
     assert builtin_names() == BUILTINS
     for name in BUILTINS:
         scenario = load_scenario(name)
-        assert scenario.name == name and scenario.invariants and scenario.schedule.entries
+        assert scenario.name == name and scenario.invariants
+        assert bool(scenario.schedule.entries) != (name in NO_SCHEDULE), name
+        assert bool(scenario.rpc_failures) == (name in NO_SCHEDULE), name
 
 
 def test_the_flagship_schedule_mixes_kills_a_pause_and_memory() -> None:
@@ -72,9 +78,9 @@ def test_a_bad_file_reports_every_problem_once_each(tmp_path: Path) -> None:
 
 
 def test_unknown_names_list_the_choices(tmp_path: Path) -> None:
-    with pytest.raises(ScenarioError, match="unknown; use a TOML file or one of dqn-cartpole, env-worker-kill"):
+    with pytest.raises(ScenarioError, match="unknown; use a TOML file or one of async-actor, dqn-cartpole"):
         load_scenario("no-such-scenario")
-    with pytest.raises(ScenarioError, match="workload = 'quantum': unknown workload; use one of dqn-cartpole"):
+    with pytest.raises(ScenarioError, match="workload = 'quantum': unknown workload; use one of async-actor, dqn-cartpole"):
         load_scenario(_write(tmp_path, 'name = "x"\nworkload = "quantum"\nduration = 5\ninvariants = []'))
 
 

@@ -42,7 +42,8 @@ def _assert_held(report: Path, output: str) -> dict:
 
 @pytest.mark.parametrize("name", ["env-worker-kill", "env-worker-kill-no-retries", "replay-crash-loop",
                                   "replay-crash-loop-beyond", "parameter-server-crash", "straggler",
-                                  "starvation", "owner-death", "async-actor"])
+                                  "starvation", "owner-death",
+                                  pytest.param("async-actor", marks=pytest.mark.slow)])
 def test_builtin_scenario_holds_its_invariants(name: str, ray_cluster: ClusterHandle, tmp_path: Path) -> None:
     args = ["run", name, "--address", ray_cluster.address, "--duration", "8", "--report", str(tmp_path)]
     result = CliRunner().invoke(main, args)
@@ -113,7 +114,8 @@ def _assert_baseline_misses_the_fault(report: Path, name: str) -> None:
     assert broken == FAULT_TRACES[name], (broken, baseline["verdicts"])
 
 
-@pytest.mark.parametrize("name", ["open-files", pytest.param("full-disk", marks=pytest.mark.slow)])
+@pytest.mark.slow  # make test's 10-minute budget; the faults themselves are tested there
+@pytest.mark.parametrize("name", ["open-files", "full-disk"])
 def test_os_limit_and_full_disk_scenarios_hold_and_fail_closed_without_their_fault(
         name: str, ray_cluster: ClusterHandle, tmp_path: Path) -> None:
     args = ["run", name, "--address", ray_cluster.address, "--duration", "5", "--report", str(tmp_path)]
