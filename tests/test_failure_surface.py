@@ -48,6 +48,7 @@ class Opener:
         return os.getpid()
 
 
+@pytest.mark.slow  # make test's 10-minute budget (a fresh clone: 587 s wall with it)
 def test_an_open_file_limit_surfaces_emfile_through_ray_get_and_heals(
         ray_cluster: ClusterHandle, tmp_path: Any) -> None:
     chaos, opener = Chaos(address=ray_cluster.address), Opener.remote(str(tmp_path))
@@ -73,6 +74,7 @@ def disk() -> Iterator[str]:
         yield root
 
 
+@pytest.mark.slow  # the in-process ENOSPC tests (tests/test_full_disk.py) stay in make test
 def test_a_full_disk_fails_the_unlogged_add_loses_nothing_acknowledged_and_heals(
         ray_cluster: ClusterHandle, disk: str) -> None:
     counter = ray.remote(max_restarts=-1, max_task_retries=-1)(CheckpointedCounter).remote(
