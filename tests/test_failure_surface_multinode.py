@@ -16,7 +16,6 @@ from ray.util.state import list_nodes
 
 from actors import CheckpointedCounter
 from chaos import (
-    TEST_SYSTEM_CONFIG,
     Chaos,
     ClusterHandle,
     DrainNode,
@@ -26,14 +25,18 @@ from chaos import (
     wait_until,
 )
 from conftest import CALL_TIMEOUT, scaled
-from scenarios._surface import ObjectKind, Putter, combine, expected_outcome, produce
+from scenarios._surface import (
+    DETECTION_BOUND,
+    ObjectKind,
+    Putter,
+    combine,
+    expected_outcome,
+    produce,
+)
 from test_chaos_multinode import Remote, replace_dead_worker, where
 
 pytestmark = [pytest.mark.multinode, pytest.mark.slow]
 
-#: Ray's health check declares a silent node dead after about threshold × (period + timeout).
-DETECTION_BOUND = TEST_SYSTEM_CONFIG["health_check_failure_threshold"] * (
-    TEST_SYSTEM_CONFIG["health_check_period_ms"] + TEST_SYSTEM_CONFIG["health_check_timeout_ms"]) / 1000
 
 
 def node_state(address: str, node_id: str) -> str:
