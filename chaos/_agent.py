@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +33,7 @@ __all__ = ["ChaosAgent", "agent_for", "start_agents", "stop_agents"]
 
 AGENT_NAMESPACE = "raychaos-agents"
 STOP_TIMEOUT = 5.0
+_REPLY_S = 0.2  # a kill_node reply's head start over the raylet's SIGKILL, which ends this agent
 _STOPPED = (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
 _ENDED = ("gone", psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
 _HOG = "import time, sys\nend = time.monotonic() + float(sys.argv[1])\nwhile time.monotonic() < end:\n    pass\n"
@@ -92,18 +94,28 @@ class ChaosAgent:
         return time.monotonic() - sent
 
     def kill_node(self, *, driver_pids: tuple[int, ...] = (), grace_s: float = 0.0) -> tuple[int, int]:
-        """SIGKILL this node's raylet and every process under it, this agent last: a node that
-        dies takes all its processes with it (a worker busy in Python would otherwise not
-        notice its raylet is gone, and finish its task as if nothing happened). With
-        ``grace_s``, the workers first get SIGTERM and that long to exit, as an instance that
-        shuts down does. Replies first; returns the raylet's pid and how many other processes
-        die with it."""
+        """Kill this node, confirmed before replying: the raylet stopped (state T: it can
+        neither serve, nor report, nor start a worker) and every process under it, this agent
+        aside, SIGKILLed and seen gone. A node that dies takes all its processes with it (a
+        worker busy in Python would otherwise not notice its raylet is gone, and finish its
+        task as if nothing happened). With ``grace_s``, the workers first get SIGTERM and that
+        long to exit, their raylet still running, as an instance that shuts down does.
+
+        The raylet and this agent are SIGKILLed just after the reply (a reply goes straight to
+        the caller, without the raylet; SIGKILL ends a stopped process). Returns the raylet's
+        pid and how many other processes died.
+
+        Raises:
+            FaultIneffective: the raylet did not stop, or a process survived SIGKILL past
+                ``STOP_TIMEOUT``; the raylet is resumed, the node left running.
+        """
         raylet = raylet_of(os.getpid())
         check_target(raylet.pid, agent_pid=os.getpid(), driver_pids=driver_pids, allow_raylet=True)
-        others = [p for p in raylet.children(recursive=True)
-                  if p.pid != os.getpid() and p.pid not in driver_pids]
-        threading.Timer(0.2, _kill_all, args=([raylet, *others], grace_s)).start()
-        return raylet.pid, len(others)
+        if grace_s > 0:
+            _terminate_workers(_under(raylet, driver_pids), grace_s)
+        killed = _stop_and_kill_under(raylet, driver_pids)
+        threading.Timer(_REPLY_S, _end_node, args=(raylet,)).start()
+        return raylet.pid, killed
 
     def freeze_node(self, seconds: float, *, workers: bool = False,
                     driver_pids: tuple[int, ...] = ()) -> list[int]:
@@ -320,17 +332,50 @@ def _is_raylet_agent(proc: psutil.Process) -> bool:
     return any(marker in text for marker in _RAYLET_AGENTS)
 
 
-def _kill_all(processes: list[psutil.Process], grace_s: float = 0.0) -> None:
-    if grace_s > 0:
-        # The raylet and its agents stay up while the workers shut down.
-        workers = [p for p in processes[1:] if not _is_raylet_agent(p)]
-        for proc in workers:
-            with contextlib.suppress(psutil.Error):
-                proc.terminate()
-        psutil.wait_procs(workers, timeout=grace_s)
-    for proc in processes:
-        with contextlib.suppress(psutil.Error):  # already gone
-            proc.kill()
+def _under(raylet: psutil.Process, driver_pids: tuple[int, ...]) -> list[psutil.Process]:
+    """Every live process under ``raylet`` but this agent and the drivers."""
+    return [p for p in raylet.children(recursive=True)
+            if p.pid != os.getpid() and p.pid not in driver_pids and not _gone(p)]
+
+
+def _terminate_workers(processes: list[psutil.Process], grace_s: float) -> None:
+    # The raylet and its agents stay up while the workers shut down: the raylet fate-shares
+    # with its agents, and the workers may still need it (a checkpoint on SIGTERM).
+    workers = [p for p in processes if not _is_raylet_agent(p)]
+    for proc in workers:
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
+    psutil.wait_procs(workers, timeout=grace_s)
+
+
+def _stop_and_kill_under(raylet: psutil.Process, driver_pids: tuple[int, ...]) -> int:
+    """Stop ``raylet``, then SIGKILL everything under it, each confirmed; how many died. On
+    failure the raylet is resumed."""
+    raylet.send_signal(signals.SIGSTOP)
+    try:
+        others = _under(raylet, driver_pids)  # listed once stopped: no worker starts after
+        _confirm(lambda: _status(raylet) in _STOPPED, f"raylet {raylet.pid} to stop")
+        for proc in others:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.kill()
+        _confirm(lambda: all(_gone(p) for p in others),
+                 f"the {len(others)} processes under raylet {raylet.pid} to exit after SIGKILL")
+    except FaultIneffective:
+        _sigcont(raylet.pid, raylet.create_time())
+        raise
+    return len(others)
+
+
+def _confirm(done: Callable[[], bool], what: str) -> None:
+    try:
+        wait_until(done, timeout=STOP_TIMEOUT, interval=0.002, what=what)
+    except HangError:
+        raise FaultIneffective(f"waited {STOP_TIMEOUT:g} s for {what}; it did not happen") from None
+
+
+def _end_node(raylet: psutil.Process) -> None:
+    with contextlib.suppress(psutil.Error):  # already gone
+        raylet.kill()
     os._exit(1)  # this agent, last
 
 

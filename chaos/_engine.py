@@ -260,20 +260,23 @@ def _kill_node(chaos: Chaos, fault: KillNode, at: float | None,
     (node,) = resolve(fault.target, address=chaos.address, rng=rng)
     agent = agent_for(node.node_id)
     raylet, others = chaos._call(agent.kill_node.remote(driver_pids=chaos.driver_pids))
+    killed = time.monotonic()
     proc = Process(raylet, node.node_id, f"raylet of node {node.node_id[:12]}")
-    took = _confirm_node_dead(chaos, node.node_id)
-    chaos._record("inject", fault, at, proc, f"raylet and the {others} processes under it SIGKILLed; "
-                                             f"Ray declared the node dead after {took:.1f} s")
+    chaos._record("inject", fault, at, proc, f"raylet stopped and the {others} processes under it "
+                                             "SIGKILLed, each confirmed; the raylet SIGKILLed next")
     try:
         yield Injection(fault, (proc,))
     finally:
-        chaos._record("heal", fault, at, proc, "nothing to heal: the node stays dead")
+        # After the yield: the node is dead once its processes are; Ray's noticing it is its
+        # health check (seconds), which must still happen for the fault to count.
+        took = _confirm_node_dead(chaos, node.node_id, since=killed)
+        chaos._record("heal", fault, at, proc, f"nothing to heal: Ray declared the node dead "
+                                               f"{took:.1f} s after its kill; it stays dead")
 
 
-def _confirm_node_dead(chaos: Chaos, node_id: str) -> float:
+def _confirm_node_dead(chaos: Chaos, node_id: str, *, since: float) -> float:
+    """Wait until the GCS lists ``node_id`` DEAD; seconds from ``since`` until it did."""
     from ray.util.state import list_nodes
-
-    start = time.monotonic()
 
     def dead() -> bool:
         rows = list_nodes(address=chaos.address, filters=[("node_id", "=", node_id)],
@@ -285,7 +288,7 @@ def _confirm_node_dead(chaos: Chaos, node_id: str) -> float:
     except HangError:
         raise FaultIneffective(f"node {node_id[:12]} was still ALIVE in the GCS "
                                f"{NODE_DEATH_CONFIRM:g} s after its raylet was killed") from None
-    return time.monotonic() - start
+    return time.monotonic() - since
 
 
 @contextmanager
@@ -576,9 +579,9 @@ def _drain_node(chaos: Chaos, fault: DrainNode, at: float | None,
                                              f"deadline in {fault.deadline_s:g} s")
     if fault.kill_at_deadline:
         threading.Event().wait(max(0.0, deadline - time.monotonic()))  # the notice's length
-        raylet, others = chaos._call(agent.kill_node.remote(driver_pids=chaos.driver_pids,
-                                                            grace_s=fault.grace_s))
-        took = _confirm_node_dead(chaos, node.node_id)
+        raylet, others = chaos._call(agent.kill_node.remote(
+            driver_pids=chaos.driver_pids, grace_s=fault.grace_s), timeout=CALL_TIMEOUT + fault.grace_s)
+        took = _confirm_node_dead(chaos, node.node_id, since=time.monotonic())
         chaos._record("inject", fault, at, Process(raylet, node.node_id, node.label),
                       f"deadline reached: SIGTERM, {fault.grace_s:g} s grace, SIGKILL to the raylet "
                       f"and {others} processes; Ray declared the node dead after {took:.1f} s")

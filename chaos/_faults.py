@@ -47,7 +47,11 @@ class Kill:
 @dataclass(frozen=True, slots=True)
 class KillNode:
     """SIGKILL a node's raylet and every process under it: the whole node dies at once, as a
-    machine that fails would. Never the head unless asked."""
+    machine that fails would. Never the head unless asked.
+
+    Confirmed in milliseconds by the node's agent (raylet stopped, every process under it
+    gone); it counts as injected only once Ray has also declared the node dead (its health
+    check: seconds), which its heal waits for."""
 
     #: Carried out by the chaos agent on the target's node (see :func:`chaos.start_agents`).
     USES_AGENT: ClassVar[bool] = True

@@ -67,14 +67,26 @@ def test_the_head_is_spared_unless_asked(ray_multinode_cluster: ClusterHandle) -
 def test_kill_node_takes_the_node_and_its_actors_down(ray_multinode_cluster: ClusterHandle) -> None:
     chaos = Chaos(address=ray_multinode_cluster.address)
     actor = Remote.remote()
-    _, node = where(actor)
-    chaos.kill(KillNode(NodeTarget(node)))
-    wait_until(lambda: any(n.node_id == node and n.state == "DEAD"
-                           for n in list_nodes(address=ray_multinode_cluster.address)),
-               timeout=60, what="the node to be declared dead")
+    pid, node = where(actor)
+    with chaos.inject(KillNode(NodeTarget(node))) as injection:
+        # Confirmed by the agent, well before Ray's health check: the actor's worker is gone
+        # and the raylet can do nothing more (stopped, or already SIGKILLed).
+        assert not running(pid)
+        assert not running(injection.processes[0].pid, stopped_is_alive=False)
+    assert any(n.node_id == node and n.state == "DEAD"  # the heal waited for Ray to notice
+               for n in list_nodes(address=ray_multinode_cluster.address))
     wait_until(lambda: where(actor)[1] != node, timeout=60, what="the actor to move to another node")
     ray.kill(actor)
     replace_dead_worker(ray_multinode_cluster, node)
+
+
+def running(pid: int, *, stopped_is_alive: bool = True) -> bool:
+    try:
+        status = psutil.Process(pid).status()
+    except psutil.NoSuchProcess:
+        return False
+    ended = {psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD} | (set() if stopped_is_alive else {psutil.STATUS_STOPPED})
+    return status not in ended
 
 
 # -- no silent hang when a node dies, at max_retries=0 ----------------------------------------
