@@ -20,7 +20,7 @@ import signal
 import threading
 import time
 import warnings
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, get_args
@@ -179,19 +179,32 @@ _IN_MUTATION: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar(
     "raychaos_in_mutation", default=frozenset())
 
 
+def _inside_mutation(owner: Checkpointable) -> bool:
+    """This call runs inside one of ``owner``'s mutations (or its replay)."""
+    return id(owner) in _IN_MUTATION.get() or bool(owner.__dict__.get("_raychaos_depth", 0))
+
+
+@contextlib.contextmanager
+def _marked_inside(owner: Checkpointable) -> Iterator[None]:
+    token = _IN_MUTATION.set(_IN_MUTATION.get() | {id(owner)})
+    try:
+        yield
+    finally:
+        _IN_MUTATION.reset(token)
+
+
 def _async_mutation(method: F) -> Callable[..., Any]:
+    # The wrapper names module functions only, never the ContextVar itself: a class defined in
+    # a user's script is pickled by value, closure and globals with it, and a ContextVar
+    # cannot be pickled (the module's functions are pickled by reference).
     @functools.wraps(method)
     async def wrapper(self: Checkpointable, *args: Any, **kwargs: Any) -> Any:
         gate = self.__dict__.get("_raychaos_gate")
-        nested = id(self) in _IN_MUTATION.get() or self.__dict__.get("_raychaos_depth", 0)
-        if gate is None or nested:  # not checkpointed yet, replaying, or inside the outer call
+        if gate is None or _inside_mutation(self):  # not checkpointed yet, replaying, or nested
             return await method(self, *args, **kwargs)
         async with gate.held():
-            inside = _IN_MUTATION.set(_IN_MUTATION.get() | {id(self)})
-            try:
+            with _marked_inside(self):
                 result = await method(self, *args, **kwargs)
-            finally:
-                _IN_MUTATION.reset(inside)
             _log(self, method.__name__, args, kwargs)
             return result
 
@@ -336,7 +349,7 @@ class Checkpointable:
                 hold half of it. Use :meth:`checkpoint_async` from async code.
         """
         checkpointer, gate = self._checkpointer(), self.__dict__["_raychaos_gate"]
-        if id(self) in _IN_MUTATION.get() or self.__dict__.get("_raychaos_depth", 0):
+        if _inside_mutation(self):
             return checkpointer.checkpoint(full=full)  # from inside a mutation: it holds the gate
         if not gate.try_hold():
             raise CheckpointError(f"an async mutation of {type(self).__name__} is in flight: a "

@@ -118,3 +118,13 @@ def test_the_mixin_has_no_async_method() -> None:
     # One ``async def`` on the mixin makes Ray run every checkpointed actor as an async actor
     # (its methods on an event loop thread, up to 1000 at once): seen once, pinned here.
     assert [n for n in dir(Checkpointable) if inspect.iscoroutinefunction(getattr(Checkpointable, n))] == []
+
+
+def test_an_async_checkpointed_class_from_a_users_script_pickles(tmp_path: Any) -> None:
+    # Ray pickles a class defined in a script (``__main__``) by value, its methods' closures
+    # and globals with it: a ContextVar named by the wrapper made that fail ("cannot pickle
+    # '_contextvars.ContextVar' object"), so no such actor could be created.
+    from ray import cloudpickle
+
+    cls = cloudpickle.loads(cloudpickle.dumps(tally_class(mutation)))  # local: pickled by value
+    assert tally_problems(cls, str(tmp_path / "ckpt")) == []
