@@ -94,11 +94,12 @@ def kept(name: str, writer: str, value: int, counts: Mapping[Ack, int]) -> Verdi
                    f"refused and undone {counts[Ack.UNDONE]}")
 
 
-def _counter(ctx: Any, name: str, *, node: str | None = None, **options: Any) -> Any:
+def _counter(ctx: Any, name: str, *, cls: type = CheckpointedCounter, node: str | None = None,
+             **options: Any) -> Any:
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    remote = ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)(CheckpointedCounter)
+    remote = ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)(cls)
     # A sliver of a resource with the affinity: Ray 2.60 places a request for no resources on
     # any node, soft affinity or not (seen here: both counters on one node, the fault missing both).
     where = {"scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=True),
@@ -120,20 +121,25 @@ def _states(address: str) -> dict[str, str]:
                                                   raise_on_missing_output=False, timeout=CALL_TIMEOUT)}
 
 
+def _dead(address: str) -> set[str]:
+    return {node for node, state in _states(address).items() if state == "DEAD"}
+
+
 class _NodeWatch:
-    """When each node was first seen DEAD (seconds into the run), polled from ``step``."""
+    """When each node died during the run (seconds into it), polled from ``step``. Nodes dead
+    before it started are not counted: a cluster's old losses must not pass for this run's."""
 
     def __init__(self, ctx: Any, every: float = 0.25) -> None:
         self.ctx, self.every, self.next = ctx, every, 0.0
+        self.dead_before = _dead(ctx.address)
         self.dead_at: dict[str, float] = {}
 
     def poll(self) -> None:
         if time.monotonic() < self.next:
             return
         self.next = time.monotonic() + self.every
-        for node, state in _states(self.ctx.address).items():
-            if state == "DEAD":
-                self.dead_at.setdefault(node, self.ctx.elapsed())
+        for node in _dead(self.ctx.address) - self.dead_before:
+            self.dead_at.setdefault(node, self.ctx.elapsed())
 
 
 # -- 1. GCS restart on a Redis ------------------------------------------------------------------
@@ -160,6 +166,7 @@ class GcsRestart(Workload):
     BASELINE = True  # the fault-free twin: every trace of the fault must be missing there
     INVARIANTS = ("actor_served_during_outage", "pending_work_resumed", "named_actor_found",
                   "nothing_acknowledged_lost")
+    counter_class: type = CheckpointedCounter
 
     def setup(self) -> None:
         import ray
@@ -176,7 +183,7 @@ class GcsRestart(Workload):
     def _detached(self) -> Any:
         import ray
 
-        remote = ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)(CheckpointedCounter)
+        remote = ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)(self.counter_class)
         return remote.options(name="ledger", namespace=self.ctx.namespace, lifetime="detached").remote(
             f"{self.ctx.storage}/ledger", durability="wal", every_n=50)
 
@@ -246,13 +253,15 @@ class _OnWorkerNodes(Workload):
 
     DURABILITY = "wal"
     GRACEFUL = False
+    counter_class: type = CheckpointedCounter
 
     def setup(self) -> None:
         import ray
 
         graceful = self.ctx.param("graceful", self.GRACEFUL, bool)
         self.nodes = _worker_nodes()
-        self.ledgers = [Ledger(_counter(self.ctx, f"counter{i}", node=node, durability=self.DURABILITY,
+        self.ledgers = [Ledger(_counter(self.ctx, f"counter{i}", cls=self.counter_class, node=node,
+                                        durability=self.DURABILITY,
                                         every_n=1000, checkpoint_on_sigterm=graceful), f"w{i}")
                         for i, node in enumerate(self.nodes)]
         self.pids = [ray.get(ledger.actor.pid.remote(), timeout=CALL_TIMEOUT) for ledger in self.ledgers]
@@ -377,11 +386,12 @@ class OpenFiles(Workload):
 
     BASELINE = True  # the fault-free twin: every trace of the fault must be missing there
     INVARIANTS = ("emfile_surfaces", "recovers_after_heal", "no_other_errors")
+    opener_class: type = Opener
 
     def setup(self) -> None:
         import ray
 
-        self.opener = ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)(Opener).options(
+        self.opener = ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)(self.opener_class).options(
             name="opener", namespace=self.ctx.namespace).remote(f"{self.ctx.storage}/files")
         self.ok, self.emfile, self.other, self.i = 0, 0, [], 0
 
@@ -437,9 +447,11 @@ class FullDisk(Workload):
 
     BASELINE = True  # the fault-free twin: every trace of the fault must be missing there
     INVARIANTS = ("disk_full_surfaces", "nothing_acknowledged_lost", "recovers_when_space_returns")
+    counter_class: type = CheckpointedCounter
 
     def setup(self) -> None:
-        self.ledger = Ledger(_counter(self.ctx, "counter", durability="wal", every_n=50), "driver")
+        self.ledger = Ledger(_counter(self.ctx, "counter", cls=self.counter_class, durability="wal",
+                                      every_n=50), "driver")
 
     def step(self) -> bool:
         self.ledger.add()
@@ -530,6 +542,7 @@ class LostObjects(Workload):
 
         self.made: list[tuple[ObjectKind, str, int, Any]] = []
         self.putters: list[Any] = []  # the owners of the put objects: alive unless their node dies
+        self.dead_before = _dead(self.ctx.address)  # the cluster's old losses are not this run's
         per = int(self.ctx.param("per_kind", 3, int))
         # A resource, not only the affinity: Ray 2.60 places a request for no resources on any
         # node, soft affinity or not (seen here). Where each object was made is read back below.
@@ -569,8 +582,7 @@ class LostObjects(Workload):
         return not self.ctx.stop.wait(0.2) and not self.ctx.faults_settled.is_set()
 
     def invariants(self) -> list[Verdict]:
-        states = _states(self.ctx.address)
-        dead = {n for n, s in states.items() if s == "DEAD"}
+        dead = _dead(self.ctx.address) - self.dead_before
         wrong, seen = [], {}
         for kind, node, i, ref in self.made:
             want = expected_outcome(kind, on_dead_node=node in dead)
@@ -614,6 +626,7 @@ class GroupLoss(Workload):
 
     BASELINE = True  # the fault-free twin: every trace of the fault must be missing there
     INVARIANTS = ("group_rescheduled", "actors_restarted", "infeasible_group_named")
+    member_class: type = Member
 
     def setup(self) -> None:
         import ray
@@ -624,7 +637,7 @@ class GroupLoss(Workload):
         ray.get(self.group.ready(), timeout=CALL_TIMEOUT)
         self.before = self._bundle_nodes()
         self.members = [ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0.1,
-                                   resources={"worker": 1})(Member).options(
+                                   resources={"worker": 1})(self.member_class).options(
             scheduling_strategy=PlacementGroupSchedulingStrategy(self.group, i)).remote() for i in range(2)]
         ray.get([m.ping.remote() for m in self.members], timeout=CALL_TIMEOUT)
         self.recover = float(self.ctx.param("recover_within", CALL_TIMEOUT, (int, float)))
@@ -653,7 +666,7 @@ class GroupLoss(Workload):
     def _rescheduled(self) -> Verdict:
         from ray.util.placement_group import placement_group_table
 
-        dead = {n for n, s in _states(self.ctx.address).items() if s == "DEAD"}
+        dead = _dead(self.ctx.address)  # the bundles' nodes were alive at the start
         hit = [n[:12] for n in self.before if n in dead]
 
         def placed() -> bool:
@@ -743,12 +756,13 @@ class AsyncActor(Workload):
     concurrency groups, under kills and pauses: every acknowledged add stored exactly once."""
 
     INVARIANTS = ("no_lost_adds", "no_duplicate_adds")
+    ledger_class: type = AsyncLedger
 
     def setup(self) -> None:
         import ray
 
         remote = ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0,
-                            concurrency_groups={"a": 2, "b": 2})(AsyncLedger)
+                            concurrency_groups={"a": 2, "b": 2})(self.ledger_class)
         self.actor = remote.options(name="ledger", namespace=self.ctx.namespace).remote(f"{self.ctx.storage}/ledger")
         ray.get(self.actor.pid.remote(), timeout=CALL_TIMEOUT)
         self.history, self.errors = History(), {}
@@ -828,20 +842,25 @@ class RpcFailures(Workload):
     ``ActorUnavailableError``, and nothing hangs."""
 
     INVARIANTS = ("results_correct", "retried_deliveries_seen", "errors_surface", "no_hang")
+    target_class: type = Target
+    caller_class: type = Caller
 
     def setup(self) -> None:
         import ray
 
         retries = self.ctx.param("max_task_retries", -1, int)
-        self.target = ray.remote(num_cpus=0, resources={"worker": 1}, max_task_retries=retries)(Target).remote()
-        self.caller = ray.remote(num_cpus=0, resources={"worker": 1})(Caller).remote()
+        self.target = ray.remote(num_cpus=0, resources={"worker": 1},
+                                 max_task_retries=retries)(self.target_class).remote()
+        self.caller = ray.remote(num_cpus=0, resources={"worker": 1})(self.caller_class).remote()
         self.calls, self.ok, self.errors, self.hung = 0, 0, {}, ""
+        # A batch of 20 calls, each bounded by CALL_TIMEOUT: past this, it hangs.
+        self.batch_timeout = float(self.ctx.param("batch_timeout", 20 * CALL_TIMEOUT, (int, float)))
 
     def step(self) -> bool:
         import ray
 
         try:
-            ok, errors = ray.get(self.caller.run.remote(self.target, self.calls, 20), timeout=20 * CALL_TIMEOUT)
+            ok, errors = ray.get(self.caller.run.remote(self.target, self.calls, 20), timeout=self.batch_timeout)
         except Exception as exc:  # noqa: BLE001 - a batch that did not end is a hang
             self.hung = f"{type(exc).__name__}: {exc}"[:200]
             return False

@@ -20,11 +20,12 @@ import ray
 from ray import cloudpickle
 
 from actors import CheckpointedCounter, ParameterServer, ReplayBufferActor, mutation
-from chaos import ActorTarget, ClusterHandle, Kill, Schedule
+from chaos import ActorTarget, ClusterHandle, Kill, Schedule, wait_until
 from chaos import _watchdog
 from scenarios import RunResult, Scenario, SteadyState, Verdict, Workload, run_scenario
 from scenarios._dqn import DQNCartPole
 from scenarios._runner import declared_verdicts
+from scenarios._surface import AsyncLedger, Caller, Opener, Target
 from scenarios._workloads import WORKLOADS, sample_env
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
@@ -309,3 +310,154 @@ def test_a_misspelled_param_aborts_the_run_naming_it(ray_cluster: ClusterHandle)
     assert result.status == "aborted" and result.deviated
     assert result.error.startswith("InvalidConfig: params.max_retires = 0: not a parameter of "
                                    "workload 'planted'; it reads block_slack, drain_timeout, max_retries")
+
+
+# -- Ray's failure surface: every invariant red when its fault never came or its guarantee broke --
+
+
+class NameLeadsElsewhere(WORKLOADS["gcs-restart"]):  # type: ignore[misc, valid-type]
+    """The name 'ledger' leads to a fresh counter, not the one written (state lost across a
+    GCS restart), and the written one loses an acknowledged add; no outage ever happens."""
+
+    counter_class = LosesOneAdd
+
+    def _detached(self) -> Any:
+        self.named = super()._detached()
+        return ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)(LosesOneAdd).remote(
+            f"{self.ctx.storage}/written", durability="wal", every_n=50)
+
+    def teardown(self) -> None:
+        super().teardown()
+        ray.kill(self.named)
+
+
+def test_every_gcs_restart_invariant_can_break(ray_cluster: ClusterHandle) -> None:
+    result = planted(NameLeadsElsewhere, duration=1.5, params={"settle": 2.0}, address=ray_cluster.address)
+    assert_all_red(result, NameLeadsElsewhere)
+    why = broken(result)
+    assert "no call was answered while the GCS was down" in why["actor_served_during_outage"]
+    assert "0 of 0 tasks" in why["pending_work_resumed"] and "get_actor('ledger') after the restart: 0" in (
+        why["named_actor_found"])
+
+
+class OpensNoMore(Opener):
+    """From its sixth call on, every open fails with EACCES: never EMFILE, never healed."""
+
+    def touch(self, i: int) -> int:
+        self.calls = getattr(self, "calls", 0) + 1
+        if self.calls > 5:
+            raise PermissionError(13, "planted: permission denied", "f")
+        return super().touch(i)
+
+
+class PlantedOpenFiles(WORKLOADS["open-files"]):  # type: ignore[misc, valid-type]
+    opener_class = OpensNoMore
+
+
+def test_every_open_files_invariant_can_break(ray_cluster: ClusterHandle) -> None:
+    result = planted(PlantedOpenFiles, duration=1.0, address=ray_cluster.address)
+    assert_all_red(result, PlantedOpenFiles)
+    why = broken(result)
+    assert "0 calls raised OSError(EMFILE)" in why["emfile_surfaces"]
+    assert "PermissionError" in why["recovers_after_heal"] and "PermissionError" in why["no_other_errors"]
+
+
+class PlantedFullDisk(WORKLOADS["full-disk"]):  # type: ignore[misc, valid-type]
+    counter_class = LosesOneAdd
+
+
+def test_every_full_disk_invariant_can_break(ray_cluster: ClusterHandle) -> None:
+    result = planted(PlantedFullDisk, duration=1.0, address=ray_cluster.address)
+    assert_all_red(result, PlantedFullDisk)
+    why = broken(result)
+    assert "0 adds refused" in why["disk_full_surfaces"] and "no add was acknowledged after the last refusal" in (
+        why["recovers_when_space_returns"])
+
+
+class DropsOneStoresOneTwiceAsync(AsyncLedger):
+    """Acknowledges w0's add 1 without storing it; stores w0's add 2 twice."""
+
+    @mutation
+    async def add(self, writer_id: str, seq: int) -> int:
+        if writer_id == "w0" and seq == 1:
+            return len(self.keys)
+        if writer_id == "w0" and seq == 2:
+            self.keys.append([writer_id, seq])
+        return await super().add(writer_id, seq)
+
+
+class PlantedAsyncActor(WORKLOADS["async-actor"]):  # type: ignore[misc, valid-type]
+    ledger_class = DropsOneStoresOneTwiceAsync
+
+
+def test_every_async_actor_invariant_can_break(ray_cluster: ClusterHandle) -> None:
+    result = planted(PlantedAsyncActor, duration=1.5, address=ray_cluster.address)
+    assert_all_red(result, PlantedAsyncActor)
+    assert "1 lost" in broken(result)["no_lost_adds"] and "1 duplicated" in broken(result)["no_duplicate_adds"]
+
+
+class HangsOnItsSecondBatch(Caller):
+    def run(self, target: Any, start: int, n: int) -> tuple[int, dict[str, int]]:
+        if start > 0:
+            time.sleep(3600)  # never returns: the batch must be called a hang
+        return super().run(target, start, n)
+
+
+class WrongOnce(Target):
+    def echo(self, x: int) -> int:
+        return super().echo(x) + (x == 3)
+
+
+class PlantedRpcFailures(WORKLOADS["rpc-failures"]):  # type: ignore[misc, valid-type]
+    """No RPC failure knob, a wrong answer, a batch that never ends."""
+
+    caller_class, target_class = HangsOnItsSecondBatch, WrongOnce
+
+
+class PlantedGroupLoss(WORKLOADS["placement-group"]):  # type: ignore[misc, valid-type]
+    """No node dies; the members are killed for good before the verdicts."""
+
+    def invariants(self) -> list[Verdict]:
+        for member in self.members:
+            ray.kill(member, no_restart=True)
+        return super().invariants()
+
+
+class PlantedUnresponsive(WORKLOADS["node-unresponsive"]):  # type: ignore[misc, valid-type]
+    counter_class = LosesOneAdd
+
+
+class PlantedPreemption(WORKLOADS["drain-preemption"]):  # type: ignore[misc, valid-type]
+    counter_class = LosesOneAdd
+
+
+def a_node_died_before(cluster: ClusterHandle) -> str:
+    """A node added and removed: the cluster's State API lists it DEAD from then on."""
+    from ray.util.state import list_nodes
+
+    node = cluster.cluster.add_node(num_cpus=0)
+    cluster.cluster.wait_for_nodes(timeout=60)
+    cluster.cluster.remove_node(node)
+    wait_until(lambda: any(n.node_id == node.node_id and n.state == "DEAD"
+                           for n in list_nodes(address=cluster.address, limit=1000)),
+               timeout=60, what="the removed node to be listed DEAD")
+    return node.node_id
+
+
+@pytest.mark.multinode
+def test_every_node_fault_invariant_can_break_and_old_losses_do_not_count(
+        ray_multinode_cluster: ClusterHandle, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A node dead before the run must not pass for the run's own loss (it did: no_rejoin and
+    # lost_objects_as_predicted held on a cluster with an old dead node and no fault at all).
+    a_node_died_before(ray_multinode_cluster)
+    address = ray_multinode_cluster.address
+    for workload in (PlantedUnresponsive, PlantedPreemption, WORKLOADS["lost-objects"]):
+        result = planted(workload, duration=1.0, address=address)
+        assert_all_red(result, workload)
+    # The planted watchdog bug: it cannot tell a group that can never be placed.
+    monkeypatch.setattr(_watchdog, "group_fits", lambda *args, **kwargs: True)
+    result = planted(PlantedGroupLoss, duration=1.0, params={"recover_within": 2.0}, address=address)
+    assert_all_red(result, PlantedGroupLoss)
+    result = planted(PlantedRpcFailures, duration=1.0, params={"batch_timeout": 8.0}, address=address)
+    assert_all_red(result, PlantedRpcFailures)
+    assert "19 right values" in broken(result)["results_correct"] and "GetTimeoutError" in broken(result)["no_hang"]
