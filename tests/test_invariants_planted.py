@@ -444,6 +444,7 @@ def a_node_died_before(cluster: ClusterHandle) -> str:
     return node.node_id
 
 
+@pytest.mark.slow  # 40 s of five planted runs: make test's 10-minute budget
 @pytest.mark.multinode
 def test_every_node_fault_invariant_can_break_and_old_losses_do_not_count(
         ray_multinode_cluster: ClusterHandle, monkeypatch: pytest.MonkeyPatch) -> None:
