@@ -26,7 +26,9 @@ START_TIMEOUT = 30.0
 @contextlib.contextmanager
 def redis_server(*, executable: str = "redis-server") -> Iterator[str]:
     """Start a throwaway ``redis-server`` (no persistence, loopback only), yield its
-    ``host:port``, and stop it (SIGTERM, then SIGKILL) when the block ends.
+    ``host:port``, and stop it (SIGTERM, then SIGKILL) when the block ends. If this process
+    dies first, without unwinding (Ray's core worker ends a driver that lost its GCS for
+    60 s with an abort), the kernel stops it: it is bound to the calling thread's life.
 
     Raises:
         InvalidConfig: ``redis-server`` is not installed (``make`` installs it:
@@ -40,7 +42,8 @@ def redis_server(*, executable: str = "redis-server") -> Iterator[str]:
     with tempfile.TemporaryDirectory(prefix="rc-redis-") as folder:
         proc = subprocess.Popen([path, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                                  "--appendonly", "no", "--dir", folder, "--daemonize", "no"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                preexec_fn=_die_with_parent)
         try:
             _wait_answers(port, proc)
             yield f"127.0.0.1:{port}"
@@ -51,6 +54,15 @@ def redis_server(*, executable: str = "redis-server") -> Iterator[str]:
                 psutil.Process(proc.pid).terminate()
             reap([psutil.Process(proc.pid)] if proc.poll() is None else [], timeout=10.0)
             proc.wait(timeout=10)
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM it when the thread that started it dies."""
+    import ctypes
+    import signal
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def _wait_answers(port: int, proc: subprocess.Popen[bytes]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 
 import pytest
 
@@ -24,6 +25,7 @@ from chaos import (
     fault_to_dict,
     redis_server,
     rpc_failure_env,
+    wait_until,
 )
 from chaos._agent import _limit_leaving
 from chaos._watchdog import group_fits
@@ -131,6 +133,19 @@ def test_redis_is_started_answers_and_is_stopped() -> None:
                              text=True, timeout=10, check=False)
         assert out.stdout.strip() == "PONG"
     assert subprocess.run(["pgrep", "-f", f"redis-server 127.0.0.1:{port}"], check=False).returncode == 1
+
+
+def test_redis_dies_with_a_driver_that_aborts() -> None:
+    # Ray's core worker ends a driver that lost its GCS for 60 s without unwinding (seen in a
+    # gcs-restart run): the harness's Redis must not outlive it.
+    script = ("import os, sys\nfrom chaos import redis_server\n"
+              "with redis_server() as address:\n    print(address, flush=True)\n    os._exit(3)\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 3, out.stderr
+    port = out.stdout.strip().split(":")[1]
+    wait_until(lambda: subprocess.run(["pgrep", "-f", f"redis-server 127.0.0.1:{port}"],
+                                      check=False).returncode == 1,
+               timeout=10, what="the orphaned redis-server to stop")
 
 
 def test_a_missing_redis_is_a_clear_error() -> None:
