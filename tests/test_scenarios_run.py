@@ -104,6 +104,7 @@ FAULT_TRACES = {
     "drain-preemption": {"node_gone_at_deadline", "actors_moved"},
     "lost-objects": {"lost_objects_as_predicted"},
     "placement-group": {"group_rescheduled"},
+    "train-torch-ddp": {"worker_failure_recovered"},
 }
 
 
@@ -166,6 +167,41 @@ def test_failure_surface_invariants_break_when_their_guarantee_does(
     verdicts = {v["name"]: v["held"] for v in _summary(tmp_path / "r")["runs"][-1]["verdicts"]}
     assert out.returncode == 1 and verdicts[broken] is False, (verdicts, out.stdout[-2000:])
     assert [n for n, held in verdicts.items() if not held] == [broken], verdicts
+
+
+# -- Ray's own libraries ----------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["train-torch-ddp", "train-torch-ddp-no-retries"])
+def test_ray_train_scenarios_on_their_own_cluster(name: str, tmp_path: Path) -> None:
+    out = _run_embedded([name, "--report", str(tmp_path)], timeout=400)
+    run = _assert_held(tmp_path, out.stdout + out.stderr)
+    assert out.returncode == 0
+    assert run["faults"] and all(f["status"] == "injected" for f in run["faults"]), run["faults"]
+    if name in FAULT_TRACES:
+        _assert_baseline_misses_the_fault(tmp_path, name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "edit", "broken"), [
+    # Ray Train's fault tolerance off: the first kill ends the run, nothing is resumed.
+    ("train-torch-ddp", ("[[faults]]\nat = 3\n", "[params]\nmax_failures = 0\n\n[[faults]]\nat = 3\n"),
+     {"run_finishes", "worker_failure_recovered", "no_epoch_lost", "matches_fault_free"}),
+    # Ray Train 2.60 takes one report per worker per 2-s poll, and report() blocks until there is
+    # room: a kill always finds the last reported checkpoint not yet taken, and its epoch reruns.
+    ("train-torch-ddp", ('"matches_fault_free", "no_hang"]', '"matches_fault_free", "no_hang", "no_reported_epoch_redone"]'),
+     {"no_reported_epoch_redone"}),
+    # ...and on where the scenario expects it off: the kill is absorbed, no error surfaces.
+    ("train-torch-ddp-no-retries", ("max_failures = 0", "max_failures = 2"), {"failure_surfaces"}),
+])
+def test_ray_train_invariants_break_when_its_fault_tolerance_is_switched(
+        name: str, edit: tuple[str, str], broken: set[str], tmp_path: Path) -> None:
+    scenario = _broken_variant(tmp_path, name, edit)
+    out = _run_embedded([str(scenario), "--report", str(tmp_path / "r"), "--no-baseline"], timeout=400)
+    verdicts = {v["name"]: v["held"] for v in _summary(tmp_path / "r")["runs"][-1]["verdicts"]}
+    assert out.returncode == 1 and {n for n, held in verdicts.items() if not held} == broken, (
+        verdicts, out.stdout[-2000:])
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,327 @@
+"""Workloads on Ray's own libraries: a Ray Train ``TorchTrainer`` under chaos.
+
+Each checks the library's documented fault-tolerance guarantee from the outside, with
+evidence it writes itself (a journal of epochs, read back as JSON) and a reference computed
+without Ray, so a verdict never rests on what the library says about itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from chaos import wait_until
+from scenarios._records import Verdict
+from scenarios._workload import Workload
+
+__all__ = ["APP_WORKLOADS", "Restart", "TrainDDP", "epoch_record", "reference_weights", "restarts",
+           "resume_verdicts"]
+
+FEATURES, ROWS = 8, 256
+#: What a killed Train worker looks like to chaos: Ray Train 2.60's worker actor class.
+TRAIN_WORKER_CLASS = "RayTrainWorker"
+TRAIN_CONTROLLER_CLASS = "TrainController"
+
+
+def dataset(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """A fixed linear-regression problem: the same rows for every run of ``seed``."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(ROWS, FEATURES)).astype(np.float32)
+    w = rng.normal(size=(FEATURES, 1)).astype(np.float32)
+    return x, (x @ w + 0.01 * rng.normal(size=(ROWS, 1))).astype(np.float32)
+
+
+def initial_weights(seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed + 1)
+    return {"weight": rng.normal(scale=0.1, size=(1, FEATURES)).astype(np.float32),
+            "bias": np.zeros(1, dtype=np.float32)}
+
+
+def reference_weights(seed: int, *, epochs: int, steps: int, lr: float) -> dict[str, np.ndarray]:
+    """What the run must end with, computed without Ray: full-batch gradient descent on the
+    whole dataset (the DDP workers' shards are equal halves, and DDP averages their
+    gradients, so the step is the same)."""
+    import torch
+
+    x, y = (torch.from_numpy(a) for a in dataset(seed))
+    model = torch.nn.Linear(FEATURES, 1)
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in initial_weights(seed).items()})
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    for _ in range(epochs * steps):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    return {k: v.detach().numpy() for k, v in model.state_dict().items()}
+
+
+def epoch_record(path: str, **fields: Any) -> None:
+    """Append one JSON line to the epoch journal (rank 0 writes it; the driver reads it)."""
+    with open(path, "a") as f:
+        f.write(json.dumps(fields) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def train_loop(config: dict[str, Any]) -> None:
+    """The training function, on each Train worker: resume from the latest checkpoint,
+    then per epoch ``steps`` full-batch steps on this rank's shard, a checkpoint reported."""
+    import ray.train
+    import ray.train.torch
+    import torch
+
+    rank, size = ray.train.get_context().get_world_rank(), ray.train.get_context().get_world_size()
+    x, y = (torch.from_numpy(a[rank::size]) for a in dataset(config["seed"]))
+    model = torch.nn.Linear(FEATURES, 1)
+    start = _restore(model, config["seed"], ray.train.get_checkpoint())
+    model = ray.train.torch.prepare_model(model)
+    opt = torch.optim.SGD(model.parameters(), lr=config["lr"])
+    for epoch in range(start, config["epochs"]):
+        if rank == 0:
+            epoch_record(config["journal"], event="start", epoch=epoch, pid=os.getpid(), t=time.time())
+        for _ in range(config["steps"]):
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            threading.Event().wait(config["pace"])  # the epoch's length: room for a fault
+        _report(model, epoch, float(loss), rank)
+        if rank == 0:
+            epoch_record(config["journal"], event="end", epoch=epoch, pid=os.getpid(), t=time.time())
+
+
+def _restore(model: Any, seed: int, checkpoint: Any) -> int:
+    """Load the checkpoint's weights (or the seed's initial ones); the epoch to start at."""
+    import torch
+    from safetensors.torch import load_file
+
+    if checkpoint is None:
+        model.load_state_dict({k: torch.from_numpy(v) for k, v in initial_weights(seed).items()})
+        return 0
+    with checkpoint.as_directory() as folder:
+        model.load_state_dict(load_file(os.path.join(folder, "model.safetensors")))
+        with open(os.path.join(folder, "epoch.json")) as f:
+            return int(json.load(f)["epoch"]) + 1
+
+
+def _report(model: Any, epoch: int, loss: float, rank: int) -> None:
+    import ray.train
+    from safetensors.torch import save_file
+
+    with tempfile.TemporaryDirectory() as folder:
+        checkpoint = None
+        if rank == 0:  # one copy of the weights (DDP keeps the ranks equal)
+            state = {k: v.detach().contiguous() for k, v in model.module.state_dict().items()}
+            save_file(state, os.path.join(folder, "model.safetensors"))
+            with open(os.path.join(folder, "epoch.json"), "w") as f:
+                json.dump({"epoch": epoch}, f)
+            checkpoint = ray.train.Checkpoint.from_directory(folder)
+        ray.train.report({"epoch": epoch, "loss": loss}, checkpoint=checkpoint)
+
+
+#: Ray Train 2.60 takes a worker's report (and its checkpoint) when its controller polls the
+#: worker group, every RAY_TRAIN_HEALTH_CHECK_INTERVAL_S (2 s), one report per worker per poll;
+#: a checkpoint counts once every worker's report of it was taken. A worker that dies first
+#: takes its reports with it: training resumes from the last checkpoint taken.
+COLLECT_WINDOW_S = 4.0
+
+
+@dataclass(frozen=True, slots=True)
+class Restart:
+    """One restart of the worker group, as the epoch journal shows it."""
+
+    resumed_at: int  #: the first epoch the new attempt started
+    started: float  #: wall time it started that epoch
+    killed_at: float | None  #: wall time of the kill that ended the attempt before (None: none did)
+    ended_before: tuple[tuple[int, float], ...]  #: (epoch, wall time) of each end before it
+
+    def latest_ended(self, *, before: float) -> int:
+        """The last epoch that ended before ``before`` (-1: none)."""
+        return max((e for e, t in self.ended_before if t <= before), default=-1)
+
+
+def restarts(journal: Sequence[Mapping[str, Any]], kills: Sequence[float]) -> list[Restart]:
+    """Each attempt after the first: where it resumed, the kill that ended the attempt before
+    it (the first after that attempt began: later ones hit a group still forming, with no
+    report left to lose), and what had ended."""
+    found, began = [], journal[0]["t"] if journal else 0.0
+    for i, record in enumerate(journal):
+        if record["event"] == "start" and i and journal[i - 1]["pid"] != record["pid"]:
+            killed = min((k for k in kills if began <= k <= record["t"]), default=None)
+            ended = tuple((r["epoch"], r["t"]) for r in journal[:i] if r["event"] == "end")
+            found.append(Restart(record["epoch"], record["t"], killed, ended))
+            began = record["t"]
+    return found
+
+
+def resume_verdicts(journal: Sequence[Mapping[str, Any]], kills: Sequence[float], *, epochs: int,
+                    window: float) -> list[Verdict]:
+    """Every epoch ended; no restart skipped one (lost) or resumed before the last epoch that
+    ended ``window`` seconds before its kill (a checkpoint Ray Train had surely taken); and,
+    stricter, no epoch ended twice (Ray Train 2.60 breaks it: see ``COLLECT_WINDOW_S``)."""
+    ends = [r["epoch"] for r in journal if r["event"] == "end"]
+    found = restarts(journal, kills)
+    skipped = [r.resumed_at for r in found if r.resumed_at > r.latest_ended(before=float("inf")) + 1]
+    lost = sorted(set(range(epochs)) - set(ends))
+    stale = [f"resumed at {r.resumed_at}, though epoch {r.latest_ended(before=r.killed_at - window)} "
+             f"had ended {window:g} s before the kill" for r in found if r.killed_at is not None
+             and r.resumed_at <= r.latest_ended(before=r.killed_at - window)]
+    unexplained = [r.resumed_at for r in found if r.killed_at is None]
+    twice = sorted({e for e in ends if ends.count(e) > 1})
+    where = f"restarts resumed at epochs {[r.resumed_at for r in found] or 'none'}"
+    return [Verdict("no_epoch_lost", not lost and not skipped,
+                    f"{epochs} epochs; never ended: {lost or 'none'}; {where}, skipping ahead: {skipped or 'none'}"),
+            Verdict("resumed_from_latest_checkpoint", not stale and not unexplained,
+                    f"{where}; too far back: {stale or 'none'}; with no kill before them: {unexplained or 'none'}"),
+            Verdict("no_reported_epoch_redone", not twice,
+                    f"epochs that ran to their end (their report returned) twice: {twice or 'none'}; {where}")]
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    """How ``trainer.fit()`` ended: its result, or the error it raised, and when."""
+
+    seconds: float
+    result: Any = None
+    error: BaseException | None = None
+
+
+class TrainDDP(Workload):
+    """A ``TorchTrainer`` with 2 workers on gloo, a checkpoint every epoch and
+    ``FailureConfig(max_failures)``, its workers killed mid-epoch: the run finishes, each
+    epoch runs to its end exactly once (resumed from the latest checkpoint, none lost, none
+    redone), and the final weights equal a reference computed without Ray. With
+    ``max_failures=0`` the kill must surface as ``TrainingFailedError``, and nothing hangs."""
+
+    BASELINE = True  # the fault-free twin: every trace of the fault must be missing there
+    INVARIANTS = ("run_finishes", "worker_failure_recovered", "no_epoch_lost",
+                  "resumed_from_latest_checkpoint", "no_reported_epoch_redone", "matches_fault_free",
+                  "failure_surfaces", "no_hang")
+    loop = staticmethod(train_loop)
+
+    def setup(self) -> None:
+        self.config = {"seed": self.ctx.seed, "lr": 0.05, "journal": f"{self.ctx.storage}/epochs.jsonl",
+                       "epochs": self.ctx.param("epochs", 8, int), "steps": self.ctx.param("steps", 10, int),
+                       "pace": float(self.ctx.param("pace", 0.05, (int, float)))}
+        self.max_failures = self.ctx.param("max_failures", 2, int)
+        self.finish_within = float(self.ctx.param("finish_within", 120, (int, float)))
+        self.window = float(self.ctx.param("collect_window", COLLECT_WINDOW_S, (int, float)))
+        os.makedirs(self.ctx.storage, exist_ok=True)
+        self.fit: Fit | None = None
+        self.thread = threading.Thread(target=self._fit, name="raychaos-train-fit", daemon=True)
+        self.thread.start()
+        # The run's clock starts with the first epoch: the worker group takes ~10 s to form
+        # here, and a fault scheduled before it exists would find nothing to kill.
+        wait_until(lambda: self._journal() or self.fit, timeout=self.finish_within, interval=0.1,
+                   what="the first training epoch to start")
+
+    def _trainer(self) -> Any:
+        from ray.train import FailureConfig, RunConfig, ScalingConfig
+        from ray.train.torch import TorchConfig, TorchTrainer
+
+        return TorchTrainer(
+            self.loop, train_loop_config=self.config, torch_config=TorchConfig(backend="gloo"),
+            scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}),
+            run_config=RunConfig(name="train-ddp", storage_path=f"{self.ctx.storage}/train",
+                                 failure_config=FailureConfig(max_failures=self.max_failures)))
+
+    def _fit(self) -> None:
+        start = time.monotonic()
+        try:
+            result = self._trainer().fit()
+        except BaseException as exc:  # noqa: BLE001 - the verdicts say what it was
+            self.fit = Fit(time.monotonic() - start, error=exc)
+        else:
+            self.fit = Fit(time.monotonic() - start, result=result)
+
+    def step(self) -> bool:
+        self.thread.join(timeout=min(0.5, self.ctx.remaining() + self.finish_within))
+        self.ctx.count("polls")
+        done = not self.thread.is_alive()
+        if not done and self.ctx.over():  # the scenario's time is up: the fit has its bound more
+            self.thread.join(timeout=self.finish_within)
+            done = True
+        return not done
+
+    def probe(self) -> str:
+        return f"{len(self._journal())} epoch events so far"
+
+    def _journal(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.config["journal"]) as f:
+                return [json.loads(line) for line in f if line.strip()]
+        except FileNotFoundError:
+            return []
+
+    def invariants(self) -> list[Verdict]:
+        journal, fit = self._journal(), self.fit
+        wall0 = time.time() - self.ctx.elapsed()  # the run's time zero on the wall clock
+        kills = [wall0 + t for t in self.ctx.injections("kill")]
+        for i, restart in enumerate(r for r in restarts(journal, kills) if r.killed_at is not None):
+            # Ray Train's recovery time: from the kill to the next attempt's first epoch.
+            self.ctx.metric(f"training_resumed_{i + 1}_s", restart.started - restart.killed_at)
+        return [self._finished(fit), self._recovered(journal),
+                *resume_verdicts(journal, kills, epochs=self.config["epochs"], window=self.window),
+                self._matches(fit), self._surfaces(fit),
+                Verdict("no_hang", fit is not None, f"fit() ended after {fit.seconds:.1f} s" if fit
+                        else f"fit() had not ended {self.finish_within:g} s after the scenario's end")]
+
+    def _finished(self, fit: Fit | None) -> Verdict:
+        ok = fit is not None and fit.error is None
+        return Verdict("run_finishes", ok, f"fit() returned after {fit.seconds:.1f} s" if ok else
+                       f"fit() raised {type(fit.error).__name__}: {str(fit.error)[:200]}" if fit
+                       else "fit() never ended")
+
+    def _recovered(self, journal: list[dict[str, Any]]) -> Verdict:
+        attempts = sorted({r["pid"] for r in journal}, key=[r["pid"] for r in journal].index)
+        return Verdict("worker_failure_recovered", len(attempts) > 1,
+                       f"{len(attempts)} training attempts (rank 0 processes {attempts}); a second one "
+                       "means a worker died mid-run and Ray Train started the group again")
+
+    def _matches(self, fit: Fit | None) -> Verdict:
+        if fit is None or fit.result is None or fit.result.checkpoint is None:
+            return Verdict("matches_fault_free", False, "no final checkpoint to compare")
+        from safetensors.numpy import load_file
+
+        with fit.result.checkpoint.as_directory() as folder:
+            got = load_file(os.path.join(folder, "model.safetensors"))
+        want = reference_weights(self.config["seed"], epochs=self.config["epochs"],
+                                 steps=self.config["steps"], lr=self.config["lr"])
+        gap = max(float(np.max(np.abs(got[k] - want[k]))) for k in want)
+        return Verdict("matches_fault_free", gap <= 1e-4,
+                       f"final weights differ from the reference run without Ray by at most {gap:.2e} "
+                       "(tolerance 1e-4)")
+
+    def _surfaces(self, fit: Fit | None) -> Verdict:
+        from ray.train import TrainingFailedError
+
+        error = fit.error if fit else None
+        return Verdict("failure_surfaces", isinstance(error, TrainingFailedError),
+                       f"fit() raised {type(error).__name__}: {str(error)[:200]}" if error else
+                       "fit() raised nothing" if fit else "fit() never ended")
+
+    def teardown(self) -> None:
+        if self.thread.is_alive():  # a fit that hangs: end its controller, so nothing is left
+            _kill_train_controllers(self.ctx.address)
+
+
+def _kill_train_controllers(address: str) -> None:
+    """SIGKILL every Train controller and worker of the cluster (a fit that never ended)."""
+    from chaos import ActorTarget, Chaos, Kill, TargetNotFound
+
+    chaos = Chaos(address=address)
+    for cls in (TRAIN_CONTROLLER_CLASS, TRAIN_WORKER_CLASS):
+        try:
+            chaos.kill(Kill(ActorTarget(class_name=cls, pick="all")))
+        except TargetNotFound:
+            pass  # none left of that class
+
+
+APP_WORKLOADS: dict[str, type[Workload]] = {"train-torch-ddp": TrainDDP}
