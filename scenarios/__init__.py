@@ -1,7 +1,15 @@
 """Scenarios, the ``raychaos`` CLI and reports."""
 
 from scenarios._demo import DemoRow, run_demo
-from scenarios._model import Problem, Scenario, ScenarioError, SteadyState, builtin_names, load_scenario
+from scenarios._model import (
+    Problem,
+    Scenario,
+    ScenarioError,
+    SteadyState,
+    builtin_names,
+    load_attack,
+    load_scenario,
+)
 from scenarios._records import FaultRecord, Probe, RunResult, Sample, Verdict
 from scenarios._report import summary, write_reports
 from scenarios._runner import run_scenario
@@ -9,4 +17,4 @@ from scenarios._workload import RunContext, Workload
 
 __all__ = ["DemoRow", "FaultRecord", "Probe", "Problem", "RunContext", "RunResult", "Sample",
            "Scenario", "ScenarioError", "SteadyState", "Verdict", "Workload", "builtin_names",
-           "load_scenario", "run_demo", "run_scenario", "summary", "write_reports"]
+           "load_attack", "load_scenario", "run_demo", "run_scenario", "summary", "write_reports"]

@@ -11,7 +11,7 @@ import math
 import os
 import sys
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -21,7 +21,7 @@ from chaos import ChaosError, InvalidConfig, InvalidFaultSpec, RpcFailure, Sched
 from chaos._schedule import ScheduledFault
 
 __all__ = ["HealStrategy", "Problem", "Scenario", "ScenarioError", "SteadyState",
-           "builtin_names", "load_scenario", "resolve_workload"]
+           "builtin_names", "load_attack", "load_scenario", "resolve_workload"]
 
 HealStrategy = Literal["after_each", "at_end"]
 MAX_DURATION = 3600.0
@@ -117,14 +117,46 @@ def load_scenario(name_or_path: str, *, seed: int = 0, duration: float | None = 
     Raises:
         ScenarioError: every problem found, one per line; nothing has run.
     """
-    source, text = _read(name_or_path)
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ScenarioError(source, [Problem("file", source, f"is not valid TOML ({exc}); fix the syntax")]) from None
+    source, data = _load(name_or_path)
     if duration is not None:
         data["duration"] = duration
     return _validate(source, data, seed, workloads)
+
+
+#: What an attack's file may hold: the workload and the cluster's shape belong to the program
+#: under attack, which raychaos did not start.
+_ATTACK_FIELDS = {"name", "description", "duration", "heal", "steady_state", "faults", "random",
+                  "strict_faults"}
+
+
+def load_attack(path: str, *, probes: Sequence[Mapping[str, str]], every: float = 1.0,
+                recover_within: float = 30.0, seed: int = 0, duration: float | None = None) -> Scenario:
+    """A scenario that attacks a running program: the file's fault schedule, the ``attack``
+    workload running ``probes`` (``{"kind": "shell"|"python", "spec": ...}``) every ``every`` s.
+
+    Raises:
+        ScenarioError: every problem found (a field an attack cannot use among them).
+    """
+    source, data = _load(path)
+    refused = [Problem(k, data[k], f"not for an attack (the program under attack was not started by "
+                       f"raychaos); an attack file holds {', '.join(sorted(_ATTACK_FIELDS))}")
+               for k in sorted(set(data) - _ATTACK_FIELDS)]
+    if refused:
+        raise ScenarioError(source, refused)
+    data.setdefault("name", f"attack-{Path(path).stem}")
+    data |= {"workload": "attack", "invariants": ["probes_pass_after_heal", "probes_recover"],
+             "params": {"probes": [dict(p) for p in probes], "every": every, "recover_within": recover_within}}
+    if duration is not None:
+        data["duration"] = duration
+    return _validate(source, data, seed, None)
+
+
+def _load(name_or_path: str) -> tuple[str, dict[str, Any]]:
+    source, text = _read(name_or_path)
+    try:
+        return source, tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ScenarioError(source, [Problem("file", source, f"is not valid TOML ({exc}); fix the syntax")]) from None
 
 
 def resolve_workload(name: str, workloads: Mapping[str, Any] | None = None) -> Any:

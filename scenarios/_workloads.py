@@ -10,6 +10,7 @@ import numpy as np
 from actors import CheckpointConfig, CheckpointedCounter, ParameterServer, ReplayBufferActor
 from chaos import MemoryOutcome, StuckCause, watch
 from scenarios._apps import APP_WORKLOADS
+from scenarios._attack import ATTACK_WORKLOADS
 from scenarios._dqn import DQNCartPole
 from scenarios._records import Verdict
 from scenarios._surface import SURFACE_WORKLOADS
@@ -464,4 +465,5 @@ WORKLOADS: dict[str, type[Workload]] = {
     "owner-death": _OwnerDeath,
     **SURFACE_WORKLOADS,
     **APP_WORKLOADS,
+    **ATTACK_WORKLOADS,
 }

@@ -78,6 +78,45 @@ def run(scenario: str, seed: int, duration: float | None, address: str | None, n
 
 
 @main.command()
+@click.argument("schedule", type=click.Path(exists=True, dir_okay=False))
+@click.option("--address", required=True, help="the running cluster's GCS address (host:port)")
+@click.option("--probe", "shell_probes", multiple=True, metavar="COMMAND",
+              help="a shell command that passes (exit 0) while the program is healthy; repeatable")
+@click.option("--probe-python", "python_probes", multiple=True, metavar="MODULE:FUNCTION",
+              help="a callable that passes unless it raises or returns False; repeatable")
+@click.option("--every", type=click.FloatRange(0.1, 600), default=1.0, show_default=True,
+              help="seconds between rounds of probes")
+@click.option("--recover-within", type=click.FloatRange(0.1, 3600), default=30.0, show_default=True,
+              help="seconds a failing probe has to pass again")
+@click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=0, show_default=True,
+              help="seeds target choice and any random schedule")
+@click.option("--duration", type=click.FloatRange(1, 3600), default=None,
+              help="seconds; overrides the file's duration")
+@click.option("--report", "report_dir", type=click.Path(file_okay=False), default=None,
+              help="write journal.jsonl, summary.json, junit.xml and report.html here")
+def attack(schedule: str, address: str, shell_probes: tuple[str, ...], python_probes: tuple[str, ...],
+           every: float, recover_within: float, seed: int, duration: float | None, report_dir: str | None) -> None:
+    """Run SCHEDULE's faults against a program already running on the cluster at --address,
+    judged by your probes; exit codes as `run`."""
+    from scenarios._model import ScenarioError, load_attack
+
+    probes = [{"kind": "shell", "spec": p} for p in shell_probes] + [
+        {"kind": "python", "spec": p} for p in python_probes]
+    if not probes:
+        _fail("no probe: give --probe 'COMMAND' or --probe-python MODULE:FUNCTION (what must keep "
+              "working while the program is attacked); without one nothing would judge it")
+    bad = [p for p in python_probes if ":" not in p]
+    if bad:
+        _fail(f"--probe-python {bad[0]!r}: use MODULE:FUNCTION, e.g. myapp.health:check")
+    try:
+        loaded = load_attack(schedule, probes=probes, every=every, recover_within=recover_within,
+                             seed=seed, duration=duration)
+    except ScenarioError as exc:
+        _fail(str(exc))
+    _execute(loaded, seed=seed, address=address, report_dir=report_dir, baseline=False)
+
+
+@main.command()
 @click.argument("journal", type=click.Path(exists=True, dir_okay=False))
 @click.option("--report", "report_dir", type=click.Path(file_okay=False), default=None)
 @click.option("--address", default=None, help="run against this existing Ray cluster")

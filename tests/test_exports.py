@@ -53,7 +53,7 @@ def test_actors_exports() -> None:
 def test_scenarios_exports() -> None:
     assert set(scenarios.__all__) == {
         "DemoRow", "FaultRecord", "Probe", "Problem", "RunContext", "RunResult", "Sample", "Scenario",
-        "ScenarioError", "SteadyState", "Verdict", "Workload", "builtin_names", "load_scenario",
+        "ScenarioError", "SteadyState", "Verdict", "Workload", "builtin_names", "load_attack", "load_scenario",
         "run_demo", "run_scenario", "summary", "write_reports"}
 
 

@@ -1,0 +1,135 @@
+"""``raychaos attack``: a fault schedule against a program raychaos did not start, judged by the
+user's own probes (shell commands, or Python callables), with the journal, watchdog and reports
+of ``raychaos run``.
+
+The program is a black box: what it must keep doing is what its probes check. A probe is run
+every ``every`` seconds through the run, and by the runner as the steady-state check before the
+first fault and after the last heal.
+"""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from chaos import InvalidConfig
+from scenarios._records import Verdict
+from scenarios._workload import Workload
+
+__all__ = ["ATTACK_WORKLOADS", "Attack", "ProbeKind", "ProbeRun", "UserProbe", "probes_from", "recovered"]
+
+ATTACK_WORKLOAD = "attack"
+
+
+class ProbeKind(StrEnum):
+    SHELL = "shell"  #: a shell command; passes on exit status 0
+    PYTHON = "python"  #: ``module:function``; passes unless it raises or returns False
+
+
+@dataclass(frozen=True, slots=True)
+class UserProbe:
+    kind: ProbeKind
+    spec: str
+
+    def run(self, *, timeout: float) -> tuple[bool, str]:
+        """Whether it passed, and what it said."""
+        if self.kind is ProbeKind.SHELL:
+            return _shell(self.spec, timeout)
+        return _python(self.spec)
+
+    def to_param(self) -> dict[str, str]:
+        return {"kind": self.kind.value, "spec": self.spec}
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeRun:
+    at: float  #: seconds into the run
+    probe: str
+    ok: bool
+    detail: str
+
+
+def _shell(command: str, timeout: float) -> tuple[bool, str]:
+    try:
+        out = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return False, f"still running after {timeout:g} s"
+    said = (out.stdout + out.stderr).strip()[-200:]
+    return out.returncode == 0, f"exit {out.returncode}" + (f": {said}" if said else "")
+
+
+def _python(spec: str) -> tuple[bool, str]:
+    module, _, name = spec.partition(":")
+    try:
+        answer = getattr(importlib.import_module(module), name)()
+    except Exception as exc:  # noqa: BLE001 - a failing probe is the finding, not a crash
+        return False, f"{type(exc).__name__}: {exc}"[:200]
+    return answer is not False, repr(answer)[:200]
+
+
+def recovered(results: Sequence[ProbeRun], *, within: float) -> list[str]:
+    """Each failed probe result with no pass of the same probe within ``within`` seconds after."""
+    return [f"{r.probe} failed at {r.at:.1f} s ({r.detail}) and did not pass again within {within:g} s"
+            for r in results if not r.ok and not any(
+                later.probe == r.probe and later.ok and r.at < later.at <= r.at + within for later in results)]
+
+
+def probes_from(params: Sequence[Mapping[str, str]]) -> list[UserProbe]:
+    return [UserProbe(ProbeKind(p["kind"]), p["spec"]) for p in params]
+
+
+class Attack(Workload):
+    """The user's probes, run all along while the schedule hits their program: they pass once
+    every fault is healed, and every failure of one is followed by a pass within
+    ``recover_within`` seconds."""
+
+    INVARIANTS = ("probes_pass_after_heal", "probes_recover")
+
+    def setup(self) -> None:
+        self.probes = probes_from(self.ctx.param("probes", [], list))
+        self.every = float(self.ctx.param("every", 1.0, (int, float)))
+        self.recover_within = float(self.ctx.param("recover_within", 30.0, (int, float)))
+        self.timeout = float(self.ctx.param("probe_timeout", 10.0, (int, float)))
+        self.results: list[ProbeRun] = []
+        if not self.probes:  # without one, nothing would judge the program: a green by default
+            raise InvalidConfig("params.probes = []: an attack needs at least one probe (--probe "
+                                "'shell command' or --probe-python module:function)")
+
+    def _round(self) -> list[ProbeRun]:
+        found = []
+        for probe in self.probes:
+            ok, detail = probe.run(timeout=self.timeout)
+            found.append(ProbeRun(round(self.ctx.elapsed(), 3), probe.spec, ok, detail))
+            self.ctx.count("probes passed" if ok else "probes failed")
+        self.results += found
+        return found
+
+    def step(self) -> bool:
+        self._round()
+        self.ctx.stop.wait(self.every)  # the probes' pace
+        return True
+
+    def probe(self) -> str:
+        failed = [r for r in self._round() if not r.ok]
+        if failed:
+            raise AssertionError("; ".join(f"{r.probe}: {r.detail}" for r in failed))
+        return f"{len(self.probes)} probes passed"
+
+    def invariants(self) -> list[Verdict]:
+        start = time.monotonic()
+        final = self._round()
+        failed = [f"{r.probe}: {r.detail}" for r in final if not r.ok]
+        unrecovered = recovered(self.results, within=self.recover_within)
+        total = sum(not r.ok for r in self.results)
+        return [Verdict("probes_pass_after_heal", not failed,
+                        f"after the last heal: {failed or f'all {len(final)} passed'} "
+                        f"({time.monotonic() - start:.1f} s)"),
+                Verdict("probes_recover", not unrecovered,
+                        f"{len(self.results)} probe runs, {total} failed; not recovered: {unrecovered[:3] or 'none'}")]
+
+
+ATTACK_WORKLOADS: dict[str, type[Workload]] = {ATTACK_WORKLOAD: Attack}

@@ -1,0 +1,197 @@
+"""`raychaos attack`: faults against a program raychaos did not start, judged by the user's probes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from chaos import wait_until
+from chaos._cluster import _free_port
+from scenarios import ScenarioError, load_attack
+from scenarios._attack import ProbeKind, ProbeRun, UserProbe, recovered
+from scenarios.cli import main
+
+#: Ray 2.60 clusters use token authentication; a client sends its token (~/.ray/auth_token,
+#: which `ray start` writes) only when asked to.
+TOKEN_ENV = {**os.environ, "RAY_AUTH_MODE": "token"}
+RAYCHAOS = os.path.join(os.path.dirname(sys.executable), "raychaos")
+RAY = os.path.join(os.path.dirname(sys.executable), "ray")
+SCHEDULE = """\
+duration = 8
+
+[[faults]]
+at = 2
+kind = "kill"
+target = { kind = "actor", name = "worker", namespace = "app" }
+
+[[faults]]
+at = 5
+kind = "kill"
+target = { kind = "actor", name = "worker", namespace = "app" }
+"""
+
+
+def test_an_attack_file_refuses_what_belongs_to_the_program(tmp_path: Path) -> None:
+    path = tmp_path / "attack.toml"
+    path.write_text('workload = "sampling"\nnodes = 3\n' + SCHEDULE)
+    with pytest.raises(ScenarioError) as caught:
+        load_attack(str(path), probes=[{"kind": "shell", "spec": "true"}])
+    assert "nodes = 3: not for an attack" in str(caught.value)
+    assert "workload = 'sampling': not for an attack" in str(caught.value)
+
+
+def test_an_attack_without_a_probe_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    path = tmp_path / "attack.toml"
+    path.write_text(SCHEDULE)
+    result = CliRunner().invoke(main, ["attack", str(path), "--address", "127.0.0.1:1"])
+    assert result.exit_code == 2 and "no probe" in result.output
+    result = CliRunner().invoke(main, ["attack", str(path), "--address", "127.0.0.1:1", "--probe-python", "os.getcwd"])
+    assert result.exit_code == 2 and "use MODULE:FUNCTION" in result.output
+
+
+def test_probes_pass_or_fail_and_say_why() -> None:
+    assert UserProbe(ProbeKind.SHELL, "exit 0").run(timeout=5) == (True, "exit 0")
+    assert UserProbe(ProbeKind.SHELL, "echo down; exit 3").run(timeout=5) == (False, "exit 3: down")
+    assert UserProbe(ProbeKind.SHELL, "sleep 5").run(timeout=0.2) == (False, "still running after 0.2 s")
+    assert UserProbe(ProbeKind.PYTHON, "os:getcwd").run(timeout=5)[0]
+    assert UserProbe(ProbeKind.PYTHON, "os:nothing_here").run(timeout=5) == (
+        False, "AttributeError: module 'os' has no attribute 'nothing_here'")
+
+
+def test_a_failed_probe_must_pass_again_within_the_bound() -> None:
+    runs = [ProbeRun(1.0, "p", False, "exit 1"), ProbeRun(2.0, "p", True, "exit 0"),
+            ProbeRun(3.0, "p", False, "exit 1"), ProbeRun(9.0, "p", True, "exit 0")]
+    assert recovered(runs[:2], within=5) == []
+    assert recovered(runs, within=5) == ["p failed at 3.0 s (exit 1) and did not pass again within 5 s"]
+
+
+# -- against a real program on a `ray start --head` cluster ----------------------------------------
+
+PROGRAM = textwrap.dedent("""\
+    import sys, time
+    import ray
+
+    address, progress, restarts = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    ray.init(address=address, namespace="app", log_to_driver=False)
+
+    @ray.remote(max_restarts=restarts, max_task_retries=-1 if restarts else 0, num_cpus=0)
+    class Worker:
+        def __init__(self):
+            self.n = 0
+        def incr(self):
+            self.n += 1
+            return self.n
+
+    worker = Worker.options(name="worker").remote()
+    end = time.monotonic() + 120
+    while time.monotonic() < end:
+        try:
+            ray.get(worker.incr.remote(), timeout=10)
+            with open(progress, "w") as f:
+                f.write(str(time.time()))
+        except Exception as exc:
+            print("call failed:", type(exc).__name__, flush=True)
+        time.sleep(0.1)
+""")
+#: Passes while the program wrote progress in the last second (it writes every 0.1 s).
+FRESH = "python3 -c \"import sys, time; sys.exit(time.time() - float(open('{0}').read()) > 1)\""
+
+
+@dataclass(frozen=True)
+class Head:
+    address: str  #: the GCS's
+    dashboard: str  #: the job API's
+
+
+@pytest.fixture(scope="module")
+def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Head]:
+    """A cluster someone else started: `ray start --head --block`, stopped with its process."""
+    port, dashboard, temp = _free_port(), _free_port(), tmp_path_factory.mktemp("ray-head")
+    proc = subprocess.Popen([RAY, "start", "--head", "--block", f"--port={port}", "--num-cpus=2",
+                             f"--temp-dir={temp}", "--disable-usage-stats", "--include-dashboard=true",
+                             f"--dashboard-port={dashboard}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    address = f"127.0.0.1:{port}"
+    try:
+        wait_until(lambda: subprocess.run([RAY, "status", f"--address={address}"], capture_output=True,
+                                          env=TOKEN_ENV, timeout=30, check=False).returncode == 0,
+                   timeout=90, interval=1.0, what="`ray start --head` to answer")
+        yield Head(address, f"http://127.0.0.1:{dashboard}")
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)  # --block: its exit stops the cluster's processes
+        proc.wait(timeout=60)
+
+
+def _program(address: str, tmp_path: Path, *, restarts: int) -> tuple[subprocess.Popen[bytes], Path]:
+    script, progress = tmp_path / "program.py", tmp_path / "progress"
+    script.write_text(PROGRAM)
+    proc = subprocess.Popen([sys.executable, str(script), address, str(progress), str(restarts)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=TOKEN_ENV)
+    wait_until(progress.exists, timeout=90, interval=0.2, what="the program's first progress")
+    return proc, progress
+
+
+def _attack(address: str, tmp_path: Path, progress: Path, *,
+            submit_to: str | None = None) -> tuple[subprocess.CompletedProcess[str], dict]:
+    """`raychaos attack`, from this process, or as a Ray job submitted to ``submit_to``."""
+    schedule = tmp_path / "attack.toml"
+    schedule.write_text(SCHEDULE)
+    command = [RAYCHAOS, "attack", str(schedule), "--address", address, "--probe",
+               FRESH.format(progress), "--recover-within", "4", "--report", str(tmp_path / "r")]
+    if submit_to:  # the job's driver runs on the head, RAY_ADDRESS set: --address auto
+        command = [RAY, "job", "submit", f"--address={submit_to}", "--", *command]
+        command[command.index(address)] = "auto"
+    out = subprocess.run(command, capture_output=True, text=True, timeout=240, check=False, env=TOKEN_ENV)
+    assert (tmp_path / "r" / "summary.json").exists(), out.stdout[-3000:] + out.stderr[-3000:]
+    return out, json.loads((tmp_path / "r" / "summary.json").read_text())["runs"][-1]
+
+
+def _assert_every_fault_confirmed(out: subprocess.CompletedProcess[str], run: dict, report: Path) -> None:
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert [f["status"] for f in run["faults"]] == ["injected", "injected"]
+    assert all(v["held"] for v in run["verdicts"]), run["verdicts"]
+    events = [json.loads(line) for line in (report / "journal.jsonl").read_text().splitlines()]
+    assert sum(e["kind"] == "inject" and "process gone" in e["outcome"] for e in events) == 2
+
+
+@pytest.mark.slow
+def test_an_attack_on_a_program_raychaos_did_not_start(head: Head, tmp_path: Path) -> None:
+    program, progress = _program(head.address, tmp_path, restarts=-1)
+    try:
+        out, run = _attack(head.address, tmp_path, progress)
+    finally:
+        program.kill()
+    _assert_every_fault_confirmed(out, run, tmp_path / "r")
+
+
+@pytest.mark.slow
+def test_an_attack_submitted_as_a_ray_job(head: Head, tmp_path: Path) -> None:
+    # A CI pipeline with no shell on the head: the attack is itself a job of the cluster.
+    program, progress = _program(head.address, tmp_path, restarts=-1)
+    try:
+        out, run = _attack(head.address, tmp_path, progress, submit_to=head.dashboard)
+    finally:
+        program.kill()
+    assert "succeeded" in out.stdout, out.stdout[-3000:]
+    _assert_every_fault_confirmed(out, run, tmp_path / "r")
+
+
+@pytest.mark.slow
+def test_an_attack_fails_a_program_that_does_not_recover(head: Head, tmp_path: Path) -> None:
+    program, progress = _program(head.address, tmp_path, restarts=0)  # its actor dies with the first kill
+    try:
+        out, run = _attack(head.address, tmp_path, progress)
+    finally:
+        program.kill()
+    broken = {v["name"] for v in run["verdicts"] if not v["held"]}
+    assert out.returncode == 1 and {"probes_pass_after_heal", "probes_recover"} <= broken, run["verdicts"]
