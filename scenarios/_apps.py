@@ -1,4 +1,4 @@
-"""Workloads on Ray's own libraries: a Ray Train ``TorchTrainer`` under chaos.
+"""Workloads on Ray's own libraries under chaos: a Ray Train ``TorchTrainer``, a Ray Tune experiment.
 
 Each checks the library's documented fault-tolerance guarantee from the outside, with
 evidence it writes itself (a journal of epochs, read back as JSON) and a reference computed
@@ -22,8 +22,8 @@ from chaos import wait_until
 from scenarios._records import Verdict
 from scenarios._workload import Workload
 
-__all__ = ["APP_WORKLOADS", "Restart", "TrainDDP", "epoch_record", "reference_weights", "restarts",
-           "resume_verdicts"]
+__all__ = ["APP_WORKLOADS", "Restart", "TrainDDP", "TuneTrials", "combined", "epoch_record",
+           "reference_weights", "restarts", "resume_verdicts"]
 
 FEATURES, ROWS = 8, 256
 #: What a killed Train worker looks like to chaos: Ray Train 2.60's worker actor class.
@@ -162,26 +162,35 @@ def restarts(journal: Sequence[Mapping[str, Any]], kills: Sequence[float]) -> li
 
 
 def resume_verdicts(journal: Sequence[Mapping[str, Any]], kills: Sequence[float], *, epochs: int,
-                    window: float) -> list[Verdict]:
-    """Every epoch ended; no restart skipped one (lost) or resumed before the last epoch that
-    ended ``window`` seconds before its kill (a checkpoint Ray Train had surely taken); and,
-    stricter, no epoch ended twice (Ray Train 2.60 breaks it: see ``COLLECT_WINDOW_S``)."""
+                    window: float, unit: str = "epoch") -> list[Verdict]:
+    """Every epoch (or iteration: ``unit``) ended; no restart skipped one (lost) or resumed
+    before the last one that ended ``window`` seconds before its kill (a checkpoint the library
+    had surely taken); and, stricter, none ended twice (Ray Train 2.60 breaks it: see
+    ``COLLECT_WINDOW_S``)."""
     ends = [r["epoch"] for r in journal if r["event"] == "end"]
     found = restarts(journal, kills)
     skipped = [r.resumed_at for r in found if r.resumed_at > r.latest_ended(before=float("inf")) + 1]
     lost = sorted(set(range(epochs)) - set(ends))
-    stale = [f"resumed at {r.resumed_at}, though epoch {r.latest_ended(before=r.killed_at - window)} "
+    stale = [f"resumed at {r.resumed_at}, though {unit} {r.latest_ended(before=r.killed_at - window)} "
              f"had ended {window:g} s before the kill" for r in found if r.killed_at is not None
              and r.resumed_at <= r.latest_ended(before=r.killed_at - window)]
     unexplained = [r.resumed_at for r in found if r.killed_at is None]
     twice = sorted({e for e in ends if ends.count(e) > 1})
-    where = f"restarts resumed at epochs {[r.resumed_at for r in found] or 'none'}"
-    return [Verdict("no_epoch_lost", not lost and not skipped,
-                    f"{epochs} epochs; never ended: {lost or 'none'}; {where}, skipping ahead: {skipped or 'none'}"),
+    where = f"restarts resumed at {unit}s {[r.resumed_at for r in found] or 'none'}"
+    return [Verdict(f"no_{unit}_lost", not lost and not skipped,
+                    f"{epochs} {unit}s; never ended: {lost or 'none'}; {where}, skipping ahead: {skipped or 'none'}"),
             Verdict("resumed_from_latest_checkpoint", not stale and not unexplained,
                     f"{where}; too far back: {stale or 'none'}; with no kill before them: {unexplained or 'none'}"),
-            Verdict("no_reported_epoch_redone", not twice,
-                    f"epochs that ran to their end (their report returned) twice: {twice or 'none'}; {where}")]
+            Verdict(f"no_reported_{unit}_redone", not twice,
+                    f"{unit}s that ran to their end (their report returned) twice: {twice or 'none'}; {where}")]
+
+
+def combined(per_part: Mapping[str, Sequence[Verdict]]) -> list[Verdict]:
+    """One verdict per name over several parts (trials): held when it held in each."""
+    names = [v.name for v in next(iter(per_part.values()), [])]
+    return [Verdict(name, all(v.held for vs in per_part.values() for v in vs if v.name == name),
+                    "; ".join(f"{part}: {v.detail}" for part, vs in per_part.items() for v in vs if v.name == name))
+            for name in names]
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,7 +202,75 @@ class Fit:
     error: BaseException | None = None
 
 
-class TrainDDP(Workload):
+class _LibraryRun(Workload):
+    """A library's blocking ``fit()`` in a thread of its own, its progress journaled by the
+    code it runs (JSON lines), bounded by the scenario's end plus ``finish_within``."""
+
+    journal_path = ""
+
+    def start_fit(self, *, first: str) -> None:
+        """Start ``fit`` and wait until the journal's first record (``first``: what it is):
+        the run's clock starts with the work, so no fault comes before anything to hit."""
+        self.finish_within = float(self.ctx.param("finish_within", 120, (int, float)))
+        self.window = float(self.ctx.param("collect_window", COLLECT_WINDOW_S, (int, float)))
+        os.makedirs(self.ctx.storage, exist_ok=True)
+        self.fit: Fit | None = None
+        self.thread = threading.Thread(target=self._fit, name="raychaos-library-fit", daemon=True)
+        self.thread.start()
+        wait_until(lambda: self._journal() or self.fit, timeout=self.finish_within, interval=0.1,
+                   what=first)
+
+    def launch(self) -> Any:
+        """Build and run the library's experiment; returns its result (raises its error)."""
+        raise NotImplementedError
+
+    def _fit(self) -> None:
+        start = time.monotonic()
+        try:
+            result = self.launch()
+        except BaseException as exc:  # noqa: BLE001 - the verdicts say what it was
+            self.fit = Fit(time.monotonic() - start, error=exc)
+        else:
+            self.fit = Fit(time.monotonic() - start, result=result)
+
+    def step(self) -> bool:
+        self.thread.join(timeout=min(0.5, self.ctx.remaining() + self.finish_within))
+        self.ctx.count("polls")
+        done = not self.thread.is_alive()
+        if not done and self.ctx.over():  # the scenario's time is up: the fit has its bound more
+            self.thread.join(timeout=self.finish_within)
+            done = True
+        return not done
+
+    def probe(self) -> str:
+        return f"{len(self._journal())} journal records so far"
+
+    def _journal(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.journal_path) as f:
+                return [json.loads(line) for line in f if line.strip()]
+        except FileNotFoundError:
+            return []
+
+    def kills(self) -> list[float]:
+        """Wall times of the kills injected so far."""
+        wall0 = time.time() - self.ctx.elapsed()  # the run's time zero on the wall clock
+        return [wall0 + t for t in self.ctx.injections("kill")]
+
+    def finished(self, name: str) -> Verdict:
+        fit = self.fit
+        ok = fit is not None and fit.error is None
+        return Verdict(name, ok, f"fit() returned after {fit.seconds:.1f} s" if ok else
+                       f"fit() raised {type(fit.error).__name__}: {str(fit.error)[:200]}" if fit
+                       else "fit() never ended")
+
+    def no_hang(self) -> Verdict:
+        fit = self.fit
+        return Verdict("no_hang", fit is not None, f"fit() ended after {fit.seconds:.1f} s" if fit
+                       else f"fit() had not ended {self.finish_within:g} s after the scenario's end")
+
+
+class TrainDDP(_LibraryRun):
     """A ``TorchTrainer`` with 2 workers on gloo, a checkpoint every epoch and
     ``FailureConfig(max_failures)``, its workers killed mid-epoch: the run finishes, each
     epoch runs to its end exactly once (resumed from the latest checkpoint, none lost, none
@@ -211,18 +288,11 @@ class TrainDDP(Workload):
                        "epochs": self.ctx.param("epochs", 8, int), "steps": self.ctx.param("steps", 10, int),
                        "pace": float(self.ctx.param("pace", 0.05, (int, float)))}
         self.max_failures = self.ctx.param("max_failures", 2, int)
-        self.finish_within = float(self.ctx.param("finish_within", 120, (int, float)))
-        self.window = float(self.ctx.param("collect_window", COLLECT_WINDOW_S, (int, float)))
-        os.makedirs(self.ctx.storage, exist_ok=True)
-        self.fit: Fit | None = None
-        self.thread = threading.Thread(target=self._fit, name="raychaos-train-fit", daemon=True)
-        self.thread.start()
-        # The run's clock starts with the first epoch: the worker group takes ~10 s to form
-        # here, and a fault scheduled before it exists would find nothing to kill.
-        wait_until(lambda: self._journal() or self.fit, timeout=self.finish_within, interval=0.1,
-                   what="the first training epoch to start")
+        self.journal_path = self.config["journal"]
+        # The worker group takes ~10 s to form here.
+        self.start_fit(first="the first training epoch to start")
 
-    def _trainer(self) -> Any:
+    def launch(self) -> Any:
         from ray.train import FailureConfig, RunConfig, ScalingConfig
         from ray.train.torch import TorchConfig, TorchTrainer
 
@@ -230,54 +300,16 @@ class TrainDDP(Workload):
             self.loop, train_loop_config=self.config, torch_config=TorchConfig(backend="gloo"),
             scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}),
             run_config=RunConfig(name="train-ddp", storage_path=f"{self.ctx.storage}/train",
-                                 failure_config=FailureConfig(max_failures=self.max_failures)))
-
-    def _fit(self) -> None:
-        start = time.monotonic()
-        try:
-            result = self._trainer().fit()
-        except BaseException as exc:  # noqa: BLE001 - the verdicts say what it was
-            self.fit = Fit(time.monotonic() - start, error=exc)
-        else:
-            self.fit = Fit(time.monotonic() - start, result=result)
-
-    def step(self) -> bool:
-        self.thread.join(timeout=min(0.5, self.ctx.remaining() + self.finish_within))
-        self.ctx.count("polls")
-        done = not self.thread.is_alive()
-        if not done and self.ctx.over():  # the scenario's time is up: the fit has its bound more
-            self.thread.join(timeout=self.finish_within)
-            done = True
-        return not done
-
-    def probe(self) -> str:
-        return f"{len(self._journal())} epoch events so far"
-
-    def _journal(self) -> list[dict[str, Any]]:
-        try:
-            with open(self.config["journal"]) as f:
-                return [json.loads(line) for line in f if line.strip()]
-        except FileNotFoundError:
-            return []
+                                 failure_config=FailureConfig(max_failures=self.max_failures))).fit()
 
     def invariants(self) -> list[Verdict]:
-        journal, fit = self._journal(), self.fit
-        wall0 = time.time() - self.ctx.elapsed()  # the run's time zero on the wall clock
-        kills = [wall0 + t for t in self.ctx.injections("kill")]
+        journal, fit, kills = self._journal(), self.fit, self.kills()
         for i, restart in enumerate(r for r in restarts(journal, kills) if r.killed_at is not None):
             # Ray Train's recovery time: from the kill to the next attempt's first epoch.
             self.ctx.metric(f"training_resumed_{i + 1}_s", restart.started - restart.killed_at)
-        return [self._finished(fit), self._recovered(journal),
+        return [self.finished("run_finishes"), self._recovered(journal),
                 *resume_verdicts(journal, kills, epochs=self.config["epochs"], window=self.window),
-                self._matches(fit), self._surfaces(fit),
-                Verdict("no_hang", fit is not None, f"fit() ended after {fit.seconds:.1f} s" if fit
-                        else f"fit() had not ended {self.finish_within:g} s after the scenario's end")]
-
-    def _finished(self, fit: Fit | None) -> Verdict:
-        ok = fit is not None and fit.error is None
-        return Verdict("run_finishes", ok, f"fit() returned after {fit.seconds:.1f} s" if ok else
-                       f"fit() raised {type(fit.error).__name__}: {str(fit.error)[:200]}" if fit
-                       else "fit() never ended")
+                self._matches(fit), self._surfaces(fit), self.no_hang()]
 
     def _recovered(self, journal: list[dict[str, Any]]) -> Verdict:
         attempts = sorted({r["pid"] for r in journal}, key=[r["pid"] for r in journal].index)
@@ -324,4 +356,105 @@ def _kill_train_controllers(address: str) -> None:
             pass  # none left of that class
 
 
-APP_WORKLOADS: dict[str, type[Workload]] = {"train-torch-ddp": TrainDDP}
+# -- Ray Tune: trials that fail and restore ------------------------------------------------------
+
+#: What a killed Tune trial looks like to chaos: a function trainable's actor class.
+TUNE_TRIAL_CLASS = "ImplicitFunc"
+
+
+def expected_score(trial: int, iteration: int) -> int:
+    return trial * 100 + iteration
+
+
+def tune_trial(config: dict[str, Any]) -> None:
+    """A function trainable: resume after the iteration its checkpoint holds, then per
+    iteration a score and a checkpoint reported (each journaled, start and end)."""
+    from ray import tune
+
+    start, trial = _restored_iteration(tune.get_checkpoint()) + 1, config["trial"]
+    for it in range(start, config["iterations"]):
+        epoch_record(config["journal"], event="start", epoch=it, pid=os.getpid(), t=time.time(), trial=trial)
+        threading.Event().wait(config["pace"])  # the iteration's length: room for a fault
+        with tempfile.TemporaryDirectory() as folder:
+            with open(os.path.join(folder, "state.json"), "w") as f:
+                json.dump({"iteration": it}, f)
+            tune.report({"iteration": it, "score": expected_score(trial, it)},
+                        checkpoint=tune.Checkpoint.from_directory(folder))
+        epoch_record(config["journal"], event="end", epoch=it, pid=os.getpid(), t=time.time(), trial=trial)
+
+
+def _restored_iteration(checkpoint: Any) -> int:
+    if checkpoint is None:
+        return -1
+    with checkpoint.as_directory() as folder, open(os.path.join(folder, "state.json")) as f:
+        return int(json.load(f)["iteration"])
+
+
+class TuneTrials(_LibraryRun):
+    """A Tune experiment of ``trials`` function trainables with a checkpoint every iteration and
+    ``FailureConfig(max_failures)``; trial actors are killed: the experiment finishes, each
+    trial restores from its latest checkpoint (no iteration lost), and the results table holds
+    every trial with its right final score."""
+
+    BASELINE = True  # the fault-free twin: every trace of the fault must be missing there
+    INVARIANTS = ("experiment_finishes", "trial_failure_recovered", "no_iteration_lost",
+                  "resumed_from_latest_checkpoint", "no_reported_iteration_redone",
+                  "results_table_complete", "no_hang")
+    trainable = staticmethod(tune_trial)
+
+    def setup(self) -> None:
+        self.trials = self.ctx.param("trials", 3, int)
+        self.config = {"iterations": self.ctx.param("iterations", 30, int), "journal": "",
+                       "pace": float(self.ctx.param("pace", 0.3, (int, float)))}
+        self.max_failures = self.ctx.param("max_failures", 2, int)
+        self.journal_path = self.config["journal"] = f"{self.ctx.storage}/iterations.jsonl"
+        self.start_fit(first="the first trial iteration to start")
+
+    def launch(self) -> Any:
+        from ray import tune
+
+        space = {**self.config, "trial": tune.grid_search(list(range(self.trials)))}
+        return tune.Tuner(
+            tune.with_resources(self.trainable, {"cpu": 0.5}), param_space=space,
+            run_config=tune.RunConfig(name="tune-trials", storage_path=f"{self.ctx.storage}/tune", verbose=0,
+                                      failure_config=tune.FailureConfig(max_failures=self.max_failures))).fit()
+
+    def invariants(self) -> list[Verdict]:
+        journal, kills = self._journal(), self.kills()
+        per_trial = {t: [r for r in journal if r["trial"] == t] for t in range(self.trials)}
+        for t, records in per_trial.items():
+            for i, restart in enumerate(r for r in restarts(records, kills) if r.killed_at is not None):
+                self.ctx.metric(f"trial{t}_resumed_{i + 1}_s", restart.started - restart.killed_at)
+        resumed = combined({f"trial {t}": resume_verdicts(records, kills, epochs=self.config["iterations"],
+                                                           window=self.window, unit="iteration")
+                            for t, records in per_trial.items()})
+        attempts = {t: len({r["pid"] for r in records}) for t, records in per_trial.items()}
+        return [self._finished(),
+                Verdict("trial_failure_recovered", any(n > 1 for n in attempts.values()),
+                        f"attempts per trial {attempts}; more than one means a trial's actor died and Tune "
+                        "restored it"),
+                *resumed, self._table(), self.no_hang()]
+
+    def _finished(self) -> Verdict:
+        """``fit()`` returned, and no trial ended in error (Tune reports those in the grid)."""
+        verdict = self.finished("experiment_finishes")
+        errors = list(self.fit.result.errors) if verdict.held and self.fit and self.fit.result else []
+        if not errors:
+            return verdict
+        return Verdict("experiment_finishes", False, f"{verdict.detail}, but {len(errors)} trials ended in "
+                       f"error: {[f'{type(e).__name__}: {str(e)[:120]}' for e in errors[:2]]}")
+
+    def _table(self) -> Verdict:
+        grid = self.fit.result if self.fit else None
+        if grid is None:
+            return Verdict("results_table_complete", False, "no result grid")
+        last = self.config["iterations"] - 1
+        rows = {r.config["trial"]: (r.metrics.get("iteration"), r.metrics.get("score"), r.error) for r in grid}
+        wrong = {t: row for t, row in rows.items() if row != (last, expected_score(t, last), None)}
+        missing = sorted(set(range(self.trials)) - set(rows))
+        return Verdict("results_table_complete", not wrong and not missing,
+                       f"{len(rows)} of {self.trials} trials in the table; wrong rows (iteration, score, "
+                       f"error): {wrong or 'none'}; missing: {missing or 'none'}")
+
+
+APP_WORKLOADS: dict[str, type[Workload]] = {"train-torch-ddp": TrainDDP, "tune-trials": TuneTrials}

@@ -19,7 +19,7 @@ BUILTINS = ["async-actor", "dqn-cartpole", "drain-preemption", "env-worker-kill"
             "node-loss", "node-unresponsive", "open-files", "owner-death", "parameter-server-crash",
             "placement-group", "replay-crash-loop", "replay-crash-loop-beyond", "rpc-failures",
             "rpc-failures-no-retries", "starvation", "straggler", "train-torch-ddp",
-            "train-torch-ddp-no-retries"]
+            "train-torch-ddp-no-retries", "tune-trials"]
 #: Built-ins whose faults are set up with the cluster, not scheduled (Ray's RPC failure knob).
 NO_SCHEDULE = {"rpc-failures", "rpc-failures-no-retries"}
 
@@ -81,7 +81,7 @@ def test_a_bad_file_reports_every_problem_once_each(tmp_path: Path) -> None:
 def test_unknown_names_list_the_choices(tmp_path: Path) -> None:
     with pytest.raises(ScenarioError, match="unknown; use a TOML file or one of async-actor, dqn-cartpole"):
         load_scenario("no-such-scenario")
-    with pytest.raises(ScenarioError, match="workload = 'quantum': unknown workload; use one of async-actor, dqn-cartpole"):
+    with pytest.raises(ScenarioError, match="workload = 'quantum': unknown workload; use one of async-actor, attack, dqn-cartpole"):
         load_scenario(_write(tmp_path, 'name = "x"\nworkload = "quantum"\nduration = 5\ninvariants = []'))
 
 

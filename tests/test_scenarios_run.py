@@ -105,6 +105,7 @@ FAULT_TRACES = {
     "lost-objects": {"lost_objects_as_predicted"},
     "placement-group": {"group_rescheduled"},
     "train-torch-ddp": {"worker_failure_recovered"},
+    "tune-trials": {"trial_failure_recovered"},
 }
 
 
@@ -173,8 +174,8 @@ def test_failure_surface_invariants_break_when_their_guarantee_does(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["train-torch-ddp", "train-torch-ddp-no-retries"])
-def test_ray_train_scenarios_on_their_own_cluster(name: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", ["train-torch-ddp", "train-torch-ddp-no-retries", "tune-trials"])
+def test_ray_library_scenarios_on_their_own_cluster(name: str, tmp_path: Path) -> None:
     out = _run_embedded([name, "--report", str(tmp_path)], timeout=400)
     run = _assert_held(tmp_path, out.stdout + out.stderr)
     assert out.returncode == 0
@@ -192,10 +193,13 @@ def test_ray_train_scenarios_on_their_own_cluster(name: str, tmp_path: Path) -> 
     # room: a kill always finds the last reported checkpoint not yet taken, and its epoch reruns.
     ("train-torch-ddp", ('"matches_fault_free", "no_hang"]', '"matches_fault_free", "no_hang", "no_reported_epoch_redone"]'),
      {"no_reported_epoch_redone"}),
+    # Ray Tune's fault tolerance off: a killed trial ends in error; the others finish.
+    ("tune-trials", ("[[faults]]\nat = 3\n", "[params]\nmax_failures = 0\n\n[[faults]]\nat = 3\n"),
+     {"experiment_finishes", "trial_failure_recovered", "no_iteration_lost", "results_table_complete"}),
     # ...and on where the scenario expects it off: the kill is absorbed, no error surfaces.
     ("train-torch-ddp-no-retries", ("max_failures = 0", "max_failures = 2"), {"failure_surfaces"}),
 ])
-def test_ray_train_invariants_break_when_its_fault_tolerance_is_switched(
+def test_ray_library_invariants_break_when_their_fault_tolerance_is_switched(
         name: str, edit: tuple[str, str], broken: set[str], tmp_path: Path) -> None:
     scenario = _broken_variant(tmp_path, name, edit)
     out = _run_embedded([str(scenario), "--report", str(tmp_path / "r"), "--no-baseline"], timeout=400)
