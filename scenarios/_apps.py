@@ -1,4 +1,5 @@
-"""Workloads on Ray's own libraries under chaos: a Ray Train ``TorchTrainer``, a Ray Tune experiment.
+"""Workloads on Ray's own libraries under chaos: a Ray Train ``TorchTrainer``, a Ray Tune
+experiment, RLlib's PPO.
 
 Each checks the library's documented fault-tolerance guarantee from the outside, with
 evidence it writes itself (a journal of epochs, read back as JSON) and a reference computed
@@ -22,8 +23,9 @@ from chaos import wait_until
 from scenarios._records import Verdict
 from scenarios._workload import Workload
 
-__all__ = ["APP_WORKLOADS", "Restart", "TrainDDP", "TuneTrials", "combined", "epoch_record",
-           "reference_weights", "restarts", "resume_verdicts"]
+__all__ = ["APP_WORKLOADS", "Iteration", "Restart", "RllibPPO", "TrainDDP", "TuneTrials", "combined",
+           "epoch_record", "recovery_times", "reference_weights", "restarts", "restored_within",
+           "resume_verdicts", "silent_drops"]
 
 FEATURES, ROWS = 8, 256
 #: What a killed Train worker looks like to chaos: Ray Train 2.60's worker actor class.
@@ -457,4 +459,134 @@ class TuneTrials(_LibraryRun):
                        f"error): {wrong or 'none'}; missing: {missing or 'none'}")
 
 
-APP_WORKLOADS: dict[str, type[Workload]] = {"train-torch-ddp": TrainDDP, "tune-trials": TuneTrials}
+# -- RLlib: PPO with env runners that die and stall -------------------------------------------------
+
+#: What a killed RLlib sampling actor looks like to chaos (the new API stack's env runner).
+ENV_RUNNER_CLASS = "SingleAgentEnvRunner"
+
+
+@dataclass(frozen=True, slots=True)
+class Iteration:
+    """One ``algo.train()`` as the driver saw it."""
+
+    at: float  #: seconds into the run, when it returned
+    seconds: float
+    episode_return: float  #: NaN when no episode ended
+    sampled: int  #: env steps sampled this iteration
+    healthy: int  #: healthy remote env runners after it
+    restarts: int  #: env-runner restarts so far (RLlib's count)
+    error: str = ""
+
+
+def restored_within(iterations: Sequence[Iteration], kills: Sequence[float], *, target: int,
+                    bound: float) -> list[str]:
+    """Each kill after which the healthy env-runner count did not come back to ``target``
+    within ``bound`` seconds (judged on the iterations that ended in that time)."""
+    late = []
+    for kill in kills:
+        after = [i for i in iterations if kill < i.at <= kill + bound]
+        if not any(i.healthy == target for i in after if i.at > kill):
+            late.append(f"kill at {kill:.1f} s: healthy {[i.healthy for i in after] or 'no iteration'} "
+                        f"within {bound:g} s (target {target})")
+    return late
+
+
+def recovery_times(iterations: Sequence[Iteration], faults: Sequence[float], *, target: int) -> list[float | None]:
+    """For each fault: seconds until the healthy count was back at ``target`` after RLlib
+    first showed it below (None: it never showed a runner missing, or never got it back)."""
+    times: list[float | None] = []
+    for fault in faults:
+        after = [i for i in iterations if i.at > fault]
+        dip = next((n for n, i in enumerate(after) if i.healthy < target), None)
+        back = next((i.at for i in after[dip:] if i.healthy == target), None) if dip is not None else None
+        times.append(None if back is None else back - fault)
+    return times
+
+
+def silent_drops(iterations: Sequence[Iteration], *, target: int) -> list[str]:
+    """Iterations that sampled nothing while RLlib reported every runner healthy."""
+    return [f"iteration at {i.at:.1f} s" for i in iterations if i.sampled == 0 and not i.error
+            and i.healthy == target]
+
+
+class RllibPPO(Workload):
+    """PPO on CartPole-v1 with 2 env runners and ``restart_failed_env_runners``, one
+    ``algo.train()`` per step; env runners are killed and paused past ``sample_timeout_s``:
+    iterations keep completing, the healthy count comes back, nothing is dropped silently, and
+    the mean return still reaches its target."""
+
+    BASELINE = True  # the fault-free twin: every trace of the fault must be missing there
+    INVARIANTS = ("iterations_keep_completing", "runner_failure_recovered", "healthy_runners_restored",
+                  "no_silent_empty_iteration", "return_reaches_target")
+    RUNNERS = 2
+
+    def setup(self) -> None:
+        from ray.rllib.algorithms.ppo import PPOConfig
+
+        self.target = float(self.ctx.param("target_return", 150.0, (int, float)))
+        self.bound = float(self.ctx.param("restore_within", 15.0, (int, float)))
+        restart = self.ctx.param("restart_failed_env_runners", True, bool)
+        config = (PPOConfig().environment("CartPole-v1")
+                  .env_runners(num_env_runners=self.RUNNERS, num_cpus_per_env_runner=0.5,
+                               sample_timeout_s=float(self.ctx.param("sample_timeout_s", 3.0, (int, float))))
+                  .fault_tolerance(restart_failed_env_runners=restart)
+                  .training(train_batch_size_per_learner=1000, minibatch_size=250, num_epochs=6, lr=3e-4)
+                  .debugging(seed=self.ctx.seed))
+        self.algo = config.build_algo()
+        self.iterations: list[Iteration] = []
+
+    def step(self) -> bool:
+        start = time.monotonic()
+        try:
+            result = self.algo.train()
+        except Exception as exc:  # noqa: BLE001 - an iteration that fails is the finding
+            self.iterations.append(Iteration(self.ctx.elapsed(), time.monotonic() - start, float("nan"),
+                                             0, 0, 0, f"{type(exc).__name__}: {exc}"[:200]))
+            return False
+        runners, tolerance = result.get("env_runners", {}), result.get("fault_tolerance", {})
+        done = Iteration(self.ctx.elapsed(), time.monotonic() - start,
+                         float(runners.get("episode_return_mean", float("nan"))),
+                         int(runners.get("num_env_steps_sampled", 0)),
+                         int(tolerance.get("num_healthy_workers", 0)),
+                         int(tolerance.get("num_remote_worker_restarts", 0)))
+        self.iterations.append(done)
+        self.ctx.count("iterations")
+        if done.episode_return == done.episode_return:  # not NaN
+            self.ctx.point("episode_return_mean", done.episode_return)
+        return True
+
+    def probe(self) -> str:
+        return f"{self.algo.env_runner_group.num_healthy_remote_workers()} healthy env runners"
+
+    def invariants(self) -> list[Verdict]:
+        its, kills = self.iterations, self.ctx.injections("kill") + self.ctx.injections("pause")
+        errors = [i.error for i in its if i.error]
+        late = restored_within(its, kills, target=self.RUNNERS, bound=self.bound)
+        silent = silent_drops(its, target=self.RUNNERS)
+        restarts = its[-1].restarts if its else 0
+        best = max((i.episode_return for i in its[-10:] if i.episode_return == i.episode_return), default=float("nan"))
+        if its:  # how RLlib carried the faults: its slowest iteration, its fewest healthy runners
+            self.ctx.metric("slowest_iteration_s", max(i.seconds for i in its))
+            self.ctx.metric("fewest_healthy_runners", min(i.healthy for i in its))
+        for n, took in enumerate(recovery_times(its, sorted(kills), target=self.RUNNERS)):
+            if took is not None:  # RLlib's MTTR: the fault until both runners are healthy again
+                self.ctx.metric(f"runners_restored_{n + 1}_s", took)
+        return [Verdict("iterations_keep_completing", bool(its) and not errors,
+                        f"{len(its)} iterations; failed: {errors[:2] or 'none'}"),
+                Verdict("runner_failure_recovered", restarts > 0,
+                        f"RLlib restarted env runners {restarts} times"),
+                Verdict("healthy_runners_restored", bool(its) and not late and its[-1].healthy == self.RUNNERS,
+                        f"healthy at the end: {its[-1].healthy if its else 'n/a'} of {self.RUNNERS}; "
+                        f"not restored within {self.bound:g} s: {late or 'none'}"),
+                Verdict("no_silent_empty_iteration", bool(its) and not silent,
+                        f"iterations that sampled nothing with every runner reported healthy: {silent or 'none'}; "
+                        f"fewest steps sampled: {min((i.sampled for i in its), default=0)}"),
+                Verdict("return_reaches_target", best >= self.target,
+                        f"best mean return of the last 10 iterations {best:.1f} (target {self.target:g})")]
+
+    def teardown(self) -> None:
+        self.algo.stop()
+
+
+APP_WORKLOADS: dict[str, type[Workload]] = {"train-torch-ddp": TrainDDP, "tune-trials": TuneTrials,
+                                             "rllib-ppo-cartpole": RllibPPO}

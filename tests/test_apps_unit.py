@@ -65,3 +65,30 @@ def test_a_kill_while_the_group_forms_again_does_not_count_as_the_cause() -> Non
     # the checkpoint was decided by the first.
     journal = attempt(1, range(4), at=0, finished=False) + attempt(2, range(3, 6), at=10)
     assert verdicts(journal, kills=[3.2, 8.0]) == ALL_HELD
+
+
+def test_the_healthy_runner_count_must_come_back_within_the_bound() -> None:
+    from scenarios._apps import Iteration, restored_within
+
+    def its(*healthy: int) -> list[Iteration]:
+        return [Iteration(float(t), 0.5, 20.0, 1000, h, 0) for t, h in enumerate(healthy, start=1)]
+
+    assert restored_within(its(2, 1, 1, 2, 2), [1.5], target=2, bound=3) == []
+    assert restored_within(its(2, 1, 1, 1, 2), [1.5], target=2, bound=3) == [
+        "kill at 1.5 s: healthy [1, 1, 1] within 3 s (target 2)"]
+
+
+def test_an_iteration_that_samples_nothing_with_every_runner_healthy_is_silent() -> None:
+    from scenarios._apps import Iteration, silent_drops
+
+    reported = Iteration(1.0, 0.5, float("nan"), 0, 1, 0)  # a runner down: RLlib said so
+    silent = Iteration(2.0, 0.5, float("nan"), 0, 2, 0)
+    assert silent_drops([reported], target=2) == [] and silent_drops([reported, silent], target=2) == [
+        "iteration at 2.0 s"]
+
+
+def test_recovery_is_timed_from_the_fault_to_both_runners_healthy_after_a_dip() -> None:
+    from scenarios._apps import Iteration, recovery_times
+
+    its = [Iteration(float(t), 0.5, 20.0, 1000, h, 0) for t, h in enumerate([2, 2, 1, 1, 2, 2], start=1)]
+    assert recovery_times(its, [1.5, 5.5], target=2) == [3.5, None]  # the second: no dip seen

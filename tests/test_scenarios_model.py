@@ -17,7 +17,7 @@ from scenarios.cli import main
 BUILTINS = ["async-actor", "dqn-cartpole", "drain-preemption", "env-worker-kill",
             "env-worker-kill-no-retries", "full-disk", "gcs-restart", "lost-objects", "memory-pressure",
             "node-loss", "node-unresponsive", "open-files", "owner-death", "parameter-server-crash",
-            "placement-group", "replay-crash-loop", "replay-crash-loop-beyond", "rpc-failures",
+            "placement-group", "replay-crash-loop", "replay-crash-loop-beyond", "rllib-ppo-cartpole", "rpc-failures",
             "rpc-failures-no-retries", "starvation", "straggler", "train-torch-ddp",
             "train-torch-ddp-no-retries", "tune-trials"]
 #: Built-ins whose faults are set up with the cluster, not scheduled (Ray's RPC failure knob).

@@ -106,6 +106,7 @@ FAULT_TRACES = {
     "placement-group": {"group_rescheduled"},
     "train-torch-ddp": {"worker_failure_recovered"},
     "tune-trials": {"trial_failure_recovered"},
+    "rllib-ppo-cartpole": {"runner_failure_recovered"},
 }
 
 
@@ -174,7 +175,8 @@ def test_failure_surface_invariants_break_when_their_guarantee_does(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["train-torch-ddp", "train-torch-ddp-no-retries", "tune-trials"])
+@pytest.mark.parametrize("name", ["train-torch-ddp", "train-torch-ddp-no-retries", "tune-trials",
+                                  "rllib-ppo-cartpole"])
 def test_ray_library_scenarios_on_their_own_cluster(name: str, tmp_path: Path) -> None:
     out = _run_embedded([name, "--report", str(tmp_path)], timeout=400)
     run = _assert_held(tmp_path, out.stdout + out.stderr)
@@ -206,6 +208,21 @@ def test_ray_library_invariants_break_when_their_fault_tolerance_is_switched(
     verdicts = {v["name"]: v["held"] for v in _summary(tmp_path / "r")["runs"][-1]["verdicts"]}
     assert out.returncode == 1 and {n for n, held in verdicts.items() if not held} == broken, (
         verdicts, out.stdout[-2000:])
+
+
+@pytest.mark.slow
+def test_rllib_invariants_break_without_restart_failed_env_runners(tmp_path: Path) -> None:
+    # The first kill then fails algo.train() (ActorDiedError) and nothing brings the runner
+    # back. (The mean return it had reached by then depends on how many iterations fit in
+    # 3 s, so it is not asserted.)
+    scenario = _broken_variant(tmp_path, "rllib-ppo-cartpole", (
+        "[[faults]]\nat = 3\n", "[params]\nrestart_failed_env_runners = false\n\n[[faults]]\nat = 3\n"))
+    out = _run_embedded([str(scenario), "--report", str(tmp_path / "r"), "--no-baseline"], timeout=300)
+    verdicts = {v["name"]: v["held"] for v in _summary(tmp_path / "r")["runs"][-1]["verdicts"]}
+    broken = {n for n, held in verdicts.items() if not held}
+    assert out.returncode == 1 and {"iterations_keep_completing", "runner_failure_recovered",
+                                    "healthy_runners_restored"} <= broken, verdicts
+    assert verdicts["no_silent_empty_iteration"], verdicts
 
 
 @pytest.fixture(scope="module")
