@@ -174,6 +174,20 @@ def test_failure_surface_invariants_break_when_their_guarantee_does(
 # -- Ray's own libraries ----------------------------------------------------------------------
 
 
+def test_a_ray_tune_experiment_survives_a_killed_trial_on_the_session_cluster(
+        ray_cluster: ClusterHandle, tmp_path: Path) -> None:
+    # make test's one library run, kept short: the full scenarios, with baselines, are slow.
+    text = (Path(__file__).parents[1] / "scenarios/builtin/tune-trials.toml").read_text()
+    scenario = tmp_path / "tune.toml"
+    scenario.write_text(text.replace("duration = 15", "duration = 4").replace(
+        "[[faults]]\nat = 3\n", "[params]\niterations = 12\npace = 0.25\n\n[[faults]]\nat = 1\n").replace(
+        "[[faults]]\nat = 6\n", "[[faults]]\nat = 2.5\n"))
+    args = ["run", str(scenario), "--address", ray_cluster.address, "--no-baseline", "--report", str(tmp_path / "r")]
+    result = CliRunner().invoke(main, args)
+    run = _assert_held(tmp_path / "r", result.output)
+    assert result.exit_code == 0 and [f["status"] for f in run["faults"]] == ["injected", "injected"]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["train-torch-ddp", "train-torch-ddp-no-retries", "tune-trials",
                                   "rllib-ppo-cartpole"])
