@@ -266,10 +266,29 @@ class _LibraryRun(Workload):
                        f"fit() raised {type(fit.error).__name__}: {str(fit.error)[:200]}" if fit
                        else "fit() never ended")
 
+    #: The library's actors a fit that never ended leaves behind, killed at teardown.
+    STRAY_CLASSES: tuple[str, ...] = ()
+
+    def teardown(self) -> None:
+        if self.thread.is_alive():  # a fit that hangs: end its actors, so nothing is left
+            _kill_all_of(self.ctx.address, self.STRAY_CLASSES)
+
     def no_hang(self) -> Verdict:
         fit = self.fit
         return Verdict("no_hang", fit is not None, f"fit() ended after {fit.seconds:.1f} s" if fit
                        else f"fit() had not ended {self.finish_within:g} s after the scenario's end")
+
+
+def _kill_all_of(address: str, classes: Sequence[str]) -> None:
+    """SIGKILL every live actor of ``classes`` on the cluster."""
+    from chaos import ActorTarget, Chaos, Kill, TargetNotFound
+
+    chaos = Chaos(address=address)
+    for cls in classes:
+        try:
+            chaos.kill(Kill(ActorTarget(class_name=cls, pick="all")))
+        except TargetNotFound:
+            pass  # none left of that class
 
 
 class TrainDDP(_LibraryRun):
@@ -283,6 +302,7 @@ class TrainDDP(_LibraryRun):
     INVARIANTS = ("run_finishes", "worker_failure_recovered", "no_epoch_lost",
                   "resumed_from_latest_checkpoint", "no_reported_epoch_redone", "matches_fault_free",
                   "failure_surfaces", "no_hang")
+    STRAY_CLASSES = (TRAIN_CONTROLLER_CLASS, TRAIN_WORKER_CLASS)
     loop = staticmethod(train_loop)
 
     def setup(self) -> None:
@@ -341,21 +361,6 @@ class TrainDDP(_LibraryRun):
                        f"fit() raised {type(error).__name__}: {str(error)[:200]}" if error else
                        "fit() raised nothing" if fit else "fit() never ended")
 
-    def teardown(self) -> None:
-        if self.thread.is_alive():  # a fit that hangs: end its controller, so nothing is left
-            _kill_train_controllers(self.ctx.address)
-
-
-def _kill_train_controllers(address: str) -> None:
-    """SIGKILL every Train controller and worker of the cluster (a fit that never ended)."""
-    from chaos import ActorTarget, Chaos, Kill, TargetNotFound
-
-    chaos = Chaos(address=address)
-    for cls in (TRAIN_CONTROLLER_CLASS, TRAIN_WORKER_CLASS):
-        try:
-            chaos.kill(Kill(ActorTarget(class_name=cls, pick="all")))
-        except TargetNotFound:
-            pass  # none left of that class
 
 
 # -- Ray Tune: trials that fail and restore ------------------------------------------------------
@@ -402,6 +407,7 @@ class TuneTrials(_LibraryRun):
     INVARIANTS = ("experiment_finishes", "trial_failure_recovered", "no_iteration_lost",
                   "resumed_from_latest_checkpoint", "no_reported_iteration_redone",
                   "results_table_complete", "no_hang")
+    STRAY_CLASSES = (TUNE_TRIAL_CLASS,)
     trainable = staticmethod(tune_trial)
 
     def setup(self) -> None:
