@@ -22,6 +22,10 @@ from chaos._errors import InvalidConfig
 __all__ = ["EmptyBufferError", "PrioritizedReplayBuffer", "ReplayStats", "SchemaError"]
 
 
+#: The names sample() gives its own arrays: no batch column may take them.
+RESERVED_COLUMNS = frozenset({"weights", "indices"})
+
+
 class SchemaError(InvalidConfig):
     """A batch's columns do not match the buffer's schema; nothing was stored."""
 
@@ -98,7 +102,8 @@ class PrioritizedReplayBuffer:
 
         Raises:
             SchemaError: the columns' names, dtypes or trailing shapes differ from the first
-                batch's, or the columns differ in length; nothing is stored.
+                batch's, the columns differ in length, or a column takes a name sample()
+                returns (``"weights"``, ``"indices"``); nothing is stored.
             InvalidConfig: a priority is NaN, infinite or negative; nothing is stored.
         """
         arrays, n = self._validate_batch(batch)
@@ -116,6 +121,11 @@ class PrioritizedReplayBuffer:
     def _validate_batch(self, batch: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], int]:
         if not isinstance(batch, Mapping) or not batch:
             raise SchemaError(f"a batch must be a non-empty mapping of column name to array, got {batch!r:.80}")
+        reserved = sorted(RESERVED_COLUMNS & set(batch))
+        if reserved:  # sample() returns its own arrays under these names: a column would be lost
+            raise SchemaError(f"column {reserved[0]!r} is reserved: sample() returns the importance "
+                              f"weights and slot indices as {sorted(RESERVED_COLUMNS)}; rename yours "
+                              f"(e.g. {reserved[0] + '_' !r}); nothing was stored")
         arrays = {k: np.asarray(v) for k, v in batch.items()}
         lengths = {k: (v.shape[0] if v.ndim else -1) for k, v in arrays.items()}
         if len(set(lengths.values())) != 1 or -1 in lengths.values():

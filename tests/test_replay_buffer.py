@@ -117,6 +117,17 @@ def test_schema_mismatch_stores_nothing(batch: dict[str, Any], message: str) -> 
     assert unchanged(rb) == before
 
 
+@pytest.mark.parametrize("name", ["weights", "indices"])
+def test_a_column_named_as_samples_own_arrays_is_refused_at_the_first_add(name: str) -> None:
+    # sample() returns the importance weights and the slots under these names: a user column
+    # called so would be overwritten in every sample, silently.
+    rb = PrioritizedReplayBuffer(10, seed=7)
+    with pytest.raises(SchemaError, match=f"column '{name}' is reserved: sample\\(\\) returns the importance "
+                                          f"weights and slot indices as \\['indices', 'weights'\\]; rename yours"):
+        rb.add({**transitions(3), name: np.ones(3)})
+    assert len(rb) == 0
+
+
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -1.0])
 def test_bad_priorities_change_nothing(bad: float) -> None:
     rb = PrioritizedReplayBuffer(10, seed=8)
