@@ -459,6 +459,8 @@ def test_every_node_fault_invariant_can_break_and_old_losses_do_not_count(
     monkeypatch.setattr(_watchdog, "group_fits", lambda *args, **kwargs: True)
     result = planted(PlantedGroupLoss, duration=1.0, params={"recover_within": 2.0}, address=address)
     assert_all_red(result, PlantedGroupLoss)
-    result = planted(PlantedRpcFailures, duration=1.0, params={"batch_timeout": 8.0}, address=address)
+    # Ten seconds: the second batch must start within the run however slow the first one was
+    # (in the slow tier it once took the whole of a 1 s run, and nothing hung).
+    result = planted(PlantedRpcFailures, duration=10.0, params={"batch_timeout": 5.0}, address=address)
     assert_all_red(result, PlantedRpcFailures)
     assert "19 right values" in broken(result)["results_correct"] and "GetTimeoutError" in broken(result)["no_hang"]
