@@ -331,6 +331,7 @@ class NameLeadsElsewhere(WORKLOADS["gcs-restart"]):  # type: ignore[misc, valid-
         ray.kill(self.named)
 
 
+@pytest.mark.slow  # make test's budget: a fresh clone's took 589 s of its 600
 def test_every_gcs_restart_invariant_can_break(ray_cluster: ClusterHandle) -> None:
     result = planted(NameLeadsElsewhere, duration=1.5, params={"settle": 2.0}, address=ray_cluster.address)
     assert_all_red(result, NameLeadsElsewhere)
@@ -354,6 +355,7 @@ class PlantedOpenFiles(WORKLOADS["open-files"]):  # type: ignore[misc, valid-typ
     opener_class = OpensNoMore
 
 
+@pytest.mark.slow  # make test's budget: a fresh clone's took 589 s of its 600
 def test_every_open_files_invariant_can_break(ray_cluster: ClusterHandle) -> None:
     result = planted(PlantedOpenFiles, duration=1.0, address=ray_cluster.address)
     assert_all_red(result, PlantedOpenFiles)
@@ -366,6 +368,7 @@ class PlantedFullDisk(WORKLOADS["full-disk"]):  # type: ignore[misc, valid-type]
     counter_class = LosesOneAdd
 
 
+@pytest.mark.slow  # make test's budget: a fresh clone's took 589 s of its 600
 def test_every_full_disk_invariant_can_break(ray_cluster: ClusterHandle) -> None:
     result = planted(PlantedFullDisk, duration=1.0, address=ray_cluster.address)
     assert_all_red(result, PlantedFullDisk)
@@ -390,6 +393,7 @@ class PlantedAsyncActor(WORKLOADS["async-actor"]):  # type: ignore[misc, valid-t
     ledger_class = DropsOneStoresOneTwiceAsync
 
 
+@pytest.mark.slow  # make test's budget: a fresh clone's took 589 s of its 600
 def test_every_async_actor_invariant_can_break(ray_cluster: ClusterHandle) -> None:
     result = planted(PlantedAsyncActor, duration=1.5, address=ray_cluster.address)
     assert_all_red(result, PlantedAsyncActor)
