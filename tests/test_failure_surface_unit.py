@@ -157,3 +157,42 @@ def test_a_missing_redis_is_a_clear_error() -> None:
 def test_a_capped_filesystem_refuses_a_bad_size() -> None:
     with pytest.raises(InvalidConfig, match="size_mb"), capped_filesystem(0):
         pass
+
+
+def test_a_node_kill_stops_the_parent_and_kills_each_process_under_it() -> None:
+    # A stand-in raylet: a process with a child, as a raylet has workers.
+    import psutil
+
+    from chaos._agent import _gone, _stop_and_kill_under
+
+    parent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time\n"
+                               "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+                               "time.sleep(60)"])
+    try:
+        proc = psutil.Process(parent.pid)
+        wait_until(lambda: proc.children(), timeout=10, what="the child to start")
+        child = proc.children()[0]
+        assert _stop_and_kill_under(proc, ()) == 1
+        assert proc.status() == psutil.STATUS_STOPPED  # stopped, not yet killed: that comes after the reply
+        assert _gone(child)  # a zombie its stopped parent cannot reap counts
+    finally:
+        parent.kill()
+        parent.wait(timeout=10)
+
+
+def test_a_node_kill_that_cannot_stop_the_raylet_is_ineffective(monkeypatch: pytest.MonkeyPatch) -> None:
+    # An exited, unreaped process never shows state T: the kill must fail, not pass.
+    import psutil
+
+    from chaos import FaultIneffective
+    from chaos import _agent
+
+    monkeypatch.setattr(_agent, "STOP_TIMEOUT", 0.3)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    wait_until(lambda: psutil.Process(gone.pid).status() == psutil.STATUS_ZOMBIE, timeout=10,
+               what="the process to exit")
+    try:
+        with pytest.raises(FaultIneffective, match=f"waited 0.3 s for raylet {gone.pid} to stop"):
+            _agent._stop_and_kill_under(psutil.Process(gone.pid), ())
+    finally:
+        gone.wait(timeout=10)
