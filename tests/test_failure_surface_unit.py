@@ -165,9 +165,10 @@ def test_a_node_kill_stops_the_parent_and_kills_each_process_under_it() -> None:
 
     from chaos._agent import _gone, _stop_and_kill_under
 
-    parent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time\n"
-                               "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
-                               "time.sleep(60)"])
+    script = ("import subprocess, sys, time\n"
+              "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+              "time.sleep(60)")
+    parent = subprocess.Popen([sys.executable, "-c", script])
     try:
         proc = psutil.Process(parent.pid)
         wait_until(lambda: proc.children(), timeout=10, what="the child to start")
@@ -184,8 +185,7 @@ def test_a_node_kill_that_cannot_stop_the_raylet_is_ineffective(monkeypatch: pyt
     # An exited, unreaped process never shows state T: the kill must fail, not pass.
     import psutil
 
-    from chaos import FaultIneffective
-    from chaos import _agent
+    from chaos import FaultIneffective, _agent
 
     monkeypatch.setattr(_agent, "STOP_TIMEOUT", 0.3)
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
