@@ -18,12 +18,14 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, Literal, get_args
 
 import numpy as np
 
-from actors._checkpoint import CheckpointConfig, Checkpointable, CheckpointStats, Restore, mutation
+from actors._checkpoint import Checkpointable, CheckpointConfig, CheckpointStats, Restore, mutation
 from chaos._errors import ChaosError, InvalidConfig
+from chaos._extras import import_extra
 
 __all__ = [
     "GradientError",
@@ -77,8 +79,12 @@ class ServerStats:
     checkpoint: CheckpointStats
 
 
+def _torch() -> ModuleType:
+    return import_extra("torch", extra="rl", needed_by="the parameter server")
+
+
 def _optimizer_class(name: str) -> type:
-    import torch
+    torch = _torch()
 
     cls = getattr(torch.optim, name, None)
     if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)) or name == "Optimizer":
@@ -115,7 +121,7 @@ class ParameterServer(Checkpointable):
                  mode: Mode = "async", sync_k: int = 1, max_staleness: int | None = None,
                  on_stale: OnStale = "reject", on_nonfinite: OnNonFinite = "reject",
                  seed: int = 0, restore: Restore = "auto") -> None:
-        import torch
+        torch = _torch()
 
         self._validate(mode, sync_k, max_staleness, on_stale, on_nonfinite)
         self.mode, self.sync_k, self.max_staleness = mode, sync_k, max_staleness
@@ -160,7 +166,7 @@ class ParameterServer(Checkpointable):
             }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        import torch
+        torch = _torch()
 
         with self._lock:
             self.model.load_state_dict({n: torch.as_tensor(t) for n, t in state["model"].items()})
@@ -249,7 +255,7 @@ class ParameterServer(Checkpointable):
         return PushResult(self._version, True)
 
     def _step(self, arrays: Mapping[str, np.ndarray]) -> None:
-        import torch
+        torch = _torch()
 
         for name, param in self.model.named_parameters():
             param.grad = torch.from_numpy(np.ascontiguousarray(arrays[name])).to(param.dtype)

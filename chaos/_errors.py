@@ -19,6 +19,7 @@ __all__ = [
     "HangError",
     "InvalidConfig",
     "InvalidFaultSpec",
+    "MissingExtra",
     "MutationNotLogged",
     "StorageUnreachable",
     "TargetNotFound",
@@ -32,6 +33,10 @@ class ChaosError(Exception):
 
 class InvalidConfig(ChaosError, ValueError):
     """An option, policy or spec given by the user is not valid; nothing was changed."""
+
+
+class MissingExtra(ChaosError, ImportError):
+    """An optional dependency is not installed; the message names the extra that brings it."""
 
 
 class StorageUnreachable(ChaosError, OSError):

@@ -11,10 +11,12 @@ from scenarios._model import (
     load_scenario,
 )
 from scenarios._records import FaultRecord, Probe, RunResult, Sample, Verdict
+from scenarios._registry import known_workloads, register_workload
 from scenarios._report import summary, write_reports
 from scenarios._runner import run_scenario
-from scenarios._workload import RunContext, Workload
+from scenarios._workload import Params, RunContext, Workload
 
-__all__ = ["DemoRow", "FaultRecord", "Probe", "Problem", "RunContext", "RunResult", "Sample",
+__all__ = ["DemoRow", "FaultRecord", "Params", "Probe", "Problem", "RunContext", "RunResult", "Sample",
            "Scenario", "ScenarioError", "SteadyState", "Verdict", "Workload", "builtin_names",
-           "load_attack", "load_scenario", "run_demo", "run_scenario", "summary", "write_reports"]
+           "known_workloads", "load_attack", "load_scenario", "register_workload", "run_demo",
+           "run_scenario", "summary", "write_reports"]

@@ -20,8 +20,9 @@ from typing import Any
 import numpy as np
 
 from chaos import wait_until
+from chaos._extras import import_extra
 from scenarios._records import Verdict
-from scenarios._workload import Workload
+from scenarios._workload import Params, Workload
 
 __all__ = ["APP_WORKLOADS", "Iteration", "Restart", "RllibPPO", "TrainDDP", "TuneTrials", "combined",
            "epoch_record", "recovery_times", "reference_weights", "restarts", "restored_within",
@@ -204,6 +205,34 @@ class Fit:
     error: BaseException | None = None
 
 
+class LibraryParams(Params):
+    #: How long after the scenario's end the library's fit() may take to return.
+    finish_within: float = 120.0
+    #: How long the library may take to collect what its workers reported.
+    collect_window: float = COLLECT_WINDOW_S
+
+
+class TrainParams(LibraryParams):
+    epochs: int = 8
+    steps: int = 10
+    pace: float = 0.05
+    max_failures: int = 2
+
+
+class TuneParams(LibraryParams):
+    trials: int = 3
+    iterations: int = 30
+    pace: float = 0.3
+    max_failures: int = 2
+
+
+class RllibParams(Params):
+    target_return: float = 150.0
+    restore_within: float = 15.0
+    restart_failed_env_runners: bool = True
+    sample_timeout_s: float = 3.0
+
+
 class _LibraryRun(Workload):
     """A library's blocking ``fit()`` in a thread of its own, its progress journaled by the
     code it runs (JSON lines), bounded by the scenario's end plus ``finish_within``."""
@@ -213,8 +242,9 @@ class _LibraryRun(Workload):
     def start_fit(self, *, first: str) -> None:
         """Start ``fit`` and wait until the journal's first record (``first``: what it is):
         the run's clock starts with the work, so no fault comes before anything to hit."""
-        self.finish_within = float(self.ctx.param("finish_within", 120, (int, float)))
-        self.window = float(self.ctx.param("collect_window", COLLECT_WINDOW_S, (int, float)))
+        p = self.ctx.params_as(LibraryParams)
+        self.finish_within, self.window = p.finish_within, p.collect_window
+        import_extra("torch", extra="apps", needed_by=f"the {type(self).__name__} workload")
         os.makedirs(self.ctx.storage, exist_ok=True)
         self.fit: Fit | None = None
         self.thread = threading.Thread(target=self._fit, name="raychaos-library-fit", daemon=True)
@@ -304,12 +334,13 @@ class TrainDDP(_LibraryRun):
                   "failure_surfaces", "no_hang")
     STRAY_CLASSES = (TRAIN_CONTROLLER_CLASS, TRAIN_WORKER_CLASS)
     loop = staticmethod(train_loop)
+    Params = TrainParams
 
     def setup(self) -> None:
+        p = self.ctx.params_as(TrainParams)
         self.config = {"seed": self.ctx.seed, "lr": 0.05, "journal": f"{self.ctx.storage}/epochs.jsonl",
-                       "epochs": self.ctx.param("epochs", 8, int), "steps": self.ctx.param("steps", 10, int),
-                       "pace": float(self.ctx.param("pace", 0.05, (int, float)))}
-        self.max_failures = self.ctx.param("max_failures", 2, int)
+                       "epochs": p.epochs, "steps": p.steps, "pace": p.pace}
+        self.max_failures = p.max_failures
         self.journal_path = self.config["journal"]
         # The worker group takes ~10 s to form here.
         self.start_fit(first="the first training epoch to start")
@@ -409,12 +440,12 @@ class TuneTrials(_LibraryRun):
                   "results_table_complete", "no_hang")
     STRAY_CLASSES = (TUNE_TRIAL_CLASS,)
     trainable = staticmethod(tune_trial)
+    Params = TuneParams
 
     def setup(self) -> None:
-        self.trials = self.ctx.param("trials", 3, int)
-        self.config = {"iterations": self.ctx.param("iterations", 30, int), "journal": "",
-                       "pace": float(self.ctx.param("pace", 0.3, (int, float)))}
-        self.max_failures = self.ctx.param("max_failures", 2, int)
+        p = self.ctx.params_as(TuneParams)
+        self.trials, self.max_failures = p.trials, p.max_failures
+        self.config = {"iterations": p.iterations, "journal": "", "pace": p.pace}
         self.journal_path = self.config["journal"] = f"{self.ctx.storage}/iterations.jsonl"
         self.start_fit(first="the first trial iteration to start")
 
@@ -525,17 +556,18 @@ class RllibPPO(Workload):
     INVARIANTS = ("iterations_keep_completing", "runner_failure_recovered", "healthy_runners_restored",
                   "no_silent_empty_iteration", "return_reaches_target")
     RUNNERS = 2
+    Params = RllibParams
 
     def setup(self) -> None:
         from ray.rllib.algorithms.ppo import PPOConfig
 
-        self.target = float(self.ctx.param("target_return", 150.0, (int, float)))
-        self.bound = float(self.ctx.param("restore_within", 15.0, (int, float)))
-        restart = self.ctx.param("restart_failed_env_runners", True, bool)
+        import_extra("torch", extra="apps", needed_by="the rllib-ppo-cartpole workload")
+        p = self.ctx.params_as(RllibParams)
+        self.target, self.bound = p.target_return, p.restore_within
         config = (PPOConfig().environment("CartPole-v1")
                   .env_runners(num_env_runners=self.RUNNERS, num_cpus_per_env_runner=0.5,
-                               sample_timeout_s=float(self.ctx.param("sample_timeout_s", 3.0, (int, float))))
-                  .fault_tolerance(restart_failed_env_runners=restart)
+                               sample_timeout_s=p.sample_timeout_s)
+                  .fault_tolerance(restart_failed_env_runners=p.restart_failed_env_runners)
                   .training(train_batch_size_per_learner=1000, minibatch_size=250, num_epochs=6, lr=3e-4)
                   .debugging(seed=self.ctx.seed))
         self.algo = config.build_algo()

@@ -16,9 +16,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from pydantic import Field
+
 from chaos import InvalidConfig
 from scenarios._records import Verdict
-from scenarios._workload import Workload
+from scenarios._workload import Params, Workload
 
 __all__ = ["ATTACK_WORKLOADS", "Attack", "ProbeKind", "ProbeRun", "UserProbe", "probes_from", "recovered"]
 
@@ -82,18 +84,26 @@ def probes_from(params: Sequence[Mapping[str, str]]) -> list[UserProbe]:
     return [UserProbe(ProbeKind(p["kind"]), p["spec"]) for p in params]
 
 
+class AttackParams(Params):
+    #: Each ``{"kind": "shell" | "python", "spec": ...}`` (``raychaos attack --probe``).
+    probes: list[dict[str, str]] = Field(default_factory=list)
+    every: float = 1.0
+    recover_within: float = 30.0
+    probe_timeout: float = 10.0
+
+
 class Attack(Workload):
     """The user's probes, run all along while the schedule hits their program: they pass once
     every fault is healed, and every failure of one is followed by a pass within
     ``recover_within`` seconds."""
 
     INVARIANTS = ("probes_pass_after_heal", "probes_recover")
+    Params = AttackParams
 
     def setup(self) -> None:
-        self.probes = probes_from(self.ctx.param("probes", [], list))
-        self.every = float(self.ctx.param("every", 1.0, (int, float)))
-        self.recover_within = float(self.ctx.param("recover_within", 30.0, (int, float)))
-        self.timeout = float(self.ctx.param("probe_timeout", 10.0, (int, float)))
+        p = self.ctx.params_as(AttackParams)
+        self.probes = probes_from(p.probes)
+        self.every, self.recover_within, self.timeout = p.every, p.recover_within, p.probe_timeout
         self.results: list[ProbeRun] = []
         if not self.probes:  # without one, nothing would judge the program: a green by default
             raise InvalidConfig("params.probes = []: an attack needs at least one probe (--probe "

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import functools
 import os
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
 from actors import CheckpointConfig, ParameterServer, ReplayBufferActor
+from chaos._extras import import_extra
 from scenarios._records import Verdict
-from scenarios._workload import CALL_TIMEOUT, Workload
+from scenarios._workload import CALL_TIMEOUT, Params, Workload
 
 __all__ = ["DQNCartPole", "EnvWorker", "evaluate", "make_qnet"]
 
@@ -26,16 +28,24 @@ GAMMA = 0.99
 EVAL_EPISODES = 20
 
 
+def _torch() -> ModuleType:
+    return import_extra("torch", extra="rl", needed_by="the dqn-cartpole workload")
+
+
+def _gym() -> ModuleType:
+    return import_extra("gymnasium", extra="rl", needed_by="the dqn-cartpole workload")
+
+
 def make_qnet() -> Any:
     """The Q-network: CartPole's 4 observations to 2 action values."""
-    import torch
+    torch = _torch()
 
     return torch.nn.Sequential(torch.nn.Linear(4, 128), torch.nn.ReLU(), torch.nn.Linear(128, 128),
                                torch.nn.ReLU(), torch.nn.Linear(128, 2))
 
 
 def _greedy(net: Any, obs: np.ndarray) -> int:
-    import torch
+    torch = _torch()
 
     with torch.no_grad():
         return int(net(torch.as_tensor(obs, dtype=torch.float32)).argmax())
@@ -49,8 +59,8 @@ class EnvWorker:
     """
 
     def __init__(self, index: int, seed: int) -> None:
-        import gymnasium as gym
-        import torch
+        gym = _gym()
+        torch = _torch()
 
         torch.set_num_threads(1)
         self.seed, self.net, self.env = seed, make_qnet(), gym.make("CartPole-v1")
@@ -78,7 +88,7 @@ class EnvWorker:
 
 def evaluate(net: Any, *, episodes: int = EVAL_EPISODES, seed: int = 10_000) -> float:
     """Mean return of the greedy policy over ``episodes`` seeded CartPole-v1 episodes."""
-    import gymnasium as gym
+    gym = _gym()
 
     env, returns = gym.make("CartPole-v1"), []
     for i in range(episodes):
@@ -98,28 +108,35 @@ def _remote(cls: type, num_cpus: float) -> Any:
     return ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=num_cpus)(cls)
 
 
+class DQNParams(Params):
+    env_workers: int = 2
+    chunk_steps: int = 256
+    grads_per_chunk: int = 64
+    batch_size: int = 64
+    target_return: float = 195.0
+    straggler_timeout: float = 2.0
+
+
 class DQNCartPole(Workload):
     """DQN on CartPole-v1 under faults; done when the greedy policy reaches ``target_return``."""
 
     INVARIANTS = ("no_lost_transitions", "no_duplicate_transitions", "ps_version_matches_pushes",
                   "reaches_target_return")
     BASELINE = True
+    Params = DQNParams
     #: The actors under test (a test plants bugs in subclasses of them).
     buffer_class: type = ReplayBufferActor
     server_class: type = ParameterServer
 
     def setup(self) -> None:
-        import torch
+        torch = _torch()
 
         ctx = self.ctx
         torch.manual_seed(ctx.seed)
         torch.set_num_threads(1)
-        self.workers = ctx.param("env_workers", 2, int)
-        self.chunk_steps = ctx.param("chunk_steps", 256, int)
-        self.grads_per_chunk = ctx.param("grads_per_chunk", 64, int)
-        self.batch = ctx.param("batch_size", 64, int)
-        self.target = float(ctx.param("target_return", 195.0, (int, float)))
-        self.straggler_timeout = float(ctx.param("straggler_timeout", 2.0, (int, float)))
+        p = ctx.params_as(DQNParams)
+        self.workers, self.chunk_steps, self.grads_per_chunk = p.env_workers, p.chunk_steps, p.grads_per_chunk
+        self.batch, self.target, self.straggler_timeout = p.batch_size, p.target_return, p.straggler_timeout
         self._start_actors()
         worker_cls = _remote(EnvWorker, 0.5)
         self.envs = [worker_cls.remote(i, ctx.seed) for i in range(self.workers)]
@@ -210,8 +227,8 @@ class DQNCartPole(Workload):
             self.frozen.load_state_dict(self.online.state_dict())
 
     def _gradients(self, s: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], np.ndarray]:
-        import torch
-        import torch.nn.functional as F
+        torch = _torch()
+        F = _torch().nn.functional
 
         # ray.get hands out read-only views of the object store; torch wants writable arrays.
         s = {k: np.array(v) for k, v in s.items()}

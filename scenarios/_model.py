@@ -19,6 +19,7 @@ from typing import Any, Literal, get_args
 
 from chaos import ChaosError, InvalidConfig, InvalidFaultSpec, RpcFailure, Schedule, fault_from_dict
 from chaos._schedule import ScheduledFault
+from scenarios._records import Problem
 
 __all__ = ["HealStrategy", "Problem", "Scenario", "ScenarioError", "SteadyState",
            "builtin_names", "load_attack", "load_scenario", "resolve_workload"]
@@ -29,18 +30,6 @@ MAX_NODES = 8
 _TOP_LEVEL = {"name", "description", "workload", "params", "duration", "nodes", "num_cpus",
               "system_config", "oom_headroom_gib", "heal", "invariants", "steady_state", "faults",
               "random", "strict_faults", "gcs_fault_tolerance", "rpc_failures", "storage_mb"}
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    """One thing wrong with a scenario file: where, what value, and how to fix it."""
-
-    field: str
-    value: object
-    fix: str
-
-    def __str__(self) -> str:
-        return f"{self.field} = {self.value!r}: {self.fix}"
 
 
 class ScenarioError(ChaosError, ValueError):
@@ -175,10 +164,10 @@ def resolve_workload(name: str, workloads: Mapping[str, Any] | None = None) -> A
 
 def _find_workload(name: str, workloads: Mapping[str, Any] | None) -> tuple[Any, str]:
     """(the class, "") or (None, what is wrong and the fix)."""
+    from scenarios._registry import known_workloads
     from scenarios._workload import Workload
-    from scenarios._workloads import WORKLOADS
 
-    known = {**WORKLOADS, **(workloads or {})}
+    known = {**known_workloads(), **(workloads or {})}
     if name in known:
         return known[name], ""
     if ":" not in name:
@@ -261,8 +250,7 @@ def _validate(source: str, data: dict[str, Any], seed: int,
     scenario = Scenario(
         name=name, description=c.get("description", str, "", "must be a string"),
         workload=workload, schedule=schedule, duration=float(duration), invariants=invariants,
-        params=c.get("params", dict, {}, "must be a table of the workload's options"),
-        nodes=nodes, num_cpus=c.number("num_cpus", 2, 1, 64, whole=True),
+        params=_params(c, workload_cls), nodes=nodes, num_cpus=c.number("num_cpus", 2, 1, 64, whole=True),
         system_config=c.get("system_config", dict, {}, "must be a table of Ray system config"),
         heal=heal if heal in get_args(HealStrategy) else "after_each", steady_state=steady,
         source=source.removeprefix("builtin:"),
@@ -276,6 +264,16 @@ def _validate(source: str, data: dict[str, Any], seed: int,
     if c.problems:
         raise ScenarioError(source, c.problems)
     return scenario
+
+
+def _params(c: _Checker, workload_cls: Any) -> dict[str, Any]:
+    """The ``[params]`` table, checked against the workload's params model (when it is known)."""
+    from scenarios._workload import params_problems
+
+    params: dict[str, Any] = c.get("params", dict, {}, "must be a table of the workload's options")
+    if workload_cls is not None:
+        c.problems.extend(params_problems(workload_cls.Params, params))
+    return params
 
 
 def _rpc_failures(c: _Checker, nodes: int) -> tuple[RpcFailure, ...]:

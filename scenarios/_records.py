@@ -9,7 +9,7 @@ from typing import Literal
 
 from chaos import FaultStatus
 
-__all__ = ["FaultRecord", "Phase", "Probe", "RunResult", "RunStatus", "Sample", "Verdict"]
+__all__ = ["FaultRecord", "Phase", "Probe", "Problem", "RunResult", "RunStatus", "Sample", "Verdict"]
 
 Phase = Literal["before", "during", "after"]
 
@@ -23,6 +23,18 @@ class RunStatus(StrEnum):
     COMPLETED = "completed"
     INTERRUPTED = "interrupted"
     ABORTED = "aborted"
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One thing wrong with a scenario file: where, what value, and how to fix it."""
+
+    field: str
+    value: object
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.field} = {self.value!r}: {self.fix}"
 
 
 @dataclass(frozen=True, slots=True)

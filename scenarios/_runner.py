@@ -46,7 +46,7 @@ from chaos._faults import STORAGE
 from scenarios._interrupt import interrupt_once
 from scenarios._model import Scenario, resolve_workload
 from scenarios._records import FaultRecord, Phase, Probe, RunResult, RunStatus, Sample, Verdict
-from scenarios._workload import RunContext, Workload
+from scenarios._workload import Params, RunContext, Workload, validate_params
 
 __all__ = ["Progress", "declared_verdicts", "run_scenario"]
 
@@ -87,11 +87,13 @@ def run_scenario(scenario: Scenario, *, seed: int = 0, address: str | None = Non
         workloads: workloads by name, besides the built-in ones and ``module:Class`` paths.
 
     Raises:
+        InvalidConfig: the workload is unknown or its ``params`` invalid (nothing started).
         KeyboardInterrupt: after Ctrl-C, once every fault is healed, the run journaled
             ``interrupted`` and, for an embedded cluster, Ray is down. Further Ctrl-Cs while
             that happens are noted and ignored (each step of it is bounded).
     """
     workload_cls = resolve_workload(scenario.workload, workloads)
+    params = validate_params(workload_cls.Params, scenario.params, workload=scenario.workload)
     with interrupt_once():
         scenario, oom_config = _with_oom_headroom(scenario, address)
         with _cluster(scenario, address, oom_config) as addr, \
@@ -104,7 +106,7 @@ def run_scenario(scenario: Scenario, *, seed: int = 0, address: str | None = Non
                 with _storage(scenario, f"{tmp}/{label}") as storage:
                     run = _Run(_at_storage(scenario, storage), addr, seed, label, label == "chaos",
                                journal, storage, embedded=address is None)
-                    results.append(_run_once(run, workload_cls, progress))
+                    results.append(_run_once(run, workload_cls, params, progress))
             return results
 
 
@@ -221,15 +223,16 @@ class _Recorder:
             self.faults.append(record)
 
 
-def _run_once(run: _Run, workload_cls: type[Workload], progress: Progress) -> RunResult:
+def _run_once(run: _Run, workload_cls: type[Workload], params: Params, progress: Progress) -> RunResult:
     scenario = run.scenario
     ctx = RunContext(address=run.address, namespace="raychaos" if run.faults else "raychaos-baseline", seed=run.seed,
-                     params=scenario.params, storage=run.storage, duration=scenario.duration,
+                     params=params, storage=run.storage, duration=scenario.duration,
                      faults=run.faults)
     journal = Journal(run.journal_path)
     chaos = Chaos(address=run.address, journal=journal, seed=run.seed)
     rec, workload = _Recorder(), workload_cls(ctx)
-    journal.record("start", extra={"scenario": scenario.name, "source": scenario.source, "run": run.label, "seed": run.seed,
+    journal.record("start", extra={"scenario": scenario.name, "source": scenario.source, "run": run.label,
+                                   "seed": run.seed,
                                    "heal": scenario.heal, "duration": scenario.duration,
                                    "schedule": _schedule(run).to_dicts()})
     progress(f"{scenario.name} [{run.label}]: setting up", ctx)
@@ -269,7 +272,6 @@ def _exercise(run: _Run, workload: Workload, ctx: RunContext, chaos: Chaos, rec:
     """Setup, probe before, the workload's loop under faults. Returns (status, error)."""
     try:
         workload.setup()
-        ctx.check_params(run.scenario.workload)
         chaos.warm_up(_schedule(run))  # agents and the State API, before time zero
         ctx.start_clock()
         rec.sampler = threading.Thread(target=_sample, args=(ctx, rec, run.embedded), daemon=True,
@@ -300,7 +302,7 @@ def _conclude(run: _Run, workload: Workload, ctx: RunContext, rec: _Recorder,
     finally:
         try:
             workload.teardown()
-        except Exception:  # noqa: BLE001, S110 - teardown is best effort; the cluster goes next
+        except Exception:  # noqa: BLE001 - teardown is best effort; the cluster goes next
             pass
     return verdicts
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import psutil
@@ -34,7 +34,7 @@ from chaos import (
     watch,
 )
 from scenarios._records import Verdict
-from scenarios._workload import CALL_TIMEOUT, Workload
+from scenarios._workload import CALL_TIMEOUT, Params, Workload
 
 __all__ = ["SURFACE_WORKLOADS"]
 
@@ -158,12 +158,18 @@ def _port_open(address: str) -> bool:
         return False
 
 
+class GcsRestartParams(Params):
+    #: How long the cluster may take to serve again once the GCS is back.
+    settle: float = CALL_TIMEOUT
+
+
 class GcsRestart(Workload):
     """A detached named WAL counter and a stream of tasks while the GCS is killed and restarted
     on its Redis: running actors serve through the outage, work submitted during it completes,
     the named actor is found again with every acknowledged add."""
 
     BASELINE = True  # the fault-free twin: every trace of the fault must be missing there
+    Params = GcsRestartParams
     INVARIANTS = ("actor_served_during_outage", "pending_work_resumed", "named_actor_found",
                   "nothing_acknowledged_lost")
     counter_class: type = CheckpointedCounter
@@ -178,7 +184,7 @@ class GcsRestart(Workload):
         ray.get(self.square.remote(0), timeout=CALL_TIMEOUT)
         self.served_down, self.i = 0, 0
         self.outage: list[tuple[int, Any]] = []
-        self.settle = float(self.ctx.param("settle", CALL_TIMEOUT, (int, float)))
+        self.settle = self.ctx.params_as(GcsRestartParams).settle
 
     def _detached(self) -> Any:
         import ray
@@ -248,17 +254,31 @@ class GcsRestart(Workload):
 # -- 2. an unresponsive node, 6. preemption: checkpointed counters on the worker nodes ------------
 
 
+class NodesParams(Params):
+    #: The counters checkpoint on SIGTERM (a drain's graceful shutdown).
+    graceful: bool = False
+
+
+class UnresponsiveParams(NodesParams):
+    #: How long Ray may take to declare the frozen node dead.
+    detect_within: float = DETECTION_BOUND + 2.0
+
+
+class PreemptionParams(NodesParams):
+    graceful: bool = True
+
+
 class _OnWorkerNodes(Workload):
     """A checkpointed counter on each worker node, written by the driver, nodes watched."""
 
     DURABILITY = "wal"
-    GRACEFUL = False
+    Params: ClassVar[type[NodesParams]] = NodesParams
     counter_class: type = CheckpointedCounter
 
     def setup(self) -> None:
         import ray
 
-        graceful = self.ctx.param("graceful", self.GRACEFUL, bool)
+        graceful = self.ctx.params_as(NodesParams).graceful
         self.nodes = _worker_nodes()
         self.ledgers = [Ledger(_counter(self.ctx, f"counter{i}", cls=self.counter_class, node=node,
                                         durability=self.DURABILITY,
@@ -311,10 +331,11 @@ class Unresponsive(_OnWorkerNodes):
     BASELINE = True  # the fault-free twin: every trace of the fault must be missing there
     INVARIANTS = ("dead_node_detected", "actors_moved", "no_rejoin", "nothing_acknowledged_lost",
                   "old_incarnations_gone")
+    Params = UnresponsiveParams
 
     def setup(self) -> None:
         super().setup()
-        self.detect_within = float(self.ctx.param("detect_within", DETECTION_BOUND + 2.0, (int, float)))
+        self.detect_within = self.ctx.params_as(UnresponsiveParams).detect_within
 
     def invariants(self) -> list[Verdict]:
         frozen = self.ctx.injections("freeze_node")
@@ -350,7 +371,7 @@ class Preemption(_OnWorkerNodes):
     BASELINE = True  # the fault-free twin: every trace of the fault must be missing there
     INVARIANTS = ("node_gone_at_deadline", "actors_moved", "drained_actor_lost_nothing")
     DURABILITY = "policy"
-    GRACEFUL = True
+    Params = PreemptionParams
 
     def invariants(self) -> list[Verdict]:
         drained, dead = self.ctx.injections("drain_node"), self.watch.dead_at
@@ -529,12 +550,17 @@ def expected_outcome(kind: ObjectKind, *, on_dead_node: bool) -> str:
     return "OwnerDiedError"
 
 
+class LostObjectsParams(Params):
+    per_kind: int = 3
+
+
 class LostObjects(Workload):
     """Objects made on the worker nodes, nobody holding a second copy; a worker node dies:
     each ``ray.get`` ends as the oracle predicts (rebuilt, or the documented error)."""
 
     BASELINE = True  # the fault-free twin: every trace of the fault must be missing there
     INVARIANTS = ("lost_objects_as_predicted",)
+    Params = LostObjectsParams
 
     def setup(self) -> None:
         import ray
@@ -543,7 +569,7 @@ class LostObjects(Workload):
         self.made: list[tuple[ObjectKind, str, int, Any]] = []
         self.putters: list[Any] = []  # the owners of the put objects: alive unless their node dies
         self.dead_before = _dead(self.ctx.address)  # the cluster's old losses are not this run's
-        per = int(self.ctx.param("per_kind", 3, int))
+        per = self.ctx.params_as(LostObjectsParams).per_kind
         # A resource, not only the affinity: Ray 2.60 places a request for no resources on any
         # node, soft affinity or not (seen here). Where each object was made is read back below.
         needs = {"num_cpus": 0, "resources": {"worker": 0.01}}
@@ -619,6 +645,10 @@ class Member:
         return ray.get_runtime_context().get_node_id()
 
 
+class GroupLossParams(Params):
+    recover_within: float = CALL_TIMEOUT
+
+
 class GroupLoss(Workload):
     """A placement group of two bundles spread over the worker nodes, an actor in each; a node
     holding a bundle dies: the group is rescheduled, its actors answer again, and a group that
@@ -626,6 +656,7 @@ class GroupLoss(Workload):
 
     BASELINE = True  # the fault-free twin: every trace of the fault must be missing there
     INVARIANTS = ("group_rescheduled", "actors_restarted", "infeasible_group_named")
+    Params = GroupLossParams
     member_class: type = Member
 
     def setup(self) -> None:
@@ -640,7 +671,7 @@ class GroupLoss(Workload):
                                    resources={"worker": 1})(self.member_class).options(
             scheduling_strategy=PlacementGroupSchedulingStrategy(self.group, i)).remote() for i in range(2)]
         ray.get([m.ping.remote() for m in self.members], timeout=CALL_TIMEOUT)
-        self.recover = float(self.ctx.param("recover_within", CALL_TIMEOUT, (int, float)))
+        self.recover = self.ctx.params_as(GroupLossParams).recover_within
 
     def _bundle_nodes(self) -> list[str]:
         from ray.util.placement_group import placement_group_table
@@ -835,6 +866,12 @@ class Caller:
         return ok, errors
 
 
+class RpcParams(Params):
+    max_task_retries: int = -1
+    #: How long one batch of calls may take before it counts as a hang.
+    batch_timeout: float = 20 * CALL_TIMEOUT
+
+
 class RpcFailures(Workload):
     """Actor calls between processes of the worker nodes, whose replies Ray's RPC failure knob
     drops: with ``max_task_retries=-1`` every call returns its value (and the lost replies show
@@ -842,19 +879,20 @@ class RpcFailures(Workload):
     ``ActorUnavailableError``, and nothing hangs."""
 
     INVARIANTS = ("results_correct", "retried_deliveries_seen", "errors_surface", "no_hang")
+    Params = RpcParams
     target_class: type = Target
     caller_class: type = Caller
 
     def setup(self) -> None:
         import ray
 
-        retries = self.ctx.param("max_task_retries", -1, int)
+        retries = self.ctx.params_as(RpcParams).max_task_retries
         self.target = ray.remote(num_cpus=0, resources={"worker": 1},
                                  max_task_retries=retries)(self.target_class).remote()
         self.caller = ray.remote(num_cpus=0, resources={"worker": 1})(self.caller_class).remote()
         self.calls, self.ok, self.errors, self.hung = 0, 0, {}, ""
         # A batch of 20 calls, each bounded by CALL_TIMEOUT: past this, it hangs.
-        self.batch_timeout = float(self.ctx.param("batch_timeout", 20 * CALL_TIMEOUT, (int, float)))
+        self.batch_timeout = self.ctx.params_as(RpcParams).batch_timeout
 
     def step(self) -> bool:
         import ray

@@ -5,14 +5,69 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, TypeVar, get_args, get_origin
+
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from chaos import InvalidConfig, MemoryOutcome
-from scenarios._records import Verdict
+from scenarios._records import Problem, Verdict
 
-__all__ = ["RunContext", "Workload"]
+__all__ = ["Params", "RunContext", "Workload", "params_problems", "validate_params"]
 
 CALL_TIMEOUT = 30.0
+
+P = TypeVar("P", bound="Params")
+
+
+class Params(BaseModel):
+    """A workload's ``[params]``: subclass it with typed fields and their defaults.
+
+    A key no field declares is refused (``extra="forbid"``: a misspelling would otherwise
+    fall back to the default and run another experiment than the one asked), and values
+    are not coerced (``strict``: ``"3"`` is not 3, ``true`` is not 1; an int is a float).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+_Params = Params  # the base, under a name a workload's own ``Params`` attribute cannot shadow
+
+
+def params_problems(kind: type[Params], raw: Mapping[str, Any]) -> list[Problem]:
+    """Every problem of ``raw`` as ``kind``'s params: field, value, fix (empty when valid)."""
+    try:
+        kind.model_validate(dict(raw))
+    except ValidationError as exc:
+        return [_problem(kind, error) for error in exc.errors()]
+    return []
+
+
+def _problem(kind: type[Params], error: Any) -> Problem:
+    where = ".".join(str(part) for part in error["loc"])
+    if error["type"] == "extra_forbidden":
+        known = ", ".join(sorted(kind.model_fields)) or "none"
+        return Problem(f"params.{where}", error["input"], f"not a parameter of this workload; it takes {known}")
+    field = kind.model_fields.get(str(error["loc"][0]))
+    expected = _type_name(field.annotation) if field else "valid"
+    return Problem(f"params.{where}", error["input"], f"must be {expected} ({error['msg'].lower()})")
+
+
+def _type_name(annotation: Any) -> str:
+    if get_origin(annotation) is Literal:
+        return "one of " + ", ".join(repr(a) for a in get_args(annotation))
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def validate_params(kind: type[P], raw: Mapping[str, Any], *, workload: str) -> P:
+    """``raw`` as ``kind``'s params.
+
+    Raises:
+        InvalidConfig: one line per problem (field, value, fix), nothing started.
+    """
+    problems = params_problems(kind, raw)
+    if problems:
+        raise InvalidConfig(f"workload {workload!r}: " + "; ".join(str(p) for p in problems))
+    return kind.model_validate(dict(raw))
 
 
 class RunContext:
@@ -22,11 +77,10 @@ class RunContext:
     as the evaluation return; metrics (``metric``) are single figures for the summary.
     """
 
-    def __init__(self, *, address: str, namespace: str, seed: int, params: Mapping[str, Any],
+    def __init__(self, *, address: str, namespace: str, seed: int, params: Params,
                  storage: str, duration: float, faults: bool) -> None:
         self.address, self.namespace, self.seed = address, namespace, seed
-        self.params, self.storage, self.faults = dict(params), storage, faults
-        self.params_read: set[str] = set()  # what the workload asked for (see unknown_params)
+        self.params, self.storage, self.faults = params, storage, faults
         self.duration = duration
         self.started = time.monotonic()
         self.deadline = self.started + duration
@@ -90,31 +144,16 @@ class RunContext:
         with self._lock:
             return self.injected.count("kill")
 
-    def check_params(self, workload: str) -> None:
-        """Raise for ``[params]`` keys the workload's ``setup`` did not ask for.
-
-        Raises:
-            InvalidConfig: names each unknown key, its value, and the keys the workload reads.
-        """
-        unknown = sorted(set(self.params) - self.params_read)
-        if unknown:
-            given = ", ".join(f"params.{k} = {self.params[k]!r}" for k in unknown)
-            raise InvalidConfig(f"{given}: not a parameter of workload {workload!r}; it reads "
-                                f"{', '.join(sorted(self.params_read)) or 'none'}")
-
     def snapshot(self) -> dict[str, float]:
         with self._lock:
             return dict(self.counters)
 
-    def param(self, name: str, default: Any, kind: type | tuple[type, ...]) -> Any:
-        """A workload option from the scenario's ``[params]``, type-checked. Read them all in
-        ``setup``: a ``[params]`` key no setup asked for is an error (a misspelling would
-        otherwise fall back to the default without a word)."""
-        self.params_read.add(name)
-        value = self.params.get(name, default)
-        if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
-            raise InvalidConfig(f"params.{name} = {value!r}: must be {getattr(kind, '__name__', kind)}")
-        return value
+    def params_as(self, kind: type[P]) -> P:
+        """This run's params as the workload's own model (validated when the scenario loaded)."""
+        if not isinstance(self.params, kind):
+            raise InvalidConfig(f"params are {type(self.params).__name__}, not {kind.__name__}: "
+                                f"declare Params = {kind.__name__} on the workload")
+        return self.params
 
 
 class Workload:
@@ -126,6 +165,8 @@ class Workload:
     """
 
     INVARIANTS: ClassVar[tuple[str, ...]] = ()
+    #: The ``[params]`` it takes, validated when the scenario loads (none by default).
+    Params: ClassVar[type[_Params]] = _Params
     #: Also run the same seed without faults and report both side by side.
     BASELINE: ClassVar[bool] = False
 

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from types import ModuleType
+from typing import Any, ClassVar
 
 import numpy as np
 
-from actors import CheckpointConfig, CheckpointedCounter, ParameterServer, ReplayBufferActor
+from actors import CheckpointConfig, CheckpointedCounter, Durability, ParameterServer, ReplayBufferActor
 from chaos import MemoryOutcome, StuckCause, watch
+from chaos._extras import import_extra
 from scenarios._apps import APP_WORKLOADS
 from scenarios._attack import ATTACK_WORKLOADS
 from scenarios._dqn import DQNCartPole
 from scenarios._records import Verdict
 from scenarios._surface import SURFACE_WORKLOADS
-from scenarios._workload import CALL_TIMEOUT, Workload
+from scenarios._workload import CALL_TIMEOUT, Params, Workload
 
 __all__ = ["WORKLOADS"]
 
@@ -32,26 +34,33 @@ def _expected(index: int, steps: int) -> int:
     return 78 * (steps // 13) + sum((index * 7 + i) % 13 for i in range(steps % 13))
 
 
+class TasksParams(Params):
+    max_retries: int = 3
+    width: int = 4
+    steps: int = 600_000
+    wait_timeout: float = 1.0
+    #: How long tasks still in flight at the end may take to end (else: a silent hang).
+    drain_timeout: float = CALL_TIMEOUT
+    #: How much longer than the ray.wait timeout one loop iteration may take.
+    block_slack: float = 5.0
+
+
 class _Tasks(Workload):
     """Keeps ``width`` ``sample_env`` tasks in flight; collects them with ``ray.wait`` timeouts."""
 
     INVARIANTS = ("results_correct", "every_task_terminal", "crashes_surface", "no_error_visible",
                   "loop_never_blocked", "memory_monitor_fired")
-    resources: dict[str, float] = {}
+    Params = TasksParams
+    resources: ClassVar[dict[str, float]] = {}
     #: The task under test: its value must be ``_expected(index, steps)``.
     task_function = staticmethod(sample_env)
 
     def setup(self) -> None:
         import ray
 
-        self.retries = self.ctx.param("max_retries", 3, int)
-        self.width = self.ctx.param("width", 4, int)
-        self.steps = self.ctx.param("steps", 600_000, int)
-        self.wait_timeout = float(self.ctx.param("wait_timeout", 1.0, (int, float)))
-        #: How long tasks still in flight at the end may take to end (else: a silent hang).
-        self.drain_timeout = float(self.ctx.param("drain_timeout", CALL_TIMEOUT, (int, float)))
-        #: How much longer than the ray.wait timeout one loop iteration may take.
-        self.block_slack = float(self.ctx.param("block_slack", 5.0, (int, float)))
+        p = self.ctx.params_as(TasksParams)
+        self.retries, self.width, self.steps = p.max_retries, p.width, p.steps
+        self.wait_timeout, self.drain_timeout, self.block_slack = p.wait_timeout, p.drain_timeout, p.block_slack
         self.task = ray.remote(self.task_function).options(max_retries=self.retries, num_cpus=0.5,
                                                            resources=self.resources)
         self.pending: dict[Any, tuple[int, float]] = {}
@@ -145,21 +154,27 @@ class _Tasks(Workload):
 class _WorkerNodeTasks(_Tasks):
     """The same tasks, kept off the head so a node loss hits them."""
 
-    resources = {"worker": 1}
+    resources: ClassVar[dict[str, float]] = {"worker": 1}
+
+
+class CrashLoopParams(Params):
+    max_restarts: int = 3
+    capacity: int = 100_000
 
 
 class _CrashLoop(Workload):
     """A replay buffer actor fed with idempotent adds while it is killed again and again."""
 
     INVARIANTS = ("no_lost_transitions", "dies_after_max_restarts", "recovers_within_max_restarts")
+    Params = CrashLoopParams
     #: The actor under test (a test plants bugs in a subclass of it).
     buffer_class: type = ReplayBufferActor
 
     def setup(self) -> None:
         import ray
 
-        self.max_restarts = self.ctx.param("max_restarts", 3, int)
-        self.capacity = self.ctx.param("capacity", 100_000, int)
+        p = self.ctx.params_as(CrashLoopParams)
+        self.max_restarts, self.capacity = p.max_restarts, p.capacity
         cls = ray.remote(max_restarts=self._granted_restarts(), max_task_retries=-1,
                          num_cpus=0)(self.buffer_class)
         config = CheckpointConfig(storage=f"{self.ctx.storage}/replay", durability="wal", every_n=50)
@@ -230,24 +245,33 @@ class _CrashLoop(Workload):
         ray.kill(self.buffer)
 
 
+def _torch() -> ModuleType:
+    return import_extra("torch", extra="rl", needed_by="the parameter-server workload")
+
+
 def _tiny_model() -> Any:
-    import torch
+    torch = _torch()
 
     return torch.nn.Linear(4, 2)
+
+
+class ParamServerParams(Params):
+    durability: Durability = "wal"
 
 
 class _ParamServer(Workload):
     """Known gradients pushed to a parameter server that is killed; a local replica checks it."""
 
     INVARIANTS = ("ps_version_matches_pushes", "weights_match_replica")
+    Params = ParamServerParams
     #: The actor under test (a test plants bugs in a subclass of it).
     server_class: type = ParameterServer
 
     def setup(self) -> None:
         import ray
-        import torch
+        torch = _torch()
 
-        durability = self.ctx.param("durability", "wal", str)
+        durability = self.ctx.params_as(ParamServerParams).durability
         cls = ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)(self.server_class)
         config = CheckpointConfig(storage=f"{self.ctx.storage}/params", durability=durability, every_n=20)
         self.server = cls.options(name="params", namespace=self.ctx.namespace).remote(
@@ -259,7 +283,7 @@ class _ParamServer(Workload):
 
     def step(self) -> bool:
         import ray
-        import torch
+        torch = _torch()
 
         grads = {n: self.rng.standard_normal(p.shape).astype(np.float32)
                  for n, p in self.replica.named_parameters()}
@@ -293,20 +317,26 @@ class _ParamServer(Workload):
         ray.kill(self.server)
 
 
+class StarvationParams(Params):
+    #: How long after the heal the starved tasks may take to finish.
+    finish_timeout: float = CALL_TIMEOUT
+    #: CPUs of the request the watchdog must name infeasible.
+    infeasible_cpus: float = 64.0
+
+
 class _Starvation(Workload):
     """Tasks wait while their CPUs are held; an infeasible request is named by the watchdog."""
 
     INVARIANTS = ("starved_tasks_finish", "infeasible_diagnosed")
+    Params = StarvationParams
 
     def setup(self) -> None:
         import ray
 
         self.task = ray.remote(sample_env).options(num_cpus=1, max_retries=0)
         self.refs: list[Any] = []
-        #: How long after the heal the starved tasks may take to finish.
-        self.finish_timeout = float(self.ctx.param("finish_timeout", CALL_TIMEOUT, (int, float)))
-        #: CPUs of the request the watchdog must name infeasible.
-        self.infeasible_cpus = float(self.ctx.param("infeasible_cpus", 64.0, (int, float)))
+        p = self.ctx.params_as(StarvationParams)
+        self.finish_timeout, self.infeasible_cpus = p.finish_timeout, p.infeasible_cpus
 
     def step(self) -> bool:
         import ray
@@ -392,10 +422,16 @@ class _Owner:
         return 1
 
 
+class OwnerDeathParams(Params):
+    #: How long ray.get may keep serving a dead owner's object (until the raylet frees it).
+    surface_within: float = 10.0
+
+
 class _OwnerDeath(Workload):
     """The driver holds refs owned by an actor that is killed: ``ray.get`` must raise, not hang."""
 
     INVARIANTS = ("owner_death_surfaces",)
+    Params = OwnerDeathParams
 
     def setup(self) -> None:
         import ray
@@ -403,8 +439,7 @@ class _OwnerDeath(Workload):
         self.owner = ray.remote(max_restarts=0, num_cpus=0)(_Owner).options(
             name="owner", namespace=self.ctx.namespace).remote()
         self.refs: list[Any] = []
-        #: How long ray.get may keep serving a dead owner's object (until the raylet frees it).
-        self.surface_within = float(self.ctx.param("surface_within", 10.0, (int, float)))
+        self.surface_within = self.ctx.params_as(OwnerDeathParams).surface_within
 
     def step(self) -> bool:
         import ray

@@ -15,7 +15,7 @@ def test_chaos_exports() -> None:
         "TEST_SYSTEM_CONFIG", "ActorTarget", "Chaos", "ChaosAgent", "ChaosError", "CheckpointError",
         "CheckpointFormatError", "ClusterHandle", "CpuHog", "Event", "Fault", "FaultIneffective",
         "FaultOutcome", "FaultStatus", "FaultsNotApplied", "FillObjectStore", "HangError",
-        "Injection", "InvalidConfig", "InvalidFaultSpec", "Journal", "Kill", "KillNode", "Latency",
+        "Injection", "InvalidConfig", "InvalidFaultSpec", "MissingExtra", "Journal", "Kill", "KillNode", "Latency",
         "MemoryOutcome", "MemoryPressure", "NodeTarget", "Pause", "Process", "Schedule",
         "ScheduleObserver", "ScheduledFault", "Starve", "StorageUnreachable", "StuckCause",
         "StuckTask", "TargetNotFound", "TaskTarget", "UnsafeTarget", "WatchReport", "WorkerTarget",
@@ -41,7 +41,8 @@ def test_strategies_exports() -> None:
 
 def test_actors_exports() -> None:
     assert set(actors.__all__) == {
-        "FAILPOINTS", "FORMAT_VERSION", "ActorFailpoint", "LoadedCheckpoint", "CheckpointConfig", "CheckpointInfo", "CheckpointStats",
+        "FAILPOINTS", "FORMAT_VERSION", "ActorFailpoint", "LoadedCheckpoint", "CheckpointConfig", "CheckpointInfo",
+        "CheckpointStats",
         "CheckpointStore", "CheckpointWarning", "Checkpointable", "CheckpointedCounter",
         "Durability", "EmptyBufferError", "GradientError", "ParameterServer", "Policy",
         "PrioritizedReplayBuffer", "PushResult", "ReplayActorStats", "ReplayBufferActor",
@@ -54,7 +55,8 @@ def test_scenarios_exports() -> None:
     assert set(scenarios.__all__) == {
         "DemoRow", "FaultRecord", "Probe", "Problem", "RunContext", "RunResult", "Sample", "Scenario",
         "ScenarioError", "SteadyState", "Verdict", "Workload", "builtin_names", "load_attack", "load_scenario",
-        "run_demo", "run_scenario", "summary", "write_reports"}
+        "run_demo", "run_scenario", "summary", "write_reports", "Params", "known_workloads",
+        "register_workload"}
 
 
 def test_every_exported_name_exists() -> None:
@@ -73,9 +75,10 @@ def test_errors_also_inherit_the_matching_builtin() -> None:
     assert issubclass(chaos.UnsafeTarget, PermissionError)
     assert issubclass(chaos.FaultIneffective, RuntimeError)
     assert issubclass(chaos.FaultsNotApplied, AssertionError)
+    assert issubclass(chaos.MissingExtra, ImportError)
     for name in ("InvalidConfig", "StorageUnreachable", "HangError", "CheckpointError",
                  "InvalidFaultSpec", "TargetNotFound", "UnsafeTarget", "FaultIneffective",
-                 "FaultsNotApplied"):
+                 "FaultsNotApplied", "MissingExtra"):
         assert issubclass(getattr(chaos, name), chaos.ChaosError)
         assert getattr(chaos, name).__doc__
 

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from chaos import Kill, MemoryPressure, Pause
 from scenarios import ScenarioError, builtin_names, load_scenario
 from scenarios._runner import _recovery, aim_memory_faults
-from scenarios._workload import RunContext, Workload
+from scenarios._workload import Params, RunContext, Workload
 from scenarios.cli import main
 
 BUILTINS = ["async-actor", "dqn-cartpole", "drain-preemption", "env-worker-kill",
@@ -81,7 +81,8 @@ def test_a_bad_file_reports_every_problem_once_each(tmp_path: Path) -> None:
 def test_unknown_names_list_the_choices(tmp_path: Path) -> None:
     with pytest.raises(ScenarioError, match="unknown; use a TOML file or one of async-actor, dqn-cartpole"):
         load_scenario("no-such-scenario")
-    with pytest.raises(ScenarioError, match="workload = 'quantum': unknown workload; use one of async-actor, attack, dqn-cartpole"):
+    with pytest.raises(ScenarioError,
+                       match="workload = 'quantum': unknown workload; use one of async-actor, attack, dqn-cartpole"):
         load_scenario(_write(tmp_path, 'name = "x"\nworkload = "quantum"\nduration = 5\ninvariants = []'))
 
 
@@ -179,7 +180,7 @@ class _ProbeAfter(Workload):
 
 
 def _stopped_context() -> RunContext:
-    ctx = RunContext(address="", namespace="t", seed=0, params={}, storage="", duration=1.0, faults=True)
+    ctx = RunContext(address="", namespace="t", seed=0, params=Params(), storage="", duration=1.0, faults=True)
     ctx.stop.set()  # the workload ended the run itself, as owner-death does on its fault
     return ctx
 
