@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 
 from actors._checkpoint import (
-    CheckpointConfig,
     Checkpointable,
+    CheckpointConfig,
     CheckpointStats,
     Restore,
     mutation,

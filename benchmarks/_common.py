@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-import signal
 import platform
+import signal
 import statistics
 import time
 from collections.abc import Callable

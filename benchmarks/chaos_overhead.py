@@ -20,9 +20,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from _common import console, fmt, machine, table  # noqa: E402
+from _common import console, fmt, machine, table
 
-from chaos import (  # noqa: E402
+from chaos import (
     Chaos,
     Journal,
     Latency,

@@ -26,12 +26,11 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from _common import console, machine, table  # noqa: E402
+import psutil
+import ray
+from _common import console, machine, table
 
-import psutil  # noqa: E402
-import ray  # noqa: E402
-
-from chaos import (  # noqa: E402
+from chaos import (
     ActorTarget,
     Chaos,
     CpuHog,

@@ -59,7 +59,8 @@ TARGETS: dict[str, set[str] | None] = {
 }
 #: ``make test``'s tests of that code that need no Ray cluster (a cluster per mutant would
 #: take hours); the fastest to fail first.
-TESTS = ["tests/test_durability_trace.py", "tests/test_checkpoint_store.py", "tests/test_incremental.py", "tests/test_failpoints.py",
+TESTS = ["tests/test_durability_trace.py", "tests/test_checkpoint_store.py", "tests/test_incremental.py",
+         "tests/test_failpoints.py",
          "tests/test_chaos_unit.py", "tests/test_param_server.py", "tests/test_failpoint_sweep.py"]
 TIMEOUT = 180.0  # per mutant; the whole selection takes ~15 s here unmutated
 _FLIPS = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,
@@ -209,7 +210,8 @@ def _function_mutants(file: str, source: str, name: str) -> Iterator[Mutant]:
         yield Mutant(file, node.lineno, name, what, ast.unparse(ast.fix_missing_locations(tree)))
 
 
-def _enumerate_sites(source: str, name: str, tree: ast.AST | None = None) -> Iterator[tuple[ast.AST, str, tuple | None]]:
+def _enumerate_sites(source: str, name: str,
+                     tree: ast.AST | None = None) -> Iterator[tuple[ast.AST, str, tuple | None]]:
     tree = tree or ast.parse(source)
     functions = _Functions()
     functions.visit(tree)

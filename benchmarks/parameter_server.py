@@ -17,10 +17,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from _common import bare_mttr, console, fmt, machine, mttr_row, mttr_table, rate, table  # noqa: E402
+from _common import bare_mttr, console, fmt, machine, mttr_row, mttr_table, rate, table
 
-from actors import CheckpointConfig, ParameterServer  # noqa: E402
-from chaos import local_cluster  # noqa: E402
+from actors import CheckpointConfig, ParameterServer
+from chaos import local_cluster
 
 TIMEOUT = 60.0
 

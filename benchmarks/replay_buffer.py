@@ -23,7 +23,7 @@ import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from _common import (  # noqa: E402
+from _common import (
     bare_mttr,
     console,
     fmt,
@@ -35,8 +35,8 @@ from _common import (  # noqa: E402
     table,
 )
 
-from actors import CheckpointConfig, CheckpointStore, PrioritizedReplayBuffer, ReplayBufferActor  # noqa: E402
-from chaos import local_cluster  # noqa: E402
+from actors import CheckpointConfig, CheckpointStore, PrioritizedReplayBuffer, ReplayBufferActor
+from chaos import local_cluster
 
 CAPACITY, BATCH, INSERT = 2**20, 256, 1000
 ALPHA, BETA = 0.6, 0.4
@@ -217,17 +217,18 @@ def incremental_section(root: str) -> None:
 def peak_restore(root: str, nbytes: int) -> None:
     # ru_maxrss survives fork+exec (it would report this process's size): reset the
     # high-water mark through clear_refs and read VmHWM instead.
+    checkout = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     code = (
-        "import sys; sys.path.insert(0, %r)\n"
+        f"import sys; sys.path.insert(0, {checkout!r})\n"
         "from actors import CheckpointStore, PrioritizedReplayBuffer\n"
         "def hwm():\n"
         "    return next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM'))\n"
         "open('/proc/self/clear_refs', 'w').write('5')\n"
         "base = hwm()\n"
-        "(tree,) = CheckpointStore(%r).load_latest().chain\n"
-        "rb = PrioritizedReplayBuffer(%d); rb.load_state_dict(tree); del tree\n"
+        f"(tree,) = CheckpointStore({f'{root}/ckpt'!r}).load_latest().chain\n"
+        f"rb = PrioritizedReplayBuffer({CAPACITY}); rb.load_state_dict(tree); del tree\n"
         "print(base, hwm())\n"
-    ) % (os.path.dirname(os.path.dirname(os.path.abspath(__file__))), f"{root}/ckpt", CAPACITY)
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     base, peak = (int(x) * 1024 for x in out.stdout.split())
     table("Restore memory (fresh process: peak RSS during restore minus RSS before)",

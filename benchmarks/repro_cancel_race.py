@@ -26,12 +26,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import ray  # noqa: E402
-from ray.exceptions import RayError, TaskCancelledError  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+import ray
+from ray.exceptions import RayError, TaskCancelledError
+from rich.console import Console
+from rich.table import Table
 
-from chaos import local_cluster  # noqa: E402
+from chaos import local_cluster
 
 PENDING_FOR = 10.0
 #: (name, [(kind, deps, max_retries)], index of the node to cancel, force) as the property ran them.

@@ -23,10 +23,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import ray  # noqa: E402
+import ray
 
-from chaos import local_cluster, redis_server  # noqa: E402
-from chaos._cluster import head_of  # noqa: E402
+from chaos import local_cluster, redis_server
+from chaos._cluster import head_of
 
 DOWN, WATCH, EVERY = 3.0, 80.0, 5.0
 FATAL = "GCS has been unavailable for more than 60 seconds"

@@ -16,11 +16,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import numpy as np  # noqa: E402
-from _common import console, fmt, machine, table  # noqa: E402
+import numpy as np
+from _common import console, fmt, machine, table
 
-from actors import CheckpointConfig, CheckpointedCounter, ReplayBufferActor  # noqa: E402
-from chaos import ActorTarget, Chaos, Kill, local_cluster  # noqa: E402
+from actors import CheckpointConfig, CheckpointedCounter, ReplayBufferActor
+from chaos import ActorTarget, Chaos, Kill, local_cluster
 
 TIMEOUT = 60.0
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import socket
 import signal
+import socket
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -173,7 +173,8 @@ def local_cluster(
 
     Args:
         nodes: 1 for a plain local instance; more for a head plus ``nodes - 1`` workers
-            (each node gets ``num_cpus`` CPUs; the head an ``rc_head`` resource, worker ``i`` an ``rc_node<i>`` resource and
+            (each node gets ``num_cpus`` CPUs; the head an ``rc_head`` resource, worker ``i`` an
+            ``rc_node<i>`` resource and
             ``worker_resources``).
         num_cpus: logical CPUs per node.
         num_gpus: logical GPUs of a single node (scheduling only: nothing needs a real GPU).

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-
-
 import psutil
 
 from chaos._errors import TargetNotFound, UnsafeTarget

@@ -12,8 +12,15 @@ from typing import Any, Literal
 
 from chaos._errors import InvalidFaultSpec, TargetNotFound
 
-__all__ = ["ActorTarget", "NodeTarget", "Process", "TaskTarget", "Target", "WorkerTarget",
-           "target_from_dict"]
+__all__ = [
+    "ActorTarget",
+    "NodeTarget",
+    "Process",
+    "Target",
+    "TaskTarget",
+    "WorkerTarget",
+    "target_from_dict",
+]
 
 Pick = Literal["one", "all"]
 

@@ -35,8 +35,8 @@ import copy
 import tempfile
 from typing import Any, ClassVar
 
-from hypothesis import strategies as st
 from hypothesis import stateful
+from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 __all__ = ["ActorChaosMachine"]

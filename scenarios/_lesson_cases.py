@@ -240,7 +240,8 @@ def _lost_after_kill(counter: Any, adds: int) -> int:
 
 
 @lesson(id="06-restarts-without-state", section="4.2", title="Relying on max_restarts alone",
-        mistake="max_restarts=1, state in memory, SIGKILL", fix="a checkpointed actor (actors.CheckpointedCounter, WAL)",
+        mistake="max_restarts=1, state in memory, SIGKILL",
+        fix="a checkpointed actor (actors.CheckpointedCounter, WAL)",
         why="A restart re-runs __init__ in a new process: the process comes back, its memory does not. "
             "Checkpoint what matters (raychaos.actors: checkpoint + write-ahead log).")
 def restarts_without_state(address: str) -> Result:

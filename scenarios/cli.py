@@ -177,8 +177,8 @@ def demo(adds: int) -> None:
 def explain(lesson_id: str | None, address: str | None) -> None:
     """List the lessons, or run LESSON_ID: the chapter's mistake and its fix, measured side by side."""
     from chaos import InvalidConfig
-    from scenarios._lessons import find, lessons, run_lesson
     from scenarios._lesson_console import print_lesson, print_lessons
+    from scenarios._lessons import find, lessons, run_lesson
 
     if lesson_id is None:
         print_lessons(lessons())

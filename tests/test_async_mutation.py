@@ -109,7 +109,7 @@ def test_a_checkpoint_waits_for_the_async_mutation_in_flight(tmp_path: Any) -> N
         await adding
         return info.seq, tally.total  # type: ignore[attr-defined]
 
-    seq, total = asyncio.run(race())
+    _, total = asyncio.run(race())
     assert total == 5
     assert tally._checkpointer().store.load_latest().chain[0]["total"] == 5  # whole, not half
 

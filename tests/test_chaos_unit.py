@@ -29,8 +29,8 @@ from chaos import (
     fault_to_dict,
     read_journal,
     rpc_delay_env,
+    strategies,
 )
-from chaos import strategies
 from conftest import scaled
 
 A = ActorTarget(class_name="Worker")

@@ -15,7 +15,6 @@ from ray.exceptions import ActorDiedError
 from actors import CheckpointedCounter
 from chaos import ClusterHandle, wait_until
 from conftest import CALL_TIMEOUT, actor_pid
-
 from test_replay_actor import DiesAfterAcking
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/

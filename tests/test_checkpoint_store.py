@@ -431,7 +431,7 @@ def test_bad_config_is_also_a_value_error(storage: str) -> None:
 def test_unreachable_storage_is_refused(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    with pytest.raises(StorageUnreachable, match="cannot be written.*Give a writable local"):
+    with pytest.raises(StorageUnreachable, match=r"cannot be written.*Give a writable local"):
         CheckpointStore(str(blocker / "ckpt"))
     with pytest.raises(StorageUnreachable, match="nosuchproto://bucket"):
         CheckpointStore("nosuchproto://bucket/ckpt")

@@ -43,7 +43,7 @@ def test_error_fires_after_skip_passes_and_only_times_times(tmp_path: Path) -> N
         for _ in range(2):
             failpoint("demo.point")
             passed += 1
-        with pytest.raises(FailpointError, match="demo.point"):
+        with pytest.raises(FailpointError, match=r"demo\.point"):
             failpoint("demo.point")
         failpoint("demo.point")  # its one firing is spent: passes from now on
     assert passed == 2 and not is_armed("demo.point")
@@ -72,7 +72,8 @@ def test_pause_stalls_exactly_there(tmp_path: Path) -> None:
 def test_crash_kills_a_process_armed_through_its_environment(tmp_path: Path) -> None:
     """What a runtime_env does for an actor: the variable is set, the process arms at import."""
     spec = plan(tmp_path, Failpoint(name="demo.crash", skip=1))
-    code = "from chaos import failpoint\nfailpoint('demo.crash')\nprint('passed', flush=True)\nfailpoint('demo.crash')\nprint('survived')"
+    code = ("from chaos import failpoint\nfailpoint('demo.crash')\nprint('passed', flush=True)\n"
+            "failpoint('demo.crash')\nprint('survived')")
     env = {**failpoint_env(spec)["env_vars"], "PATH": "/usr/bin:/bin"}
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           timeout=60, cwd=str(Path(__file__).parent.parent), check=False)

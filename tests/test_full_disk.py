@@ -48,7 +48,8 @@ def test_the_capped_filesystem_is_gone_after_its_block(disk: str) -> None:
     with capped_filesystem(1) as inner:
         assert free_bytes(inner) == 2**20
     assert not os.path.exists(inner)
-    assert all(inner not in line for line in open("/proc/self/mounts", encoding="utf-8"))
+    with open("/proc/self/mounts", encoding="utf-8") as mounts:
+        assert all(inner not in line for line in mounts)
 
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")

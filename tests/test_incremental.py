@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from actors import CheckpointConfig, CheckpointStore, CheckpointWarning, ReplayBufferActor
-
 from test_replay_buffer import transitions
 
 

@@ -82,7 +82,8 @@ def test_sync_mode_averages_exactly_k_pushes(storage: str) -> None:
 @pytest.mark.parametrize(
     ("bad", "message"),
     [({"weight": torch.zeros(2, 4)}, r"gradient names \['weight'\] differ from the model's \['bias', 'weight'\]"),
-     ({"weight": torch.zeros(4, 2), "bias": torch.zeros(2)}, r"gradient 'weight' has shape \[4, 2\], the parameter \[2, 4\]"),
+     ({"weight": torch.zeros(4, 2), "bias": torch.zeros(2)},
+      r"gradient 'weight' has shape \[4, 2\], the parameter \[2, 4\]"),
      ({"weight": torch.full((2, 4), float("nan")), "bias": torch.zeros(2)}, r"gradients \['weight'\] hold NaN or inf")],
 )
 def test_bad_gradients_change_nothing(storage: str, bad: dict[str, torch.Tensor], message: str) -> None:

@@ -18,7 +18,6 @@ from ray import cloudpickle
 from actors import CheckpointConfig, ParameterServer, StaleGradientError, VersionTimeout
 from chaos import ClusterHandle, wait_until
 from conftest import CALL_TIMEOUT, actor_pid
-
 from test_param_server import LINEAR, grads, reference
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
@@ -52,7 +51,7 @@ def test_pull_waits_for_a_version_then_times_out(ray_cluster: ClusterHandle, sto
     waiting = ps.pull.remote(1, timeout=20.0)
     call(ps.push.remote(grads(1), worker_id="w", seq=0, base_version=0))  # a concurrent push wakes it
     assert call(waiting)[0] == 1
-    with pytest.raises(VersionTimeout, match="asked for version 5, the server is at 1 after waiting 0.2 s"):
+    with pytest.raises(VersionTimeout, match=r"asked for version 5, the server is at 1 after waiting 0\.2 s"):
         call(ps.pull.remote(5, timeout=0.2))
     ray.kill(ps)
 

@@ -104,7 +104,7 @@ def test_hang(ray_cluster):
             proc.kill()
             proc.wait(timeout=10)
     assert b"KeyboardInterrupt" in out
-    gone, alive = psutil.wait_procs(children, timeout=15)
+    _, alive = psutil.wait_procs(children, timeout=15)
     assert not alive, f"left running after Ctrl-C: {[p.pid for p in alive]}"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -17,7 +17,6 @@ from ray import cloudpickle
 from actors import CheckpointConfig, ParameterServer, ReplayBufferActor
 from chaos import ClusterHandle
 from chaos.testing import ActorChaosMachine
-
 from conftest import scaled
 from test_param_server import LINEAR, grads, reference
 
@@ -32,7 +31,7 @@ SERVER = scaled(3, steps=6)
 class BufferMachine(ActorChaosMachine):
     """ReplayBufferActor: which transition sits in which slot, and the write cursor."""
 
-    initial_model: Any = {"slots": [None] * CAPACITY, "cursor": 0, "next_id": 0}
+    initial_model: ClassVar[Any] = {"slots": [None] * CAPACITY, "cursor": 0, "next_id": 0}
     actor_class: type = ReplayBufferActor
 
     def create(self, storage: str) -> Any:
@@ -70,7 +69,7 @@ class BufferMachine(ActorChaosMachine):
 class PSMachine(ActorChaosMachine):
     """ParameterServer: version and weights equal a reference applying each push once."""
 
-    initial_model: Any = {"applied": [], "last": None, "seq": 0}
+    initial_model: ClassVar[Any] = {"applied": [], "last": None, "seq": 0}
     actor_class: type = ParameterServer
 
     def create(self, storage: str) -> Any:
@@ -170,7 +169,7 @@ def test_a_buffer_that_forgets_its_cursor_is_caught_and_shrunk(ray_cluster: Clus
     # kill a real restart, and fewer choices leave the shrinker less to try.
     machine = type("Broken", (BufferMachine,), {"actor_class": ForgetsCursor, "durability": "policy",
                                                 "pause": None, "sample_and_update": None})
-    with pytest.raises(AssertionError, match="actor state .* != model") as excinfo:
+    with pytest.raises(AssertionError, match=r"actor state .* != model") as excinfo:
         run_state_machine_as_test(machine, settings=BREAK)
     notes = "\n".join(excinfo.value.__notes__)
     # The shortest schedule: one add, then a kill right after a checkpoint.
@@ -211,7 +210,7 @@ class BrokenPSMachine(PSMachine):
 @pytest.mark.slow
 def test_a_parameter_server_that_applies_duplicates_is_caught_and_shrunk(
         ray_cluster: ClusterHandle) -> None:
-    with pytest.raises(AssertionError, match="actor state .* != model") as excinfo:
+    with pytest.raises(AssertionError, match=r"actor state .* != model") as excinfo:
         run_state_machine_as_test(BrokenPSMachine, settings=BREAK_PS)
     # The shortest schedule: one push whose reply is lost to a crash, then delivered again.
     assert shrunk_steps(excinfo) == ["push"]
@@ -229,6 +228,6 @@ def test_the_readme_example_runs(ray_cluster: ClusterHandle) -> None:
     code = readme_example()
     assert len([line for line in code.splitlines() if line.strip()]) <= 15
     namespace: dict[str, Any] = {"__name__": "readme_example"}
-    exec(compile(code, "README.md", "exec"), namespace)  # noqa: S102 - our own README
+    exec(compile(code, "README.md", "exec"), namespace)
     run_state_machine_as_test(namespace["CounterMachine"], settings=BUFFER)
 

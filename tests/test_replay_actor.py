@@ -17,7 +17,6 @@ from ray import cloudpickle
 from actors import CheckpointConfig, ReplayBufferActor
 from chaos import ClusterHandle
 from conftest import CALL_TIMEOUT
-
 from test_replay_buffer import transitions
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/

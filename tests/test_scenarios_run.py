@@ -69,7 +69,8 @@ def test_a_broken_invariant_exits_1(ray_cluster: ClusterHandle, tmp_path: Path) 
 def test_replay_reruns_the_journal_schedule(ray_cluster: ClusterHandle, tmp_path: Path) -> None:
     first, second = tmp_path / "first", tmp_path / "second"
     common = ["--address", ray_cluster.address]
-    assert CliRunner().invoke(main, ["run", "replay-crash-loop", "--duration", "6", "--report", str(first), *common]).exit_code == 0
+    first_run = ["run", "replay-crash-loop", "--duration", "6", "--report", str(first), *common]
+    assert CliRunner().invoke(main, first_run).exit_code == 0
     result = CliRunner().invoke(main, ["replay", str(first / "journal.jsonl"), "--report", str(second), *common])
     assert result.exit_code == 0, result.output
     assert "replaying 3 faults of replay-crash-loop (seed 0)" in result.output
@@ -207,7 +208,8 @@ def test_ray_library_scenarios_on_their_own_cluster(name: str, tmp_path: Path) -
      {"run_finishes", "worker_failure_recovered", "no_epoch_lost", "matches_fault_free"}),
     # Ray Train 2.60 takes one report per worker per 2-s poll, and report() blocks until there is
     # room: a kill always finds the last reported checkpoint not yet taken, and its epoch reruns.
-    ("train-torch-ddp", ('"matches_fault_free", "no_hang"]', '"matches_fault_free", "no_hang", "no_reported_epoch_redone"]'),
+    ("train-torch-ddp", ('"matches_fault_free", "no_hang"]',
+                         '"matches_fault_free", "no_hang", "no_reported_epoch_redone"]'),
      {"no_reported_epoch_redone"}),
     # Ray Tune's fault tolerance off: a killed trial ends in error; the others finish.
     ("tune-trials", ("[[faults]]\nat = 3\n", "[params]\nmax_failures = 0\n\n[[faults]]\nat = 3\n"),
