@@ -12,7 +12,7 @@ LOCK_ARGS ?=
 
 REPORT ?= report/dqn-cartpole
 
-.PHONY: install browser redis run test slow thorough mutants soak bench latency lock leakcheck clean
+.PHONY: install browser redis run test slow lint thorough mutants soak bench latency lock leakcheck clean
 
 # constraints.txt pins every package the install resolves (see `make lock`); pyproject keeps
 # loose ranges for users.
@@ -53,6 +53,11 @@ test: $(STAMP) browser redis
 slow: $(STAMP) browser redis
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory leakcheck
+
+# ruff over the checkout (rules in pyproject), mypy --strict on chaos/, actors/, scenarios/.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 # The suite's own properties ten times deeper (examples and steps), the Ray failpoint sweep in
 # full: about 20 min here.

@@ -375,6 +375,7 @@ class Checkpointable:
                 f"{type(self).__name__} has no checkpointing: call "
                 "self.enable_checkpointing(CheckpointConfig(storage=...)) at the end of __init__"
             )
+        assert isinstance(checkpointer, _Checkpointer)
         return checkpointer
 
 

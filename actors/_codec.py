@@ -29,7 +29,8 @@ def _is_tensor(value: object) -> bool:
 
 
 def _tensor_to_numpy(tensor: Any) -> np.ndarray:
-    return tensor.detach().cpu().contiguous().numpy()
+    array: np.ndarray = tensor.detach().cpu().contiguous().numpy()
+    return array
 
 
 def _numpy_to_tensor(array: np.ndarray) -> Any:
@@ -142,7 +143,7 @@ def digest(tree: Mapping[str, Any]) -> str:
     arrays: dict[str, str] = {}
 
     def on_array(path: str, array: np.ndarray, _: bool) -> str:
-        payload = hashlib.sha256(array.reshape(-1).view(np.uint8)).hexdigest()
+        payload = hashlib.sha256(array.reshape(-1).view(np.uint8).data).hexdigest()
         arrays[path] = f"{array.dtype.str}:{array.shape}:{payload}"
         return "array"
 

@@ -57,7 +57,7 @@ class CheckpointedCounter(Checkpointable):
     def node_id(self) -> str:
         import ray
 
-        return ray.get_runtime_context().get_node_id()
+        return str(ray.get_runtime_context().get_node_id())
 
     def restored(self) -> Any:
         return self.restore_info

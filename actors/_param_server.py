@@ -133,10 +133,12 @@ class ParameterServer(Checkpointable):
         self._shapes = {n: tuple(p.shape) for n, p in self.model.named_parameters()}
         self._lock = self.checkpoint_lock = threading.RLock()
         self._version_changed = threading.Condition(self._lock)
-        self._version, self._pending = 0, []
+        self._version = 0
+        self._pending: list[tuple[dict[str, np.ndarray], list[Any]]] = []  # (grads, [worker, seq])
         self._dedupe: dict[str, dict[int, list[int]]] = {}
         self._counts = {"applied": 0, "duplicates": 0, "dropped": 0, "skipped": 0}
-        self._puts, self._ref = 0, None
+        self._puts = 0
+        self._ref: tuple[int, Any] | None = None  # (version, ObjectRef of its weights)
         self.restore_info = self.enable_checkpointing(checkpoint, restore=restore)
 
     @staticmethod
@@ -203,8 +205,8 @@ class ParameterServer(Checkpointable):
             return result
 
     def _too_old(self, worker: str, seq: int) -> bool:
-        table = self._dedupe.get(worker)
-        return bool(table) and len(table) >= DEDUPE_WINDOW and seq < min(table)
+        table = self._dedupe.get(worker, {})
+        return len(table) >= DEDUPE_WINDOW and seq < min(table)
 
     def _remember(self, worker: str, seq: int, result: PushResult) -> None:
         table = self._dedupe.setdefault(worker, {})

@@ -94,8 +94,8 @@ def _crc32(*chunks: Any) -> str:
 
 def _matches(data: np.ndarray, meta: Mapping[str, Any]) -> bool:
     if "crc32" in meta:
-        return _crc32(data) == meta["crc32"]
-    return hashlib.sha256(data).hexdigest() == meta.get("sha256")  # format 1
+        return bool(_crc32(data) == meta["crc32"])
+    return bool(hashlib.sha256(data.data).hexdigest() == meta.get("sha256"))  # format 1
 
 
 def _packable(array: np.ndarray) -> bool:
@@ -117,7 +117,7 @@ def _npy_header(array: np.ndarray) -> bytes:
 
 def _parse_npy(data: np.ndarray, name: str) -> np.ndarray:
     """The array in a verified .npy buffer, as a writable view of it; never unpickles."""
-    stream = io.BytesIO(memoryview(data)[: min(len(data), 1 << 17)])
+    stream = io.BytesIO(data.data[: min(len(data), 1 << 17)])
     major, _ = np.lib.format.read_magic(stream)
     read = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
     shape, fortran, dtype = read(stream)
@@ -251,7 +251,7 @@ class CheckpointStore:
         header, body = _npy_header(array), array.reshape(-1).view(np.uint8)
         with self.fs.open(path, "wb") as f:
             f.write(header)
-            f.write(memoryview(body))
+            f.write(body.data)
             _fsync(f)
         failpoint(fp.CHECKPOINT_FILE)
         return {"crc32": _crc32(header, body), "size": len(header) + body.nbytes}
@@ -322,6 +322,9 @@ class CheckpointStore:
     def _read_manifest(self, folder: str, seq: int) -> dict[str, Any]:
         with self.fs.open(f"{folder}/{_MANIFEST}", "rb") as f:
             manifest = json.loads(f.read())
+        if not isinstance(manifest, dict):
+            raise CheckpointFormatError(f"checkpoint {folder}'s manifest is {type(manifest).__name__}, not an "
+                                        "object; the checkpoint is damaged: point the actor at another storage URL")
         version = manifest.get("format")
         if not isinstance(version, int) or version > FORMAT_VERSION:
             raise CheckpointFormatError(

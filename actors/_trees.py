@@ -77,7 +77,7 @@ class _Descent:
         np.minimum(m, np.nextafter(self.block_total, 0.0), out=m)
         # Running sums never decrease, so the child is how many of them are <= m.
         np.less_equal(self.through_all_but_last, m, out=self.below)
-        child = self.below.sum(axis=0)
+        child: np.ndarray = self.below.sum(axis=0)
         np.multiply(child, self.n, out=self.at)
         self.at += self.rows
         m -= self.flat[self.at]
@@ -96,8 +96,8 @@ class SumMinTree:
         sizes = _level_sizes(capacity)
         self.sums = [np.zeros((n // K, K)) for n in sizes[:-1]]
         self.mins = [np.empty((0, K))] + [np.full((n // K, K), np.inf) for n in sizes[1:-1]]
-        self.top_sums = np.zeros(sizes[-1])
-        self.top_mins = np.full(sizes[-1], np.inf)
+        self.top_sums: np.ndarray = np.zeros(sizes[-1])
+        self.top_mins: np.ndarray = np.full(sizes[-1], np.inf)
         # A leading 0, so that "mass below top node i" is prefix0[i] with no branch.
         self.prefix0 = np.zeros(sizes[-1] + 1)
         self.prefix = self.prefix0[1:]
@@ -121,7 +121,8 @@ class SumMinTree:
 
     def values(self, indices: np.ndarray) -> np.ndarray:
         """The leaf values at ``indices``."""
-        return self.sums[0].ravel()[indices]
+        values: np.ndarray = self.sums[0].ravel()[indices]
+        return values
 
     def set(self, indices: np.ndarray, values: np.ndarray) -> None:
         """Set the leaves at ``indices`` (duplicates: the last value wins) and fix the levels."""
@@ -208,7 +209,8 @@ class SumMinTree:
 
 def _positive_min(blocks: np.ndarray, *, axis: int) -> np.ndarray:
     """The smallest positive value along ``axis`` (inf where there is none)."""
-    mins = blocks.min(axis=axis)
+    mins: np.ndarray = blocks.min(axis=axis)
     if mins.min(initial=np.inf) > 0.0:  # no empty or zero leaf: the common case, one pass
         return mins
-    return np.where(blocks > 0, blocks, np.inf).min(axis=axis)
+    positive: np.ndarray = np.where(blocks > 0, blocks, np.inf).min(axis=axis)
+    return positive

@@ -66,7 +66,7 @@ class ChaosAgent:
 
     def status(self, pid: int) -> str | None:
         try:
-            return psutil.Process(pid).status()
+            return str(psutil.Process(pid).status())
         except psutil.NoSuchProcess:
             return None
 

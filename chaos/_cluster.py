@@ -148,7 +148,7 @@ def reap(procs: list[psutil.Process], *, timeout: float = 10.0) -> list[psutil.P
             except psutil.NoSuchProcess:
                 break
     psutil.wait_procs(alive, timeout=timeout)
-    return alive
+    return list(alive)
 
 
 def _descendants() -> list[psutil.Process]:

@@ -414,7 +414,8 @@ def _progress(node: Process, path: str) -> dict[str, Any] | None:
         num_cpus=0, max_retries=3, name="raychaos.memory_progress",
         scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False))
     try:
-        return ray.get(reader.remote(path, remove=True), timeout=CALL_TIMEOUT)
+        progress: dict[str, Any] | None = ray.get(reader.remote(path, remove=True), timeout=CALL_TIMEOUT)
+        return progress
     except Exception:  # noqa: BLE001 - without the report, the OOM kill (or not) still decides
         return None
 
@@ -455,7 +456,8 @@ def _object_store(chaos: Chaos, fault: FillObjectStore, at: float | None,
 
     node = _node_of(chaos, None, rng)
     capacity = ray.cluster_resources().get("object_store_memory", 0.0) / max(1, len(ray.nodes()))
-    refs, chunk, outcome = [], _chunk(fault.chunk_mb), "filled"
+    refs: list[Any] = []
+    chunk, outcome = _chunk(fault.chunk_mb), "filled"
     try:
         while len(refs) * chunk.nbytes < fault.fraction * capacity:
             refs.append(ray.put(chunk))

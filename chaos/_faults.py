@@ -291,4 +291,5 @@ def fault_from_dict(data: dict[str, Any]) -> Fault:
     for name in _TARGET_FIELDS:
         if fields.get(name) is not None:
             fields[name] = target_from_dict(fields[name])
-    return _KINDS[kind](**fields)
+    fault: Fault = _KINDS[kind](**fields)
+    return fault

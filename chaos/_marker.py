@@ -105,9 +105,9 @@ def _explicit(faults: object) -> tuple[ScheduledFault, ...]:
 def _entry(i: int, item: object) -> ScheduledFault:
     if isinstance(item, ScheduledFault):
         return item
-    if isinstance(item, Fault):  # type: ignore[arg-type]
+    if isinstance(item, Fault):
         return ScheduledFault(0.0, item)
-    if isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[1], Fault):  # type: ignore[arg-type]
+    if isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[1], Fault):
         return ScheduledFault(item[0], item[1])
     raise InvalidFaultSpec(f"chaos marker faults[{i}] = {item!r} is not a fault: {_FAULT_FIX}")
 
@@ -116,7 +116,7 @@ def _menu(menu: object) -> tuple[Fault, ...]:
     if isinstance(menu, (str, bytes)) or not isinstance(menu, Sequence):
         raise InvalidFaultSpec(f"chaos marker `menu` must be a list of faults, got {menu!r}")
     for i, item in enumerate(menu):
-        if not isinstance(item, Fault):  # type: ignore[arg-type]
+        if not isinstance(item, Fault):
             raise InvalidFaultSpec(f"chaos marker menu[{i}] = {item!r} is not a fault: {_FAULT_FIX}")
     return tuple(menu)
 

@@ -56,7 +56,7 @@ def read_progress(path: str, *, remove: bool = False) -> dict[str, Any] | None:
                 os.remove(name)
             except FileNotFoundError:
                 pass
-    return progress
+    return progress if isinstance(progress, dict) else None
 
 
 def allocate(fraction: float, host_cap: float, seconds: float, path: str) -> int:

@@ -101,7 +101,8 @@ def target_from_dict(data: dict[str, Any]) -> Target:
     kind = fields.pop("kind", None)
     if kind not in _KINDS:
         raise InvalidFaultSpec(f"unknown target kind {kind!r}; use one of {sorted(_KINDS)}")
-    return _KINDS[kind](**fields)
+    target: Target = _KINDS[kind](**fields)
+    return target
 
 
 @dataclass(frozen=True, slots=True)

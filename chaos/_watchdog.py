@@ -242,6 +242,6 @@ def _paused(pid: int, node_id: str) -> bool:
     from chaos._agent import agent_for
 
     try:
-        return ray.get(agent_for(node_id).status.remote(pid), timeout=CALL_TIMEOUT) == "stopped"
+        return bool(ray.get(agent_for(node_id).status.remote(pid), timeout=CALL_TIMEOUT) == "stopped")
     except Exception:  # noqa: BLE001 - the node may be gone: then it is not "paused"
         return False

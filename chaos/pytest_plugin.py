@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import random
 import signal
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -240,7 +240,7 @@ def chaos(request: pytest.FixtureRequest, ray_cluster: ClusterHandle) -> Iterato
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
     outcome = yield
     report = outcome.get_result()
     run = item.stash.get(_RUN, None)

@@ -60,7 +60,7 @@ def reference_weights(seed: int, *, epochs: int, steps: int, lr: float) -> dict[
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     for _ in range(epochs * steps):
         opt.zero_grad()
-        torch.nn.functional.mse_loss(model(x), y).backward()
+        torch.nn.functional.mse_loss(model(x), y).backward()  # type: ignore[no-untyped-call]
         opt.step()
     return {k: v.detach().numpy() for k, v in model.state_dict().items()}
 
@@ -92,7 +92,7 @@ def train_loop(config: dict[str, Any]) -> None:
         for _ in range(config["steps"]):
             opt.zero_grad()
             loss = torch.nn.functional.mse_loss(model(x), y)
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]
             opt.step()
             threading.Event().wait(config["pace"])  # the epoch's length: room for a fault
         _report(model, epoch, float(loss), rank)
@@ -144,6 +144,11 @@ class Restart:
     started: float  #: wall time it started that epoch
     killed_at: float | None  #: wall time of the kill that ended the attempt before (None: none did)
     ended_before: tuple[tuple[int, float], ...]  #: (epoch, wall time) of each end before it
+
+    @property
+    def resumed_after(self) -> float | None:
+        """Seconds from the kill to this attempt's first epoch (None: no kill ended the last)."""
+        return None if self.killed_at is None else self.started - self.killed_at
 
     def latest_ended(self, *, before: float) -> int:
         """The last epoch that ended before ``before`` (-1: none)."""
@@ -292,7 +297,7 @@ class _LibraryRun(Workload):
     def finished(self, name: str) -> Verdict:
         fit = self.fit
         ok = fit is not None and fit.error is None
-        return Verdict(name, ok, f"fit() returned after {fit.seconds:.1f} s" if ok else
+        return Verdict(name, ok, f"fit() returned after {fit.seconds:.1f} s" if fit and ok else
                        f"fit() raised {type(fit.error).__name__}: {str(fit.error)[:200]}" if fit
                        else "fit() never ended")
 
@@ -338,7 +343,7 @@ class TrainDDP(_LibraryRun):
 
     def setup(self) -> None:
         p = self.ctx.params_as(TrainParams)
-        self.config = {"seed": self.ctx.seed, "lr": 0.05, "journal": f"{self.ctx.storage}/epochs.jsonl",
+        self.config: dict[str, Any] = {"seed": self.ctx.seed, "lr": 0.05, "journal": f"{self.ctx.storage}/epochs.jsonl",
                        "epochs": p.epochs, "steps": p.steps, "pace": p.pace}
         self.max_failures = p.max_failures
         self.journal_path = self.config["journal"]
@@ -357,9 +362,10 @@ class TrainDDP(_LibraryRun):
 
     def invariants(self) -> list[Verdict]:
         journal, fit, kills = self._journal(), self.fit, self.kills()
-        for i, restart in enumerate(r for r in restarts(journal, kills) if r.killed_at is not None):
+        resumed = [r.resumed_after for r in restarts(journal, kills) if r.resumed_after is not None]
+        for i, seconds in enumerate(resumed):
             # Ray Train's recovery time: from the kill to the next attempt's first epoch.
-            self.ctx.metric(f"training_resumed_{i + 1}_s", restart.started - restart.killed_at)
+            self.ctx.metric(f"training_resumed_{i + 1}_s", seconds)
         return [self.finished("run_finishes"), self._recovered(journal),
                 *resume_verdicts(journal, kills, epochs=self.config["epochs"], window=self.window),
                 self._matches(fit), self._surfaces(fit), self.no_hang()]
@@ -445,7 +451,7 @@ class TuneTrials(_LibraryRun):
     def setup(self) -> None:
         p = self.ctx.params_as(TuneParams)
         self.trials, self.max_failures = p.trials, p.max_failures
-        self.config = {"iterations": p.iterations, "journal": "", "pace": p.pace}
+        self.config: dict[str, Any] = {"iterations": p.iterations, "journal": "", "pace": p.pace}
         self.journal_path = self.config["journal"] = f"{self.ctx.storage}/iterations.jsonl"
         self.start_fit(first="the first trial iteration to start")
 
@@ -462,8 +468,9 @@ class TuneTrials(_LibraryRun):
         journal, kills = self._journal(), self.kills()
         per_trial = {t: [r for r in journal if r["trial"] == t] for t in range(self.trials)}
         for t, records in per_trial.items():
-            for i, restart in enumerate(r for r in restarts(records, kills) if r.killed_at is not None):
-                self.ctx.metric(f"trial{t}_resumed_{i + 1}_s", restart.started - restart.killed_at)
+            resumed_after = [r.resumed_after for r in restarts(records, kills) if r.resumed_after is not None]
+            for i, seconds in enumerate(resumed_after):
+                self.ctx.metric(f"trial{t}_resumed_{i + 1}_s", seconds)
         resumed = combined({f"trial {t}": resume_verdicts(records, kills, epochs=self.config["iterations"],
                                                            window=self.window, unit="iteration")
                             for t, records in per_trial.items()})

@@ -2,92 +2,30 @@
 
 ``raychaos explain`` lists them; ``raychaos explain ID`` runs one on an embedded cluster (or
 the cluster at ``--address``) and prints both figures side by side, then why, and the
-chapter section. The measurements live in :mod:`scenarios._lesson_cases`.
+chapter section. The measurements live in one module per chapter section
+(``scenarios._lessons_tasks`` for §4.1 … ``scenarios._lessons_resources`` for §4.5).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Literal
 
 from chaos import InvalidConfig, local_cluster
+from scenarios import _lessons_actors, _lessons_objects, _lessons_resources, _lessons_tasks, _lessons_waiting
+from scenarios._lesson_model import Lesson, LessonResult, Measure
 
-__all__ = ["Lesson", "LessonResult", "Measure", "lesson", "lessons", "run_lesson"]
+__all__ = ["CATALOGUE", "Lesson", "LessonResult", "Measure", "find", "lessons", "run_lesson"]
 
-Better = Literal["lower", "higher"]
-
-
-@dataclass(frozen=True, slots=True)
-class Measure:
-    """One measured figure of a lesson: the mistake's value and the fix's, and which is better."""
-
-    what: str
-    unit: str
-    mistake: float
-    fix: float
-    better: Better = "lower"
-
-    @property
-    def favours_fix(self) -> bool:
-        return self.fix < self.mistake if self.better == "lower" else self.fix > self.mistake
-
-
-@dataclass(frozen=True, slots=True)
-class LessonResult:
-    """A lesson's run: its figures and how long it took."""
-
-    lesson: Lesson
-    measures: tuple[Measure, ...]
-    seconds: float
-    notes: tuple[str, ...] = ()
-
-    @property
-    def favours_fix(self) -> bool:
-        return all(m.favours_fix for m in self.measures)
-
-
-@dataclass(frozen=True, slots=True)
-class Lesson:
-    """A pitfall of the chapter: where it is, the mistake, the fix, and how it is measured.
-
-    ``run`` gets the cluster's address and returns the figures (and optional notes, such
-    as the watchdog's diagnosis). ``nodes``/``num_gpus`` say what cluster it needs.
-    """
-
-    id: str
-    section: str
-    title: str
-    mistake: str
-    fix: str
-    why: str
-    run: Callable[[str], tuple[Sequence[Measure], Sequence[str]]]
-    nodes: int = 1
-    num_gpus: int = 0
-    tip: bool = False
-
-
-_LESSONS: dict[str, Lesson] = {}
-
-
-def lesson(**fields: object) -> Callable[[Callable[[str], tuple[Sequence[Measure], Sequence[str]]]], Lesson]:
-    """Register the decorated measurement as a lesson (its id must be new)."""
-    def register(run: Callable[[str], tuple[Sequence[Measure], Sequence[str]]]) -> Lesson:
-        item = Lesson(run=run, **fields)  # type: ignore[arg-type]
-        if item.id in _LESSONS:
-            raise InvalidConfig(f"lesson id {item.id!r} is registered twice")
-        _LESSONS[item.id] = item
-        return item
-    return register
+#: Every lesson, by chapter section.
+CATALOGUE: tuple[Lesson, ...] = (*_lessons_tasks.LESSONS, *_lessons_actors.LESSONS, *_lessons_objects.LESSONS,
+                                 *_lessons_waiting.LESSONS, *_lessons_resources.LESSONS)
 
 
 def lessons() -> list[Lesson]:
     """Every lesson, pitfalls first in chapter order, then the tips."""
-    import scenarios._lesson_cases  # noqa: F401 - registers the lessons
-
-    return sorted(_LESSONS.values(), key=lambda item: (item.tip, _number(item.id)))
+    return sorted(CATALOGUE, key=lambda item: (item.tip, _number(item.id)))
 
 
 def _number(lesson_id: str) -> int:

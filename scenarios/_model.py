@@ -204,7 +204,8 @@ class _Checker:
     """Collects problems while reading fields, so one pass reports all of them."""
 
     def __init__(self, data: Mapping[str, Any]) -> None:
-        self.data, self.problems = data, []  # type: list[Problem]
+        self.data = data
+        self.problems: list[Problem] = []
 
     def add(self, name: str, value: object, fix: str) -> None:
         self.problems.append(Problem(name, value, fix))

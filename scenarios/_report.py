@@ -146,7 +146,8 @@ def _throughput(r: RunResult, *, window: int = 4) -> list[tuple[float, float]]:
 def _timeline(r: RunResult, width: int = 1000, height: int = 220) -> str:
     end = max([r.seconds, *(f.end for f in r.faults)], default=1.0) or 1.0
     pad, plot_h = 40, height - 40
-    x = lambda t: pad + (width - pad - 10) * t / end  # noqa: E731 - a local scale
+    def x(t: float) -> float:  # the time axis' scale
+        return pad + (width - pad - 10) * t / end
     out = [f"<svg class='timeline' data-run='{_e(r.label)}' width='{width}' height='{height}' "
            f"xmlns='http://www.w3.org/2000/svg'><rect x='{pad}' y='0' width='{width - pad - 10}' "
            f"height='{plot_h}' fill='#fafafa' stroke='#ddd'/>"]
@@ -203,7 +204,7 @@ def _verdicts_table(r: RunResult) -> str:
 
 
 def _probes_table(r: RunResult) -> str:
-    counts = {}
+    counts: dict[str, tuple[int, int]] = {}
     for p in r.probes:
         ok, total = counts.get(p.phase, (0, 0))
         counts[p.phase] = (ok + p.ok, total + 1)

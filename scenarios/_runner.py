@@ -185,7 +185,8 @@ def _with_oom_headroom(scenario: Scenario, address: str | None) -> tuple[Scenari
 
 def _oom_threshold(headroom_gib: float) -> float:
     vm = psutil.virtual_memory()
-    return round(min(0.9, (vm.total - vm.available + headroom_gib * 2**30) / vm.total), 3)
+    used = float(vm.total - vm.available + headroom_gib * 2**30)
+    return round(min(0.9, used / float(vm.total)), 3)
 
 
 def aim_memory_faults(scenario: Scenario, threshold: float) -> Scenario:

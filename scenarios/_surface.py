@@ -414,7 +414,8 @@ class OpenFiles(Workload):
 
         self.opener = ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)(self.opener_class).options(
             name="opener", namespace=self.ctx.namespace).remote(f"{self.ctx.storage}/files")
-        self.ok, self.emfile, self.other, self.i = 0, 0, [], 0
+        self.ok, self.emfile, self.i = 0, 0, 0
+        self.other: list[str] = []
 
     def step(self) -> bool:
         import ray
@@ -528,7 +529,7 @@ class Putter:
     def node(self) -> str:
         import ray
 
-        return ray.get_runtime_context().get_node_id()
+        return str(ray.get_runtime_context().get_node_id())
 
 
 class ObjectKind(StrEnum):
@@ -609,7 +610,8 @@ class LostObjects(Workload):
 
     def invariants(self) -> list[Verdict]:
         dead = _dead(self.ctx.address) - self.dead_before
-        wrong, seen = [], {}
+        wrong: list[str] = []
+        seen: dict[str, int] = {}
         for kind, node, i, ref in self.made:
             want = expected_outcome(kind, on_dead_node=node in dead)
             got = self._outcome(ref, i)
@@ -642,7 +644,7 @@ class Member:
     def ping(self) -> str:
         import ray
 
-        return ray.get_runtime_context().get_node_id()
+        return str(ray.get_runtime_context().get_node_id())
 
 
 class GroupLossParams(Params):
@@ -796,7 +798,8 @@ class AsyncActor(Workload):
                             concurrency_groups={"a": 2, "b": 2})(self.ledger_class)
         self.actor = remote.options(name="ledger", namespace=self.ctx.namespace).remote(f"{self.ctx.storage}/ledger")
         ray.get(self.actor.pid.remote(), timeout=CALL_TIMEOUT)
-        self.history, self.errors = History(), {}
+        self.history = History()
+        self.errors: dict[str, BaseException] = {}
 
     def _submit(self, writer: str, seq: int) -> Any:
         method = self.actor.add if writer == "w0" else self.actor.add_other
@@ -857,7 +860,7 @@ class Caller:
     def run(self, target: Any, start: int, n: int) -> tuple[int, dict[str, int]]:
         import ray
 
-        ok, errors = 0, {}
+        ok, errors = 0, dict[str, int]()
         for i in range(start, start + n):
             try:
                 ok += ray.get(target.echo.remote(i), timeout=CALL_TIMEOUT) == i
@@ -890,7 +893,8 @@ class RpcFailures(Workload):
         self.target = ray.remote(num_cpus=0, resources={"worker": 1},
                                  max_task_retries=retries)(self.target_class).remote()
         self.caller = ray.remote(num_cpus=0, resources={"worker": 1})(self.caller_class).remote()
-        self.calls, self.ok, self.errors, self.hung = 0, 0, {}, ""
+        self.calls, self.ok, self.hung = 0, 0, ""
+        self.errors: dict[str, int] = {}
         # A batch of 20 calls, each bounded by CALL_TIMEOUT: past this, it hangs.
         self.batch_timeout = self.ctx.params_as(RpcParams).batch_timeout
 

@@ -48,8 +48,9 @@ class TasksParams(Params):
 class _Tasks(Workload):
     """Keeps ``width`` ``sample_env`` tasks in flight; collects them with ``ray.wait`` timeouts."""
 
-    INVARIANTS = ("results_correct", "every_task_terminal", "crashes_surface", "no_error_visible",
-                  "loop_never_blocked", "memory_monitor_fired")
+    INVARIANTS: ClassVar[tuple[str, ...]] = (
+        "results_correct", "every_task_terminal", "crashes_surface", "no_error_visible", "loop_never_blocked",
+        "memory_monitor_fired")
     Params = TasksParams
     resources: ClassVar[dict[str, float]] = {}
     #: The task under test: its value must be ``_expected(index, steps)``.
@@ -179,7 +180,8 @@ class _CrashLoop(Workload):
                          num_cpus=0)(self.buffer_class)
         config = CheckpointConfig(storage=f"{self.ctx.storage}/replay", durability="wal", every_n=50)
         self.buffer = cls.options(name="replay", namespace=self.ctx.namespace).remote(self.capacity, checkpoint=config)
-        self.acked, self.died, self.error = 0, None, ""
+        self.acked, self.error = 0, ""
+        self.died: float | None = None  # when the actor was found dead, seconds into the run
         ray.get(self.buffer.size.remote(), timeout=CALL_TIMEOUT)
 
     def _granted_restarts(self) -> int:
@@ -371,7 +373,7 @@ class _Starvation(Workload):
 class _NodeLoss(_WorkerNodeTasks):
     """Tasks on worker nodes plus a WAL-checkpointed counter on a worker node; a node dies."""
 
-    INVARIANTS = (*_Tasks.INVARIANTS, "actor_state_recovered")
+    INVARIANTS: ClassVar[tuple[str, ...]] = (*_Tasks.INVARIANTS, "actor_state_recovered")
     #: The actor under test (a test plants bugs in a subclass of it).
     counter_class: type = CheckpointedCounter
 

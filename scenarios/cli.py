@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from importlib.metadata import PackageNotFoundError, version
+from typing import NoReturn
 
 import click
 
@@ -43,7 +44,7 @@ def list_scenarios() -> None:
         click.echo(f"{name:28} {scenario.duration:>5g} s  {first}")
 
 
-def _fail(problem: str) -> None:
+def _fail(problem: str) -> NoReturn:
     click.echo(f"error: {problem}", err=True)
     sys.exit(EXIT_BAD_INPUT)
 

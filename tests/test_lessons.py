@@ -60,3 +60,14 @@ def test_lesson_on_its_own_cluster_favours_the_fix(lesson_id: str) -> None:
     out = subprocess.run([str(exe), "explain", lesson_id], capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "mistake?" not in out.stdout and "Why:" in out.stdout
+
+
+def test_each_section_module_holds_its_sections_lessons_once() -> None:
+    from scenarios import _lessons_actors, _lessons_objects, _lessons_resources, _lessons_tasks, _lessons_waiting
+
+    modules = {"4.1": _lessons_tasks, "4.2": _lessons_actors, "4.3": _lessons_objects, "4.4": _lessons_waiting,
+               "4.5": _lessons_resources}
+    for section, module in modules.items():
+        assert {item.section for item in module.LESSONS} == {section}, module.__name__
+    ids = [item.id for item in lessons()]
+    assert len(ids) == len(set(ids))

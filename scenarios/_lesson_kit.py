@@ -1,0 +1,98 @@
+"""What the lessons share: remote helpers, the "I/O" they schedule, and timing.
+
+Sleeps inside remote tasks stand for I/O or for work of a known length: they are the
+workload being scheduled, not synchronisation.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from chaos import HangError, wait_until, watch
+from scenarios._lesson_model import Measure
+
+__all__ = ["TIMEOUT", "Result", "all_cpus_free", "concurrency", "diagnose", "free_cpus", "io", "io_until", "remote",
+           "timed", "warm_up"]
+
+TIMEOUT = 30.0
+Result = tuple[Sequence[Measure], Sequence[str]]
+
+
+def remote(fn: Any, **options: Any) -> Any:
+    import ray
+
+    return ray.remote(fn).options(**options) if options else ray.remote(fn)
+
+
+def io(seconds: float) -> float:
+    time.sleep(seconds)  # the "I/O" being scheduled
+    return seconds
+
+
+def warm_up(workers: int) -> None:
+    """Start ``workers`` worker processes first, so neither side pays for process start-up.
+
+    Ray keeps about one idle worker per CPU and stops the others after a second idle, so
+    each side warms up right before it is timed.
+    """
+    import ray
+
+    task = remote(io, num_cpus=0.01)
+    ray.get([task.remote(0.3) for _ in range(workers)], timeout=TIMEOUT)
+
+
+def io_until(until: float) -> tuple[float, float]:
+    """An "I/O" task that lasts until the wall-clock time ``until``; returns when it ran."""
+    start = time.time()
+    time.sleep(max(0.0, until - start))  # the "I/O" being scheduled
+    return start, time.time()
+
+
+def concurrency(n: int, hold: float, **options: Any) -> int:
+    """How many of ``n`` I/O tasks, declared with ``options``, run at one instant.
+
+    Every task lasts until one wall-clock time, ``hold`` seconds after submission, and the
+    count is taken just before it: a worker process that starts late still counts, and a
+    task admitted only once another has finished (freeing its CPUs) never does.
+    """
+    import ray
+
+    warm_up(n)
+    until = time.time() + hold
+    task = remote(io_until, **options)
+    spans = ray.get([task.remote(until) for _ in range(n)], timeout=TIMEOUT)
+    instant = until - 0.1
+    return sum(1 for start, end in spans if start <= instant < end)
+
+
+def timed(fn: Any, *, warm: int = 0) -> float:
+    if warm:
+        warm_up(warm)
+    start = time.monotonic()
+    fn()
+    return time.monotonic() - start
+
+
+def all_cpus_free(address: str) -> int:
+    """The cluster's CPU count, once every CPU is free (what ran before has let go)."""
+    import ray
+
+    total = float(ray.cluster_resources().get("CPU", 0.0))
+    wait_until(lambda: free_cpus(address) >= total, timeout=TIMEOUT, what=f"all {total:g} CPUs to be free")
+    return int(total)
+
+
+def free_cpus(address: str) -> float:
+    import ray
+
+    return float(ray.available_resources().get("CPU", 0.0))
+
+
+def diagnose(pending: Sequence[Any], address: str) -> list[str]:
+    try:
+        watch(pending, deadline=1.0, address=address)
+    except HangError as exc:
+        return [f"watchdog: {line.strip()}" for line in str(exc).splitlines() if line.strip()][:4]
+    return []

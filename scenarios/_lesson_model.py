@@ -1,0 +1,73 @@
+"""What a lesson is: a pitfall of the reference chapter, its measured figures, and its run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["Lesson", "LessonResult", "LessonRun", "Measure", "lesson"]
+
+Better = Literal["lower", "higher"]
+
+
+@dataclass(frozen=True, slots=True)
+class Measure:
+    """One measured figure of a lesson: the mistake's value and the fix's, and which is better."""
+
+    what: str
+    unit: str
+    mistake: float
+    fix: float
+    better: Better = "lower"
+
+    @property
+    def favours_fix(self) -> bool:
+        return self.fix < self.mistake if self.better == "lower" else self.fix > self.mistake
+
+
+@dataclass(frozen=True, slots=True)
+class LessonResult:
+    """A lesson's run: its figures and how long it took."""
+
+    lesson: Lesson
+    measures: tuple[Measure, ...]
+    seconds: float
+    notes: tuple[str, ...] = ()
+
+    @property
+    def favours_fix(self) -> bool:
+        return all(m.favours_fix for m in self.measures)
+
+
+@dataclass(frozen=True, slots=True)
+class Lesson:
+    """A pitfall of the chapter: where it is, the mistake, the fix, and how it is measured.
+
+    ``run`` gets the cluster's address and returns the figures (and optional notes, such
+    as the watchdog's diagnosis). ``nodes``/``num_gpus`` say what cluster it needs.
+    """
+
+    id: str
+    section: str
+    title: str
+    mistake: str
+    fix: str
+    why: str
+    run: LessonRun
+    nodes: int = 1
+    num_gpus: int = 0
+    tip: bool = False
+
+
+LessonRun = Callable[[str], tuple[Sequence[Measure], Sequence[str]]]
+
+
+def lesson(*, id: str, section: str, title: str, mistake: str, fix: str, why: str, nodes: int = 1,
+           num_gpus: int = 0, tip: bool = False) -> Callable[[LessonRun], Lesson]:
+    """The decorated measurement as a :class:`Lesson` (the catalogue in
+    :mod:`scenarios._lessons` lists each section's lessons; nothing registers on import)."""
+    def make(run: LessonRun) -> Lesson:
+        return Lesson(id=id, section=section, title=title, mistake=mistake, fix=fix, why=why, run=run,
+                      nodes=nodes, num_gpus=num_gpus, tip=tip)
+    return make

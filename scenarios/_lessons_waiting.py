@@ -1,0 +1,119 @@
+"""The lessons of the chapter's section 4.4 ray.wait and ray.get.
+
+Every figure is measured in the run (nothing is hard-coded); the tests assert only its
+direction.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from scenarios._lesson_kit import (
+    TIMEOUT,
+    Result,
+    diagnose,
+    io,
+    remote,
+    warm_up,
+)
+from scenarios._lesson_model import Lesson, Measure, lesson
+
+
+def _process(value: float) -> None:
+    time.sleep(0.1)  # the driver's own work on each result
+
+
+def _process_all(task: Any, durations: Sequence[float], *, as_completed: bool) -> float:
+    import ray
+
+    start = time.monotonic()
+    refs = [task.remote(d) for d in durations]
+    if not as_completed:
+        for value in ray.get(refs, timeout=TIMEOUT):
+            _process(value)
+        return time.monotonic() - start
+    while refs:
+        ready, refs = ray.wait(refs, num_returns=1, timeout=TIMEOUT)
+        _process(ray.get(ready[0], timeout=TIMEOUT))
+    return time.monotonic() - start
+
+
+@lesson(id="10-driver-bottleneck", section="4.4", title="ray.get on everything makes the driver the bottleneck",
+        mistake="ray.get(all) then process each result", fix="ray.wait(num_returns=1) and process each as it lands",
+        why="With one big ray.get the driver idles until the slowest task ends, then works alone; "
+            "processing results as they complete overlaps its work with the cluster's.")
+def driver_bottleneck(address: str) -> Result:
+    task = remote(io, num_cpus=0.5)
+    durations = [0.2, 0.4, 0.6, 0.8, 1.0, 1.2, 0.3, 0.5]
+    warm_up(8)
+    mistake = _process_all(task, durations, as_completed=False)
+    warm_up(8)
+    fix = _process_all(task, durations, as_completed=True)
+    return [Measure("time to process 8 results (0.1 s each)", "s", mistake, fix)], []
+
+
+@lesson(id="11-no-timeout", section="4.4", title="Waiting with no timeout",
+        mistake="ray.get(all refs) with a straggler among them (bounded here to 3 s: it would wait forever)",
+        fix="ray.wait(..., timeout=0.5) in a loop; the watchdog names the straggler",
+        why="Without a timeout one straggler or lost task blocks the loop forever and says nothing. "
+            "A timeout keeps the loop alive; raychaos.chaos.watch says why the rest is pending.")
+def no_timeout(address: str) -> Result:
+    import ray
+    from ray.exceptions import GetTimeoutError
+
+    warm_up(4)
+    task = remote(io, num_cpus=0.25)
+    refs = [task.remote(0.1) for _ in range(7)] + [task.remote(120.0)]  # the last is the straggler
+    start, got = time.monotonic(), 0
+    try:
+        got = len(ray.get(refs, timeout=3.0))
+    except GetTimeoutError:
+        pass
+    blocked = time.monotonic() - start
+    handled, pending, start, longest = 0, list(refs), time.monotonic(), 0.0
+    while pending and time.monotonic() - start < 3.0:
+        waited = time.monotonic()
+        ready, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
+        longest, handled = max(longest, time.monotonic() - waited), handled + len(ready)
+    notes = diagnose(pending, address)
+    for ref in refs:
+        ray.cancel(ref, force=True)
+    return [Measure("results handled within 3 s", "of 8", got, handled, better="higher"),
+            Measure("longest the loop was blocked in one call", "s", blocked, longest)], notes
+
+
+def _maybe_fail(i: int) -> int:
+    if i == 0:
+        raise ValueError("task 0 failed")
+    time.sleep(0.3)
+    return i
+
+
+@lesson(id="12-get-raises-first", section="4.4", title="ray.get on a list raises at the first failure",
+        mistake="ray.get(refs) when one task raises", fix="ray.wait, then ray.get each ready ref in its own try",
+        why="ray.get on a list raises the first error it meets and returns nothing, though the other "
+            "results are there. ray.wait hands back each ref to handle on its own.")
+def get_raises_first(address: str) -> Result:
+    import ray
+    from ray.exceptions import RayTaskError
+
+    task = remote(_maybe_fail, max_retries=0)
+    refs = [task.remote(i) for i in range(6)]
+    try:
+        mistake = len(ray.get(refs, timeout=TIMEOUT))
+    except RayTaskError:
+        mistake = 0
+    refs, fix = [task.remote(i) for i in range(6)], 0
+    while refs:
+        ready, refs = ray.wait(refs, num_returns=1, timeout=TIMEOUT)
+        try:
+            ray.get(ready[0], timeout=TIMEOUT)
+            fix += 1
+        except RayTaskError:
+            continue
+    return [Measure("successful results recovered", "of 5", mistake, fix, better="higher")], []
+
+
+LESSONS: tuple[Lesson, ...] = (driver_bottleneck, no_timeout, get_raises_first,)

@@ -1,0 +1,90 @@
+"""The house drawn from its imports: chaos → actors → scenarios, one way, and no module cycle.
+
+Every ``import`` and ``from … import`` in chaos/, actors/ and scenarios/ counts, those inside
+functions too (a lazy import is still a dependency).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("chaos", "actors", "scenarios")
+#: Which packages each one may import: data flows driver → scenario → agent, never back.
+ALLOWED = {"chaos": {"chaos"}, "actors": {"chaos", "actors"}, "scenarios": set(PACKAGES)}
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).glob("*.py")):
+            name = f"{package}.{path.stem}"
+            found[package if path.stem == "__init__" else name] = path
+    return found
+
+
+def imports(path: Path, known: dict[str, Path]) -> Iterator[str]:
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [f"{node.module}.{alias.name}" for alias in node.names]
+            yield from (n for n in names if n in known)  # `from actors import _codec`: the submodule
+            if node.module in known and not all(n in known for n in names):
+                yield node.module  # a name the module (or package __init__) defines
+        elif isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names if alias.name in known)
+
+
+def graph() -> dict[str, set[str]]:
+    known = modules()
+    return {name: set(imports(path, known)) - {name} for name, path in known.items()}
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected component of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while (w := stack.pop()) != v:
+                component.append(w)
+            if component:
+                found.append(sorted([v, *component]))
+
+    for v in edges:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_cycles_finds_a_cycle_when_there_is_one() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_house_has_no_import_cycle() -> None:
+    edges = graph()
+    assert len(edges) > 40  # the walk found the house
+    assert cycles(edges) == []
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_each_package_imports_only_the_ones_beneath_it(package: str) -> None:
+    wrong = sorted(f"{m} imports {t}" for m, targets in graph().items() if m.split(".")[0] == package
+                   for t in targets if t.split(".")[0] not in ALLOWED[package])
+    assert wrong == []
