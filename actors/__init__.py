@@ -10,6 +10,7 @@ from actors._checkpoint import (
     checkpoint_async,
     mutation,
 )
+from actors._codec import StateTree
 from actors._counter import CheckpointedCounter
 from actors._dedupe import WriterSeqs
 from actors._failpoints import FAILPOINTS, ActorFailpoint
@@ -26,6 +27,7 @@ from actors._replay_actor import ReplayActorStats, ReplayBufferActor
 from actors._store import (
     FORMAT_VERSION,
     CheckpointInfo,
+    CheckpointRetried,
     CheckpointStore,
     CheckpointWarning,
     LoadedCheckpoint,
@@ -37,6 +39,7 @@ __all__ = [
     "ActorFailpoint",
     "CheckpointConfig",
     "CheckpointInfo",
+    "CheckpointRetried",
     "CheckpointStats",
     "CheckpointStore",
     "CheckpointWarning",
@@ -57,6 +60,7 @@ __all__ = [
     "SchemaError",
     "ServerStats",
     "StaleGradientError",
+    "StateTree",
     "VersionTimeout",
     "WriterSeqs",
     "checkpoint_async",

@@ -27,7 +27,8 @@ from typing import Any, Literal, TypeVar, get_args
 
 from actors import _codec, _wal
 from actors import _failpoints as fp
-from actors._store import CheckpointInfo, CheckpointStore, CheckpointWarning
+from actors._codec import StateTree
+from actors._store import CheckpointInfo, CheckpointRetried, CheckpointStore
 from chaos._errors import CheckpointError, InvalidConfig, MutationNotLogged
 from chaos._failpoint import failpoint
 
@@ -289,22 +290,22 @@ class Checkpointable:
                 return self.n
     """
 
-    def state_dict(self) -> Mapping[str, Any]:
+    def state_dict(self) -> StateTree:
         """The actor's whole logical state as a state tree (arrays, tensors, JSON values)."""
         raise NotImplementedError(f"{type(self).__name__} must define state_dict()")
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def load_state_dict(self, state: StateTree) -> None:
         """Replace the actor's state by ``state``, as returned by :meth:`state_dict`."""
         raise NotImplementedError(f"{type(self).__name__} must define load_state_dict()")
 
-    def delta_state_dict(self) -> Mapping[str, Any] | None:
+    def delta_state_dict(self) -> StateTree | None:
         """What changed since the last checkpoint, for incremental checkpoints; None: unsupported.
 
         Return None to have a full checkpoint taken instead.
         """
         return None
 
-    def load_delta_state_dict(self, delta: Mapping[str, Any]) -> None:
+    def load_delta_state_dict(self, delta: StateTree) -> None:
         """Apply a delta from :meth:`delta_state_dict` on top of the restored state."""
         raise NotImplementedError(f"{type(self).__name__} must define load_delta_state_dict()")
 
@@ -586,7 +587,7 @@ class _Checkpointer:
             self.failed_checkpoints += 1
             warnings.warn(f"checkpoint after {name}() failed ({exc}); the log holds the call and "
                           "the checkpoint is tried again after the next mutation",
-                          CheckpointWarning, stacklevel=3)
+                          CheckpointRetried, stacklevel=3)
 
     def _due(self) -> bool:
         if self.config.policy == "every_n":

@@ -13,15 +13,52 @@ import io
 import json
 import struct
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from chaos._errors import CheckpointError, InvalidConfig
 
+__all__ = ["ArrayRef", "StateTree", "decode", "digest", "encode", "flatten", "unflatten"]
+
+#: A state tree: what ``state_dict()`` returns and ``load_state_dict()`` takes. A nested
+#: mapping whose leaves are numpy arrays, torch tensors, numpy scalars or JSON values: the
+#: user's own state (torch's ``state_dict`` convention), kept apart from the toolkit's facts,
+#: which are records.
+StateTree = Mapping[str, Any]
+
 _ARRAY = "$array"
 _TENSOR = "$tensor"
 _HEADER = struct.Struct("<I")
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayRef:
+    """Where a flattened tree's array leaf went: the key its writer chose, whether it was a
+    torch tensor, and (for the record codec, whose buffers follow the header) dtype and shape.
+    Its JSON form is the codec's alone (``{"$array": key}`` / ``{"$tensor": key}``)."""
+
+    key: str | int
+    tensor: bool = False
+    dtype: str | None = None
+    shape: tuple[int, ...] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {_TENSOR if self.tensor else _ARRAY: self.key}
+        if self.dtype is not None:
+            out |= {"dtype": self.dtype, "shape": list(self.shape or ())}
+        return out
+
+    @staticmethod
+    def from_json(node: Mapping[str, Any]) -> ArrayRef | None:
+        """The reference ``node`` is, or None when it is an ordinary mapping."""
+        tensor = _TENSOR in node
+        if not tensor and _ARRAY not in node:
+            return None
+        shape = node.get("shape")
+        return ArrayRef(node[_TENSOR if tensor else _ARRAY], tensor, node.get("dtype"),
+                        None if shape is None else tuple(shape))
 
 
 def _is_tensor(value: object) -> bool:
@@ -81,12 +118,13 @@ def _flatten_value(value: Any, on_array: Callable[[str, np.ndarray, bool], Any],
     )
 
 
-def unflatten(tree: Any, load_array: Callable[[Mapping[str, Any]], np.ndarray]) -> Any:
+def unflatten(tree: Any, load_array: Callable[[ArrayRef], np.ndarray]) -> Any:
     """Inverse of :func:`flatten`: JSON back to a state tree, arrays fetched by ``load_array``."""
     if isinstance(tree, dict):
-        if _ARRAY in tree or _TENSOR in tree:
-            array = load_array(tree)
-            return _numpy_to_tensor(array) if _TENSOR in tree else array
+        ref = ArrayRef.from_json(tree)
+        if ref is not None:
+            array = load_array(ref)
+            return _numpy_to_tensor(array) if ref.tensor else array
         return {k: unflatten(v, load_array) for k, v in tree.items()}
     if isinstance(tree, list):
         return [unflatten(v, load_array) for v in tree]
@@ -94,11 +132,7 @@ def unflatten(tree: Any, load_array: Callable[[Mapping[str, Any]], np.ndarray]) 
 
 
 def _ref(index: int, array: np.ndarray, is_tensor: bool) -> dict[str, Any]:
-    return {
-        _TENSOR if is_tensor else _ARRAY: index,
-        "dtype": array.dtype.str,
-        "shape": list(array.shape),
-    }
+    return ArrayRef(index, is_tensor, array.dtype.str, tuple(array.shape)).to_json()
 
 
 def encode(tree: Mapping[str, Any]) -> bytes:
@@ -127,9 +161,11 @@ def decode(data: bytes) -> Any:
         raise CheckpointError(f"malformed record header: {exc}") from exc
     offset = _HEADER.size + size
 
-    def load_array(ref: Mapping[str, Any]) -> np.ndarray:
+    def load_array(ref: ArrayRef) -> np.ndarray:
         nonlocal offset
-        dtype, shape = np.dtype(ref["dtype"]), tuple(ref["shape"])
+        if ref.dtype is None or ref.shape is None:
+            raise CheckpointError(f"malformed record header: array {ref.key!r} has no dtype or shape")
+        dtype, shape = np.dtype(ref.dtype), ref.shape
         count = int(np.prod(shape, dtype=np.int64))
         array = np.frombuffer(data, dtype=dtype, count=count, offset=offset).reshape(shape)
         offset += array.nbytes

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from typing import Any
 
 from actors._checkpoint import Checkpointable, CheckpointConfig, Durability, Policy, Restore, mutation
+from actors._codec import StateTree
 from actors._dedupe import WriterSeqs
 
 
@@ -27,10 +27,10 @@ class CheckpointedCounter(Checkpointable):
             storage=storage, durability=durability, policy=policy, every_n=every_n,
             checkpoint_on_sigterm=checkpoint_on_sigterm), restore=restore)
 
-    def state_dict(self) -> Mapping[str, Any]:
+    def state_dict(self) -> StateTree:
         return {"value": self.value, "adds": self.adds, "writers": self._seqs.state_dict()}
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def load_state_dict(self, state: StateTree) -> None:
         self.value, self.adds = int(state["value"]), int(state["adds"])
         if "writers" in state:  # absent from checkpoints written before adds were idempotent
             self._seqs.load_state_dict(state["writers"])

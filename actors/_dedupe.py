@@ -14,9 +14,7 @@ the seqs applied above it, up to :data:`REORDER_WINDOW` of them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
+from actors._codec import StateTree
 from chaos._errors import InvalidConfig
 
 #: How far out of order a writer's calls may arrive. A gap older than this many later
@@ -88,11 +86,11 @@ class WriterSeqs:
     def writers(self) -> int:
         return len(self.floor)
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> StateTree:
         return {"last_seq": dict(self.floor), "duplicates": self.duplicates,
                 "above": {w: sorted(seqs) for w, seqs in self.above.items() if seqs}}
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def load_state_dict(self, state: StateTree) -> None:
         self.floor = {str(k): int(v) for k, v in state["last_seq"].items()}
         self.above = {str(k): {int(s) for s in v} for k, v in state.get("above", {}).items()}
         self.duplicates = int(state["duplicates"])

@@ -19,13 +19,18 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from actors._checkpoint import Checkpointable, CheckpointConfig, CheckpointStats, Restore, mutation
+from actors._codec import StateTree
 from chaos._errors import ChaosError, InvalidConfig
 from chaos._extras import import_extra
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "GradientError",
@@ -117,7 +122,7 @@ class ParameterServer(Checkpointable):
     """
 
     def __init__(self, model_factory: Callable[[], Any], *, checkpoint: CheckpointConfig,
-                 optimizer: str = "SGD", optimizer_kwargs: Mapping[str, Any] | None = None,
+                 optimizer: str = "SGD", optimizer_kwargs: Mapping[str, object] | None = None,
                  mode: Mode = "async", sync_k: int = 1, max_staleness: int | None = None,
                  on_stale: OnStale = "reject", on_nonfinite: OnNonFinite = "reject",
                  seed: int = 0, restore: Restore = "auto") -> None:
@@ -154,7 +159,7 @@ class ParameterServer(Checkpointable):
 
     # -- state -----------------------------------------------------------------------------
 
-    def state_dict(self) -> Mapping[str, Any]:
+    def state_dict(self) -> StateTree:
         with self._lock:
             opt = self.optimizer.state_dict()
             return {
@@ -167,7 +172,7 @@ class ParameterServer(Checkpointable):
                 "counts": dict(self._counts),
             }
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def load_state_dict(self, state: StateTree) -> None:
         torch = _torch()
 
         with self._lock:
@@ -186,7 +191,7 @@ class ParameterServer(Checkpointable):
     # -- pushes ----------------------------------------------------------------------------
 
     @mutation
-    def push(self, grads: Mapping[str, Any], *, worker_id: str, seq: int,
+    def push(self, grads: Mapping[str, ArrayLike], *, worker_id: str, seq: int,
              base_version: int) -> PushResult:
         """Apply a gradient once per ``(worker_id, seq)``; a duplicate returns the first result.
 
@@ -214,7 +219,7 @@ class ParameterServer(Checkpointable):
         if len(table) > DEDUPE_WINDOW:
             del table[min(table)]
 
-    def _check_grads(self, grads: Mapping[str, Any]) -> dict[str, np.ndarray] | None:
+    def _check_grads(self, grads: Mapping[str, ArrayLike]) -> dict[str, np.ndarray] | None:
         if not isinstance(grads, Mapping) or set(grads) != set(self._shapes):
             got = sorted(grads) if isinstance(grads, Mapping) else type(grads).__name__
             raise GradientError(f"gradient names {got} differ from the model's "
@@ -300,7 +305,7 @@ class ParameterServer(Checkpointable):
     def version(self) -> int:
         return self._version
 
-    def weights(self) -> dict[str, Any]:
+    def weights(self) -> dict[str, torch.Tensor]:
         """A copy of the current weights (by value, for checks; pull() is the broadcast path)."""
         with self._lock:
             return {n: t.detach().clone() for n, t in self.model.state_dict().items()}

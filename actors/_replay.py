@@ -16,8 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from actors._codec import StateTree
 from actors._trees import SumMinTree
 from chaos._errors import InvalidConfig
+from chaos._json import JsonValue
 
 __all__ = ["EmptyBufferError", "PrioritizedReplayBuffer", "ReplayStats", "SchemaError"]
 
@@ -264,7 +266,7 @@ class PrioritizedReplayBuffer:
             raise InvalidConfig(f"no column {name!r}; the buffer stores {sorted(self._columns)}")
         return self._columns[name][: self._size].copy()
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> StateTree:
         """Everything a restored buffer needs to behave identically (same samples, bit for bit).
 
         The leaves hold p^α; the trees' inner levels are stored too (see ``SumMinTree.state``).
@@ -286,7 +288,7 @@ class PrioritizedReplayBuffer:
                              "max_priority": self._max_priority},
                 "rng": self._rng.bit_generator.state}
 
-    def delta_state_dict(self) -> dict[str, Any]:
+    def delta_state_dict(self) -> StateTree:
         """The slots changed since :meth:`mark_clean` (rows and leaves), the inner tree levels
         and the scalars: applied on the previous state by :meth:`load_delta_state_dict`."""
         slots = np.flatnonzero(self._dirty)
@@ -296,11 +298,12 @@ class PrioritizedReplayBuffer:
                 "tree": {k: v.copy() for k, v in self._tree.state().items()},
                 "schema": self.state_dict_schema(), **self._scalars()}
 
-    def state_dict_schema(self) -> dict[str, Any]:
+    def state_dict_schema(self) -> dict[str, dict[str, JsonValue]]:
+        """Each column's dtype and per-row shape, as the checkpoint records them."""
         return {k: {"dtype": c.dtype.str, "shape": list(c.shape)}
                 for k, c in (self._schema or {}).items()}
 
-    def load_delta_state_dict(self, delta: Mapping[str, Any]) -> None:
+    def load_delta_state_dict(self, delta: StateTree) -> None:
         """Apply a :meth:`delta_state_dict` on top of the state it was taken after."""
         slots = np.asarray(delta["slots"], dtype=np.int64)
         if self._schema is None and delta["schema"]:
@@ -324,7 +327,7 @@ class PrioritizedReplayBuffer:
         """Forget which slots changed: the caller has saved the state."""
         self._dirty[:] = False
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def load_state_dict(self, state: StateTree) -> None:
         """Restore from :meth:`state_dict`. The capacity must match; α, β, ε are taken from it."""
         config = state["config"]
         if int(config["capacity"]) != self.capacity:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -16,6 +15,7 @@ from actors._checkpoint import (
     Restore,
     mutation,
 )
+from actors._codec import StateTree
 from actors._dedupe import WriterSeqs
 from actors._replay import PrioritizedReplayBuffer, ReplayStats
 
@@ -61,18 +61,18 @@ class ReplayBufferActor(Checkpointable):
 
     # -- state -----------------------------------------------------------------------------
 
-    def state_dict(self) -> Mapping[str, Any]:
+    def state_dict(self) -> StateTree:
         return {"buffer": self.buffer.state_dict(), "writers": self._seqs.state_dict()}
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def load_state_dict(self, state: StateTree) -> None:
         self.buffer.load_state_dict(state["buffer"])
         self._seqs.load_state_dict(state["writers"])
 
     # The dedupe table is small, so full and delta checkpoints both carry all of it.
-    def delta_state_dict(self) -> Mapping[str, Any]:
+    def delta_state_dict(self) -> StateTree:
         return {"buffer": self.buffer.delta_state_dict(), "writers": self._seqs.state_dict()}
 
-    def load_delta_state_dict(self, delta: Mapping[str, Any]) -> None:
+    def load_delta_state_dict(self, delta: StateTree) -> None:
         self.buffer.load_delta_state_dict(delta["buffer"])
         self._seqs.load_state_dict(delta["writers"])
 

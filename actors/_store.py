@@ -35,10 +35,12 @@ import numpy as np
 
 from actors import _codec
 from actors import _failpoints as fp
+from actors._codec import StateTree
 from chaos._errors import CheckpointError, CheckpointFormatError, StorageUnreachable
 from chaos._failpoint import failpoint
 
-__all__ = ["FORMAT_VERSION", "CheckpointInfo", "CheckpointStore", "CheckpointWarning", "LoadedCheckpoint"]
+__all__ = ["FORMAT_VERSION", "CheckpointInfo", "CheckpointRetried", "CheckpointStore", "CheckpointWarning", "FileMeta",
+           "LoadedCheckpoint", "Manifest"]
 
 FORMAT_VERSION = 2  # 2: CRC-32 per file (1: sha256)
 _PREFIX = "ckpt-"
@@ -58,6 +60,11 @@ _WRITERS = 8
 
 class CheckpointWarning(UserWarning):
     """A checkpoint folder or log record was unusable and was skipped."""
+
+
+class CheckpointRetried(CheckpointWarning):
+    """A checkpoint after a mutation failed (a full disk, say); the write-ahead log holds the
+    call, and the checkpoint is tried again after the next mutation."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,10 +99,69 @@ def _crc32(*chunks: Any) -> str:
     return f"{crc:08x}"
 
 
-def _matches(data: np.ndarray, meta: Mapping[str, Any]) -> bool:
-    if "crc32" in meta:
-        return bool(_crc32(data) == meta["crc32"])
-    return bool(hashlib.sha256(data.data).hexdigest() == meta.get("sha256"))  # format 1
+@dataclass(frozen=True, slots=True)
+class FileMeta:
+    """One file of a checkpoint: its size and checksum (crc32; sha256 in format 1)."""
+
+    size: int
+    crc32: str | None = None
+    sha256: str | None = None
+
+    def matches(self, data: np.ndarray) -> bool:
+        if self.crc32 is not None:
+            return _crc32(data) == self.crc32
+        return hashlib.sha256(data.data).hexdigest() == self.sha256  # format 1
+
+    def to_json(self) -> dict[str, object]:
+        return {k: v for k, v in (("size", self.size), ("crc32", self.crc32), ("sha256", self.sha256))
+                if v is not None}
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    """A checkpoint folder's manifest: written last, so a folder without a valid one never
+    restores. ``parent``: the checkpoint an incremental one is a delta of (None: full)."""
+
+    format: int
+    seq: int
+    parent: int | None
+    created: float
+    files: Mapping[str, FileMeta]
+
+    def to_json(self) -> bytes:
+        return json.dumps({"format": self.format, "seq": self.seq, "parent": self.parent, "created": self.created,
+                           "files": {n: m.to_json() for n, m in self.files.items()}}, indent=1).encode()
+
+    @staticmethod
+    def parse(raw: bytes, *, folder: str) -> Manifest:
+        """The manifest in ``raw``, checked: its format first (a newer one is never guessed at).
+
+        Raises:
+            CheckpointFormatError: a newer format version, or not a manifest at all.
+            CheckpointError: a field of the wrong type.
+        """
+        data = json.loads(raw)
+        if not isinstance(data, dict):
+            raise CheckpointFormatError(f"checkpoint {folder}'s manifest is {type(data).__name__}, not an object; "
+                                        "the checkpoint is damaged: point the actor at another storage URL")
+        version = data.get("format")
+        if not isinstance(version, int) or version > FORMAT_VERSION:
+            raise CheckpointFormatError(
+                f"checkpoint {folder} has format version {version!r}, but this raychaos reads "
+                f"up to {FORMAT_VERSION}. Upgrade raychaos, or point the actor at another storage URL.")
+        return _manifest_fields(data, version, folder)
+
+
+def _manifest_fields(data: Mapping[str, Any], version: int, folder: str) -> Manifest:
+    seq, parent, files = data.get("seq"), data.get("parent"), data.get("files")
+    if not isinstance(seq, int) or not (parent is None or isinstance(parent, int)) or not isinstance(files, dict):
+        raise CheckpointError(f"checkpoint {folder}'s manifest has seq {seq!r}, parent {parent!r} and files of "
+                              f"type {type(files).__name__}: not a manifest this raychaos wrote")
+    try:
+        metas = {str(n): FileMeta(int(m["size"]), m.get("crc32"), m.get("sha256")) for n, m in files.items()}
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise CheckpointError(f"checkpoint {folder}'s manifest lists a file without a size ({exc})") from None
+    return Manifest(version, seq, parent, float(data.get("created", 0.0)), metas)
 
 
 def _packable(array: np.ndarray) -> bool:
@@ -171,7 +237,7 @@ class CheckpointStore:
 
     # -- writing ---------------------------------------------------------------------------
 
-    def save(self, tree: Mapping[str, Any], *, parent: int | None = None) -> CheckpointInfo:
+    def save(self, tree: StateTree, *, parent: int | None = None) -> CheckpointInfo:
         """Commit ``tree`` as the next checkpoint and prune all but the newest ``keep``.
 
         Args:
@@ -195,20 +261,18 @@ class CheckpointStore:
         _fsync_dir(self.root)
         failpoint(fp.CHECKPOINT_PRUNE)
         self.prune()
-        nbytes = sum(meta["size"] for meta in files.values())
+        nbytes = sum(meta.size for meta in files.values())
         return CheckpointInfo(seq, final, nbytes, time.perf_counter() - start, parent)
 
-    def _write_tmp(self, tmp: str, seq: int, tree: Mapping[str, Any],
-                   parent: int | None) -> dict[str, dict[str, Any]]:
+    def _write_tmp(self, tmp: str, seq: int, tree: StateTree, parent: int | None) -> dict[str, FileMeta]:
         files = self._write_payload(tmp, tree)
-        manifest = {"format": FORMAT_VERSION, "seq": seq, "parent": parent, "created": time.time(),
-                    "files": files}
+        manifest = Manifest(FORMAT_VERSION, seq, parent, time.time(), files)
         failpoint(fp.CHECKPOINT_BEFORE_MANIFEST)
-        self._write_bytes(f"{tmp}/{_MANIFEST}", json.dumps(manifest, indent=1).encode())
+        self._write_bytes(f"{tmp}/{_MANIFEST}", manifest.to_json())
         failpoint(fp.CHECKPOINT_MANIFEST)
         return files
 
-    def _write_payload(self, folder: str, tree: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    def _write_payload(self, folder: str, tree: StateTree) -> dict[str, FileMeta]:
         arrays: list[np.ndarray] = []
         tensors: dict[str, np.ndarray] = {}
         small: dict[str, np.ndarray] = {}
@@ -216,12 +280,12 @@ class CheckpointStore:
         def on_array(_: str, array: np.ndarray, is_tensor: bool) -> dict[str, Any]:
             if is_tensor:
                 tensors[f"t{len(tensors)}"] = array
-                return {"$tensor": f"t{len(tensors) - 1}"}
+                return _codec.ArrayRef(f"t{len(tensors) - 1}", tensor=True).to_json()
             if _packable(array):
                 small[f"s{len(small)}"] = np.ascontiguousarray(array)
-                return {"$array": f"{_SMALL}#s{len(small) - 1}"}
+                return _codec.ArrayRef(f"{_SMALL}#s{len(small) - 1}").to_json()
             arrays.append(array)
-            return {"$array": f"a{len(arrays) - 1}.npy"}
+            return _codec.ArrayRef(f"a{len(arrays) - 1}.npy").to_json()
 
         skeleton = _codec.flatten(tree, on_array)
         files = {_STATE: self._write_bytes(f"{folder}/{_STATE}", json.dumps(skeleton).encode())}
@@ -238,13 +302,13 @@ class CheckpointStore:
             files.update((f"a{i}.npy", meta) for i, meta in zip(order, metas))
         return files
 
-    def _write_bytes(self, path: str, data: bytes) -> dict[str, Any]:
+    def _write_bytes(self, path: str, data: bytes) -> FileMeta:
         with self.fs.open(path, "wb") as f:
             f.write(data)
             _fsync(f)
-        return {"crc32": _crc32(data), "size": len(data)}
+        return FileMeta(len(data), _crc32(data))
 
-    def _write_npy(self, path: str, array: np.ndarray) -> dict[str, Any]:
+    def _write_npy(self, path: str, array: np.ndarray) -> FileMeta:
         """The .npy format, written as header + the array's own bytes (no copy, one pass).
         Object arrays never get here: the codec refuses them."""
         array = np.ascontiguousarray(array)
@@ -254,9 +318,9 @@ class CheckpointStore:
             f.write(body.data)
             _fsync(f)
         failpoint(fp.CHECKPOINT_FILE)
-        return {"crc32": _crc32(header, body), "size": len(header) + body.nbytes}
+        return FileMeta(len(header) + body.nbytes, _crc32(header, body))
 
-    def _write_safetensors(self, path: str, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
+    def _write_safetensors(self, path: str, arrays: dict[str, np.ndarray]) -> FileMeta:
         from safetensors.numpy import save
 
         return self._write_bytes(path, save(arrays))
@@ -294,17 +358,17 @@ class CheckpointStore:
         if loaded is None:
             return None
         manifest, tree = loaded
-        if manifest.get("parent") is None:
+        if manifest.parent is None:
             return [tree]
-        below = self._chain(int(manifest["parent"]))
+        below = self._chain(manifest.parent)
         return None if below is None else [*below, tree]
 
-    def load(self, seq: int) -> tuple[dict[str, Any], Any] | None:
+    def load(self, seq: int) -> tuple[Manifest, StateTree] | None:
         """Manifest and tree of checkpoint ``seq``, or None (with a warning) when it is not valid."""
         folder = self.folder(seq)
         try:
             manifest = self._read_manifest(folder, seq)
-            return manifest, self._read_payload(folder, manifest["files"])
+            return manifest, self._read_payload(folder, manifest.files)
         except CheckpointFormatError:
             raise
         except Exception as exc:  # noqa: BLE001 - any unreadable folder is skipped, never trusted
@@ -312,39 +376,32 @@ class CheckpointStore:
             return None
 
     def _parent(self, seq: int) -> int | None:
+        """The checkpoint ``seq`` is a delta of (None: a full one, or an unreadable folder, which
+        prune may drop). A newer format is never guessed at: it raises, as it does on load."""
         try:
-            with self.fs.open(f"{self.folder(seq)}/{_MANIFEST}", "rb") as f:
-                parent = json.loads(f.read()).get("parent")
-        except (OSError, ValueError):
+            return self._read_manifest(self.folder(seq), seq).parent
+        except CheckpointFormatError:
+            raise
+        except (OSError, ValueError, CheckpointError):
             return None
-        return None if parent is None else int(parent)
 
-    def _read_manifest(self, folder: str, seq: int) -> dict[str, Any]:
+    def _read_manifest(self, folder: str, seq: int) -> Manifest:
         with self.fs.open(f"{folder}/{_MANIFEST}", "rb") as f:
-            manifest = json.loads(f.read())
-        if not isinstance(manifest, dict):
-            raise CheckpointFormatError(f"checkpoint {folder}'s manifest is {type(manifest).__name__}, not an "
-                                        "object; the checkpoint is damaged: point the actor at another storage URL")
-        version = manifest.get("format")
-        if not isinstance(version, int) or version > FORMAT_VERSION:
-            raise CheckpointFormatError(
-                f"checkpoint {folder} has format version {version!r}, but this raychaos reads "
-                f"up to {FORMAT_VERSION}. Upgrade raychaos, or point the actor at another storage URL."
-            )
-        if manifest.get("seq") != seq:
-            raise CheckpointError(f"manifest seq {manifest.get('seq')!r} does not match folder {seq}")
+            manifest = Manifest.parse(f.read(), folder=folder)
+        if manifest.seq != seq:
+            raise CheckpointError(f"manifest seq {manifest.seq!r} does not match folder {seq}")
         return manifest
 
-    def _read_checked(self, folder: str, name: str, files: Mapping[str, Any]) -> np.ndarray:
+    def _read_checked(self, folder: str, name: str, files: Mapping[str, FileMeta]) -> np.ndarray:
         """The bytes of ``name``, read once, matching its size and checksum in the manifest."""
         meta = files.get(name)
         if meta is None:
             raise CheckpointError(f"{name} is not in the manifest")
-        path, size = f"{folder}/{name}", int(meta["size"])
+        path, size = f"{folder}/{name}", meta.size
         data = _map_local(path, size) if self.is_local else self._read_remote(path, size)
         if data is None:
             raise CheckpointError(f"{name} has another size than the manifest's {size} bytes")
-        if not _matches(data, meta):
+        if not meta.matches(data):
             raise CheckpointError(f"{name} does not match its checksum in the manifest")
         return data
 
@@ -355,12 +412,12 @@ class CheckpointStore:
                 return None
         return np.frombuffer(data, dtype=np.uint8)
 
-    def _read_safetensors(self, folder: str, name: str, files: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    def _read_safetensors(self, folder: str, name: str, files: Mapping[str, FileMeta]) -> dict[str, np.ndarray]:
         from safetensors.numpy import load
 
         return load(self._read_checked(folder, name, files).tobytes()) if name in files else {}
 
-    def _read_payload(self, folder: str, files: Mapping[str, Any]) -> Any:
+    def _read_payload(self, folder: str, files: Mapping[str, FileMeta]) -> StateTree:
         skeleton = json.loads(self._read_checked(folder, _STATE, files).tobytes())
         tensors, small = (self._read_safetensors(folder, name, files) for name in (_TENSORS, _SMALL))
         names = [n for n in files if n.endswith(".npy")]
@@ -369,17 +426,21 @@ class CheckpointStore:
             arrays = dict(zip(names, pool.map(
                 lambda n: _parse_npy(self._read_checked(folder, n, files), n), names)))
 
-        def load_array(ref: Mapping[str, Any]) -> np.ndarray:
-            if "$tensor" in ref:
-                return tensors[ref["$tensor"]]
-            file, _, key = ref["$array"].partition("#")
+        def load_array(ref: _codec.ArrayRef) -> np.ndarray:
+            name = str(ref.key)
+            if ref.tensor:
+                if name not in tensors:
+                    raise CheckpointError(f"tensor {name} is not in {_TENSORS}")
+                return tensors[name]
+            file, _, key = name.partition("#")
             if file == _SMALL and key in small:
                 return small[key]
-            if ref["$array"] not in arrays:
-                raise CheckpointError(f"{ref['$array']} is not in the manifest")
-            return arrays[ref["$array"]]
+            if name not in arrays:
+                raise CheckpointError(f"{name} is not in the manifest")
+            return arrays[name]
 
-        return _codec.unflatten(skeleton, load_array)
+        tree: StateTree = _codec.unflatten(skeleton, load_array)
+        return tree
 
     # -- housekeeping ----------------------------------------------------------------------
 

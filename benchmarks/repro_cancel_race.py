@@ -79,7 +79,9 @@ def submit(kind: str, index: int, marker: str, retries: int, deps: list[object])
                             num_cpus=0 if kind == "cancel" else 1).remote(index, kind, marker, *deps)
 
 
-def one_round(root: Path, graph: list[tuple[str, tuple[int, ...], int]], victim: int, force: bool) -> str:
+def one_round(root: Path, graph: list[tuple[str, tuple[int, ...], int]], victim: int,
+              force: bool) -> tuple[str, str | None]:
+    """How the cancelled task ended, and the evidence when the cancel was lost (else None)."""
     root.mkdir()
     refs: list[ray.ObjectRef] = []
     for i, (kind, deps, retries) in enumerate(graph):
@@ -96,7 +98,7 @@ def one_round(root: Path, graph: list[tuple[str, tuple[int, ...], int]], victim:
         outcome = "cancelled"
     except RayError as exc:
         outcome = type(exc).__name__
-    return outcome if ready else f"lost: {evidence}"
+    return outcome, None if ready else evidence
 
 
 def _evidence(ref: ray.ObjectRef, marker: Path) -> str:
@@ -129,9 +131,10 @@ def main() -> int:
                     start = time.monotonic()
                     outcomes.append(one_round(Path(tmp) / f"g{g}r{r}", graph, victim, force))
                     if args.verbose:
-                        print(f"{name} round {r}: {outcomes[-1]} ({time.monotonic() - start:.1f} s)", flush=True)
-                counts = Counter(o if not o.startswith("lost") else "lost" for o in outcomes)
-                lost_lines += [f"{name}: {o}" for o in outcomes if o.startswith("lost")]
+                        print(f"{name} round {r}: {outcomes[-1][0]}, lost: {outcomes[-1][1]} "
+                          f"({time.monotonic() - start:.1f} s)", flush=True)
+                counts = Counter("lost" if lost is not None else o for o, lost in outcomes)
+                lost_lines += [f"{name}: lost: {lost}" for _, lost in outcomes if lost is not None]
                 table.add_row(name, "force=True" if force else "force=False", str(counts["cancelled"]),
                               str(counts["lost"]), str(args.rounds - counts["cancelled"] - counts["lost"]))
                 print(name, dict(counts), flush=True)

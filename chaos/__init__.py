@@ -11,18 +11,18 @@ from chaos._delay import Latency, RpcFailure, delayed, rpc_delay_env, rpc_failur
 from chaos._disk import capped_filesystem, free_bytes
 from chaos._driver import (
     FaultOutcome,
+    FaultsNotApplied,
     FaultStatus,
     ScheduleObserver,
     check_applied,
     run_schedule,
 )
-from chaos._engine import Chaos, Injection
+from chaos._engine import Chaos, Injection, MemoryWatch, StoreFill
 from chaos._errors import (
     ChaosError,
     CheckpointError,
     CheckpointFormatError,
     FaultIneffective,
-    FaultsNotApplied,
     HangError,
     InvalidConfig,
     InvalidFaultSpec,
@@ -51,6 +51,7 @@ from chaos._faults import (
     CpuHog,
     DrainNode,
     Fault,
+    FaultKind,
     FillDisk,
     FillObjectStore,
     FreezeNode,
@@ -65,8 +66,21 @@ from chaos._faults import (
     fault_to_dict,
 )
 from chaos._history import History, Op, OpStatus, SetVerdict, check_set, drive_writers
-from chaos._journal import Event, Journal, read_journal
-from chaos._memory import MemoryOutcome
+from chaos._journal import (
+    EndEvent,
+    Event,
+    FaultEvent,
+    Journal,
+    JournalCorrupt,
+    Observed,
+    PlannedFault,
+    RecoverEvent,
+    StartEvent,
+    VerdictEntry,
+    read_journal,
+)
+from chaos._json import JsonValue
+from chaos._memory import MemoryOutcome, MemoryResult
 from chaos._redis import redis_server
 from chaos._schedule import Schedule, ScheduledFault
 from chaos._targets import ActorTarget, NodeTarget, Process, TaskTarget, WorkerTarget
@@ -85,13 +99,16 @@ __all__ = [
     "ClusterHandle",
     "CpuHog",
     "DrainNode",
+    "EndEvent",
     "Event",
     "FailAction",
     "Failpoint",
     "FailpointError",
     "FailpointPlan",
     "Fault",
+    "FaultEvent",
     "FaultIneffective",
+    "FaultKind",
     "FaultOutcome",
     "FaultStatus",
     "FaultsNotApplied",
@@ -105,6 +122,8 @@ __all__ = [
     "InvalidConfig",
     "InvalidFaultSpec",
     "Journal",
+    "JournalCorrupt",
+    "JsonValue",
     "Kill",
     "KillGcs",
     "KillNode",
@@ -112,25 +131,33 @@ __all__ = [
     "LimitOpenFiles",
     "MemoryOutcome",
     "MemoryPressure",
+    "MemoryResult",
+    "MemoryWatch",
     "MissingExtra",
     "MutationNotLogged",
     "NodeTarget",
+    "Observed",
     "Op",
     "OpStatus",
     "Pause",
+    "PlannedFault",
     "Process",
+    "RecoverEvent",
     "RpcFailure",
     "Schedule",
     "ScheduleObserver",
     "ScheduledFault",
     "SetVerdict",
+    "StartEvent",
     "Starve",
     "StorageUnreachable",
+    "StoreFill",
     "StuckCause",
     "StuckTask",
     "TargetNotFound",
     "TaskTarget",
     "UnsafeTarget",
+    "VerdictEntry",
     "WatchReport",
     "WorkerTarget",
     "agent_for",

@@ -25,7 +25,7 @@ import psutil
 
 from chaos._disk import Filled, fill, unfill
 from chaos._errors import FaultIneffective, HangError, TargetNotFound
-from chaos._memory import read_progress
+from chaos._memory import MemoryProgress, read_progress
 from chaos._safety import check_target, raylet_of
 from chaos._wait import wait_until
 
@@ -239,8 +239,8 @@ class ChaosAgent:
         _retire(entry)
         return True
 
-    def progress(self, path: str) -> dict[str, Any] | None:
-        """A memory fault's last progress report on this node (JSON), or None before its first."""
+    def progress(self, path: str) -> MemoryProgress | None:
+        """A memory fault's last progress report on this node, or None before its first."""
         return read_progress(path)
 
     def resume_all(self, pids: list[int]) -> int:

@@ -162,7 +162,7 @@ def local_cluster(
     num_cpus: int = 2,
     num_gpus: int = 0,
     object_store_mb: int = 200,
-    system_config: Mapping[str, Any] | None = None,
+    system_config: Mapping[str, object] | None = None,
     worker_resources: Mapping[str, float] | None = None,
     namespace: str = "raychaos",
     log_to_driver: bool = True,

@@ -13,26 +13,15 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
-from chaos._errors import FaultIneffective, FaultsNotApplied, TargetNotFound, UnsafeTarget
+from chaos._errors import ChaosError, FaultIneffective, TargetNotFound, UnsafeTarget
+from chaos._faults import FaultStatus
 from chaos._schedule import Schedule, ScheduledFault
 
-__all__ = ["FaultOutcome", "FaultStatus", "ScheduleObserver", "check_applied", "run_schedule"]
+__all__ = ["FaultOutcome", "FaultStatus", "FaultsNotApplied", "ScheduleObserver", "check_applied", "run_schedule"]
 
 MAX_CONCURRENT_FAULTS = 8
-
-
-class FaultStatus(StrEnum):
-    """How a scheduled fault went. Only ``INJECTED`` means it happened."""
-
-    INJECTED = "injected"  #: sent, its effect confirmed, then healed
-    NOT_FOUND = "not_found"  #: no live process matched its target
-    REFUSED = "refused"  #: the safety check refused the process it matched
-    INEFFECTIVE = "ineffective"  #: sent, but its effect was not observed within its bound
-    FAILED = "failed"  #: the injection raised another error
-    NOT_REACHED = "not_reached"  #: the run ended before the fault's time came
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +45,15 @@ class FaultOutcome:
         entry = self.entry
         head = f"faults[{self.index}] {entry.kind} of {entry.target_label} at {entry.at:g} s: {self.status.value}"
         return f"{head}: {self.error}" if self.error else head
+
+
+class FaultsNotApplied(ChaosError, AssertionError):
+    """Scheduled faults were not all injected and confirmed before the run or test ended;
+    ``missed`` holds each one's outcome (its status), the message says why for people."""
+
+    def __init__(self, message: str, *, missed: Sequence[FaultOutcome] = ()) -> None:
+        super().__init__(message)
+        self.missed: tuple[FaultOutcome, ...] = tuple(missed)
 
 
 class ScheduleObserver:
@@ -103,8 +101,7 @@ def run_schedule(chaos: Any, schedule: Schedule, *, stop: threading.Event | None
             futures[i] = pool.submit(_one, chaos, i, entry, stop, start, clock, observer)
     ended = clock() - start
     return [futures[i].result() if i in futures else observer.settled(FaultOutcome(
-        i, e, FaultStatus.NOT_REACHED, error=f"the run stopped {ended:.2f} s after its start, "
-                                             f"before this fault's time"))
+        i, e, FaultStatus.NOT_REACHED, error=NOT_REACHED.format(ended=ended)))
         for i, e in enumerate(schedule.entries)]
 
 
@@ -124,6 +121,10 @@ def _one(chaos: Any, index: int, entry: ScheduledFault, stop: threading.Event, s
                                          clock() - start, injection))
 
 
+#: Why a fault whose time never came did not happen.
+NOT_REACHED = "the run stopped {ended:.2f} s after its start, before this fault's time"
+
+
 def check_applied(outcomes: Sequence[FaultOutcome], *, where: str) -> None:
     """Raise :class:`FaultsNotApplied` listing every fault that did not happen.
 
@@ -134,4 +135,4 @@ def check_applied(outcomes: Sequence[FaultOutcome], *, where: str) -> None:
     if missed:
         lines = "\n".join(f"  - {o.describe()}" for o in missed)
         raise FaultsNotApplied(f"{len(missed)} of {len(outcomes)} scheduled faults did not happen "
-                               f"in {where}:\n{lines}")
+                               f"in {where}:\n{lines}", missed=missed)

@@ -17,8 +17,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from chaos._agent import agent_for, start_agents
 from chaos._cluster import head_of
@@ -37,15 +37,22 @@ from chaos._faults import (
     MemoryPressure,
     Pause,
     Starve,
-    fault_to_dict,
 )
-from chaos._journal import Journal
-from chaos._memory import MemoryOutcome, allocate, outcome_of, progress_path, read_progress
+from chaos._journal import FaultEvent, Journal, Observed, RecoverEvent
+from chaos._memory import (
+    MemoryOutcome,
+    MemoryProgress,
+    MemoryResult,
+    allocate,
+    outcome_of,
+    progress_path,
+    read_progress,
+)
 from chaos._schedule import Schedule
 from chaos._targets import NodeTarget, Process, resolve
 from chaos._wait import wait_until
 
-__all__ = ["Chaos", "Injection", "MemoryOutcome"]
+__all__ = ["Chaos", "Injection", "MemoryOutcome", "MemoryResult", "MemoryWatch", "StoreFill"]
 
 CALL_TIMEOUT = 30.0
 #: How long a signalled process may take to be gone (a Ray worker's SIGTERM handler included).
@@ -58,17 +65,45 @@ MEMORY_CONFIRM = 30.0
 
 
 @dataclass(frozen=True, slots=True)
-class Injection:
-    """What an injection hit: the processes (pid 0 for a node), and what it observed.
+class StoreFill:
+    """What filling the object store held: bytes put, the node's capacity, and whether Ray
+    refused a put (``ObjectStoreFullError``) before the asked fraction was reached."""
 
-    ``details`` holds per-fault observations (``pids`` of CPU hogs, ``bytes`` held in the
-    object store, and after a memory fault's heal ``memory_outcome``, a
-    :class:`MemoryOutcome`, and ``peak_bytes``).
-    """
+    held_bytes: int
+    capacity_bytes: float
+    full: bool
+
+
+class MemoryWatch:
+    """A memory fault's allocating task (``ref``) and, once the fault is healed, how it ended
+    (``result``; None until then)."""
+
+    def __init__(self, ref: Any) -> None:
+        self.ref = ref
+        self.result: MemoryResult | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Injection:
+    """What an injection hit: the processes (pid 0 for a node), and what it observed, each
+    fault its own field: ``pids`` it started or stopped (CPU hogs; a frozen node's raylet and
+    workers), ``ballast_bytes`` (a full disk's), ``store`` (filling the object store),
+    ``memory`` (a memory fault's task and, after its heal, how it ended)."""
 
     fault: Fault
     processes: tuple[Process, ...]
-    details: dict[str, Any] = field(default_factory=dict)
+    pids: tuple[int, ...] = ()
+    ballast_bytes: int = 0
+    store: StoreFill | None = None
+    memory: MemoryWatch | None = None
+
+    def heal_note(self) -> str:
+        """What the heal observed, for people ("" when there is nothing to say)."""
+        if self.memory is not None and self.memory.result is not None:
+            return self.memory.result.note
+        if self.store is not None:
+            return "ObjectStoreFullError" if self.store.full else "filled"
+        return ""
 
 
 class Chaos:
@@ -118,10 +153,10 @@ class Chaos:
             with injector(self, fault, at, rng or self.rng) as injection:
                 yield injection
         except (UnsafeTarget, TargetNotFound) as exc:
-            self.journal.record("refuse", at=at, fault=fault_to_dict(fault), outcome=str(exc))
+            self.journal.record(FaultEvent(kind="refuse", fault=fault, at=at, outcome=str(exc)))
             raise
         except FaultIneffective as exc:
-            self.journal.record("ineffective", at=at, fault=fault_to_dict(fault), outcome=str(exc))
+            self.journal.record(FaultEvent(kind="ineffective", fault=fault, at=at, outcome=str(exc)))
             raise
 
     def warm_up(self, schedule: Schedule) -> None:
@@ -175,8 +210,8 @@ class Chaos:
         wait_until(restarted, timeout=timeout, interval=0.05,
                    what=f"restart of {process.label} after the fault")
         seconds = time.monotonic() - start
-        self.journal.record("recover", target=process.label, node=process.node_id,
-                            pid=process.pid, outcome="restarted", seconds=seconds)
+        self.journal.record(RecoverEvent(target=process.label, node=process.node_id, pid=process.pid,
+                                         outcome="restarted", seconds=seconds))
         return seconds
 
     # -- plumbing --------------------------------------------------------------------------
@@ -199,13 +234,14 @@ class Chaos:
             if still is not None:
                 still()
 
-    def _record(self, kind: str, fault: Fault, at: float | None, proc: Process | None,
-                outcome: str, **extra: Any) -> None:
-        if proc is not None and proc.name:
-            extra["name"] = proc.name  # stable across runs, unlike pids and actor ids
-        self.journal.record(kind, at=at, fault=fault_to_dict(fault),  # type: ignore[arg-type]
-                            target=proc.label if proc else None, node=proc.node_id if proc else None,
-                            pid=proc.pid if proc else None, outcome=outcome, extra=extra)
+    def _record(self, kind: Literal["inject", "heal"], fault: Fault, at: float | None, proc: Process | None,
+                outcome: str, observed: Observed | None = None) -> None:
+        observed = observed or Observed()
+        if proc is not None and proc.name:  # stable across runs, unlike pids and actor ids
+            observed = observed.model_copy(update={"name": proc.name})
+        self.journal.record(FaultEvent(kind=kind, fault=fault, at=at, target=proc.label if proc else None,
+                                       node=proc.node_id if proc else None, pid=proc.pid if proc else None,
+                                       outcome=outcome, observed=observed))
 
 
 def _injector_for(fault: object) -> Callable[..., Any]:
@@ -310,7 +346,7 @@ def _pause(chaos: Chaos, fault: Pause, at: float | None, rng: random.Random) -> 
 def _pause_one(chaos: Chaos, fault: Pause, at: float | None, proc: Process) -> None:
     agent = agent_for(proc.node_id)
     deadline = chaos._call(agent.pause.remote(proc.pid, fault.seconds, driver_pids=chaos.driver_pids))
-    chaos._record("inject", fault, at, proc, "SIGSTOP; seen in state T", resume_by=deadline)
+    chaos._record("inject", fault, at, proc, "SIGSTOP; seen in state T", Observed(resume_by=deadline))
 
 
 def _resume_one(chaos: Chaos, fault: Pause, at: float | None, proc: Process) -> None:
@@ -323,14 +359,14 @@ def _cpu(chaos: Chaos, fault: CpuHog, at: float | None, rng: random.Random) -> I
     node = _node_of(chaos, fault.node, rng)
     agent = agent_for(node.node_id)
     pids = chaos._call(agent.cpu_hog.remote(fault.cores, fault.seconds))
-    chaos._record("inject", fault, at, node, f"{len(pids)} busy processes running", pids=pids)
+    chaos._record("inject", fault, at, node, f"{len(pids)} busy processes running", Observed(pids=tuple(pids)))
 
     def heal() -> None:
         chaos._call(agent.stop_hogs.remote())
         chaos._record("heal", fault, at, node, "busy processes stopped")
 
     with chaos._active_heal(heal):
-        yield Injection(fault, (node,), {"pids": pids})
+        yield Injection(fault, (node,), pids=tuple(pids))
 
 
 def _node_of(chaos: Chaos, target: NodeTarget | None, rng: random.Random) -> Process:
@@ -354,21 +390,22 @@ def _memory(chaos: Chaos, fault: MemoryPressure, at: float | None,
         max_retries=0, num_cpus=0, name="raychaos.memory_pressure",
         scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False),
     ).remote(fault.fraction, fault.host_cap, fault.seconds, path)
-    details: dict[str, Any] = {"ref": hog}
+    watch = MemoryWatch(hog)
 
     def heal() -> None:
         ray.cancel(hog, force=True)  # the pressure ends first; only then is the agent asked
         _prestart(node.node_id, wait=False)  # the killed worker's replacement, for the next one
-        details.update(outcome_of(hog, _progress(node, path)))
-        chaos._record("heal", fault, at, node, details["outcome"],
-                      memory_outcome=details["memory_outcome"].value, peak_bytes=details["peak_bytes"])
+        result = watch.result = outcome_of(hog, _progress(node, path))
+        chaos._record("heal", fault, at, node, result.note,
+                      Observed(memory_outcome=result.outcome, peak_bytes=result.peak_bytes))
 
     with chaos._active_heal(heal):
         chaos._record("inject", fault, at, node, _confirm_started(chaos, hog, fault, node, path))
-        yield Injection(fault, (node,), details)
+        yield Injection(fault, (node,), memory=watch)
     # Its effect is known once it is over: bytes held resident, or Ray's memory monitor's kill.
-    if details["memory_outcome"] is not MemoryOutcome.OOM_KILLED and details["peak_bytes"] == 0:
-        raise FaultIneffective(f"the memory fault never held a resident byte: {details['outcome']}")
+    result = watch.result
+    if result is not None and result.outcome is not MemoryOutcome.OOM_KILLED and result.peak_bytes == 0:
+        raise FaultIneffective(f"the memory fault never held a resident byte: {result.note}")
 
 
 def _noop() -> None:
@@ -404,7 +441,7 @@ def _chunk(megabytes: int) -> Any:
     return chunk
 
 
-def _progress(node: Process, path: str) -> dict[str, Any] | None:
+def _progress(node: Process, path: str) -> MemoryProgress | None:
     """The allocation's last report, read on its node by a fresh task once the pressure is
     over (not by the agent: Ray's memory monitor picked it as a victim while it served)."""
     import ray
@@ -414,7 +451,7 @@ def _progress(node: Process, path: str) -> dict[str, Any] | None:
         num_cpus=0, max_retries=3, name="raychaos.memory_progress",
         scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False))
     try:
-        progress: dict[str, Any] | None = ray.get(reader.remote(path, remove=True), timeout=CALL_TIMEOUT)
+        progress: MemoryProgress | None = ray.get(reader.remote(path, remove=True), timeout=CALL_TIMEOUT)
         return progress
     except Exception:  # noqa: BLE001 - without the report, the OOM kill (or not) still decides
         return None
@@ -457,23 +494,24 @@ def _object_store(chaos: Chaos, fault: FillObjectStore, at: float | None,
     node = _node_of(chaos, None, rng)
     capacity = ray.cluster_resources().get("object_store_memory", 0.0) / max(1, len(ray.nodes()))
     refs: list[Any] = []
-    chunk, outcome = _chunk(fault.chunk_mb), "filled"
+    chunk, full = _chunk(fault.chunk_mb), False
     try:
         while len(refs) * chunk.nbytes < fault.fraction * capacity:
             refs.append(ray.put(chunk))
     except ObjectStoreFullError:
-        outcome = "ObjectStoreFullError"
+        full = True
     held = len(refs) * chunk.nbytes
-    if held == 0 and outcome != "ObjectStoreFullError":
+    if held == 0 and not full:
         raise FaultIneffective(f"nothing put in the object store (capacity {capacity:.0f} bytes)")
-    chaos._record("inject", fault, at, node, outcome, bytes=held, capacity=capacity)
+    chaos._record("inject", fault, at, node, "ObjectStoreFullError" if full else "filled",
+                  Observed(bytes=held, capacity=capacity))
 
     def heal() -> None:
         refs.clear()
         chaos._record("heal", fault, at, node, "references dropped")
 
     with chaos._active_heal(heal):
-        yield Injection(fault, (node,), {"bytes": held, "outcome": outcome, "capacity": capacity})
+        yield Injection(fault, (node,), store=StoreFill(held, capacity, full))
 
 
 @contextmanager
@@ -489,7 +527,8 @@ def _starve(chaos: Chaos, fault: Starve, at: float | None, rng: random.Random) -
         raise FaultIneffective(f"could not acquire {bundle} within {CALL_TIMEOUT:g} s to starve the "
                                "cluster; are they free?")
     node = _node_of(chaos, None, rng)
-    chaos._record("inject", fault, at, node, "resources held", cpus=fault.cpus, resources=fault.resources)
+    chaos._record("inject", fault, at, node, "resources held",
+                  Observed(cpus=fault.cpus, resources=dict(fault.resources)))
 
     def heal() -> None:
         remove_placement_group(group)
@@ -508,13 +547,13 @@ def _freeze_node(chaos: Chaos, fault: FreezeNode, at: float | None,
                                                 driver_pids=chaos.driver_pids))
     proc = Process(pids[0], node.node_id, f"raylet of node {node.node_id[:12]}")
     chaos._record("inject", fault, at, proc, f"raylet and {len(pids) - 1} workers SIGSTOPped; "
-                                             "each seen in state T", pids=pids)
+                                             "each seen in state T", Observed(pids=tuple(pids)))
 
     def heal() -> None:
         chaos._record("heal", fault, at, proc, _thaw(chaos, agent, pids))
 
     with chaos._active_heal(heal):
-        yield Injection(fault, (proc,), {"pids": pids})
+        yield Injection(fault, (proc,), pids=tuple(pids))
 
 
 def _thaw(chaos: Chaos, agent: Any, pids: list[int]) -> str:
@@ -548,7 +587,7 @@ def _limit_open_files(chaos: Chaos, fault: LimitOpenFiles, at: float | None,
                 proc.pid, fault.headroom, driver_pids=chaos.driver_pids))
             limited.append((proc, soft, hard))
             chaos._record("inject", fault, at, proc, f"open-file limit {soft} -> {low} (read back)",
-                          old_limit=soft, limit=low)
+                          Observed(old_limit=soft, limit=low))
         yield Injection(fault, tuple(p for p, _, _ in limited))
 
 
@@ -559,14 +598,14 @@ def _fill_disk(chaos: Chaos, fault: FillDisk, at: float | None,
     agent = agent_for(node.node_id)
     filled = chaos._call(agent.fill_disk.remote(fault.path))
     chaos._record("inject", fault, at, node, f"{fault.path} full: {filled.bytes} bytes of ballast, "
-                                             "0 bytes free (statvfs)", bytes=filled.bytes)
+                                             "0 bytes free (statvfs)", Observed(bytes=filled.bytes))
 
     def heal() -> None:
         free = chaos._call(agent.free_disk.remote(filled.ballast))
         chaos._record("heal", fault, at, node, f"ballast deleted; {free} bytes free again")
 
     with chaos._active_heal(heal):
-        yield Injection(fault, (node,), {"bytes": filled.bytes})
+        yield Injection(fault, (node,), ballast_bytes=filled.bytes)
 
 
 @contextmanager
@@ -622,10 +661,10 @@ def _kill_gcs(chaos: Chaos, fault: KillGcs, at: float | None,
             return
         new_pid, took = head.restart_gcs(chaos.address)
         chaos._record("heal", fault, at, proc, f"gcs_server restarted as pid {new_pid}; it answered "
-                                               f"after {took:.2f} s", new_pid=new_pid)
+                                               f"after {took:.2f} s", Observed(new_pid=new_pid))
 
     with chaos._active_heal(heal):
-        yield Injection(fault, (proc,), {"pid": pid})
+        yield Injection(fault, (proc,))
 
 
 _INJECTORS: dict[type, Callable[..., Any]] = {

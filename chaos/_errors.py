@@ -15,7 +15,6 @@ __all__ = [
     "CheckpointError",
     "CheckpointFormatError",
     "FaultIneffective",
-    "FaultsNotApplied",
     "HangError",
     "InvalidConfig",
     "InvalidFaultSpec",
@@ -81,11 +80,6 @@ class FaultIneffective(ChaosError, RuntimeError):
 
     The injection counts as failed: a chaos run must not pass on a fault that did not happen.
     """
-
-
-class FaultsNotApplied(ChaosError, AssertionError):
-    """Scheduled faults were not all injected and confirmed before the run or test ended;
-    the message lists each one, with its status and why."""
 
 
 class InvalidFaultSpec(ChaosError, ValueError):

@@ -25,9 +25,9 @@ import signal
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from chaos._errors import ChaosError, InvalidFaultSpec
+from chaos._errors import ChaosError, InvalidConfig, InvalidFaultSpec
+from chaos._json import JsonValue
 
 __all__ = [
     "FAILPOINTS_ENV",
@@ -213,12 +213,15 @@ def armed(plan: FailpointPlan) -> Iterator[None]:
         disarm()
 
 
-def failpoint_env(plan: FailpointPlan, base: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def failpoint_env(plan: FailpointPlan, base: Mapping[str, JsonValue] | None = None) -> dict[str, JsonValue]:
     """A ``runtime_env`` (``base`` plus one variable) that arms ``plan`` in an actor's process
     and in every process Ray restarts it in."""
     os.makedirs(plan.evidence_dir, exist_ok=True)
     env = dict(base or {})
-    env["env_vars"] = {**env.get("env_vars", {}), FAILPOINTS_ENV: plan.to_json()}
+    given = env.get("env_vars") or {}
+    if not isinstance(given, dict):
+        raise InvalidConfig(f"runtime_env env_vars = {given!r}: must be a mapping of variable names to values")
+    env["env_vars"] = {**given, FAILPOINTS_ENV: plan.to_json()}
     return env
 
 

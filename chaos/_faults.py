@@ -3,18 +3,49 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar, Literal
+from enum import StrEnum
+from typing import ClassVar, Literal
 
 from chaos._errors import InvalidFaultSpec
+from chaos._json import JsonValue
 from chaos._targets import NodeTarget, Target, target_from_dict, target_to_dict
 
-__all__ = ["CpuHog", "DrainNode", "Fault", "FillDisk", "FillObjectStore", "FreezeNode", "Kill",
-           "KillGcs", "KillNode", "LimitOpenFiles", "MemoryPressure", "Pause", "Starve",
+__all__ = ["CpuHog", "DrainNode", "Fault", "FaultKind", "FaultStatus", "FillDisk", "FillObjectStore", "FreezeNode",
+           "Kill", "KillGcs", "KillNode", "LimitOpenFiles", "MemoryPressure", "Pause", "Starve",
            "fault_from_dict", "fault_to_dict"]
 
 Signal = Literal["SIGKILL", "SIGTERM"]
 MAX_FAULT_SECONDS = 3600.0
+
+
+class FaultKind(StrEnum):
+    """Every fault's kind, as scenario files and journals spell it (each fault class's ``KIND``)."""
+
+    KILL = "kill"
+    KILL_NODE = "kill_node"
+    PAUSE = "pause"
+    MEMORY = "memory"
+    CPU = "cpu"
+    OBJECT_STORE = "object_store"
+    STARVE = "starve"
+    FREEZE_NODE = "freeze_node"
+    LIMIT_OPEN_FILES = "limit_open_files"
+    FILL_DISK = "fill_disk"
+    DRAIN_NODE = "drain_node"
+    KILL_GCS = "kill_gcs"
+
+
+class FaultStatus(StrEnum):
+    """How a scheduled fault went. Only ``INJECTED`` means it happened."""
+
+    INJECTED = "injected"  #: sent, its effect confirmed, then healed
+    NOT_FOUND = "not_found"  #: no live process matched its target
+    REFUSED = "refused"  #: the safety check refused the process it matched
+    INEFFECTIVE = "ineffective"  #: sent, but its effect was not observed within its bound
+    FAILED = "failed"  #: the injection raised another error
+    NOT_REACHED = "not_reached"  #: the run ended before the fault's time came
 
 
 def _seconds(name: str, value: float) -> None:
@@ -33,6 +64,8 @@ def _fraction(name: str, value: float) -> None:
 class Kill:
     """Signal the target's process: SIGKILL (crash) or SIGTERM (polite)."""
 
+    #: The name scenario files and journals use for this fault.
+    KIND: ClassVar[FaultKind] = FaultKind.KILL
     #: Carried out by the chaos agent on the target's node (see :func:`chaos.start_agents`).
     USES_AGENT: ClassVar[bool] = True
 
@@ -53,6 +86,8 @@ class KillNode:
     gone); it counts as injected only once Ray has also declared the node dead (its health
     check: seconds), which its heal waits for."""
 
+    #: The name scenario files and journals use for this fault.
+    KIND: ClassVar[FaultKind] = FaultKind.KILL_NODE
     #: Carried out by the chaos agent on the target's node (see :func:`chaos.start_agents`).
     USES_AGENT: ClassVar[bool] = True
 
@@ -63,6 +98,8 @@ class KillNode:
 class Pause:
     """SIGSTOP the target's process for ``seconds``, then SIGCONT: a true straggler."""
 
+    #: The name scenario files and journals use for this fault.
+    KIND: ClassVar[FaultKind] = FaultKind.PAUSE
     #: Carried out by the chaos agent on the target's node (see :func:`chaos.start_agents`).
     USES_AGENT: ClassVar[bool] = True
 
@@ -79,6 +116,8 @@ class MemoryPressure:
     ``host_cap``, for ``seconds``: drives Ray's memory monitor (``memory_usage_threshold``)
     to kill a task with ``OutOfMemoryError``."""
 
+    #: The name scenario files and journals use for this fault.
+    KIND: ClassVar[FaultKind] = FaultKind.MEMORY
     #: Its start is confirmed by the chaos agent on the target's node (see :func:`chaos.start_agents`).
     USES_AGENT: ClassVar[bool] = True
 
@@ -100,6 +139,8 @@ class MemoryPressure:
 class CpuHog:
     """Busy-loop ``cores`` processes on a node for ``seconds``."""
 
+    #: The name scenario files and journals use for this fault.
+    KIND: ClassVar[FaultKind] = FaultKind.CPU
     #: Carried out by the chaos agent on the target's node (see :func:`chaos.start_agents`).
     USES_AGENT: ClassVar[bool] = True
 
@@ -118,6 +159,8 @@ class FillObjectStore:
     """``ray.put`` chunks until ``fraction`` of the object store is used (or it spills or
     refuses), and hold them for ``seconds``."""
 
+    #: The name scenario files and journals use for this fault.
+    KIND: ClassVar[FaultKind] = FaultKind.OBJECT_STORE
     #: Carried out by the chaos agent on the target's node (see :func:`chaos.start_agents`).
     USES_AGENT: ClassVar[bool] = False
 
@@ -137,6 +180,8 @@ class FillObjectStore:
 class Starve:
     """Hold ``cpus`` and custom ``resources`` for ``seconds`` so new work stays pending."""
 
+    #: The name scenario files and journals use for this fault.
+    KIND: ClassVar[FaultKind] = FaultKind.STARVE
     #: Carried out by the chaos agent on the target's node (see :func:`chaos.start_agents`).
     USES_AGENT: ClassVar[bool] = False
 
@@ -159,6 +204,8 @@ class FreezeNode:
     check declares it dead after about ``failure_threshold × (period + timeout)``; once
     thawed, a raylet Ray declared dead must exit rather than rejoin."""
 
+    #: The name scenario files and journals use for this fault.
+    KIND: ClassVar[FaultKind] = FaultKind.FREEZE_NODE
     #: Carried out by the chaos agent on the target's node (see :func:`chaos.start_agents`).
     USES_AGENT: ClassVar[bool] = True
 
@@ -180,6 +227,8 @@ class LimitOpenFiles:
     as a descriptor leak would make it (those it holds stay usable). Healing restores the
     limit it had."""
 
+    #: The name scenario files and journals use for this fault.
+    KIND: ClassVar[FaultKind] = FaultKind.LIMIT_OPEN_FILES
     #: Carried out by the chaos agent on the target's node (see :func:`chaos.start_agents`).
     USES_AGENT: ClassVar[bool] = True
 
@@ -203,6 +252,8 @@ class FillDisk:
     ``seconds``; healing deletes the ballast. Only a tmpfs of at most 1 GiB is ever filled
     (:func:`chaos.capped_filesystem` mounts one), never the host's disk."""
 
+    #: The name scenario files and journals use for this fault.
+    KIND: ClassVar[FaultKind] = FaultKind.FILL_DISK
     #: Carried out by the chaos agent on the target's node (see :func:`chaos.start_agents`).
     USES_AGENT: ClassVar[bool] = True
 
@@ -226,6 +277,8 @@ class DrainNode:
     preemption notice does, then at the deadline SIGTERM its processes, wait ``grace_s``, and
     SIGKILL what is left (the instance going away). ``kill_at_deadline=False`` only drains."""
 
+    #: The name scenario files and journals use for this fault.
+    KIND: ClassVar[FaultKind] = FaultKind.DRAIN_NODE
     #: Carried out by the chaos agent on the target's node (see :func:`chaos.start_agents`).
     USES_AGENT: ClassVar[bool] = True
 
@@ -252,6 +305,8 @@ class KillGcs:
     cluster carries on; without it, this is the head's loss: raylets and workers give up after
     ``gcs_rpc_server_reconnect_timeout_s``. Needs the cluster this process started."""
 
+    #: The name scenario files and journals use for this fault.
+    KIND: ClassVar[FaultKind] = FaultKind.KILL_GCS
     #: Carried out by this driver, which owns the head's processes (see the class docstring).
     USES_AGENT: ClassVar[bool] = False
 
@@ -264,16 +319,15 @@ class KillGcs:
 
 Fault = (Kill | KillNode | Pause | MemoryPressure | CpuHog | FillObjectStore | Starve | FreezeNode
          | LimitOpenFiles | FillDisk | DrainNode | KillGcs)
-_KINDS: dict[str, type] = {"kill": Kill, "kill_node": KillNode, "pause": Pause,
-                           "memory": MemoryPressure, "cpu": CpuHog, "object_store": FillObjectStore,
-                           "starve": Starve, "freeze_node": FreezeNode, "limit_open_files": LimitOpenFiles,
-                           "fill_disk": FillDisk, "drain_node": DrainNode, "kill_gcs": KillGcs}
+_KINDS: dict[str, type] = {cls.KIND.value: cls for cls in (
+    Kill, KillNode, Pause, MemoryPressure, CpuHog, FillObjectStore, Starve, FreezeNode, LimitOpenFiles, FillDisk,
+    DrainNode, KillGcs)}
 _TARGET_FIELDS = ("target", "node")
 
 
-def fault_to_dict(fault: Fault) -> dict[str, Any]:
+def fault_to_dict(fault: Fault) -> dict[str, JsonValue]:
     """A JSON-able dict of the fault (for the journal); :func:`fault_from_dict` inverts it."""
-    kind = next(k for k, v in _KINDS.items() if isinstance(fault, v))
+    kind = fault.KIND.value
     data = asdict(fault)
     for name in _TARGET_FIELDS:
         value = getattr(fault, name, None)
@@ -282,7 +336,7 @@ def fault_to_dict(fault: Fault) -> dict[str, Any]:
     return {"kind": kind, **data}
 
 
-def fault_from_dict(data: dict[str, Any]) -> Fault:
+def fault_from_dict(data: Mapping[str, object]) -> Fault:
     """Rebuild a fault from :func:`fault_to_dict`'s output (validated again)."""
     fields = dict(data)
     kind = fields.pop("kind", None)

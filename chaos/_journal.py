@@ -1,49 +1,153 @@
 """The journal: every injection, heal, refusal and observed recovery as a typed event.
 
-Written as JSON lines (one event per line, flushed as it happens, so a run killed
-midway still leaves its journal); read back to report on a run or replay its schedule.
+Written as JSON lines (one event per line, flushed and fsynced as it happens, so a run
+killed midway still leaves its journal); read back to report on a run or replay its
+schedule. Events are a union discriminated by ``kind`` (pydantic validates every line read),
+and each carries its own fields: a run's ``start`` its schedule and seed, a fault's events
+the fault record and what was observed, a run's ``end`` its verdicts.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-__all__ = ["Event", "EventKind", "Journal", "read_journal"]
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator, TypeAdapter, ValidationError
 
-EventKind = Literal["start", "inject", "heal", "refuse", "ineffective", "recover", "observe", "end"]
+from chaos._errors import ChaosError
+from chaos._faults import Fault, FaultStatus, fault_from_dict, fault_to_dict
+from chaos._memory import MemoryOutcome
+
+__all__ = ["EndEvent", "Event", "FaultEvent", "Journal", "JournalCorrupt", "Observed", "PlannedFault",
+           "RecoverEvent", "StartEvent", "VerdictEntry", "dump_event", "read_journal"]
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
-    """One thing that happened in a chaos run.
+class JournalCorrupt(ChaosError, ValueError):
+    """A journal line other than a torn last one is not an event: the file was damaged or
+    written by something else. Nothing is skipped silently."""
 
-    Attributes:
-        kind: what happened. ``inject``/``heal`` bracket a fault; ``refuse`` is a fault the
-            safety checks stopped or whose target was not found; ``ineffective`` a fault
-            sent whose effect was not observed; ``recover`` is an observed recovery
-            (``seconds`` = MTTR).
-        mono: ``time.monotonic()`` (orders events); ``wall``: ``time.time()``.
-        at: seconds since the run started, as scheduled (for replay).
-        fault: the fault record as a dict (see ``fault_from_dict``).
-    """
 
-    kind: EventKind
-    mono: float
-    wall: float
+def _fault(value: object) -> Fault:
+    if isinstance(value, dict):
+        try:
+            return fault_from_dict(value)
+        except TypeError as exc:  # a missing or unknown field of the fault's record
+            raise ValueError(f"not a fault: {exc}") from None
+    if hasattr(type(value), "KIND"):
+        return value  # type: ignore[return-value]  # a fault record already
+    raise ValueError(f"not a fault: {value!r}")
+
+
+#: A fault record in an event: written with :func:`fault_to_dict`, read back validated.
+FaultField = Annotated[Fault, PlainValidator(_fault), PlainSerializer(fault_to_dict, return_type=dict)]
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class PlannedFault(_Record):
+    """One entry of the schedule a run planned (its ``at`` seconds after time zero)."""
+
+    at: float
+    fault: FaultField
+
+
+class VerdictEntry(_Record):
+    """An invariant's verdict as the run's ``end`` journals it."""
+
+    name: str
+    held: bool
+    detail: str
+
+
+class Observed(_Record):
+    """What an injector observed, each fact its own field (absent when it does not apply)."""
+
+    name: str | None = None  #: the target process's name: stable across runs, unlike pids
+    resume_by: float | None = None  #: a pause's deadline on the agent's clock
+    pids: tuple[int, ...] = ()  #: processes the fault started or stopped
+    bytes: int | None = None  #: bytes held (object store) or written as ballast (disk)
+    capacity: float | None = None  #: the object store's capacity on the node
+    cpus: float | None = None  #: CPUs held by a starvation
+    resources: dict[str, float] = Field(default_factory=dict)  #: other resources held
+    memory_outcome: MemoryOutcome | None = None  #: how a memory fault's allocation ended
+    peak_bytes: int | None = None  #: its peak resident bytes
+    new_pid: int | None = None  #: the restarted GCS's pid
+    limit: int | None = None  #: the open-file limit set
+    old_limit: int | None = None  #: the one it replaced
+
+
+class _Event(_Record):
+    mono: float = Field(default_factory=time.monotonic)  #: orders events
+    wall: float = Field(default_factory=time.time)
+
+
+class StartEvent(_Event):
+    """Time zero of a run: its schedule (faults that never happen included) and seed; from
+    ``raychaos run`` also the scenario, its source and the run's label, from the pytest
+    marker the test's node id."""
+
+    kind: Literal["start"] = "start"
+    seed: int = 0
+    schedule: tuple[PlannedFault, ...] = ()
+    scenario: str | None = None
+    source: str | None = None
+    run: Literal["chaos", "baseline"] | None = None
+    heal: str | None = None
+    duration: float | None = None
+    test: str | None = None
+
+
+class FaultEvent(_Event):
+    """A fault's step: ``inject``/``heal`` bracket it; ``refuse`` is one the safety checks
+    stopped or whose target was not found; ``ineffective`` one sent whose effect was not
+    observed. ``at``: seconds after time zero, as scheduled (for replay)."""
+
+    kind: Literal["inject", "heal", "refuse", "ineffective"]
+    fault: FaultField
     at: float | None = None
-    fault: dict[str, Any] | None = None
+    target: str | None = None
+    node: str | None = None
+    pid: int | None = None
+    outcome: str = ""
+    observed: Observed = Field(default_factory=Observed)
+
+
+class RecoverEvent(_Event):
+    """An observed recovery: ``seconds`` from the fault's injection (MTTR), None if it did not."""
+
+    kind: Literal["recover"] = "recover"
+    fault: FaultField | None = None
+    at: float | None = None
     target: str | None = None
     node: str | None = None
     pid: int | None = None
     outcome: str = ""
     seconds: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class EndEvent(_Event):
+    """The run's end: its status (``completed``, ``interrupted``, ``aborted``, or the marker's
+    ``completed``/``deviated``), each scheduled fault's status, and the verdicts."""
+
+    kind: Literal["end"] = "end"
+    outcome: str
+    seconds: float | None = None
+    faults: tuple[FaultStatus, ...] = ()
+    verdicts: tuple[VerdictEntry, ...] = ()
+
+
+Event = Annotated[StartEvent | FaultEvent | RecoverEvent | EndEvent, Field(discriminator="kind")]
+_EVENT: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+def dump_event(event: Event) -> str:
+    """One event as its journal line (JSON, without the newline)."""
+    return _EVENT.dump_json(event).decode()
 
 
 class Journal:
@@ -55,12 +159,12 @@ class Journal:
         self._lock = threading.Lock()
         self._file = open(path, "a", encoding="utf-8") if path else None  # noqa: SIM115
 
-    def record(self, kind: EventKind, **fields: Any) -> Event:
-        event = Event(kind, time.monotonic(), time.time(), **fields)
+    def record(self, event: Event) -> Event:
+        """Append ``event`` (written and fsynced before this returns, when on disk)."""
         with self._lock:
             self.events.append(event)
             if self._file is not None:
-                self._file.write(json.dumps(asdict(event), sort_keys=True) + "\n")
+                self._file.write(dump_event(event) + "\n")
                 self._file.flush()
                 os.fsync(self._file.fileno())
         return event
@@ -78,10 +182,25 @@ class Journal:
 
 
 def read_journal(path: str) -> Iterator[Event]:
-    """The events of a journal file; a torn last line (a killed run) is skipped."""
+    """The events of a journal file, each validated. A last line cut short (no newline: the
+    run was killed while writing it) is dropped; any other line that is not an event raises.
+
+    Raises:
+        JournalCorrupt: the line's number, what is wrong, and the fix.
+    """
     with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                yield Event(**json.loads(line))
-            except (ValueError, TypeError):
-                continue
+        lines = f.readlines()
+    for number, line in enumerate(lines, start=1):
+        try:
+            yield _EVENT.validate_json(line)
+        except ValidationError as exc:
+            if number == len(lines) and not line.endswith("\n"):
+                return  # torn: the run died mid-write
+            raise JournalCorrupt(_corrupt(path, number, exc)) from None
+
+
+def _corrupt(path: str, number: int, exc: ValidationError) -> str:
+    first: Any = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "the line"
+    return (f"{path}:{number} is not a journal event ({where}: {first['msg']}); the file is damaged or "
+            "was not written by raychaos: replay another run's journal.jsonl")

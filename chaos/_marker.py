@@ -15,6 +15,7 @@ from typing import Any
 from chaos._driver import FaultOutcome, FaultStatus, run_schedule
 from chaos._errors import InvalidFaultSpec
 from chaos._faults import Fault
+from chaos._journal import EndEvent, StartEvent
 from chaos._schedule import Schedule, ScheduledFault
 
 __all__ = ["MARKER_HELP", "ChaosRun", "ChaosSpec", "parse_marker"]
@@ -134,8 +135,8 @@ class ChaosRun:
         """Time zero of the schedule: the test body begins now."""
         import time
 
-        self.engine.journal.record("start", extra={"test": self.nodeid, "seed": self.engine.seed,
-                                                   "schedule": self.schedule.to_dicts()})
+        self.engine.journal.record(StartEvent(test=self.nodeid, seed=self.engine.seed,
+                                              schedule=self.schedule.planned()))
         began = time.monotonic()
         self._thread = threading.Thread(target=self._drive, args=(began,), daemon=True,
                                         name="raychaos-schedule")
@@ -152,8 +153,8 @@ class ChaosRun:
         self.engine.heal_all()
         outcomes = self._final()
         if self._thread is not None and self.engine.journal.events[-1].kind != "end":
-            self.engine.journal.record("end", outcome="completed" if all(o.ok for o in outcomes)
-                                       else "deviated", extra={"faults": [o.status.value for o in outcomes]})
+            self.engine.journal.record(EndEvent(outcome="completed" if all(o.ok for o in outcomes) else "deviated",
+                                                faults=tuple(o.status for o in outcomes)))
         return outcomes
 
     def _final(self) -> list[FaultOutcome]:

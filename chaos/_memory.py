@@ -13,10 +13,12 @@ import os
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-__all__ = ["MemoryOutcome", "allocate", "outcome_of", "progress_path", "read_progress"]
+__all__ = ["MemoryOutcome", "MemoryProgress", "MemoryResult", "allocate", "outcome_of", "progress_path",
+           "read_progress"]
 
 STEP = 64 * 2**20
 CALL_TIMEOUT = 30.0
@@ -31,6 +33,25 @@ class MemoryOutcome(StrEnum):
     CRASHED = "crashed"  #: its worker died some other way
 
 
+@dataclass(frozen=True, slots=True)
+class MemoryProgress:
+    """The allocation's last report: bytes resident, the host's used share, and whether the
+    host was already past the target (nothing to allocate)."""
+
+    resident: int
+    host_used: float
+    cannot: bool
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryResult:
+    """How a memory fault's allocation ended, as its heal observed it."""
+
+    outcome: MemoryOutcome
+    peak_bytes: int
+    note: str  #: for people: the journal's outcome
+
+
 def progress_path() -> str:
     """A fresh progress file name (resolved on the node: each node has its own temp dir)."""
     return os.path.join(tempfile.gettempdir(), f"raychaos-memory-{uuid.uuid4().hex}.json")
@@ -43,11 +64,12 @@ def _report(path: str, resident: int, host_used: float, cannot: bool) -> None:
     os.replace(tmp, path)  # atomic: the agent never reads half a report
 
 
-def read_progress(path: str, *, remove: bool = False) -> dict[str, Any] | None:
-    """The last report at ``path`` (JSON, never pickle), or None before the first one."""
+def read_progress(path: str, *, remove: bool = False) -> MemoryProgress | None:
+    """The last report at ``path`` (JSON, never pickle), or None before the first one (or
+    one that is not a report)."""
     try:
         with open(path, encoding="utf-8") as f:
-            progress = json.load(f)
+            progress = _parse(json.load(f))
     except (FileNotFoundError, ValueError):
         progress = None
     if remove:
@@ -56,7 +78,16 @@ def read_progress(path: str, *, remove: bool = False) -> dict[str, Any] | None:
                 os.remove(name)
             except FileNotFoundError:
                 pass
-    return progress if isinstance(progress, dict) else None
+    return progress
+
+
+def _parse(data: object) -> MemoryProgress | None:
+    if not isinstance(data, dict):
+        return None
+    resident, used, cannot = data.get("resident"), data.get("host_used"), data.get("cannot")
+    if isinstance(resident, int) and isinstance(used, (int, float)) and isinstance(cannot, bool):
+        return MemoryProgress(resident, float(used), cannot)
+    return None
 
 
 def allocate(fraction: float, host_cap: float, seconds: float, path: str) -> int:
@@ -88,13 +119,13 @@ def allocate(fraction: float, host_cap: float, seconds: float, path: str) -> int
     return sum(len(b) for b in blocks)
 
 
-def outcome_of(ref: Any, progress: dict[str, Any] | None) -> dict[str, Any]:
+def outcome_of(ref: Any, progress: MemoryProgress | None) -> MemoryResult:
     """What the allocation task ended in: a :class:`MemoryOutcome`, its peak resident bytes
     and a sentence for people (the journal's outcome)."""
     import ray
     from ray.exceptions import OutOfMemoryError, RayError, TaskCancelledError
 
-    peak = int(progress["resident"]) if progress else 0
+    peak = progress.resident if progress else 0
     try:
         peak = max(peak, int(ray.get(ref, timeout=CALL_TIMEOUT)))
         kind, said = MemoryOutcome.HELD, "held without an OOM kill"
@@ -104,7 +135,6 @@ def outcome_of(ref: Any, progress: dict[str, Any] | None) -> dict[str, Any]:
         kind, said = MemoryOutcome.STOPPED_AT_HEAL, "allocation stopped at heal"
     except RayError as exc:
         kind, said = MemoryOutcome.CRASHED, f"the allocating task failed: {type(exc).__name__}"
-    if progress and progress["cannot"]:
-        said = f"nothing allocated: the host already used {progress['host_used']:.0%}, past the target"
-    return {"memory_outcome": kind, "peak_bytes": peak,
-            "outcome": f"{said} (peak {peak / 2**30:.2f} GiB resident)"}
+    if progress and progress.cannot:
+        said = f"nothing allocated: the host already used {progress.host_used:.0%}, past the target"
+    return MemoryResult(kind, peak, f"{said} (peak {peak / 2**30:.2f} GiB resident)")

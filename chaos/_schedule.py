@@ -6,11 +6,10 @@ import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from chaos._errors import InvalidFaultSpec
-from chaos._faults import Fault, fault_from_dict, fault_to_dict
-from chaos._journal import Event
+from chaos._faults import Fault, FaultKind
+from chaos._journal import Event, FaultEvent, PlannedFault, StartEvent
 
 __all__ = ["Schedule", "ScheduledFault"]
 
@@ -27,9 +26,9 @@ class ScheduledFault:
             raise InvalidFaultSpec(f"`at` must be a finite number of seconds >= 0, got {self.at!r}")
 
     @property
-    def kind(self) -> str:
-        """The fault's kind as scenario files and journals spell it (``kill``, ``pause``...)."""
-        return str(fault_to_dict(self.fault)["kind"])
+    def kind(self) -> FaultKind:
+        """The fault's kind (``FaultKind.KILL``...; its value is how files spell it)."""
+        return self.fault.KIND
 
     @property
     def target_label(self) -> str:
@@ -92,19 +91,17 @@ class Schedule:
         (faults that never happened included), else its ``inject``, ``refuse`` and
         ``ineffective`` events, deduplicated."""
         for e in events:
-            if e.kind == "start" and isinstance(e.extra.get("schedule"), list):
-                return cls.from_dicts(e.extra["schedule"])
+            if isinstance(e, StartEvent) and e.schedule:
+                return cls(tuple(ScheduledFault(p.at, p.fault) for p in e.schedule))
         seen: dict[tuple[float, str], ScheduledFault] = {}
         for e in events:
-            if e.kind in ("inject", "refuse", "ineffective") and e.fault is not None and e.at is not None:
-                seen.setdefault((e.at, repr(sorted(e.fault.items()))),
-                                ScheduledFault(e.at, fault_from_dict(e.fault)))
+            if isinstance(e, FaultEvent) and e.kind in ("inject", "refuse", "ineffective") and e.at is not None:
+                seen.setdefault((e.at, repr(e.fault)), ScheduledFault(e.at, e.fault))
         return cls(tuple(sorted(seen.values(), key=lambda s: s.at)))
 
-    @classmethod
-    def from_dicts(cls, entries: Sequence[dict[str, Any]]) -> Schedule:
-        """Inverse of :meth:`to_dicts` (each fault validated again)."""
-        return cls(tuple(ScheduledFault(float(e["at"]), fault_from_dict(e["fault"])) for e in entries))
+    def planned(self) -> tuple[PlannedFault, ...]:
+        """The schedule as a ``start`` event journals it."""
+        return tuple(PlannedFault(at=e.at, fault=e.fault) for e in self.entries)
 
     @property
     def uses_agents(self) -> bool:
@@ -113,7 +110,5 @@ class Schedule:
         monitor has picked one as its victim under a memory fault."""
         return any(getattr(e.fault, "USES_AGENT", False) for e in self.entries)
 
-    def to_dicts(self) -> list[dict[str, Any]]:
-        return [{"at": e.at, "fault": fault_to_dict(e.fault)} for e in self.entries]
 
 

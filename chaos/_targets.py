@@ -7,10 +7,12 @@ work for any Ray application on the cluster, not only actors this driver created
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from chaos._errors import InvalidFaultSpec, TargetNotFound
+from chaos._json import JsonValue
 
 __all__ = [
     "ActorTarget",
@@ -91,13 +93,17 @@ _KINDS: dict[str, type] = {"actor": ActorTarget, "task": TaskTarget, "worker": W
                            "node": NodeTarget}
 
 
-def target_to_dict(target: Target) -> dict[str, Any]:
+def target_to_dict(target: Target) -> dict[str, JsonValue]:
     kind = next(k for k, v in _KINDS.items() if isinstance(target, v))
     return {"kind": kind, **asdict(target)}
 
 
-def target_from_dict(data: dict[str, Any]) -> Target:
-    fields = dict(data)
+def target_from_dict(data: object) -> Target:
+    """Rebuild a target from :func:`target_to_dict`'s output (validated again)."""
+    if not isinstance(data, Mapping):
+        raise InvalidFaultSpec(f"a target must be a table such as {{ kind = \"actor\", name = \"x\" }}, "
+                               f"got {data!r}")
+    fields = {str(k): v for k, v in data.items()}
     kind = fields.pop("kind", None)
     if kind not in _KINDS:
         raise InvalidFaultSpec(f"unknown target kind {kind!r}; use one of {sorted(_KINDS)}")

@@ -22,7 +22,6 @@ use the multi-node fixture are moved to the end of the run.
 
 from __future__ import annotations
 
-import json
 import random
 import signal
 from collections.abc import Generator, Iterator
@@ -189,8 +188,7 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
 
 
 def _fail_unless_applied(run: ChaosRun, outcomes: list[Any]) -> None:
-    from chaos._driver import check_applied
-    from chaos._errors import FaultsNotApplied
+    from chaos._driver import FaultsNotApplied, check_applied
 
     if not run.strict:
         return
@@ -246,10 +244,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     run = item.stash.get(_RUN, None)
     if run is None or not report.failed or report.when != "call":
         return
-    from dataclasses import asdict
+    from chaos._journal import dump_event
 
     seed, journal = run.engine.seed, run.engine.journal
-    lines = [json.dumps(asdict(e), sort_keys=True, default=str) for e in journal.events]
+    lines = [dump_event(e) for e in journal.events]
     report.sections.append((
         "raychaos journal",
         f"chaos seed {seed}; replay this test with: pytest {item.nodeid!r} --chaos-seed={seed}\n"

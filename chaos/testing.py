@@ -211,10 +211,9 @@ class ActorChaosMachine(RuleBasedStateMachine):
 
     def journal_snippet(self) -> str:
         """This example's faults as journal lines, replayable with ``Schedule.from_journal``."""
-        import json
-        from dataclasses import asdict
+        from chaos._journal import dump_event
 
-        lines = [json.dumps(asdict(e), sort_keys=True) for e in self.chaos.journal.events]
+        lines = [dump_event(e) for e in self.chaos.journal.events]
         return "raychaos journal of this example (replay with Schedule.from_journal):\n" + \
             "\n".join(lines)
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from chaos import wait_until
+from chaos import FaultKind, wait_until
 from chaos._extras import import_extra
 from scenarios._records import Verdict
 from scenarios._workload import Params, Workload
@@ -292,7 +292,7 @@ class _LibraryRun(Workload):
     def kills(self) -> list[float]:
         """Wall times of the kills injected so far."""
         wall0 = time.time() - self.ctx.elapsed()  # the run's time zero on the wall clock
-        return [wall0 + t for t in self.ctx.injections("kill")]
+        return [wall0 + t for t in self.ctx.injections(FaultKind.KILL)]
 
     def finished(self, name: str) -> Verdict:
         fit = self.fit
@@ -604,7 +604,7 @@ class RllibPPO(Workload):
         return f"{self.algo.env_runner_group.num_healthy_remote_workers()} healthy env runners"
 
     def invariants(self) -> list[Verdict]:
-        its, kills = self.iterations, self.ctx.injections("kill") + self.ctx.injections("pause")
+        its, kills = self.iterations, self.ctx.injections(FaultKind.KILL) + self.ctx.injections(FaultKind.PAUSE)
         errors = [i.error for i in its if i.error]
         late = restored_within(its, kills, target=self.RUNNERS, bound=self.bound)
         silent = silent_drops(its, target=self.RUNNERS)

@@ -94,5 +94,6 @@ def diagnose(pending: Sequence[Any], address: str) -> list[str]:
     try:
         watch(pending, deadline=1.0, address=address)
     except HangError as exc:
-        return [f"watchdog: {line.strip()}" for line in str(exc).splitlines() if line.strip()][:4]
+        report = str(exc).splitlines()  # the watchdog's diagnosis, shown as it wrote it
+        return [f"watchdog: {line.strip()}" for line in report if line.strip()][:4]
     return []

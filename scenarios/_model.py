@@ -15,11 +15,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from chaos import ChaosError, InvalidConfig, InvalidFaultSpec, RpcFailure, Schedule, fault_from_dict
 from chaos._schedule import ScheduledFault
 from scenarios._records import Problem
+
+if TYPE_CHECKING:
+    from scenarios._workload import Workload
 
 __all__ = ["HealStrategy", "Problem", "Scenario", "ScenarioError", "SteadyState",
            "builtin_names", "load_attack", "load_scenario", "resolve_workload"]
@@ -61,10 +64,10 @@ class Scenario:
     schedule: Schedule
     duration: float
     invariants: tuple[str, ...]
-    params: Mapping[str, Any] = field(default_factory=dict)
+    params: Mapping[str, object] = field(default_factory=dict)
     nodes: int = 1
     num_cpus: int = 2
-    system_config: Mapping[str, Any] = field(default_factory=dict)
+    system_config: Mapping[str, object] = field(default_factory=dict)
     heal: HealStrategy = "after_each"
     steady_state: SteadyState = field(default_factory=SteadyState)
     source: str = ""  # what load_scenario was given: a built-in name or a file path
@@ -94,7 +97,7 @@ def builtin_names() -> list[str]:
 
 
 def load_scenario(name_or_path: str, *, seed: int = 0, duration: float | None = None,
-                  workloads: Mapping[str, Any] | None = None) -> Scenario:
+                  workloads: Mapping[str, type[Workload]] | None = None) -> Scenario:
     """Load and validate a scenario: a built-in name or a TOML file.
 
     Args:
@@ -148,7 +151,7 @@ def _load(name_or_path: str) -> tuple[str, dict[str, Any]]:
         raise ScenarioError(source, [Problem("file", source, f"is not valid TOML ({exc}); fix the syntax")]) from None
 
 
-def resolve_workload(name: str, workloads: Mapping[str, Any] | None = None) -> Any:
+def resolve_workload(name: str, workloads: Mapping[str, type[Workload]] | None = None) -> type[Workload]:
     """The workload class a scenario names: one of ``workloads``, a built-in, or a
     ``module:Class`` path to a :class:`scenarios.Workload` subclass (imported with the
     current directory on ``sys.path``; Ray passes the driver's path on to its workers).
@@ -162,7 +165,7 @@ def resolve_workload(name: str, workloads: Mapping[str, Any] | None = None) -> A
     return found
 
 
-def _find_workload(name: str, workloads: Mapping[str, Any] | None) -> tuple[Any, str]:
+def _find_workload(name: str, workloads: Mapping[str, type[Workload]] | None) -> tuple[type[Workload] | None, str]:
     """(the class, "") or (None, what is wrong and the fix)."""
     from scenarios._registry import known_workloads
     from scenarios._workload import Workload
@@ -231,7 +234,7 @@ class _Checker:
 
 
 def _validate(source: str, data: dict[str, Any], seed: int,
-              workloads: Mapping[str, Any] | None) -> Scenario:
+              workloads: Mapping[str, type[Workload]] | None) -> Scenario:
     c = _Checker(data)
     for key in sorted(set(data) - _TOP_LEVEL):
         c.add(key, data[key], f"unknown field; the fields are {', '.join(sorted(_TOP_LEVEL))}")

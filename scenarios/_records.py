@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Literal
 
-from chaos import FaultStatus
+from chaos import FaultKind, FaultStatus
 
 __all__ = ["FaultRecord", "Phase", "Probe", "Problem", "RunResult", "RunStatus", "Sample", "Verdict"]
 
@@ -73,7 +73,7 @@ class FaultRecord:
     at: float
     start: float
     end: float
-    kind: str
+    kind: FaultKind
     target: str
     outcome: str
     mttr: float | None

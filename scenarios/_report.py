@@ -15,12 +15,17 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from xml.etree import ElementTree as ET
 
+from chaos import FaultKind
 from scenarios._records import RunResult
 
 __all__ = ["summary", "write_reports"]
 
-_COLOURS = {"kill": "#e4572e", "kill_node": "#a4031f", "pause": "#f3a712", "memory": "#5d2e8c",
-            "cpu": "#29335c", "object_store": "#2e86ab", "starve": "#669bbc"}
+#: One colour per fault kind (a test checks every kind has one).
+_COLOURS: dict[FaultKind, str] = {
+    FaultKind.KILL: "#e4572e", FaultKind.KILL_NODE: "#a4031f", FaultKind.PAUSE: "#f3a712",
+    FaultKind.MEMORY: "#5d2e8c", FaultKind.CPU: "#29335c", FaultKind.OBJECT_STORE: "#2e86ab",
+    FaultKind.STARVE: "#669bbc", FaultKind.FREEZE_NODE: "#0b6e4f", FaultKind.LIMIT_OPEN_FILES: "#8f2d56",
+    FaultKind.FILL_DISK: "#6b4226", FaultKind.DRAIN_NODE: "#3a506b", FaultKind.KILL_GCS: "#c5283d"}
 
 
 def write_reports(results: Sequence[RunResult], report_dir: str) -> dict[str, str]:

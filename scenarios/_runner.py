@@ -21,19 +21,21 @@ import psutil
 from chaos import (
     TEST_SYSTEM_CONFIG,
     Chaos,
+    EndEvent,
     FaultOutcome,
     FillDisk,
     HangError,
     Injection,
     InvalidConfig,
     Journal,
-    MemoryOutcome,
     MemoryPressure,
+    RecoverEvent,
     Schedule,
     ScheduledFault,
     ScheduleObserver,
+    StartEvent,
+    VerdictEntry,
     capped_filesystem,
-    fault_to_dict,
     local_cluster,
     ray_processes,
     redis_server,
@@ -232,10 +234,8 @@ def _run_once(run: _Run, workload_cls: type[Workload], params: Params, progress:
     journal = Journal(run.journal_path)
     chaos = Chaos(address=run.address, journal=journal, seed=run.seed)
     rec, workload = _Recorder(), workload_cls(ctx)
-    journal.record("start", extra={"scenario": scenario.name, "source": scenario.source, "run": run.label,
-                                   "seed": run.seed,
-                                   "heal": scenario.heal, "duration": scenario.duration,
-                                   "schedule": _schedule(run).to_dicts()})
+    journal.record(StartEvent(scenario=scenario.name, source=scenario.source, run=run.label, seed=run.seed,
+                              heal=scenario.heal, duration=scenario.duration, schedule=_schedule(run).planned()))
     progress(f"{scenario.name} [{run.label}]: setting up", ctx)
     status, error, verdicts = RunStatus.RUNNING, "", []
     try:
@@ -250,9 +250,10 @@ def _run_once(run: _Run, workload_cls: type[Workload], params: Params, progress:
         verdicts = _conclude(run, workload, ctx, rec, status)
         if rec.sampler is not None:
             rec.sampler.join(timeout=5)
-        journal.record("end", outcome=status.value, seconds=ctx.elapsed(),
-                       extra={"verdicts": [_verdict_dict(v) for v in verdicts],
-                              "faults": [f.status.value for f in rec.faults]})
+        journal.record(EndEvent(outcome=status.value, seconds=ctx.elapsed(),
+                                verdicts=tuple(VerdictEntry(name=v.name, held=v.held, detail=v.detail)
+                                               for v in verdicts),
+                                faults=tuple(f.status for f in rec.faults)))
         journal.close()
     return RunResult(scenario.name, run.label, run.seed, status, round(ctx.elapsed(), 3),
                      tuple(verdicts), tuple(rec.probes), tuple(rec.samples),
@@ -262,10 +263,6 @@ def _run_once(run: _Run, workload_cls: type[Workload], params: Params, progress:
 
 def _schedule(run: _Run) -> Schedule:
     return run.scenario.schedule if run.faults else Schedule(())
-
-
-def _verdict_dict(v: Verdict) -> dict[str, Any]:
-    return {"name": v.name, "held": v.held, "detail": v.detail}
 
 
 def _exercise(run: _Run, workload: Workload, ctx: RunContext, chaos: Chaos, rec: _Recorder,
@@ -433,16 +430,15 @@ class _RunObserver(ScheduleObserver):
         healed = self._heal_observed(outcome.injection)
         mttr, recovered = _recovery(self.workload, self.ctx, start)
         text = f"{healed}; {recovered}" if healed else recovered
-        self.chaos.journal.record("recover", at=entry.at, fault=fault_to_dict(entry.fault),
-                                  target=target, outcome=text, seconds=mttr)
+        self.chaos.journal.record(RecoverEvent(at=entry.at, fault=entry.fault, target=target, outcome=text,
+                                               seconds=mttr))
         self.rec.fault(FaultRecord(entry.at, start, end, entry.kind, target, text, mttr, outcome.status))
         return outcome
 
     def _heal_observed(self, injection: Injection) -> str:
-        memory = injection.details.get("memory_outcome")
-        if isinstance(memory, MemoryOutcome):
-            self.ctx.memory_outcome(memory)
-        return str(injection.details.get("outcome", ""))
+        if injection.memory is not None and injection.memory.result is not None:
+            self.ctx.memory_outcome(injection.memory.result.outcome)
+        return injection.heal_note()
 
 
 def _recovery(workload: Workload, ctx: RunContext, start: float) -> tuple[float | None, str]:

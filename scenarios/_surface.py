@@ -25,6 +25,7 @@ import psutil
 from actors import Checkpointable, CheckpointConfig, CheckpointedCounter, WriterSeqs, mutation
 from chaos import (
     TEST_SYSTEM_CONFIG,
+    FaultKind,
     History,
     MutationNotLogged,
     StuckCause,
@@ -338,7 +339,7 @@ class Unresponsive(_OnWorkerNodes):
         self.detect_within = self.ctx.params_as(UnresponsiveParams).detect_within
 
     def invariants(self) -> list[Verdict]:
-        frozen = self.ctx.injections("freeze_node")
+        frozen = self.ctx.injections(FaultKind.FREEZE_NODE)
         dead = self.watch.dead_at
         took = (min(dead.values()) - frozen[0]) if frozen and dead else None
         states = _states(self.ctx.address)
@@ -374,7 +375,7 @@ class Preemption(_OnWorkerNodes):
     Params = PreemptionParams
 
     def invariants(self) -> list[Verdict]:
-        drained, dead = self.ctx.injections("drain_node"), self.watch.dead_at
+        drained, dead = self.ctx.injections(FaultKind.DRAIN_NODE), self.watch.dead_at
         return [Verdict("node_gone_at_deadline", bool(drained) and bool(dead),
                         f"drain confirmed at {drained}, nodes dead at "
                         f"{sorted(round(t, 1) for t in dead.values())}"),

@@ -9,7 +9,7 @@ from typing import Any, ClassVar, Literal, TypeVar, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from chaos import InvalidConfig, MemoryOutcome
+from chaos import FaultKind, InvalidConfig, MemoryOutcome
 from scenarios._records import Problem, Verdict
 
 __all__ = ["Params", "RunContext", "Workload", "params_problems", "validate_params"]
@@ -92,7 +92,7 @@ class RunContext:
         self.counters: dict[str, float] = {}
         self.series: dict[str, list[tuple[float, float]]] = {}
         self.metrics: dict[str, float] = {}
-        self.injected: list[str] = []  # kinds of the faults injected so far (confirmed)
+        self.injected: list[FaultKind] = []  # kinds of the faults injected so far (confirmed)
         self.injected_at: list[float] = []  # when each was confirmed, seconds into the run
         #: How each memory fault ended, as its heal observed it.
         self.memory_outcomes: list[MemoryOutcome] = []
@@ -124,12 +124,12 @@ class RunContext:
         with self._lock:
             self.metrics[name] = float(value)
 
-    def injected_fault(self, kind: str) -> None:
+    def injected_fault(self, kind: FaultKind) -> None:
         with self._lock:
             self.injected.append(kind)
             self.injected_at.append(self.elapsed())
 
-    def injections(self, kind: str) -> list[float]:
+    def injections(self, kind: FaultKind) -> list[float]:
         """When each fault of ``kind`` was confirmed, seconds into the run."""
         with self._lock:
             return [t for k, t in zip(self.injected, self.injected_at) if k == kind]
@@ -142,7 +142,7 @@ class RunContext:
     def kills(self) -> int:
         """How many kill faults were injected in this run so far."""
         with self._lock:
-            return self.injected.count("kill")
+            return self.injected.count(FaultKind.KILL)
 
     def snapshot(self) -> dict[str, float]:
         with self._lock:

@@ -123,21 +123,23 @@ def attack(schedule: str, address: str, shell_probes: tuple[str, ...], python_pr
 @click.option("--address", default=None, help="run against this existing Ray cluster")
 def replay(journal: str, report_dir: str | None, address: str | None) -> None:
     """Re-run the exact fault schedule a JOURNAL recorded (same scenario, same seed)."""
-    from chaos import Schedule, read_journal
+    from chaos import JournalCorrupt, Schedule, StartEvent, read_journal
     from scenarios._model import ScenarioError, load_scenario
 
-    events = list(read_journal(journal))
-    start = next((e for e in events if e.kind == "start" and "scenario" in e.extra), None)
-    if start is None:
+    try:
+        events = list(read_journal(journal))
+    except JournalCorrupt as exc:
+        _fail(str(exc))
+    start = next((e for e in events if isinstance(e, StartEvent) and e.scenario is not None), None)
+    if start is None or start.scenario is None:
         _fail(f"{journal!r} has no start event from `raychaos run`; replay a run's journal.jsonl")
     try:
-        scenario = load_scenario(start.extra.get("source") or start.extra["scenario"],
-                                 seed=int(start.extra["seed"]), duration=float(start.extra["duration"]))
+        scenario = load_scenario(start.source or start.scenario, seed=start.seed, duration=start.duration)
     except ScenarioError as exc:
         _fail(str(exc))
     scenario = dataclasses.replace(scenario, schedule=Schedule.from_journal(events))
-    click.echo(f"replaying {len(scenario.schedule.entries)} faults of {scenario.name} (seed {start.extra['seed']})")
-    _execute(scenario, seed=int(start.extra["seed"]), address=address, report_dir=report_dir, baseline=False)
+    click.echo(f"replaying {len(scenario.schedule.entries)} faults of {scenario.name} (seed {start.seed})")
+    _execute(scenario, seed=start.seed, address=address, report_dir=report_dir, baseline=False)
 
 
 def _execute(scenario: object, *, seed: int, address: str | None, report_dir: str | None,

@@ -134,11 +134,10 @@ MAX_PHASES = 4
 def save_renaming_first(store: Any, tree: Any, *, parent: int | None = None) -> Any:
     """A planted bug: ``CheckpointStore.save`` that commits the folder (renames it into place)
     before writing its files and manifest, with the same failpoints."""
-    import json
     import time
 
     from actors import CheckpointInfo
-    from actors._store import _MANIFEST, FORMAT_VERSION, _fsync_dir
+    from actors._store import _MANIFEST, FORMAT_VERSION, Manifest, _fsync_dir
     from chaos import failpoint
 
     seq = store.next_seq()
@@ -146,15 +145,14 @@ def save_renaming_first(store: Any, tree: Any, *, parent: int | None = None) -> 
     store.fs.makedirs(final, exist_ok=True)
     failpoint(fp.CHECKPOINT_RENAMED)
     files = store._write_payload(final, tree)
-    manifest = {"format": FORMAT_VERSION, "seq": seq, "parent": parent, "created": time.time(),
-                "files": files}
+    manifest = Manifest(FORMAT_VERSION, seq, parent, time.time(), files)
     failpoint(fp.CHECKPOINT_BEFORE_MANIFEST)
-    store._write_bytes(f"{final}/{_MANIFEST}", json.dumps(manifest).encode())
+    store._write_bytes(f"{final}/{_MANIFEST}", manifest.to_json())
     failpoint(fp.CHECKPOINT_MANIFEST)
     _fsync_dir(store.root)
     failpoint(fp.CHECKPOINT_PRUNE)
     store.prune()
-    return CheckpointInfo(seq, final, sum(m["size"] for m in files.values()), 0.0, parent)
+    return CheckpointInfo(seq, final, sum(m.size for m in files.values()), 0.0, parent)
 
 
 def phase_child(conn: Any, storage: str, plan_json: str, case: Case, todo: list[tuple[str, int]],

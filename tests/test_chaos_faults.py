@@ -209,7 +209,7 @@ def test_safety_refuses_what_is_not_this_sessions_worker(chaos: Chaos) -> None:
 
 def test_cpu_hog_burns_then_stops(chaos: Chaos) -> None:
     with chaos.inject(CpuHog(cores=1, seconds=30)) as injection:
-        (pid,) = injection.details["pids"]
+        (pid,) = injection.pids
         proc = psutil.Process(pid)
         proc.cpu_percent()
         wait_until(lambda: proc.cpu_percent(interval=0.2) > 50, timeout=10, what="a busy hog")
@@ -218,10 +218,10 @@ def test_cpu_hog_burns_then_stops(chaos: Chaos) -> None:
 
 def test_fill_the_object_store_until_it_spills(chaos: Chaos, ray_cluster: ClusterHandle) -> None:
     with chaos.inject(FillObjectStore(fraction=1.5, seconds=30, chunk_mb=16)) as injection:
-        assert injection.details["bytes"] >= injection.details["capacity"] or \
-            injection.details["outcome"] == "ObjectStoreFullError"
+        store = injection.store
+        assert store is not None and (store.held_bytes >= store.capacity_bytes or store.full)
         spilled = glob.glob(f"{ray_cluster.temp_dir}/**/ray_spilled_objects*/*", recursive=True)
-        assert spilled or injection.details["outcome"] == "ObjectStoreFullError"
+        assert spilled or store.full
 
 
 def test_starvation_keeps_new_work_pending_until_healed(chaos: Chaos, ray_cluster: ClusterHandle) -> None:

@@ -12,18 +12,27 @@ from hypothesis import given
 from chaos import (
     ActorTarget,
     CpuHog,
+    EndEvent,
+    FaultEvent,
+    FaultStatus,
     FillObjectStore,
     InvalidFaultSpec,
     Journal,
+    JournalCorrupt,
     Kill,
     KillNode,
     Latency,
+    MemoryOutcome,
     MemoryPressure,
     NodeTarget,
+    Observed,
     Pause,
+    RecoverEvent,
     Schedule,
+    StartEvent,
     Starve,
     TaskTarget,
+    VerdictEntry,
     delayed,
     fault_from_dict,
     fault_to_dict,
@@ -83,13 +92,45 @@ def test_journal_replays_its_schedule(tmp_path: Path) -> None:
     schedule = Schedule.explicit([(0.5, Kill(A)), (2.0, Pause(A, seconds=1.0))])
     with Journal(path) as journal:
         for entry in schedule.entries:
-            journal.record("inject", at=entry.at, fault=fault_to_dict(entry.fault), pid=123)
-            journal.record("heal", at=entry.at, fault=fault_to_dict(entry.fault))
+            journal.record(FaultEvent(kind="inject", at=entry.at, fault=entry.fault, pid=123))
+            journal.record(FaultEvent(kind="heal", at=entry.at, fault=entry.fault))
     with open(path, "a") as f:
         f.write('{"kind": "inj')  # a run killed mid-write leaves a torn line
     events = list(read_journal(path))
     assert [e.kind for e in events] == ["inject", "heal", "inject", "heal"]
     assert Schedule.from_journal(events) == schedule
+
+
+def test_a_damaged_line_before_the_last_is_an_error_not_a_skip(tmp_path: Path) -> None:
+    # A journal that silently drops a middle line replays another schedule than the one run.
+    path = tmp_path / "journal.jsonl"
+    with Journal(str(path)) as journal:
+        journal.record(FaultEvent(kind="inject", at=0.5, fault=Kill(A)))
+        journal.record(FaultEvent(kind="heal", at=0.5, fault=Kill(A)))
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text(lines[0][:20] + "\n" + lines[1])
+    with pytest.raises(JournalCorrupt, match=r"journal\.jsonl:1 is not a journal event"):
+        list(read_journal(str(path)))
+    path.write_text(lines[0] + '{"kind": "inject", "mono": 1, "wall": 1, "fault": {"kind": "kill"}, "zap": 1}\n')
+    with pytest.raises(JournalCorrupt, match=r"journal\.jsonl:2 is not a journal event"):
+        list(read_journal(str(path)))
+
+
+def test_every_event_kind_reads_back_as_written(tmp_path: Path) -> None:
+    path = str(tmp_path / "journal.jsonl")
+    schedule = Schedule.explicit([(0.5, Kill(A)), (1.0, CpuHog(cores=1, seconds=2.0))])
+    events = [StartEvent(seed=7, schedule=schedule.planned(), scenario="s", source="builtin:s", run="chaos"),
+              FaultEvent(kind="inject", at=0.5, fault=Kill(A), pid=9, observed=Observed(pids=(1, 2), name="w")),
+              FaultEvent(kind="heal", at=1.0, fault=CpuHog(cores=1, seconds=2.0),
+                         observed=Observed(memory_outcome=MemoryOutcome.OOM_KILLED, peak_bytes=3)),
+              RecoverEvent(at=0.5, fault=Kill(A), outcome="recovered", seconds=0.25),
+              EndEvent(outcome="completed", faults=(FaultStatus.INJECTED,),
+                       verdicts=(VerdictEntry(name="x", held=False, detail="d"),))]
+    with Journal(path) as journal:
+        for event in events:
+            journal.record(event)
+    assert list(read_journal(path)) == events
+    assert Schedule.from_journal(events) == Schedule(schedule.entries)
 
 
 def test_delays_are_seeded_and_reproducible(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -403,6 +403,21 @@ def test_newer_format_version_is_refused_before_anything_is_written(storage: str
     assert sorted(os.listdir(storage)) == before
 
 
+def test_a_manifest_that_is_not_an_object_is_a_format_error(storage: str) -> None:
+    folder = two_checkpoints(storage)
+    (folder / "manifest.json").write_text("[1, 2]")
+    with pytest.raises(CheckpointFormatError, match="manifest is list, not an object"):
+        reopen(storage, every_n=3, keep=5)
+
+
+def test_a_manifest_with_a_mistyped_field_is_skipped_for_the_previous_checkpoint(storage: str) -> None:
+    folder = two_checkpoints(storage)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["parent"] = "one"  # a parent must be a checkpoint's number: never guessed at
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    assert_falls_back_to_previous(storage)
+
+
 # -- bad input: a typed error naming what, the value and the fix; nothing written ------------
 
 

@@ -247,13 +247,13 @@ def flock(ray_cluster):
 @pytest.mark.chaos(menu=[Pause(ActorTarget(class_name="Flock"), seconds=0.2)], rate=1.0, duration=4.0)
 def test_random_schedule(flock, chaos):
     start = next(e for e in chaos.journal.events if e.kind == "start")
-    wanted = len(start.extra["schedule"])
+    wanted = len(start.schedule)
     wait_until(lambda: sum(e.kind == "heal" for e in chaos.journal.events) >= wanted, timeout=60,
                what="every scheduled pause to be over")
-    injects = [(e.extra["name"], round(e.mono - start.mono, 4)) for e in chaos.journal.events
+    injects = [(e.observed.name, round(e.mono - start.mono, 4)) for e in chaos.journal.events
                if e.kind == "inject"]
     with open(os.environ["JOURNAL_OUT"], "w") as f:
-        json.dump({"schedule": start.extra["schedule"], "injects": injects}, f)
+        json.dump({"schedule": [p.model_dump(mode="json") for p in start.schedule], "injects": injects}, f)
 """
 
 

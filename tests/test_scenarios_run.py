@@ -18,7 +18,7 @@ import psutil
 import pytest
 from click.testing import CliRunner
 
-from chaos import ClusterHandle, read_journal, wait_until
+from chaos import ClusterHandle, EndEvent, read_journal, wait_until
 from conftest import default_sigint
 from scenarios.cli import main
 
@@ -319,7 +319,7 @@ def test_ctrl_c_twice_heals_journals_interrupted_and_leaves_nothing(tmp_path: Pa
     events = list(read_journal(str(journal)))
     assert events[0].kind == "start" and "heal" in [e.kind for e in events]
     assert events[-1].kind == "end" and events[-1].outcome == "interrupted"
-    assert events[-1].extra["verdicts"] == []  # nothing was checked, so nothing held
+    assert isinstance(events[-1], EndEvent) and events[-1].verdicts == ()  # nothing was checked, nothing held
 
 
 def _stopped(p: psutil.Process) -> bool:
