@@ -21,6 +21,7 @@ from click.testing import CliRunner
 from chaos import ClusterHandle, EndEvent, read_journal, wait_until
 from conftest import default_sigint
 from scenarios.cli import main
+from test_report import Elements, coloured_pixels
 
 pytestmark = pytest.mark.ray
 RAYCHAOS = str(Path(sys.executable).parent / "raychaos")
@@ -268,24 +269,24 @@ def test_the_html_report_renders_in_headless_chromium(flagship_report: tuple[Pat
     assert os.path.exists(chromium), "install Debian's chromium (make browser) for the report test"
     url = (flagship_report[0] / "report.html").as_uri()
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
-    dom = subprocess.run([chromium, *flags, "--dump-dom", url], capture_output=True, text=True, timeout=60).stdout
-    assert dom.count('<svg class="timeline"') == 2 and 'class="fault-band"' in dom  # baseline and chaos
-    assert 'class="series" data-name="throughput"' in dom and 'data-name="eval_return"' in dom
-    assert "ALL INVARIANTS HELD" in dom and dom.count('class="verdict"') >= 8
-    assert 'id="comparison"' in dom  # the side-by-side table
+    dom_text = subprocess.run([chromium, *flags, "--dump-dom", url], capture_output=True, text=True,
+                              timeout=60).stdout
+    dom = Elements()
+    dom.feed(dom_text)
+    panels = [p["data-series"] for p in dom.with_class("panel")]
+    assert {"transitions", "gradient_steps", "eval_return"} <= set(panels), panels
+    assert len(dom.with_class("y-axis")) == len(panels) and len(dom.with_class("x-axis")) == len(panels) + 1
+    runs = {s["data-run"] for s in dom.with_class("series")}
+    assert runs == {"baseline", "chaos"}  # the fault-free twin on the chaos run's axes
+    summary = _summary(flagship_report[0])["runs"][-1]
+    assert len(dom.with_class("lane")) == len(summary["faults"]) == 5  # one lane per fault
+    assert sum(t.startswith("MTTR ") for t in dom.texts) == 5
+    assert "ALL INVARIANTS HELD" in dom_text and dom_text.count('class="verdict"') >= 8
+    assert 'id="comparison"' in dom_text  # the side-by-side metrics
     shot = tmp_path / "shot.png"
     subprocess.run([chromium, *flags, f"--screenshot={shot}", "--window-size=1200,1800", url],
                    capture_output=True, timeout=60, check=True)
-    assert _coloured_pixels(shot) > 20_000  # the bands and lines were painted, not a blank page
-
-
-def _coloured_pixels(png: Path) -> int:
-    """Pixels that are neither white nor grey: the shaded bands and the coloured series."""
-    import numpy as np
-    from PIL import Image
-
-    rgb = np.asarray(Image.open(png).convert("RGB"), dtype=int)
-    return int(((rgb.max(axis=2) - rgb.min(axis=2)) > 30).sum())
+    assert coloured_pixels(shot) > 20_000  # the lines and the bars were painted, not a blank page
 
 
 def test_ctrl_c_twice_heals_journals_interrupted_and_leaves_nothing(tmp_path: Path) -> None:

@@ -1,0 +1,136 @@
+"""The HTML report in headless Chromium: a panel per series with both axes and its unit, the
+baseline on the chaos run's axes, one lane per fault with its MTTR, a readable metrics table.
+
+Built from synthetic runs (no Ray): the shape of the page is what is tested here; the
+flagship's own report is checked the same way in the slow tier."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from chaos import FaultKind, FaultStatus
+from scenarios import FaultRecord, Probe, RunResult, Sample, Verdict
+from scenarios._records import RunStatus
+from scenarios._report_html import COLOURS, fmt, nice_step, render_html
+
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
+
+
+class Elements(HTMLParser):
+    """Every element of a dumped DOM as (tag, attributes), and the text of each <text>."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[tuple[str, dict[str, str]]] = []
+        self.texts: list[str] = []
+        self._in_text = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.found.append((tag, {k: v or "" for k, v in attrs}))
+        self._in_text = tag == "text"
+
+    def handle_data(self, data: str) -> None:
+        if self._in_text:
+            self.texts.append(data)
+            self._in_text = False
+
+    def with_class(self, name: str) -> list[dict[str, str]]:
+        return [a for _, a in self.found if name in a.get("class", "").split()]
+
+
+def run(label: str, *, faults: tuple[FaultRecord, ...] = (), slower: float = 1.0) -> RunResult:
+    samples = tuple(Sample(t / 2, {"transitions": 100 * t * t / slower, "gradient_steps": 8 * t}, 2**30)
+                    for t in range(41))
+    series = {"eval_return": tuple((float(t), 10.0 * t / slower) for t in range(2, 20, 3))}
+    return RunResult("synthetic", label, 0, RunStatus.COMPLETED, 20.0, (Verdict("no_loss", True, "0 lost"),),
+                     (Probe("after", 20.0, True, "ok"),), samples, faults,
+                     {"solved_at_s": 14.8726, "best_return": 219.83, "peak_bytes": 3 * 2**20}, series)
+
+
+FAULTS = (  # two overlap in time: each keeps its own lane
+    FaultRecord(3.0, 3.0, 3.1, FaultKind.KILL, "actor EnvWorker", "recovered", 0.72),
+    FaultRecord(3.5, 3.5, 6.5, FaultKind.PAUSE, "actor EnvWorker", "recovered", 3.4),
+    FaultRecord(9.0, 9.0, 12.0, FaultKind.MEMORY, "node abc", "held", None),
+    FaultRecord(15.0, 15.0, 15.0, FaultKind.KILL, "actor Gone", "not found", None, FaultStatus.NOT_FOUND),
+)
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Elements]:
+    assert os.path.exists(CHROMIUM), "install Debian's chromium (make browser) for the report test"
+    folder = tmp_path_factory.mktemp("report")
+    path = folder / "report.html"
+    path.write_text(render_html([run("baseline"), run("chaos", faults=FAULTS, slower=1.5)]), encoding="utf-8")
+    dom = subprocess.run([CHROMIUM, *FLAGS, "--dump-dom", path.as_uri()], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    parsed = Elements()
+    parsed.feed(dom)
+    return path, parsed
+
+
+def test_a_panel_per_series_each_with_both_axes_and_its_unit(page: tuple[Path, Elements]) -> None:
+    _, dom = page
+    panels = dom.with_class("panel")
+    assert [p["data-series"] for p in panels] == ["gradient_steps", "transitions", "eval_return"]
+    assert len(dom.with_class("x-axis")) == len(panels) + 1  # the lanes share the time axis
+    assert len(dom.with_class("y-axis")) == len(panels)
+    assert {"gradient_steps (per s)", "transitions (per s)", "eval_return (value)"} <= set(dom.texts)
+    assert dom.texts.count("seconds since the run's start") == len(panels) + 1
+
+
+def test_the_baseline_is_drawn_on_the_same_axes_as_the_chaos_run(page: tuple[Path, Elements]) -> None:
+    _, dom = page
+    lines = [(s["data-run"], s["stroke-dasharray"]) for s in dom.with_class("series")]
+    assert lines.count(("chaos", "")) == 3 and lines.count(("baseline", "6 4")) == 3
+
+
+def test_one_lane_per_fault_with_its_mttr_or_why_not(page: tuple[Path, Elements]) -> None:
+    _, dom = page
+    lanes = dom.with_class("lane")
+    assert [(lane["data-fault"], lane["data-kind"]) for lane in lanes] == [
+        ("0", "kill"), ("1", "pause"), ("2", "memory"), ("3", "kill")]
+    assert {"MTTR 0.72 s", "MTTR 3.40 s", "not recovered", "not_found"} <= set(dom.texts)
+    assert len(dom.with_class("recovering")) == 2 and len(dom.with_class("active")) == 3
+
+
+def test_metrics_are_rounded_with_units(page: tuple[Path, Elements]) -> None:
+    text = page[0].read_text()
+    assert "solved at (s)" in text and ">14.9<" in text and "14.8726" not in text
+    assert "peak (MiB)" in text and "best return" in text and "220" in text
+
+
+def test_the_screenshot_paints_panels_and_lanes(page: tuple[Path, Elements], tmp_path: Path) -> None:
+    shot = tmp_path / "shot.png"
+    subprocess.run([CHROMIUM, *FLAGS, f"--screenshot={shot}", "--window-size=1120,1400", page[0].as_uri()],
+                   capture_output=True, timeout=60, check=True)
+    assert coloured_pixels(shot) > 5_000  # the lines and the lanes' bars were painted
+
+
+def coloured_pixels(png: Path) -> int:
+    """Pixels that are neither white nor grey: the coloured series and the fault bars."""
+    import numpy as np
+    from PIL import Image
+
+    rgb = np.asarray(Image.open(png).convert("RGB"), dtype=int)
+    return int(((rgb.max(axis=2) - rgb.min(axis=2)) > 30).sum())
+
+
+def test_every_fault_kind_has_its_own_colour() -> None:
+    assert set(COLOURS) == set(FaultKind) and len(set(COLOURS.values())) == len(FaultKind)
+
+
+@pytest.mark.parametrize(("span", "step"), [(20.0, 5.0), (7.0, 1.0), (130.0, 20.0), (0.5, 0.1)])
+def test_time_ticks_are_round(span: float, step: float) -> None:
+    assert nice_step(span) == pytest.approx(step)
+
+
+@pytest.mark.parametrize(("value", "text"), [(14.8726, "14.9"), (3.14159, "3.14"), (219.83, "220"),
+                                             (48_213.0, "48k"), (4.0, "4")])
+def test_figures_are_rounded_for_reading(value: float, text: str) -> None:
+    assert fmt(value) == text
