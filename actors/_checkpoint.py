@@ -417,6 +417,35 @@ def _reconstructed() -> bool:
         return False
 
 
+@dataclass(frozen=True, slots=True)
+class LoggedCall:
+    """One write-ahead log record: a ``@mutation`` call, by its method's name, with its
+    arguments (a state tree each: arrays, tensors, JSON values; never pickled)."""
+
+    method: str
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any]
+
+    def encode(self) -> bytes:
+        return _codec.encode({"m": self.method, "a": list(self.args), "k": dict(self.kwargs)})
+
+    @staticmethod
+    def decode(payload: bytes) -> LoggedCall:
+        """The call in a log record's payload.
+
+        Raises:
+            CheckpointError: the payload is not a logged call (its fields or their types).
+        """
+        tree = _codec.decode(payload)
+        if not isinstance(tree, dict):
+            tree = {}
+        method, args, kwargs = tree.get("m"), tree.get("a"), tree.get("k")
+        if not (isinstance(method, str) and isinstance(args, list) and isinstance(kwargs, dict)):
+            raise CheckpointError(f"a log record holds method {method!r}, args of type {type(args).__name__} "
+                                  f"and kwargs of type {type(kwargs).__name__}: not a call this raychaos logged")
+        return LoggedCall(method, tuple(args), kwargs)
+
+
 class _Checkpointer:
     """Drives one actor's checkpoints and WAL; private to :class:`Checkpointable`."""
 
@@ -469,7 +498,7 @@ class _Checkpointer:
             path = f"{root}/{_wal.segment_name(seq)}"
             records, valid = _wal.read_segment(path)
             for payload in records:
-                self._apply(_codec.decode(payload))
+                self._apply(LoggedCall.decode(payload))
                 failpoint(fp.RESTORE_REPLAYED)
             replayed += len(records)
             torn = os.path.getsize(path) - valid
@@ -480,15 +509,15 @@ class _Checkpointer:
         self._open_segment(last, valid_length=valid if segments else None)
         return replayed, torn
 
-    def _apply(self, record: Mapping[str, Any]) -> None:
-        method = getattr(getattr(type(self.owner), record["m"], None), "__raychaos_mutation__", None)
+    def _apply(self, record: LoggedCall) -> None:
+        method = getattr(getattr(type(self.owner), record.method, None), "__raychaos_mutation__", None)
         if method is None:
             raise CheckpointError(
-                f"the log holds a call to {record['m']!r}, which {type(self.owner).__name__} does not "
+                f"the log holds a call to {record.method!r}, which {type(self.owner).__name__} does not "
                 "mark with @mutation; decorate it (an override too) or restore from fresh storage")
         self.owner.__dict__["_raychaos_depth"] = 1  # replaying: nested mutations log nothing
         try:
-            result = method(self.owner, *record["a"], **record["k"])
+            result = method(self.owner, *record.args, **record.kwargs)
             if inspect.isawaitable(result):
                 _run_to_end(result)
         finally:
@@ -511,7 +540,7 @@ class _Checkpointer:
             raise MutationNotLogged(self.diverged, undone=False)
         if self.writer is not None:
             try:
-                self.writer.append(_codec.encode({"m": name, "a": list(args), "k": kwargs}))
+                self.writer.append(LoggedCall(name, args, kwargs).encode())
             except Exception as exc:  # noqa: BLE001 - whatever stopped the record, undo the call
                 self._undo(name, exc)
             self.records += 1

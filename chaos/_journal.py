@@ -9,6 +9,7 @@ the fault record and what was observed, a run's ``end`` its verdicts.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -146,8 +147,8 @@ _EVENT: TypeAdapter[Event] = TypeAdapter(Event)
 
 
 def dump_event(event: Event) -> str:
-    """One event as its journal line (JSON, without the newline)."""
-    return _EVENT.dump_json(event).decode()
+    """One event as its journal line (JSON as ``json.dumps`` spaces it, without the newline)."""
+    return json.dumps(_EVENT.dump_python(event, mode="json"))
 
 
 class Journal:

@@ -9,9 +9,16 @@ from typing import Literal
 
 from chaos import FaultKind, FaultStatus
 
-__all__ = ["FaultRecord", "Phase", "Probe", "Problem", "RunResult", "RunStatus", "Sample", "Verdict"]
+__all__ = ["FaultRecord", "Phase", "Probe", "Problem", "RunLabel", "RunResult", "RunStatus", "Sample", "Verdict"]
 
 Phase = Literal["before", "during", "after"]
+
+
+class RunLabel(StrEnum):
+    """Which of a scenario's runs: the one under faults, or its fault-free twin (same seed)."""
+
+    CHAOS = "chaos"
+    BASELINE = "baseline"
 
 
 class RunStatus(StrEnum):
@@ -82,14 +89,14 @@ class FaultRecord:
 
 @dataclass(frozen=True, slots=True)
 class RunResult:
-    """One run of a scenario (``label`` ``"chaos"``, or ``"baseline"`` for the fault-free twin).
+    """One run of a scenario (``label``: under faults, or the fault-free twin).
 
     ``strict_faults``: a scheduled fault that did not happen (not found, refused,
     ineffective, not reached) makes the run deviate; the scenario can opt out in words.
     """
 
     scenario: str
-    label: str
+    label: RunLabel
     seed: int
     status: RunStatus
     seconds: float

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from xml.etree import ElementTree as ET
 
-from scenarios._records import RunResult
+from scenarios._records import RunLabel, RunResult
 from scenarios._report_html import render_html
 
 __all__ = ["summary", "write_reports"]
@@ -35,7 +35,7 @@ def write_reports(results: Sequence[RunResult], report_dir: str) -> dict[str, st
 def summary(results: Sequence[RunResult]) -> dict[str, object]:
     """Everything about the runs as plain JSON (the chaos run last)."""
     return {"scenario": results[-1].scenario, "machine": _machine(),
-            "deviated": any(r.deviated for r in results if r.label == "chaos"),
+            "deviated": any(r.deviated for r in results if r.label is RunLabel.CHAOS),
             "runs": [_run_summary(r) for r in results]}
 
 

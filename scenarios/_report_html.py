@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from chaos import FaultKind, FaultStatus
-from scenarios._records import FaultRecord, RunResult
+from scenarios._records import FaultRecord, RunLabel, RunResult
 
 __all__ = ["render_html"]
 
@@ -29,7 +29,7 @@ COLOURS: dict[FaultKind, str] = {
     FaultKind.MEMORY: "#5d2e8c", FaultKind.CPU: "#29335c", FaultKind.OBJECT_STORE: "#2e86ab",
     FaultKind.STARVE: "#669bbc", FaultKind.FREEZE_NODE: "#0b6e4f", FaultKind.LIMIT_OPEN_FILES: "#8f2d56",
     FaultKind.FILL_DISK: "#6b4226", FaultKind.DRAIN_NODE: "#3a506b", FaultKind.KILL_GCS: "#c5283d"}
-_RUN_STYLE = {"chaos": ("#1a73e8", ""), "baseline": ("#7a7a7a", "6 4")}
+_RUN_STYLE = {RunLabel.CHAOS: ("#1a73e8", ""), RunLabel.BASELINE: ("#7a7a7a", "6 4")}
 
 _CSS = """body{font:14px system-ui,sans-serif;margin:24px;color:#222;max-width:1100px}
 h1{font-size:22px}h2{font-size:18px;margin-top:28px}table{border-collapse:collapse;margin:8px 0}
@@ -46,7 +46,7 @@ class Series:
 
     name: str
     unit: str
-    lines: Mapping[str, tuple[tuple[float, float], ...]]
+    lines: Mapping[RunLabel, tuple[tuple[float, float], ...]]
 
 
 def render_html(results: Sequence[RunResult]) -> str:

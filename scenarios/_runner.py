@@ -47,7 +47,7 @@ from chaos import (
 from chaos._faults import STORAGE
 from scenarios._interrupt import interrupt_once
 from scenarios._model import Scenario, resolve_workload
-from scenarios._records import FaultRecord, Phase, Probe, RunResult, RunStatus, Sample, Verdict
+from scenarios._records import FaultRecord, Phase, Probe, RunLabel, RunResult, RunStatus, Sample, Verdict
 from scenarios._workload import Params, RunContext, Workload, validate_params
 
 __all__ = ["Progress", "declared_verdicts", "run_scenario"]
@@ -69,7 +69,7 @@ class _Run:
     scenario: Scenario
     address: str
     seed: int
-    label: str
+    label: RunLabel
     faults: bool
     journal_path: str | None
     storage: str
@@ -101,12 +101,12 @@ def run_scenario(scenario: Scenario, *, seed: int = 0, address: str | None = Non
         with _cluster(scenario, address, oom_config) as addr, \
                 tempfile.TemporaryDirectory(prefix="raychaos-") as tmp:
             wants_baseline = workload_cls.BASELINE if baseline is None else baseline
-            labels = (["baseline"] if wants_baseline else []) + ["chaos"]
+            labels = ([RunLabel.BASELINE] if wants_baseline else []) + [RunLabel.CHAOS]
             results = []
             for label in labels:
                 journal = _journal_path(report_dir, label)
                 with _storage(scenario, f"{tmp}/{label}") as storage:
-                    run = _Run(_at_storage(scenario, storage), addr, seed, label, label == "chaos",
+                    run = _Run(_at_storage(scenario, storage), addr, seed, label, label is RunLabel.CHAOS,
                                journal, storage, embedded=address is None)
                     results.append(_run_once(run, workload_cls, params, progress))
             return results
@@ -130,11 +130,11 @@ def _at_storage(scenario: Scenario, storage: str) -> Scenario:
     return replace(scenario, schedule=Schedule(entries, scenario.schedule.seed))
 
 
-def _journal_path(report_dir: str | None, label: str) -> str | None:
+def _journal_path(report_dir: str | None, label: RunLabel) -> str | None:
     if report_dir is None:
         return None
     os.makedirs(report_dir, exist_ok=True)
-    path = os.path.join(report_dir, "journal.jsonl" if label == "chaos" else f"{label}.journal.jsonl")
+    path = os.path.join(report_dir, "journal.jsonl" if label is RunLabel.CHAOS else f"{label}.journal.jsonl")
     if os.path.exists(path):
         os.remove(path)  # a fresh journal per run; the report folder is this run's
     return path

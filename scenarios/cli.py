@@ -9,9 +9,12 @@ from __future__ import annotations
 import dataclasses
 import sys
 from importlib.metadata import PackageNotFoundError, version
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import click
+
+if TYPE_CHECKING:
+    from scenarios._model import Scenario
 
 EXIT_DEVIATED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 1, 2, 130
 
@@ -142,15 +145,16 @@ def replay(journal: str, report_dir: str | None, address: str | None) -> None:
     _execute(scenario, seed=start.seed, address=address, report_dir=report_dir, baseline=False)
 
 
-def _execute(scenario: object, *, seed: int, address: str | None, report_dir: str | None,
+def _execute(scenario: Scenario, *, seed: int, address: str | None, report_dir: str | None,
              baseline: bool | None) -> None:
     from scenarios._console import print_results, progress_display
+    from scenarios._records import RunLabel
     from scenarios._report import write_reports
     from scenarios._runner import run_scenario
 
     try:
-        with progress_display(scenario) as progress:  # type: ignore[arg-type]
-            results = run_scenario(scenario, seed=seed, address=address, report_dir=report_dir,  # type: ignore[arg-type]
+        with progress_display(scenario) as progress:
+            results = run_scenario(scenario, seed=seed, address=address, report_dir=report_dir,
                                    baseline=baseline, progress=progress)
     except KeyboardInterrupt:
         click.echo("interrupted: every fault healed, the embedded cluster stopped", err=True)
@@ -158,7 +162,7 @@ def _execute(scenario: object, *, seed: int, address: str | None, report_dir: st
     if report_dir:
         write_reports(results, report_dir)
     print_results(results, report_dir)
-    sys.exit(EXIT_DEVIATED if any(r.deviated for r in results if r.label == "chaos") else 0)
+    sys.exit(EXIT_DEVIATED if any(r.deviated for r in results if r.label is RunLabel.CHAOS) else 0)
 
 
 @main.command()

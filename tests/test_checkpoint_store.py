@@ -602,3 +602,17 @@ def test_writer_seqs_refuse_half_an_id(ids: dict[str, Any]) -> None:
     with pytest.raises(InvalidConfig, match=r"give both writer_id and seq for an idempotent call, or neither; got"):
         seqs.is_repeat(ids.get("writer_id"), ids.get("seq"))
     assert seqs.state_dict() == {"last_seq": {}, "duplicates": 0, "above": {}}
+
+
+def test_a_log_record_round_trips_as_a_typed_call_and_a_foreign_one_is_refused() -> None:
+    from actors._checkpoint import LoggedCall
+    from actors._codec import encode
+
+    call = LoggedCall("add", (np.arange(3), 2), {"writer_id": "w", "seq": 4})
+    back = LoggedCall.decode(call.encode())
+    assert back.method == "add" and back.args[1] == 2 and back.kwargs == {"writer_id": "w", "seq": 4}
+    np.testing.assert_array_equal(back.args[0], np.arange(3))
+    with pytest.raises(CheckpointError, match="holds method 5, args of type list and kwargs of type dict"):
+        LoggedCall.decode(encode({"m": 5, "a": [], "k": {}}))
+    with pytest.raises(CheckpointError, match="holds method None"):
+        LoggedCall.decode(encode({"x": 1}))

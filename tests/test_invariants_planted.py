@@ -136,8 +136,11 @@ class PlantedCrashLoop(WORKLOADS["replay-crash-loop"]):  # type: ignore[misc, va
 
 def test_every_crash_loop_invariant_can_break(ray_cluster: ClusterHandle) -> None:
     kill = Kill(ActorTarget(name="replay", namespace="raychaos"))
-    result = planted(PlantedCrashLoop, duration=4.0, params={"max_restarts": 1},
-                     faults=[(1.0, kill), (2.0, kill)], address=ray_cluster.address)
+    # Each kill comes well after the restart before it (the planted crash at the start, then the
+    # first kill): a restart took up to 1.4 s on a loaded 2-core machine, and a kill that finds
+    # the actor restarting is NOT_FOUND, as it should be.
+    result = planted(PlantedCrashLoop, duration=7.0, params={"max_restarts": 1},
+                     faults=[(2.5, kill), (5.0, kill)], address=ray_cluster.address)
     assert [f.status for f in result.faults] == ["injected", "injected"]
     assert_all_red(result, PlantedCrashLoop)
     why = broken(result)

@@ -199,9 +199,9 @@ def test_the_chaos_marker_fails_closed(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--chaos-seed=5", "-rA")
     assert not _new_ray_processes(before)
     out = result.stdout.str()
-    outcome = {name: state for state, name in (line.split()[:2] for line in out.splitlines()
-                                               if line.startswith(("PASSED ", "FAILED ")))}
-    assert {k.split("::")[1]: v for k, v in outcome.items()} == {
+    states = {name: state for state, name in (line.split()[:2] for line in out.splitlines()
+                                              if line.startswith(("PASSED ", "FAILED ")))}
+    assert {k.split("::")[1]: v for k, v in states.items()} == {
         "test_the_markers_help_example": "PASSED", "test_at_counts_from_the_body": "PASSED",
         "test_misspelled_target": "FAILED", "test_invalid_fault": "FAILED",
         "test_fault_after_the_end": "FAILED", "test_best_effort_in_words": "PASSED",

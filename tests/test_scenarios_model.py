@@ -154,9 +154,17 @@ def test_a_bad_scenario_file_exits_2_with_one_line_per_problem(tmp_path: Path) -
 
 def test_replay_refuses_a_journal_without_a_run(tmp_path: Path) -> None:
     path = tmp_path / "journal.jsonl"
-    path.write_text('{"kind": "inject", "mono": 1.0, "wall": 1.0}\n')
+    path.write_text('{"kind": "end", "mono": 1.0, "wall": 1.0, "outcome": "completed"}\n')
     result = CliRunner().invoke(main, ["replay", str(path)])
     assert result.exit_code == 2 and "has no start event from `raychaos run`" in result.output
+
+
+def test_replay_refuses_a_damaged_journal_naming_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "journal.jsonl"
+    path.write_text('{"kind": "inject", "mono": 1.0, "wall": 1.0}\n{"kind": "end"}\n')
+    result = CliRunner().invoke(main, ["replay", str(path)])
+    assert result.exit_code == 2
+    assert f"{path}:1 is not a journal event (inject.fault: Field required)" in result.output
 
 
 def test_list_names_every_builtin() -> None:

@@ -46,7 +46,9 @@ def _assert_held(report: Path, output: str) -> dict:
                                   "starvation", "owner-death",
                                   pytest.param("async-actor", marks=pytest.mark.slow)])
 def test_builtin_scenario_holds_its_invariants(name: str, ray_cluster: ClusterHandle, tmp_path: Path) -> None:
-    args = ["run", name, "--address", ray_cluster.address, "--duration", "8", "--report", str(tmp_path)]
+    # Short runs; the parameter server's second kill waits for its first restart (torch's import).
+    duration = "12" if name == "parameter-server-crash" else "8"
+    args = ["run", name, "--address", ray_cluster.address, "--duration", duration, "--report", str(tmp_path)]
     result = CliRunner().invoke(main, args)
     run = _assert_held(tmp_path, result.output)
     assert result.exit_code == 0, result.output
