@@ -13,8 +13,21 @@ from typing import Any
 from chaos import HangError, wait_until, watch
 from scenarios._lesson_model import Measure
 
-__all__ = ["TIMEOUT", "Result", "all_cpus_free", "concurrency", "diagnose", "free_cpus", "io", "io_until", "remote",
-           "timed", "warm_up"]
+__all__ = [
+    "TIMEOUT",
+    "Result",
+    "actor_state",
+    "all_cpus_free",
+    "concurrency",
+    "diagnose",
+    "free_cpus",
+    "heap_bytes",
+    "io",
+    "io_until",
+    "remote",
+    "timed",
+    "warm_up",
+]
 
 TIMEOUT = 30.0
 Result = tuple[Sequence[Measure], Sequence[str]]
@@ -97,3 +110,20 @@ def diagnose(pending: Sequence[Any], address: str) -> list[str]:
         report = str(exc).splitlines()  # the watchdog's diagnosis, shown as it wrote it
         return [f"watchdog: {line.strip()}" for line in report if line.strip()][:4]
     return []
+
+
+def heap_bytes() -> int:
+    """This process's private resident memory (Linux ``RssAnon``): the values it holds. Pages
+    of Ray's object store it has read are shared (``RssShmem``) and stay mapped after the
+    values are dropped, so the whole RSS would count them too."""
+    with open("/proc/self/status", encoding="ascii") as f:
+        line = next(line for line in f if line.startswith("RssAnon:"))
+    return int(line.split()[1]) * 1024
+
+
+def actor_state(address: str, handle: Any) -> str:
+    """The actor's state as the State API reports it (``ALIVE``, ``DEAD``...)."""
+    from ray.util.state import get_actor
+
+    actor = get_actor(handle._actor_id.hex(), address=address, timeout=TIMEOUT)
+    return str(actor.state) if actor else "unknown"

@@ -17,6 +17,7 @@ from chaos import wait_until
 from scenarios._lesson_kit import (
     TIMEOUT,
     Result,
+    actor_state,
     free_cpus,
     remote,
     timed,
@@ -68,6 +69,11 @@ class _Idle:
     def ready(self) -> bool:
         return True
 
+    def finish(self) -> None:
+        import ray
+
+        ray.actor.exit_actor()  # the actor ends itself: its resources are released, no restart
+
 
 @lesson(id="05-leaked-actors", section="4.2", title="Never destroying actors",
         mistake="two finished actors kept alive", fix="ray.kill (or exit_actor) when done",
@@ -82,10 +88,13 @@ def leaked_actors(address: str) -> Result:
     # Resource views are refreshed asynchronously: wait (bounded) until the view settles.
     wait_until(lambda: free_cpus(address) <= before - 1.0, timeout=TIMEOUT, what="the actors' CPUs to show")
     held = before - free_cpus(address)
-    for actor in actors:
-        ray.kill(actor)
-    wait_until(lambda: free_cpus(address) >= before, timeout=TIMEOUT, what="the killed actors' CPUs to return")
-    return [Measure("CPUs held by finished actors", "CPUs", held, before - free_cpus(address))], []
+    ray.kill(actors[0])  # from outside, by its handle
+    ended = actors[1].finish.remote()  # from inside: ray.actor.exit_actor()
+    ray.wait([ended], timeout=TIMEOUT)
+    wait_until(lambda: free_cpus(address) >= before, timeout=TIMEOUT, what="the ended actors' CPUs to return")
+    states = sorted(actor_state(address, a) for a in actors)
+    return ([Measure("CPUs held by finished actors", "CPUs", held, before - free_cpus(address))],
+            [f"after ray.kill and exit_actor the two actors are {' and '.join(states)}"])
 
 
 class _PlainCounter:

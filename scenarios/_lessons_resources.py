@@ -7,8 +7,11 @@ direction.
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 from typing import Any
+
+import numpy as np
 
 from scenarios._lesson_kit import (
     TIMEOUT,
@@ -69,66 +72,111 @@ def over_request(address: str) -> Result:
 
 
 class _Peer:
+    """One of two cooperating actors: it hands the other a 16 MiB array, or takes one."""
+
     def node(self) -> str:
         import ray
 
         return str(ray.get_runtime_context().get_node_id())
 
+    def produce(self, i: int) -> np.ndarray:
+        return np.full(2**22, i, dtype=np.float32)  # 16 MiB
 
-def _nodes_spanned(options: dict[str, Any]) -> int:
+    def consume(self, block: np.ndarray) -> int:
+        return int(block[0])  # Ray fetched the block to this actor's node before the call ran
+
+
+def _exchange_ms(producer: Any, consumer: Any, rounds: int = 5) -> float:
+    """Median time for one actor's 16 MiB result to reach the other, in ms."""
+    import ray
+
+    times = []
+    for i in range(rounds):
+        start = time.monotonic()
+        ray.get(consumer.consume.remote(producer.produce.remote(i)), timeout=TIMEOUT)
+        times.append((time.monotonic() - start) * 1000)
+    return sorted(times)[len(times) // 2]
+
+
+def _pair(options: dict[str, Any]) -> tuple[int, float]:
+    """Two cooperating actors created with ``options``: the nodes they span, their exchange time."""
     import ray
 
     peers = [remote(_Peer, num_cpus=0.5, **options).remote() for _ in range(2)]
     nodes = set(ray.get([p.node.remote() for p in peers], timeout=TIMEOUT))
+    exchange = _exchange_ms(*peers)
     for peer in peers:
         ray.kill(peer)
-    return len(nodes)
+    return len(nodes), exchange
 
 
 @lesson(id="15-placement-groups", section="4.5", title="Ignoring placement groups",
-        mistake="two communicating actors placed freely (SPREAD here)",
+        mistake="two cooperating actors left to Ray's default placement, other work on the driver's node",
         fix="a STRICT_PACK placement group: both on one node",
-        why="Without a placement group nothing keeps cooperating actors together: across nodes every "
-            "call pays the network. STRICT_PACK reserves the bundles on one node, atomically.",
+        why="Without a placement group nothing keeps cooperating actors together: Ray's default "
+            "placement spreads them once a node is half busy, and every object between them then "
+            "crosses nodes. STRICT_PACK reserves the bundles on one node, atomically.",
         nodes=3)
 def placement_groups(address: str) -> Result:
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    scattered = _nodes_spanned({"scheduling_strategy": "SPREAD"})
+    busy = remote(_Peer, num_cpus=0.5).remote()  # the other work on the driver's node
+    ray.get(busy.node.remote(), timeout=TIMEOUT)
+    free_nodes, free_ms = _pair({})
     group = placement_group([{"CPU": 0.5}, {"CPU": 0.5}], strategy="STRICT_PACK")
     ray.get(group.ready(), timeout=TIMEOUT)
-    packed = _nodes_spanned({"scheduling_strategy": PlacementGroupSchedulingStrategy(group)})
+    packed_nodes, packed_ms = _pair({"scheduling_strategy": PlacementGroupSchedulingStrategy(group)})
     remove_placement_group(group)
-    return [Measure("nodes the two actors span", "nodes", scattered, packed)], []
+    ray.kill(busy)
+    return [Measure("nodes the two actors span", "nodes", free_nodes, packed_nodes),
+            Measure("a 16 MiB object from one to the other (median of 5)", "ms", free_ms, packed_ms)], []
 
 
-def _crash() -> None:
+def _crash(tally: str) -> None:
+    with open(tally, "a", encoding="ascii") as f:
+        f.write(".")  # one byte per attempt: the driver counts the crashes afterwards
     os._exit(1)  # a worker that dies every time
+
+
+def _crashes(tally: str) -> int:
+    return os.path.getsize(tally) if os.path.exists(tally) else 0
+
+
+def _on_this_node(fn: Any, **options: Any) -> Any:
+    """``fn`` as a task pinned to the driver's node, where the tally file is."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    node = ray.get_runtime_context().get_node_id()
+    return remote(fn, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False), **options)
 
 
 @lesson(id="t2-max-retries-0", section="4.5", title="Tip: max_retries=0 while watching the cluster",
         mistake="a task whose worker always crashes, retried without end (max_retries=-1)",
         fix="max_retries=0: WorkerCrashedError surfaces at once",
-        why="Retries hide a failure that will not go away: the task just stays pending. During "
-            "development run with max_retries=0 and watch the cluster, so failures surface.", tip=True)
+        why="Retries hide a failure that will not go away: the worker crashes again and again while "
+            "the task just stays pending. During development run with max_retries=0 and watch the "
+            "cluster, so failures surface.", tip=True)
 def max_retries_zero(address: str) -> Result:
     import ray
     from ray.exceptions import WorkerCrashedError
 
-    hidden, start = remote(_crash, max_retries=-1).remote(), time.monotonic()
-    ready, _ = ray.wait([hidden], timeout=5.0)  # bounded: it would stay hidden forever
-    mistake = time.monotonic() - start
-    notes = diagnose([hidden], address) if not ready else []
-    ray.cancel(hidden, force=True)
-    start = time.monotonic()
-    try:
-        ray.get(remote(_crash, max_retries=0).remote(), timeout=TIMEOUT)
-    except WorkerCrashedError:
-        pass
-    fix = time.monotonic() - start
-    return [Measure("time until the crash is visible", "s", mistake, fix)], notes
+    with tempfile.TemporaryDirectory(prefix="raychaos-lesson-") as tmp:
+        hidden = _on_this_node(_crash, max_retries=-1).remote(f"{tmp}/hidden")
+        ready, _ = ray.wait([hidden], timeout=5.0)  # bounded: it would stay hidden forever
+        notes = diagnose([hidden], address) if not ready else []
+        ray.cancel(hidden, force=True)
+        mistake = _crashes(f"{tmp}/hidden") - len(ready)  # crashed, and the driver was told of none
+        start, seen = time.monotonic(), 0
+        try:
+            ray.get(_on_this_node(_crash, max_retries=0).remote(f"{tmp}/shown"), timeout=TIMEOUT)
+        except WorkerCrashedError:
+            seen = 1
+        notes.append(f"the fix's WorkerCrashedError reached the driver after {time.monotonic() - start:.2f} s")
+        fix = _crashes(f"{tmp}/shown") - seen
+    return [Measure("worker crashes the driver was not told of (5 s)", "crashes", mistake, fix)], notes
 
 
 LESSONS: tuple[Lesson, ...] = (undeclared_gpu, over_request, placement_groups, max_retries_zero,)

@@ -6,15 +6,15 @@ direction.
 
 from __future__ import annotations
 
-import os
-
-import numpy as np
+import time
+from typing import Any
 
 from scenarios._lesson_kit import (
     TIMEOUT,
     Result,
     all_cpus_free,
     concurrency,
+    heap_bytes,
     io,
     remote,
     timed,
@@ -68,10 +68,35 @@ def eager_get(address: str) -> Result:
     return [Measure("wall time for 6 × 0.3 s tasks", "s", eager, batch)], []
 
 
+def _block(i: int) -> bytes:
+    return bytes([i % 256]) * 2**20  # 1 MiB that ray.get copies into the driver's heap
 
 
-def _block(i: int) -> np.ndarray:
-    return np.full(2**18, i, dtype=np.float32)  # 1 MiB
+def _all_at_once(task: Any) -> int:
+    """The driver's heap growth while it holds every result (bytes)."""
+    import ray
+
+    base = heap_bytes()
+    values = ray.get([task.remote(i) for i in range(120)], timeout=TIMEOUT)
+    held = heap_bytes() - base
+    sum(v[0] for v in values)  # processed only once all are in memory
+    del values
+    return held
+
+
+def _in_batches(task: Any) -> int:
+    """The driver's largest heap growth while it holds one batch (bytes)."""
+    import ray
+
+    base, peak = heap_bytes(), 0
+    pending = [task.remote(i) for i in range(120)]
+    while pending:
+        ready, pending = ray.wait(pending, num_returns=min(10, len(pending)), timeout=TIMEOUT)
+        batch = ray.get(ready, timeout=TIMEOUT)
+        peak = max(peak, heap_bytes() - base)
+        sum(v[0] for v in batch)  # processed, then dropped before the next batch
+        del batch
+    return peak
 
 
 @lesson(id="t1-batches", section="4.1", title="Tip: collect results in batches with ray.wait",
@@ -79,23 +104,70 @@ def _block(i: int) -> np.ndarray:
         why="One huge ray.get brings every value into the driver at once; batches bound the driver's "
             "memory by the batch size.", tip=True)
 def batches(address: str) -> Result:
-    import ray
-
     task = remote(_block)
-    values = ray.get([task.remote(i) for i in range(120)], timeout=TIMEOUT)
-    mistake = sum(v.nbytes for v in values)
-    del values
-    pending, peak = [task.remote(i) for i in range(120)], 0
-    while pending:
-        ready, pending = ray.wait(pending, num_returns=min(10, len(pending)), timeout=TIMEOUT)
-        batch = ray.get(ready, timeout=TIMEOUT)
-        peak = max(peak, sum(v.nbytes for v in batch))
-        del batch
-    return [Measure("result bytes held by the driver at once", "MiB", mistake / 2**20, peak / 2**20)], []
+    # The fix first: heap the mistake's values leave to the allocator would hide the fix's growth.
+    fix = _in_batches(task)
+    mistake = _all_at_once(task)
+    return [Measure("driver heap growth while it holds results (RssAnon)", "MiB", mistake / 2**20,
+                    fix / 2**20)], []
 
 
-def _crash() -> None:
-    os._exit(1)  # a worker that dies every time
+def _evaluate(cfg: int, fail: bool) -> float:
+    """One policy evaluation: a length of its own, and (``fail``) an environment that diverges."""
+    time.sleep(0.04 * (cfg % 5))  # the episode being played
+    if fail:
+        raise ValueError(f"environment {cfg} diverged")
+    return float(cfg)
 
 
-LESSONS: tuple[Lesson, ...] = (global_state, num_cpus, eager_get, batches,)
+def _as_printed(refs: list[Any]) -> tuple[int, str]:
+    """The chapter's loop as printed; returns how many results it collected and what ended it."""
+    import ray
+    from ray.exceptions import RayError
+
+    results: list[float] = []
+    try:
+        while refs:
+            done_refs, refs = ray.wait(refs, num_returns=10, timeout=5)
+            results.extend(ray.get(done_refs))
+    except (ValueError, RayError) as exc:
+        return len(results), f"{type(exc).__name__}: {str(exc).splitlines()[0][:90]}"
+    return len(results), "finished"
+
+
+def _fixed(refs: list[Any]) -> tuple[int, int]:
+    """At most what is left, and each result apart: (results collected, evaluations failed)."""
+    import ray
+    from ray.exceptions import RayError
+
+    collected, failed = 0, 0
+    while refs:
+        done, refs = ray.wait(refs, num_returns=min(10, len(refs)), timeout=5)
+        for ref in done:
+            try:
+                ray.get(ref, timeout=TIMEOUT)
+                collected += 1
+            except RayError:
+                failed += 1
+    return collected, failed
+
+
+@lesson(id="16-wait-num-returns", section="4.1", title="The chapter's policy evaluation, run as printed",
+        mistake="ray.wait(refs, num_returns=10, timeout=5), then ray.get(done_refs), over 25 evaluations",
+        fix="num_returns=min(10, len(refs)), and each result fetched apart",
+        why="ray.wait raises ValueError once fewer refs remain than num_returns (25 is not a multiple "
+            "of 10), and one failed evaluation makes ray.get on the batch raise, losing the rest.")
+def wait_num_returns(address: str) -> Result:
+    task = remote(_evaluate, max_retries=0)
+    clean_mistake, clean_end = _as_printed([task.remote(i, False) for i in range(25)])
+    clean_fix, _ = _fixed([task.remote(i, False) for i in range(25)])
+    failing_mistake, failing_end = _as_printed([task.remote(i, i == 0) for i in range(25)])
+    failing_fix, failed = _fixed([task.remote(i, i == 0) for i in range(25)])
+    return ([Measure("evaluations collected of 25", "results", clean_mistake, clean_fix, better="higher"),
+             Measure("collected of 25, one environment failing", "results", failing_mistake, failing_fix,
+                     better="higher")],
+            [f"as printed, all succeeding: {clean_end}", f"as printed, one failing: {failing_end}",
+             f"fixed, one failing: {failing_fix} results and {failed} failure reported"])
+
+
+LESSONS: tuple[Lesson, ...] = (global_state, num_cpus, eager_get, wait_num_returns, batches)

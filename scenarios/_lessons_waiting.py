@@ -7,7 +7,7 @@ direction.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from scenarios._lesson_kit import (
@@ -116,4 +116,42 @@ def get_raises_first(address: str) -> Result:
     return [Measure("successful results recovered", "of 5", mistake, fix, better="higher")], []
 
 
-LESSONS: tuple[Lesson, ...] = (driver_bottleneck, no_timeout, get_raises_first,)
+def _infer(state: int) -> int:
+    time.sleep(0.02 * (state % 4))  # inference takes its own time per state
+    return state * 2
+
+
+def _batching(num_returns: Callable[[int], int]) -> tuple[int, str]:
+    """The chapter's dynamic-batching loop over 10 states, the stream then ending (no new
+    states); ``num_returns(len(pending))`` is what it asks ray.wait for."""
+    import ray
+
+    task, results = remote(_infer), {}
+    pending = [task.remote(s) for s in range(10)]
+    # A burst: every response is back before the loop looks (as under load), so each wait
+    # returns a full batch of 4 and the pending list runs down to 2.
+    ray.wait(pending, num_returns=len(pending), timeout=TIMEOUT)
+    try:
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=num_returns(len(pending)), timeout=0.1)
+            if ready:
+                for ref, result in zip(ready, ray.get(ready, timeout=TIMEOUT)):
+                    results[ref] = result
+    except ValueError as exc:
+        return len(results), f"ValueError: {exc}"[:120]
+    return len(results), "finished"
+
+
+@lesson(id="17-dynamic-batching", section="4.4", title="The chapter's dynamic batching, run as printed",
+        mistake="ray.wait(pending, num_returns=4, timeout=0.1) until the stream ends",
+        fix="num_returns=min(4, len(pending))",
+        why="Once fewer than 4 requests are pending, ray.wait refuses num_returns=4 with ValueError: the "
+            "serving loop dies with results still in flight. Ask for at most what is pending.")
+def dynamic_batching(address: str) -> Result:
+    mistake, mistake_end = _batching(lambda pending: 4)
+    fix, fix_end = _batching(lambda pending: min(4, pending))
+    return ([Measure("inference results collected of 10", "results", mistake, fix, better="higher")],
+            [f"as printed: {mistake_end}", f"fixed: {fix_end}"])
+
+
+LESSONS: tuple[Lesson, ...] = (driver_bottleneck, no_timeout, get_raises_first, dynamic_batching)

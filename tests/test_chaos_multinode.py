@@ -120,6 +120,7 @@ def replace_dead_worker(cluster_handle: ClusterHandle, node_id: str) -> None:
     cluster.wait_for_nodes(timeout=60)
 
 
+@pytest.mark.slow  # make test's budget: kill_node and the node-loss plant cover a node's death there
 @pytest.mark.property
 @example(kinds=["slow", "ok", "value_error"])  # a task still running when its node dies, every run
 @scaled(2)

@@ -242,6 +242,7 @@ class PlantedDQN(DQNCartPole):
         return {n: np.zeros_like(g) for n, g in grads.items()}, td
 
 
+@pytest.mark.slow
 def test_every_dqn_invariant_can_break(ray_cluster: ClusterHandle) -> None:
     result = planted(PlantedDQN, duration=8.0, params={"env_workers": 1}, address=ray_cluster.address)
     assert_all_red(result, PlantedDQN)

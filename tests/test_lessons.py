@@ -23,9 +23,9 @@ OWN_CLUSTER = {"13-undeclared-gpu", "15-placement-groups"}
 SHARED = [item.id for item in lessons() if item.id not in OWN_CLUSTER]
 
 
-def test_there_are_fifteen_pitfalls_and_two_tips() -> None:
+def test_there_are_seventeen_pitfalls_and_two_tips() -> None:
     items = lessons()
-    assert [i.id.split("-")[0] for i in items] == [f"{n:02d}" for n in range(1, 16)] + ["t1", "t2"]
+    assert [i.id.split("-")[0] for i in items] == [f"{n:02d}" for n in range(1, 18)] + ["t1", "t2"]
     assert {i.section for i in items} == {"4.1", "4.2", "4.3", "4.4", "4.5"}
 
 

@@ -72,7 +72,7 @@ class DiesAfterPush(ParameterServer):
         return result
 
 
-@pytest.mark.parametrize("durability", ["policy", "wal"])
+@pytest.mark.parametrize("durability", [pytest.param("policy", marks=pytest.mark.slow), "wal"])
 def test_push_retried_after_a_kill_is_applied_once(ray_cluster: ClusterHandle, storage: str,
                                                   tmp_path: Path, durability: str) -> None:
     ps = start(storage, durability, cls=DiesAfterPush, every_n=1, marker=str(tmp_path / "died"),
@@ -88,7 +88,7 @@ def test_push_retried_after_a_kill_is_applied_once(ray_cluster: ClusterHandle, s
     ray.kill(ps)
 
 
-@pytest.mark.parametrize("durability", ["policy", "wal"])
+@pytest.mark.parametrize("durability", [pytest.param("policy", marks=pytest.mark.slow), "wal"])
 def test_sigkill_restores_checkpoint_or_pre_kill_state(ray_cluster: ClusterHandle, storage: str,
                                                       durability: str,
                                                       sigkill: Callable[..., int]) -> None:
@@ -107,6 +107,7 @@ def test_sigkill_restores_checkpoint_or_pre_kill_state(ray_cluster: ClusterHandl
     ray.kill(ps)
 
 
+@pytest.mark.slow
 def test_staleness_and_sync_averaging_through_the_actor(ray_cluster: ClusterHandle, storage: str) -> None:
     stale = start(storage + "-stale", max_staleness=0)
     call(stale.push.remote(grads(1), worker_id="a", seq=0, base_version=0))
@@ -178,6 +179,7 @@ class PolicyGradientWorker:
         return acked
 
 
+@pytest.mark.slow
 def test_cartpole_workers_survive_two_server_kills(ray_cluster: ClusterHandle, storage: str) -> None:
     ps = start(storage, "wal", factory=cartpole_policy, every_n=10, optimizer="Adam",
                optimizer_kwargs={"lr": 0.01})

@@ -116,14 +116,16 @@ class PSMachine(ActorChaosMachine):
 
 
 @pytest.mark.property
-@pytest.mark.parametrize("durability", ["policy", "wal"])
+# policy: the slow tier (make test's budget); wal, the harder one, stays here
+@pytest.mark.parametrize("durability", [pytest.param("policy", marks=pytest.mark.slow), "wal"])
 def test_replay_buffer_recovers(ray_cluster: ClusterHandle, durability: str) -> None:
     machine = type(f"Buffer{durability}", (BufferMachine,), {"durability": durability})
     run_state_machine_as_test(machine, settings=BUFFER)
 
 
 @pytest.mark.property
-@pytest.mark.parametrize("durability", ["policy", "wal"])
+# policy: the slow tier (make test's budget); wal, the harder one, stays here
+@pytest.mark.parametrize("durability", [pytest.param("policy", marks=pytest.mark.slow), "wal"])
 def test_parameter_server_recovers(ray_cluster: ClusterHandle, durability: str) -> None:
     machine = type(f"PS{durability}", (PSMachine,), {"durability": durability})
     run_state_machine_as_test(machine, settings=SERVER)
@@ -224,6 +226,7 @@ def readme_example() -> str:
     return re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)  # type: ignore[union-attr]
 
 
+@pytest.mark.slow
 def test_the_readme_example_runs(ray_cluster: ClusterHandle) -> None:
     code = readme_example()
     assert len([line for line in code.splitlines() if line.strip()]) <= 15

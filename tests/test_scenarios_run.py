@@ -42,8 +42,10 @@ def _assert_held(report: Path, output: str) -> dict:
 
 
 @pytest.mark.parametrize("name", ["env-worker-kill", "env-worker-kill-no-retries", "replay-crash-loop",
-                                  "replay-crash-loop-beyond", "parameter-server-crash", "straggler",
-                                  "starvation", "owner-death",
+                                  "replay-crash-loop-beyond", "straggler", "owner-death",
+                                  # the slow tier (make test's budget): their plants stay in make test
+                                  pytest.param("parameter-server-crash", marks=pytest.mark.slow),
+                                  pytest.param("starvation", marks=pytest.mark.slow),
                                   pytest.param("async-actor", marks=pytest.mark.slow)])
 def test_builtin_scenario_holds_its_invariants(name: str, ray_cluster: ClusterHandle, tmp_path: Path) -> None:
     # Short runs; the parameter server's second kill waits for its first restart (torch's import).
@@ -178,6 +180,7 @@ def test_failure_surface_invariants_break_when_their_guarantee_does(
 # -- Ray's own libraries ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_ray_tune_experiment_survives_a_killed_trial_on_the_session_cluster(
         ray_cluster: ClusterHandle, tmp_path: Path) -> None:
     # make test's one library run, kept short: the full scenarios, with baselines, are slow.
@@ -291,6 +294,7 @@ def test_the_html_report_renders_in_headless_chromium(flagship_report: tuple[Pat
     assert coloured_pixels(shot) > 20_000  # the lines and the bars were painted, not a blank page
 
 
+@pytest.mark.slow
 def test_ctrl_c_twice_heals_journals_interrupted_and_leaves_nothing(tmp_path: Path) -> None:
     from chaos.leakcheck import paused_processes
 
