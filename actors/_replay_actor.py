@@ -18,6 +18,7 @@ from actors._checkpoint import (
 from actors._codec import StateTree
 from actors._dedupe import WriterSeqs
 from actors._replay import PrioritizedReplayBuffer, ReplayStats
+from chaos._errors import InvalidConfig
 
 __all__ = ["ReplayActorStats", "ReplayBufferActor"]
 
@@ -98,6 +99,23 @@ class ReplayBufferActor(Checkpointable):
     @mutation
     def update_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None:
         self.buffer.update_priorities(indices, priorities)
+
+    @mutation
+    def sample_and_update(self, batch_size: int, indices: np.ndarray | None = None,
+                          priorities: np.ndarray | None = None, *, beta: float | None = None) -> dict[str, np.ndarray]:
+        """Set the previous batch's priorities (when given), then draw the next batch: a
+        learner's step in one round trip, logged as one mutation (replayed as one).
+
+        Raises:
+            InvalidConfig: only one of ``indices`` and ``priorities`` given, or either invalid
+                (as for :meth:`update_priorities`); nothing is changed and nothing is drawn.
+        """
+        if (indices is None) != (priorities is None):
+            raise InvalidConfig("sample_and_update needs both `indices` and `priorities` (the previous "
+                                "batch's), or neither for the first batch")
+        if indices is not None and priorities is not None:
+            self.buffer.update_priorities(indices, priorities)
+        return self.buffer.sample(batch_size, beta=beta)
 
     # -- queries ---------------------------------------------------------------------------
 

@@ -257,6 +257,13 @@ def actor_section(root: str, seconds: float) -> None:
         ray.get(actor.update_priorities.remote(out["indices"], rng.random(BATCH)), timeout=TIMEOUT)
 
     cycles = rate(cycle, seconds=seconds)
+    last: dict[str, Any] = ray.get(actor.sample.remote(BATCH), timeout=TIMEOUT)
+
+    def one_call() -> None:
+        nonlocal last
+        last = ray.get(actor.sample_and_update.remote(BATCH, last["indices"], rng.random(BATCH)), timeout=TIMEOUT)
+
+    one = rate(one_call, seconds=seconds)
     pid = ray.get(actor.pid.remote(), timeout=TIMEOUT)
     rss = psutil.Process(pid).memory_info().rss
     empty = ray.remote(ReplayBufferActor).remote(
@@ -271,7 +278,8 @@ def actor_section(root: str, seconds: float) -> None:
     table("Through the actor (2^20 transitions)", ["call", "round trips/s", "vs no-op call"],
           [["no-op actor method", fmt(noop), "1.00"],
            ["sample(256)", fmt(sample), fmt(sample / noop)],
-           ["sample + update_priorities (2 calls)", fmt(cycles), fmt(cycles / noop)]])
+           ["sample + update_priorities (2 calls)", fmt(cycles), fmt(cycles / noop)],
+           ["sample_and_update (1 call)", fmt(one), fmt(one / noop)]])
     table("Actor memory at 2^20 transitions (growth: RSS minus an empty actor's)",
           ["raw columns + trees MiB", "actor RSS MiB", "empty actor RSS MiB", "growth / raw"],
           [[fmt(raw / 2**20), fmt(rss / 2**20), fmt(empty_rss / 2**20),

@@ -148,7 +148,8 @@ class DQNCartPole(Workload):
         self.pending: dict[Any, Any] = {}  # chunk ref -> the env worker playing it
         self.chunks = self.adds = self.pushes = self.grads = 0
         self.env_steps, self.solved, self.best = 0, False, 0.0
-        self.priority_refs: list[Any] = []
+        #: The last batch's (indices, priorities), sent with the request for the next batch.
+        self.priorities: tuple[np.ndarray, np.ndarray] | tuple[()] = ()
 
     def _start_actors(self) -> None:
         buffer_cls, server_cls = _remote(self.buffer_class, 0), _remote(self.server_class, 0)
@@ -202,8 +203,9 @@ class DQNCartPole(Workload):
 
         for _ in range(self.grads_per_chunk):
             self._gradient_step()
-        ray.wait(self.priority_refs, num_returns=len(self.priority_refs), timeout=CALL_TIMEOUT)
-        self.priority_refs = []
+        if self.priorities:  # the chunk's last batch: its priorities before the next chunk's draws
+            ray.get(self.buffer.update_priorities.remote(*self.priorities), timeout=CALL_TIMEOUT)
+            self.priorities = ()
         score = evaluate(self.online)
         self.best = max(self.best, score)
         self.ctx.point("eval_return", score)
@@ -215,13 +217,14 @@ class DQNCartPole(Workload):
     def _gradient_step(self) -> None:
         import ray
 
-        sample = ray.get(self.buffer.sample.remote(self.batch), timeout=CALL_TIMEOUT)
+        # One round trip: the previous batch's priorities go with the request for the next.
+        sample = ray.get(self.buffer.sample_and_update.remote(self.batch, *self.priorities), timeout=CALL_TIMEOUT)
         grads, td = self._gradients(sample)
         result = ray.get(self.server.push.remote(grads, worker_id="learner", seq=self.pushes,
                                                  base_version=self.version), timeout=CALL_TIMEOUT)
         self.pushes += 1
         self.ctx.count("gradient_steps")
-        self.priority_refs.append(self.buffer.update_priorities.remote(sample["indices"], np.abs(td) + 1e-3))
+        self.priorities = (sample["indices"], np.abs(td) + 1e-3)
         self._pull(min_version=result.version)
         if self.pushes % 250 == 0:
             self.frozen.load_state_dict(self.online.state_dict())

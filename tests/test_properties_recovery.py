@@ -62,6 +62,12 @@ class BufferMachine(ActorChaosMachine):
             batch = self.call(self.actor.sample.remote(3))
             self.call(self.actor.update_priorities.remote(batch["indices"], np.ones(3)))
 
+    @rule()
+    def sample_and_update_in_one_call(self) -> None:
+        if self.model["slots"][0] is not None:
+            batch = self.call(self.actor.sample_and_update.remote(3))
+            self.call(self.actor.sample_and_update.remote(3, batch["indices"], np.ones(3)))
+
     def observe_ref(self) -> Any:
         return self.actor.size.remote()
 

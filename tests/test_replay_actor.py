@@ -126,3 +126,36 @@ def test_policy_mode_recovers_the_last_checkpoint(
     assert call(rb.digest.remote()) == at_checkpoint
     assert call(rb.last_seq.remote("w")) == 2
     ray.kill(rb)
+
+
+def test_sample_and_update_is_update_then_sample_in_one_logged_call(tmp_path: Path) -> None:
+    # In-process: the actor class is plain Python; the WAL logs the one call as one record.
+    def fresh(name: str) -> ReplayBufferActor:
+        actor = ReplayBufferActor(64, checkpoint=CheckpointConfig(storage=str(tmp_path / name),
+                                                                   durability="wal"), seed=3)
+        actor.add(transitions(40))
+        return actor
+
+    one, two = fresh("one"), fresh("two")
+    first = one.sample_and_update(8)
+    np.testing.assert_array_equal(first["indices"], two.sample(8)["indices"])
+    prios = np.linspace(0.1, 5.0, 8)
+    after_one = one.sample_and_update(8, first["indices"], prios)
+    two.update_priorities(first["indices"], prios)
+    after_two = two.sample(8)
+    np.testing.assert_array_equal(after_one["indices"], after_two["indices"])
+    np.testing.assert_array_equal(after_one["weights"], after_two["weights"])
+    assert one.checkpoint_stats().wal_records == 3  # add + two sample_and_update, one record each
+
+
+def test_sample_and_update_refuses_half_an_update_and_changes_nothing(tmp_path: Path) -> None:
+    from chaos import InvalidConfig
+
+    actor = ReplayBufferActor(64, checkpoint=CheckpointConfig(storage=str(tmp_path)), seed=3)
+    actor.add(transitions(40))
+    before = actor.buffer.stats()
+    with pytest.raises(InvalidConfig, match="needs both `indices` and `priorities`"):
+        actor.sample_and_update(8, np.arange(8))
+    with pytest.raises(InvalidConfig):
+        actor.sample_and_update(8, np.arange(8), np.full(8, -1.0))  # a negative priority
+    assert actor.buffer.stats() == before
