@@ -52,7 +52,8 @@ def adds(counter: Any, model: CounterModel, ks: list[int]) -> None:
         model.add(k)
 
 
-@pytest.mark.parametrize("durability", ["policy", "wal"])
+# policy: the slow tier (make test's budget)
+@pytest.mark.parametrize("durability", [pytest.param("policy", marks=pytest.mark.slow), "wal"])
 def test_counter_survives_max_restarts_kills_then_dies(
     ray_cluster: ClusterHandle, storage: str, durability: str, sigkill: Callable[..., int]
 ) -> None:
@@ -123,7 +124,8 @@ def test_an_add_with_a_writer_but_no_seq_is_refused(ray_cluster: ClusterHandle, 
 
 
 @pytest.mark.multinode
-@pytest.mark.parametrize("durability", ["policy", "wal"])
+# policy: the slow tier (make test's budget)
+@pytest.mark.parametrize("durability", [pytest.param("policy", marks=pytest.mark.slow), "wal"])
 def test_counter_restarts_on_another_node_when_its_node_is_removed(
     ray_multinode_cluster: ClusterHandle, storage: str, durability: str
 ) -> None:

@@ -9,6 +9,7 @@ the real runner on real Ray processes."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -79,7 +80,9 @@ class BlocksOnce:
     submitted: int
 
     def step(self) -> bool:
-        if self.submitted == 8 and not getattr(self, "blocked", False):
+        # >= 8, not == 8: the loop submits as many as completed, so on a slow machine the count
+        # jumped from 7 to 9 and the block never came (found by a fresh clone's make test).
+        if self.submitted >= 8 and not getattr(self, "blocked", False):
             self.blocked = ray.get(slow_answer.remote())  # the planted block: no timeout
         return super().step()  # type: ignore[misc]
 
@@ -213,7 +216,9 @@ def test_owner_death_surfaces_breaks_when_the_owner_never_dies(ray_cluster: Clus
     workload = WORKLOADS["owner-death"]
     result = planted(workload, duration=1.5, params={"surface_within": 1.0}, address=ray_cluster.address)
     assert_all_red(result, workload)
-    assert "value ×5" in broken(result)["owner_death_surfaces"]
+    # Every ref it made answered with a value (how many fit in 1.5 s depends on the machine).
+    assert re.fullmatch(r"ray\.get on (\d+) of the dead owner's refs within 1 s: value ×\1 \([\d.]+ s\)",
+                        broken(result)["owner_death_surfaces"])
 
 
 # -- dqn-cartpole -----------------------------------------------------------------------------
