@@ -30,6 +30,10 @@ __all__ = [
 ]
 
 TIMEOUT = 30.0
+#: How long the concurrency lessons' I/O tasks last: long enough that every worker process they
+#: need has started (starting 8 took over 2 s on a loaded 2-core machine, and a task that starts
+#: after the count is not counted).
+HOLD = 4.0
 Result = tuple[Sequence[Measure], Sequence[str]]
 
 

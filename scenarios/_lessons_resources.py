@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from scenarios._lesson_kit import (
+    HOLD,
     TIMEOUT,
     Result,
     all_cpus_free,
@@ -67,8 +68,8 @@ def _train(seconds: float) -> int:
             "keeps three other tasks out.")
 def over_request(address: str) -> Result:
     n = 2 * all_cpus_free(address)
-    return [Measure(f"{n} I/O tasks running at once", "tasks", concurrency(n, 2.0, num_cpus=2),
-                    concurrency(n, 2.0, num_cpus=0.5), better="higher")], []
+    return [Measure(f"{n} I/O tasks running at once", "tasks", concurrency(n, HOLD, num_cpus=2),
+                    concurrency(n, HOLD, num_cpus=0.5), better="higher")], []
 
 
 class _Peer:

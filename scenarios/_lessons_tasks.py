@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from scenarios._lesson_kit import (
+    HOLD,
     TIMEOUT,
     Result,
     all_cpus_free,
@@ -51,8 +52,8 @@ def global_state(address: str) -> Result:
             "that hold a whole CPU each halve how many run at once.")
 def num_cpus(address: str) -> Result:
     n = 2 * all_cpus_free(address)  # twice what fits at 1 CPU each
-    return [Measure(f"{n} I/O tasks running at once", "tasks", concurrency(n, 2.0, num_cpus=1),
-                    concurrency(n, 2.0, num_cpus=0.5), better="higher")], []
+    return [Measure(f"{n} I/O tasks running at once", "tasks", concurrency(n, HOLD, num_cpus=1),
+                    concurrency(n, HOLD, num_cpus=0.5), better="higher")], []
 
 
 @lesson(id="03-eager-get", section="4.1", title="Calling ray.get inside the submit loop",
