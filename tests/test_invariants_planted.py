@@ -80,7 +80,7 @@ class BlocksOnce:
     submitted: int
 
     def step(self) -> bool:
-        # >= 8, not == 8: the loop submits as many as completed, so on a slow machine the count
+        # >= 8, not == 8: the loop submits as many as completed, so on a slower day the count
         # jumped from 7 to 9 and the block never came (found by a fresh clone's make test).
         if self.submitted >= 8 and not getattr(self, "blocked", False):
             self.blocked = ray.get(slow_answer.remote())  # the planted block: no timeout
@@ -98,7 +98,8 @@ SAMPLING = {"steps": 20_000, "wait_timeout": 0.3, "block_slack": 0.5, "drain_tim
 
 
 def test_every_sampling_invariant_can_break(ray_cluster: ClusterHandle) -> None:
-    result = planted(PlantedTasks, duration=3.0, params=SAMPLING, address=ray_cluster.address)
+    # 5 s: a 3 s run on a slower day finished 5 tasks and ended before its loop blocked.
+    result = planted(PlantedTasks, duration=5.0, params=SAMPLING, address=ray_cluster.address)
     assert_all_red(result, PlantedTasks)
     why = broken(result)
     assert "1 wrong" in why["results_correct"] and "1 still pending" in why["every_task_terminal"]
