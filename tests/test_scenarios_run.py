@@ -58,7 +58,7 @@ def test_builtin_scenario_holds_its_invariants(name: str, ray_cluster: ClusterHa
     assert all(f["mttr"] is not None for f in run["faults"] if name != "replay-crash-loop-beyond")
 
 
-@pytest.mark.slow  # make test's budget (the journal's replay is unit-tested there)
+@pytest.mark.slow  # make test's budget (the plants show every invariant red there)
 def test_a_broken_invariant_exits_1(ray_cluster: ClusterHandle, tmp_path: Path) -> None:
     # Claiming crashes surface while Ray retries them: the invariant breaks, the exit code says so.
     scenario = tmp_path / "wrong.toml"
