@@ -37,8 +37,8 @@ def _fault(value: object) -> Fault:
             return fault_from_dict(value)
         except TypeError as exc:  # a missing or unknown field of the fault's record
             raise ValueError(f"not a fault: {exc}") from None
-    if hasattr(type(value), "KIND"):
-        return value  # type: ignore[return-value]  # a fault record already
+    if isinstance(value, Fault):  # a fault record already
+        return value
     raise ValueError(f"not a fault: {value!r}")
 
 

@@ -3,7 +3,8 @@
 ``raychaos explain`` lists them; ``raychaos explain ID`` runs one on an embedded cluster (or
 the cluster at ``--address``) and prints both figures side by side, then why, and the
 chapter section. The measurements live in one module per chapter section
-(``scenarios._lessons_tasks`` for §4.1 … ``scenarios._lessons_resources`` for §4.5).
+(``scenarios._lessons_tasks`` for §4.1 … ``scenarios._lessons_resources`` for §4.5). Every figure
+is measured in the run (nothing is hard-coded); the tests assert only its direction.
 """
 
 from __future__ import annotations

@@ -1,8 +1,4 @@
-"""The lessons of the chapter's section 4.2 actors.
-
-Every figure is measured in the run (nothing is hard-coded); the tests assert only its
-direction.
-"""
+"""The lessons of the chapter's section 4.2 actors."""
 
 from __future__ import annotations
 

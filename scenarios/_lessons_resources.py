@@ -1,8 +1,4 @@
-"""The lessons of the chapter's section 4.5 resources, and the tip on max_retries=0.
-
-Every figure is measured in the run (nothing is hard-coded); the tests assert only its
-direction.
-"""
+"""The lessons of the chapter's section 4.5 resources, and the tip on max_retries=0."""
 
 from __future__ import annotations
 

@@ -123,9 +123,9 @@ def test_an_add_with_a_writer_but_no_seq_is_refused(ray_cluster: ClusterHandle, 
     ray.kill(counter)
 
 
+@pytest.mark.slow  # make test's budget: kill_node and the node-loss plant cover a node's death there
 @pytest.mark.multinode
-# policy: the slow tier (make test's budget)
-@pytest.mark.parametrize("durability", [pytest.param("policy", marks=pytest.mark.slow), "wal"])
+@pytest.mark.parametrize("durability", ["policy", "wal"])
 def test_counter_restarts_on_another_node_when_its_node_is_removed(
     ray_multinode_cluster: ClusterHandle, storage: str, durability: str
 ) -> None:

@@ -34,6 +34,7 @@ def call(ref: Any) -> Any:
     return ray.get(ref, timeout=CALL_TIMEOUT)
 
 
+@pytest.mark.slow  # make test's budget on a slower day
 def test_every_puller_of_a_version_gets_the_same_ref_and_one_put(ray_cluster: ClusterHandle,
                                                                   storage: str) -> None:
     ps = start(storage)
@@ -46,6 +47,7 @@ def test_every_puller_of_a_version_gets_the_same_ref_and_one_put(ray_cluster: Cl
     ray.kill(ps)
 
 
+@pytest.mark.slow  # make test's budget on a slower day
 def test_pull_waits_for_a_version_then_times_out(ray_cluster: ClusterHandle, storage: str) -> None:
     ps = start(storage)
     waiting = ps.pull.remote(1, timeout=20.0)

@@ -79,6 +79,7 @@ def _new_ray_processes(before: set[int]) -> list[psutil.Process]:
     return [p for p in ray_processes() if p.pid not in before]
 
 
+@pytest.mark.slow  # make test's budget on a slower day (the scenario's Ctrl-C test is slow too)
 def test_ctrl_c_tears_the_cluster_down(tmp_path: Path) -> None:
     ready = tmp_path / "ready"
     test_file = tmp_path / "test_hang.py"
