@@ -211,3 +211,34 @@ def test_a_state_row_without_its_node_is_no_target() -> None:
 
     assert _placed(123, "ab" * 28)
     assert not _placed(123, None) and not _placed(123, "") and not _placed(0, "ab" * 28)
+
+
+def test_a_runtime_env_whose_env_vars_are_not_a_mapping_is_refused(tmp_path: Path) -> None:
+    from chaos import FailpointPlan, InvalidConfig, failpoint_env
+
+    plan = FailpointPlan((), evidence_dir=str(tmp_path))
+    with pytest.raises(InvalidConfig, match=r"runtime_env env_vars = \['A=1'\]: must be a mapping"):
+        failpoint_env(plan, {"env_vars": ["A=1"]})
+    assert failpoint_env(plan, {"env_vars": {"A": "1"}})["env_vars"]["A"] == "1"  # type: ignore[index]
+
+
+def test_a_target_that_is_not_a_table_is_refused() -> None:
+    from chaos._targets import target_from_dict
+
+    with pytest.raises(InvalidFaultSpec, match="a target must be a table"):
+        target_from_dict("actor:replay")
+    with pytest.raises(InvalidFaultSpec, match="a target must be a table"):
+        fault_from_dict({"kind": "kill", "target": ["actor", "replay"]})
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", '{"resident": "many", "host_used": 0.5, "cannot": false}',
+                                  '{"resident": 1, "host_used": 0.5}', "{not json"])
+def test_a_memory_report_that_is_not_one_reads_as_none(tmp_path: Path, text: str) -> None:
+    from chaos._memory import MemoryProgress, read_progress
+
+    path = tmp_path / "progress.json"
+    path.write_text(text)
+    assert read_progress(str(path)) is None
+    path.write_text('{"resident": 7, "host_used": 0.5, "cannot": false}')
+    assert read_progress(str(path), remove=True) == MemoryProgress(7, 0.5, False)
+    assert not path.exists()

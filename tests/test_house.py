@@ -131,3 +131,38 @@ def test_no_exported_signature_or_record_carries_an_untyped_dict() -> None:
              if UNTYPED.search(annotation)]
     assert len(list(exported_annotations())) > 200  # the scan saw the API
     assert leaks == []
+
+
+# -- one schedule loop ------------------------------------------------------------------------
+
+
+def calls(path: Path, name: str) -> int:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return sum(isinstance(n, ast.Call) and getattr(n.func, "id", getattr(n.func, "attr", None)) == name
+               for n in ast.walk(tree))
+
+
+def waits_on_a_schedule(source: str) -> list[int]:
+    """Lines where a ``.wait(...)`` call's timeout is computed from a scheduled fault's ``at``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "wait":
+            if any(isinstance(a, ast.Attribute) and a.attr == "at" for arg in node.args for a in ast.walk(arg)):
+                found.append(node.lineno)
+    return found
+
+
+def test_the_runner_and_the_plugin_drive_faults_through_run_schedule_alone() -> None:
+    known = modules()
+    assert calls(known["scenarios._runner"], "run_schedule") == 1
+    assert calls(known["chaos._marker"], "run_schedule") == 1
+    loops = {name: lines for name, path in known.items()
+             if (lines := waits_on_a_schedule(path.read_text(encoding="utf-8")))}
+    assert set(loops) == {"chaos._driver"}, loops  # the one loop that waits for each fault's time
+
+
+def test_the_loop_finder_sees_a_second_loop() -> None:
+    # The runner's old `_drive`, in miniature: its own wait for each fault's time.
+    source = "def drive(stop, schedule):\n    for e in schedule.entries:\n        stop.wait(e.at - 1.0)\n"
+    assert waits_on_a_schedule(source) == [3]
+    assert waits_on_a_schedule("stop.wait(0.2)\n") == []

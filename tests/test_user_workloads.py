@@ -125,6 +125,19 @@ def test_an_installed_entry_point_is_a_known_workload_with_its_params(tmp_path: 
     assert out.stdout.split() == ["spin_workload", "['calls']"]
 
 
+def test_a_broken_entry_point_is_named_with_the_fix(tmp_path: Path) -> None:
+    env = install(tmp_path)
+    points = tmp_path / "spin_workload-1.0.dist-info" / "entry_points.txt"
+    points.write_text(f"[{ENTRY_POINT_GROUP}]\nspin = no_such_module:Spin\n")
+    code = ("from chaos import InvalidConfig\nfrom scenarios import known_workloads\n"
+            "try:\n    known_workloads()\nexcept InvalidConfig as exc:\n    print(exc)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("entry point spin = 'no_such_module:Spin' in group 'raychaos.workloads' "
+                                 "cannot be loaded (ModuleNotFoundError")
+    assert out.stdout.rstrip().endswith("fix or uninstall the package that declares it")
+
+
 @pytest.mark.slow
 def test_an_installed_workload_runs_through_raychaos_run_with_its_params(tmp_path: Path) -> None:
     site = tmp_path / "site"
