@@ -146,9 +146,10 @@ def waits_on_a_schedule(source: str) -> list[int]:
     """Lines where a ``.wait(...)`` call's timeout is computed from a scheduled fault's ``at``."""
     found = []
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "wait":
-            if any(isinstance(a, ast.Attribute) and a.attr == "at" for arg in node.args for a in ast.walk(arg)):
-                found.append(node.lineno)
+        is_wait = isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "wait"
+        if is_wait and any(isinstance(a, ast.Attribute) and a.attr == "at"
+                           for arg in node.args for a in ast.walk(arg)):
+            found.append(node.lineno)
     return found
 
 
