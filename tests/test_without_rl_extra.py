@@ -68,3 +68,17 @@ def test_a_kill_scenario_runs_without_torch(tmp_path: Path) -> None:
                          capture_output=True, text=True, env=without_rl(tmp_path), timeout=240)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "torch" not in out.stderr
+
+
+def test_the_wheel_carries_the_builtin_scenarios(tmp_path: Path) -> None:
+    # An editable install reads them from the checkout; a plain `pip install raychaos` has only
+    # what the wheel carries (it once carried none: `raychaos run <builtin>` crashed listing them).
+    import zipfile
+
+    out = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                          "-w", str(tmp_path), str(ROOT)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    (wheel,) = tmp_path.glob("raychaos-*.whl")
+    names = {n.removeprefix("scenarios/builtin/") for n in zipfile.ZipFile(wheel).namelist()
+             if n.startswith("scenarios/builtin/")}
+    assert names == {p.name for p in (ROOT / "scenarios" / "builtin").glob("*.toml")} and len(names) > 20
