@@ -16,6 +16,7 @@ import signal
 import socket
 import tempfile
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,6 +63,12 @@ class ClusterHandle:
 #: GCS restart: how long the restarted server may take to answer and its nodes to be alive.
 GCS_RESTART_TIMEOUT = 60.0
 _HEADS: dict[str, Any] = {}  # gcs address -> the head's ray._private.node.Node, for KillGcs
+#: Ray forks the GCS with PR_SET_PDEATHSIG(SIGKILL), and Linux ties that to the *thread* that
+#: forked it: a GCS restarted from a thread that then ends (a fault's heal runs on the
+#: schedule's thread, which ends after the last fault) is SIGKILLed with that thread, a second
+#: into its new life, and the cluster hangs 60 s before Ray ends it. So every restart is forked
+#: from this executor's one thread, which lives as long as this process.
+_GCS_PARENT = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raychaos-gcs-parent")
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +101,7 @@ class _Head:
         import time
 
         start = time.monotonic()
-        self.node.start_gcs_server()
+        _GCS_PARENT.submit(self.node.start_gcs_server).result(timeout=GCS_RESTART_TIMEOUT)
         wait_until(lambda: _gcs_answers(address), timeout=GCS_RESTART_TIMEOUT, interval=0.1,
                    what=f"the restarted GCS at {address} to answer")
         return self.gcs_pid(), time.monotonic() - start

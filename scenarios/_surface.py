@@ -159,6 +159,19 @@ def _port_open(address: str) -> bool:
         return False
 
 
+def _task_state(address: str, ref: Any) -> str:
+    """What Ray's State API says of the task behind ``ref``: where a lost task stopped."""
+    from ray.util.state import list_tasks
+
+    try:
+        rows = list_tasks(address=address, filters=[("task_id", "=", ref.task_id().hex())], detail=True,
+                          timeout=10, raise_on_missing_output=False)
+    except Exception as exc:  # noqa: BLE001 - a diagnosis only: say why there is none
+        return f"State API: {type(exc).__name__}"
+    return "State API: " + ("; ".join(f"{r.state}, attempt {r.attempt_number}, worker {str(r.worker_id)[:8]}"
+                                      for r in rows) or "no such task")
+
+
 class GcsRestartParams(Params):
     #: How long the cluster may take to serve again once the GCS is back.
     settle: float = CALL_TIMEOUT
@@ -235,7 +248,7 @@ class GcsRestart(Workload):
         try:
             return ray.get(ref, timeout=self.settle)
         except Exception as exc:  # noqa: BLE001 - the verdict shows it
-            return f"{type(exc).__name__}: {exc}"[:300]
+            return f"{type(exc).__name__}: {str(exc)[:200]} ({_task_state(self.ctx.address, ref)})"
 
     def _found(self) -> object:
         import ray

@@ -165,3 +165,38 @@ def test_without_redis_the_heads_loss_ends_the_driver_and_the_cluster_within_a_b
     assert ended < 60, ended
     print(f"after the GCS's kill: the driver ended {start + ended - killed:.1f} s later, the "
           f"cluster's last process {gone - killed:.1f} s later")
+
+
+GCS_HEALED_FROM_A_THREAD = """
+import os, threading, psutil, ray
+from chaos import Chaos, KillGcs, local_cluster, redis_server
+from chaos._cluster import head_of
+with redis_server() as redis, local_cluster(nodes=1, num_cpus=1, redis_address=redis, log_to_driver=False) as cluster:
+    def kill_and_heal():
+        with Chaos(address=cluster.address).inject(KillGcs(seconds=0.5)):
+            pass
+    healer = threading.Thread(target=kill_and_heal, name="healer")
+    healer.start()
+    healer.join(timeout=90)
+    assert not healer.is_alive(), "the heal did not end"
+    gcs = psutil.Process(head_of(cluster.address).gcs_pid())
+    def pid():
+        return os.getpid()
+    fresh = ray.remote(num_cpus=0, runtime_env={"env_vars": {"RAYCHAOS_FRESH_WORKER": "1"}})(pid)
+    print("fresh worker", ray.get(fresh.remote(), timeout=30), "GCS", gcs.status(), flush=True)
+"""
+
+
+def test_a_gcs_restarted_by_a_thread_that_then_ends_keeps_serving() -> None:
+    """Ray forks the GCS with PR_SET_PDEATHSIG, tied to the forking thread: healed from the
+    schedule's thread, which ends after the last fault, the restarted GCS was SIGKILLed a
+    second later (CI: a task stuck forever, or the driver ended after 60 s). A task in a new
+    worker process (which must register with the GCS) after that thread ended pins it. Its
+    own process: the session's cluster must not be this driver's."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", GCS_HEALED_FROM_A_THREAD], capture_output=True, text=True,
+                         timeout=180, cwd=os.path.dirname(os.path.dirname(__file__)), check=False)
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    assert "fresh worker" in out.stdout and "GCS zombie" not in out.stdout, out.stdout

@@ -1,0 +1,122 @@
+"""Standalone reproduction: is a task submitted as the GCS comes back ever lost?
+
+An embedded single-node cluster with GCS fault tolerance (Debian's redis-server), its GCS
+SIGKILLed and, ``DOWN`` seconds later, started again on the same port (Ray's own
+``Node.start_gcs_server``, as Ray's GCS fault-tolerance tests do). A thread submits a small
+task with ``max_retries=3`` every ``PACE`` seconds from before the kill until ``AFTER``
+seconds after the restart began, as the ``gcs-restart`` scenario does. Each task then gets
+``SETTLE`` seconds to return. For each that did not, it prints when it was submitted
+relative to the restart and what Ray's State API says of it. With ``--actor``, each step also
+calls a detached actor (``max_restarts=-1``) and waits for its answer first, as the scenario's
+WAL counter does.
+
+    .venv/bin/python benchmarks/repro_gcs_restart_lost_task.py [--actor] [rounds]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import ray
+
+from chaos import local_cluster, redis_server
+from chaos._cluster import head_of
+
+DOWN, PACE, AFTER, SETTLE = 3.0, 0.02, 2.0, 30.0
+
+
+@ray.remote(num_cpus=0.25, max_retries=3)
+def square(x: int) -> int:
+    return x * x
+
+
+@ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)
+class Counter:
+    def __init__(self) -> None:
+        self.n = 0
+
+    def add(self) -> int:
+        self.n += 1
+        return self.n
+
+
+@dataclass(frozen=True)
+class Sent:
+    i: int
+    at: float  #: monotonic time of submission
+    ref: Any
+
+
+def submit_until(stop: threading.Event, sent: list[Sent], counter: Any) -> None:
+    i = 0
+    while not stop.is_set():
+        if counter is not None:
+            try:
+                ray.get(counter.add.remote(), timeout=5)
+            except Exception:  # noqa: BLE001 - the actor's answer only paces the loop, as in the scenario
+                pass
+        sent.append(Sent(i, time.monotonic(), square.remote(i)))
+        i += 1
+        stop.wait(PACE)  # the submission pace, not a synchronisation
+
+
+def lost(sent: list[Sent]) -> list[Sent]:
+    ready, _ = ray.wait([s.ref for s in sent], num_returns=len(sent), timeout=SETTLE)
+    done = set(ready)
+    return [s for s in sent if s.ref not in done]
+
+
+def state_of(address: str, ref: Any) -> str:
+    from ray.util.state import list_tasks
+
+    task_id = ref.task_id().hex()
+    rows = list_tasks(address=address, filters=[("task_id", "=", task_id)], detail=True, timeout=10,
+                      raise_on_missing_output=False)
+    return "; ".join(f"{r.state} attempt {r.attempt_number} node {str(r.node_id)[:8]} worker "
+                     f"{str(r.worker_id)[:8]} error {r.error_type}" for r in rows) or "unknown to the State API"
+
+
+def one_round(actor: bool) -> int:
+    with redis_server() as redis, local_cluster(nodes=1, num_cpus=2, redis_address=redis,
+                                                log_to_driver=False) as cluster:
+        ray.get(square.remote(1), timeout=60)
+        counter = Counter.options(name="counter", lifetime="detached").remote() if actor else None
+        head, stop, sent = head_of(cluster.address), threading.Event(), []
+        thread = threading.Thread(target=submit_until, args=(stop, sent, counter))
+        thread.start()
+        try:
+            threading.Event().wait(1.0)  # tasks before the kill
+            killed = time.monotonic()
+            head.kill_gcs()
+            threading.Event().wait(DOWN)  # the outage
+            restart = time.monotonic()
+            pid, took = head.restart_gcs(cluster.address)
+            threading.Event().wait(AFTER)
+        finally:
+            stop.set()
+            thread.join(timeout=10)
+        missing = lost(sent)
+        print(f"{len(sent)} tasks; GCS killed at {killed - restart:+.2f} s, restarted as pid {pid} "
+              f"(0 s), answering after {took:.2f} s; {len(missing)} did not return within {SETTLE:g} s")
+        for s in missing:
+            print(f"  task {s.i} submitted at {s.at - restart:+.3f} s: {state_of(cluster.address, s.ref)}")
+        if counter is not None:
+            ray.kill(counter)  # detached: it would outlive the round
+        return len(missing)
+
+
+def main() -> None:
+    rounds = int(next((a for a in sys.argv[1:] if a.isdigit()), "1"))
+    total = sum(one_round("--actor" in sys.argv) for _ in range(rounds))
+    print(f"{total} tasks lost in {rounds} rounds")
+
+
+if __name__ == "__main__":
+    main()
