@@ -109,14 +109,15 @@ class PrioritizedReplayBuffer:
             InvalidConfig: a priority is NaN, infinite or negative; nothing is stored.
         """
         arrays, n = self._validate_batch(batch)
-        prios = self._validate_add_priorities(priorities, n)
+        prios = None if priorities is None else self._validate_add_priorities(priorities, n)
         if n == 0:
             return np.empty(0, dtype=np.int64)
         if self._schema is None:
             self._allocate(arrays)
         if n > self.capacity:  # only the newest `capacity` items would survive anyway
             arrays = {k: v[-self.capacity:] for k, v in arrays.items()}
-            prios, skipped, n = prios[-self.capacity:], n - self.capacity, self.capacity
+            prios = None if prios is None else prios[-self.capacity:]
+            skipped, n = n - self.capacity, self.capacity
             self._advance(skipped)
         return self._write(arrays, prios, n)
 
@@ -150,9 +151,7 @@ class PrioritizedReplayBuffer:
                     f"column {name!r} is {got.dtype}{list(got.shape[1:])}, the buffer stores "
                     f"{col.dtype}{list(col.shape)}; convert it (e.g. .astype({str(col.dtype)!r}))")
 
-    def _validate_add_priorities(self, priorities: np.ndarray | None, n: int) -> np.ndarray:
-        if priorities is None:
-            return np.full(n, self._max_priority)
+    def _validate_add_priorities(self, priorities: np.ndarray, n: int) -> np.ndarray:
         prios = np.asarray(priorities, dtype=np.float64).reshape(-1)
         if len(prios) != n:
             raise InvalidConfig(f"got {len(prios)} priorities for a batch of {n}; give one per item")
@@ -176,24 +175,33 @@ class PrioritizedReplayBuffer:
         out[:n] = column[:n]
         return out
 
-    def _write(self, arrays: dict[str, np.ndarray], prios: np.ndarray, n: int) -> np.ndarray:
+    def _write(self, arrays: dict[str, np.ndarray], prios: np.ndarray | None, n: int) -> np.ndarray:
         start = self._cursor
         first = min(n, self.capacity - start)  # a ring: at most two contiguous pieces
         for name, column in self._columns.items():
             column[start:start + first] = arrays[name][:first]
-            column[: n - first] = arrays[name][first:]
-        # New items without a priority all share the max: one power, not one per item.
-        uniform = prios[0] if n and prios[0] == prios[-1] and (prios == prios[0]).all() else None
-        weights = np.full(n, uniform ** self.alpha) if uniform is not None else prios ** self.alpha
+            if n > first:
+                column[: n - first] = arrays[name][first:]
+        weights = self._add_weights(prios, n)
         self._dirty[start:start + first] = True
-        self._dirty[: n - first] = True
         self._tree.set_range(start, weights[:first])
         if n > first:
+            self._dirty[: n - first] = True
             self._tree.set_range(0, weights[first:])
-        self._max_priority = max(self._max_priority, float(prios.max()))
         self._size = min(self._size + n, self.capacity)
         self._advance(n)
-        return (start + np.arange(n, dtype=np.int64)) % self.capacity
+        slots = np.arange(start, start + n, dtype=np.int64)
+        return slots % self.capacity if n > first else slots
+
+    def _add_weights(self, prios: np.ndarray | None, n: int) -> np.ndarray:
+        """p^α of new items; items without a priority (``None``: the whole batch) get the
+        largest seen so far, all one power (the hot path: no per-item work)."""
+        if prios is None:
+            return np.full(n, self._max_priority ** self.alpha)
+        uniform = prios[0] if prios[0] == prios[-1] and (prios == prios[0]).all() else None
+        weights = np.full(n, uniform ** self.alpha) if uniform is not None else prios ** self.alpha
+        self._max_priority = max(self._max_priority, float(prios.max()))
+        return weights
 
     # -- sampling --------------------------------------------------------------------------
 

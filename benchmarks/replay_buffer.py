@@ -13,9 +13,13 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -80,39 +84,115 @@ class ChapterBuffer:
 
 # -- core ------------------------------------------------------------------------------------
 
-
-def bench_ours(rng: np.random.Generator, seconds: float) -> tuple[float, float]:
-    rb = PrioritizedReplayBuffer(CAPACITY, alpha=ALPHA, beta=BETA, seed=0)
-    batch = transitions(rng, INSERT)
-    for _ in range(CAPACITY // INSERT + 1):
-        rb.add(batch)  # fill first: inserts are then measured on a full ring, as in steady state
-    inserts = rate(lambda: rb.add(batch), seconds=seconds, per_call=INSERT)
-
-    def cycle() -> None:
-        out = rb.sample(BATCH)
-        rb.update_priorities(out["indices"], rng.random(BATCH))
-
-    return inserts, rate(cycle, seconds=seconds)
+RUNS = 5  #: paired runs (ours, then cpprb's) per figure: min, median and max are printed
+CPPRB_ENV = {"obs": {"shape": 8}, "action": {"dtype": np.int64}, "reward": {}, "next_obs": {"shape": 8}, "done": {}}
 
 
-def bench_cpprb(rng: np.random.Generator, seconds: float) -> tuple[float, float] | None:
+def _cpprb() -> Any:
     try:
         from cpprb import PrioritizedReplayBuffer as Cpprb
     except ImportError:
         return None
-    env = {"obs": {"shape": 8}, "action": {"dtype": np.int64}, "reward": {},
-           "next_obs": {"shape": 8}, "done": {}}
-    rb = Cpprb(CAPACITY, env, alpha=ALPHA)
-    batch = transitions(rng, INSERT)
-    for _ in range(CAPACITY // INSERT + 1):
-        rb.add(**batch)
-    inserts = rate(lambda: rb.add(**batch), seconds=seconds, per_call=INSERT)
+    return Cpprb
 
+
+def make_ours() -> tuple[PrioritizedReplayBuffer, Callable[[dict[str, np.ndarray]], object]]:
+    rb = PrioritizedReplayBuffer(CAPACITY, alpha=ALPHA, beta=BETA, seed=0)
+    return rb, rb.add
+
+
+def make_cpprb() -> tuple[Any, Callable[[dict[str, np.ndarray]], object]]:
+    rb = _cpprb()(CAPACITY, CPPRB_ENV, alpha=ALPHA)
+    return rb, lambda batch: rb.add(**batch)
+
+
+def fill(which: str) -> tuple[float, int]:
+    """Rows/s from nothing to a full buffer, and the peak RSS growth, in a fresh process (a
+    training run fills once, into memory the kernel must first hand out: a process that
+    had freed memory before fills faster). Construction is included: cpprb allocates there,
+    ours at the first add."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = f"import sys; sys.path[:0] = [{here!r}, {os.path.dirname(here)!r}]\n" \
+           f"from replay_buffer import fill_here; print(*fill_here({which!r}))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
+    rows, grown = out.stdout.split()
+    return float(rows), int(grown)
+
+
+def fill_here(which: str) -> tuple[float, int]:
+    batch = transitions(np.random.default_rng(0), INSERT)
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset the peak-RSS mark (VmHWM)
+    base = _hwm()
+    start = time.perf_counter()
+    _, add = (make_ours if which == "ours" else make_cpprb)()
+    for _ in range(CAPACITY // INSERT):
+        add(batch)
+    return CAPACITY // INSERT * INSERT / (time.perf_counter() - start), _hwm() - base
+
+
+def _hwm() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM"))
+
+
+def ours_cycle(rb: PrioritizedReplayBuffer, rng: np.random.Generator) -> Callable[[], None]:
+    def cycle() -> None:
+        out = rb.sample(BATCH)
+        rb.update_priorities(out["indices"], rng.random(BATCH))
+    return cycle
+
+
+def cpprb_cycle(rb: Any, rng: np.random.Generator) -> Callable[[], None]:
     def cycle() -> None:
         out = rb.sample(BATCH, beta=BETA)
         rb.update_priorities(out["indexes"], rng.random(BATCH) + 1e-6)
+    return cycle
 
-    return inserts, rate(cycle, seconds=seconds)
+
+def one_pair(rng: np.random.Generator, seconds: float) -> dict[str, tuple[float, float, float, int]]:
+    """One run of each figure, ours then cpprb's: a fill in a fresh process, then, on a
+    buffer filled here, steady-state inserts and sample+update cycles."""
+    batch, out = transitions(rng, INSERT), {}
+    for name, make, cycle in (("ours", make_ours, ours_cycle), ("cpprb", make_cpprb, cpprb_cycle)):
+        filled_rows, grown = fill(name)
+        rb, add = make()
+        for _ in range(CAPACITY // INSERT + 1):
+            add(batch)
+        steady = rate(partial(add, batch), seconds=seconds, per_call=INSERT, reps=1)
+        out[name] = (filled_rows, steady, rate(cycle(rb, rng), seconds=seconds, reps=1), grown)
+        del rb, add  # one buffer alive at a time
+    return out
+
+
+def spread(values: list[float]) -> list[str]:
+    return [fmt(min(values)), fmt(statistics.median(values)), fmt(max(values))]
+
+
+def core_section(seconds: float) -> dict[str, float]:
+    rng = np.random.default_rng(0)
+    if _cpprb() is None:
+        console.print("cpprb is not installed (pip install -e .[bench]): no peer to compare with")
+        return {}
+    pairs = [one_pair(rng, seconds) for _ in range(RUNS)]
+    raw = sum(v.nbytes for v in transitions(rng, 1).values()) * CAPACITY  # the transitions alone
+    rows = []
+    figures = ("inserts while filling (rows/s)", "inserts, full ring (rows/s)", "sample(256) + update (/s)")
+    for i, what in enumerate(figures):
+        ours, peer = [p["ours"][i] for p in pairs], [p["cpprb"][i] for p in pairs]
+        rows.append([what, *spread(ours), *spread(peer), *spread([a / b for a, b in zip(ours, peer)])])
+    table(f"Core, {RUNS} paired runs (ours, then cpprb 11) at 2^20; fills in fresh processes",
+          ["figure", "ours min", "median", "max", "cpprb min", "median", "max",
+           "ours/cpprb min", "median", "max"], rows)
+    memory = [[name, fmt(statistics.median(p[name][3] for p in pairs) / 2**20),
+               fmt(statistics.median(p[name][3] for p in pairs) / raw)] for name in ("ours", "cpprb")]
+    table("Memory of a fill (peak RSS growth, fresh process, median)", ["buffer", "MiB", "vs raw transitions"],
+          memory)
+    chapter = bench_chapter(rng, seconds)
+    table("The reference chapter's list-based buffer (100k items)", ["figure", "chapter", "ours/chapter"],
+          [["inserts/s", fmt(chapter[0]), fmt(statistics.median(p["ours"][1] for p in pairs) / chapter[0])],
+           ["sample+update/s", fmt(chapter[1]), fmt(statistics.median(p["ours"][2] for p in pairs) / chapter[1])]])
+    return {}
 
 
 def bench_chapter(rng: np.random.Generator, seconds: float) -> tuple[float, float]:
@@ -132,22 +212,6 @@ def bench_chapter(rng: np.random.Generator, seconds: float) -> tuple[float, floa
         rb.update_priority(idx, rng.random(BATCH) + 1e-6)
 
     return rate(insert, seconds=seconds, per_call=INSERT), rate(cycle, seconds=seconds)
-
-
-def core_section(seconds: float) -> dict[str, float]:
-    rng = np.random.default_rng(0)
-    ours = bench_ours(rng, seconds)
-    peer = bench_cpprb(rng, seconds)
-    chapter = bench_chapter(rng, seconds)
-    rows = [["raychaos (2^20)", fmt(ours[0]), fmt(ours[1]), "1.00", "1.00"]]
-    if peer:
-        rows.append(["cpprb 11 (2^20)", fmt(peer[0]), fmt(peer[1]),
-                     fmt(ours[0] / peer[0]), fmt(ours[1] / peer[1])])
-    rows.append(["chapter list (100k)", fmt(chapter[0]), fmt(chapter[1]),
-                 fmt(ours[0] / chapter[0]), fmt(ours[1] / chapter[1])])
-    table("Core, in-process", ["buffer", "inserts/s", "sample+update/s",
-                               "ours/this inserts", "ours/this sample+update"], rows)
-    return {"inserts": ours[0], "cycles": ours[1], "cpprb_cycles": peer[1] if peer else 0.0}
 
 
 # -- checkpoint ------------------------------------------------------------------------------
