@@ -19,7 +19,8 @@ REPORT ?= report/dqn-cartpole
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet pip==$(PIP_VERSION)
-	$(PY) -m pip install --quiet -c constraints.txt -e ".[bench,test,apps,rl,lint]"
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[bench,test,apps,rl,lint,fast]"
+	$(PY) -c "from actors._kernels import warm; assert warm(), 'the compiled trees are off'"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -97,7 +98,7 @@ lock:
 		.lock-venv/bin/pip install --quiet pip-tools==$(PIP_TOOLS_VERSION))
 	printf '%s\n' $(PINS) > .lock-venv/pins.txt
 	CUSTOM_COMPILE_COMMAND="make lock" .lock-venv/bin/pip-compile --quiet --strip-extras \
-		--allow-unsafe --no-emit-index-url --no-emit-find-links --extra bench --extra test --extra apps --extra rl --extra lint \
+		--allow-unsafe --no-emit-index-url --no-emit-find-links --extra bench --extra test --extra apps --extra rl --extra lint --extra fast \
 		-c .lock-venv/pins.txt $(LOCK_ARGS) \
 		-o constraints.txt pyproject.toml
 

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from actors import _kernels
+
 K = 16
 TOP = 4096
 
@@ -126,6 +128,10 @@ class SumMinTree:
 
     def set(self, indices: np.ndarray, values: np.ndarray) -> None:
         """Set the leaves at ``indices`` (duplicates: the last value wins) and fix the levels."""
+        if _kernels.enabled():
+            _kernels.set_leaves(tuple(self.sums), tuple(self.mins), self.top_sums, self.top_mins, self.prefix,
+                                np.asarray(indices, dtype=np.int64), np.asarray(values, dtype=np.float64))
+            return
         self.sums[0].ravel()[indices] = values
         cols = indices // K
         for level in range(len(self.sums)):
@@ -188,6 +194,10 @@ class SumMinTree:
         Returns, for each ``m``, the leaf ``i`` with ``sum(leaves[:i]) <= m < sum(leaves[:i+1])``
         (up to rounding) and its value; a leaf of value 0 is never returned.
         """
+        if _kernels.enabled():
+            found: tuple[np.ndarray, np.ndarray] = _kernels.find(self.prefix0, tuple(self.sums),
+                                                                 np.asarray(mass, dtype=np.float64))
+            return found
         m = np.minimum(mass, np.nextafter(self.prefix[-1], 0.0))
         node = np.searchsorted(self.prefix, m, side="right")
         m -= self.prefix0[node]

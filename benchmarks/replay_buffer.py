@@ -84,7 +84,7 @@ class ChapterBuffer:
 
 # -- core ------------------------------------------------------------------------------------
 
-RUNS = 5  #: paired runs (ours, then cpprb's) per figure: min, median and max are printed
+RUNS = 5  #: runs of both buffers per figure: min, median and max are printed
 CPPRB_ENV = {"obs": {"shape": 8}, "action": {"dtype": np.int64}, "reward": {}, "next_obs": {"shape": 8}, "done": {}}
 
 
@@ -150,19 +150,35 @@ def cpprb_cycle(rb: Any, rng: np.random.Generator) -> Callable[[], None]:
     return cycle
 
 
+def interleaved(fns: tuple[Callable[[], object], Callable[[], object]], *, seconds: float,
+                per_call: int = 1, slices: int = 20) -> tuple[float, float]:
+    """Rates of two workloads timed in alternating slices: a busy spell of the machine
+    (this one has them) slows both, so their ratio holds still where back-to-back runs drift."""
+    counts, spent = [0, 0], [0.0, 0.0]
+    for fn in fns:
+        fn()  # warm-up
+    for _ in range(slices):
+        for k, fn in enumerate(fns):
+            start = time.perf_counter()
+            while (elapsed := time.perf_counter() - start) < seconds / slices:
+                fn()
+                counts[k] += 1
+            spent[k] += elapsed
+    return counts[0] * per_call / spent[0], counts[1] * per_call / spent[1]
+
+
 def one_pair(rng: np.random.Generator, seconds: float) -> dict[str, tuple[float, float, float, int]]:
-    """One run of each figure, ours then cpprb's: a fill in a fresh process, then, on a
-    buffer filled here, steady-state inserts and sample+update cycles."""
-    batch, out = transitions(rng, INSERT), {}
-    for name, make, cycle in (("ours", make_ours, ours_cycle), ("cpprb", make_cpprb, cpprb_cycle)):
-        filled_rows, grown = fill(name)
-        rb, add = make()
-        for _ in range(CAPACITY // INSERT + 1):
-            add(batch)
-        steady = rate(partial(add, batch), seconds=seconds, per_call=INSERT, reps=1)
-        out[name] = (filled_rows, steady, rate(cycle(rb, rng), seconds=seconds, reps=1), grown)
-        del rb, add  # one buffer alive at a time
-    return out
+    """One run of each figure for both buffers: a fill in a fresh process each, then, on
+    buffers filled here, steady-state inserts and sample+update cycles, interleaved."""
+    batch = transitions(rng, INSERT)
+    (ours_fill, ours_mem), (peer_fill, peer_mem) = fill("ours"), fill("cpprb")
+    (ours, ours_add), (peer, peer_add) = make_ours(), make_cpprb()
+    for _ in range(CAPACITY // INSERT + 1):
+        ours_add(batch)
+        peer_add(batch)
+    inserts = interleaved((partial(ours_add, batch), partial(peer_add, batch)), seconds=seconds, per_call=INSERT)
+    cycles = interleaved((ours_cycle(ours, rng), cpprb_cycle(peer, rng)), seconds=seconds)
+    return {"ours": (ours_fill, inserts[0], cycles[0], ours_mem), "cpprb": (peer_fill, inserts[1], cycles[1], peer_mem)}
 
 
 def spread(values: list[float]) -> list[str]:
@@ -181,7 +197,7 @@ def core_section(seconds: float) -> dict[str, float]:
     for i, what in enumerate(figures):
         ours, peer = [p["ours"][i] for p in pairs], [p["cpprb"][i] for p in pairs]
         rows.append([what, *spread(ours), *spread(peer), *spread([a / b for a, b in zip(ours, peer)])])
-    table(f"Core, {RUNS} paired runs (ours, then cpprb 11) at 2^20; fills in fresh processes",
+    table(f"Core at 2^20, {RUNS} runs of both (cpprb 11): fills in fresh processes, the rest interleaved",
           ["figure", "ours min", "median", "max", "cpprb min", "median", "max",
            "ours/cpprb min", "median", "max"], rows)
     memory = [[name, fmt(statistics.median(p[name][3] for p in pairs) / 2**20),

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -10,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from actors import EmptyBufferError, PrioritizedReplayBuffer, SchemaError
+from actors import EmptyBufferError, PrioritizedReplayBuffer, SchemaError, _kernels
 from actors._codec import decode, digest, encode
 from actors._trees import K, SumMinTree
 from chaos import InvalidConfig
@@ -198,6 +200,54 @@ def test_load_state_dict_refuses_another_capacity() -> None:
 
 # -- the trees against a plain numpy reference -------------------------------------------------
 
+PATHS = ["compiled", "numpy"]
+
+
+@contextmanager
+def trees(path: str) -> Iterator[None]:
+    """Run the trees on one path: numba's kernels (``make`` installs the ``fast`` extra: this
+    suite requires them) or the numpy fallback."""
+    if path == "compiled":
+        assert _kernels.enabled(), f"the compiled trees are off: {_kernels._refused}"
+        yield
+        return
+    saved = _kernels.enabled
+    _kernels.enabled = lambda: False  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        _kernels.enabled = saved  # type: ignore[assignment]
+
+
+def every_output(capacity: int, seed: int) -> list[np.ndarray]:
+    """Every output of a random mix of adds (with and without priorities, wrapping, larger
+    than the ring), samples and updates (duplicate slots included), then the whole state."""
+    rng, rb = np.random.default_rng(seed), PrioritizedReplayBuffer(capacity, alpha=0.6, beta=0.4, seed=seed)
+    out: list[np.ndarray] = []
+    for step in range(60):
+        n = capacity + 3 if step == 30 else int(rng.integers(1, 2 * K * K))
+        prios = None if step % 3 else rng.random(n) * 4 * (rng.random(n) > 0.1)
+        out.append(rb.add(transitions(n, start=step * 1000), prios))
+        drawn = rb.sample(int(rng.integers(1, 300)))
+        out += [drawn[k] for k in sorted(drawn)]
+        slots = np.concatenate([drawn["indices"], drawn["indices"][:5]])
+        rb.update_priorities(slots, rng.random(len(slots)) * (rng.random(len(slots)) > 0.05))
+    state = rb.state_dict()
+    out += [state["leaves"], *(state["tree"][k] for k in sorted(state["tree"]))]
+    return out
+
+
+@pytest.mark.parametrize("capacity", [64, 5000, 2**17 + 3, 2**20 + 7])  # 1, 1, 2 and 3 levels
+def test_the_compiled_trees_are_the_numpy_trees_bit_for_bit(capacity: int) -> None:
+    with trees("numpy"):
+        want = every_output(capacity, seed=capacity)
+    with trees("compiled"):
+        got = every_output(capacity, seed=capacity)
+    assert len(got) == len(want)
+    different = [i for i, (a, b) in enumerate(zip(got, want)) if a.dtype != b.dtype or a.tobytes() != b.tobytes()]
+    assert not different, f"outputs {different[:5]} differ between the compiled and the numpy trees"
+
+
 
 def test_a_descent_does_not_depend_on_the_batch_sizes_before_it() -> None:
     """find() reuses its work arrays between calls of one batch size: nothing may leak."""
@@ -215,6 +265,7 @@ def test_a_descent_does_not_depend_on_the_batch_sizes_before_it() -> None:
     assert np.array_equal(first, masses)  # the caller's masses are not changed
 
 
+@pytest.mark.parametrize("path", PATHS)
 @scaled(50)
 @given(
     capacity=st.integers(1, 3 * K * K + 5),
@@ -222,7 +273,12 @@ def test_a_descent_does_not_depend_on_the_batch_sizes_before_it() -> None:
                            st.floats(0.0, 10.0)), max_size=12),
     masses=st.lists(st.floats(0.0, 1.0, exclude_max=True), min_size=1, max_size=30),
 )
-def test_tree_matches_a_reference(capacity: int, ops: list[Any], masses: list[float]) -> None:
+def test_tree_matches_a_reference(path: str, capacity: int, ops: list[Any], masses: list[float]) -> None:
+    with trees(path):
+        _tree_matches_a_reference(capacity, ops, masses)
+
+
+def _tree_matches_a_reference(capacity: int, ops: list[Any], masses: list[float]) -> None:
     tree, ref = SumMinTree(capacity), np.zeros(capacity)
     for contiguous, start, n, value in ops:
         start %= capacity
