@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -39,7 +39,7 @@ from _common import (
     table,
 )
 
-from actors import CheckpointConfig, CheckpointStore, PrioritizedReplayBuffer, ReplayBufferActor
+from actors import CheckpointConfig, CheckpointStore, PrioritizedReplayBuffer, ReplayBufferActor, _kernels
 from chaos import local_cluster
 
 CAPACITY, BATCH, INSERT = 2**20, 256, 1000
@@ -150,11 +150,11 @@ def cpprb_cycle(rb: Any, rng: np.random.Generator) -> Callable[[], None]:
     return cycle
 
 
-def interleaved(fns: tuple[Callable[[], object], Callable[[], object]], *, seconds: float,
-                per_call: int = 1, slices: int = 20) -> tuple[float, float]:
-    """Rates of two workloads timed in alternating slices: a busy spell of the machine
-    (this one has them) slows both, so their ratio holds still where back-to-back runs drift."""
-    counts, spent = [0, 0], [0.0, 0.0]
+def interleaved(fns: Sequence[Callable[[], object]], *, seconds: float, per_call: int = 1,
+                slices: int = 20) -> list[float]:
+    """Rates of workloads timed in alternating slices: a busy spell of the machine (this one
+    has them) slows them all, so their ratios hold still where back-to-back runs drift."""
+    counts, spent = [0] * len(fns), [0.0] * len(fns)
     for fn in fns:
         fn()  # warm-up
     for _ in range(slices):
@@ -164,12 +164,24 @@ def interleaved(fns: tuple[Callable[[], object], Callable[[], object]], *, secon
                 fn()
                 counts[k] += 1
             spent[k] += elapsed
-    return counts[0] * per_call / spent[0], counts[1] * per_call / spent[1]
+    return [c * per_call / t for c, t in zip(counts, spent)]
 
 
-def one_pair(rng: np.random.Generator, seconds: float) -> dict[str, tuple[float, float, float, int]]:
-    """One run of each figure for both buffers: a fill in a fresh process each, then, on
-    buffers filled here, steady-state inserts and sample+update cycles, interleaved."""
+def compiled(fn: Callable[[], None]) -> Callable[[], None]:
+    """``fn`` on the compiled trees (``RAYCHAOS_TREES=compiled``), then back to numpy."""
+    def call() -> None:
+        os.environ[_kernels.SWITCH] = "compiled"
+        try:
+            fn()
+        finally:
+            del os.environ[_kernels.SWITCH]
+    return call
+
+
+def one_pair(rng: np.random.Generator, seconds: float) -> dict[str, tuple[float, ...]]:
+    """One run of each figure: a fill in a fresh process for each buffer, then, on buffers
+    filled here, steady-state inserts and sample+update cycles, interleaved (ours on numpy,
+    ours on the compiled trees, cpprb)."""
     batch = transitions(rng, INSERT)
     (ours_fill, ours_mem), (peer_fill, peer_mem) = fill("ours"), fill("cpprb")
     (ours, ours_add), (peer, peer_add) = make_ours(), make_cpprb()
@@ -177,8 +189,10 @@ def one_pair(rng: np.random.Generator, seconds: float) -> dict[str, tuple[float,
         ours_add(batch)
         peer_add(batch)
     inserts = interleaved((partial(ours_add, batch), partial(peer_add, batch)), seconds=seconds, per_call=INSERT)
-    cycles = interleaved((ours_cycle(ours, rng), cpprb_cycle(peer, rng)), seconds=seconds)
-    return {"ours": (ours_fill, inserts[0], cycles[0], ours_mem), "cpprb": (peer_fill, inserts[1], cycles[1], peer_mem)}
+    cycles = interleaved((ours_cycle(ours, rng), compiled(ours_cycle(ours, rng)), cpprb_cycle(peer, rng)),
+                         seconds=seconds)
+    return {"ours": (ours_fill, inserts[0], cycles[0], ours_mem), "cpprb": (peer_fill, inserts[1], cycles[2], peer_mem),
+            "compiled": (cycles[1],)}
 
 
 def spread(values: list[float]) -> list[str]:
@@ -197,6 +211,9 @@ def core_section(seconds: float) -> dict[str, float]:
     for i, what in enumerate(figures):
         ours, peer = [p["ours"][i] for p in pairs], [p["cpprb"][i] for p in pairs]
         rows.append([what, *spread(ours), *spread(peer), *spread([a / b for a, b in zip(ours, peer)])])
+    fast, peer = [p["compiled"][0] for p in pairs], [p["cpprb"][2] for p in pairs]
+    rows.append(["sample(256) + update, compiled trees (/s)", *spread(fast), *spread(peer),
+                 *spread([a / b for a, b in zip(fast, peer)])])
     table(f"Core at 2^20, {RUNS} runs of both (cpprb 11): fills in fresh processes, the rest interleaved",
           ["figure", "ours min", "median", "max", "cpprb min", "median", "max",
            "ours/cpprb min", "median", "max"], rows)

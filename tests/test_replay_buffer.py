@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -206,17 +207,17 @@ PATHS = ["compiled", "numpy"]
 @contextmanager
 def trees(path: str) -> Iterator[None]:
     """Run the trees on one path: numba's kernels (``make`` installs the ``fast`` extra: this
-    suite requires them) or the numpy fallback."""
-    if path == "compiled":
-        assert _kernels.enabled(), f"the compiled trees are off: {_kernels._refused}"
-        yield
-        return
-    saved = _kernels.enabled
-    _kernels.enabled = lambda: False  # type: ignore[assignment]
+    suite requires them) or numpy (the default). The switch is put back afterwards: the
+    session's cluster, started later, must not inherit it."""
+    before = os.environ.pop(_kernels.SWITCH, None)
     try:
+        if path == "compiled":
+            assert _kernels.use_compiled(), f"the compiled trees are off: {_kernels._refused}"
         yield
     finally:
-        _kernels.enabled = saved  # type: ignore[assignment]
+        os.environ.pop(_kernels.SWITCH, None)
+        if before is not None:
+            os.environ[_kernels.SWITCH] = before
 
 
 def every_output(capacity: int, seed: int) -> list[np.ndarray]:
