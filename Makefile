@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet pip==$(PIP_VERSION)
 	$(PY) -m pip install --quiet -c constraints.txt -e ".[bench,test,apps,rl,lint,fast]"
-	$(PY) -c "from actors._kernels import warm; assert warm(), 'the compiled trees are off'"
+	$(PY) -c "from actors._trees import warm_kernels; assert warm_kernels(), 'numba did not load'"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SWITCH", "enabled", "find", "set_leaves", "use_compiled", "warm"]
+__all__ = ["SWITCH", "enabled", "find", "set_leaves", "use_compiled"]
 
 
 #: ``RAYCHAOS_TREES=compiled`` turns the kernels on (any other value, or none: numpy).
@@ -40,7 +40,8 @@ _refused: list[str] = []  # why numba could not be loaded, once tried
 def enabled() -> bool:
     """Whether the compiled kernels run: asked for (``RAYCHAOS_TREES=compiled``) and numba
     importable. Decided at the first call, which imports numba and loads the kernels (from
-    numba's on-disk cache: ``make`` fills it at install)."""
+    numba's on-disk cache: ``make`` fills it at install, through
+    ``actors._trees.warm_kernels``)."""
     if os.environ.get(SWITCH) != "compiled":  # read each time: a test or a user may switch
         return False
     if _compiled:
@@ -76,20 +77,6 @@ def use_compiled() -> bool:
     environment), as ``RAYCHAOS_TREES=compiled`` does; returns whether they are on."""
     os.environ[SWITCH] = "compiled"
     return enabled()
-
-
-def warm() -> bool:
-    """Compile (or load from numba's cache) every kernel now, on a small tree of each depth the
-    replay buffer uses; ``make install`` runs it, so no process compiles on its first sample."""
-    if not use_compiled():
-        return False
-    from actors._trees import SumMinTree
-
-    for capacity in (64, 2**17, 2**20):  # 1, 2 and 3 levels: one compiled signature each
-        tree = SumMinTree(capacity)
-        tree.set(np.arange(4, dtype=np.int64), np.ones(4))
-        tree.find(np.array([0.5]))
-    return True
 
 
 def _touch(level: np.ndarray, blocks: np.ndarray) -> float:

@@ -224,3 +224,16 @@ def _positive_min(blocks: np.ndarray, *, axis: int) -> np.ndarray:
         return mins
     positive: np.ndarray = np.where(blocks > 0, blocks, np.inf).min(axis=axis)
     return positive
+
+
+def warm_kernels() -> bool:
+    """Turn the compiled kernels on and compile them (or load them from numba's cache) on a
+    small tree of each depth the replay buffer uses; ``make install`` runs it, so no process
+    compiles on its first sample. Returns whether they are on."""
+    if not _kernels.use_compiled():
+        return False
+    for capacity in (64, 2**17, 2**20):  # 1, 2 and 3 levels: one compiled signature each
+        tree = SumMinTree(capacity)
+        tree.set(np.arange(4, dtype=np.int64), np.ones(4))
+        tree.find(np.array([0.5]))
+    return True
