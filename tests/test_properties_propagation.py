@@ -345,8 +345,11 @@ def explained(stuck: Any, plans: list[Plan]) -> bool:
         return stuck.kind is StuckCause.INFEASIBLE
     if kind == "straggler":
         return stuck.kind in (StuckCause.PAUSED, StuckCause.DEPENDENCY)
-    # Ray's wait can leave a dead owner's object out of `ready`: then it must be named.
-    return kind == "owner_killed" and stuck.kind is StuckCause.FAILED_OBJECT
+    # Ray's wait can leave a dead owner's object out of `ready`: then it must be named. The
+    # watchdog names the owner's death one of two ways, by when it reads the State API: the
+    # object failed, or the task that made it belongs to an actor now DEAD (a fresh clone saw
+    # the second: "Owner.make: FINISHED, its actor Owner is DEAD").
+    return kind == "owner_killed" and stuck.kind in (StuckCause.FAILED_OBJECT, StuckCause.ACTOR_UNAVAILABLE)
 
 
 def check_outcome(plan: Plan, index: int) -> None:
