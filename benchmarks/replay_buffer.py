@@ -106,29 +106,42 @@ def make_cpprb() -> tuple[Any, Callable[[dict[str, np.ndarray]], object]]:
     return rb, lambda batch: rb.add(**batch)
 
 
+def in_fresh_process(call: str) -> list[str]:
+    """Run ``call`` (an expression over this module's names) in a new interpreter; return the
+    words it printed. Peak RSS is measured there: ru_maxrss survives fork+exec (it would
+    report this process's size), so the high-water mark is reset through clear_refs and read
+    from VmHWM."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = f"import sys; sys.path[:0] = [{here!r}, {os.path.dirname(here)!r}]\n" \
+           f"import replay_buffer as b; print(*b.{call})"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          timeout=300).stdout.split()
+
+
 def fill(which: str) -> tuple[float, int]:
     """Rows/s from nothing to a full buffer, and the peak RSS growth, in a fresh process (a
     training run fills once, into memory the kernel must first hand out: a process that
     had freed memory before fills faster). Construction is included: cpprb allocates there,
     ours at the first add."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    code = f"import sys; sys.path[:0] = [{here!r}, {os.path.dirname(here)!r}]\n" \
-           f"from replay_buffer import fill_here; print(*fill_here({which!r}))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
-    rows, grown = out.stdout.split()
+    rows, grown = in_fresh_process(f"fill_here({which!r})")
     return float(rows), int(grown)
 
 
 def fill_here(which: str) -> tuple[float, int]:
     batch = transitions(np.random.default_rng(0), INSERT)
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # reset the peak-RSS mark (VmHWM)
-    base = _hwm()
+    base = _reset_hwm()
     start = time.perf_counter()
     _, add = (make_ours if which == "ours" else make_cpprb)()
     for _ in range(CAPACITY // INSERT):
         add(batch)
     return CAPACITY // INSERT * INSERT / (time.perf_counter() - start), _hwm() - base
+
+
+def _reset_hwm() -> int:
+    """Reset the peak-RSS mark (VmHWM) to the current RSS; return it."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    return _hwm()
 
 
 def _hwm() -> int:
@@ -312,25 +325,19 @@ def incremental_section(root: str) -> None:
 
 
 def peak_restore(root: str, nbytes: int) -> None:
-    # ru_maxrss survives fork+exec (it would report this process's size): reset the
-    # high-water mark through clear_refs and read VmHWM instead.
-    checkout = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    code = (
-        f"import sys; sys.path.insert(0, {checkout!r})\n"
-        "from actors import CheckpointStore, PrioritizedReplayBuffer\n"
-        "def hwm():\n"
-        "    return next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM'))\n"
-        "open('/proc/self/clear_refs', 'w').write('5')\n"
-        "base = hwm()\n"
-        f"(tree,) = CheckpointStore({f'{root}/ckpt'!r}).load_latest().chain\n"
-        f"rb = PrioritizedReplayBuffer({CAPACITY}); rb.load_state_dict(tree); del tree\n"
-        "print(base, hwm())\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    base, peak = (int(x) * 1024 for x in out.stdout.split())
+    (grown,) = in_fresh_process(f"restore_here({root!r})")
     table("Restore memory (fresh process: peak RSS during restore minus RSS before)",
           ["state MiB", "peak RSS growth MiB", "copies of the state"],
-          [[fmt(nbytes / 2**20), fmt((peak - base) / 2**20), fmt((peak - base) / nbytes)]])
+          [[fmt(nbytes / 2**20), fmt(int(grown) / 2**20), fmt(int(grown) / nbytes)]])
+
+
+def restore_here(root: str) -> tuple[int]:
+    base = _reset_hwm()
+    (tree,) = CheckpointStore(f"{root}/ckpt").load_latest().chain
+    rb = PrioritizedReplayBuffer(CAPACITY)
+    rb.load_state_dict(tree)
+    del tree
+    return (_hwm() - base,)
 
 
 # -- through Ray -----------------------------------------------------------------------------

@@ -35,6 +35,7 @@ import ray
 
 from chaos import local_cluster, redis_server
 from chaos._cluster import head_of
+from scenarios._surface import _task_state
 
 DOWN, PACE, AFTER, SETTLE = 3.0, 0.02, 2.0, 30.0
 
@@ -81,15 +82,9 @@ def lost(sent: list[Sent]) -> list[Sent]:
 
 
 def state_of(address: str, ref: Any) -> str:
-    from ray.util.state import list_tasks
-
     if not _gcs_alive():
         return "the GCS process is gone"
-    task_id = ref.task_id().hex()
-    rows = list_tasks(address=address, filters=[("task_id", "=", task_id)], detail=True, timeout=10,
-                      raise_on_missing_output=False)
-    return "; ".join(f"{r.state} attempt {r.attempt_number} node {str(r.node_id)[:8]} worker "
-                     f"{str(r.worker_id)[:8]} error {r.error_type}" for r in rows) or "unknown to the State API"
+    return _task_state(address, ref)
 
 
 def restart_from_a_thread(head: Any, address: str, *, raw: bool) -> tuple[int, float]:

@@ -258,6 +258,10 @@ def test_random_schedule(flock, chaos):
 """
 
 
+#: How late an injection may start after its planned time (a State API lookup on a busy machine).
+INJECT_LATENCY = 1.0
+
+
 @pytest.mark.slow
 def test_the_same_chaos_seed_gives_the_same_journal(pytester: pytest.Pytester, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
@@ -278,12 +282,6 @@ def test_the_same_chaos_seed_gives_the_same_journal(pytester: pytest.Pytester, t
     for run in runs:
         lags = [t - at for at, (_, t) in zip(planned, run["injects"])]
         assert len(lags) == len(planned) and all(-0.005 <= lag < INJECT_LATENCY for lag in lags), (planned, run)
-
-
-#: How late an injection may start after its planned time (a State API lookup on a busy machine).
-INJECT_LATENCY = 1.0
-
-
 
 
 # -- the suite's own properties deepen with the profile --------------------------------------
