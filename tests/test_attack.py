@@ -77,7 +77,7 @@ def test_a_failed_probe_must_pass_again_within_the_bound() -> None:
 # -- against a real program on a `ray start --head` cluster ----------------------------------------
 
 PROGRAM = textwrap.dedent("""\
-    import sys, time
+    import os, sys, time
     import ray
 
     address, progress, restarts = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -96,8 +96,9 @@ PROGRAM = textwrap.dedent("""\
     while time.monotonic() < end:
         try:
             ray.get(worker.incr.remote(), timeout=10)
-            with open(progress, "w") as f:
+            with open(progress + ".tmp", "w") as f:
                 f.write(str(time.time()))
+            os.replace(progress + ".tmp", progress)  # a probe never reads a half-written file
         except Exception as exc:
             print("call failed:", type(exc).__name__, flush=True)
         time.sleep(0.1)
@@ -160,7 +161,8 @@ def _assert_every_fault_confirmed(out: subprocess.CompletedProcess[str], run: di
     assert [f["status"] for f in run["faults"]] == ["injected", "injected"]
     assert all(v["held"] for v in run["verdicts"]), run["verdicts"]
     events = [json.loads(line) for line in (report / "journal.jsonl").read_text().splitlines()]
-    assert sum(e["kind"] == "inject" and "process gone" in e["outcome"] for e in events) == 2
+    # A kill journals its inject only once its process is confirmed gone (else it raises).
+    assert sum(e["kind"] == "inject" and e["fault"]["kind"] == "kill" and bool(e["pid"]) for e in events) == 2
 
 
 @pytest.mark.slow
