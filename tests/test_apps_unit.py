@@ -107,7 +107,36 @@ def test_the_healthy_runner_count_must_come_back_within_the_bound() -> None:
 
     assert restored_within(its(2, 1, 1, 2, 2), [1.5], target=2, bound=3) == []
     assert restored_within(its(2, 1, 1, 1, 2), [1.5], target=2, bound=3) == [
-        "kill at 1.5 s: healthy [1, 1, 1] within 3 s (target 2)"]
+        "fault at 1.5 s: healthy [1, 1, 1] within 3 s (target 2)"]
+    # A window the run did not see to its end is not restored: it fails, and says why.
+    assert restored_within(its(2, 1, 1), [1.5], target=2, bound=3) == [
+        "fault at 1.5 s: healthy [1, 1] within 3 s (target 2); the run ended 1.5 s after it"]
+    # An iteration begun before a kill may count the dead runner: a kill RLlib never
+    # showed is not restored. A pause may go unnoticed.
+    assert restored_within(its(2, 2, 2, 2, 2), [1.5], target=2, bound=3) == [
+        "fault at 1.5 s: healthy [2, 2, 2] within 3 s (target 2); RLlib never showed a runner missing"]
+    assert restored_within(its(2, 2, 2, 2), [1.5], target=2, bound=3, must_dip=False) == []
+
+
+def test_rllib_trains_until_the_return_is_reached_the_faults_played_out_and_both_runners_back() -> None:
+    from chaos import FaultKind
+    from scenarios._apps import Iteration, RllibPPO
+    from scenarios._workload import Params, RunContext
+
+    ppo = RllibPPO(RunContext(address="", namespace="t", seed=0, params=Params(), storage="", duration=90,
+                              faults=True))
+    ppo.target, ppo.bound, ppo.iterations = 150.0, 30.0, [Iteration(1.0, 0.5, 160.0, 1000, 2, 0)]
+    down = Iteration(2.0, 0.5, 160.0, 1000, 1, 1)
+    assert not ppo._finished(ppo.iterations[-1])  # a fault still to come
+    ppo.ctx.faults_settled.set()
+    assert ppo._finished(ppo.iterations[-1]) and not ppo._finished(down)
+    ppo.iterations = [Iteration(1.0, 0.5, 140.0, 1000, 2, 0)]
+    assert not ppo._finished(ppo.iterations[-1])  # the return not reached
+    ppo.ctx.injected_fault(FaultKind.KILL)  # a kill at ~0 s, after which RLlib still shows 2
+    ppo.iterations = [Iteration(1.0, 0.5, 160.0, 1000, 2, 0)]
+    assert not ppo._finished(ppo.iterations[-1])
+    ppo.iterations += [down, Iteration(3.0, 0.5, 160.0, 1000, 2, 1)]
+    assert ppo._finished(ppo.iterations[-1])
 
 
 def test_an_iteration_that_samples_nothing_with_every_runner_healthy_is_silent() -> None:
