@@ -23,7 +23,7 @@ from actors._param_server import (
     VersionTimeout,
 )
 from actors._replay import EmptyBufferError, PrioritizedReplayBuffer, ReplayStats, SchemaError
-from actors._replay_actor import ReplayActorStats, ReplayBufferActor
+from actors._replay_actor import ReplayActorStats, ReplayBufferActor, ReplayClient
 from actors._store import (
     FORMAT_VERSION,
     CheckpointInfo,
@@ -55,6 +55,7 @@ __all__ = [
     "PushResult",
     "ReplayActorStats",
     "ReplayBufferActor",
+    "ReplayClient",
     "ReplayStats",
     "RestoreInfo",
     "SchemaError",

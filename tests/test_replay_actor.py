@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 from collections.abc import Callable
@@ -146,6 +147,53 @@ def test_sample_and_update_is_update_then_sample_in_one_logged_call(tmp_path: Pa
     np.testing.assert_array_equal(after_one["indices"], after_two["indices"])
     np.testing.assert_array_equal(after_one["weights"], after_two["weights"])
     assert one.checkpoint_stats().wal_records == 3  # add + two sample_and_update, one record each
+
+
+def test_a_packed_batch_is_the_batch_bit_for_bit() -> None:
+    from actors._wire import pack_array, pack_batch, unpack_array, unpack_batch
+
+    batch = {**transitions(5), "weights": np.linspace(0.1, 1.0, 5), "indices": np.arange(5) * 7,
+             "frames": np.arange(5 * 2 * 3, dtype=np.uint8).reshape(5, 2, 3)}
+    layout, blob = pack_batch(batch)
+    as_msgpack_gives_it = [[name, dtype, list(shape)] for name, dtype, shape in layout]
+    for back in (unpack_batch((layout, blob)), unpack_batch((as_msgpack_gives_it, blob))):
+        assert list(back) == list(batch)
+        for name, column in batch.items():
+            assert back[name].dtype == column.dtype and back[name].tobytes() == column.tobytes()
+    indices = unpack_array(pack_array([3, 1, 2], np.int64), np.int64, what="indices")
+    assert indices is not None and indices.tolist() == [3, 1, 2]
+
+
+def test_bytes_that_are_not_whole_items_are_refused_naming_the_argument() -> None:
+    from actors._wire import pack_batch, unpack_array, unpack_batch
+    from chaos import InvalidConfig
+
+    with pytest.raises(InvalidConfig, match=re.escape("`priorities` must be bytes of float64 (8 bytes each), got 12")):
+        unpack_array(b"x" * 12, np.float64, what="priorities")
+    with pytest.raises(InvalidConfig, match=re.escape("`indices` must be bytes of int64 (8 bytes each), got ndarray")):
+        unpack_array(np.arange(3), np.int64, what="indices")  # type: ignore[arg-type]
+    layout, blob = pack_batch(transitions(2))
+    with pytest.raises(InvalidConfig, match="a packed batch of 95 bytes has a layout for 96"):
+        unpack_batch((layout, blob[:-1]))
+
+
+def test_the_client_draws_what_sample_and_update_draws_in_one_logged_call(
+        ray_cluster: ClusterHandle, tmp_path: Path) -> None:
+    from actors import ReplayClient
+
+    # A real actor behind the client; its twin in-process, driven with the same calls.
+    remote = start(str(tmp_path / "remote"), "wal")
+    twin = ReplayBufferActor(64, checkpoint=CheckpointConfig(storage=str(tmp_path / "twin"), durability="wal",
+                                                              every_n=4), seed=0)
+    call(remote.add.remote(transitions(40)))
+    twin.add(transitions(40))
+    client, prios = ReplayClient(remote, timeout=CALL_TIMEOUT), np.linspace(0.1, 5.0, 8)
+    got, want = client.sample_and_update(8), twin.sample_and_update(8)
+    got, want = (client.sample_and_update(8, got["indices"], prios),
+                 twin.sample_and_update(8, want["indices"], prios))
+    assert list(got) == list(want) and all(got[k].tobytes() == want[k].tobytes() for k in want)
+    assert call(remote.checkpoint_stats.remote()).wal_records == twin.checkpoint_stats().wal_records
+    ray.kill(remote)
 
 
 def test_sample_and_update_refuses_half_an_update_and_changes_nothing(tmp_path: Path) -> None:
