@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from actors import CheckpointConfig, ParameterServer, ReplayBufferActor
+from actors import CheckpointConfig, ParameterServer, ReplayBufferActor, ReplayClient
 from chaos._extras import import_extra
 from scenarios._records import Verdict
 from scenarios._workload import CALL_TIMEOUT, Params, Workload
@@ -157,6 +157,7 @@ class DQNCartPole(Workload):
         opts = {"namespace": self.ctx.namespace}
         self.buffer = buffer_cls.options(name="replay", **opts).remote(
             200_000, checkpoint=wal(storage=f"{self.ctx.storage}/replay", incremental=True), seed=self.ctx.seed)
+        self.replay = ReplayClient(self.buffer, timeout=CALL_TIMEOUT)  # a learner's step as bytes on the wire
         self.server = server_cls.options(name="params", **opts).remote(
             make_qnet, checkpoint=wal(storage=f"{self.ctx.storage}/params"), optimizer="Adam",
             optimizer_kwargs={"lr": 1e-3}, seed=self.ctx.seed)
@@ -218,7 +219,7 @@ class DQNCartPole(Workload):
         import ray
 
         # One round trip: the previous batch's priorities go with the request for the next.
-        sample = ray.get(self.buffer.sample_and_update.remote(self.batch, *self.priorities), timeout=CALL_TIMEOUT)
+        sample = self.replay.sample_and_update(self.batch, *self.priorities)
         grads, td = self._gradients(sample)
         result = ray.get(self.server.push.remote(grads, worker_id="learner", seq=self.pushes,
                                                  base_version=self.version), timeout=CALL_TIMEOUT)
