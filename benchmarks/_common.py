@@ -103,5 +103,5 @@ def mttr_row(label: str, actor: Any, correct: Callable[[], bool], bare_times: li
 
 
 def mttr_table(rows: list[list[str]], bare_times: list[float]) -> None:
-    table("MTTR: SIGKILL to first correct answer (median of 3)", ["actor", "seconds", "vs bare actor"],
+    table(f"MTTR: SIGKILL to first correct answer (median of {len(bare_times)})", ["actor", "seconds", "vs bare actor"],
           [["bare actor (no state)", fmt(statistics.median(bare_times)), "1.00"], *rows])

@@ -39,7 +39,7 @@ from _common import (
     table,
 )
 
-from actors import CheckpointConfig, CheckpointStore, PrioritizedReplayBuffer, ReplayBufferActor, _kernels
+from actors import CheckpointConfig, CheckpointStore, PrioritizedReplayBuffer, ReplayBufferActor, ReplayClient, _kernels
 from chaos import local_cluster
 
 CAPACITY, BATCH, INSERT = 2**20, 256, 1000
@@ -343,6 +343,31 @@ def restore_here(root: str) -> tuple[int]:
 # -- through Ray -----------------------------------------------------------------------------
 
 
+def round_trips(actor: Any, rng: np.random.Generator) -> list[Callable[[], object]]:
+    """A no-op call, sample, sample then update (two calls), sample_and_update with numpy
+    arrays on the wire and through ReplayClient (bytes): timed interleaved, as one."""
+    import ray
+
+    def get(ref: Any) -> Any:
+        return ray.get(ref, timeout=TIMEOUT)
+
+    def cycle() -> None:
+        out = get(actor.sample.remote(BATCH))
+        get(actor.update_priorities.remote(out["indices"], rng.random(BATCH)))
+
+    client, last = ReplayClient(actor, timeout=TIMEOUT), {"arrays": get(actor.sample.remote(BATCH))}
+    last["bytes"] = last["arrays"]
+
+    def one_call() -> None:
+        last["arrays"] = get(actor.sample_and_update.remote(BATCH, last["arrays"]["indices"], rng.random(BATCH)))
+
+    def client_call() -> None:
+        last["bytes"] = client.sample_and_update(BATCH, last["bytes"]["indices"], rng.random(BATCH))
+
+    return [lambda: get(actor.ping.remote()), lambda: get(actor.sample.remote(BATCH)), cycle, one_call,
+            client_call]
+
+
 def actor_section(root: str, seconds: float) -> None:
     import ray
 
@@ -353,21 +378,7 @@ def actor_section(root: str, seconds: float) -> None:
     batch = transitions(rng, INSERT)
     for _ in range(CAPACITY // INSERT + 1):
         ray.get(actor.add.remote(batch), timeout=TIMEOUT)
-    noop = rate(lambda: ray.get(actor.ping.remote(), timeout=TIMEOUT), seconds=seconds)
-    sample = rate(lambda: ray.get(actor.sample.remote(BATCH), timeout=TIMEOUT), seconds=seconds)
-
-    def cycle() -> None:
-        out = ray.get(actor.sample.remote(BATCH), timeout=TIMEOUT)
-        ray.get(actor.update_priorities.remote(out["indices"], rng.random(BATCH)), timeout=TIMEOUT)
-
-    cycles = rate(cycle, seconds=seconds)
-    last: dict[str, Any] = ray.get(actor.sample.remote(BATCH), timeout=TIMEOUT)
-
-    def one_call() -> None:
-        nonlocal last
-        last = ray.get(actor.sample_and_update.remote(BATCH, last["indices"], rng.random(BATCH)), timeout=TIMEOUT)
-
-    one = rate(one_call, seconds=seconds)
+    noop, sample, cycles, one, packed = interleaved(round_trips(actor, rng), seconds=5 * seconds)
     pid = ray.get(actor.pid.remote(), timeout=TIMEOUT)
     rss = psutil.Process(pid).memory_info().rss
     empty = ray.remote(ReplayBufferActor).remote(
@@ -383,7 +394,8 @@ def actor_section(root: str, seconds: float) -> None:
           [["no-op actor method", fmt(noop), "1.00"],
            ["sample(256)", fmt(sample), fmt(sample / noop)],
            ["sample + update_priorities (2 calls)", fmt(cycles), fmt(cycles / noop)],
-           ["sample_and_update (1 call)", fmt(one), fmt(one / noop)]])
+           ["sample_and_update (1 call, numpy arrays on the wire)", fmt(one), fmt(one / noop)],
+           ["ReplayClient.sample_and_update (1 call, bytes on the wire)", fmt(packed), fmt(packed / noop)]])
     table("Actor memory at 2^20 transitions (growth: RSS minus an empty actor's)",
           ["raw columns + trees MiB", "actor RSS MiB", "empty actor RSS MiB", "growth / raw"],
           [[fmt(raw / 2**20), fmt(rss / 2**20), fmt(empty_rss / 2**20),
