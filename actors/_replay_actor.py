@@ -157,8 +157,8 @@ class ReplayBufferActor(Checkpointable):
 
 class ReplayClient:
     """The driver's side of a :class:`ReplayBufferActor` for a learner's loop: one round
-    trip per step, its arrays on the wire as ``bytes`` (with numpy arrays on the wire, Ray
-    spent longer serialising a step than making the call; README has the figures).
+    trip per step, its arrays on the wire as ``bytes``, which Ray moves natively (numpy
+    arrays it pickles one by one; README has the figures).
 
     Args:
         actor: the ``ray.remote(ReplayBufferActor)`` handle.

@@ -282,8 +282,9 @@ PING_TIMEOUT = 10.0
 
 class RllibParams(Params):
     target_return: float = 150.0
-    #: The runner's own recovery bound for any fault. RLlib restored a killed runner in 7-14 s
-    #: here, in 40 s with a busy loop holding one of the two cores (CI once took over 15 s).
+    #: The runner's recovery bound for any fault (RECOVERY_TIMEOUT). RLlib restored a killed
+    #: runner in 11-18 s here, in 40 s with a busy loop holding one of the two cores (CI once
+    #: took over 15 s).
     restore_within: float = 60.0
     restart_failed_env_runners: bool = True
     sample_timeout_s: float = 5.0
