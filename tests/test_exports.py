@@ -50,7 +50,7 @@ def test_actors_exports() -> None:
         "CheckpointStore", "CheckpointRetried", "CheckpointWarning", "StateTree",
         "Checkpointable", "CheckpointedCounter",
         "Durability", "EmptyBufferError", "GradientError", "ParameterServer", "Policy",
-        "PrioritizedReplayBuffer", "PushResult", "ReplayActorStats", "ReplayBufferActor",
+        "PrioritizedReplayBuffer", "PushResult", "ReplayActorStats", "ReplayBufferActor", "ReplayClient",
         "ReplayStats", "RestoreInfo", "SchemaError", "ServerStats", "StaleGradientError",
         "VersionTimeout", "WriterSeqs", "checkpoint_async", "mutation",
     }
