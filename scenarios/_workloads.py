@@ -140,16 +140,30 @@ class _Tasks(Workload):
         ]
 
     def _memory_verdict(self) -> Verdict:
-        seen = list(self.ctx.memory_outcomes)
-        fired = MemoryOutcome.OOM_KILLED in seen
+        """Ray's memory monitor killed a task: the allocation, or (its policy picks the newest
+        retriable task of the biggest owner) one of this run's own, which Ray then retried."""
+        seen, others = list(self.ctx.memory_outcomes), _oom_killed_attempts(self.ctx.address)
+        fired = MemoryOutcome.OOM_KILLED in seen or bool(others)
         return Verdict("memory_monitor_fired", fired,
-                       f"memory faults ended: {', '.join(seen) or 'none healed'}")
+                       f"memory faults ended: {', '.join(seen) or 'none healed'}; task attempts the "
+                       f"monitor killed: {len(others)} ({', '.join(sorted(set(others))) or 'none'})")
 
     def teardown(self) -> None:
         import ray
 
         for ref in self.pending:
             ray.cancel(ref, force=True)
+
+
+def _oom_killed_attempts(address: str) -> list[str]:
+    """The names of this job's task attempts that failed with OUT_OF_MEMORY (State API)."""
+    import ray
+    from ray.util.state import list_tasks
+
+    rows = list_tasks(address=address, filters=[("job_id", "=", ray.get_runtime_context().get_job_id()),
+                                                ("error_type", "=", "OUT_OF_MEMORY")],
+                      limit=10_000, raise_on_missing_output=False, timeout=CALL_TIMEOUT)
+    return [str(row.name) for row in rows]
 
 
 class _WorkerNodeTasks(_Tasks):

@@ -100,6 +100,17 @@ def test_scenarios_with_their_own_cluster(name: str, tmp_path: Path) -> None:
     assert out.returncode == 0
 
 
+@pytest.mark.slow
+def test_memory_monitor_fired_breaks_when_nothing_crosses_its_threshold(tmp_path: Path) -> None:
+    # No headroom to aim past: the allocation asks for 2% of the host, which it already uses.
+    scenario = _broken_variant(tmp_path, "memory-pressure", ("oom_headroom_gib = 1.5\n", ""))
+    text = scenario.read_text().replace("fraction = 0.5\nhost_cap = 0.6", "fraction = 0.02\nhost_cap = 0.02")
+    scenario.write_text(text)
+    out = _run_embedded([str(scenario), "--report", str(tmp_path / "r")], timeout=240)
+    verdicts = {v["name"]: v["held"] for v in _summary(tmp_path / "r")["runs"][-1]["verdicts"]}
+    assert out.returncode == 1 and verdicts["memory_monitor_fired"] is False, verdicts
+
+
 # -- the failure surface beyond the chapter -------------------------------------------------------
 
 #: Per scenario, the invariants that need the fault to have bitten: its fault-free twin (the
@@ -367,10 +378,12 @@ def test_address_runs_against_a_cluster_started_with_ray_start(tmp_path: Path) -
         node = subprocess.run([ray_cli, "start", f"--address={address}", '--resources={"worker": 100}', *common],
                               capture_output=True, text=True, timeout=120, env=env)
         assert node.returncode == 0, node.stderr
-        # The scenario's own 12 s: 7 s after the last kill for its recovery to be measured (CI
-        # once needed more than the 3 s a shorter run left; the report then says so, MTTR none).
-        out = subprocess.run([RAYCHAOS, "run", "env-worker-kill", "--address", address,
-                              "--report", str(tmp_path)], capture_output=True, text=True, timeout=240, env=env)
+        # 55 s after the last kill for its recovery to be measured. On this two-node `ray start`
+        # cluster the probe's fresh task first ran 5-13 s after a worker's SIGKILL on an idle
+        # machine, over 10 s on CI (0.3 s on an embedded cluster; not explained yet). Shorter
+        # runs ended first, and the report said so: MTTR none.
+        out = subprocess.run([RAYCHAOS, "run", "env-worker-kill", "--address", address, "--duration", "60",
+                              "--report", str(tmp_path)], capture_output=True, text=True, timeout=300, env=env)
         run = _assert_held(tmp_path, out.stdout + out.stderr)
         assert out.returncode == 0
         assert [f["kind"] for f in run["faults"]] == ["kill", "kill"]
