@@ -140,8 +140,8 @@ class _Tasks(Workload):
         ]
 
     def _memory_verdict(self) -> Verdict:
-        """Ray's memory monitor killed a task: the allocation, or (its policy picks the newest
-        retriable task of the biggest owner) one of this run's own, which Ray then retried."""
+        """Ray's memory monitor killed a task: the allocation, or (it kills the most recently
+        started task, retriable ones first) one of this run's own, which Ray then retried."""
         seen, others = list(self.ctx.memory_outcomes), _oom_killed_attempts(self.ctx.address)
         fired = MemoryOutcome.OOM_KILLED in seen or bool(others)
         return Verdict("memory_monitor_fired", fired,
