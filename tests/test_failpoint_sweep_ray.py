@@ -2,7 +2,7 @@
 keeping calls in flight with ``max_task_retries=-1``, Ray restarting the actor under
 ``max_restarts`` and delivering the calls the crash cut off.
 
-``make test`` runs one case per failpoint (durabilities and checkpoint kinds rotating over
+``make slow`` runs one case per failpoint (durabilities and checkpoint kinds rotating over
 them); ``make thorough`` runs every point × durability × kind at two skips.
 """
 
@@ -63,6 +63,7 @@ def test_the_sweep_samples_every_failpoint_durability_and_kind() -> None:
         (d, k) for d in ("policy", "wal") for k in (False, True)}
 
 
+@pytest.mark.slow  # make test's 10 minutes: the in-process sweep stays there
 @pytest.mark.parametrize("case", CASES, ids=Case.label)
 def test_every_failpoint_recovers_on_ray(ray_cluster: ClusterHandle, case: Case, tmp_path: Path) -> None:
     storage, evidence = tmp_paths(tmp_path)

@@ -187,6 +187,7 @@ with redis_server() as redis, local_cluster(nodes=1, num_cpus=1, redis_address=r
 """
 
 
+@pytest.mark.slow  # make test's 10 minutes (21 s); the gcs-restart scenario is there too
 def test_a_gcs_restarted_by_a_thread_that_then_ends_keeps_serving() -> None:
     """Ray forks the GCS with PR_SET_PDEATHSIG, tied to the forking thread: healed from the
     schedule's thread, which ends after the last fault, the restarted GCS was SIGKILLed a
