@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -165,7 +166,7 @@ class ReplayClient:
         timeout: seconds each call may take before ``ray.get`` raises ``GetTimeoutError``.
     """
 
-    def __init__(self, actor: object, *, timeout: float = 60.0) -> None:
+    def __init__(self, actor: Any, *, timeout: float = 60.0) -> None:
         if not timeout > 0:
             raise InvalidConfig(f"ReplayClient timeout={timeout!r}: give seconds > 0")
         self.actor, self.timeout = actor, timeout
@@ -177,6 +178,6 @@ class ReplayClient:
         as ``ray.get`` gives them."""
         import ray
 
-        ref = self.actor.sample_and_update_packed.remote(  # type: ignore[attr-defined]
+        ref = self.actor.sample_and_update_packed.remote(
             batch_size, pack_array(indices, np.int64), pack_array(priorities, np.float64), beta=beta)
         return unpack_batch(ray.get(ref, timeout=self.timeout))

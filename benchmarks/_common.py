@@ -7,7 +7,7 @@ import platform
 import signal
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -105,3 +105,20 @@ def mttr_row(label: str, actor: Any, correct: Callable[[], bool], bare_times: li
 def mttr_table(rows: list[list[str]], bare_times: list[float]) -> None:
     table(f"MTTR: SIGKILL to first correct answer (median of {len(bare_times)})", ["actor", "seconds", "vs bare actor"],
           [["bare actor (no state)", fmt(statistics.median(bare_times)), "1.00"], *rows])
+
+
+def interleaved(fns: Sequence[Callable[[], object]], *, seconds: float, per_call: int = 1,
+                slices: int = 20) -> list[float]:
+    """Rates of workloads timed in alternating slices: a busy spell of the machine (this one
+    has them) slows them all, so their ratios hold still where back-to-back runs drift."""
+    counts, spent = [0] * len(fns), [0.0] * len(fns)
+    for fn in fns:
+        fn()  # warm-up
+    for _ in range(slices):
+        for k, fn in enumerate(fns):
+            start = time.perf_counter()
+            while (elapsed := time.perf_counter() - start) < seconds / slices:
+                fn()
+                counts[k] += 1
+            spent[k] += elapsed
+    return [c * per_call / t for c, t in zip(counts, spent)]

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -31,6 +31,7 @@ from _common import (
     bare_mttr,
     console,
     fmt,
+    interleaved,
     machine,
     median_seconds,
     mttr_row,
@@ -161,23 +162,6 @@ def cpprb_cycle(rb: Any, rng: np.random.Generator) -> Callable[[], None]:
         out = rb.sample(BATCH, beta=BETA)
         rb.update_priorities(out["indexes"], rng.random(BATCH) + 1e-6)
     return cycle
-
-
-def interleaved(fns: Sequence[Callable[[], object]], *, seconds: float, per_call: int = 1,
-                slices: int = 20) -> list[float]:
-    """Rates of workloads timed in alternating slices: a busy spell of the machine (this one
-    has them) slows them all, so their ratios hold still where back-to-back runs drift."""
-    counts, spent = [0] * len(fns), [0.0] * len(fns)
-    for fn in fns:
-        fn()  # warm-up
-    for _ in range(slices):
-        for k, fn in enumerate(fns):
-            start = time.perf_counter()
-            while (elapsed := time.perf_counter() - start) < seconds / slices:
-                fn()
-                counts[k] += 1
-            spent[k] += elapsed
-    return [c * per_call / t for c, t in zip(counts, spent)]
 
 
 def compiled(fn: Callable[[], None]) -> Callable[[], None]:

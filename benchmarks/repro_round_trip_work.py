@@ -2,7 +2,7 @@
 
     python benchmarks/repro_round_trip_work.py
 
-Standalone (Ray only). Four calls on one actor, timed interleaved: a no-op; one that
+Standalone (Ray, and the benchmarks' _common). Four calls on one actor, timed interleaved: a no-op; one that
 busy-waits WORK_S; the same returning a 25 KB batch as one ``bytes``; and one returning the
 same batch as seven numpy arrays. On 2026-12-01 here (2 cores): 1.22, 2.68, 2.64 and 3.45 ms.
 The busy-wait costs about twice its length; the bytes nothing more; the arrays 0.8 ms more.
@@ -11,11 +11,15 @@ Not a test: it prints figures, it asserts nothing.
 
 from __future__ import annotations
 
+import os
+import sys
 import time
-from collections.abc import Callable
 
 import numpy as np
 import ray
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import interleaved
 
 WORK_S = 0.00075  #: what ReplayBufferActor.sample_and_update works inside the actor here
 ROWS = 256
@@ -51,31 +55,18 @@ class Target:
         return self.arrays
 
 
-def interleaved(calls: dict[str, Callable[[], object]], *, seconds: float = 6.0,
-                slices: int = 20) -> dict[str, float]:
-    """Milliseconds per call of each, timed in alternating slices."""
-    counts, spent = dict.fromkeys(calls, 0), dict.fromkeys(calls, 0.0)
-    for _ in range(slices):
-        for name, call in calls.items():
-            start = time.perf_counter()
-            while (elapsed := time.perf_counter() - start) < seconds / slices / len(calls):
-                call()
-                counts[name] += 1
-            spent[name] += elapsed
-    return {name: 1e3 * spent[name] / counts[name] for name in calls}
-
-
 def main() -> None:
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         actor = ray.remote(Target).remote()
         ray.get(actor.noop.remote(), timeout=60)
-        ms = interleaved({
+        calls = {
             "no-op": lambda: ray.get(actor.noop.remote(), timeout=60),
             f"busy-wait {WORK_S * 1e3:g} ms": lambda: ray.get(actor.work.remote(WORK_S), timeout=60),
             "the same + 25 KB as bytes": lambda: ray.get(actor.work_bytes.remote(WORK_S), timeout=60),
             "the same + 25 KB as 7 arrays": lambda: ray.get(actor.work_arrays.remote(WORK_S), timeout=60),
-        })
+        }
+        ms = {name: 1e3 / per_s for name, per_s in zip(calls, interleaved(list(calls.values()), seconds=1.5))}
         base = ms["no-op"]
         for name, value in ms.items():
             print(f"{name:32s} {value:6.2f} ms  (+{value - base:.2f} ms over a no-op)")
