@@ -249,6 +249,24 @@ def test_the_compiled_trees_are_the_numpy_trees_bit_for_bit(capacity: int) -> No
     assert not different, f"outputs {different[:5]} differ between the compiled and the numpy trees"
 
 
+def test_the_compiled_search_finds_what_numpy_finds_for_masses_in_any_order() -> None:
+    """sample()'s masses come sorted, and the compiled search walks on from the previous
+    draw's node; find() takes any masses: unsorted, far apart (past the walk), repeated,
+    and exactly on a node's boundary."""
+    rng, capacity = np.random.default_rng(7), 2**20
+    leaves = rng.random(capacity) * (rng.random(capacity) > 0.2)
+    tree = SumMinTree(capacity)
+    with trees("numpy"):
+        tree.set_range(0, leaves)
+        boundaries = tree.prefix[rng.integers(0, len(tree.prefix) - 1, 50)]
+        far = np.sort(rng.random(20)) * tree.total
+        masses = np.concatenate([rng.random(300) * tree.total, far, boundaries, boundaries, [0.0, tree.total]])
+        want = tree.find(masses.copy())
+    with trees("compiled"):
+        got = tree.find(masses.copy())
+    assert [a.tobytes() for a in got] == [b.tobytes() for b in want]
+
+
 
 def test_a_descent_does_not_depend_on_the_batch_sizes_before_it() -> None:
     """find() reuses its work arrays between calls of one batch size: nothing may leak."""
