@@ -214,11 +214,7 @@ class PrioritizedReplayBuffer:
         Raises:
             EmptyBufferError: the buffer holds nothing yet.
         """
-        if self._size == 0:
-            raise EmptyBufferError("cannot sample from an empty replay buffer; add transitions first")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-            raise InvalidConfig(f"`batch_size` must be a whole number >= 1, got {batch_size!r}")
-        b = self.beta if beta is None else _check_fraction("beta", beta, upper=1.0)
+        b = self.check_sample(batch_size, beta)
         tree = self._tree
         # Sorted masses visit the trees and columns in address order: fewer cache misses.
         indices, leaf = tree.find(np.sort(self._rng.random(batch_size)) * tree.total)
@@ -228,6 +224,19 @@ class PrioritizedReplayBuffer:
         out["indices"] = indices
         self._samples += 1
         return out
+
+    def check_sample(self, batch_size: int, beta: float | None = None) -> float:
+        """What :meth:`sample` checks before it draws; returns the beta it would use.
+
+        Raises:
+            EmptyBufferError: the buffer holds nothing yet.
+            InvalidConfig: a batch size below 1 or a beta outside [0, 1].
+        """
+        if self._size == 0:
+            raise EmptyBufferError("cannot sample from an empty replay buffer; add transitions first")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+            raise InvalidConfig(f"`batch_size` must be a whole number >= 1, got {batch_size!r}")
+        return self.beta if beta is None else _check_fraction("beta", beta, upper=1.0)
 
     # -- priorities ------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from actors._checkpoint import (
 from actors._codec import StateTree
 from actors._dedupe import WriterSeqs
 from actors._replay import PrioritizedReplayBuffer, ReplayStats
-from actors._wire import PackedBatch, pack_array, pack_batch, unpack_array, unpack_batch
+from actors._wire import pack_batch, pack_request, unpack_batch, unpack_request
 from chaos._errors import InvalidConfig
 
 __all__ = ["ReplayActorStats", "ReplayBufferActor", "ReplayClient"]
@@ -109,28 +109,31 @@ class ReplayBufferActor(Checkpointable):
         learner's step in one round trip, logged as one mutation (replayed as one).
 
         Raises:
-            InvalidConfig: only one of ``indices`` and ``priorities`` given, or either invalid
-                (as for :meth:`update_priorities`); nothing is changed and nothing is drawn.
+            InvalidConfig: only one of ``indices`` and ``priorities`` given, either invalid
+                (as for :meth:`update_priorities`), or a draw :meth:`sample` would refuse;
+                nothing is changed and nothing is drawn.
         """
         if (indices is None) != (priorities is None):
             raise InvalidConfig("sample_and_update needs both `indices` and `priorities` (the previous "
                                 "batch's), or neither for the first batch")
+        # The draw is checked before the update: a call that fails half done would hold an
+        # update its log (written only for calls that return) does not replay.
+        self.buffer.check_sample(batch_size, beta)
         if indices is not None and priorities is not None:
             self.buffer.update_priorities(indices, priorities)
         return self.buffer.sample(batch_size, beta=beta)
 
-    def sample_and_update_packed(self, batch_size: int, indices: bytes | None = None,
-                                 priorities: bytes | None = None, *, beta: float | None = None) -> PackedBatch:
-        """:meth:`sample_and_update` with its arrays as ``bytes`` both ways, which Ray moves
-        far faster than numpy arrays; :class:`ReplayClient` packs and unpacks. Logged as the
-        one ``sample_and_update`` it makes.
+    def sample_and_update_packed(self, request: bytes) -> bytes:
+        """:meth:`sample_and_update` as one ``bytes`` each way (``actors._wire``'s layout), which
+        Ray moves far faster than several arguments and numpy arrays; :class:`ReplayClient`
+        packs and unpacks. Logged as the one ``sample_and_update`` it makes.
 
         Raises:
-            InvalidConfig: as :meth:`sample_and_update`, or bytes not whole int64/float64 items.
+            InvalidConfig: as :meth:`sample_and_update`, or bytes its layout does not account for.
         """
-        return pack_batch(self.sample_and_update(batch_size, unpack_array(indices, np.int64, what="indices"),
-                                                 unpack_array(priorities, np.float64, what="priorities"),
-                                                 beta=beta))
+        asked = unpack_request(request)
+        return pack_batch(self.sample_and_update(asked.batch_size, asked.indices, asked.priorities,
+                                                 beta=asked.beta))
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -158,8 +161,8 @@ class ReplayBufferActor(Checkpointable):
 
 class ReplayClient:
     """The driver's side of a :class:`ReplayBufferActor` for a learner's loop: one round
-    trip per step, its arrays on the wire as ``bytes``, which Ray moves natively (numpy
-    arrays it pickles one by one; README has the figures).
+    trip per step, one ``bytes`` each way, which Ray moves far faster than several
+    arguments and numpy arrays (README has the figures).
 
     Args:
         actor: the ``ray.remote(ReplayBufferActor)`` handle.
@@ -178,6 +181,5 @@ class ReplayClient:
         as ``ray.get`` gives them."""
         import ray
 
-        ref = self.actor.sample_and_update_packed.remote(
-            batch_size, pack_array(indices, np.int64), pack_array(priorities, np.float64), beta=beta)
-        return unpack_batch(ray.get(ref, timeout=self.timeout))
+        request = pack_request(batch_size, indices, priorities, beta)
+        return unpack_batch(ray.get(self.actor.sample_and_update_packed.remote(request), timeout=self.timeout))

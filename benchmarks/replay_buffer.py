@@ -327,9 +327,10 @@ def restore_here(root: str) -> tuple[int]:
 # -- through Ray -----------------------------------------------------------------------------
 
 
-def round_trips(actor: Any, rng: np.random.Generator) -> list[Callable[[], object]]:
+def round_trips(actor: Any, compiled_actor: Any, rng: np.random.Generator) -> list[Callable[[], object]]:
     """A no-op call, sample, sample then update (two calls), sample_and_update with numpy
-    arrays on the wire and through ReplayClient (bytes): timed interleaved, as one."""
+    arrays on the wire, and through ReplayClient (one bytes each way) on the numpy trees and on
+    the compiled ones: timed interleaved, as one."""
     import ray
 
     def get(ref: Any) -> Any:
@@ -339,32 +340,45 @@ def round_trips(actor: Any, rng: np.random.Generator) -> list[Callable[[], objec
         out = get(actor.sample.remote(BATCH))
         get(actor.update_priorities.remote(out["indices"], rng.random(BATCH)))
 
-    client, last = ReplayClient(actor, timeout=TIMEOUT), {"arrays": get(actor.sample.remote(BATCH))}
-    last["bytes"] = last["arrays"]
+    last = {"arrays": get(actor.sample.remote(BATCH))}
 
     def one_call() -> None:
         last["arrays"] = get(actor.sample_and_update.remote(BATCH, last["arrays"]["indices"], rng.random(BATCH)))
 
-    def client_call() -> None:
-        last["bytes"] = client.sample_and_update(BATCH, last["bytes"]["indices"], rng.random(BATCH))
-
     return [lambda: get(actor.ping.remote()), lambda: get(actor.sample.remote(BATCH)), cycle, one_call,
-            client_call]
+            learner(ReplayClient(actor, timeout=TIMEOUT), rng),
+            learner(ReplayClient(compiled_actor, timeout=TIMEOUT), rng)]
+
+
+def learner(client: ReplayClient, rng: np.random.Generator) -> Callable[[], object]:
+    """A learner's step through ``client``: the previous batch's priorities set, the next drawn."""
+    last = {"batch": client.sample_and_update(BATCH)}
+
+    def step() -> None:
+        last["batch"] = client.sample_and_update(BATCH, last["batch"]["indices"], rng.random(BATCH))
+    return step
+
+
+def filled_actor(root: str, *, trees: str) -> Any:
+    """A ReplayBufferActor holding 2^20 transitions, on the numpy trees or the compiled ones."""
+    import ray
+
+    env = {"runtime_env": {"env_vars": {_kernels.SWITCH: "compiled"}}} if trees == "compiled" else {}
+    actor = ray.remote(max_restarts=3, max_task_retries=-1)(ReplayBufferActor).options(**env).remote(
+        CAPACITY, checkpoint=CheckpointConfig(storage=f"{root}/actor-{trees}", every_n=10**9),
+        alpha=ALPHA, beta=BETA, seed=0)
+    batch = transitions(np.random.default_rng(2), INSERT)
+    for _ in range(CAPACITY // INSERT + 1):
+        ray.get(actor.add.remote(batch), timeout=TIMEOUT)
+    return actor
 
 
 def actor_section(root: str, seconds: float) -> None:
     import ray
 
-    cfg = CheckpointConfig(storage=f"{root}/actor", every_n=10**9)
-    actor = ray.remote(max_restarts=3, max_task_retries=-1)(ReplayBufferActor).remote(
-        CAPACITY, checkpoint=cfg, alpha=ALPHA, beta=BETA, seed=0)
-    rng = np.random.default_rng(2)
-    batch = transitions(rng, INSERT)
-    for _ in range(CAPACITY // INSERT + 1):
-        ray.get(actor.add.remote(batch), timeout=TIMEOUT)
-    noop, sample, cycles, one, packed = interleaved(round_trips(actor, rng), seconds=5 * seconds)
-    pid = ray.get(actor.pid.remote(), timeout=TIMEOUT)
-    rss = psutil.Process(pid).memory_info().rss
+    actor, compiled_actor = filled_actor(root, trees="numpy"), filled_actor(root, trees="compiled")
+    rates = interleaved(round_trips(actor, compiled_actor, np.random.default_rng(2)), seconds=6 * seconds)
+    noop = rates[0]
     empty = ray.remote(ReplayBufferActor).remote(
         CAPACITY, checkpoint=CheckpointConfig(storage=f"{root}/empty"), seed=0)
     empty_rss = psutil.Process(ray.get(empty.pid.remote(), timeout=TIMEOUT)).memory_info().rss
@@ -373,17 +387,19 @@ def actor_section(root: str, seconds: float) -> None:
     raw = sum(a.nbytes for a in state["buffer"]["columns"].values()) + \
         state["buffer"]["leaves"].nbytes + sum(a.nbytes for a in state["buffer"]["tree"].values())
     del state
+    rss = [psutil.Process(ray.get(a.pid.remote(), timeout=TIMEOUT)).memory_info().rss for a in (actor, compiled_actor)]
     ray.kill(actor)
+    ray.kill(compiled_actor)
+    calls = ["no-op actor method", "sample(256)", "sample + update_priorities (2 calls)",
+             "sample_and_update (1 call, numpy arrays on the wire)",
+             "ReplayClient.sample_and_update (1 call, one bytes each way)",
+             "the same, the actor on the compiled trees"]
     table("Through the actor (2^20 transitions)", ["call", "round trips/s", "vs no-op call"],
-          [["no-op actor method", fmt(noop), "1.00"],
-           ["sample(256)", fmt(sample), fmt(sample / noop)],
-           ["sample + update_priorities (2 calls)", fmt(cycles), fmt(cycles / noop)],
-           ["sample_and_update (1 call, numpy arrays on the wire)", fmt(one), fmt(one / noop)],
-           ["ReplayClient.sample_and_update (1 call, bytes on the wire)", fmt(packed), fmt(packed / noop)]])
+          [[call, fmt(r), fmt(r / noop)] for call, r in zip(calls, rates)])
     table("Actor memory at 2^20 transitions (growth: RSS minus an empty actor's)",
-          ["raw columns + trees MiB", "actor RSS MiB", "empty actor RSS MiB", "growth / raw"],
-          [[fmt(raw / 2**20), fmt(rss / 2**20), fmt(empty_rss / 2**20),
-            fmt((rss - empty_rss) / raw)]])
+          ["trees", "raw columns + trees MiB", "actor RSS MiB", "empty actor RSS MiB", "growth / raw"],
+          [[trees, fmt(raw / 2**20), fmt(r / 2**20), fmt(empty_rss / 2**20), fmt((r - empty_rss) / raw)]
+           for trees, r in zip(("numpy", "compiled (after its samples)"), rss)])
 
 
 def mttr_section(root: str) -> None:

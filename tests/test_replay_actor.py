@@ -150,31 +150,50 @@ def test_sample_and_update_is_update_then_sample_in_one_logged_call(tmp_path: Pa
 
 
 def test_a_packed_batch_is_the_batch_bit_for_bit() -> None:
-    from actors._wire import pack_array, pack_batch, unpack_array, unpack_batch
+    from actors._wire import pack_batch, unpack_batch
 
     batch = {**transitions(5), "weights": np.linspace(0.1, 1.0, 5), "indices": np.arange(5) * 7,
              "frames": np.arange(5 * 2 * 3, dtype=np.uint8).reshape(5, 2, 3)}
-    layout, blob = pack_batch(batch)
-    as_msgpack_gives_it = [[name, dtype, list(shape)] for name, dtype, shape in layout]
-    for back in (unpack_batch((layout, blob)), unpack_batch((as_msgpack_gives_it, blob))):
+    for _ in range(2):  # the second time from the layout caches
+        back = unpack_batch(pack_batch(batch))
         assert list(back) == list(batch)
         for name, column in batch.items():
-            assert back[name].dtype == column.dtype and back[name].tobytes() == column.tobytes()
-    indices = unpack_array(pack_array([3, 1, 2], np.int64), np.int64, what="indices")
-    assert indices is not None and indices.tolist() == [3, 1, 2]
+            assert back[name].dtype == column.dtype and back[name].shape == column.shape
+            assert back[name].tobytes() == column.tobytes()
 
 
-def test_bytes_that_are_not_whole_items_are_refused_naming_the_argument() -> None:
-    from actors._wire import pack_batch, unpack_array, unpack_batch
+def test_a_packed_request_is_the_request_bit_for_bit() -> None:
+    from actors._wire import pack_request, unpack_request
+
+    indices, priorities = np.array([3, 1, 2]), np.array([0.5, 1e-300, 7.0])
+    asked = unpack_request(pack_request(256, indices, priorities, 0.4))
+    assert (asked.batch_size, asked.beta) == (256, 0.4)
+    assert asked.indices is not None and asked.priorities is not None
+    assert asked.indices.tolist() == [3, 1, 2] and asked.priorities.tobytes() == priorities.tobytes()
+    first = unpack_request(pack_request(8, None, None, None))
+    assert (first.batch_size, first.indices, first.priorities, first.beta) == (8, None, None, None)
+
+
+def test_bytes_their_layout_does_not_account_for_are_refused() -> None:
+    from actors._wire import pack_batch, pack_request, unpack_batch, unpack_request
     from chaos import InvalidConfig
 
-    with pytest.raises(InvalidConfig, match=re.escape("`priorities` must be bytes of float64 (8 bytes each), got 12")):
-        unpack_array(b"x" * 12, np.float64, what="priorities")
-    with pytest.raises(InvalidConfig, match=re.escape("`indices` must be bytes of int64 (8 bytes each), got ndarray")):
-        unpack_array(np.arange(3), np.int64, what="indices")  # type: ignore[arg-type]
-    layout, blob = pack_batch(transitions(2))
-    with pytest.raises(InvalidConfig, match="a packed batch of 95 bytes has a layout for 96"):
-        unpack_batch((layout, blob[:-1]))
+    request = pack_request(8, np.arange(3), np.ones(3), None)
+    with pytest.raises(InvalidConfig, match="a packed request of 71 bytes says it holds 3 priorities \\(72 bytes\\)"):
+        unpack_request(request[:-1])
+    with pytest.raises(InvalidConfig, match="a packed request must be bytes of at least 24, got ndarray"):
+        unpack_request(np.arange(3))  # type: ignore[arg-type]
+    with pytest.raises(InvalidConfig, match="got 3 indices and 2 priorities; give one each"):
+        pack_request(8, np.arange(3), np.ones(2), None)
+    with pytest.raises(InvalidConfig, match="needs both `indices` and `priorities`"):
+        pack_request(8, np.arange(3), None, None)
+    with pytest.raises(InvalidConfig, match=re.escape("sample_and_update(8, beta=nan): give a whole batch size")):
+        pack_request(8, None, None, float("nan"))  # NaN means "the buffer's beta" on the wire
+    blob = pack_batch(transitions(2))
+    with pytest.raises(InvalidConfig, match=f"a packed batch of {len(blob) - 1} bytes has a layout for {len(blob)}"):
+        unpack_batch(blob[:-1])
+    with pytest.raises(InvalidConfig, match="layout does not read as"):
+        unpack_batch(blob[:4] + b"{" + blob[5:])
 
 
 def test_the_client_draws_what_sample_and_update_draws_in_one_logged_call(
@@ -206,4 +225,7 @@ def test_sample_and_update_refuses_half_an_update_and_changes_nothing(tmp_path: 
         actor.sample_and_update(8, np.arange(8))
     with pytest.raises(InvalidConfig):
         actor.sample_and_update(8, np.arange(8), np.full(8, -1.0))  # a negative priority
+    for batch_size, beta in ((0, None), (8, 1.5)):  # a draw that would fail after the update
+        with pytest.raises(InvalidConfig):
+            actor.sample_and_update(batch_size, np.arange(8), np.ones(8), beta=beta)
     assert actor.buffer.stats() == before
