@@ -379,6 +379,8 @@ def actor_section(root: str, seconds: float) -> None:
     actor, compiled_actor = filled_actor(root, trees="numpy"), filled_actor(root, trees="compiled")
     rates = interleaved(round_trips(actor, compiled_actor, np.random.default_rng(2)), seconds=6 * seconds)
     noop = rates[0]
+    # Before state_dict(), whose serialised copy of the state would count as the actor's.
+    rss = [psutil.Process(ray.get(a.pid.remote(), timeout=TIMEOUT)).memory_info().rss for a in (actor, compiled_actor)]
     empty = ray.remote(ReplayBufferActor).remote(
         CAPACITY, checkpoint=CheckpointConfig(storage=f"{root}/empty"), seed=0)
     empty_rss = psutil.Process(ray.get(empty.pid.remote(), timeout=TIMEOUT)).memory_info().rss
@@ -387,7 +389,6 @@ def actor_section(root: str, seconds: float) -> None:
     raw = sum(a.nbytes for a in state["buffer"]["columns"].values()) + \
         state["buffer"]["leaves"].nbytes + sum(a.nbytes for a in state["buffer"]["tree"].values())
     del state
-    rss = [psutil.Process(ray.get(a.pid.remote(), timeout=TIMEOUT)).memory_info().rss for a in (actor, compiled_actor)]
     ray.kill(actor)
     ray.kill(compiled_actor)
     calls = ["no-op actor method", "sample(256)", "sample + update_priorities (2 calls)",
