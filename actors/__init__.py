@@ -24,6 +24,7 @@ from actors._param_server import (
 )
 from actors._replay import EmptyBufferError, PrioritizedReplayBuffer, ReplayStats, SchemaError
 from actors._replay_actor import ReplayActorStats, ReplayBufferActor, ReplayClient
+from actors._spare import SpareState, SpareWorkerError, keep_spare, spare_actor_env, spare_job_env
 from actors._store import (
     FORMAT_VERSION,
     CheckpointInfo,
@@ -60,10 +61,15 @@ __all__ = [
     "RestoreInfo",
     "SchemaError",
     "ServerStats",
+    "SpareState",
+    "SpareWorkerError",
     "StaleGradientError",
     "StateTree",
     "VersionTimeout",
     "WriterSeqs",
     "checkpoint_async",
+    "keep_spare",
     "mutation",
+    "spare_actor_env",
+    "spare_job_env",
 ]

@@ -12,6 +12,7 @@ hold up the pushes that would produce it; every method takes the server's lock.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import threading
@@ -26,6 +27,7 @@ from numpy.typing import ArrayLike
 
 from actors._checkpoint import Checkpointable, CheckpointConfig, CheckpointStats, Restore, mutation
 from actors._codec import StateTree
+from actors._spare import current_env, ensure_spare, keep_spare_for
 from chaos._errors import ChaosError, InvalidConfig
 from chaos._extras import import_extra
 
@@ -82,6 +84,7 @@ class ServerStats:
     puts: int
     pending: int
     checkpoint: CheckpointStats
+    spare_error: str | None = None  #: why this incarnation has no spare worker (spare_worker=True)
 
 
 def _torch() -> ModuleType:
@@ -119,16 +122,24 @@ class ParameterServer(Checkpointable):
             dropped and counted (``"drop"``). None: no bound.
         on_nonfinite: ``"reject"`` raises :class:`GradientError`; ``"skip"`` counts and ignores.
         seed: torch seed for the model's initial weights.
+        spare_worker: keep an idle worker on the server's node that has imported the modules
+            its runtime env names (``actors.spare_actor_env("torch", "torch._dynamo")``), for
+            Ray to restart the server in: see ``actors._spare``. The first start fails when
+            no spare can be asked for (the set-up missing, or the raylet's RPC); when none
+            shows up, or a restart cannot ask for the next, ``stats().spare_error`` and the
+            log say so.
     """
 
     def __init__(self, model_factory: Callable[[], Any], *, checkpoint: CheckpointConfig,
                  optimizer: str = "SGD", optimizer_kwargs: Mapping[str, object] | None = None,
                  mode: Mode = "async", sync_k: int = 1, max_staleness: int | None = None,
                  on_stale: OnStale = "reject", on_nonfinite: OnNonFinite = "reject",
-                 seed: int = 0, restore: Restore = "auto") -> None:
+                 seed: int = 0, restore: Restore = "auto", spare_worker: bool = False) -> None:
         torch = _torch()
 
         self._validate(mode, sync_k, max_staleness, on_stale, on_nonfinite)
+        if not isinstance(spare_worker, bool):
+            raise InvalidConfig(f"`spare_worker` must be True or False, got {spare_worker!r}")
         self.mode, self.sync_k, self.max_staleness = mode, sync_k, max_staleness
         self.on_stale, self.on_nonfinite = on_stale, on_nonfinite
         torch.manual_seed(seed)
@@ -145,6 +156,26 @@ class ParameterServer(Checkpointable):
         self._puts = 0
         self._ref: tuple[int, Any] | None = None  # (version, ObjectRef of its weights)
         self.restore_info = self.enable_checkpointing(checkpoint, restore=restore)
+        self._spare_error: str | None = None
+        if spare_worker:
+            self._keep_spare()
+
+    def _keep_spare(self) -> None:
+        import ray
+
+        env = current_env()  # here: Ray keeps the task's runtime env per thread
+        if not ray.get_runtime_context().was_current_actor_reconstructed:
+            keep_spare_for(env)  # the first start fails on a spare it cannot ask for
+        # Seeing the spare appear (and asking again if it does not) runs beside the serving: a
+        # failure must not fail a restart (Ray would count it against max_restarts).
+        threading.Thread(target=self._ensure_spare, args=(env,), name="raychaos-spare", daemon=True).start()
+
+    def _ensure_spare(self, env: str) -> None:
+        try:
+            ensure_spare(env)
+        except ChaosError as exc:
+            self._spare_error = str(exc)
+            logging.getLogger(__name__).warning("the parameter server has no spare worker: %s", exc)
 
     @staticmethod
     def _validate(mode: str, sync_k: int, max_staleness: int | None, on_stale: str,
@@ -314,7 +345,8 @@ class ParameterServer(Checkpointable):
         with self._lock:
             c = self._counts
             return ServerStats(self._version, c["applied"], c["duplicates"], c["dropped"],
-                               c["skipped"], self._puts, len(self._pending), self.checkpoint_stats())
+                               c["skipped"], self._puts, len(self._pending), self.checkpoint_stats(),
+                               self._spare_error)
 
     def pid(self) -> int:
         return os.getpid()

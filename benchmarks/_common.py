@@ -66,12 +66,16 @@ def fmt(x: float, unit: str = "") -> str:
     return f"{x:.3f}{unit}"
 
 
-def mttr(actor: Any, check: Callable[[bool], object], *, timeout: float = 60.0) -> float:
-    """SIGKILL the actor's process; seconds until ``check(pid changed)`` is truthy."""
+def mttr(actor: Any, check: Callable[[bool], object], *, timeout: float = 60.0,
+         ready: Callable[[], bool] | None = None) -> float:
+    """SIGKILL the actor's process, once ``ready()`` (when given) holds; seconds until
+    ``check(pid changed)`` is truthy."""
     import ray
 
     from chaos import wait_until
 
+    if ready is not None:
+        wait_until(ready, timeout=timeout, interval=0.1, what="ready to be killed")
     pid = ray.get(actor.pid.remote(), timeout=timeout)
     start = time.perf_counter()
     os.kill(pid, signal.SIGKILL)
@@ -94,10 +98,10 @@ def bare_mttr(reps: int = 3) -> tuple[Any, list[float]]:
 
 
 def mttr_row(label: str, actor: Any, correct: Callable[[], bool], bare_times: list[float],
-             *, reps: int = 3) -> list[str]:
+             *, reps: int = 3, ready: Callable[[], bool] | None = None) -> list[str]:
     """A table row: median seconds from SIGKILL until ``correct()`` holds again, and the ratio
     to a bare actor's restart."""
-    times = [mttr(actor, lambda new: new and correct()) for _ in range(reps)]
+    times = [mttr(actor, lambda new: new and correct(), ready=ready) for _ in range(reps)]
     median = statistics.median(times)
     return [label, fmt(median), fmt(median / statistics.median(bare_times))]
 

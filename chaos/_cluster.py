@@ -175,6 +175,7 @@ def local_cluster(
     log_to_driver: bool = True,
     redis_address: str | None = None,
     worker_env: Mapping[str, str] | None = None,
+    runtime_env: Mapping[str, object] | None = None,
 ) -> Iterator[ClusterHandle]:
     """Start a fresh embedded Ray cluster, connect this driver to it, and tear it all down.
 
@@ -192,6 +193,8 @@ def local_cluster(
             :func:`chaos.redis_server`): the GCS keeps its tables there and survives a restart.
         worker_env: environment for the processes of the worker nodes (not the head), set
             when they start: Ray's testing knobs such as :func:`chaos.rpc_failure_env`.
+        runtime_env: this driver's job runtime env (``ray.init(runtime_env=...)``), e.g.
+            ``actors.spare_job_env()``.
 
     Raises:
         InvalidConfig: a bad size, or this process is already connected to Ray.
@@ -211,6 +214,8 @@ def local_cluster(
                      "logging_level": logging.WARNING}
         if num_gpus:
             init_args["num_gpus"] = num_gpus
+        if runtime_env is not None:
+            init_args["runtime_env"] = dict(runtime_env)
         env = _NodeEnv(head={"RAY_REDIS_ADDRESS": redis_address} if redis_address else {},
                        workers=dict(worker_env or {}))
         if env.workers and nodes == 1:
