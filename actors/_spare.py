@@ -140,11 +140,12 @@ def keep_spare_for(serialized_env: str) -> SpareState:
     return SpareState.REQUESTED
 
 
-def ensure_spare(serialized_env: str, *, attempts: int = ASK_ATTEMPTS, within: float = APPEAR_WITHIN_S) -> None:
-    """Ask until a spare is there. The raylet answers a request before it starts the worker,
-    and may then not start it (seen here right after a restart took the previous spare:
-    it starts a bounded number of workers at once); so a request is only done when its
-    worker shows up.
+def ensure_spare(serialized_env: str, *, asked: bool = False, attempts: int = ASK_ATTEMPTS,
+                 within: float = APPEAR_WITHIN_S) -> None:
+    """Ask until a spare is there (``asked``: a request was just made, so wait for it first:
+    its process appears only once the raylet has set up its env, ~1.5 s here, and asking
+    again before then would start two). The raylet answers a request before it starts the
+    worker, and may then not start it, so a request is done only when its worker shows up.
 
     Raises:
         InvalidConfig: as :func:`keep_spare`.
@@ -153,8 +154,9 @@ def ensure_spare(serialized_env: str, *, attempts: int = ASK_ATTEMPTS, within: f
     from chaos import HangError, wait_until
 
     for _ in range(attempts):
-        if keep_spare_for(serialized_env) is SpareState.PRESENT:
+        if not asked and keep_spare_for(serialized_env) is SpareState.PRESENT:
             return
+        asked = False
         try:
             wait_until(_spares_here, timeout=within, interval=0.2, what="the spare worker")
             return
