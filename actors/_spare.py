@@ -88,7 +88,7 @@ def spare_job_env() -> dict[str, object]:
 
 def spare_actor_env(*modules: str) -> dict[str, object]:
     """An actor's runtime env (``.options(runtime_env=...)``) whose workers, and spare, import
-    ``modules`` before they register.
+    ``modules`` before they run anything.
 
     Raises:
         InvalidConfig: no module, or a name that is not a dotted module path.
