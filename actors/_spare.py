@@ -28,6 +28,7 @@ import enum
 import json
 import os
 import types
+from collections.abc import Mapping
 from typing import Any
 
 import psutil
@@ -35,7 +36,7 @@ import psutil
 from chaos._errors import ChaosError, InvalidConfig
 
 __all__ = ["PRELOADED_VAR", "PRELOAD_VAR", "SpareState", "SpareWorkerError", "current_env", "ensure_spare",
-           "keep_spare", "keep_spare_for", "preload", "spare_actor_env", "spare_job_env"]
+           "keep_spare", "keep_spare_for", "preload", "spare_actor_env", "spare_job_env", "spares_of"]
 
 #: The modules a worker imports before it registers, comma-separated (the actor's runtime env).
 PRELOAD_VAR = "RAYCHAOS_PRELOAD"
@@ -179,17 +180,22 @@ def _check_env(env: dict[str, Any]) -> None:
 
 def _spares_here() -> list[int]:
     """Pids of this node's workers of this job, in this actor's env, idle or starting."""
-    mine = {name: os.environ.get(name) for name in ("RAY_JOB_ID", "RAY_RAYLET_PID", PRELOAD_VAR)}
+    return spares_of({name: os.environ.get(name) for name in ("RAY_JOB_ID", "RAY_RAYLET_PID", PRELOAD_VAR)})
+
+
+def spares_of(identity: Mapping[str, str | None], *, starting: bool = True) -> list[int]:
+    """Pids of this machine's idle workers (and, with ``starting``, those still starting)
+    whose environment holds ``identity`` (variable -> value), the calling process aside."""
     found = []
     for proc in psutil.process_iter(["pid", "cmdline"]):
         line = " ".join(proc.info["cmdline"] or [])
-        if proc.info["pid"] == os.getpid() or not ("ray::IDLE" in line or "default_worker.py" in line):
+        if proc.info["pid"] == os.getpid() or not ("ray::IDLE" in line or (starting and "default_worker.py" in line)):
             continue
         try:
             environ = proc.environ()
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
-        if all(environ.get(name) == value for name, value in mine.items()):
+        if all(environ.get(name) == value for name, value in identity.items()):
             found.append(proc.info["pid"])
     return found
 

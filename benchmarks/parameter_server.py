@@ -23,6 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from _common import bare_mttr, console, fmt, machine, mttr_row, mttr_table, rate, table
 
 from actors import CheckpointConfig, ParameterServer, spare_actor_env, spare_job_env
+from actors._spare import spares_of
 from chaos import local_cluster
 
 TIMEOUT = 60.0
@@ -57,18 +58,11 @@ def spare_ready() -> bool:
     import ray
 
     job = ray.get_runtime_context().get_job_id()
-    spares = [p for p in psutil.process_iter(["cmdline"]) if "ray::IDLE" in " ".join(p.info["cmdline"] or [])
-              and _environ(p).get("RAY_JOB_ID") == job and _environ(p).get("RAYCHAOS_PRELOAD")]
+    spares = [psutil.Process(pid) for pid in spares_of({"RAY_JOB_ID": job, "RAYCHAOS_PRELOAD": ",".join(PRELOAD)},
+                                                        starting=False)]
     before = [sum(p.cpu_times()[:2]) for p in spares]
     time.sleep(0.3)  # a sample window of CPU time, not a synchronisation
     return any(sum(p.cpu_times()[:2]) - b < 0.05 for p, b in zip(spares, before))  # importing: ~0.3
-
-
-def _environ(proc: psutil.Process) -> dict[str, str]:
-    try:
-        return proc.environ()
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-        return {}
 
 
 def throughput(root: str, seconds: float) -> None:

@@ -71,8 +71,9 @@ def test_a_server_asking_for_a_spare_without_the_jobs_hook_fails_its_first_start
 
 SCRIPT = r"""
 import json, os, signal, sys, tempfile
-import psutil, ray
+import ray
 from actors import CheckpointConfig, ParameterServer, SpareState, keep_spare, spare_actor_env, spare_job_env
+from actors._spare import spares_of
 from chaos import local_cluster, wait_until
 
 def model():
@@ -80,16 +81,7 @@ def model():
     return torch.nn.Linear(4, 2)
 
 def spares(job):
-    found = []
-    for p in psutil.process_iter(["pid", "cmdline"]):
-        try:
-            env = p.environ()
-        except psutil.Error:
-            continue
-        if "ray::IDLE" in " ".join(p.info["cmdline"] or []) and env.get("RAY_JOB_ID") == job \
-                and env.get("RAYCHAOS_PRELOAD"):
-            found.append(p.info["pid"])
-    return found
+    return spares_of({"RAY_JOB_ID": job, "RAYCHAOS_PRELOAD": "torch,torch._dynamo,actors"}, starting=False)
 
 with tempfile.TemporaryDirectory() as root, \
         local_cluster(num_cpus=2, log_to_driver=False, runtime_env=spare_job_env()):
@@ -146,3 +138,22 @@ def test_a_server_asking_for_a_spare_outside_ray_or_with_a_non_bool_is_refused(t
         ParameterServer(LINEAR, checkpoint=cfg, spare_worker="yes")  # type: ignore[arg-type]
     with pytest.raises(InvalidConfig, match="runs inside a Ray actor"):
         ParameterServer(LINEAR, checkpoint=cfg, spare_worker=True)
+
+
+def test_asking_for_a_spare_that_never_shows_up_gives_up_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The raylet may answer a request and start nothing: ensure_spare asks again, then fails
+    closed (the server shows this in stats().spare_error) rather than promise a warm restart."""
+    from actors import SpareState, SpareWorkerError, _spare
+
+    asked: list[str] = []
+    monkeypatch.setattr(_spare, "keep_spare_for", lambda env: asked.append(env) or SpareState.REQUESTED)
+    monkeypatch.setattr(_spare, "_spares_here", lambda: [])
+    with pytest.raises(SpareWorkerError, match="asked the raylet 2 times for a spare worker, and none started"):
+        _spare.ensure_spare("{}", attempts=2, within=0.3)
+    assert asked == ["{}", "{}"]
+    asked.clear()
+    with pytest.raises(SpareWorkerError):
+        _spare.ensure_spare("{}", asked=True, attempts=2, within=0.3)
+    assert asked == ["{}"]  # the request just made is waited for, not repeated (two spares, once)
+    monkeypatch.setattr(_spare, "_spares_here", lambda: [4242])
+    _spare.ensure_spare("{}", asked=True, attempts=2, within=0.3)  # it showed up: done
