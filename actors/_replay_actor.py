@@ -19,7 +19,7 @@ from actors._checkpoint import (
 from actors._codec import StateTree
 from actors._dedupe import WriterSeqs
 from actors._replay import PrioritizedReplayBuffer, ReplayStats
-from actors._wire import pack_batch, pack_request, unpack_batch, unpack_request
+from actors._wire import check_pair, pack_batch, pack_request, unpack_batch, unpack_request
 from chaos._errors import InvalidConfig
 
 __all__ = ["ReplayActorStats", "ReplayBufferActor", "ReplayClient"]
@@ -113,9 +113,7 @@ class ReplayBufferActor(Checkpointable):
                 (as for :meth:`update_priorities`), or a draw :meth:`sample` would refuse;
                 nothing is changed and nothing is drawn.
         """
-        if (indices is None) != (priorities is None):
-            raise InvalidConfig("sample_and_update needs both `indices` and `priorities` (the previous "
-                                "batch's), or neither for the first batch")
+        check_pair(indices, priorities)
         # The draw is checked before the update: a call that fails half done would hold an
         # update its log (written only for calls that return) does not replay.
         self.buffer.check_sample(batch_size, beta)

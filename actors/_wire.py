@@ -25,7 +25,7 @@ import numpy as np
 
 from chaos._errors import InvalidConfig
 
-__all__ = ["Request", "pack_batch", "pack_request", "unpack_batch", "unpack_request"]
+__all__ = ["Request", "check_pair", "pack_batch", "pack_request", "unpack_batch", "unpack_request"]
 
 _REQUEST = struct.Struct("<qdq")
 _LAYOUT_LENGTH = struct.Struct("<I")
@@ -49,9 +49,7 @@ def pack_request(batch_size: int, indices: np.ndarray | None, priorities: np.nda
     Raises:
         InvalidConfig: only one of ``indices`` and ``priorities``, or lengths that differ.
     """
-    if (indices is None) != (priorities is None):
-        raise InvalidConfig("sample_and_update needs both `indices` and `priorities` (the previous "
-                            "batch's), or neither for the first batch")
+    check_pair(indices, priorities)
     if indices is None or priorities is None:
         return _header(batch_size, beta, -1)
     idx = np.ascontiguousarray(indices, dtype=np.int64).ravel()
@@ -59,6 +57,17 @@ def pack_request(batch_size: int, indices: np.ndarray | None, priorities: np.nda
     if len(idx) != len(prios):
         raise InvalidConfig(f"got {len(idx)} indices and {len(prios)} priorities; give one each")
     return _header(batch_size, beta, len(idx)) + idx.tobytes() + prios.tobytes()
+
+
+def check_pair(indices: object, priorities: object) -> None:
+    """A learner's step sets the previous batch's priorities or none: both or neither.
+
+    Raises:
+        InvalidConfig: only one of the two given.
+    """
+    if (indices is None) != (priorities is None):
+        raise InvalidConfig("sample_and_update needs both `indices` and `priorities` (the previous "
+                            "batch's), or neither for the first batch")
 
 
 def _header(batch_size: int, beta: float | None, n: int) -> bytes:
