@@ -23,16 +23,15 @@ Ray that lacks it fails the first start with :class:`SpareWorkerError`, never si
 
 from __future__ import annotations
 
-import builtins
 import enum
 import json
 import os
-import types
 from collections.abc import Mapping
 from typing import Any
 
 import psutil
 
+from chaos._byvalue import by_value
 from chaos._errors import ChaosError, InvalidConfig
 
 __all__ = ["PRELOADED_VAR", "PRELOAD_VAR", "SpareState", "SpareWorkerError", "current_env", "ensure_spare",
@@ -82,9 +81,7 @@ def spare_job_env() -> dict[str, object]:
     """The job's runtime env (``ray.init(runtime_env=...)``) whose workers preload what their
     own env names (:func:`spare_actor_env`), and import nothing where it names nothing."""
     # A function of no module (cloudpickle pickles it by value): Ray stores it with the job.
-    hook = types.FunctionType(preload.__code__, {"__builtins__": builtins}, "raychaos_preload")
-    hook.__qualname__ = hook.__module__ = "raychaos_preload"
-    return {"worker_process_setup_hook": hook}
+    return {"worker_process_setup_hook": by_value(preload, "raychaos_preload")}
 
 
 def spare_actor_env(*modules: str) -> dict[str, object]:

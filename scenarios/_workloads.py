@@ -9,7 +9,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from actors import CheckpointConfig, CheckpointedCounter, Durability, ParameterServer, ReplayBufferActor
-from chaos import MemoryOutcome, StuckCause, watch
+from chaos import FaultKind, MemoryOutcome, StuckCause, watch
+from chaos._byvalue import by_value
 from chaos._extras import import_extra
 from scenarios._apps import APP_WORKLOADS
 from scenarios._attack import ATTACK_WORKLOADS
@@ -19,6 +20,10 @@ from scenarios._surface import SURFACE_WORKLOADS
 from scenarios._workload import CALL_TIMEOUT, Params, Workload
 
 __all__ = ["WORKLOADS"]
+
+
+#: The steady-state probe's task (a copy of ``sample_env`` under the harness's own name).
+PROBE_TASK = "raychaos_probe"
 
 
 def sample_env(index: int, steps: int) -> int:
@@ -64,6 +69,8 @@ class _Tasks(Workload):
         self.wait_timeout, self.drain_timeout, self.block_slack = p.wait_timeout, p.drain_timeout, p.block_slack
         self.task = ray.remote(self.task_function).options(max_retries=self.retries, num_cpus=0.5,
                                                            resources=self.resources)
+        self.probe_task = ray.remote(by_value(sample_env, PROBE_TASK)).options(
+            num_cpus=0, max_retries=0, resources=self.resources)
         self.pending: dict[Any, tuple[int, float]] = {}
         self.done: dict[int, object] = {}
         self.submitted, self.max_gap, self.last = 0, 0.0, time.monotonic()
@@ -92,11 +99,20 @@ class _Tasks(Workload):
             return exc
 
     def probe(self) -> str:
-        """The cluster still serves work: a small fresh task completes within 5 s."""
+        """The cluster still serves work: a small fresh task completes within 5 s.
+
+        The probe is the harness's, not the workload's: named apart so that a fault aimed at
+        ``sample_env`` never lands on it, shipped by value so that its fresh worker (every
+        one is busy) does not first import this package, and cancelled when it times out so
+        that probes never queue up behind each other."""
         import ray
 
-        probe = ray.remote(sample_env).options(num_cpus=0, max_retries=0, resources=self.resources)
-        value = ray.get(probe.remote(1, 10), timeout=5.0)
+        ref = self.probe_task.remote(1, 10)
+        try:
+            value = ray.get(ref, timeout=5.0)
+        except ray.exceptions.GetTimeoutError:
+            ray.cancel(ref)  # not force: a probe that did start ends by itself at once
+            raise
         return f"a fresh task answered ({value})"
 
     def _drain(self) -> list[int]:
@@ -124,14 +140,17 @@ class _Tasks(Workload):
         errors = {i: v for i, v in self.done.items() if isinstance(v, BaseException)}
         wrong = [i for i, v in values.items() if v != _expected(i, self.steps)]
         crashes = [e for e in errors.values() if isinstance(e, WorkerCrashedError)]
+        kills = len(self.ctx.injections(FaultKind.KILL))
         kinds = sorted({type(e).__name__ for e in errors.values()})
         return [
             Verdict("results_correct", not wrong, f"{len(values)} values, {len(wrong)} wrong"),
             Verdict("every_task_terminal", not hung,
                     f"{len(self.done)} of {self.submitted} tasks ended; {len(hung)} still pending "
                     f"{self.drain_timeout:g} s after the run"),
-            Verdict("crashes_surface", bool(crashes) and len(crashes) == len(errors),
-                    f"{len(crashes)} WorkerCrashedError at max_retries={self.retries}; errors: {kinds or 'none'}"),
+            # Each kill was confirmed on a worker running this workload's task: one crash each.
+            Verdict("crashes_surface", 0 < len(crashes) == kills and len(crashes) == len(errors),
+                    f"{len(crashes)} WorkerCrashedError for {kills} kills at max_retries={self.retries}; "
+                    f"errors: {kinds or 'none'}"),
             Verdict("no_error_visible", not errors, f"errors seen by the driver: {kinds or 'none'}"),
             Verdict("loop_never_blocked", self.max_gap < self.wait_timeout + self.block_slack,
                     f"longest loop iteration {self.max_gap:.2f} s (ray.wait timeout "

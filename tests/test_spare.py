@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 import ray
-from ray import cloudpickle
 
 from actors import CheckpointConfig, ParameterServer, keep_spare, spare_actor_env, spare_job_env
 from actors._spare import PRELOAD_VAR, PRELOADED_VAR, preload
 from chaos import ClusterHandle, InvalidConfig
 from conftest import CALL_TIMEOUT
+from test_byvalue import ours_imported_by
 from test_param_server import LINEAR
 
 
@@ -42,14 +42,8 @@ def test_the_hook_imports_what_the_env_names_and_nothing_without_it(
 
 def test_the_jobs_hook_runs_without_importing_a_package_of_ours(tmp_path: Path) -> None:
     """Every worker of the job runs the hook: importing this package there cost each 1.1 s."""
-    for hook, imports_ours in ((spare_job_env()["worker_process_setup_hook"], False), (preload, True)):
-        code = ("import sys, pickle; hook = pickle.loads(bytes.fromhex(sys.argv[1])); hook(); "
-                "print(sorted({'actors', 'chaos'} & set(sys.modules)))")
-        out = subprocess.run([sys.executable, "-c", code, cloudpickle.dumps(hook).hex()], capture_output=True,
-                             text=True, timeout=120, cwd=tmp_path,
-                             env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
-        assert out.returncode == 0, out.stderr[-2000:]
-        assert (out.stdout.strip() == "['actors', 'chaos']") == imports_ours, (hook, out.stdout)
+    assert ours_imported_by(spare_job_env()["worker_process_setup_hook"], tmp_path) == []
+    assert ours_imported_by(preload, tmp_path) == ["actors", "chaos"]
 
 
 def test_keep_spare_outside_an_actor_is_refused() -> None:
