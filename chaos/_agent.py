@@ -71,15 +71,20 @@ class ChaosAgent:
             return None
 
     def signal(self, pid: int, signum: int, *, driver_pids: tuple[int, ...] = (),
-               confirm_within: float = 0.0) -> float:
+               confirm_within: float = 0.0, running: str | None = None) -> float:
         """Send ``signum`` to ``pid`` after the safety check. With ``confirm_within`` > 0, wait
-        that long for the process to be gone and return how long it took.
+        that long for the process to be gone and return how long it took. With ``running``,
+        not while the worker runs another task than that one (its title says so) right now.
 
         Raises:
+            TargetNotFound: the process exited, or runs another task than ``running`` now
+                (the State API lags by a second: the task may have ended, the worker moved on).
             FaultIneffective: the process was still running ``confirm_within`` s later (it
                 ignores or handles the signal).
         """
         proc = check_target(pid, agent_pid=os.getpid(), driver_pids=driver_pids)
+        if running is not None:
+            _check_running(proc, running)
         sent = time.monotonic()
         proc.send_signal(signum)
         if confirm_within <= 0:
@@ -303,6 +308,18 @@ def _retire(entry: _Pause) -> None:
         os.waitpid(entry.healer, 0)  # our child: reap it
     except (ProcessLookupError, ChildProcessError):
         pass  # it already fired and exited
+
+
+def _check_running(proc: psutil.Process, task: str) -> None:
+    """Refuse a worker whose title names another task than ``task``: Ray titles it
+    ``ray::<task>`` while it runs one. ``ray::IDLE`` passes: a task the State API calls
+    RUNNING shows it for seconds while its worker still imports the task's module."""
+    try:
+        title = (proc.cmdline() or [""])[0].split(" ")[0]
+    except psutil.NoSuchProcess:
+        raise TargetNotFound(f"process {proc.pid} no longer exists") from None
+    if title.startswith("ray::") and title not in ("ray::IDLE", f"ray::{task}"):
+        raise TargetNotFound(f"process {proc.pid} runs {title!r} now, not task {task!r}")
 
 
 def _status(proc: psutil.Process) -> str:

@@ -49,7 +49,7 @@ from chaos._memory import (
     read_progress,
 )
 from chaos._schedule import Schedule
-from chaos._targets import NodeTarget, Process, resolve
+from chaos._targets import NodeTarget, Process, TaskTarget, resolve
 from chaos._wait import wait_until
 
 __all__ = ["Chaos", "Injection", "MemoryOutcome", "MemoryResult", "MemoryWatch", "StoreFill"]
@@ -258,8 +258,9 @@ def _injector_for(fault: object) -> Callable[..., Any]:
 
 def _signal_resolved(chaos: Chaos, target: Any, signum: int, rng: random.Random,
                      confirm_within: float) -> list[tuple[Process, float]]:
-    """Resolve, signal and confirm each process gone; a process that exited since the State
-    API saw it is skipped and the target resolved again without it (the State API lags)."""
+    """Resolve, signal and confirm each process gone; a process that exited, or a task's worker
+    that moved on, since the State API saw it is skipped and the target resolved again without
+    it (the State API lags by a second)."""
     stale: set[int] = set()
     for _ in range(5):
         procs = resolve(target, address=chaos.address, rng=rng, exclude_pids=frozenset(stale))
@@ -267,14 +268,21 @@ def _signal_resolved(chaos: Chaos, target: Any, signum: int, rng: random.Random,
         for proc in procs:
             try:
                 took = chaos._call(agent_for(proc.node_id).signal.remote(
-                    proc.pid, signum, driver_pids=chaos.driver_pids, confirm_within=confirm_within),
-                    timeout=CALL_TIMEOUT + confirm_within)
+                    proc.pid, signum, driver_pids=chaos.driver_pids, confirm_within=confirm_within,
+                    running=_task_running(target, proc)), timeout=CALL_TIMEOUT + confirm_within)
                 done.append((proc, took))
             except TargetNotFound:
                 stale.add(proc.pid)
         if done:
             return done
-    raise TargetNotFound(f"every process matching {target.label()} exited before it was signalled")
+    raise TargetNotFound(f"every process matching {target.label()} had exited, or moved on from the "
+                         "task, before it was signalled")
+
+
+def _task_running(target: Any, proc: Process) -> str | None:
+    """The task a plain task's worker may be running when the signal goes and no other: the
+    State API's RUNNING lags, and the worker it names may run another task now (a probe's)."""
+    return proc.name if isinstance(target, TaskTarget) and proc.actor_id is None else None
 
 
 @contextmanager

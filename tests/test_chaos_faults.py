@@ -125,6 +125,21 @@ def test_kill_the_worker_running_a_named_task(chaos: Chaos, ray_cluster: Cluster
         ray.get(ref, timeout=CALL_TIMEOUT)
 
 
+def test_a_task_kill_spares_a_worker_that_moved_on_to_another_task(chaos: Chaos,
+                                                                   ray_cluster: ClusterHandle) -> None:
+    """The State API's RUNNING lags by a second: the worker it names may run another task by
+    now (once, the scenario's own probe). The agent looks at the worker's title first."""
+    ref = long_task.options(name="other_work").remote(60)
+    (row,) = wait_until(lambda: list_tasks(address=ray_cluster.address, filters=[
+        ("name", "=", "other_work"), ("state", "=", "RUNNING")]), timeout=30, what="the task to run")
+    agent = agent_for(row.node_id)
+    with pytest.raises(TargetNotFound, match="runs 'ray::other_work' now, not task 'doomed'"):
+        ray.get(agent.signal.remote(row.worker_pid, 9, driver_pids=(os.getpid(),), running="doomed"),
+                timeout=CALL_TIMEOUT)
+    assert not gone(row.worker_pid)
+    ray.cancel(ref, force=True)
+
+
 def test_kill_a_random_busy_worker(chaos: Chaos) -> None:
     victim = Victim.remote()
     pid_of(victim)
