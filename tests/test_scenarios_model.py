@@ -196,6 +196,12 @@ def _stopped_context() -> RunContext:
 def test_recovery_counts_a_holding_probe_after_the_run_stopped() -> None:
     ctx = _stopped_context()
     mttr, text = _recovery(_ProbeAfter(ctx, healthy_after=1), ctx, ctx.elapsed())
+    assert text == "recovered after the run ended" and mttr is not None and mttr >= 0
+
+
+def test_recovery_while_the_run_goes_on_is_plain_recovered() -> None:
+    ctx = RunContext(address="", namespace="t", seed=0, params=Params(), storage="", duration=60.0, faults=True)
+    mttr, text = _recovery(_ProbeAfter(ctx, healthy_after=2), ctx, ctx.elapsed())
     assert text == "recovered" and mttr is not None and mttr >= 0
 
 
