@@ -126,30 +126,45 @@ class Process:
     name: str | None = None
 
 
-#: A task target may be between two tasks when a fault comes: it is looked for this long.
-TASK_PATIENCE = 5.0
+#: A task target may be between two tasks when a fault comes, an actor target restarting or
+#: being created: it is looked for this long. A target with nothing on its way fails at once.
+PATIENCE = 5.0
+
+
+class _OnItsWay(TargetNotFound):
+    """No live process matches, but a matching actor is restarting or being created."""
 
 
 def resolve(target: Target, *, address: str, rng: random.Random,
             exclude_pids: frozenset[int] = frozenset()) -> list[Process]:
-    """The live processes ``target`` names now (a task target: within ``TASK_PATIENCE``).
+    """The live processes ``target`` names now, or within ``PATIENCE`` for a task target and
+    for an actor target of which a match is on its way (restarting, being created).
 
     Raises:
         TargetNotFound: nothing alive matches (e.g. a class name with no live actors).
     """
-    if isinstance(target, TaskTarget):
-        from chaos._errors import HangError
-        from chaos._wait import wait_until
-
+    if isinstance(target, ActorTarget):
         try:
-            return wait_until(lambda: _resolve_now(target, address, rng, exclude_pids),
-                              timeout=TASK_PATIENCE, interval=0.1, what=target.label())
-        except HangError as exc:
-            if isinstance(exc.__cause__, TargetNotFound):
-                raise exc.__cause__ from None
-            raise TargetNotFound(f"no live process matches {target.label()} within "
-                                 f"{TASK_PATIENCE:g} s on the cluster at {address}") from exc
-    return _resolve_now(target, address, rng, exclude_pids)
+            return _resolve_now(target, address, rng, exclude_pids)
+        except _OnItsWay:
+            pass  # an actor that is coming back: a fault scheduled just after a kill waits for it
+    elif not isinstance(target, TaskTarget):
+        return _resolve_now(target, address, rng, exclude_pids)
+    return _patiently(target, address, rng, exclude_pids)
+
+
+def _patiently(target: Target, address: str, rng: random.Random, exclude_pids: frozenset[int]) -> list[Process]:
+    from chaos._errors import HangError
+    from chaos._wait import wait_until
+
+    try:
+        return wait_until(lambda: _resolve_now(target, address, rng, exclude_pids),
+                          timeout=PATIENCE, interval=0.1, what=target.label())
+    except HangError as exc:
+        if isinstance(exc.__cause__, TargetNotFound) and not isinstance(exc.__cause__, _OnItsWay):
+            raise exc.__cause__ from None
+        raise TargetNotFound(f"no live process matches {target.label()} within "
+                             f"{PATIENCE:g} s on the cluster at {address}") from exc
 
 
 def _resolve_now(target: Target, address: str, rng: random.Random,
@@ -172,10 +187,14 @@ def _resolve_now(target: Target, address: str, rng: random.Random,
     return [rng.choice(found)]
 
 
+#: The states of an actor that is on its way to ALIVE.
+_COMING = frozenset({"RESTARTING", "PENDING_CREATION", "DEPENDENCIES_UNREADY"})
+
+
 def _actors(target: ActorTarget, address: str) -> list[Process]:
     from ray.util.state import list_actors
 
-    filters: list[tuple[str, str, str]] = [("state", "=", "ALIVE")]
+    filters: list[tuple[str, str, str]] = [("state", "!=", "DEAD")]
     if target.actor_id:
         filters.append(("actor_id", "=", target.actor_id))
     if target.name:
@@ -185,8 +204,12 @@ def _actors(target: ActorTarget, address: str) -> list[Process]:
     rows = list_actors(address=address, filters=filters, limit=10_000, raise_on_missing_output=False)
     if target.class_name:  # Ray records the qualified name: "f.<locals>.Flock" matches "Flock"
         rows = [a for a in rows if target.class_name in (a.class_name, a.class_name.rsplit(".", 1)[-1])]
-    return [Process(a.pid, a.node_id, f"{a.class_name} {a.actor_id[:12]} pid {a.pid}", a.actor_id,
-                    a.name or None) for a in rows if _placed(a.pid, a.node_id)]
+    alive = [Process(a.pid, a.node_id, f"{a.class_name} {a.actor_id[:12]} pid {a.pid}", a.actor_id,
+                     a.name or None) for a in rows if a.state == "ALIVE" and _placed(a.pid, a.node_id)]
+    if not alive and any(a.state in _COMING for a in rows):
+        raise _OnItsWay(f"no live process matches {target.label()} yet: "
+                        f"{sorted({a.state for a in rows})} on the cluster at {address}")
+    return alive
 
 
 def _placed(pid: int | None, node_id: str | None) -> bool:

@@ -115,6 +115,30 @@ def long_task(seconds: float) -> str:
     return "finished"
 
 
+@ray.remote(max_restarts=1, max_task_retries=-1)
+class SlowToRestart:
+    """Takes 2 s to come back from a kill: a fault right after the kill finds it RESTARTING."""
+
+    def __init__(self) -> None:
+        if ray.get_runtime_context().was_current_actor_reconstructed:
+            time.sleep(2.0)  # the restart's own work, being simulated; nothing waits on it
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def test_a_fault_right_after_a_kill_waits_for_the_actor_to_come_back(chaos: Chaos) -> None:
+    """async-actor's pause, 2 s after its kill, once found the actor restarting: not_found."""
+    victim = SlowToRestart.remote()
+    first = pid_of(victim)
+    chaos.kill(Kill(ActorTarget.of(victim)))
+    with chaos.inject(Pause(ActorTarget.of(victim), seconds=0.5)) as injection:
+        paused = injection.processes[0].pid
+        assert paused != first and psutil.Process(paused).status() == psutil.STATUS_STOPPED
+    assert pid_of(victim) == paused
+    ray.kill(victim)
+
+
 def test_kill_the_worker_running_a_named_task(chaos: Chaos, ray_cluster: ClusterHandle) -> None:
     ref = long_task.options(name="doomed").remote(60)
     wait_until(lambda: list_tasks(address=ray_cluster.address,
