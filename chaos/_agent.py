@@ -314,8 +314,8 @@ def _check_running(proc: psutil.Process, task: str) -> None:
     """Refuse a worker whose title names another task than ``task``: Ray titles it
     ``ray::<task>`` while it runs one. ``ray::IDLE`` passes: a task the State API calls
     RUNNING shows it for seconds while its worker still imports the task's module."""
-    try:
-        title = (proc.cmdline() or [""])[0].split(" ")[0]
+    try:  # psutil splits a rewritten title on spaces or NULs: a task's name may hold spaces
+        title = " ".join(proc.cmdline()).strip()
     except psutil.NoSuchProcess:
         raise TargetNotFound(f"process {proc.pid} no longer exists") from None
     if title.startswith("ray::") and title not in ("ray::IDLE", f"ray::{task}"):

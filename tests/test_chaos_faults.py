@@ -153,11 +153,14 @@ def test_a_task_kill_spares_a_worker_that_moved_on_to_another_task(chaos: Chaos,
                                                                    ray_cluster: ClusterHandle) -> None:
     """The State API's RUNNING lags by a second: the worker it names may run another task by
     now (once, the scenario's own probe). The agent looks at the worker's title first."""
-    ref = long_task.options(name="other_work").remote(60)
+    ref = long_task.options(name="other work").remote(60)  # a name may hold spaces
     (row,) = wait_until(lambda: list_tasks(address=ray_cluster.address, filters=[
-        ("name", "=", "other_work"), ("state", "=", "RUNNING")]), timeout=30, what="the task to run")
+        ("name", "=", "other work"), ("state", "=", "RUNNING")]), timeout=30, what="the task to run")
+    wait_until(lambda: " ".join(psutil.Process(row.worker_pid).cmdline()).strip() == "ray::other work",
+               timeout=30, what="the worker to run the task (it shows ray::IDLE while it imports)")
     agent = agent_for(row.node_id)
-    with pytest.raises(TargetNotFound, match="runs 'ray::other_work' now, not task 'doomed'"):
+    assert ray.get(agent.signal.remote(row.worker_pid, 0, running="other work"), timeout=CALL_TIMEOUT) == 0
+    with pytest.raises(TargetNotFound, match="runs 'ray::other work' now, not task 'doomed'"):
         ray.get(agent.signal.remote(row.worker_pid, 9, driver_pids=(os.getpid(),), running="doomed"),
                 timeout=CALL_TIMEOUT)
     assert not gone(row.worker_pid)
