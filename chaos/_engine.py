@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from chaos._agent import agent_for, start_agents
 from chaos._cluster import head_of
@@ -51,6 +51,8 @@ from chaos._memory import (
 from chaos._schedule import Schedule
 from chaos._targets import NodeTarget, Process, TaskTarget, resolve
 from chaos._wait import wait_until
+
+T = TypeVar("T")
 
 __all__ = ["Chaos", "Injection", "MemoryOutcome", "MemoryResult", "MemoryWatch", "StoreFill"]
 
@@ -258,25 +260,31 @@ def _injector_for(fault: object) -> Callable[..., Any]:
 
 def _signal_resolved(chaos: Chaos, target: Any, signum: int, rng: random.Random,
                      confirm_within: float) -> list[tuple[Process, float]]:
-    """Resolve, signal and confirm each process gone; a process that exited, or a task's worker
-    that moved on, since the State API saw it is skipped and the target resolved again without
-    it (the State API lags by a second)."""
+    """Resolve, signal and confirm each process gone (see :func:`_each_resolved`)."""
+    def signal(proc: Process) -> float:
+        return float(chaos._call(agent_for(proc.node_id).signal.remote(
+            proc.pid, signum, driver_pids=chaos.driver_pids, confirm_within=confirm_within,
+            running=_task_running(target, proc)), timeout=CALL_TIMEOUT + confirm_within))
+    return _each_resolved(chaos, target, rng, signal)
+
+
+def _each_resolved(chaos: Chaos, target: Any, rng: random.Random,
+                   act: Callable[[Process], T]) -> list[tuple[Process, T]]:
+    """Resolve ``target`` and ``act`` on each process. One that exited, or a task's worker that
+    moved on, since the State API saw it is skipped and the target resolved again without it
+    (the State API lags by a second: right after a kill it still shows the dead pid ALIVE)."""
     stale: set[int] = set()
     for _ in range(5):
-        procs = resolve(target, address=chaos.address, rng=rng, exclude_pids=frozenset(stale))
         done = []
-        for proc in procs:
+        for proc in resolve(target, address=chaos.address, rng=rng, exclude_pids=frozenset(stale)):
             try:
-                took = chaos._call(agent_for(proc.node_id).signal.remote(
-                    proc.pid, signum, driver_pids=chaos.driver_pids, confirm_within=confirm_within,
-                    running=_task_running(target, proc)), timeout=CALL_TIMEOUT + confirm_within)
-                done.append((proc, took))
+                done.append((proc, act(proc)))
             except TargetNotFound:
                 stale.add(proc.pid)
         if done:
             return done
     raise TargetNotFound(f"every process matching {target.label()} had exited, or moved on from the "
-                         "task, before it was signalled")
+                         "task, before the fault reached it")
 
 
 def _task_running(target: Any, proc: Process) -> str | None:
@@ -337,18 +345,19 @@ def _confirm_node_dead(chaos: Chaos, node_id: str, *, since: float) -> float:
 
 @contextmanager
 def _pause(chaos: Chaos, fault: Pause, at: float | None, rng: random.Random) -> Iterator[Injection]:
-    procs = resolve(fault.target, address=chaos.address, rng=rng)
     paused: list[Process] = []
 
     def heal() -> None:
         for proc in paused:
             _resume_one(chaos, fault, at, proc)
 
+    def pause(proc: Process) -> None:
+        _pause_one(chaos, fault, at, proc)
+        paused.append(proc)
+
     with chaos._active_heal(heal):  # every process paused so far is resumed, whatever happens
-        for proc in procs:
-            _pause_one(chaos, fault, at, proc)
-            paused.append(proc)
-        yield Injection(fault, tuple(procs))
+        _each_resolved(chaos, fault.target, rng, pause)
+        yield Injection(fault, tuple(paused))
 
 
 def _pause_one(chaos: Chaos, fault: Pause, at: float | None, proc: Process) -> None:

@@ -132,24 +132,24 @@ PATIENCE = 5.0
 
 
 class _OnItsWay(TargetNotFound):
-    """No live process matches, but a matching actor is restarting or being created."""
+    """Nothing to act on yet, but something is on its way: a matching actor restarting or being
+    created, or only processes the State API still shows that have exited since (it lags)."""
 
 
 def resolve(target: Target, *, address: str, rng: random.Random,
             exclude_pids: frozenset[int] = frozenset()) -> list[Process]:
     """The live processes ``target`` names now, or within ``PATIENCE`` for a task target and
-    for an actor target of which a match is on its way (restarting, being created).
+    for a target of which a match is on its way (an actor restarting, being created; every
+    match already found gone, in ``exclude_pids``, while the State API still shows it).
 
     Raises:
         TargetNotFound: nothing alive matches (e.g. a class name with no live actors).
     """
-    if isinstance(target, ActorTarget):
+    if not isinstance(target, TaskTarget):
         try:
             return _resolve_now(target, address, rng, exclude_pids)
         except _OnItsWay:
-            pass  # an actor that is coming back: a fault scheduled just after a kill waits for it
-    elif not isinstance(target, TaskTarget):
-        return _resolve_now(target, address, rng, exclude_pids)
+            pass  # e.g. a fault scheduled just after a kill: the actor is coming back
     return _patiently(target, address, rng, exclude_pids)
 
 
@@ -177,10 +177,14 @@ def _resolve_now(target: Target, address: str, rng: random.Random,
         found = _busy_workers(address, exclude_pids)
     else:
         found = _nodes(target, address)
-    found = [p for p in found if p.pid not in exclude_pids]
-    if not found:
+    live = [p for p in found if p.pid not in exclude_pids]
+    if found and not live:
+        raise _OnItsWay(f"every process matching {target.label()} has exited, or moved on, since the "
+                        f"State API saw it (pids {sorted(p.pid for p in found)})")
+    if not live:
         raise TargetNotFound(f"no live process matches {target.label()} on the cluster at "
                              f"{address}; check the name, or that it is running yet")
+    found = live
     found.sort(key=lambda p: (p.name or "", p.pid))
     if isinstance(target, ActorTarget) and target.pick == "all":
         return found

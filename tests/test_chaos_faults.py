@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+import random
 import subprocess
 import sys
 import time
@@ -15,6 +16,7 @@ import ray
 from ray.exceptions import WorkerCrashedError
 from ray.util.state import list_tasks
 
+import chaos._targets as chaos_targets
 from chaos import (
     ActorTarget,
     Chaos,
@@ -35,6 +37,7 @@ from chaos import (
     run_schedule,
     wait_until,
 )
+from chaos._targets import resolve
 from conftest import CALL_TIMEOUT
 
 
@@ -136,6 +139,20 @@ def test_a_fault_right_after_a_kill_waits_for_the_actor_to_come_back(chaos: Chao
         paused = injection.processes[0].pid
         assert paused != first and psutil.Process(paused).status() == psutil.STATUS_STOPPED
     assert pid_of(victim) == paused
+    ray.kill(victim)
+
+
+def test_a_target_whose_only_match_just_exited_is_looked_for_again(
+        chaos: Chaos, ray_cluster: ClusterHandle, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Right after a kill the State API still shows the dead pid ALIVE (CI's pause found it so):
+    with every match gone, the target is looked for within the patience, then refused."""
+    victim = Victim.remote()
+    pid = pid_of(victim)
+    monkeypatch.setattr(chaos_targets, "PATIENCE", 0.5)
+    with pytest.raises(TargetNotFound, match=r"within 0\.5 s") as refused:
+        resolve(ActorTarget.of(victim), address=ray_cluster.address, rng=random.Random(0),
+                exclude_pids=frozenset({pid}))
+    assert "has exited, or moved on" in str(refused.value.__cause__.__cause__)
     ray.kill(victim)
 
 
