@@ -8,6 +8,8 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from chaos._errors import InvalidConfig
+
 
 def by_value(function: Callable[..., Any], name: str) -> types.FunctionType:
     """A copy of ``function`` that belongs to no module, so cloudpickle pickles it by value.
@@ -16,15 +18,19 @@ def by_value(function: Callable[..., Any], name: str) -> types.FunctionType:
     that module first (this package's ``scenarios`` costs 1 s of CPU, more on a loaded node).
     The copy sees only builtins, so ``function`` must name nothing else; its ``name`` is the
     task's name in Ray (what a ``task`` target matches, so distinct from the function's own).
+
+    Raises:
+        InvalidConfig: not a Python function, or one that names a global or a closure's cell.
     """
     code = getattr(function, "__code__", None)
     if code is None:
-        raise TypeError(f"by_value({function!r}): not a Python function; pass one defined with def")
+        raise InvalidConfig(f"by_value({function!r}): not a Python function; pass one defined with def")
     outside = sorted(_globals_named(code) - set(dir(builtins))) + list(code.co_freevars)
     if outside:
-        raise TypeError(f"by_value({function.__qualname__}): it names {outside} from outside itself; a "
+        raise InvalidConfig(f"by_value({function.__qualname__}): it names {outside} from outside itself; a "
                         "function shipped by value may name only builtins and what it imports inside")
     copy = types.FunctionType(code, {"__builtins__": builtins}, name, function.__defaults__)
+    copy.__kwdefaults__ = function.__kwdefaults__
     copy.__qualname__ = copy.__module__ = name
     return copy
 

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from ray import cloudpickle
 
+from chaos import InvalidConfig
 from chaos._byvalue import by_value
 from scenarios._workloads import PROBE_TASK, sample_env
 
@@ -56,7 +57,7 @@ def test_a_function_naming_anything_beyond_builtins_is_refused() -> None:
         return limit
 
     for function, named in ((_names_a_global, "['math']"), (closure, "['limit']")):
-        with pytest.raises(TypeError, match=rf"names {re.escape(named)} from outside itself"):
+        with pytest.raises(InvalidConfig, match=rf"names {re.escape(named)} from outside itself"):
             by_value(function, "x")
-    with pytest.raises(TypeError, match="not a Python function"):
+    with pytest.raises(InvalidConfig, match="not a Python function"):
         by_value(len, "x")  # type: ignore[arg-type]
