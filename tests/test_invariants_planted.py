@@ -21,7 +21,8 @@ import ray
 from ray import cloudpickle
 
 from actors import CheckpointedCounter, ParameterServer, ReplayBufferActor, mutation
-from chaos import ActorTarget, ClusterHandle, InvalidConfig, Kill, Schedule, _watchdog, wait_until
+from chaos import ActorTarget, ClusterHandle, InvalidConfig, Kill, Schedule, TaskTarget, _watchdog, wait_until
+from conftest import CALL_TIMEOUT
 from scenarios import RunResult, Scenario, SteadyState, Verdict, Workload, run_scenario
 from scenarios._dqn import DQNCartPole
 from scenarios._runner import declared_verdicts
@@ -104,6 +105,39 @@ def test_every_sampling_invariant_can_break(ray_cluster: ClusterHandle) -> None:
     why = broken(result)
     assert "1 wrong" in why["results_correct"] and "1 still pending" in why["every_task_terminal"]
     assert "ValueError" in why["no_error_visible"] and "0 WorkerCrashedError" in why["crashes_surface"]
+
+
+@ray.remote(num_cpus=0)
+class Bystander:
+    """An actor the sampling workload does not use: a kill of it reaches none of its tasks."""
+
+    def ping(self) -> int:
+        return 1
+
+
+class WithBystander(WORKLOADS["sampling"]):  # type: ignore[misc]
+    def setup(self) -> None:
+        super().setup()
+        self.bystander = Bystander.remote()
+        ray.get(self.bystander.ping.remote(), timeout=CALL_TIMEOUT)
+
+    def teardown(self) -> None:
+        super().teardown()
+        ray.kill(self.bystander)
+
+
+@pytest.mark.slow  # make test's budget: the 0-crash side of the verdict breaks in the test above
+def test_crashes_surface_breaks_on_a_kill_that_reached_no_task(ray_cluster: ClusterHandle) -> None:
+    """Two kills at max_retries=0, one of them of an actor the tasks never touch: one crash
+    surfaces, so the verdict that each kill surfaced as one crash must break."""
+    faults = [(1.5, Kill(TaskTarget("sample_env"))), (3.0, Kill(ActorTarget(class_name="Bystander")))]
+    result = planted(WithBystander, duration=5.0, params={"max_retries": 0}, faults=faults,
+                     address=ray_cluster.address)
+    verdicts = {v.name: v for v in result.verdicts}
+    assert [f.status for f in result.faults] == ["injected", "injected"], result.faults
+    assert not verdicts["crashes_surface"].held
+    assert "1 WorkerCrashedError for 2 kills" in verdicts["crashes_surface"].detail
+    assert verdicts["results_correct"].held and verdicts["every_task_terminal"].held
 
 
 # -- replay-crash-loop ------------------------------------------------------------------------
