@@ -29,7 +29,7 @@ from chaos._memory import MemoryProgress, read_progress
 from chaos._safety import check_target, raylet_of
 from chaos._wait import wait_until
 
-__all__ = ["ChaosAgent", "agent_for", "start_agents", "stop_agents"]
+__all__ = ["ChaosAgent", "agent_for", "start_agents", "stop_agents", "worker_title"]
 
 AGENT_NAMESPACE = "raychaos-agents"
 STOP_TIMEOUT = 5.0
@@ -310,12 +310,18 @@ def _retire(entry: _Pause) -> None:
         pass  # it already fired and exited
 
 
+def worker_title(proc: psutil.Process) -> str:
+    """A Ray worker's title, e.g. ``ray::sample_env`` (read whole: psutil splits a rewritten
+    title on spaces or NULs, and a task's name may hold spaces)."""
+    return " ".join(proc.cmdline()).strip()
+
+
 def _check_running(proc: psutil.Process, task: str) -> None:
     """Refuse a worker whose title names another task than ``task``: Ray titles it
     ``ray::<task>`` while it runs one. ``ray::IDLE`` passes: a task the State API calls
     RUNNING shows it for seconds while its worker still imports the task's module."""
-    try:  # psutil splits a rewritten title on spaces or NULs: a task's name may hold spaces
-        title = " ".join(proc.cmdline()).strip()
+    try:
+        title = worker_title(proc)
     except psutil.NoSuchProcess:
         raise TargetNotFound(f"process {proc.pid} no longer exists") from None
     if title.startswith("ray::") and title not in ("ray::IDLE", f"ray::{task}"):

@@ -37,6 +37,7 @@ from chaos import (
     run_schedule,
     wait_until,
 )
+from chaos._agent import worker_title
 from chaos._targets import resolve
 from conftest import CALL_TIMEOUT
 
@@ -173,7 +174,7 @@ def test_a_task_kill_spares_a_worker_that_moved_on_to_another_task(chaos: Chaos,
     ref = long_task.options(name="other work").remote(60)  # a name may hold spaces
     (row,) = wait_until(lambda: list_tasks(address=ray_cluster.address, filters=[
         ("name", "=", "other work"), ("state", "=", "RUNNING")]), timeout=30, what="the task to run")
-    wait_until(lambda: " ".join(psutil.Process(row.worker_pid).cmdline()).strip() == "ray::other work",
+    wait_until(lambda: worker_title(psutil.Process(row.worker_pid)) == "ray::other work",
                timeout=30, what="the worker to run the task (it shows ray::IDLE while it imports)")
     agent = agent_for(row.node_id)
     assert ray.get(agent.signal.remote(row.worker_pid, 0, running="other work"), timeout=CALL_TIMEOUT) == 0
