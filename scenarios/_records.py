@@ -51,6 +51,17 @@ class Verdict:
     name: str
     held: bool
     detail: str
+    #: How many things the run did that the verdict is about; None where it checks by itself.
+    seen: int | None = None
+
+    @classmethod
+    def over(cls, name: str, seen: int, *, held: bool, detail: str) -> Verdict:
+        """The verdict of an invariant about ``seen`` things the run did (calls, adds, tasks,
+        pushes). Over none it does not hold, whatever ``held`` says: "nothing acknowledged
+        was lost" after no add was acknowledged checked nothing (fail closed)."""
+        if seen > 0:
+            return cls(name, held, detail, seen)
+        return cls(name, False, f"nothing to check, none seen: {detail}", 0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from chaos import Kill, MemoryPressure, Pause
-from scenarios import ScenarioError, builtin_names, load_scenario
+from scenarios import ScenarioError, Verdict, builtin_names, load_scenario
 from scenarios._runner import _recovery, aim_memory_faults
 from scenarios._workload import Params, RunContext, Workload
 from scenarios.cli import main
@@ -209,3 +209,10 @@ def test_recovery_gives_up_on_a_failing_probe_once_the_run_stopped() -> None:
     ctx = _stopped_context()
     mttr, text = _recovery(_ProbeAfter(ctx, healthy_after=3), ctx, ctx.elapsed())
     assert mttr is None and text == "the run ended before the steady state returned"
+
+
+def test_a_verdict_over_nothing_seen_does_not_hold() -> None:
+    assert Verdict.over("no_loss", 3, held=True, detail="3 adds") == Verdict("no_loss", True, "3 adds", seen=3)
+    assert not Verdict.over("no_loss", 3, held=False, detail="3 adds").held
+    vacuous = Verdict.over("no_loss", 0, held=True, detail="0 adds")
+    assert (vacuous.held, vacuous.seen) == (False, 0) and vacuous.detail.endswith("0 adds"), vacuous
