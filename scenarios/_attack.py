@@ -135,11 +135,12 @@ class Attack(Workload):
         failed = [f"{r.probe}: {r.detail}" for r in final if not r.ok]
         unrecovered = recovered(self.results, within=self.recover_within)
         total = sum(not r.ok for r in self.results)
-        return [Verdict("probes_pass_after_heal", not failed,
-                        f"after the last heal: {failed or f'all {len(final)} passed'} "
-                        f"({time.monotonic() - start:.1f} s)"),
-                Verdict("probes_recover", not unrecovered,
-                        f"{len(self.results)} probe runs, {total} failed; not recovered: {unrecovered[:3] or 'none'}")]
+        return [Verdict.over("probes_pass_after_heal", len(final), held=not failed,
+                             detail=f"after the last heal: {failed or f'all {len(final)} passed'} "
+                             f"({time.monotonic() - start:.1f} s)"),
+                Verdict.over("probes_recover", len(self.results), held=not unrecovered,
+                             detail=f"{len(self.results)} probe runs, {total} failed; "
+                             f"not recovered: {unrecovered[:3] or 'none'}")]
 
 
 ATTACK_WORKLOADS: dict[str, type[Workload]] = {ATTACK_WORKLOAD: Attack}

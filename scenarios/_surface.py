@@ -88,11 +88,12 @@ class Ledger:
 
 def kept(name: str, writer: str, value: int, counts: Mapping[Ack, int]) -> Verdict:
     """A counter of keyed adds of 1 holds every acknowledged add, and no add beyond those
-    whose fate is unknown (a refused and undone add must not count)."""
+    whose fate is unknown (a refused and undone add must not count). With no add
+    acknowledged there is nothing to keep: it does not hold."""
     acked, unknown = counts[Ack.ACKED], counts[Ack.UNKNOWN]
-    return Verdict(name, acked <= value <= acked + unknown,
-                   f"{writer}: counter {value}, acknowledged {acked}, fate unknown {unknown}, "
-                   f"refused and undone {counts[Ack.UNDONE]}")
+    return Verdict.over(name, acked, held=acked <= value <= acked + unknown,
+                        detail=f"{writer}: counter {value}, acknowledged {acked}, fate unknown {unknown}, "
+                        f"refused and undone {counts[Ack.UNDONE]}")
 
 
 def _counter(ctx: Any, name: str, *, cls: type = CheckpointedCounter, node: str | None = None,
@@ -192,6 +193,7 @@ class GcsRestart(Workload):
         import ray
 
         self.ledger = Ledger(self._detached(), "driver")
+        ray.get(self.ledger.actor.get.remote(), timeout=CALL_TIMEOUT)  # the run's time is for calls
         # Exported now: a remote function first called while the GCS is down blocks its caller
         # until the GCS is back (its definition goes to the GCS), measured on Ray 2.60.
         self.square = ray.remote(square).options(num_cpus=0.25, max_retries=3)
@@ -230,7 +232,7 @@ class GcsRestart(Workload):
         values = [self._value(ref) for _, ref in self.outage]
         right = sum(v == i * i for (i, _), v in zip(self.outage, values))
         wrong = [f"task {i}: {v}" for (i, _), v in zip(self.outage, values) if v != i * i]
-        found = self._found()
+        found, written = self._found(), ray.get(self.ledger.actor.get.remote(), timeout=CALL_TIMEOUT)
         return [Verdict("actor_served_during_outage", self.served_down > 0,
                         f"{self.served_down} actor calls answered while the GCS port was closed"
                         if self.served_down else "no call was answered while the GCS was down: "
@@ -238,8 +240,9 @@ class GcsRestart(Workload):
                 Verdict("pending_work_resumed", bool(values) and right == len(values),
                         f"{right} of {len(values)} tasks submitted during the outage returned "
                         f"their value within {self.settle:g} s; others: {wrong[:3] or 'none'}"),
-                Verdict("named_actor_found", found == ray.get(self.ledger.actor.get.remote(), timeout=CALL_TIMEOUT),
-                        f"get_actor('ledger') after the restart: {found}"),
+                # By its count: after no acknowledged add, a fresh counter would look the same.
+                Verdict.over("named_actor_found", self.ledger.counts[Ack.ACKED], held=found == written,
+                             detail=f"get_actor('ledger') after the restart: {found}; the counter written: {written}"),
                 self.ledger.verdict("nothing_acknowledged_lost")]
 
     def _value(self, ref: Any) -> object:
@@ -318,7 +321,8 @@ class _OnWorkerNodes(Workload):
     def _kept(self, name: str) -> Verdict:
         """One verdict over every counter: each must hold its acknowledged adds."""
         each = [ledger.verdict(name) for ledger in self.ledgers]
-        return Verdict(name, bool(each) and all(v.held for v in each), "; ".join(v.detail for v in each))
+        return Verdict(name, bool(each) and all(v.held for v in each), "; ".join(v.detail for v in each),
+                       seen=min((v.seen or 0 for v in each), default=0))
 
     def _moved(self) -> Verdict:
         import ray
@@ -428,6 +432,7 @@ class OpenFiles(Workload):
 
         self.opener = ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)(self.opener_class).options(
             name="opener", namespace=self.ctx.namespace).remote(f"{self.ctx.storage}/files")
+        ray.get(self.opener.pid.remote(), timeout=CALL_TIMEOUT)  # the run's time is for calls
         self.ok, self.emfile, self.i = 0, 0, 0
         self.other: list[str] = []
 
@@ -466,7 +471,9 @@ class OpenFiles(Workload):
         return [Verdict("emfile_surfaces", self.emfile > 0,
                         f"{self.emfile} calls raised OSError(EMFILE) through ray.get; {self.ok} succeeded"),
                 Verdict("recovers_after_heal", healed, after),
-                Verdict("no_other_errors", not self.other, f"{len(self.other)}: {self.other[:3]}")]
+                Verdict.over("no_other_errors", self.i, held=not self.other,
+                             detail=f"{len(self.other)} of {self.i} calls raised another error: "
+                             f"{self.other[:3] or 'none'}")]
 
     def teardown(self) -> None:
         import ray
@@ -486,8 +493,11 @@ class FullDisk(Workload):
     counter_class: type = CheckpointedCounter
 
     def setup(self) -> None:
+        import ray
+
         self.ledger = Ledger(_counter(self.ctx, "counter", cls=self.counter_class, durability="wal",
                                       every_n=50), "driver")
+        ray.get(self.ledger.actor.get.remote(), timeout=CALL_TIMEOUT)  # the run's time is for calls
 
     def step(self) -> bool:
         self.ledger.add()
@@ -843,7 +853,7 @@ class AsyncActor(Workload):
         verdict = check_set(self.history.ops(), ray.get(self.actor.stored.remote(), timeout=CALL_TIMEOUT))
         detail = f"{verdict.explain()}; writer errors: {self.errors or 'none'}"
         return [Verdict("no_lost_adds", not verdict.lost and verdict.acknowledged > 0 and not self.errors, detail),
-                Verdict("no_duplicate_adds", not verdict.duplicated, detail)]
+                Verdict.over("no_duplicate_adds", verdict.stored, held=not verdict.duplicated, detail=detail)]
 
     def teardown(self) -> None:
         import ray
@@ -937,7 +947,7 @@ class RpcFailures(Workload):
         return [Verdict("results_correct", self.calls > 0 and self.ok == self.calls, summary),
                 Verdict("retried_deliveries_seen", runs > self.calls, summary),
                 Verdict("errors_surface", bool(self.errors.get("ActorUnavailableError")), summary),
-                Verdict("no_hang", not self.hung, self.hung or summary)]
+                Verdict.over("no_hang", self.calls + bool(self.hung), held=not self.hung, detail=self.hung or summary)]
 
     def teardown(self) -> None:
         import ray

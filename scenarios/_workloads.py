@@ -73,7 +73,7 @@ class _Tasks(Workload):
             num_cpus=0, max_retries=0, resources=self.resources)
         self.pending: dict[Any, tuple[int, float]] = {}
         self.done: dict[int, object] = {}
-        self.submitted, self.max_gap, self.last = 0, 0.0, time.monotonic()
+        self.submitted, self.turns, self.max_gap, self.last = 0, 0, 0.0, time.monotonic()
 
     def step(self) -> bool:
         import ray
@@ -86,7 +86,7 @@ class _Tasks(Workload):
             self.done[self.pending.pop(ref)[0]] = self._outcome(ref)
             self.ctx.count("tasks")
         now = time.monotonic()
-        self.max_gap, self.last = max(self.max_gap, now - self.last), now
+        self.turns, self.max_gap, self.last = self.turns + 1, max(self.max_gap, now - self.last), now
         return True
 
     def _outcome(self, ref: Any) -> object:
@@ -143,18 +143,20 @@ class _Tasks(Workload):
         kills = len(self.ctx.injections(FaultKind.KILL))
         kinds = sorted({type(e).__name__ for e in errors.values()})
         return [
-            Verdict("results_correct", not wrong, f"{len(values)} values, {len(wrong)} wrong"),
-            Verdict("every_task_terminal", not hung,
-                    f"{len(self.done)} of {self.submitted} tasks ended; {len(hung)} still pending "
-                    f"{self.drain_timeout:g} s after the run"),
+            Verdict.over("results_correct", len(values), held=not wrong,
+                         detail=f"{len(values)} values, {len(wrong)} wrong"),
+            Verdict.over("every_task_terminal", self.submitted, held=not hung,
+                         detail=f"{len(self.done)} of {self.submitted} tasks ended; {len(hung)} still pending "
+                         f"{self.drain_timeout:g} s after the run"),
             # Each kill was confirmed on a worker running this workload's task: one crash each.
             Verdict("crashes_surface", 0 < len(crashes) == kills and len(crashes) == len(errors),
                     f"{len(crashes)} WorkerCrashedError for {kills} kills at max_retries={self.retries}; "
                     f"errors: {kinds or 'none'}"),
-            Verdict("no_error_visible", not errors, f"errors seen by the driver: {kinds or 'none'}"),
-            Verdict("loop_never_blocked", self.max_gap < self.wait_timeout + self.block_slack,
-                    f"longest loop iteration {self.max_gap:.2f} s (ray.wait timeout "
-                    f"{self.wait_timeout:g} s, slack {self.block_slack:g} s)"),
+            Verdict.over("no_error_visible", len(self.done), held=not errors,
+                         detail=f"{len(self.done)} tasks ended; errors seen by the driver: {kinds or 'none'}"),
+            Verdict.over("loop_never_blocked", self.turns, held=self.max_gap < self.wait_timeout + self.block_slack,
+                         detail=f"longest of {self.turns} loop iterations {self.max_gap:.2f} s (ray.wait timeout "
+                         f"{self.wait_timeout:g} s, slack {self.block_slack:g} s)"),
             self._memory_verdict(),
         ]
 
@@ -259,12 +261,13 @@ class _CrashLoop(Workload):
     def _lost_verdict(self) -> Verdict:
         import ray
 
-        stored = ray.get(self.buffer.column.remote("tid"), timeout=CALL_TIMEOUT)
+        # No column before the first add: the buffer learns its columns from it.
+        stored = ray.get(self.buffer.column.remote("tid"), timeout=CALL_TIMEOUT) if self.acked else np.empty(0)
         kept = np.arange(self.acked * 8)[-self.capacity:]  # FIFO: the newest `capacity` stay
         lost = np.setdiff1d(kept, stored)
-        return Verdict("no_lost_transitions", len(lost) == 0 and len(stored) == len(kept),
-                       f"{self.acked * 8} acknowledged, {len(kept)} kept by FIFO eviction, "
-                       f"{len(stored)} stored, {len(lost)} lost")
+        return Verdict.over("no_lost_transitions", self.acked, held=len(lost) == 0 and len(stored) == len(kept),
+                            detail=f"{self.acked * 8} acknowledged, {len(kept)} kept by FIFO eviction, "
+                            f"{len(stored)} stored, {len(lost)} lost")
 
     def _restarts(self) -> int:
         """How many times Ray restarted the buffer (the State API's count, not ours)."""
@@ -342,9 +345,10 @@ class _ParamServer(Workload):
         version = ray.get(self.server.version.remote(), timeout=CALL_TIMEOUT)
         weights = ray.get(self.server.weights.remote(), timeout=CALL_TIMEOUT)
         gap = max(float((weights[n] - p.detach()).abs().max()) for n, p in self.replica.state_dict().items())
-        return [Verdict("ps_version_matches_pushes", version == self.pushes,
-                        f"server version {version}, acknowledged pushes {self.pushes}"),
-                Verdict("weights_match_replica", gap < 1e-4, f"largest difference {gap:.2e}")]
+        return [Verdict.over("ps_version_matches_pushes", self.pushes, held=version == self.pushes,
+                             detail=f"server version {version}, acknowledged pushes {self.pushes}"),
+                Verdict.over("weights_match_replica", self.pushes, held=gap < 1e-4,
+                             detail=f"largest difference {gap:.2e} after {self.pushes} pushes")]
 
     def teardown(self) -> None:
         import ray
@@ -397,8 +401,9 @@ class _Starvation(Workload):
         ray.cancel(probe, force=True)
         named = [s for s in seen if s.kind is StuckCause.INFEASIBLE]
         diagnosis = (named or seen)[0].cause if (named or seen) else "it ran: no diagnosis to check"
-        return [Verdict("starved_tasks_finish", not report.stuck,
-                        f"{len(self.refs)} tasks, {len(report.stuck)} still pending {finish:g} s after the heal"),
+        return [Verdict.over("starved_tasks_finish", len(self.refs), held=not report.stuck,
+                             detail=f"{len(self.refs)} tasks, {len(report.stuck)} still pending {finish:g} s "
+                             "after the heal"),
                 Verdict("infeasible_diagnosed", bool(named),
                         f"a request for {request:g} CPUs: {diagnosis[:240]}")]
 
@@ -433,9 +438,9 @@ class _NodeLoss(_WorkerNodeTasks):
 
         value = ray.get(self.counter.get.remote(), timeout=CALL_TIMEOUT)
         dropped = ray.get(self.counter.duplicates.remote(), timeout=CALL_TIMEOUT)
-        return [*super().invariants(), Verdict(
-            "actor_state_recovered", value == self.adds,
-            f"counter {value}, acknowledged adds {self.adds}, redelivered adds dropped {dropped}")]
+        return [*super().invariants(), Verdict.over(
+            "actor_state_recovered", self.adds, held=value == self.adds,
+            detail=f"counter {value}, acknowledged adds {self.adds}, redelivered adds dropped {dropped}")]
 
     def teardown(self) -> None:
         import ray

@@ -101,6 +101,8 @@ def test_a_counter_holds_every_acknowledged_add_and_no_undone_one() -> None:
     assert kept("k", "w", 10, counts).held and kept("k", "w", 12, counts).held
     assert not kept("k", "w", 9, counts).held  # an acknowledged add lost
     assert not kept("k", "w", 13, counts).held  # an undone add counted after all
+    nothing = kept("k", "w", 0, dict.fromkeys(Ack, 0))  # no add acknowledged: nothing was kept
+    assert not nothing.held and nothing.seen == 0, nothing
 
 
 def _scenario(tmp_path: object, text: str) -> str:
