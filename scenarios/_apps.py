@@ -232,19 +232,29 @@ def resume_verdicts(journal: Sequence[Mapping[str, Any]], kills: Sequence[float]
     unseen = "" if taken or not ends else f"; no checkpoint was journaled as taken though {len(ends)} {unit}s ended"
     return [Verdict(f"no_{unit}_lost", not lost and not skipped,
                     f"{epochs} {unit}s; never ended: {lost or 'none'}; {where}, skipping ahead: {skipped or 'none'}"),
-            Verdict("resumed_from_latest_checkpoint", not stale and not unexplained and not unseen,
-                    f"{where}; too far back: {stale or 'none'}; with no kill before them: {unexplained or 'none'}"
-                    f"{unseen}"),
-            Verdict(f"no_reported_{unit}_redone", not twice,
-                    f"{unit}s that ran to their end (their report returned) twice: {twice or 'none'}; {where}")]
+            Verdict.over("resumed_from_latest_checkpoint", len(found),
+                         held=not stale and not unexplained and not unseen,
+                         detail=f"{where}; too far back: {stale or 'none'}; with no kill before them: "
+                         f"{unexplained or 'none'}{unseen}"),
+            Verdict.over(f"no_reported_{unit}_redone", len(ends), held=not twice,
+                         detail=f"{unit}s that ran to their end (their report returned) twice: {twice or 'none'}; "
+                         f"{where}")]
 
 
 def combined(per_part: Mapping[str, Sequence[Verdict]]) -> list[Verdict]:
-    """One verdict per name over several parts (trials): held when it held in each."""
+    """One verdict per name over several parts (trials): held when it held in each part
+    that saw something it is about (a trial never killed has no restart to judge), and
+    something was seen in one of them at least."""
     names = [v.name for v in next(iter(per_part.values()), [])]
-    return [Verdict(name, all(v.held for vs in per_part.values() for v in vs if v.name == name),
-                    "; ".join(f"{part}: {v.detail}" for part, vs in per_part.items() for v in vs if v.name == name))
+    return [_combined(name, {part: v for part, vs in per_part.items() for v in vs if v.name == name})
             for name in names]
+
+
+def _combined(name: str, parts: Mapping[str, Verdict]) -> Verdict:
+    counted = [v.seen for v in parts.values() if v.seen is not None]
+    held = all(v.held or v.seen == 0 for v in parts.values()) and (not counted or sum(counted) > 0)
+    detail = "; ".join(f"{part}: {v.detail}" for part, v in parts.items())
+    return Verdict(name, held, detail, sum(counted) if counted else None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from scenarios._apps import reference_weights, resume_verdicts
+from scenarios._apps import combined, reference_weights, resume_verdicts
 
 # Epoch e of attempt `pid` starts at t = 10 * attempt + e and ends half a second later; the
 # library takes its checkpoint `lag` seconds after that (Ray Train's controller polls).
@@ -68,6 +68,29 @@ def test_an_epoch_taken_but_killed_before_its_end_line_is_done_not_lost() -> Non
     journal = attempt(1, range(4), at=0, taken_until=3.8)
     journal = [r for r in journal if not (r["event"] == "end" and r["epoch"] == 3)] + attempt(2, range(4, 6), at=10)
     assert verdicts(journal, kills=[3.8]) == ALL_HELD
+
+
+def test_a_run_with_no_restart_has_no_resume_to_judge() -> None:
+    # The fault-free twin, or a kill that never reached training: "every restart resumed from
+    # the latest checkpoint" over no restart checked nothing, so it does not hold.
+    assert verdicts(attempt(1, range(6), at=0), kills=[]) == {**ALL_HELD, "resumed_from_latest_checkpoint": False}
+
+
+def test_trials_combine_over_what_each_saw() -> None:
+    killed = resume_verdicts(attempt(1, range(4), at=0, finished=False, taken_until=3.2)
+                             + attempt(2, range(3, 6), at=10), [3.2], epochs=6)
+    untouched = resume_verdicts(attempt(3, range(6), at=0), [], epochs=6)
+    stale = resume_verdicts(attempt(1, range(4), at=0, finished=False, taken_until=3.2)
+                            + attempt(2, range(0, 6), at=10), [3.2], epochs=6)
+
+    def held(parts: dict[str, list]) -> dict[str, bool]:
+        return {v.name: v.held for v in combined(parts)}
+
+    # A trial never killed has no restart to judge: it neither holds the verdict up nor breaks it.
+    assert held({"t0": killed, "t1": untouched}) == ALL_HELD
+    assert not held({"t0": stale, "t1": untouched})["resumed_from_latest_checkpoint"]
+    # No trial restarted at all: nothing was judged.
+    assert not held({"t0": untouched, "t1": untouched})["resumed_from_latest_checkpoint"]
 
 
 def test_rllibs_nan_counts_count_as_none() -> None:

@@ -123,8 +123,9 @@ FAULT_TRACES = {
     "drain-preemption": {"node_gone_at_deadline", "actors_moved"},
     "lost-objects": {"lost_objects_as_predicted"},
     "placement-group": {"group_rescheduled"},
-    "train-torch-ddp": {"worker_failure_recovered"},
-    "tune-trials": {"trial_failure_recovered"},
+    # No restart in the twin: no resume to judge (a verdict over nothing does not hold).
+    "train-torch-ddp": {"worker_failure_recovered", "resumed_from_latest_checkpoint"},
+    "tune-trials": {"trial_failure_recovered", "resumed_from_latest_checkpoint"},
     "rllib-ppo-cartpole": {"runner_failure_recovered"},
 }
 
@@ -222,9 +223,11 @@ def test_ray_library_scenarios_on_their_own_cluster(name: str, tmp_path: Path) -
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("name", "edit", "broken"), [
-    # Ray Train's fault tolerance off: the first kill ends the run, nothing is resumed.
+    # Ray Train's fault tolerance off: the first kill ends the run, nothing is resumed (and
+    # with no restart, no resume can be judged).
     ("train-torch-ddp", ("[[faults]]\nat = 3\n", "[params]\nmax_failures = 0\n\n[[faults]]\nat = 3\n"),
-     {"run_finishes", "worker_failure_recovered", "no_epoch_lost", "matches_fault_free"}),
+     {"run_finishes", "worker_failure_recovered", "no_epoch_lost", "resumed_from_latest_checkpoint",
+      "matches_fault_free"}),
     # Ray Train 2.60 takes one report per worker per 2-s poll, and report() blocks until there is
     # room: a kill always finds the last reported checkpoint not yet taken, and its epoch reruns.
     ("train-torch-ddp", ('"matches_fault_free", "no_hang"]',
@@ -232,7 +235,8 @@ def test_ray_library_scenarios_on_their_own_cluster(name: str, tmp_path: Path) -
      {"no_reported_epoch_redone"}),
     # Ray Tune's fault tolerance off: a killed trial ends in error; the others finish.
     ("tune-trials", ("[[faults]]\nat = 3\n", "[params]\nmax_failures = 0\n\n[[faults]]\nat = 3\n"),
-     {"experiment_finishes", "trial_failure_recovered", "no_iteration_lost", "results_table_complete"}),
+     {"experiment_finishes", "trial_failure_recovered", "no_iteration_lost", "resumed_from_latest_checkpoint",
+      "results_table_complete"}),
     # ...and on where the scenario expects it off: the kill is absorbed, no error surfaces.
     ("train-torch-ddp-no-retries", ("max_failures = 0", "max_failures = 2"), {"failure_surfaces"}),
 ])
