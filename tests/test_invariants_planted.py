@@ -53,6 +53,8 @@ def assert_all_red(result: RunResult, workload: type[Workload]) -> None:
     assert result.status == "completed", result.error
     assert set(broken(result)) == set(workload.INVARIANTS), result.verdicts
     assert result.deviated
+    # Red on the plant's evidence, not because the run did nothing the verdict is about.
+    assert not [v for v in result.verdicts if v.seen == 0], result.verdicts
 
 
 # -- sampling (also the base of node-loss) -----------------------------------------------------
@@ -378,6 +380,9 @@ class NameLeadsElsewhere(WORKLOADS["gcs-restart"]):  # type: ignore[misc, valid-
 
 @pytest.mark.slow  # make test's budget: a fresh clone's took 589 s of its 600
 def test_every_gcs_restart_invariant_can_break(ray_cluster: ClusterHandle) -> None:
+    # CI once saw no call in 1.5 s (the counter's worker still starting): the named and the
+    # written counter both at 0, and both verdicts held. Setup now waits for the counter, and
+    # over no acknowledged add both verdicts break (assert_all_red asks for the plant's evidence).
     result = planted(NameLeadsElsewhere, duration=1.5, params={"settle": 2.0}, address=ray_cluster.address)
     assert_all_red(result, NameLeadsElsewhere)
     why = broken(result)
@@ -514,3 +519,49 @@ def test_every_node_fault_invariant_can_break_and_old_losses_do_not_count(
     result = planted(PlantedRpcFailures, duration=10.0, params={"batch_timeout": 5.0}, address=address)
     assert_all_red(result, PlantedRpcFailures)
     assert "19 right values" in broken(result)["results_correct"] and "GetTimeoutError" in broken(result)["no_hang"]
+
+
+# -- a run that did nothing: no verdict about what it did may hold ------------------------------
+
+#: Verdicts that check by themselves when asked (an active probe, the State API's own count of
+#: restarts for no kill), so they may hold after a run that did nothing; every other must break.
+CHECKS_BY_ITSELF = {
+    "recovers_after_heal": "opens a file when asked",
+    "infeasible_diagnosed": "submits its infeasible request when asked",
+    "infeasible_group_named": "creates its unplaceable group when asked",
+    "actors_restarted": "calls both group members when asked",
+    "dies_after_max_restarts": "no kill: the State API finds the actor alive",
+    "recovers_within_max_restarts": "no kill: the State API counts no restart",
+}
+#: What they test runs on without the driver's steps: fit() in its own thread, or the user's
+#: program, which the attack's probes check all along.
+RUN_WITHOUT_STEPS = {"train-torch-ddp", "tune-trials", "rllib-ppo-cartpole", "attack"}
+MULTINODE = {"node-loss", "node-unresponsive", "drain-preemption", "lost-objects", "placement-group",
+             "rpc-failures"}
+
+
+def idle(name: str) -> type[Workload]:
+    """The built-in workload ``name`` with a step that does nothing and ends the loop."""
+    return type(f"Idle{WORKLOADS[name].__name__}", (WORKLOADS[name],),
+                {"step": lambda self: False, "__module__": __name__})
+
+
+def assert_idle_run_holds_nothing_about_itself(name: str, address: str) -> None:
+    result = planted(idle(name), duration=1.0, address=address)
+    assert result.status == "completed", result.error
+    held = [v for v in result.verdicts if v.held]
+    assert not [v for v in held if v.name not in CHECKS_BY_ITSELF or v.seen is not None], held
+
+
+@pytest.mark.slow  # 2 minutes of 16 runs on both clusters: make test's budget
+@pytest.mark.parametrize("name", sorted(set(WORKLOADS) - RUN_WITHOUT_STEPS - MULTINODE))
+def test_a_run_that_did_nothing_holds_no_verdict_about_what_it_did(name: str, ray_cluster: ClusterHandle) -> None:
+    assert_idle_run_holds_nothing_about_itself(name, ray_cluster.address)
+
+
+@pytest.mark.slow
+@pytest.mark.multinode
+@pytest.mark.parametrize("name", sorted(MULTINODE))
+def test_a_run_on_worker_nodes_that_did_nothing_holds_no_verdict_about_what_it_did(
+        name: str, ray_multinode_cluster: ClusterHandle) -> None:
+    assert_idle_run_holds_nothing_about_itself(name, ray_multinode_cluster.address)
