@@ -46,7 +46,7 @@ from chaos import (
 )
 from chaos._faults import STORAGE
 from scenarios._interrupt import interrupt_once
-from scenarios._model import Scenario, resolve_workload
+from scenarios._model import Scenario, SteadyState, resolve_workload
 from scenarios._records import FaultRecord, Phase, Probe, RunLabel, RunResult, RunStatus, Sample, Verdict
 from scenarios._workload import Params, RunContext, Workload, validate_params
 
@@ -294,7 +294,7 @@ def _conclude(run: _Run, workload: Workload, ctx: RunContext, rec: _Recorder,
         if status is not RunStatus.INTERRUPTED:
             rec.probe(_probe(workload, ctx, "after"))
             verdicts = declared_verdicts(run.scenario.invariants, workload.invariants())
-            verdicts += _steady_verdicts(run.scenario, rec.probes)
+            verdicts += steady_verdicts(run.scenario.steady_state, rec.probes)
     except Exception as exc:  # noqa: BLE001 - reported as a broken verdict, not a crash
         verdicts.append(Verdict("invariants checked", False, f"{type(exc).__name__}: {exc}"))
     finally:
@@ -323,17 +323,21 @@ def declared_verdicts(declared: Sequence[str], produced: Sequence[Verdict]) -> l
     return out
 
 
-def _steady_verdicts(scenario: Scenario, probes: list[Probe]) -> list[Verdict]:
-    steady, out = scenario.steady_state, []
+def steady_verdicts(steady: SteadyState, probes: Sequence[Probe]) -> list[Verdict]:
+    """One verdict per steady-state check the scenario asks for. A check no probe reached
+    (a run shorter than ``probe_every``, say) does not hold: it used to be left out."""
+    out = []
     for phase, wanted in (("before", steady.before), ("after", steady.after)):
         got = [p for p in probes if p.phase == phase]
-        if wanted and got:
-            out.append(Verdict(f"steady state {phase}", all(p.ok for p in got), got[-1].detail))
+        if wanted:
+            out.append(Verdict.over(f"steady state {phase}", len(got), held=all(p.ok for p in got),
+                                    detail=got[-1].detail if got else f"no probe ran {phase} the faults"))
     during = [p for p in probes if p.phase == "during"]
-    if steady.during_min > 0 and during:
-        share = sum(p.ok for p in during) / len(during)
-        out.append(Verdict("steady state during", share >= steady.during_min,
-                           f"{share:.0%} of {len(during)} probes held (need {steady.during_min:.0%})"))
+    if steady.during_min > 0:
+        share = sum(p.ok for p in during) / len(during) if during else 0.0
+        out.append(Verdict.over("steady state during", len(during), held=share >= steady.during_min,
+                                detail=f"{share:.0%} of {len(during)} probes held (need {steady.during_min:.0%}, "
+                                f"one every {steady.probe_every:g} s)"))
     return out
 
 

@@ -9,8 +9,9 @@ import pytest
 from click.testing import CliRunner
 
 from chaos import Kill, MemoryPressure, Pause
-from scenarios import ScenarioError, Verdict, builtin_names, load_scenario
-from scenarios._runner import _recovery, aim_memory_faults
+from scenarios import ScenarioError, SteadyState, Verdict, builtin_names, load_scenario
+from scenarios._records import Probe
+from scenarios._runner import _recovery, aim_memory_faults, steady_verdicts
 from scenarios._workload import Params, RunContext, Workload
 from scenarios.cli import main
 
@@ -216,3 +217,16 @@ def test_a_verdict_over_nothing_seen_does_not_hold() -> None:
     assert not Verdict.over("no_loss", 3, held=False, detail="3 adds").held
     vacuous = Verdict.over("no_loss", 0, held=True, detail="0 adds")
     assert (vacuous.held, vacuous.seen) == (False, 0) and vacuous.detail.endswith("0 adds"), vacuous
+
+
+def test_a_steady_state_check_no_probe_reached_does_not_hold() -> None:
+    asked = SteadyState(before=True, after=True, during_min=0.5, probe_every=2.0)
+    probes = [Probe("before", 0.0, True, "ok"), Probe("during", 2.0, True, "ok"), Probe("during", 4.0, False, "x"),
+              Probe("after", 5.0, True, "ok")]
+    assert [(v.name, v.held) for v in steady_verdicts(asked, probes)] == [
+        ("steady state before", True), ("steady state after", True), ("steady state during", True)]
+    # A run shorter than probe_every: no probe during it. It used to get no verdict at all.
+    short = steady_verdicts(asked, [p for p in probes if p.phase != "during"])
+    assert [(v.name, v.held, v.seen) for v in short][-1] == ("steady state during", False, 0), short
+    assert [v.held for v in steady_verdicts(asked, [])] == [False, False, False]
+    assert steady_verdicts(SteadyState(before=False, after=False), probes) == []
