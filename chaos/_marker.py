@@ -54,6 +54,18 @@ class ChaosSpec:
             entries += Schedule.random(self.menu, rate=self.rate, duration=self.duration, seed=seed).entries
         return Schedule(tuple(sorted(entries, key=lambda e: e.at)), seed)
 
+    def drew_nothing(self, schedule: Schedule) -> bool:
+        """The marker asked for random faults and ``schedule`` holds none of them: a Poisson
+        draw is empty with probability exp(-rate x duration), 8% at the defaults."""
+        return bool(self.menu) and len(schedule.entries) == len(self.explicit)
+
+    def nothing_drawn(self, seed: int) -> str:
+        chance = math.exp(-self.rate * self.duration)
+        return (f"@pytest.mark.chaos drew no fault from its menu with seed {seed} (at {self.rate:g} faults/s "
+                f"over {self.duration:g} s a draw is empty {chance:.1%} of the time), so the test would run "
+                "without one. Raise rate or duration, add faults=[...], or pass strict=False to accept a "
+                "run without faults")
+
 
 def parse_marker(args: Sequence[Any], kwargs: Mapping[str, Any]) -> ChaosSpec:
     """Validate a chaos marker's arguments (all of its markers' merged, closest first).

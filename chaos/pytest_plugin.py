@@ -177,6 +177,8 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     run = item.stash.get(_RUN, None)
     if run is None:
         return (yield)
+    if run.strict and isinstance(spec, ChaosSpec) and spec.drew_nothing(run.schedule):
+        pytest.fail(f"raychaos: {spec.nothing_drawn(run.engine.seed)}", pytrace=False)
     run.start()
     try:
         result = yield

@@ -79,6 +79,20 @@ def test_the_same_seed_gives_the_same_schedule() -> None:
     assert [type(e.fault) for e in b.entries[:3]] == [Kill, Pause, KillNode]
 
 
+def test_a_chaos_marker_whose_menu_drew_nothing_is_told_apart() -> None:
+    from chaos._marker import parse_marker
+
+    kill = Kill(ActorTarget(name="victim"))
+    drawn = parse_marker((), {"menu": [kill], "rate": 0.5, "duration": 5.0})
+    # At the defaults a draw is empty one time in twelve: seed 2 is such a draw.
+    assert drawn.drew_nothing(drawn.schedule(2)) and not drawn.drew_nothing(drawn.schedule(0))
+    assert "8.2% of the time" in drawn.nothing_drawn(2) and "strict=False" in drawn.nothing_drawn(2)
+    both = parse_marker((), {"menu": [kill], "faults": [(1.0, kill)]})
+    assert both.drew_nothing(both.schedule(2))  # the explicit fault is not the random one asked for
+    assert not parse_marker((), {"faults": [(1.0, kill)]}).drew_nothing(Schedule(()))  # no menu: nothing asked
+    assert not parse_marker((), {"seed": 3}).drew_nothing(Schedule(()))  # the engine alone, for the body
+
+
 @pytest.mark.parametrize("fault", [
     Kill(ActorTarget(name="buf", namespace="ns"), "SIGTERM"), Pause(TaskTarget("collect"), 1.5),
     KillNode(NodeTarget("abc", allow_head=True)), MemoryPressure(0.5, 3.0, 0.7, NodeTarget()),

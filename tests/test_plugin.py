@@ -173,6 +173,14 @@ def test_best_effort_in_words(victim, chaos):
 def test_marker_without_the_fixture():
     pass
 
+@pytest.mark.chaos(seed=2, menu=[Kill(ActorTarget(name="victim"))])
+def test_a_menu_that_drew_nothing(chaos):
+    pass
+
+@pytest.mark.chaos(seed=2, menu=[Kill(ActorTarget(name="victim"))], strict=False)
+def test_nothing_drawn_accepted_in_words(chaos):
+    pass
+
 def test_the_cluster_has_an_explicit_address(ray_cluster):
     from ray.util.state import list_nodes
 
@@ -206,7 +214,8 @@ def test_the_chaos_marker_fails_closed(pytester: pytest.Pytester) -> None:
         "test_the_markers_help_example": "PASSED", "test_at_counts_from_the_body": "PASSED",
         "test_misspelled_target": "FAILED", "test_invalid_fault": "FAILED",
         "test_fault_after_the_end": "FAILED", "test_best_effort_in_words": "PASSED",
-        "test_marker_without_the_fixture": "FAILED", "test_the_cluster_has_an_explicit_address": "PASSED",
+        "test_marker_without_the_fixture": "FAILED", "test_a_menu_that_drew_nothing": "FAILED",
+        "test_nothing_drawn_accepted_in_words": "PASSED", "test_the_cluster_has_an_explicit_address": "PASSED",
         "test_the_seed_comes_from_the_option": "PASSED", "test_the_markers_seed_wins": "PASSED",
         "test_a_failure_prints_the_journal": "FAILED"}, out[-6000:]
     for expected in [
@@ -215,6 +224,8 @@ def test_the_chaos_marker_fails_closed(pytester: pytest.Pytester) -> None:
         "raychaos usage error: chaos marker faults[0] = 'kill' is not a fault: give a fault record",
         "faults[0] kill of actor /victim at 30 s: not_reached: the run stopped",
         "raychaos usage error: the test has @pytest.mark.chaos faults but does not use the `chaos` fixture",
+        "raychaos: @pytest.mark.chaos drew no fault from its menu with seed 2 (at 0.5 faults/s over 5 s a "
+        "draw is empty 8.2% of the time)",
         "replay this test with: pytest 'test_chaos_marker.py::test_misspelled_target' --chaos-seed=5",
     ]:
         assert expected in out, expected
