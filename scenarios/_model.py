@@ -265,9 +265,27 @@ def _validate(source: str, data: dict[str, Any], seed: int,
                                   "the embedded head keeps its GCS tables in a Redis it starts)"),
         rpc_failures=_rpc_failures(c, nodes),
         storage_mb=c.number("storage_mb", 8, 1, 1024, whole=True) if "storage_mb" in data else None)
+    _some_fault(c, scenario, seed)
     if c.problems:
         raise ScenarioError(source, c.problems)
     return scenario
+
+
+def _some_fault(c: _Checker, scenario: Scenario, seed: int) -> None:
+    """A chaos run without a fault tests nothing under faults, and would pass as if it had:
+    refused unless the file says ``strict_faults = false`` (a run without faults, in words)."""
+    if scenario.schedule.entries or scenario.rpc_failures or not scenario.strict_faults \
+            or any(p.field.startswith(("faults", "random", "rpc_failures")) for p in c.problems):
+        return
+    if "random" in c.data:
+        rate = c.data["random"].get("rate", 0.1)
+        c.add("random", f"rate {rate} over {scenario.duration:g} s, seed {seed}",
+              f"drew no fault (an empty draw has probability {math.exp(-rate * scenario.duration):.1%}), "
+              "so the run would test nothing under faults; raise the rate or the duration, pass another "
+              "--seed, or set strict_faults = false to run without faults")
+    else:
+        c.add("faults", "none", "the run needs a [[faults]] entry, a [random] schedule or "
+              "[[rpc_failures]]; set strict_faults = false to run the workload without faults")
 
 
 def _params(c: _Checker, workload_cls: Any) -> dict[str, Any]:

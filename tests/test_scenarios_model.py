@@ -93,7 +93,7 @@ def test_a_workload_named_by_module_and_class(tmp_path: Path, monkeypatch: pytes
         "class Mine(Workload):\n    INVARIANTS = ('mine_holds',)\n"
         "class NotOne:\n    pass\n")
     monkeypatch.chdir(tmp_path)  # resolved from the current directory, as `python -m` would
-    head = 'name = "x"\nduration = 5\n'
+    head = 'name = "x"\nduration = 5\nstrict_faults = false\n'
     mine = load_scenario(_write(tmp_path, head + 'workload = "my_workloads:Mine"\ninvariants = ["mine_holds"]'))
     assert mine.workload == "my_workloads:Mine" and mine.invariants == ("mine_holds",)
     for workload, why in [("my_workloads:Missing", "cannot be imported (AttributeError"),
@@ -105,12 +105,34 @@ def test_a_workload_named_by_module_and_class(tmp_path: Path, monkeypatch: pytes
         load_scenario(_write(tmp_path, head + 'workload = "my_workloads:Mine"\ninvariants = ["other"]'))
 
 
+PAUSE = 'kind = "pause"\nseconds = 1\ntarget = { kind = "task", name = "sample_env" }\n'
+
+
 def test_strict_faults_is_on_unless_the_file_says_otherwise(tmp_path: Path) -> None:
     head = 'name = "x"\nworkload = "sampling"\nduration = 5\ninvariants = []\n'
-    assert load_scenario(_write(tmp_path, head)).strict_faults is True
+    assert load_scenario(_write(tmp_path, head + "[[faults]]\nat = 1\n" + PAUSE)).strict_faults is True
     assert load_scenario(_write(tmp_path, head + "strict_faults = false")).strict_faults is False
     with pytest.raises(ScenarioError, match="strict_faults = 'no': must be true or false"):
         load_scenario(_write(tmp_path, head + 'strict_faults = "no"'))
+
+
+def test_a_run_without_a_fault_is_refused_unless_the_file_says_so(tmp_path: Path) -> None:
+    head = 'name = "x"\nworkload = "sampling"\nduration = 5\ninvariants = []\n'
+    with pytest.raises(ScenarioError, match=re.escape("faults = 'none': the run needs a [[faults]] entry")):
+        load_scenario(_write(tmp_path, head))
+    # A random schedule is drawn when the file loads: an empty draw is refused there, its odds named.
+    rare = _write(tmp_path, head + "[random]\nrate = 0.01\nmenu = [{ " + PAUSE.strip().replace("\n", ", ") + " }]\n")
+    with pytest.raises(ScenarioError, match=re.escape("random = 'rate 0.01 over 5 s, seed 0': drew no fault "
+                                                      "(an empty draw has probability 95.1%)")):
+        load_scenario(rare)
+    assert load_scenario(rare, seed=next(s for s in range(100) if _draws(rare, s))).schedule.entries
+
+
+def _draws(path: str, seed: int) -> bool:
+    try:
+        return bool(load_scenario(path, seed=seed).schedule.entries)
+    except ScenarioError:
+        return False
 
 
 def test_invalid_toml_is_one_problem(tmp_path: Path) -> None:

@@ -63,7 +63,7 @@ def scenario_file(tmp_path: Path, *, workload: str, params: str) -> Path:
 
 def test_misspelled_and_mistyped_params_each_get_one_problem(tmp_path: Path) -> None:
     path = tmp_path / "bad.toml"
-    path.write_text('name = "bad"\nworkload = "sampling"\nduration = 5\n[params]\n'
+    path.write_text('name = "bad"\nworkload = "sampling"\nduration = 5\nstrict_faults = false\n[params]\n'
                     'max_retires = 0\nwidth = "4"\nwait_timeout = true\nsteps = 10\n', encoding="utf-8")
     with pytest.raises(ScenarioError) as caught:
         load_scenario(str(path))
