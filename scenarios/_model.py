@@ -89,6 +89,11 @@ class Scenario:
         """This scenario on ``nodes`` embedded nodes (CLI ``--nodes``)."""
         return replace(self, nodes=nodes)
 
+    @property
+    def faultless(self) -> bool:
+        """No fault at all: neither scheduled nor Ray's RPC failure knob."""
+        return not self.schedule.entries and not self.rpc_failures
+
 
 def builtin_names() -> list[str]:
     """The built-in scenarios, by name."""
@@ -274,7 +279,7 @@ def _validate(source: str, data: dict[str, Any], seed: int,
 def _some_fault(c: _Checker, scenario: Scenario, seed: int) -> None:
     """A chaos run without a fault tests nothing under faults, and would pass as if it had:
     refused unless the file says ``strict_faults = false`` (a run without faults, in words)."""
-    if scenario.schedule.entries or scenario.rpc_failures or not scenario.strict_faults \
+    if not scenario.faultless or not scenario.strict_faults \
             or any(p.field.startswith(("faults", "random", "rpc_failures")) for p in c.problems):
         return
     if "random" in c.data:

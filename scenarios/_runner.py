@@ -89,13 +89,17 @@ def run_scenario(scenario: Scenario, *, seed: int = 0, address: str | None = Non
         workloads: workloads by name, besides the built-in ones and ``module:Class`` paths.
 
     Raises:
-        InvalidConfig: the workload is unknown or its ``params`` invalid (nothing started).
+        InvalidConfig: the workload is unknown or its ``params`` invalid, or the scenario
+            has no fault and does not say ``strict_faults=False`` (nothing started).
         KeyboardInterrupt: after Ctrl-C, once every fault is healed, the run journaled
             ``interrupted`` and, for an embedded cluster, Ray is down. Further Ctrl-Cs while
             that happens are noted and ignored (each step of it is bounded).
     """
     workload_cls = resolve_workload(scenario.workload, workloads)
     params = validate_params(workload_cls.Params, scenario.params, workload=scenario.workload)
+    if scenario.faultless and scenario.strict_faults:  # load_scenario refuses such a file too
+        raise InvalidConfig(f"scenario {scenario.name!r} has no fault, so its run would pass untested "
+                            "under faults; give it a schedule, or strict_faults=False to run it without faults")
     with interrupt_once():
         scenario, oom_config = _with_oom_headroom(scenario, address)
         with _cluster(scenario, address, oom_config) as addr, \

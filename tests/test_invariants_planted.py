@@ -39,7 +39,8 @@ def planted(workload: type[Workload], *, duration: float, params: dict[str, Any]
     scenario = Scenario(name=f"planted-{workload.__name__}", description="planted failures",
                         workload="planted", schedule=Schedule.explicit(faults or []),
                         duration=duration, invariants=workload.INVARIANTS, params=params or {},
-                        steady_state=SteadyState(before=False, after=False))
+                        steady_state=SteadyState(before=False, after=False),
+                        strict_faults=bool(faults))  # a plant without faults says so, in words
     (result,) = run_scenario(scenario, address=address, baseline=False, workloads={"planted": workload})
     return result
 

@@ -252,3 +252,14 @@ def test_a_steady_state_check_no_probe_reached_does_not_hold() -> None:
     assert [(v.name, v.held, v.seen) for v in short][-1] == ("steady state during", False, 0), short
     assert [v.held for v in steady_verdicts(asked, [])] == [False, False, False]
     assert steady_verdicts(SteadyState(before=False, after=False), probes) == []
+
+
+def test_run_scenario_refuses_a_scenario_without_a_fault_before_anything_starts() -> None:
+    from dataclasses import replace
+
+    from chaos import InvalidConfig, Schedule
+    from scenarios import run_scenario
+
+    faultless = replace(load_scenario("env-worker-kill"), schedule=Schedule(()))
+    with pytest.raises(InvalidConfig, match="has no fault, so its run would pass untested"):
+        run_scenario(faultless, address="127.0.0.1:1")  # no cluster there: refused before any call
