@@ -852,7 +852,8 @@ class AsyncActor(Workload):
 
         verdict = check_set(self.history.ops(), ray.get(self.actor.stored.remote(), timeout=CALL_TIMEOUT))
         detail = f"{verdict.explain()}; writer errors: {self.errors or 'none'}"
-        return [Verdict("no_lost_adds", not verdict.lost and verdict.acknowledged > 0 and not self.errors, detail),
+        return [Verdict.over("no_lost_adds", verdict.acknowledged, held=not verdict.lost and not self.errors,
+                             detail=detail),
                 Verdict.over("no_duplicate_adds", verdict.stored, held=not verdict.duplicated, detail=detail)]
 
     def teardown(self) -> None:
@@ -944,7 +945,7 @@ class RpcFailures(Workload):
 
         runs = ray.get(self.target.count.remote(), timeout=CALL_TIMEOUT)
         summary = f"{self.calls} calls, {self.ok} right values, {runs} runs, errors {self.errors or 'none'}"
-        return [Verdict("results_correct", self.calls > 0 and self.ok == self.calls, summary),
+        return [Verdict.over("results_correct", self.calls, held=self.ok == self.calls, detail=summary),
                 Verdict("retried_deliveries_seen", runs > self.calls, summary),
                 Verdict("errors_surface", bool(self.errors.get("ActorUnavailableError")), summary),
                 Verdict.over("no_hang", self.calls + bool(self.hung), held=not self.hung, detail=self.hung or summary)]
