@@ -34,15 +34,15 @@ def _left_after_last_task(task: Any, durations: Sequence[float], *, as_completed
     slower); this part depends only on when the tasks ended, however late they began."""
     import ray
 
-    refs, ends = [task.remote(d) for d in durations], []
+    refs, ends = [task.remote(d) for d in durations], list[float]()
     if not as_completed:
         for end in ray.get(refs, timeout=TIMEOUT):
             _process(end)
-            ends.append(end)
+            ends.append(float(end))
         return time.time() - max(ends)
     while refs:
         ready, refs = ray.wait(refs, num_returns=1, timeout=TIMEOUT)
-        ends.append(ray.get(ready[0], timeout=TIMEOUT))
+        ends.append(float(ray.get(ready[0], timeout=TIMEOUT)))
         _process(ends[-1])
     return time.time() - max(ends)
 
