@@ -20,10 +20,15 @@ class Measure:
     mistake: float
     fix: float
     better: Better = "lower"
+    #: How much better the fix must be, in ``unit``: a figure that barely moves between runs
+    #: would otherwise favour a fix no better than the mistake half the time, by noise alone.
+    margin: float = 0.0
 
     @property
     def favours_fix(self) -> bool:
-        return self.fix < self.mistake if self.better == "lower" else self.fix > self.mistake
+        if self.better == "lower":
+            return self.fix + self.margin < self.mistake
+        return self.fix > self.mistake + self.margin
 
 
 @dataclass(frozen=True, slots=True)

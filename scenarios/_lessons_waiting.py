@@ -58,7 +58,10 @@ def driver_bottleneck(address: str) -> Result:
     mistake = _left_after_last_task(task, durations, as_completed=False)
     warm_up(8)
     fix = _left_after_last_task(task, durations, as_completed=True)
-    return [Measure("driver's work left once the last of 8 tasks ended (0.1 s a result)", "s", mistake, fix)], []
+    # Ideally 0.8 s against 0.1 s; runs here vary by 0.07 s. Without a margin, the fix replaced
+    # by the mistake still passed, 0.804 against 0.806: noise decided it.
+    return [Measure("driver's work left once the last of 8 tasks ended (0.1 s a result)", "s", mistake, fix,
+                    margin=0.3)], []
 
 
 @lesson(id="11-no-timeout", section="4.4", title="Waiting with no timeout",

@@ -33,6 +33,10 @@ def test_a_measure_knows_which_way_is_better() -> None:
     assert Measure("t", "s", 2.0, 1.0).favours_fix
     assert not Measure("t", "s", 1.0, 2.0).favours_fix
     assert Measure("n", "of 5", 0, 5, better="higher").favours_fix
+    # A margin: a tie within noise does not favour the fix, on either side.
+    assert not Measure("t", "s", 0.806, 0.804, margin=0.3).favours_fix
+    assert Measure("t", "s", 0.806, 0.103, margin=0.3).favours_fix
+    assert not Measure("n", "of 5", 4, 5, better="higher", margin=1).favours_fix
 
 
 def test_lessons_are_found_by_number_too() -> None:
