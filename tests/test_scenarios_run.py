@@ -18,10 +18,10 @@ import psutil
 import pytest
 from click.testing import CliRunner
 
-from chaos import ClusterHandle, EndEvent, read_journal, wait_until
+from chaos import ClusterHandle, EndEvent, FaultKind, read_journal, wait_until
 from conftest import default_sigint
 from scenarios.cli import main
-from test_report import Elements, coloured_pixels
+from test_report import Elements, assert_painted
 
 pytestmark = pytest.mark.ray
 RAYCHAOS = str(Path(sys.executable).parent / "raychaos")
@@ -308,7 +308,7 @@ def test_the_html_report_renders_in_headless_chromium(flagship_report: tuple[Pat
     shot = tmp_path / "shot.png"
     subprocess.run([chromium, *flags, f"--screenshot={shot}", "--window-size=1200,1800", url],
                    capture_output=True, timeout=60, check=True)
-    assert coloured_pixels(shot) > 20_000  # the lines and the bars were painted, not a blank page
+    assert_painted(shot, kinds={FaultKind(f["kind"]) for f in summary["faults"]}, panels=len(panels))
 
 
 @pytest.mark.slow
