@@ -31,7 +31,9 @@ def print_lesson(result: LessonResult, *, console: Console | None = None) -> Non
         table.add_column(col)
     for m in result.measures:
         verdict = "[green]fix[/]" if m.favours_fix else "[bold red]mistake?[/]"
-        table.add_row(f"{m.what} ({m.unit})", _fmt(m.mistake), _fmt(m.fix), verdict)
+        # The margin is shown: a fix better by less reads "mistake?", which would puzzle without it.
+        unit = f"{m.unit}; the fix must win by {_fmt(m.margin)}" if m.margin else m.unit
+        table.add_row(f"{m.what} ({unit})", _fmt(m.mistake), _fmt(m.fix), verdict)
     console.print(table)
     for note in result.notes:
         console.print(f"  {note}")

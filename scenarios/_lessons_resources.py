@@ -128,7 +128,9 @@ def placement_groups(address: str) -> Result:
     remove_placement_group(group)
     ray.kill(busy)
     return [Measure("nodes the two actors span", "nodes", free_nodes, packed_nodes),
-            Measure("a 16 MiB object from one to the other (median of 5)", "ms", free_ms, packed_ms)], []
+            # ~54 ms across nodes against ~15 within one; medians of 5 vary by a few ms.
+            Measure("a 16 MiB object from one to the other (median of 5)", "ms", free_ms, packed_ms,
+                    margin=15)], []
 
 
 def _crash(tally: str) -> None:

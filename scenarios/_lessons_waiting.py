@@ -91,7 +91,8 @@ def no_timeout(address: str) -> Result:
     for ref in refs:
         ray.cancel(ref, force=True)
     return [Measure("results handled within 3 s", "of 8", got, handled, better="higher"),
-            Measure("longest the loop was blocked in one call", "s", blocked, longest)], notes
+            # 3 s (the bound) against the 0.5 s timeout, ideally.
+            Measure("longest the loop was blocked in one call", "s", blocked, longest, margin=1.0)], notes
 
 
 def _maybe_fail(i: int) -> int:

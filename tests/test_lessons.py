@@ -39,6 +39,20 @@ def test_a_measure_knows_which_way_is_better() -> None:
     assert not Measure("n", "of 5", 4, 5, better="higher", margin=1).favours_fix
 
 
+def test_a_margin_is_printed_with_its_measure() -> None:
+    """A fix better by less than its margin reads "mistake?": the table says what it had to win by."""
+    from rich.console import Console
+
+    from scenarios._lesson_console import print_lesson
+    from scenarios._lesson_model import LessonResult
+
+    console = Console(record=True, width=200)
+    tie = LessonResult(find("09"), (Measure("fetch", "s", 0.0036, 0.0035, margin=0.0005),), seconds=1.0)
+    print_lesson(tie, console=console)
+    text = console.export_text()
+    assert "fetch (s; the fix must win by 0.0005)" in text and "mistake?" in text
+
+
 def test_lessons_are_found_by_number_too() -> None:
     assert find("7").id == "07-get-then-put" and find("07").id == find("07-get-then-put").id
 
