@@ -45,7 +45,10 @@ def undeclared_gpu(address: str) -> Result:
     def on_gpu(train: Any) -> float:
         return float(sum(ray.get([train.remote(0.0) for _ in range(2)], timeout=TIMEOUT)))
 
-    return [Measure("time for 2 training + 4 env tasks", "s", mistake, fix),
+    # Ideally 3 s (three waves of two on the CPUs) against 2 (the GPU's two beside two waves); here
+    # 3.02 against 2.41-2.53, and 3.02 against 3.02 with the fix replaced by the mistake: waves
+    # of 1 s tasks leave little noise, and a fix slowed by a late worker must still pass.
+    return [Measure("time for 2 training + 4 env tasks", "s", mistake, fix, margin=0.1),
             Measure("training tasks that got the GPU", "of 2", on_gpu(mistake_train), on_gpu(fix_train),
                     better="higher")], []
 
