@@ -29,7 +29,7 @@ from chaos._memory import MemoryProgress, read_progress
 from chaos._safety import check_target, raylet_of
 from chaos._wait import wait_until
 
-__all__ = ["ChaosAgent", "agent_for", "start_agents", "stop_agents", "worker_title"]
+__all__ = ["ChaosAgent", "PauseTicket", "agent_for", "start_agents", "stop_agents", "worker_title"]
 
 AGENT_NAMESPACE = "raychaos-agents"
 STOP_TIMEOUT = 5.0
@@ -47,6 +47,15 @@ class _Pause:
     token: int
     healer: int  # pid of the healer process guarding the deadline
     timer: threading.Timer | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PauseTicket:
+    """A confirmed pause: when its own timer resumes it, and the token that names it, so a heal
+    resumes this pause only (``resume(pid, token=...)``), never a later one of the same process."""
+
+    deadline: float  # wall clock
+    token: int
 
 
 class ChaosAgent:
@@ -184,14 +193,14 @@ class ChaosAgent:
         return unfill(ballast)
 
     def pause(self, pid: int, seconds: float, *, driver_pids: tuple[int, ...] = (),
-              allow_raylet: bool = False) -> float:
+              allow_raylet: bool = False) -> PauseTicket:
         """SIGSTOP ``pid`` for ``seconds``; returns once the process is seen stopped (state T).
 
         Its ``seconds`` count from that moment: this agent's timer resumes it then, and a
         separate healer process guards the same deadline (plus the confirmation's bound) in
         case this agent dies. Both belong to this pause only: resuming it retires them, so a
-        stale timer or healer can never cut a later pause of the same process short.
-        Returns the wall-clock deadline.
+        stale timer or healer can never cut a later pause of the same process short; and a
+        heal given the returned ticket's token cannot either. Returns that ticket.
 
         Raises:
             FaultIneffective: the process exited, or was not seen stopped within
@@ -208,7 +217,7 @@ class ChaosAgent:
             _retire(earlier)
         self._confirm_stopped(proc, entry.token)
         self._arm(pid, entry.token, seconds)
-        return time.time() + seconds
+        return PauseTicket(time.time() + seconds, entry.token)
 
     def _arm(self, pid: int, token: int, seconds: float) -> None:
         """Start the resume timer of pause ``token``, unless it was resumed meanwhile."""

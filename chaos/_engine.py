@@ -347,12 +347,14 @@ def _confirm_node_dead(chaos: Chaos, node_id: str, *, since: float) -> float:
 def _pause(chaos: Chaos, fault: Pause, at: float | None, rng: random.Random) -> Iterator[Injection]:
     paused: list[Process] = []
 
+    paused_tokens: list[int] = []
+
     def heal() -> None:
-        for proc in paused:
-            _resume_one(chaos, fault, at, proc)
+        for proc, token in zip(paused, paused_tokens):
+            _resume_one(chaos, fault, at, proc, token)
 
     def pause(proc: Process) -> None:
-        _pause_one(chaos, fault, at, proc)
+        paused_tokens.append(_pause_one(chaos, fault, at, proc))
         paused.append(proc)
 
     with chaos._active_heal(heal):  # every process paused so far is resumed, whatever happens
@@ -360,15 +362,20 @@ def _pause(chaos: Chaos, fault: Pause, at: float | None, rng: random.Random) -> 
         yield Injection(fault, tuple(paused))
 
 
-def _pause_one(chaos: Chaos, fault: Pause, at: float | None, proc: Process) -> None:
+def _pause_one(chaos: Chaos, fault: Pause, at: float | None, proc: Process) -> int:
+    """Pause ``proc``; returns the pause's token, which its heal must give."""
     agent = agent_for(proc.node_id)
-    deadline = chaos._call(agent.pause.remote(proc.pid, fault.seconds, driver_pids=chaos.driver_pids))
-    chaos._record("inject", fault, at, proc, "SIGSTOP; seen in state T", Observed(resume_by=deadline))
+    ticket = chaos._call(agent.pause.remote(proc.pid, fault.seconds, driver_pids=chaos.driver_pids))
+    chaos._record("inject", fault, at, proc, "SIGSTOP; seen in state T", Observed(resume_by=ticket.deadline))
+    return int(ticket.token)
 
 
-def _resume_one(chaos: Chaos, fault: Pause, at: float | None, proc: Process) -> None:
-    chaos._call(agent_for(proc.node_id).resume.remote(proc.pid))
-    chaos._record("heal", fault, at, proc, "SIGCONT")
+def _resume_one(chaos: Chaos, fault: Pause, at: float | None, proc: Process, token: int) -> None:
+    # This pause's own token: healing an earlier pause of the same process must not resume a
+    # later one that overlaps it (a seeded plugin run saw that later pause never confirmed).
+    resumed = chaos._call(agent_for(proc.node_id).resume.remote(proc.pid, token=token))
+    chaos._record("heal", fault, at, proc, "SIGCONT" if resumed else
+                  "already resumed by its own timer, or held on by a later pause of the same process")
 
 
 @contextmanager

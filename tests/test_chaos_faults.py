@@ -211,9 +211,9 @@ def test_pause_is_a_true_straggler_then_heals(chaos: Chaos) -> None:
 def test_the_agent_resumes_on_its_own_deadline(chaos: Chaos) -> None:
     victim = Victim.remote()
     pid = pid_of(victim)
-    deadline = ray.get(agent_for(ray.get_runtime_context().get_node_id()).pause.remote(pid, 0.5),
-                       timeout=CALL_TIMEOUT)
-    assert deadline > time.time()
+    ticket = ray.get(agent_for(ray.get_runtime_context().get_node_id()).pause.remote(pid, 0.5),
+                     timeout=CALL_TIMEOUT)
+    assert ticket.deadline > time.time()
     wait_until(lambda: psutil.Process(pid).status() != psutil.STATUS_STOPPED, timeout=10,
                what="the agent's timer to resume the process")
     ray.kill(victim)
@@ -246,6 +246,24 @@ def test_an_earlier_pauses_timer_cannot_end_a_later_pause(chaos: Chaos) -> None:
         assert psutil.Process(pid).status() == psutil.STATUS_STOPPED
         time.sleep(0.02)  # observing a state over a window, not waiting for one
     assert ray.get(agent.resume.remote(pid), timeout=CALL_TIMEOUT)
+    assert ray.get(victim.call.remote(), timeout=CALL_TIMEOUT) == 1
+    ray.kill(victim)
+
+
+def test_healing_an_earlier_pause_leaves_a_later_overlapping_one_held(chaos: Chaos) -> None:
+    # Found by a seeded plugin run: two pauses of one actor overlapped, the first's heal
+    # resumed the process under the second, which was then never seen stopped (ineffective).
+    victim = Victim.remote()
+    pid = pid_of(victim)
+    first = chaos.inject(Pause(ActorTarget.of(victim), seconds=20))
+    first.__enter__()
+    with chaos.inject(Pause(ActorTarget.of(victim), seconds=20)):
+        first.__exit__(None, None, None)  # the first heals while the second holds
+        assert psutil.Process(pid).status() == psutil.STATUS_STOPPED
+    assert psutil.Process(pid).status() != psutil.STATUS_STOPPED
+    assert [e.outcome for e in chaos.journal.events] == [
+        "SIGSTOP; seen in state T", "SIGSTOP; seen in state T",
+        "already resumed by its own timer, or held on by a later pause of the same process", "SIGCONT"]
     assert ray.get(victim.call.remote(), timeout=CALL_TIMEOUT) == 1
     ray.kill(victim)
 
