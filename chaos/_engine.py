@@ -346,8 +346,7 @@ def _confirm_node_dead(chaos: Chaos, node_id: str, *, since: float) -> float:
 @contextmanager
 def _pause(chaos: Chaos, fault: Pause, at: float | None, rng: random.Random) -> Iterator[Injection]:
     paused: list[Process] = []
-
-    paused_tokens: list[int] = []
+    paused_tokens: list[int] = []  # each pause's own: its heal resumes that pause only
 
     def heal() -> None:
         for proc, token in zip(paused, paused_tokens):
