@@ -345,20 +345,18 @@ def _confirm_node_dead(chaos: Chaos, node_id: str, *, since: float) -> float:
 
 @contextmanager
 def _pause(chaos: Chaos, fault: Pause, at: float | None, rng: random.Random) -> Iterator[Injection]:
-    paused: list[Process] = []
-    paused_tokens: list[int] = []  # each pause's own: its heal resumes that pause only
+    paused: list[tuple[Process, int]] = []  # with each pause's own token: its heal resumes that pause only
 
     def heal() -> None:
-        for proc, token in zip(paused, paused_tokens):
+        for proc, token in paused:
             _resume_one(chaos, fault, at, proc, token)
 
     def pause(proc: Process) -> None:
-        paused_tokens.append(_pause_one(chaos, fault, at, proc))
-        paused.append(proc)
+        paused.append((proc, _pause_one(chaos, fault, at, proc)))
 
     with chaos._active_heal(heal):  # every process paused so far is resumed, whatever happens
         _each_resolved(chaos, fault.target, rng, pause)
-        yield Injection(fault, tuple(paused))
+        yield Injection(fault, tuple(proc for proc, _ in paused))
 
 
 def _pause_one(chaos: Chaos, fault: Pause, at: float | None, proc: Process) -> int:

@@ -34,7 +34,8 @@ def _left_after_last_task(task: Any, durations: Sequence[float], *, as_completed
     slower); this part depends only on when the tasks ended, however late they began."""
     import ray
 
-    refs, ends = [task.remote(d) for d in durations], list[float]()
+    refs = [task.remote(d) for d in durations]
+    ends: list[float] = []
     if not as_completed:
         for end in ray.get(refs, timeout=TIMEOUT):
             _process(end)
