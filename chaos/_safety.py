@@ -26,7 +26,9 @@ def check_target(pid: int, *, agent_pid: int, driver_pids: tuple[int, ...] = (),
 
     Raises:
         UnsafeTarget: the process may not be signalled.
-        TargetNotFound: there is no such process (it already exited).
+        TargetNotFound: there is no such process, or it has exited (a zombie while its threads
+            tear down: the State API still shows it ALIVE, and a signal to it changes nothing,
+            so a kill of it was "confirmed" at once and a pause of it never stopped it).
     """
     if pid in (0, 1):
         raise UnsafeTarget(f"refusing to signal PID {pid}: it is the init process")
@@ -44,6 +46,8 @@ def check_target(pid: int, *, agent_pid: int, driver_pids: tuple[int, ...] = (),
                 f"refusing to signal PID {pid} ({proc.name()!r}): it is not a worker of this "
                 f"Ray session on this node (its parent is {proc.ppid()}, this node's raylet is "
                 f"{raylet.pid}); target an actor, task, worker or node of the cluster under test")
+        if proc.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+            raise TargetNotFound(f"process {pid} has exited: it is not reaped yet")
         return proc
     except psutil.NoSuchProcess as exc:
         raise TargetNotFound(f"process {pid} no longer exists") from exc
