@@ -10,7 +10,8 @@ import random
 import subprocess
 import sys
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import psutil
 import pytest
