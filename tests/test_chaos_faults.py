@@ -175,7 +175,9 @@ def killed_but_unreaped(pid: int) -> Iterator[None]:
                    what=f"the killed worker {pid} to be a zombie")
         yield
     finally:
-        os.waitpid(pid, 0)  # collected: the kernel lets it go
+        # Collected (the kernel then lets it go); bounded, as the kill may not have landed.
+        wait_until(lambda: os.waitpid(pid, os.WNOHANG)[0] == pid, timeout=10,
+                   what=f"the traced worker {pid} to be collected")
 
 
 def test_a_killed_worker_not_yet_reaped_is_no_target(chaos: Chaos) -> None:
