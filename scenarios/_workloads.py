@@ -478,7 +478,10 @@ class _OwnerDeath(Workload):
 
         self.owner = ray.remote(max_restarts=0, num_cpus=0)(_Owner).options(
             name="owner", namespace=self.ctx.namespace).remote()
-        self.refs: list[Any] = []
+        # The first ref before time zero: the owner's worker starts first (seconds on a loaded
+        # machine), and make test once saw the kill at 2 s land before any ref existed.
+        self.refs: list[Any] = ray.get(self.owner.make.remote(0), timeout=CALL_TIMEOUT)
+        self.ctx.count("objects")
         self.surface_within = self.ctx.params_as(OwnerDeathParams).surface_within
 
     def step(self) -> bool:

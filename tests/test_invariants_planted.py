@@ -259,6 +259,19 @@ def test_owner_death_surfaces_breaks_when_the_owner_never_dies(ray_cluster: Clus
                         broken(result)["owner_death_surfaces"])
 
 
+def test_owner_death_holds_with_the_kill_at_time_zero(ray_cluster: ClusterHandle) -> None:
+    # The owner makes its first ref in setup, before time zero: make test once saw the kill at
+    # 2 s land while the owner's worker was still starting, no ref to surface (red, rightly).
+    workload = WORKLOADS["owner-death"]
+    result = planted(workload, duration=1.0, params={"surface_within": 5.0},
+                     faults=[(0.0, Kill(ActorTarget(name="owner", namespace="raychaos")))],
+                     address=ray_cluster.address)
+    assert [f.status for f in result.faults] == ["injected"], result.faults
+    assert not broken(result), result.verdicts
+    assert re.fullmatch(r"ray\.get on [1-5] of the dead owner's refs within 5 s: OwnerDiedError ×[1-5] "
+                        r"\([\d.]+ s\)", next(v.detail for v in result.verdicts if v.name == "owner_death_surfaces"))
+
+
 # -- dqn-cartpole -----------------------------------------------------------------------------
 
 
