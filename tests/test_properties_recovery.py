@@ -174,8 +174,9 @@ BREAK = settings(max_examples=10, stateful_step_count=3, deadline=None, derandom
 
 
 @pytest.mark.slow
-# Its search and shrink are ~30 real restarts: 283 s on 2026-12-02's slower afternoon, against
-# the suite's 300 s bound, which it then crossed in CI (a timeout mid-shrink reads as Flaky).
+# Its search and shrink start a few dozen real actors and restart them: 283 s on 2026-12-02's
+# slower afternoon, against the suite's 300 s bound, which it then crossed in CI (a timeout
+# mid-shrink reads as Flaky).
 @pytest.mark.timeout(600)
 def test_a_buffer_that_forgets_its_cursor_is_caught_and_shrunk(ray_cluster: ClusterHandle) -> None:
     # Only the operations and faults that matter here: each example is a real actor and each
