@@ -137,7 +137,7 @@ def unpack_batch(data: bytes) -> dict[str, np.ndarray]:
                             "its layout and data must come from one pack_batch call")
     out, offset = {}, start
     for name, dtype, shape, count in columns:
-        out[name] = np.frombuffer(data, dtype=dtype, count=count, offset=offset).reshape(shape)
+        out[name] = np.ndarray(shape, dtype, buffer=data, offset=offset)  # one call, read-only as bytes are
         offset += count * dtype.itemsize
     return out
 

@@ -232,10 +232,12 @@ def every_output(capacity: int, seed: int) -> list[np.ndarray]:
         drawn = rb.sample(int(rng.integers(1, 300)))
         out += [drawn[k] for k in sorted(drawn)]
         slots = np.concatenate([drawn["indices"], drawn["indices"][:5]])
+        slots.flags.writeable = step % 2 == 0  # a packed request's indices arrive read-only
         rb.update_priorities(slots, rng.random(len(slots)) * (rng.random(len(slots)) > 0.05))
     state = rb.state_dict()
     out += [state["leaves"], *(state["tree"][k] for k in sorted(state["tree"]))]
-    return out
+    # What the next delta checkpoint carries, and the priority new items get.
+    return out + [rb.delta_state_dict()["slots"], np.array([rb.stats().max_priority])]
 
 
 @pytest.mark.parametrize("capacity", [64, 5000, 2**17 + 3, 2**20 + 7])  # 1, 1, 2 and 3 levels
