@@ -237,7 +237,7 @@ def every_output(capacity: int, seed: int) -> list[np.ndarray]:
     state = rb.state_dict()
     out += [state["leaves"], *(state["tree"][k] for k in sorted(state["tree"]))]
     # What the next delta checkpoint carries, and the priority new items get.
-    return out + [rb.delta_state_dict()["slots"], np.array([rb.stats().max_priority])]
+    return [*out, rb.delta_state_dict()["slots"], np.array([rb.stats().max_priority])]
 
 
 @pytest.mark.parametrize("capacity", [64, 5000, 2**17 + 3, 2**20 + 7])  # 1, 1, 2 and 3 levels
