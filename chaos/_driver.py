@@ -26,8 +26,9 @@ MAX_CONCURRENT_FAULTS = 8
 
 @dataclass(frozen=True, slots=True)
 class FaultOutcome:
-    """One scheduled fault as it went: when it started and ended (seconds after the run's
-    start; None if it never started), its injection, and the error when it did not happen."""
+    """One scheduled fault as it went: when it started, was confirmed and ended (seconds
+    after the run's start; None if it never started, or its effect was never confirmed), its
+    injection, and the error when it did not happen."""
 
     index: int
     entry: ScheduledFault
@@ -36,6 +37,7 @@ class FaultOutcome:
     ended: float | None = None
     injection: Any = None
     error: str = ""
+    confirmed: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -107,18 +109,19 @@ def run_schedule(chaos: Any, schedule: Schedule, *, stop: threading.Event | None
 
 def _one(chaos: Any, index: int, entry: ScheduledFault, stop: threading.Event, start: float,
          clock: Callable[[], float], observer: ScheduleObserver) -> FaultOutcome:
-    began, injection = clock() - start, None
+    began, injection, confirmed = clock() - start, None, None
     rng = random.Random(f"{getattr(chaos, 'seed', 0)}/{index}")
     try:
         with chaos.inject(entry.fault, at=entry.at, rng=rng) as injection:
+            confirmed = clock() - start  # a fault's effect can come well after its start
             observer.injected(index, entry, injection)
             stop.wait(observer.hold(entry))
     except Exception as exc:  # noqa: BLE001 - every failure becomes a typed outcome
         status = next((s for t, s in _STATUS_OF if isinstance(exc, t)), FaultStatus.FAILED)
         return observer.settled(FaultOutcome(index, entry, status, began, clock() - start,
-                                             injection, f"{type(exc).__name__}: {exc}"[:500]))
+                                             injection, f"{type(exc).__name__}: {exc}"[:500], confirmed))
     return observer.settled(FaultOutcome(index, entry, FaultStatus.INJECTED, began,
-                                         clock() - start, injection))
+                                         clock() - start, injection, confirmed=confirmed))
 
 
 #: Why a fault whose time never came did not happen.

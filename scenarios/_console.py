@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from scenarios._model import Scenario
-from scenarios._records import RunResult
+from scenarios._records import RunResult, seconds_text
 from scenarios._runner import Progress
 from scenarios._workload import RunContext
 
@@ -66,10 +66,10 @@ def print_results(results: Sequence[RunResult], report_dir: str | None, *,
 
 def _faults(r: RunResult) -> Table:
     table = Table(title="faults")
-    for col in ("at", "fault", "target", "status", "MTTR", "outcome"):
+    for col in ("at", "confirmed", "fault", "target", "status", "MTTR", "outcome"):
         table.add_column(col)
     for f in r.faults:
         status = f.status if f.status == "injected" else f"[bold red]{f.status}[/]"
-        table.add_row(f"{f.start:.1f} s", f.kind, f.target, status,
-                      "—" if f.mttr is None else f"{f.mttr:.2f} s", f.outcome)
+        table.add_row(f"{f.start:.1f} s", seconds_text(f.confirmed), f.kind, f.target, status, seconds_text(f.mttr),
+                      f.outcome)
     return table

@@ -9,7 +9,8 @@ from typing import Literal
 
 from chaos import FaultKind, FaultStatus
 
-__all__ = ["FaultRecord", "Phase", "Probe", "Problem", "RunLabel", "RunResult", "RunStatus", "Sample", "Verdict"]
+__all__ = ["FaultRecord", "Phase", "Probe", "Problem", "RunLabel", "RunResult", "RunStatus", "Sample", "Verdict",
+           "seconds_text"]
 
 Phase = Literal["before", "during", "after"]
 
@@ -83,10 +84,16 @@ class Sample:
     rss_bytes: int
 
 
+def seconds_text(value: float | None) -> str:
+    """A duration or time for people; a dash when there is none (never confirmed, no MTTR)."""
+    return "—" if value is None else f"{value:.2f} s"
+
+
 @dataclass(frozen=True, slots=True)
 class FaultRecord:
-    """A fault as it happened: when it started and was healed, how long recovery took, and
-    whether it happened at all (``status``; only ``INJECTED`` did)."""
+    """A fault as it happened: when it started, took effect (``confirmed``; None if never) and
+    was healed, how long recovery took, and whether it happened at all (``status``; only
+    ``INJECTED`` did)."""
 
     at: float
     start: float
@@ -96,6 +103,7 @@ class FaultRecord:
     outcome: str
     mttr: float | None
     status: FaultStatus = FaultStatus.INJECTED
+    confirmed: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from chaos import FaultKind, FaultStatus
-from scenarios._records import FaultRecord, RunLabel, RunResult
+from scenarios._records import FaultRecord, RunLabel, RunResult, seconds_text
 
 __all__ = ["render_html"]
 
@@ -258,11 +258,12 @@ def _metric_label(name: str) -> tuple[str, float]:
 def _faults_table(r: RunResult) -> str:
     if not r.faults:
         return "<p>No faults scheduled in this run.</p>"
-    rows = "".join(f"<tr><td class=num>{f.start:.1f} s</td><td>{_e(f.kind.value)}</td><td>{_e(f.target)}</td>"
+    rows = "".join(f"<tr><td class=num>{f.start:.1f} s</td><td class=num>{seconds_text(f.confirmed)}</td>"
+                   f"<td>{_e(f.kind.value)}</td><td>{_e(f.target)}</td>"
                    f"<td class='{'held' if f.status is FaultStatus.INJECTED else 'broken'}'>{_e(f.status.value)}</td>"
-                   f"<td class=num>{'—' if f.mttr is None else f'{f.mttr:.2f} s'}</td><td>{_e(f.outcome)}</td></tr>"
+                   f"<td class=num>{seconds_text(f.mttr)}</td><td>{_e(f.outcome)}</td></tr>"
                    for f in r.faults)
-    return ("<table class='faults'><tr><th>started</th><th>fault</th><th>target</th><th>status</th>"
+    return ("<table class='faults'><tr><th>started</th><th>confirmed</th><th>fault</th><th>target</th><th>status</th>"
             f"<th>MTTR</th><th>outcome</th></tr>{rows}</table>")
 
 

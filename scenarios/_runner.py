@@ -433,14 +433,16 @@ class _RunObserver(ScheduleObserver):
         end = start if outcome.ended is None else outcome.ended
         if not outcome.ok:
             self.rec.fault(FaultRecord(entry.at, start, end, entry.kind, target,
-                                       f"{outcome.status.value}: {outcome.error}"[:500], None, outcome.status))
+                                       f"{outcome.status.value}: {outcome.error}"[:500], None, outcome.status,
+                                       outcome.confirmed))
             return outcome
         healed = self._heal_observed(outcome.injection)
         mttr, recovered = _recovery(self.workload, self.ctx, start)
         text = f"{healed}; {recovered}" if healed else recovered
         self.chaos.journal.record(RecoverEvent(at=entry.at, fault=entry.fault, target=target, outcome=text,
                                                seconds=mttr))
-        self.rec.fault(FaultRecord(entry.at, start, end, entry.kind, target, text, mttr, outcome.status))
+        self.rec.fault(FaultRecord(entry.at, start, end, entry.kind, target, text, mttr, outcome.status,
+                                   outcome.confirmed))
         return outcome
 
     def _heal_observed(self, injection: Injection) -> str:

@@ -111,3 +111,33 @@ def test_a_fault_is_held_for_its_seconds_unless_stopped() -> None:
     run_schedule(ScriptedEngine(), Schedule.explicit([(0.0, Pause(A, seconds=2.5)), (0.0, kill("ok"))]),
                  observer=Recording())
     assert sorted(held) == [0.0, 2.5]
+
+
+class SlowToBite(ScriptedEngine):
+    """Each injection takes 1.5 s of a fake clock to be confirmed; a fault named "late" then
+    fails at its heal, after it took effect."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0.0
+
+    @contextmanager
+    def inject(self, fault: Any, *, at: float, rng: random.Random) -> Iterator[str]:
+        with super().inject(fault, at=at, rng=rng) as injection:
+            self.now += 1.5
+            yield injection
+        if fault.target.name == "late":
+            raise FaultIneffective("healed, but its effect was never seen")
+
+
+def test_each_outcome_says_when_its_fault_took_effect() -> None:
+    # A memory fault confirmed seconds after its start read as on time in the journal and the
+    # report: only a reader who subtracted the setup could tell (the tenth session did).
+    seen = {}
+    for name in ("ok", "missing", "late"):
+        engine = SlowToBite()
+        (outcome,) = run_schedule(engine, Schedule.explicit([(0.0, kill(name))]), clock=lambda: engine.now,
+                                  start=0.0)
+        seen[name] = (outcome.status, outcome.started, outcome.confirmed, outcome.ended)
+    assert seen == {"ok": (FaultStatus.INJECTED, 0.0, 1.5, 1.5), "missing": (FaultStatus.NOT_FOUND, 0.0, None, 0.0),
+                    "late": (FaultStatus.INEFFECTIVE, 0.0, 1.5, 1.5)}

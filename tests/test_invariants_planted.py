@@ -283,7 +283,9 @@ def test_owner_death_holds_with_the_kill_at_time_zero(ray_cluster: ClusterHandle
     result = planted(workload, duration=1.0, params={"surface_within": 5.0},
                      faults=[(0.0, Kill(ActorTarget(name="owner", namespace="raychaos")))],
                      address=ray_cluster.address)
-    assert [f.status for f in result.faults] == ["injected"], result.faults
+    (fault,) = result.faults
+    assert fault.status == "injected" and fault.confirmed is not None, fault
+    assert fault.start <= fault.confirmed <= fault.end, fault  # the run's record says when it bit
     assert not broken(result), result.verdicts
     assert re.fullmatch(r"ray\.get on [1-5] of the dead owner's refs within 5 s: OwnerDiedError ×[1-5] "
                         r"\([\d.]+ s\)", next(v.detail for v in result.verdicts if v.name == "owner_death_surfaces"))

@@ -54,9 +54,9 @@ def run(label: str, *, faults: tuple[FaultRecord, ...] = (), slower: float = 1.0
 
 
 FAULTS = (  # two overlap in time: each keeps its own lane
-    FaultRecord(3.0, 3.0, 3.1, FaultKind.KILL, "actor EnvWorker", "recovered", 0.72),
+    FaultRecord(3.0, 3.0, 3.1, FaultKind.KILL, "actor EnvWorker", "recovered", 0.72, confirmed=3.01),
     FaultRecord(3.5, 3.5, 6.5, FaultKind.PAUSE, "actor EnvWorker", "recovered", 3.4),
-    FaultRecord(9.0, 9.0, 12.0, FaultKind.MEMORY, "node abc", "held", None),
+    FaultRecord(9.0, 9.0, 12.0, FaultKind.MEMORY, "node abc", "held", None, confirmed=11.35),
     FaultRecord(15.0, 15.0, 15.0, FaultKind.KILL, "actor Gone", "not found", None, FaultStatus.NOT_FOUND),
 )
 
@@ -97,6 +97,14 @@ def test_one_lane_per_fault_with_its_mttr_or_why_not(page: tuple[Path, Elements]
         ("0", "kill"), ("1", "pause"), ("2", "memory"), ("3", "kill")]
     assert {"MTTR 0.72 s", "MTTR 3.40 s", "not recovered", "not_found"} <= set(dom.texts)
     assert len(dom.with_class("recovering")) == 2 and len(dom.with_class("active")) == 3
+
+
+def test_the_faults_table_says_when_each_took_effect(page: tuple[Path, Elements]) -> None:
+    # Started at 9.0 s, confirmed at 11.35 s: a late fault shows as late.
+    html = page[0].read_text(encoding="utf-8")
+    assert "<th>started</th><th>confirmed</th>" in html
+    assert "<td class=num>9.0 s</td><td class=num>11.35 s</td><td>memory</td>" in html
+    assert "<td class=num>3.5 s</td><td class=num>—</td><td>pause</td>" in html  # not known: a dash
 
 
 def test_metrics_are_rounded_with_units(page: tuple[Path, Elements]) -> None:
