@@ -9,14 +9,15 @@ UV_VERSION       := 0.13.9
 PIP_TOOLS_VERSION := 7.6.2
 # Who installs the lock: uv (35 s here against pip's 75 s, both with cold caches: a fresh
 # machine's `make test` must fit in 10 minutes) or pip. uv does not read pip's configuration:
-# PIP_FIND_LINKS (where this machine keeps its CPU torch wheel) is passed on; for a private
-# index in pip.conf, `make install INSTALLER=pip`. uv compiles bytecode only when asked (pip
+# its find-links (where this machine keeps its CPU torch wheel), from PIP_FIND_LINKS and from
+# pip.conf, are passed on; for a private index in pip.conf, `make install INSTALLER=pip`. uv compiles bytecode only when asked (pip
 # does unasked): without it, under PYTHONDONTWRITEBYTECODE (set here), every Ray worker
 # imported ray from source (1.3 s against 0.55 s) and make test took 447 s against 320 s.
 INSTALLER ?= uv
 ifeq ($(INSTALLER),uv)
-INSTALL := $(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(PY) \
-	$(foreach l,$(PIP_FIND_LINKS),--find-links $(l))
+FIND_LINKS = $(sort $(PIP_FIND_LINKS) $(shell python3 -m pip config get global.find-links 2>/dev/null))
+INSTALL = $(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(PY) \
+	$(foreach l,$(FIND_LINKS),--find-links $(l))
 else ifeq ($(INSTALLER),pip)
 INSTALL := $(PY) -m pip install --quiet
 else
