@@ -13,7 +13,7 @@ import os
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from enum import StrEnum
 from typing import Any
 
@@ -35,12 +35,24 @@ class MemoryOutcome(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class MemoryProgress:
-    """The allocation's last report: bytes resident, the host's used share, and whether the
-    host was already past the target (nothing to allocate)."""
+    """The allocation's last report: bytes resident, the host's used share, whether the host
+    was already past the target (nothing to allocate), and its pace: blocks made resident,
+    seconds from its start to the last one, and the longest one block took to map."""
 
     resident: int
     host_used: float
     cannot: bool
+    blocks: int = 0
+    seconds: float = 0.0
+    slowest: float = 0.0
+
+    def pace(self) -> str:
+        """For people: a pressure that never crossed the threshold says whether its pages came
+        slowly (a slow block) or its loop was starved (quick blocks, seconds apart)."""
+        if not self.blocks:
+            return "no block made resident"
+        return (f"{self.blocks} blocks of {STEP // 2**20} MiB in {self.seconds:.1f} s, "
+                f"the slowest {self.slowest:.2f} s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,10 +69,10 @@ def progress_path() -> str:
     return os.path.join(tempfile.gettempdir(), f"raychaos-memory-{uuid.uuid4().hex}.json")
 
 
-def _report(path: str, resident: int, host_used: float, cannot: bool) -> None:
+def _report(path: str, progress: MemoryProgress) -> None:
     tmp = f"{path}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump({"resident": resident, "host_used": host_used, "cannot": cannot}, f)
+        json.dump(asdict(progress), f)
     os.replace(tmp, path)  # atomic: the agent never reads half a report
 
 
@@ -82,11 +94,12 @@ def read_progress(path: str, *, remove: bool = False) -> MemoryProgress | None:
 
 
 def _parse(data: object) -> MemoryProgress | None:
-    if not isinstance(data, dict):
+    if not isinstance(data, dict) or set(data) != {f.name for f in fields(MemoryProgress)}:
         return None
-    resident, used, cannot = data.get("resident"), data.get("host_used"), data.get("cannot")
-    if isinstance(resident, int) and isinstance(used, (int, float)) and isinstance(cannot, bool):
-        return MemoryProgress(resident, float(used), cannot)
+    counts, reals = (data["resident"], data["blocks"]), (data["host_used"], data["seconds"], data["slowest"])
+    if all(type(v) is int for v in counts) and all(type(v) in (int, float) for v in reals) \
+            and isinstance(data["cannot"], bool):
+        return MemoryProgress(**{**data, **{k: float(data[k]) for k in ("host_used", "seconds", "slowest")}})
     return None
 
 
@@ -98,25 +111,35 @@ def allocate(fraction: float, host_cap: float, seconds: float, path: str) -> int
     import psutil
 
     me, vm = psutil.Process(), psutil.virtual_memory()
-    base, target, deadline = me.memory_info().rss, min(fraction, host_cap) * vm.total, time.monotonic() + seconds
+    base, target, start = me.memory_info().rss, min(fraction, host_cap) * vm.total, time.monotonic()
     blocks: list[mmap.mmap] = []
-    # MAP_POPULATE: the kernel faults every page in up front, about 6x faster than touching
-    # them from Python, so the pressure builds within a short fault's seconds.
-    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0)
+    slowest = 0.0
     if (vm.total - vm.available) + STEP > target:
-        _report(path, 0, (vm.total - vm.available) / vm.total, cannot=True)
+        _report(path, MemoryProgress(0, (vm.total - vm.available) / vm.total, cannot=True))
         return 0
-    _report(path, 0, (vm.total - vm.available) / vm.total, cannot=False)  # running: the start's proof
-    while time.monotonic() < deadline:
+    _report(path, MemoryProgress(0, (vm.total - vm.available) / vm.total, cannot=False))  # the start's proof
+    while time.monotonic() < start + seconds:
         used = psutil.virtual_memory()
         if (used.total - used.available) + STEP <= target:
-            block = mmap.mmap(-1, STEP, flags=flags)
-            block[::4096] = b"\x01" * (STEP // 4096)  # resident even without MAP_POPULATE
-            blocks.append(block)
-            _report(path, max(0, me.memory_info().rss - base), 1 - used.available / used.total, False)
+            began = time.monotonic()
+            blocks.append(_resident_block())
+            slowest = max(slowest, time.monotonic() - began)
+            _report(path, MemoryProgress(max(0, me.memory_info().rss - base), 1 - used.available / used.total,
+                                         False, len(blocks), time.monotonic() - start, slowest))
         else:
             time.sleep(0.05)  # at the target: hold until the deadline (or Ray kills us)
     return sum(len(b) for b in blocks)
+
+
+def _resident_block() -> Any:
+    """One anonymous block of STEP bytes, every page resident. MAP_POPULATE: the kernel faults
+    every page in up front, about 6x faster than touching them from Python, so the pressure
+    builds within a short fault's seconds."""
+    import mmap
+
+    block = mmap.mmap(-1, STEP, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0))
+    block[::4096] = b"\x01" * (STEP // 4096)  # resident even without MAP_POPULATE
+    return block
 
 
 def outcome_of(ref: Any, progress: MemoryProgress | None) -> MemoryResult:
@@ -137,4 +160,5 @@ def outcome_of(ref: Any, progress: MemoryProgress | None) -> MemoryResult:
         kind, said = MemoryOutcome.CRASHED, f"the allocating task failed: {type(exc).__name__}"
     if progress and progress.cannot:
         said = f"nothing allocated: the host already used {progress.host_used:.0%}, past the target"
-    return MemoryResult(kind, peak, f"{said} (peak {peak / 2**30:.2f} GiB resident)")
+    pace = f"; {progress.pace()}" if progress and not progress.cannot else ""
+    return MemoryResult(kind, peak, f"{said} (peak {peak / 2**30:.2f} GiB resident{pace})")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -245,14 +246,36 @@ def test_a_target_that_is_not_a_table_is_refused() -> None:
         fault_from_dict({"kind": "kill", "target": ["actor", "replay"]})
 
 
-@pytest.mark.parametrize("text", ["[1, 2]", '{"resident": "many", "host_used": 0.5, "cannot": false}',
-                                  '{"resident": 1, "host_used": 0.5}', "{not json"])
+REPORT = '{"resident": 7, "host_used": 0.5, "cannot": false, "blocks": 2, "seconds": 1, "slowest": 0.25}'
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", REPORT.replace("7", '"many"'), REPORT.replace(', "slowest": 0.25', ""),
+                                  REPORT.replace('"blocks": 2', '"blocks": 2.5'), REPORT.replace("false", "0"),
+                                  "{not json"])
 def test_a_memory_report_that_is_not_one_reads_as_none(tmp_path: Path, text: str) -> None:
     from chaos._memory import MemoryProgress, read_progress
 
     path = tmp_path / "progress.json"
     path.write_text(text)
     assert read_progress(str(path)) is None
-    path.write_text('{"resident": 7, "host_used": 0.5, "cannot": false}')
-    assert read_progress(str(path), remove=True) == MemoryProgress(7, 0.5, False)
+    path.write_text(REPORT)
+    assert read_progress(str(path), remove=True) == MemoryProgress(7, 0.5, False, 2, 1.0, 0.25)
     assert not path.exists()
+
+
+def test_the_allocation_reports_its_pace(tmp_path: Path) -> None:
+    # About two blocks' headroom past what the host uses now: its report says how many blocks
+    # it made resident, when the last one was, and how long the slowest one took.
+    import psutil
+
+    from chaos._memory import STEP, allocate, read_progress
+
+    vm = psutil.virtual_memory()
+    path = str(tmp_path / "progress.json")
+    held = allocate((vm.total - vm.available + 2.5 * STEP) / vm.total, 1.0, 0.3, path)
+    progress = read_progress(path)
+    # The host's other processes come and go (a block more or less): the report matches itself.
+    assert progress is not None and not progress.cannot and 1 <= progress.blocks == held // STEP, progress
+    assert progress.resident >= 0.9 * held, progress
+    assert 0 < progress.slowest <= progress.seconds <= 0.3 + progress.slowest, progress
+    assert re.fullmatch(rf"{progress.blocks} blocks of 64 MiB in \d\.\d s, the slowest \d\.\d\d s", progress.pace())
