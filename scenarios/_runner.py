@@ -238,17 +238,19 @@ def _run_once(run: _Run, workload_cls: type[Workload], params: Params, progress:
     journal = Journal(run.journal_path)
     chaos = Chaos(address=run.address, journal=journal, seed=run.seed)
     rec, workload = _Recorder(), workload_cls(ctx)
-    journal.record(StartEvent(scenario=scenario.name, source=scenario.source, run=run.label, seed=run.seed,
-                              heal=scenario.heal, duration=scenario.duration, schedule=_schedule(run).planned()))
+    started = _start_once(journal, lambda: StartEvent(
+        scenario=scenario.name, source=scenario.source, run=run.label, seed=run.seed, heal=scenario.heal,
+        duration=scenario.duration, schedule=_schedule(run).planned()))
     progress(f"{scenario.name} [{run.label}]: setting up", ctx)
     status, error, verdicts = RunStatus.RUNNING, "", []
     try:
-        status, error = _exercise(run, workload, ctx, chaos, rec, progress)
+        status, error = _exercise(run, workload, ctx, chaos, rec, progress, started)
     except KeyboardInterrupt:
         status, error = RunStatus.INTERRUPTED, "interrupted by Ctrl-C: no probes after it, no invariants"
         progress(f"{scenario.name} [{run.label}]: interrupted, healing", ctx)
         raise
     finally:
+        started()  # a run that ended before time zero: its journal still opens with its start
         ctx.stop.set()
         chaos.heal_all()  # the rollback: runs after Ctrl-C too
         verdicts = _conclude(run, workload, ctx, rec, status)
@@ -265,17 +267,31 @@ def _run_once(run: _Run, workload_cls: type[Workload], params: Params, progress:
                      {k: tuple(v) for k, v in ctx.series.items()}, error, scenario.strict_faults)
 
 
+def _start_once(journal: Journal, make: Callable[[], StartEvent]) -> Callable[[], None]:
+    """Journal the run's start event once. Its time is time zero (a reader's ``inject.mono -
+    start.mono`` is the fault's time in the run), so it is made when the clock starts, after
+    setup and warm-up; journaled before them, it added their seconds to every fault's."""
+    done = threading.Event()
+
+    def record() -> None:
+        if not done.is_set():
+            done.set()
+            journal.record(make())
+    return record
+
+
 def _schedule(run: _Run) -> Schedule:
     return run.scenario.schedule if run.faults else Schedule(())
 
 
 def _exercise(run: _Run, workload: Workload, ctx: RunContext, chaos: Chaos, rec: _Recorder,
-              progress: Progress) -> tuple[RunStatus, str]:
+              progress: Progress, started: Callable[[], None]) -> tuple[RunStatus, str]:
     """Setup, probe before, the workload's loop under faults. Returns (status, error)."""
     try:
         workload.setup()
         chaos.warm_up(_schedule(run))  # agents and the State API, before time zero
         ctx.start_clock()
+        started()
         rec.sampler = threading.Thread(target=_sample, args=(ctx, rec, run.embedded), daemon=True,
                                        name="raychaos-sampler")
         rec.sampler.start()

@@ -21,7 +21,18 @@ import ray
 from ray import cloudpickle
 
 from actors import CheckpointedCounter, ParameterServer, ReplayBufferActor, mutation
-from chaos import ActorTarget, ClusterHandle, InvalidConfig, Kill, Schedule, TaskTarget, _watchdog, wait_until
+from chaos import (
+    ActorTarget,
+    ClusterHandle,
+    CpuHog,
+    InvalidConfig,
+    Kill,
+    Schedule,
+    TaskTarget,
+    _watchdog,
+    read_journal,
+    wait_until,
+)
 from conftest import CALL_TIMEOUT
 from scenarios import RunResult, Scenario, SteadyState, Verdict, Workload, run_scenario
 from scenarios._dqn import DQNCartPole
@@ -34,14 +45,16 @@ pytestmark = pytest.mark.ray
 
 
 def planted(workload: type[Workload], *, duration: float, params: dict[str, Any] | None = None,
-            faults: list[tuple[float, Any]] | None = None, address: str) -> RunResult:
+            faults: list[tuple[float, Any]] | None = None, address: str,
+            report_dir: str | None = None) -> RunResult:
     """Run ``workload`` through the runner, every invariant it declares asked for."""
     scenario = Scenario(name=f"planted-{workload.__name__}", description="planted failures",
                         workload="planted", schedule=Schedule.explicit(faults or []),
                         duration=duration, invariants=workload.INVARIANTS, params=params or {},
                         steady_state=SteadyState(before=False, after=False),
                         strict_faults=bool(faults))  # a plant without faults says so, in words
-    (result,) = run_scenario(scenario, address=address, baseline=False, workloads={"planted": workload})
+    (result,) = run_scenario(scenario, address=address, baseline=False, workloads={"planted": workload},
+                             report_dir=report_dir)
     return result
 
 
@@ -125,6 +138,18 @@ def test_a_slow_setup_is_not_a_blocked_loop(ray_cluster: ClusterHandle) -> None:
     result = planted(SlowSetup, duration=2.0, params=SAMPLING, address=ray_cluster.address)
     (verdict,) = [v for v in result.verdicts if v.name == "loop_never_blocked"]
     assert verdict.held, verdict.detail
+
+
+def test_the_journals_start_is_time_zero(ray_cluster: ClusterHandle, tmp_path: Path) -> None:
+    """The start event was journaled before setup and warm-up: every fault's time read off the
+    journal (``inject.mono - start.mono``) had their seconds added, here the 1 s plant's."""
+    result = planted(SlowSetup, duration=1.5, params=SAMPLING, faults=[(0.5, CpuHog(cores=1, seconds=0.2))],
+                     address=ray_cluster.address, report_dir=str(tmp_path))
+    events = list(read_journal(str(tmp_path / "journal.jsonl")))
+    start, inject = events[0], next(e for e in events if e.kind == "inject")
+    (fault,) = result.faults
+    assert start.kind == "start" and fault.confirmed is not None, (events, fault)
+    assert inject.mono - start.mono == pytest.approx(fault.confirmed, abs=0.1), (start, inject, fault)
 
 
 @ray.remote(num_cpus=0)
