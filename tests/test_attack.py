@@ -115,11 +115,14 @@ class Head:
 
 @pytest.fixture(scope="module")
 def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Head]:
-    """A cluster someone else started: `ray start --head --block`, stopped with its process."""
-    port, dashboard, temp = _free_port(), _free_port(), tmp_path_factory.mktemp("ray-head")
+    """A cluster someone else started: `ray start --head --block`, stopped with its process.
+    Its dashboard agent gets a free port too: Ray's default (52365) is taken by any other
+    cluster on the machine (this session's own), and then the agent serves no HTTP and every
+    `ray job submit` fails with "No available agent to submit job"."""
+    port, dashboard, agent, temp = _free_port(), _free_port(), _free_port(), tmp_path_factory.mktemp("ray-head")
     proc = subprocess.Popen([RAY, "start", "--head", "--block", f"--port={port}", "--num-cpus=2",
                              f"--temp-dir={temp}", "--disable-usage-stats", "--include-dashboard=true",
-                             f"--dashboard-port={dashboard}"],
+                             f"--dashboard-port={dashboard}", f"--dashboard-agent-listen-port={agent}"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     address = f"127.0.0.1:{port}"
     try:
