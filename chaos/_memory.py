@@ -9,6 +9,7 @@ pressure is real before it calls the fault injected.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import tempfile
 import time
@@ -106,8 +107,6 @@ def _parse(data: object) -> MemoryProgress | None:
 def allocate(fraction: float, host_cap: float, seconds: float, path: str) -> int:
     """Grow resident memory in 64 MiB steps toward ``fraction`` of the host, never past the
     cap, for ``seconds``; report each step at ``path``. Returns the bytes held at the end."""
-    import mmap
-
     import psutil
 
     me, vm = psutil.Process(), psutil.virtual_memory()
@@ -131,12 +130,10 @@ def allocate(fraction: float, host_cap: float, seconds: float, path: str) -> int
     return sum(len(b) for b in blocks)
 
 
-def _resident_block() -> Any:
+def _resident_block() -> mmap.mmap:
     """One anonymous block of STEP bytes, every page resident. MAP_POPULATE: the kernel faults
     every page in up front, about 6x faster than touching them from Python, so the pressure
     builds within a short fault's seconds."""
-    import mmap
-
     block = mmap.mmap(-1, STEP, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0))
     block[::4096] = b"\x01" * (STEP // 4096)  # resident even without MAP_POPULATE
     return block
