@@ -6,6 +6,7 @@ workload being scheduled, not synchronisation.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -49,15 +50,36 @@ def io(seconds: float) -> float:
 
 
 def warm_up(workers: int) -> None:
-    """Start ``workers`` worker processes first, so neither side pays for process start-up.
+    """Have ``workers`` worker processes running, so neither side pays for process start-up.
 
     Ray keeps about one idle worker per CPU and stops the others after a second idle, so
-    each side warms up right before it is timed.
+    each side warms up right before it is timed. A round of short tasks does not do it: while
+    the missing workers start, the driver runs the round on the ones it has, one task after
+    another (measured: after lesson 03's eager loop, with one CPU burner, its 4 warm-up tasks
+    ran on 2 processes and its timed batch took 1.8-2.0 s instead of 0.6). Rounds of tasks
+    that all last until one instant leave nothing to run after another; while a round ends
+    on fewer processes, the next lasts twice as long, for workers that start slowly.
     """
+    deadline, hold = time.monotonic() + TIMEOUT, 0.5
+    while len(_round(workers, hold)) < workers:
+        if time.monotonic() + 2 * hold > deadline:
+            raise HangError(f"{workers} worker processes did not run at once within {TIMEOUT:g} s: "
+                            "the machine starts Ray's workers too slowly for a timed lesson")
+        hold *= 2
+
+
+def _round(workers: int, hold: float) -> set[int]:
+    """The worker processes that ran ``workers`` tasks lasting until ``hold`` seconds from now."""
     import ray
 
-    task = remote(io, num_cpus=0.01)
-    ray.get([task.remote(0.3) for _ in range(workers)], timeout=TIMEOUT)
+    task = remote(_pid_until, num_cpus=0.01)
+    until = time.time() + hold
+    return set(ray.get([task.remote(until) for _ in range(workers)], timeout=TIMEOUT + hold))
+
+
+def _pid_until(until: float) -> int:
+    time.sleep(max(0.0, until - time.time()))  # held to one instant: no task of the round ends before another starts
+    return os.getpid()
 
 
 def io_until(until: float) -> tuple[float, float]:
