@@ -27,7 +27,7 @@ from numpy.typing import ArrayLike
 
 from actors._checkpoint import Checkpointable, CheckpointConfig, CheckpointStats, Restore, mutation
 from actors._codec import StateTree
-from actors._spare import SpareState, current_env, ensure_spare, keep_spare_for
+from actors._spare import SpareState, current_env, keep_spare_alive, keep_spare_for
 from chaos._errors import ChaosError, InvalidConfig
 from chaos._extras import import_extra
 
@@ -168,13 +168,13 @@ class ParameterServer(Checkpointable):
         if not ray.get_runtime_context().was_current_actor_reconstructed:
             # The first start fails on a spare it cannot ask for.
             asked = keep_spare_for(env) is SpareState.REQUESTED
-        # Seeing the spare appear (and asking again if it does not) runs beside the serving: a
+        # Seeing the spare appear (and asking again whenever there is none) runs beside the serving: a
         # failure must not fail a restart (Ray would count it against max_restarts).
         threading.Thread(target=self._ensure_spare, args=(env, asked), name="raychaos-spare", daemon=True).start()
 
     def _ensure_spare(self, env: str, asked: bool) -> None:
         try:
-            ensure_spare(env, asked=asked)
+            keep_spare_alive(env, asked=asked)
         except ChaosError as exc:
             self._spare_error = str(exc)
             logging.getLogger(__name__).warning("the parameter server has no spare worker: %s", exc)

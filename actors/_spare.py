@@ -26,6 +26,7 @@ from __future__ import annotations
 import enum
 import json
 import os
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -35,7 +36,8 @@ from chaos._byvalue import by_value
 from chaos._errors import ChaosError, InvalidConfig
 
 __all__ = ["PRELOADED_VAR", "PRELOAD_VAR", "SpareState", "SpareWorkerError", "current_env", "ensure_spare",
-           "keep_spare", "keep_spare_for", "preload", "spare_actor_env", "spare_job_env", "spares_of"]
+           "keep_spare", "keep_spare_alive", "keep_spare_for", "preload", "spare_actor_env", "spare_job_env",
+           "spares_of"]
 
 #: The modules a worker imports before it registers, comma-separated (the actor's runtime env).
 PRELOAD_VAR = "RAYCHAOS_PRELOAD"
@@ -47,6 +49,8 @@ RPC_TIMEOUT_S = 10.0
 ASK_ATTEMPTS = 3
 #: How long a requested spare may take to show up (its process starts; it need not be warm yet).
 APPEAR_WITHIN_S = 20.0
+#: How often an actor's keeper looks again for its spare (:func:`keep_spare_alive`).
+RECHECK_S = 2.0
 
 
 class SpareWorkerError(ChaosError, RuntimeError):
@@ -162,6 +166,27 @@ def ensure_spare(serialized_env: str, *, asked: bool = False, attempts: int = AS
             continue
     raise SpareWorkerError(f"asked the raylet {attempts} times for a spare worker, and none started "
                            f"within {within:g} s of a request: the next restart will be cold")
+
+
+def keep_spare_alive(serialized_env: str, *, asked: bool = False, every: float = RECHECK_S,
+                     stop: threading.Event | None = None) -> None:
+    """:func:`ensure_spare`, then again every ``every`` seconds until ``stop`` is set (an
+    actor's keeper thread: its process's life, when no ``stop`` is given).
+
+    A spare seen once is not one kept: an idle worker in the actor's env may be one the raylet
+    started for the actor itself and no longer needs, which it reaps after a second idle. Seen
+    in the parameter-server benchmark: the second server found the first's leftover worker,
+    asked for none, and had no spare for the next 60 s.
+
+    Raises:
+        InvalidConfig, SpareWorkerError: as :func:`ensure_spare`.
+    """
+    stop = stop or threading.Event()
+    while True:
+        ensure_spare(serialized_env, asked=asked)
+        asked = False
+        if stop.wait(every):  # the keeper's pace: a wait with an end, not a synchronisation
+            return
 
 
 def _check_env(env: dict[str, Any]) -> None:

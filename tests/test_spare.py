@@ -1,5 +1,6 @@
 """Spare workers for actor restarts (actors._spare): the set-up's refusals, and on real Ray a
-restarted parameter server landing in its spare, which is then replaced, one per node."""
+restarted parameter server landing in its spare, which is then replaced, one per node, and
+replaced again when it is lost."""
 
 from __future__ import annotations
 
@@ -92,14 +93,17 @@ with tempfile.TemporaryDirectory() as root, \
                what="the restart")
     restarted = ray.get(ps.pid.remote(), timeout=60)
     wait_until(lambda: [p for p in spares(job) if p != spare], timeout=120, interval=0.1, what="the next spare")
+    spares_after, (lost,) = len(spares(job)), spares(job)
+    os.kill(lost, signal.SIGKILL)  # a spare that goes (reaped, killed): the server's keeper asks again
+    wait_until(lambda: [p for p in spares(job) if p != lost], timeout=120, interval=0.1, what="a spare after the loss")
     print(json.dumps({"spare": spare, "restarted": restarted, "again": again.value,
-                      "spares_after": len(spares(job)), "error": ray.get(ps.stats.remote()).spare_error,
+                      "spares_after": spares_after, "error": ray.get(ps.stats.remote()).spare_error,
                       "version": ray.get(ps.pull.remote(0), timeout=60)[0]}))
 """
 
 
 @pytest.mark.slow  # a cluster of its own (a job's runtime env is set when its driver connects)
-def test_a_restarted_server_lands_in_its_spare_which_is_then_replaced(tmp_path: Path) -> None:
+def test_a_restarted_server_lands_in_its_spare_which_is_then_replaced_and_a_lost_one_too(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]),
                                                         os.environ.get("PYTHONPATH", "")])}
     out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=600,
@@ -151,3 +155,33 @@ def test_asking_for_a_spare_that_never_shows_up_gives_up_naming_it(monkeypatch: 
     assert asked == ["{}"]  # the request just made is waited for, not repeated (two spares, once)
     monkeypatch.setattr(_spare, "_spares_here", lambda: [4242])
     _spare.ensure_spare("{}", asked=True, attempts=2, within=0.3)  # it showed up: done
+
+
+def test_the_keeper_asks_again_when_its_spare_goes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spare seen once may go: an idle worker the raylet started for the actor itself is reaped
+    after a second idle. The parameter-server benchmark's second server saw one, asked for none,
+    and had no spare for the next 60 s; the keeper looks again and asks."""
+    import threading
+
+    from actors import SpareState, _spare
+
+    present = [[4242], [4242], [], [4343]]  # what each look finds: the spare, then none, then the new one
+    asked: list[str] = []
+    stop = threading.Event()
+
+    def look() -> list[int]:
+        found = present.pop(0) if present else [4343]
+        if not present:
+            stop.set()
+        return found
+
+    def keep(env: str) -> SpareState:
+        if look():
+            return SpareState.PRESENT
+        asked.append(env)
+        return SpareState.REQUESTED
+
+    monkeypatch.setattr(_spare, "keep_spare_for", keep)
+    monkeypatch.setattr(_spare, "_spares_here", look)
+    _spare.keep_spare_alive("{}", every=0.01, stop=stop)
+    assert asked == ["{}"] and not present
