@@ -218,7 +218,7 @@ class PrioritizedReplayBuffer:
         tree = self._tree
         # Sorted masses visit the trees and columns in address order: fewer cache misses.
         indices, leaf = tree.find(np.sort(self._rng.random(batch_size)) * tree.total)
-        out = {name: np.take(column, indices, axis=0) for name, column in self._columns.items()}
+        out = {name: column.take(indices, axis=0) for name, column in self._columns.items()}
         # w_i / max_k w_k = (P_i / P_min)^-β = (leaf_i / leaf_min)^-β
         out["weights"] = (leaf / tree.min) ** -b
         out["indices"] = indices
