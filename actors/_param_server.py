@@ -170,9 +170,9 @@ class ParameterServer(Checkpointable):
             asked = keep_spare_for(env) is SpareState.REQUESTED
         # Seeing the spare appear (and asking again whenever there is none) runs beside the serving: a
         # failure must not fail a restart (Ray would count it against max_restarts).
-        threading.Thread(target=self._ensure_spare, args=(env, asked), name="raychaos-spare", daemon=True).start()
+        threading.Thread(target=self._spare_keeper, args=(env, asked), name="raychaos-spare", daemon=True).start()
 
-    def _ensure_spare(self, env: str, asked: bool) -> None:
+    def _spare_keeper(self, env: str, asked: bool) -> None:
         try:
             keep_spare_alive(env, asked=asked)
         except ChaosError as exc:

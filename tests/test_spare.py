@@ -93,11 +93,12 @@ with tempfile.TemporaryDirectory() as root, \
                what="the restart")
     restarted = ray.get(ps.pid.remote(), timeout=60)
     wait_until(lambda: [p for p in spares(job) if p != spare], timeout=120, interval=0.1, what="the next spare")
-    spares_after, (lost,) = len(spares(job)), spares(job)
+    after = spares(job)
+    lost = after[0]
     os.kill(lost, signal.SIGKILL)  # a spare that goes (reaped, killed): the server's keeper asks again
     wait_until(lambda: [p for p in spares(job) if p != lost], timeout=120, interval=0.1, what="a spare after the loss")
     print(json.dumps({"spare": spare, "restarted": restarted, "again": again.value,
-                      "spares_after": spares_after, "error": ray.get(ps.stats.remote()).spare_error,
+                      "spares_after": len(after), "error": ray.get(ps.stats.remote()).spare_error,
                       "version": ray.get(ps.pull.remote(0), timeout=60)[0]}))
 """
 
