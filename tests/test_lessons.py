@@ -62,6 +62,22 @@ def test_an_unknown_lesson_exits_2_and_lists_them() -> None:
     assert result.exit_code == 2 and "no lesson '99'; `raychaos explain` lists them: 01-global-state" in result.output
 
 
+def test_warm_up_gives_up_naming_the_count_when_workers_never_run_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rounds that never reach the count (workers too slow to start) end in a HangError within
+    the lessons' bound, each round holding twice as long as the last, never timing garbage."""
+    from chaos import HangError
+    from scenarios import _lesson_kit
+
+    holds: list[float] = []
+    monkeypatch.setattr(_lesson_kit, "TIMEOUT", 2.0)
+    monkeypatch.setattr(_lesson_kit, "_round", lambda workers, hold: holds.append(hold) or {1, 2})
+    with pytest.raises(HangError, match="4 worker processes did not run at once within 2 s"):
+        _lesson_kit.warm_up(4)
+    assert holds[:2] == [0.5, 1.0] and len(holds) <= 3
+    monkeypatch.setattr(_lesson_kit, "_round", lambda workers, hold: {1, 2, 3, 4})
+    _lesson_kit.warm_up(4)  # reached at the first round: no error
+
+
 @pytest.mark.slow
 def test_the_eager_get_lesson_holds_on_a_loaded_machine(ray_cluster: ClusterHandle) -> None:
     """Lesson 03's fix wins by its margin with a CPU burner running beside the cluster.
