@@ -251,23 +251,53 @@ def test_the_compiled_trees_are_the_numpy_trees_bit_for_bit(capacity: int) -> No
     assert not different, f"outputs {different[:5]} differ between the compiled and the numpy trees"
 
 
-def test_the_compiled_search_finds_what_numpy_finds_for_masses_in_any_order() -> None:
-    """sample()'s masses come sorted, and the compiled search walks on from the previous
-    draw's node; find() takes any masses: unsorted, far apart (past the walk), repeated,
-    and exactly on a node's boundary."""
-    rng, capacity = np.random.default_rng(7), 2**20
+@pytest.mark.parametrize("capacity", [2**20, 300 * K * K])  # tops of 4096 nodes and of 300
+def test_the_compiled_search_finds_what_numpy_finds_for_any_masses(capacity: int) -> None:
+    """find() takes any masses: unsorted, repeated, exactly on a top node's boundary (whole
+    top nodes of zero make equal boundaries) and just below one (where rounding can leave a
+    block's whole total to descend into), and both ends. A top that is not a power of two
+    takes the bisection's last step, which a power of two never needs."""
+    rng = np.random.default_rng(7)
     leaves = rng.random(capacity) * (rng.random(capacity) > 0.2)
     tree = SumMinTree(capacity)
+    span = capacity // len(tree.prefix)  # leaves under one top node
+    for node in rng.choice(len(tree.prefix) - 1, 10, replace=False):
+        leaves[node * span:(node + 1) * span] = 0.0
     with trees("numpy"):
         tree.set_range(0, leaves)
-        boundaries = tree.prefix[rng.integers(0, len(tree.prefix) - 1, 50)]
-        far = np.sort(rng.random(20)) * tree.total
-        masses = np.concatenate([rng.random(300) * tree.total, far, boundaries, boundaries, [0.0, tree.total]])
+        boundaries = np.concatenate([tree.prefix[rng.integers(0, len(tree.prefix) - 1, 200)], tree.prefix[:-1]])
+        ends = [0.0, tree.total, np.nextafter(tree.total, 0.0)]
+        masses = np.concatenate([rng.random(300) * tree.total, boundaries, np.nextafter(boundaries, 0.0), ends])
         want = tree.find(masses.copy())
     with trees("compiled"):
         got = tree.find(masses.copy())
+    different = np.flatnonzero(got[0] != want[0])
+    assert not len(different), f"masses {masses[different][:3]} found leaves {got[0][different][:3]}, " \
+                               f"numpy {want[0][different][:3]}"
     assert [a.tobytes() for a in got] == [b.tobytes() for b in want]
 
+
+def test_a_mass_at_or_past_a_blocks_total_is_clamped_below_it_on_both_paths() -> None:
+    """Both paths clamp the mass below each block's total before they choose its child, so
+    that rounding cannot carry a descent into trailing children of value 0. Sums of small
+    whole numbers are exact and never get there, so the top is loaded with twice its children's
+    totals: the masses then reach blocks' totals exactly, and past them."""
+    rng, capacity = np.random.default_rng(3), 2**17  # a top of 512 nodes over two levels of blocks
+    leaves = rng.integers(0, 3, capacity).astype(np.float64)  # a third of the children are 0
+    tree = SumMinTree(capacity)
+    tree.set_range(0, leaves)
+    state = {k: v.copy() for k, v in tree.state().items()}
+    totals, starts = state["top_sums"].copy(), np.concatenate([[0.0], np.cumsum(2 * state["top_sums"])[:-1]])
+    state["top_sums"] *= 2
+    state["prefix"] = np.cumsum(state["top_sums"])
+    tree.load(leaves, state)
+    masses = np.concatenate([starts + totals, starts + 1.5 * totals])
+    with trees("numpy"):
+        want = tree.find(masses.copy())
+    with trees("compiled"):
+        got = tree.find(masses.copy())
+    assert np.all(want[1] > 0), "the numpy path descended into a child of value 0"
+    assert [a.tobytes() for a in got] == [b.tobytes() for b in want]
 
 
 def test_a_descent_does_not_depend_on_the_batch_sizes_before_it() -> None:
