@@ -254,9 +254,8 @@ def test_the_compiled_trees_are_the_numpy_trees_bit_for_bit(capacity: int) -> No
 @pytest.mark.parametrize("capacity", [2**20, 300 * K * K])  # tops of 4096 nodes and of 300
 def test_the_compiled_search_finds_what_numpy_finds_for_any_masses(capacity: int) -> None:
     """find() takes any masses: unsorted, repeated, exactly on a top node's boundary (whole
-    top nodes of zero make equal boundaries) and just below one (where rounding can leave a
-    block's whole total to descend into), and both ends. A top that is not a power of two
-    takes the bisection's last step, which a power of two never needs."""
+    top nodes of zero make equal boundaries), just below one, and both ends; on a top of
+    4096 nodes and on one of 300, which the compiled bisection halves unevenly."""
     rng = np.random.default_rng(7)
     leaves = rng.random(capacity) * (rng.random(capacity) > 0.2)
     tree = SumMinTree(capacity)
