@@ -286,10 +286,11 @@ def test_a_mass_at_or_past_a_blocks_total_is_clamped_below_it_on_both_paths() ->
     tree = SumMinTree(capacity)
     tree.set_range(0, leaves)
     state = {k: v.copy() for k, v in tree.state().items()}
-    totals, starts = state["top_sums"].copy(), np.concatenate([[0.0], np.cumsum(2 * state["top_sums"])[:-1]])
+    totals = state["top_sums"].copy()
     state["top_sums"] *= 2
     state["prefix"] = np.cumsum(state["top_sums"])
     tree.load(leaves, state)
+    starts = tree.prefix0[:-1]  # the mass below each top node, as loaded
     masses = np.concatenate([starts + totals, starts + 1.5 * totals])
     with trees("numpy"):
         want = tree.find(masses.copy())
