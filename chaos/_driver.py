@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from chaos._errors import ChaosError, FaultIneffective, TargetNotFound, UnsafeTarget
@@ -70,7 +70,10 @@ class ScheduleObserver:
         """The fault took effect (confirmed); it is held next."""
 
     def settled(self, outcome: FaultOutcome) -> FaultOutcome:
-        """The fault is over (healed, or it failed); may measure recovery. Returns the outcome."""
+        """The fault is over (healed, or it failed); may measure recovery. Returns the outcome.
+
+        If it raises, the entry's outcome becomes ``FAILED`` naming the error, and this hook
+        is called once more with that outcome; the other entries go on as before."""
         return outcome
 
 
@@ -102,9 +105,37 @@ def run_schedule(chaos: Any, schedule: Schedule, *, stop: threading.Event | None
                 break
             futures[i] = pool.submit(_one, chaos, i, entry, stop, start, clock, observer)
     ended = clock() - start
-    return [futures[i].result() if i in futures else observer.settled(FaultOutcome(
+    # Every entry gets its outcome, each one apart: one that raised must not lose the rest.
+    return [_result(futures[i], i, e) if i in futures else _settle(observer, FaultOutcome(
         i, e, FaultStatus.NOT_REACHED, error=NOT_REACHED.format(ended=ended)))
         for i, e in enumerate(schedule.entries)]
+
+
+def _result(future: Future[FaultOutcome], index: int, entry: ScheduledFault) -> FaultOutcome:
+    """The fault thread's outcome; a thread that raised past its own handling still yields one."""
+    try:
+        return future.result()
+    except Exception as exc:  # noqa: BLE001 - the entry's outcome says what went wrong
+        return FaultOutcome(index, entry, FaultStatus.FAILED, error=_named(exc, "the fault's thread"))
+
+
+def _settle(observer: ScheduleObserver, outcome: FaultOutcome) -> FaultOutcome:
+    """``observer.settled(outcome)``; if it raises, the outcome is ``FAILED`` naming the error,
+    and the observer is shown that failed outcome once (so a recorder that records in
+    ``settled`` still records this entry). A second raise leaves the failed outcome as is."""
+    try:
+        return observer.settled(outcome)
+    except Exception as exc:  # noqa: BLE001 - one observer error must not cost the entry its outcome
+        failed = replace(outcome, status=FaultStatus.FAILED, error=_named(
+            exc, f"observer.settled() of this {outcome.status.value} fault"))
+    try:
+        return observer.settled(failed)
+    except Exception:  # noqa: BLE001 - the failure is already named in the outcome
+        return failed
+
+
+def _named(exc: BaseException, where: str) -> str:
+    return f"{where} raised {type(exc).__name__}: {exc}"[:500]
 
 
 def _one(chaos: Any, index: int, entry: ScheduledFault, stop: threading.Event, start: float,
@@ -118,10 +149,10 @@ def _one(chaos: Any, index: int, entry: ScheduledFault, stop: threading.Event, s
             stop.wait(observer.hold(entry))
     except Exception as exc:  # noqa: BLE001 - every failure becomes a typed outcome
         status = next((s for t, s in _STATUS_OF if isinstance(exc, t)), FaultStatus.FAILED)
-        return observer.settled(FaultOutcome(index, entry, status, began, clock() - start,
-                                             injection, f"{type(exc).__name__}: {exc}"[:500], confirmed))
-    return observer.settled(FaultOutcome(index, entry, FaultStatus.INJECTED, began,
-                                         clock() - start, injection, confirmed=confirmed))
+        return _settle(observer, FaultOutcome(index, entry, status, began, clock() - start,
+                                              injection, f"{type(exc).__name__}: {exc}"[:500], confirmed))
+    return _settle(observer, FaultOutcome(index, entry, FaultStatus.INJECTED, began,
+                                          clock() - start, injection, confirmed=confirmed))
 
 
 #: Why a fault whose time never came did not happen.

@@ -141,3 +141,49 @@ def test_each_outcome_says_when_its_fault_took_effect() -> None:
         seen[name] = (outcome.status, outcome.started, outcome.confirmed, outcome.ended)
     assert seen == {"ok": (FaultStatus.INJECTED, 0.0, 1.5, 1.5), "missing": (FaultStatus.NOT_FOUND, 0.0, None, 0.0),
                     "late": (FaultStatus.INEFFECTIVE, 0.0, 1.5, 1.5)}
+
+
+class Exploding(ScheduleObserver):
+    """Raises in ``settled`` for the outcomes of the indices in ``explode`` (each time, or only
+    the first time with ``once``); stops the run once fault ``last`` settles; records every
+    outcome it was shown."""
+
+    def __init__(self, stop: threading.Event, explode: set[int], *, once: bool = True, last: int = 0) -> None:
+        self.stop, self.explode, self.once, self.last = stop, explode, once, last
+        self.seen: list[tuple[int, FaultStatus]] = []
+
+    def settled(self, outcome: Any) -> Any:
+        self.seen.append((outcome.index, outcome.status))
+        if outcome.index == self.last:
+            self.stop.set()
+        if outcome.index in self.explode:
+            if self.once:
+                self.explode.discard(outcome.index)
+            raise RuntimeError(f"recorder broke on faults[{outcome.index}]")
+        return outcome
+
+
+def test_a_settle_that_raises_fails_its_entry_and_loses_no_later_outcome() -> None:
+    stop = threading.Event()
+    schedule = Schedule.explicit([(0.0, kill("ok")), (60.0, kill("late")), (61.0, kill("later"))])
+    observer = Exploding(stop, {0})
+    outcomes = run_schedule(ScriptedEngine(), schedule, stop=stop, observer=observer)
+    assert [(o.index, o.status) for o in outcomes] == [
+        (0, FaultStatus.FAILED), (1, FaultStatus.NOT_REACHED), (2, FaultStatus.NOT_REACHED)]
+    assert outcomes[0].error == ("observer.settled() of this injected fault raised RuntimeError: "
+                                 "recorder broke on faults[0]")
+    assert outcomes[0].injection == "injected ok" and outcomes[0].started is not None
+    # The observer saw the failure it caused (so it can record it), and every later entry.
+    assert observer.seen == [(0, FaultStatus.INJECTED), (0, FaultStatus.FAILED),
+                             (1, FaultStatus.NOT_REACHED), (2, FaultStatus.NOT_REACHED)]
+
+
+def test_an_observer_that_always_raises_still_leaves_one_outcome_per_entry() -> None:
+    stop = threading.Event()
+    schedule = Schedule.explicit([(0.0, kill("ok")), (0.0, kill("missing")), (60.0, kill("late"))])
+    outcomes = run_schedule(ScriptedEngine(), schedule, stop=stop,
+                            observer=Exploding(stop, {0, 1, 2}, once=False, last=1))
+    assert [(o.index, o.status) for o in outcomes] == [(i, FaultStatus.FAILED) for i in range(3)]
+    assert [o.error.split(" raised ")[0] for o in outcomes] == [
+        "observer.settled() of this injected fault", "observer.settled() of this not_found fault",
+        "observer.settled() of this not_reached fault"]
