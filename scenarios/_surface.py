@@ -14,7 +14,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
@@ -28,6 +28,8 @@ from chaos import (
     FaultKind,
     History,
     MutationNotLogged,
+    Op,
+    OpStatus,
     StuckCause,
     check_set,
     drive_writers,
@@ -54,21 +56,26 @@ class Ack(StrEnum):
     UNKNOWN = "unknown"  #: another error: it may or may not have been applied
 
 
+_OP_STATUS = {Ack.ACKED: OpStatus.OK, Ack.UNDONE: OpStatus.FAIL, Ack.UNKNOWN: OpStatus.INFO}
+
+
 @dataclass
 class Ledger:
-    """One writer's keyed adds of 1 to a :class:`CheckpointedCounter`: the counter must end
-    between the acknowledged adds and those plus the ones whose fate is unknown."""
+    """One writer's keyed adds of 1 to a :class:`CheckpointedCounter`, each recorded in a
+    history: the counter must hold every acknowledged seq, no refused one, and count each once."""
 
     actor: Any
     writer: str
     seq: int = 0
     counts: dict[Ack, int] = field(default_factory=lambda: dict.fromkeys(Ack, 0))
     last: dict[Ack, float] = field(default_factory=dict)
+    history: History = field(default_factory=History)
 
     def add(self, *, timeout: float = CALL_TIMEOUT) -> Ack:
         import ray
 
         seq, self.seq = self.seq, self.seq + 1
+        self.history.invoke((self.writer, seq), self.writer)
         try:
             ray.get(self.actor.add.remote(1, writer_id=self.writer, seq=seq), timeout=timeout)
             outcome = Ack.ACKED
@@ -76,6 +83,7 @@ class Ledger:
             outcome = Ack.UNDONE if getattr(exc, "cause", exc).undone else Ack.UNKNOWN
         except Exception:  # noqa: BLE001 - an error reply: the add may have happened
             outcome = Ack.UNKNOWN
+        self.history.complete((self.writer, seq), _OP_STATUS[outcome])
         self.counts[outcome] += 1
         self.last[outcome] = time.monotonic()
         return outcome
@@ -83,17 +91,21 @@ class Ledger:
     def verdict(self, name: str) -> Verdict:
         import ray
 
-        return kept(name, self.writer, ray.get(self.actor.get.remote(), timeout=CALL_TIMEOUT), self.counts)
+        value, applied = ray.get([self.actor.get.remote(), self.actor.applied_seqs.remote(self.writer)],
+                                 timeout=CALL_TIMEOUT)
+        return kept(name, self.writer, value, self.history.ops(), applied)
 
 
-def kept(name: str, writer: str, value: int, counts: Mapping[Ack, int]) -> Verdict:
-    """A counter of keyed adds of 1 holds every acknowledged add, and no add beyond those
-    whose fate is unknown (a refused and undone add must not count). With no add
-    acknowledged there is nothing to keep: it does not hold."""
-    acked, unknown = counts[Ack.ACKED], counts[Ack.UNKNOWN]
-    return Verdict.over(name, acked, held=acked <= value <= acked + unknown,
-                        detail=f"{writer}: counter {value}, acknowledged {acked}, fate unknown {unknown}, "
-                        f"refused and undone {counts[Ack.UNDONE]}")
+def kept(name: str, writer: str, value: int, history: Iterable[Op], applied: Iterable[int]) -> Verdict:
+    """A counter of keyed adds of 1 holds every acknowledged seq of ``writer``, none that was
+    refused and undone, and counts each applied seq once (``value`` is how many were applied).
+    Judged seq by seq with the set checker: a lost acknowledged add is not excused by an add
+    of unknown fate that did land. With no add acknowledged there is nothing to keep: it does
+    not hold."""
+    seqs = sorted(applied)
+    found = check_set(history, [(writer, seq) for seq in seqs])
+    return Verdict.over(name, found.acknowledged, held=found.ok and value == len(seqs),
+                        detail=f"{writer}: {found.explain()}; counter {value} for {len(seqs)} applied seqs")
 
 
 def _counter(ctx: Any, name: str, *, cls: type = CheckpointedCounter, node: str | None = None,

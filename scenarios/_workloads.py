@@ -16,7 +16,7 @@ from scenarios._apps import APP_WORKLOADS
 from scenarios._attack import ATTACK_WORKLOADS
 from scenarios._dqn import DQNCartPole
 from scenarios._records import Verdict
-from scenarios._surface import SURFACE_WORKLOADS
+from scenarios._surface import SURFACE_WORKLOADS, Ledger
 from scenarios._workload import CALL_TIMEOUT, Params, Workload
 
 __all__ = ["WORKLOADS"]
@@ -428,24 +428,15 @@ class _NodeLoss(_WorkerNodeTasks):
             f"{self.ctx.storage}/counter", durability="wal", every_n=20)
         # Up before time zero: its cold start on a busy worker node is not the node loss's.
         ray.get(self.counter.get.remote(), timeout=CALL_TIMEOUT)
-        self.adds = 0
+        self.ledger = Ledger(self.counter, "driver")
 
     def step(self) -> bool:
-        import ray
-
         # Ray redelivers an add whose reply the node's death lost: the seq makes it count once.
-        ray.get(self.counter.add.remote(1, writer_id="driver", seq=self.adds), timeout=CALL_TIMEOUT)
-        self.adds += 1
+        self.ledger.add()
         return super().step()
 
     def invariants(self) -> list[Verdict]:
-        import ray
-
-        value = ray.get(self.counter.get.remote(), timeout=CALL_TIMEOUT)
-        dropped = ray.get(self.counter.duplicates.remote(), timeout=CALL_TIMEOUT)
-        return [*super().invariants(), Verdict.over(
-            "actor_state_recovered", self.adds, held=value == self.adds,
-            detail=f"counter {value}, acknowledged adds {self.adds}, redelivered adds dropped {dropped}")]
+        return [*super().invariants(), self.ledger.verdict("actor_state_recovered")]
 
     def teardown(self) -> None:
         import ray

@@ -12,15 +12,19 @@ from pathlib import Path
 
 import pytest
 
+from actors import CheckpointedCounter
 from chaos import (
     DrainNode,
     FillDisk,
     FreezeNode,
+    History,
     InvalidConfig,
     InvalidFaultSpec,
     KillGcs,
     LimitOpenFiles,
     NodeTarget,
+    Op,
+    OpStatus,
     RpcFailure,
     TaskTarget,
     capped_filesystem,
@@ -33,7 +37,7 @@ from chaos import (
 from chaos._agent import _limit_leaving
 from chaos._watchdog import group_fits
 from scenarios import ScenarioError, load_scenario
-from scenarios._surface import Ack, ObjectKind, expected_outcome, kept
+from scenarios._surface import ObjectKind, expected_outcome, kept
 
 
 @pytest.mark.parametrize("fault", [
@@ -96,13 +100,41 @@ def test_the_lost_object_oracle() -> None:
     assert expected_outcome(ObjectKind.WORKER_PUT, on_dead_node=True) == "OwnerDiedError"
 
 
+def _history(*statuses: OpStatus, writer: str = "w") -> list[Op]:
+    """One writer's adds: seq i ended as ``statuses[i]``."""
+    history = History()
+    for seq, status in enumerate(statuses):
+        history.invoke((writer, seq), writer)
+        history.complete((writer, seq), status)
+    return history.ops()
+
+
 def test_a_counter_holds_every_acknowledged_add_and_no_undone_one() -> None:
-    counts = {Ack.ACKED: 10, Ack.UNKNOWN: 2, Ack.UNDONE: 5}
-    assert kept("k", "w", 10, counts).held and kept("k", "w", 12, counts).held
-    assert not kept("k", "w", 9, counts).held  # an acknowledged add lost
-    assert not kept("k", "w", 13, counts).held  # an undone add counted after all
-    nothing = kept("k", "w", 0, dict.fromkeys(Ack, 0))  # no add acknowledged: nothing was kept
+    ok, info, fail = OpStatus.OK, OpStatus.INFO, OpStatus.FAIL
+    adds = _history(ok, ok, info, fail)
+    assert kept("k", "w", 2, adds, [0, 1]).held and kept("k", "w", 3, adds, [0, 1, 2]).held
+    assert not kept("k", "w", 1, adds, [1]).held  # an acknowledged add lost
+    assert not kept("k", "w", 3, adds, [0, 1, 3]).held  # a refused and undone add applied after all
+    assert not kept("k", "w", 3, adds, [0, 1]).held  # an applied add counted twice
+    nothing = kept("k", "w", 0, _history(info), [])  # no add acknowledged: nothing was kept
     assert not nothing.held and nothing.seen == 0, nothing
+
+
+def test_a_lost_acknowledged_add_is_not_excused_by_an_unknown_one_that_landed() -> None:
+    # One number would pass this: acknowledged 1 <= counter 1 <= acknowledged + unknown 2.
+    verdict = kept("k", "w", 1, _history(OpStatus.OK, OpStatus.INFO), [1])
+    assert not verdict.held and "1 lost (first: ('w', 0))" in verdict.detail, verdict
+
+
+def test_a_counter_reports_exactly_the_seqs_it_applied(tmp_path: Path) -> None:
+    counter = CheckpointedCounter(str(tmp_path / "c"), durability="wal", every_n=4)
+    for seq in (0, 1, 3, 2, 7, 5, 3):  # out of order, one repeat
+        counter.add(1, writer_id="w", seq=seq)
+    counter.add(1)  # no ids: counted, not a seq
+    assert counter.applied_seqs("w") == [0, 1, 2, 3, 5, 7] and counter.applied_seqs("x") == []
+    # From its checkpoint and its log, as a restarted actor reads them.
+    restored = CheckpointedCounter(str(tmp_path / "c"), durability="wal", every_n=4, restore="always")
+    assert restored.applied_seqs("w") == [0, 1, 2, 3, 5, 7] and restored.get() == 7
 
 
 def _scenario(tmp_path: object, text: str) -> str:
