@@ -6,15 +6,18 @@ import functools
 import hashlib
 import json
 import math
+import os
 import random
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from chaos._errors import InvalidFaultSpec
 
-__all__ = ["Latency", "RpcFailure", "delayed", "rpc_delay_env", "rpc_failure_env"]
+__all__ = ["Latency", "RpcFailure", "delayed", "rpc_delay_env", "rpc_failure_env", "rpc_failures_injected",
+           "unconfirmed_rpc_failures"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -133,3 +136,42 @@ def rpc_failure_env(*failures: RpcFailure) -> dict[str, str]:
     # Every embedded node shares this machine's address: "intra-node" must not be spared.
     return {"RAY_testing_rpc_failure": json.dumps(config),
             "RAY_testing_rpc_failure_avoid_intra_node_failures": "0"}
+
+
+#: The line each Ray 2.60 process logs (INFO, ``grpc_client.h``) for every failure its RPC
+#: failure knob injects: "Inject RPC request failure for M", "Inject RPC response failure for
+#: M", "Inject RPC response failure while request in flight for M".
+_INJECTED = re.compile(r"Inject RPC (?:request|response) failure (?:while request in flight )?for (\S+)")
+
+
+def rpc_failures_injected(log_root: str) -> dict[str, int]:
+    """How many RPC failures Ray's knob injected, by method, read from the ``.log`` files of
+    every session under ``log_root`` (an embedded cluster's ``temp_dir``). The knob only logs
+    what it injects: a method name that matches nothing (misspelled), or calls that never
+    leave a worker node's processes, leave no line at all."""
+    counts: dict[str, int] = {}
+    for path in _log_files(log_root):
+        with open(path, errors="replace") as lines:
+            for line in lines:
+                if "Inject RPC" in line and (match := _INJECTED.search(line)):
+                    counts[match.group(1)] = counts.get(match.group(1), 0) + 1
+    return counts
+
+
+def _log_files(root: str) -> Iterator[str]:
+    for folder, _dirs, files in os.walk(root):
+        yield from (os.path.join(folder, f) for f in files if f.endswith(".log"))
+
+
+def unconfirmed_rpc_failures(failures: tuple[RpcFailure, ...], injected: Mapping[str, int]) -> list[str]:
+    """Why each of ``failures`` was not seen injected (empty: all were): a knob entry Ray
+    never fired injected nothing, and a run that counts it as its fault would pass untested."""
+    problems = []
+    for failure in failures:
+        seen = sum(injected.values()) if failure.method == "*" else injected.get(failure.method, 0)
+        if seen == 0:
+            problems.append(f"RPC failures for {failure.method!r}: Ray's knob injected none (no "
+                            "'Inject RPC ... failure' line in the cluster's logs); check the method's "
+                            "spelling (Service.grpc_client.Method) and that the calls are made from a "
+                            "worker node's processes, where the knob is set")
+    return problems
