@@ -88,8 +88,9 @@ def run_schedule(chaos: Any, schedule: Schedule, *, stop: threading.Event | None
     """Inject each fault at its time, hold it, heal it; wait for all; one outcome per entry.
 
     Args:
-        stop: ends the run early: faults not yet started are ``NOT_REACHED``, active ones
-            are healed now.
+        stop: ends the run early: faults not yet started are ``NOT_REACHED`` (also those
+            due but still queued for one of the ``MAX_CONCURRENT_FAULTS`` threads), active
+            ones are healed now.
         start: the ``clock()`` value the entries' ``at`` count from (default: now).
         observer: hooks for holding, and for what happens after each fault.
 
@@ -141,6 +142,9 @@ def _named(exc: BaseException, where: str) -> str:
 def _one(chaos: Any, index: int, entry: ScheduledFault, stop: threading.Event, start: float,
          clock: Callable[[], float], observer: ScheduleObserver) -> FaultOutcome:
     began, injection, confirmed = clock() - start, None, None
+    if stop.is_set():  # queued behind busy threads until the run was over: injecting now is after it
+        return _settle(observer, FaultOutcome(index, entry, FaultStatus.NOT_REACHED, error=QUEUED_PAST_STOP.format(
+            ended=began, at=entry.at, most=MAX_CONCURRENT_FAULTS)))
     rng = random.Random(f"{getattr(chaos, 'seed', 0)}/{index}")
     try:
         with chaos.inject(entry.fault, at=entry.at, rng=rng) as injection:
@@ -157,6 +161,10 @@ def _one(chaos: Any, index: int, entry: ScheduledFault, stop: threading.Event, s
 
 #: Why a fault whose time never came did not happen.
 NOT_REACHED = "the run stopped {ended:.2f} s after its start, before this fault's time"
+#: Why a fault whose time came while every fault thread was busy did not happen.
+QUEUED_PAST_STOP = ("the run stopped {ended:.2f} s after its start while this fault, due at {at:g} s, waited "
+                    "for a free fault thread (at most {most} faults run at once); hold fewer faults at "
+                    "a time, or spread them out")
 
 
 def check_applied(outcomes: Sequence[FaultOutcome], *, where: str) -> None:

@@ -26,7 +26,7 @@ from chaos import (
     check_applied,
     run_schedule,
 )
-from chaos._driver import NOT_REACHED
+from chaos._driver import MAX_CONCURRENT_FAULTS, NOT_REACHED, QUEUED_PAST_STOP
 
 A = ActorTarget(name="a")
 
@@ -187,3 +187,53 @@ def test_an_observer_that_always_raises_still_leaves_one_outcome_per_entry() -> 
     assert [o.error.split(" raised ")[0] for o in outcomes] == [
         "observer.settled() of this injected fault", "observer.settled() of this not_found fault",
         "observer.settled() of this not_reached fault"]
+
+
+class Counting(ScriptedEngine):
+    """Records every injection it made, under a lock (the faults' threads share it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.injected: list[float] = []
+        self.all_busy = threading.Event()
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def inject(self, fault: Any, *, at: float, rng: random.Random) -> Iterator[str]:
+        with self._lock:
+            self.injected.append(at)
+            if len(self.injected) == MAX_CONCURRENT_FAULTS:
+                self.all_busy.set()
+        yield "held"
+
+
+class Stop(threading.Event):
+    """A stop that says when the schedule's loop waits for a far entry: every entry before it
+    has been handed to the pool by then."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop, self.waiting = threading.get_ident(), threading.Event()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if threading.get_ident() == self.loop and timeout is not None and timeout > 1:
+            self.waiting.set()
+        return super().wait(timeout)
+
+
+def test_a_fault_queued_until_the_run_stopped_is_not_injected() -> None:
+    # Each pause is held until the stop (as heal="at_end" holds them): the ninth and tenth
+    # wait for a thread, and get one only once the run is over.
+    engine, stop = Counting(), Stop()
+    entries = [(0.0, Pause(A, seconds=60))] * (MAX_CONCURRENT_FAULTS + 2) + [(60.0, kill("late"))]
+    stopper = threading.Thread(target=lambda: engine.all_busy.wait(10) and stop.waiting.wait(10) and stop.set())
+    stopper.start()
+    outcomes = run_schedule(engine, Schedule.explicit(entries), stop=stop)
+    stopper.join(10)
+    assert len(engine.injected) == MAX_CONCURRENT_FAULTS
+    assert [o.status for o in outcomes] == [FaultStatus.INJECTED] * MAX_CONCURRENT_FAULTS + [
+        FaultStatus.NOT_REACHED] * 3
+    queued = re.escape(QUEUED_PAST_STOP).replace(r"\{ended:\.2f\}", r"[\d.]+").replace(
+        r"\{at:g\}", "0").replace(r"\{most\}", str(MAX_CONCURRENT_FAULTS))
+    for late in outcomes[MAX_CONCURRENT_FAULTS:-1]:
+        assert late.started is None and late.injection is None and re.fullmatch(queued, late.error)
