@@ -144,7 +144,7 @@ def _one(chaos: Any, index: int, entry: ScheduledFault, stop: threading.Event, s
     began, injection, confirmed = clock() - start, None, None
     if stop.is_set():  # queued behind busy threads until the run was over: injecting now is after it
         return _settle(observer, FaultOutcome(index, entry, FaultStatus.NOT_REACHED, error=QUEUED_PAST_STOP.format(
-            ended=began, at=entry.at, most=MAX_CONCURRENT_FAULTS)))
+            turn=began, at=entry.at, most=MAX_CONCURRENT_FAULTS)))
     rng = random.Random(f"{getattr(chaos, 'seed', 0)}/{index}")
     try:
         with chaos.inject(entry.fault, at=entry.at, rng=rng) as injection:
@@ -162,9 +162,9 @@ def _one(chaos: Any, index: int, entry: ScheduledFault, stop: threading.Event, s
 #: Why a fault whose time never came did not happen.
 NOT_REACHED = "the run stopped {ended:.2f} s after its start, before this fault's time"
 #: Why a fault whose time came while every fault thread was busy did not happen.
-QUEUED_PAST_STOP = ("the run stopped {ended:.2f} s after its start while this fault, due at {at:g} s, waited "
-                    "for a free fault thread (at most {most} faults run at once); hold fewer faults at "
-                    "a time, or spread them out")
+QUEUED_PAST_STOP = ("due at {at:g} s, this fault waited for a free fault thread (at most {most} faults run at "
+                    "once) and got one {turn:.2f} s after the run's start, when the run had already stopped; "
+                    "hold fewer faults at a time, or spread them out")
 
 
 def check_applied(outcomes: Sequence[FaultOutcome], *, where: str) -> None:

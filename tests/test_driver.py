@@ -233,7 +233,7 @@ def test_a_fault_queued_until_the_run_stopped_is_not_injected() -> None:
     assert len(engine.injected) == MAX_CONCURRENT_FAULTS
     assert [o.status for o in outcomes] == [FaultStatus.INJECTED] * MAX_CONCURRENT_FAULTS + [
         FaultStatus.NOT_REACHED] * 3
-    queued = re.escape(QUEUED_PAST_STOP).replace(r"\{ended:\.2f\}", r"[\d.]+").replace(
+    queued = re.escape(QUEUED_PAST_STOP).replace(r"\{turn:\.2f\}", r"[\d.]+").replace(
         r"\{at:g\}", "0").replace(r"\{most\}", str(MAX_CONCURRENT_FAULTS))
     for late in outcomes[MAX_CONCURRENT_FAULTS:-1]:
         assert late.started is None and late.injection is None and re.fullmatch(queued, late.error)
