@@ -38,7 +38,9 @@ __all__ = [
     "Checkpointable",
     "Durability",
     "Policy",
+    "RestartUnknown",
     "RestoreInfo",
+    "StorageNotFresh",
     "checkpoint_async",
     "mutation",
 ]
@@ -323,19 +325,24 @@ class Checkpointable:
 
         Args:
             config: where and how to checkpoint.
-            restore: ``"auto"`` restores only when Ray reconstructed this actor (a restart);
-                ``"always"`` also on a first start (resume a previous run's storage);
-                ``"never"`` starts fresh. A fresh start commits the initial state as a checkpoint.
+            restore: ``"auto"`` restores only when Ray reconstructed this actor (a restart)
+                and refuses a first start over storage that already holds checkpoints;
+                ``"always"`` also restores on a first start (resume a previous run's storage);
+                ``"never"`` starts fresh, over any old checkpoints. A fresh start commits the
+                initial state as a checkpoint.
             clock: monotonic time, for the ``"every_seconds"`` policy.
 
         Raises:
             InvalidConfig: bad ``restore``, or WAL durability on storage that is not a filesystem.
             StorageUnreachable: the storage cannot be written.
             CheckpointFormatError: the newest checkpoint comes from a newer raychaos.
+            RestartUnknown: ``"auto"``, and Ray could not say whether this is a restart.
+            StorageNotFresh: ``"auto"``, a first start, and the storage holds checkpoints.
         """
         _validate_choice("restore mode", restore, get_args(Restore))
+        restart = restore == "always" or (restore == "auto" and _reconstructed())
         checkpointer = _Checkpointer(self, config, clock)
-        info = checkpointer.start(restore == "always" or (restore == "auto" and _reconstructed()))
+        info = checkpointer.start(restart, over_old=restore == "never")
         self.__dict__["_raychaos_gate"] = _Gate()
         self.__dict__["_raychaos_checkpointer"] = checkpointer
         if config.checkpoint_on_sigterm:
@@ -404,17 +411,53 @@ def _run_to_end(coroutine: Any) -> Any:
         return pool.submit(asyncio.run, coroutine).result()
 
 
+class RestartUnknown(CheckpointError):
+    """``restore="auto"`` could not tell whether Ray restarted this actor, so it restored
+    nothing and committed nothing: guessed as a first start, a restart would commit the
+    initial state as the newest checkpoint. Pass ``restore="always"`` or ``"never"``."""
+
+
+class StorageNotFresh(CheckpointError):
+    """A first start under ``restore="auto"`` found committed checkpoints in its storage:
+    starting fresh would bury them under the initial state, restoring would resume a run
+    nobody asked for. Nothing was written. Pass ``restore="always"`` or ``"never"``."""
+
+
+#: The fix both refusals of ``restore="auto"`` name.
+CHOOSE_RESTORE = ('pass restore="always" to resume the storage\'s newest checkpoint, or '
+                  'restore="never" to start fresh over it')
+
+
 def _reconstructed() -> bool:
+    """Whether Ray restarted the actor this code runs in.
+
+    Outside Ray, and in a Ray process that is no actor (a driver, a task), nothing was
+    restarted. Inside an actor the GCS answers; when it cannot (an error, no record of the
+    actor) this raises instead of guessing "first start", which would commit the initial
+    state over the newest checkpoint.
+
+    Raises:
+        RestartUnknown: inside an actor, the GCS gave no answer.
+    """
     import ray
 
     if not ray.is_initialized():
         return False
     try:
+        context = ray.get_runtime_context()
+        actor_id = context.get_actor_id()
+        if actor_id is None:  # a driver or a task: no actor to have been restarted
+            return False
         with warnings.catch_warnings():  # Ray 2.60 warns about its own use of actor_id here
             warnings.simplefilter("ignore", DeprecationWarning)
-            return bool(ray.get_runtime_context().was_current_actor_reconstructed)
-    except Exception:  # noqa: BLE001 - outside an actor Ray raises; that is a first start
-        return False
+            answer = context.was_current_actor_reconstructed
+    except Exception as exc:  # any failure of the lookup is a doubt, never "first start"
+        raise RestartUnknown(f"could not ask Ray whether this actor was restarted ({exc!r}); "
+                             f"{CHOOSE_RESTORE}") from exc
+    if not isinstance(answer, bool):  # Ray answers {} when the GCS has no record of the actor
+        raise RestartUnknown(f"Ray answered {answer!r} for whether actor {actor_id} was restarted, "
+                             f"not True or False; {CHOOSE_RESTORE}")
+    return answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -466,9 +509,13 @@ class _Checkpointer:
         self.terminating, self.final_done, self.sigterm_pending = False, False, False
         self.previous_sigterm: Any = signal.SIG_DFL
 
-    def start(self, restore: bool) -> RestoreInfo:
+    def start(self, restore: bool, *, over_old: bool) -> RestoreInfo:
+        """Restore (``restore``) or commit the initial state; ``over_old``: a fresh start may
+        bury the checkpoints already in the storage."""
         start = time.perf_counter()
         if not restore:
+            if not over_old:
+                self._refuse_old_checkpoints()
             self.checkpoint()
             return self.restore_info
         loaded = self.store.load_latest()
@@ -480,6 +527,17 @@ class _Checkpointer:
         self.restore_info = RestoreInfo(True, self.last_seq, replayed, time.perf_counter() - start,
                                         skipped, torn)
         return self.restore_info
+
+    def _refuse_old_checkpoints(self) -> None:
+        """A first start must not commit its initial state as the newest checkpoint over
+        checkpoints already there: a restart Ray did not report, or a previous run's storage,
+        would then lose what they hold without a word."""
+        seqs = self.store.seqs()
+        if seqs:
+            raise StorageNotFresh(
+                f"{type(self.owner).__name__} starts for the first time (no restart that Ray reports) but "
+                f"its storage {self.config.storage!r} already holds checkpoints up to #{seqs[-1]}; "
+                f"nothing was written: {CHOOSE_RESTORE}, or give the actor empty storage")
 
     def _load(self, seq: int, chain: Sequence[Mapping[str, Any]]) -> None:
         self.last_seq = seq

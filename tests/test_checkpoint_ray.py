@@ -86,6 +86,22 @@ def test_wal_mode_equals_the_pre_kill_state_exactly(
     ray.kill(counter)
 
 
+def test_a_new_actor_over_a_dead_ones_checkpoints_is_refused_not_started_fresh(
+    ray_cluster: ClusterHandle, storage: str
+) -> None:
+    """Inside a real actor Ray says "first start": over checkpoints, ``restore="auto"`` refuses
+    rather than commit 0 as the newest; the storage still restores what was acknowledged."""
+    counter = start_counter(storage, "policy")
+    adds(counter, CounterModel(), [1, 2, 3, 4, 5])  # the fifth add checkpoints 15
+    ray.kill(counter, no_restart=True)
+    again = start_counter(storage, "policy")
+    with pytest.raises(ActorDiedError, match="StorageNotFresh"):
+        ray.get(again.get.remote(), timeout=CALL_TIMEOUT)
+    resumed = ray.remote(CheckpointedCounter).remote(storage, every_n=EVERY_N, restore="always")
+    assert ray.get(resumed.get.remote(), timeout=CALL_TIMEOUT) == 15
+    ray.kill(resumed)
+
+
 class CounterDiesAfterAcking(DiesAfterAcking, CheckpointedCounter):
     pass
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import time
 import zlib
 from pathlib import Path
@@ -23,6 +24,7 @@ from actors import (
     WriterSeqs,
     mutation,
 )
+from actors._checkpoint import CHOOSE_RESTORE, StorageNotFresh
 from chaos import CheckpointError, CheckpointFormatError, InvalidConfig, StorageUnreachable
 
 
@@ -337,12 +339,23 @@ def test_a_restore_and_each_checkpoint_mark_the_state_clean(storage: str) -> Non
     assert Marked(storage, restore="always", every_n=2).marks == 1
 
 
-def test_auto_restore_starts_fresh_outside_a_restart(storage: str) -> None:
-    """``restore="auto"`` restores only a reconstructed actor: a first start begins anew."""
+def test_auto_restore_starts_fresh_on_empty_storage(storage: str) -> None:
+    """``restore="auto"`` outside a restart, on storage with nothing in it: a first start."""
+    box = Box(storage, restore="auto", every_n=1)
+    assert box.n == 0 and not box.info.restored and folders(storage) == ["ckpt-0000000001"]
+
+
+def test_auto_restore_refuses_a_first_start_over_old_checkpoints(storage: str) -> None:
+    """Starting fresh there would commit the initial state as the newest checkpoint and bury
+    what the storage holds; nothing is written, and the error names both explicit choices."""
     box = Box(storage, every_n=1)
     box.add(5)
-    again = Box(storage, restore="auto", every_n=1)
-    assert again.n == 0 and not again.info.restored
+    before = folders(storage)
+    with pytest.raises(StorageNotFresh, match=re.escape(CHOOSE_RESTORE)):
+        Box(storage, restore="auto", every_n=1)
+    assert folders(storage) == before
+    assert reopen(storage).n == 5  # still the newest
+    assert Box(storage, restore="never", every_n=1).n == 0  # starting fresh, asked in words
 
 
 def test_wal_checkpoints_leave_no_file_descriptor_open(storage: str) -> None:
