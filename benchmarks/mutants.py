@@ -1,11 +1,21 @@
-"""Mutation score of the suite over the crash-consistency code (``make mutants``).
+"""Mutation score of the suite over the code whose bugs would ship silently (``make mutants``).
 
-Plants one small bug at a time (a mutant) in the checkpoint store, the WAL, the checkpointer,
-the writer table, the actors' idempotent mutations and the history checker, then runs the
-part of ``make test``'s suite that exercises that code without Ray (the in-process failpoint
-sweep with real SIGKILLs included). A mutant is *caught* when a test fails (or runs past its
-bound); a *survivor* is a bug the suite would ship. Prints caught/total per file and every
-survivor, with its line.
+Two groups of code, each against the part of ``make test``'s suite that exercises it without
+Ray (a cluster per mutant would take hours):
+
+- ``crash``: the crash-consistency code: the checkpoint store, the WAL, the checkpointer, the
+  writer table, the actors' idempotent mutations, the history checker (the in-process
+  failpoint sweep with real SIGKILLs included);
+- ``verdicts``: the code that decides a run's result: the fault loop's outcomes, the checks
+  that a fault happened (RPC knob, memory, CPU), the runner's verdicts, ``Verdict.over``, a
+  run's ``deviated``, the scenario model's refusals.
+
+Plants one small bug at a time (a mutant) and runs that code's tests against it. A mutant is
+*caught* when a test fails; one that makes the tests run past their bound is *timed out*, one
+that breaks collection or import is *broken*: both are reported as such, not as caught, and
+neither counts towards the score. A *survivor* is a bug the suite would ship. Prints, per
+file, caught/timed out/broken/survived and the score (caught over all mutants), then every
+mutant not caught, with its line.
 
 Mutation operators (one change per mutant, inside functions only): comparison flips
 (``<``/``<=``, ``==``/``!=``, ``in``/``not in``, ``is``/``is not``), ``+``/``-``, ``and``/``or``,
@@ -14,7 +24,8 @@ dropping a ``not``, negating an ``if``/``while`` condition, integer constants ±
 adjacent call statements (the order of a commit protocol). Failpoint calls are never mutated:
 they are the sweep's instruments.
 
-Usage: ``python benchmarks/mutants.py [--workers N] [--only actors/_wal.py] [--limit K]``.
+Usage: ``python benchmarks/mutants.py [--group crash|verdicts] [--workers N]
+[--only actors/_wal.py] [--limit K]``.
 """
 
 from __future__ import annotations
@@ -31,6 +42,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,11 +50,11 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks._common import console, machine, table
 
-#: The code under mutation: file → the functions mutated (None: every function in it).
-TARGETS: dict[str, set[str] | None] = {
+#: The crash-consistency code: file → the functions mutated (None: every function in it).
+CRASH: dict[str, set[str] | None] = {
     "actors/_store.py": None,
     "actors/_wal.py": None,
-    "actors/_checkpoint.py": {"mutation", "mutation.wrapper", "Checkpointable.enable_checkpointing",
+    "actors/_checkpoint.py": {"mutation", "_sync_mutation.wrapper", "Checkpointable.enable_checkpointing",
                               "_lock_of",
                               "_Checkpointer.start", "_Checkpointer._replay", "_Checkpointer._apply",
                               "_Checkpointer._open_segment", "_Checkpointer.after_mutation",
@@ -57,12 +69,24 @@ TARGETS: dict[str, set[str] | None] = {
                                 "ParameterServer._remember"},
     "chaos/_history.py": {"SetVerdict.ok", "check_set"},
 }
-#: ``make test``'s tests of that code that need no Ray cluster (a cluster per mutant would
-#: take hours); the fastest to fail first.
-TESTS = ["tests/test_durability_trace.py", "tests/test_checkpoint_store.py", "tests/test_incremental.py",
-         "tests/test_failpoints.py",
-         "tests/test_chaos_unit.py", "tests/test_param_server.py", "tests/test_failpoint_sweep.py"]
-TIMEOUT = 180.0  # per mutant; the whole selection takes ~15 s here unmutated
+#: The code that decides a run's result, by the same rule.
+VERDICTS: dict[str, set[str] | None] = {
+    "chaos/_driver.py": {"run_schedule", "_result", "_one", "_settle", "check_applied", "FaultOutcome.ok"},
+    "chaos/_delay.py": {"rpc_failures_injected", "unconfirmed_rpc_failures"},
+    "scenarios/_records.py": {"Verdict.over", "RunResult.missed_faults", "RunResult.deviated"},
+    "scenarios/_runner.py": {"declared_verdicts", "steady_verdicts"},
+}
+#: ``make test``'s tests of each group that need no Ray cluster; the fastest to fail first.
+TESTS = {
+    "crash": ["tests/test_durability_trace.py", "tests/test_checkpoint_store.py", "tests/test_incremental.py",
+              "tests/test_failpoints.py", "tests/test_chaos_unit.py", "tests/test_param_server.py",
+              "tests/test_failpoint_sweep.py"],
+    "verdicts": ["tests/test_rpc_confirm.py", "tests/test_driver.py", "tests/test_scenarios_model.py",
+                 "tests/test_chaos_unit.py"],
+}
+GROUPS = {"crash": CRASH, "verdicts": VERDICTS}
+TIMEOUT = 180.0  # per mutant; each group's selection takes ~15 s here unmutated
+TEST_TIMEOUT = 120  # per test (pytest-timeout)
 _FLIPS = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,
           ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In, ast.Is: ast.IsNot, ast.IsNot: ast.Is}
 
@@ -78,12 +102,25 @@ class Mutant:
     source: str
 
 
+class Outcome(StrEnum):
+    """What a mutant did to its tests. Only ``CAUGHT`` (a test failed) counts for the score."""
+
+    CAUGHT = "caught"
+    TIMED_OUT = "timed out"  #: the tests ran past their bound: a hang, not a failing check
+    BROKEN = "broken"  #: collection or import failed: no test judged the mutant
+    SURVIVED = "SURVIVED"
+
+
 @dataclass(frozen=True, slots=True)
 class Result:
     mutant: Mutant
-    caught: bool
+    outcome: Outcome
     seconds: float
-    by: str  # the first failing test, or why it counts as caught
+    by: str  # the first failing test, or what the run said
+
+    @property
+    def caught(self) -> bool:
+        return self.outcome is Outcome.CAUGHT
 
 
 # -- generating mutants ----------------------------------------------------------------------
@@ -192,7 +229,7 @@ def mutants_of(file: str, only: set[str] | None) -> Iterator[Mutant]:
     functions.visit(ast.parse(source))
     missing = (only or set()) - set(functions.found)
     if missing:
-        raise SystemExit(f"{file} has no function {sorted(missing)}: update TARGETS")
+        raise SystemExit(f"{file} has no function {sorted(missing)}: update CRASH or VERDICTS")
     for name in sorted(n for n in functions.found if only is None or n in only):
         yield from _function_mutants(file, source, name)
 
@@ -246,91 +283,119 @@ def _copy_tree(dest: Path) -> None:
             shutil.copy2(ROOT / rel, target)
 
 
-def _run_tests(workdir: Path) -> tuple[bool, str, float]:
-    """Run the selection in ``workdir``: (passed, first failure, seconds)."""
+def _run_tests(workdir: Path, tests: list[str]) -> tuple[Outcome, str, float]:
+    """Run ``tests`` in ``workdir``: (outcome, the first failure or what pytest said, seconds)."""
     env = {**os.environ, "PYTHONPATH": str(workdir), "PYTHONDONTWRITEBYTECODE": "1"}
     start = time.monotonic()
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--timeout=120",
-             f"--basetemp={workdir / '.tmp'}", *TESTS],
+            [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", f"--timeout={TEST_TIMEOUT}",
+             f"--basetemp={workdir / '.tmp'}", *tests],
             cwd=workdir, env=env, capture_output=True, text=True, timeout=TIMEOUT, check=False)
     except subprocess.TimeoutExpired:
-        return False, f"ran past {TIMEOUT:.0f} s", time.monotonic() - start
-    failed = next((line.split()[1] for line in proc.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))),
-                  f"exit code {proc.returncode}")
-    return proc.returncode == 0, failed, time.monotonic() - start
+        return Outcome.TIMED_OUT, f"ran past {TIMEOUT:.0f} s", time.monotonic() - start
+    return (*classify(proc.returncode, proc.stdout + proc.stderr), time.monotonic() - start)
 
 
-def _worker(workdir: Path, mutants: list[Mutant], done: list[Result], total: int) -> None:
+def classify(returncode: int, output: str) -> tuple[Outcome, str]:
+    """A pytest run's outcome for a mutant, from its exit code and output. Exit 1 with a failed
+    test is caught, unless the failure is pytest-timeout's; exit 2 with a collection error, or
+    3 (internal error), 4 (usage) and 5 (no tests) judged nothing."""
+    first = next((line.split()[1] for line in output.splitlines()
+                  if line.startswith(("FAILED", "ERROR")) and len(line.split()) > 1), f"exit code {returncode}")
+    if returncode == 0:
+        return Outcome.SURVIVED, ""
+    if "from pytest-timeout" in output or "+ Timeout +" in output:  # its two forms (signal, thread)
+        return Outcome.TIMED_OUT, f"{first}: ran past its {TEST_TIMEOUT} s bound"
+    if returncode == 1:
+        return Outcome.CAUGHT, first
+    return Outcome.BROKEN, f"{first} (pytest exit {returncode}: {_last_line(output)})"
+
+
+def _last_line(output: str) -> str:
+    lines = [line for line in output.splitlines() if line.strip()]
+    return lines[-1][:120] if lines else "no output"
+
+
+def _worker(workdir: Path, mutants: list[Mutant], tests: dict[str, list[str]], done: list[Result],
+            total: int) -> None:
     for mutant in mutants:
         path = workdir / mutant.file
         original = path.read_text()
         path.write_text(mutant.source)
         try:
-            passed, by, seconds = _run_tests(workdir)
+            outcome, by, seconds = _run_tests(workdir, tests[mutant.file])
         finally:
             path.write_text(original)
-        done.append(Result(mutant, not passed, seconds, by))
-        mark = "[green]caught[/]" if not passed else "[red]SURVIVED[/]"
-        console.print(f"{len(done):4d}/{total} {mark} {mutant.file}:{mutant.line} "
-                      f"{mutant.function}: {mutant.what} ({seconds:.1f} s)")
+        done.append(Result(mutant, outcome, seconds, by))
+        colour = {Outcome.CAUGHT: "green", Outcome.SURVIVED: "red"}.get(outcome, "yellow")
+        console.print(f"{len(done):4d}/{total} [{colour}]{outcome.value}[/] {mutant.file}:{mutant.line} "
+                      f"{mutant.function}: {mutant.what} ({seconds:.1f} s)", markup=True, highlight=False)
 
 
-def _baseline(workdir: Path) -> None:
-    passed, by, seconds = _run_tests(workdir)
-    if not passed:
-        raise SystemExit(f"the unmutated suite fails ({by}): fix it before measuring mutants")
-    imported = subprocess.run([sys.executable, "-c", "import actors; print(actors.__file__)"],
+def _baseline(workdir: Path, tests: list[str]) -> None:
+    outcome, by, seconds = _run_tests(workdir, tests)
+    if outcome is not Outcome.SURVIVED:
+        raise SystemExit(f"the unmutated selection does not pass ({outcome.value}: {by}): fix it before "
+                         "measuring mutants")
+    imported = subprocess.run([sys.executable, "-c", "import actors, chaos; print(actors.__file__, chaos.__file__)"],
                               cwd=workdir, env={**os.environ, "PYTHONPATH": str(workdir)},
-                              capture_output=True, text=True, check=True).stdout.strip()
-    if not imported.startswith(str(workdir)):
-        raise SystemExit(f"the copy imports actors from {imported}, not {workdir}: mutants would not run")
+                              capture_output=True, text=True, check=True).stdout.split()
+    if not all(path.startswith(str(workdir)) for path in imported):
+        raise SystemExit(f"the copy imports {imported}, not from {workdir}: mutants would not run")
     console.print(f"unmutated selection passes in {seconds:.1f} s; imports from the copy")
 
 
-def report(results: list[Result]) -> None:
-    rows, by_file = [], {}
+def report(results: list[Result], groups: list[str]) -> None:
+    by_file: dict[str, list[Result]] = {}
     for r in results:
         by_file.setdefault(r.mutant.file, []).append(r)
-    for file, rs in sorted(by_file.items()):
-        caught = sum(r.caught for r in rs)
-        rows.append([file, str(len(rs)), str(caught), str(len(rs) - caught), f"{caught / len(rs):.0%}"])
-    caught = sum(r.caught for r in results)
-    rows.append(["all", str(len(results)), str(caught), str(len(results) - caught),
-                 f"{caught / max(1, len(results)):.1%}"])
-    table(f"Mutation score of make test's suite (no-Ray part) on the crash-consistency code — {machine()}",
-          ["file", "mutants", "caught", "survived", "score"], rows)
-    survivors = sorted((r for r in results if not r.caught), key=lambda r: (r.mutant.file, r.mutant.line))
-    table("Survivors", ["where", "function", "mutation"],
-          [[f"{r.mutant.file}:{r.mutant.line}", r.mutant.function, r.mutant.what] for r in survivors])
+    rows = [_row(file, rs) for file, rs in sorted(by_file.items())]
+    for group in groups:
+        rows.append(_row(f"all {group}", [r for r in results if r.mutant.file in GROUPS[group]]))
+    table(f"Mutation score of make test's suite (no-Ray part), groups {', '.join(groups)} — {machine()}",
+          ["file", "mutants", "caught", "timed out", "broken", "survived", "score"], rows)
+    missed = sorted((r for r in results if not r.caught), key=lambda r: (r.mutant.file, r.mutant.line))
+    table("Not caught", ["outcome", "where", "function", "mutation"],
+          [[r.outcome.value, f"{r.mutant.file}:{r.mutant.line}", r.mutant.function, r.mutant.what] for r in missed])
+
+
+def _row(name: str, rs: list[Result]) -> list[str]:
+    counts = [sum(r.outcome is o for r in rs) for o in Outcome]
+    return [name, str(len(rs)), *map(str, counts), f"{counts[0] / max(1, len(rs)):.1%}"]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--group", action="append", choices=sorted(GROUPS),
+                        help="mutate this group's code (repeatable; default: every group)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--only", action="append", help="mutate only this file (repeatable)")
     parser.add_argument("--limit", type=int, default=0, help="at most this many mutants (a smoke run)")
     args = parser.parse_args()
-    unknown = set(args.only or ()) - set(TARGETS)
+    groups = args.group or sorted(GROUPS)
+    targets = {file: (only, TESTS[g]) for g in groups for file, only in GROUPS[g].items()}
+    unknown = set(args.only or ()) - set(targets)
     if unknown:
-        parser.error(f"--only {sorted(unknown)}: not a mutated file; use one of {sorted(TARGETS)}")
-    mutants = [m for file, only in TARGETS.items() if not args.only or file in args.only
+        parser.error(f"--only {sorted(unknown)}: not a mutated file of {groups}; use one of {sorted(targets)}")
+    mutants = [m for file, (only, _) in targets.items() if not args.only or file in args.only
                for m in mutants_of(file, only)]
     mutants = mutants[: args.limit] if args.limit else mutants
-    console.print(f"{len(mutants)} mutants; tests: {' '.join(TESTS)}")
+    tests = {file: tests for file, (_, tests) in targets.items()}
+    console.print(f"{len(mutants)} mutants in groups {', '.join(groups)}")
     with tempfile.TemporaryDirectory(prefix="raychaos-mutants-") as tmp:
         dirs = [Path(tmp, f"w{i}") for i in range(args.workers)]
         for d in dirs:
             _copy_tree(d)
-        _baseline(dirs[0])
+        for group in groups:
+            _baseline(dirs[0], TESTS[group])
         done: list[Result] = []
         with concurrent.futures.ThreadPoolExecutor(args.workers) as pool:
-            futures = [pool.submit(_worker, d, mutants[i:: args.workers], done, len(mutants))
+            futures = [pool.submit(_worker, d, mutants[i:: args.workers], tests, done, len(mutants))
                        for i, d in enumerate(dirs)]
             for future in futures:
                 future.result()
-    report(done)
+    report(done, groups)
 
 
 if __name__ == "__main__":
