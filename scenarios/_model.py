@@ -140,6 +140,9 @@ def load_attack(path: str, *, probes: Sequence[Mapping[str, str]], every: float 
                for k in sorted(set(data) - _ATTACK_FIELDS)]
     if refused:
         raise ScenarioError(source, refused)
+    if not probes:  # the probes are an attack's only check: without one it would pass untested
+        raise ScenarioError(source, [Problem("probes", [], f"{CHECKS_NOTHING}; give --probe 'COMMAND' "
+                                             "or --probe-python MODULE:FUNCTION")])
     data.setdefault("name", f"attack-{Path(path).stem}")
     data |= {"workload": "attack", "invariants": ["probes_pass_after_heal", "probes_recover"],
              "params": {"probes": [dict(p) for p in probes], "every": every, "recover_within": recover_within}}
@@ -271,6 +274,7 @@ def _validate(source: str, data: dict[str, Any], seed: int,
         rpc_failures=_rpc_failures(c, nodes),
         storage_mb=c.number("storage_mb", 8, 1, 1024, whole=True) if "storage_mb" in data else None)
     _some_fault(c, scenario, seed)
+    _checks_something(c, scenario, workload_cls)
     if c.problems:
         raise ScenarioError(source, c.problems)
     return scenario
@@ -318,12 +322,45 @@ def _rpc_failures(c: _Checker, nodes: int) -> tuple[RpcFailure, ...]:
 
 
 def _invariants(c: _Checker, workload: Any) -> tuple[str, ...]:
-    names = c.get("invariants", list, [], "must be a list of invariant names")
+    """The declared invariants; without the field, every one the workload names (a scenario
+    that leaves it out checks all of them, not none). An empty list is refused."""
     known = tuple(getattr(workload, "INVARIANTS", ())) if workload is not None else ()
+    if "invariants" not in c.data:
+        return known
+    names = c.get("invariants", list, [], "must be a list of invariant names")
+    if names == [] and isinstance(c.data["invariants"], list):
+        c.add("invariants", [], f"{EMPTY_INVARIANTS}; name some of {', '.join(known) or 'none'}, "
+              "or leave the field out to check every invariant of the workload")
     for i, name in enumerate(names):
         if workload is not None and name not in known:
             c.add(f"invariants[{i}]", name, f"not an invariant of this workload; use {', '.join(known)}")
     return tuple(str(n) for n in names)
+
+
+#: Why ``invariants = []`` is refused (tests match it).
+EMPTY_INVARIANTS = "an empty list checks nothing, so the run would pass untested"
+#: Why a scenario whose workload has neither invariants nor a probe is refused.
+CHECKS_NOTHING = "the scenario checks nothing (no invariant, and no steady-state probe to run)"
+#: Why a steady state asked of a workload without a probe is refused.
+NO_PROBE = "has no steady-state probe, so this steady state cannot be checked"
+
+
+def _checks_something(c: _Checker, scenario: Scenario, workload: Any) -> None:
+    """Refuse a scenario that could pass without checking anything, and a steady state asked
+    in words of a workload that has no probe to check it with (it would hold by default)."""
+    if workload is None or any(p.field.startswith(("invariants", "steady_state")) for p in c.problems):
+        return
+    table = c.data.get("steady_state", {})
+    asked = [k for k in ("before", "after") if table.get(k) is True]
+    asked += ["during_min"] if scenario.steady_state.during_min > 0 else []
+    if not workload.HAS_PROBE and asked:
+        c.add(f"steady_state.{asked[0]}", table[asked[0]],
+              f"workload {scenario.workload!r} {NO_PROBE}; drop it, or give the workload a probe()")
+    steady = scenario.steady_state
+    probed = workload.HAS_PROBE and (steady.before or steady.after or steady.during_min > 0)
+    if not scenario.invariants and not probed:
+        c.add("invariants", list(scenario.invariants), f"{CHECKS_NOTHING}; declare invariants of "
+              f"workload {scenario.workload!r} or a [steady_state] its probe can check")
 
 
 def _steady_state(c: _Checker) -> SteadyState:

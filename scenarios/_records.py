@@ -9,10 +9,14 @@ from typing import Literal
 
 from chaos import FaultKind, FaultStatus
 
-__all__ = ["FaultRecord", "Phase", "Probe", "Problem", "RunLabel", "RunResult", "RunStatus", "Sample", "Verdict",
-           "seconds_text"]
+__all__ = ["NO_PROBE_NOTE", "FaultRecord", "Phase", "Probe", "Problem", "RunLabel", "RunResult", "RunStatus",
+           "Sample", "Verdict", "seconds_text"]
 
 Phase = Literal["before", "during", "after"]
+
+#: What the reports say of a run whose workload has no steady-state probe.
+NO_PROBE_NOTE = ("no steady-state probe: the workload has none, so neither the steady state nor "
+                 "recovery from a fault was checked")
 
 
 class RunLabel(StrEnum):
@@ -127,6 +131,12 @@ class RunResult:
     series: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
     error: str = ""
     strict_faults: bool = True
+    #: Verdicts the workload gave for invariants the scenario did not declare: shown in the
+    #: report, never judged (they do not make the run deviate, nor pass).
+    unjudged: tuple[Verdict, ...] = ()
+    #: The workload has a steady-state probe. False: no steady state and no recovery were
+    #: checked, and the report says so (they are absent, never "held").
+    probed: bool = True
 
     @property
     def missed_faults(self) -> tuple[FaultRecord, ...]:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from xml.etree import ElementTree as ET
 
-from scenarios._records import RunLabel, RunResult
+from scenarios._records import NO_PROBE_NOTE, RunLabel, RunResult
 from scenarios._report_html import render_html
 
 __all__ = ["summary", "write_reports"]
@@ -46,6 +46,8 @@ def _run_summary(r: RunResult) -> dict[str, object]:
             "peak_rss_gib": round(r.peak_rss_bytes / 2**30, 3),
             "mttr_max_s": max(mttrs, default=None),
             "verdicts": [asdict(v) for v in r.verdicts], "faults": [asdict(f) for f in r.faults],
+            "unjudged": [asdict(v) for v in r.unjudged],
+            "probed": r.probed, "notes": [] if r.probed else [NO_PROBE_NOTE],
             "probes": [asdict(p) for p in r.probes],
             "series": {k: [list(p) for p in v] for k, v in r.series.items()},
             "final_counters": dict(r.samples[-1].counters) if r.samples else {}}
@@ -65,8 +67,10 @@ def junit(results: Sequence[RunResult]) -> ET.Element:
     for r in results:
         missed = r.missed_faults if r.strict_faults else ()
         failures = sum(not v.held for v in r.verdicts) + (r.status != "completed") + len(missed)
+        skipped = len(r.unjudged) + (not r.probed)
         suite = ET.SubElement(suites, "testsuite", name=f"{r.scenario}[{r.label}]",
-                              tests=str(len(r.verdicts) + len(r.faults) + 1), failures=str(failures),
+                              tests=str(len(r.verdicts) + len(r.faults) + 1 + skipped),
+                              failures=str(failures), skipped=str(skipped),
                               time=f"{r.seconds:.3f}")
         run_case = ET.SubElement(suite, "testcase", classname=r.scenario, name=f"run[{r.label}]")
         if r.status != "completed":
@@ -84,4 +88,16 @@ def junit(results: Sequence[RunResult]) -> ET.Element:
                 ET.SubElement(case, "failure", message=v.detail).text = v.detail
             else:
                 ET.SubElement(case, "system-out").text = v.detail
+        _unchecked(suite, r)
     return suites
+
+
+def _unchecked(suite: ET.Element, r: RunResult) -> None:
+    """What the run did not judge, as skipped test cases: undeclared invariants, a missing probe."""
+    for v in r.unjudged:
+        case = ET.SubElement(suite, "testcase", classname=r.scenario, name=v.name)
+        ET.SubElement(case, "skipped", message="not declared by the scenario: not judged").text = (
+            f"{'held' if v.held else 'broke'}: {v.detail}")
+    if not r.probed:
+        case = ET.SubElement(suite, "testcase", classname=r.scenario, name="steady state")
+        ET.SubElement(case, "skipped", message=NO_PROBE_NOTE)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from chaos import FaultKind, FaultStatus
-from scenarios._records import FaultRecord, RunLabel, RunResult, seconds_text
+from scenarios._records import NO_PROBE_NOTE, FaultRecord, RunLabel, RunResult, seconds_text
 
 __all__ = ["render_html"]
 
@@ -270,11 +270,15 @@ def _faults_table(r: RunResult) -> str:
 def _verdicts_table(r: RunResult) -> str:
     rows = "".join(f"<tr class='verdict'><td>{_e(v.name)}</td><td class='{'held' if v.held else 'broken'}'>"
                    f"{'held' if v.held else 'BROKEN'}</td><td>{_e(v.detail)}</td></tr>" for v in r.verdicts)
+    rows += "".join(f"<tr class='unjudged'><td>{_e(v.name)}</td><td>not judged ({'held' if v.held else 'broke'})"
+                    f"</td><td>not declared by the scenario: {_e(v.detail)}</td></tr>" for v in r.unjudged)
     error = f"<p class='broken'>{_e(r.error)}</p>" if r.error else ""
     return f"{error}<table class='verdicts'><tr><th>invariant</th><th>verdict</th><th>evidence</th></tr>{rows}</table>"
 
 
 def _probes_table(r: RunResult) -> str:
+    if not r.probed:
+        return f"<p class='no-probe'>{_e(NO_PROBE_NOTE)}</p>"
     counts: dict[str, tuple[int, int]] = {}
     for p in r.probes:
         ok, total = counts.get(p.phase, (0, 0))

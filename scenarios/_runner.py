@@ -50,9 +50,11 @@ from scenarios._model import Scenario, SteadyState, resolve_workload
 from scenarios._records import FaultRecord, Phase, Probe, RunLabel, RunResult, RunStatus, Sample, Verdict
 from scenarios._workload import Params, RunContext, Workload, validate_params
 
-__all__ = ["Progress", "declared_verdicts", "run_scenario"]
+__all__ = ["Progress", "declared_verdicts", "run_scenario", "steady_verdicts", "undeclared_verdicts"]
 
 RECOVERY_TIMEOUT = 60.0
+#: A fault's recovery text when the workload has no probe to measure it with.
+NO_PROBE_RECOVERY = "no probe: the workload has no steady-state probe, so recovery was not measured"
 SAMPLE_EVERY = 0.5
 
 Progress = Callable[[str, RunContext | None], None]
@@ -242,7 +244,9 @@ def _run_once(run: _Run, workload_cls: type[Workload], params: Params, progress:
         scenario=scenario.name, source=scenario.source, run=run.label, seed=run.seed, heal=scenario.heal,
         duration=scenario.duration, schedule=_schedule(run).planned()))
     progress(f"{scenario.name} [{run.label}]: setting up", ctx)
-    status, error, verdicts = RunStatus.RUNNING, "", []
+    status, error = RunStatus.RUNNING, ""
+    verdicts: list[Verdict] = []
+    unjudged: list[Verdict] = []
     try:
         status, error = _exercise(run, workload, ctx, chaos, rec, progress, started)
     except KeyboardInterrupt:
@@ -253,7 +257,7 @@ def _run_once(run: _Run, workload_cls: type[Workload], params: Params, progress:
         started()  # a run that ended before time zero: its journal still opens with its start
         ctx.stop.set()
         chaos.heal_all()  # the rollback: runs after Ctrl-C too
-        verdicts = _conclude(run, workload, ctx, rec, status)
+        verdicts, unjudged = _conclude(run, workload, ctx, rec, status)
         if rec.sampler is not None:
             rec.sampler.join(timeout=5)
         journal.record(EndEvent(outcome=status.value, seconds=ctx.elapsed(),
@@ -264,7 +268,8 @@ def _run_once(run: _Run, workload_cls: type[Workload], params: Params, progress:
     return RunResult(scenario.name, run.label, run.seed, status, round(ctx.elapsed(), 3),
                      tuple(verdicts), tuple(rec.probes), tuple(rec.samples),
                      tuple(sorted(rec.faults, key=lambda f: f.start)), dict(ctx.metrics),
-                     {k: tuple(v) for k, v in ctx.series.items()}, error, scenario.strict_faults)
+                     {k: tuple(v) for k, v in ctx.series.items()}, error, scenario.strict_faults,
+                     tuple(unjudged), workload.HAS_PROBE)
 
 
 def _start_once(journal: Journal, make: Callable[[], StartEvent]) -> Callable[[], None]:
@@ -295,7 +300,8 @@ def _exercise(run: _Run, workload: Workload, ctx: RunContext, chaos: Chaos, rec:
         rec.sampler = threading.Thread(target=_sample, args=(ctx, rec, run.embedded), daemon=True,
                                        name="raychaos-sampler")
         rec.sampler.start()
-        rec.probe(_probe(workload, ctx, "before"))
+        if workload.HAS_PROBE:
+            rec.probe(_probe(workload, ctx, "before"))
         progress(f"{run.scenario.name} [{run.label}]: running", ctx)
         with _faults_running(run, workload, ctx, chaos, rec):
             while not ctx.over() and workload.step():
@@ -306,15 +312,20 @@ def _exercise(run: _Run, workload: Workload, ctx: RunContext, chaos: Chaos, rec:
 
 
 def _conclude(run: _Run, workload: Workload, ctx: RunContext, rec: _Recorder,
-              status: RunStatus) -> list[Verdict]:
-    """Probe after, check invariants and steady state, tear down. Never raises. An
-    interrupted run gets no probe and no verdict: nothing was checked, so nothing held."""
+              status: RunStatus) -> tuple[list[Verdict], list[Verdict]]:
+    """Probe after, check invariants and steady state, tear down. Never raises. Returns the
+    judged verdicts and those of undeclared invariants (shown, not judged). An interrupted
+    run gets no probe and no verdict: nothing was checked, so nothing held."""
     verdicts: list[Verdict] = []
+    unjudged: list[Verdict] = []
     try:
         if status is not RunStatus.INTERRUPTED:
-            rec.probe(_probe(workload, ctx, "after"))
-            verdicts = declared_verdicts(run.scenario.invariants, workload.invariants())
-            verdicts += steady_verdicts(run.scenario.steady_state, rec.probes)
+            if workload.HAS_PROBE:
+                rec.probe(_probe(workload, ctx, "after"))
+            produced = workload.invariants()
+            verdicts = declared_verdicts(run.scenario.invariants, produced)
+            unjudged = undeclared_verdicts(run.scenario.invariants, produced)
+            verdicts += steady_verdicts(run.scenario.steady_state, rec.probes, has_probe=workload.HAS_PROBE)
     except Exception as exc:  # noqa: BLE001 - reported as a broken verdict, not a crash
         verdicts.append(Verdict("invariants checked", False, f"{type(exc).__name__}: {exc}"))
     finally:
@@ -322,13 +333,14 @@ def _conclude(run: _Run, workload: Workload, ctx: RunContext, rec: _Recorder,
             workload.teardown()
         except Exception:  # noqa: BLE001 - teardown is best effort; the cluster goes next
             pass
-    return verdicts
+    return verdicts, unjudged
 
 
 def declared_verdicts(declared: Sequence[str], produced: Sequence[Verdict]) -> list[Verdict]:
     """Exactly one verdict per declared invariant, in the declared order: one the workload
     did not produce, or produced twice, is a broken verdict naming the problem (a run
-    never passes on an invariant nobody checked). Verdicts not declared are dropped."""
+    never passes on an invariant nobody checked). Verdicts not declared are left to
+    :func:`undeclared_verdicts`: the report shows them, unjudged."""
     out = []
     for name in declared:
         found = [v for v in produced if v.name == name]
@@ -343,9 +355,18 @@ def declared_verdicts(declared: Sequence[str], produced: Sequence[Verdict]) -> l
     return out
 
 
-def steady_verdicts(steady: SteadyState, probes: Sequence[Probe]) -> list[Verdict]:
+def undeclared_verdicts(declared: Sequence[str], produced: Sequence[Verdict]) -> list[Verdict]:
+    """The workload's verdicts for invariants the scenario did not declare, in its order: not
+    judged (the scenario chose its invariants), but shown, never silently dropped."""
+    return [v for v in produced if v.name not in declared]
+
+
+def steady_verdicts(steady: SteadyState, probes: Sequence[Probe], *, has_probe: bool = True) -> list[Verdict]:
     """One verdict per steady-state check the scenario asks for. A check no probe reached
-    (a run shorter than ``probe_every``, say) does not hold: it used to be left out."""
+    (a run shorter than ``probe_every``, say) does not hold. A workload without a probe gets
+    none: its steady state was never checked, so it is absent (the report says why), not held."""
+    if not has_probe:
+        return []
     out = []
     for phase, wanted in (("before", steady.before), ("after", steady.after)):
         got = [p for p in probes if p.phase == phase]
@@ -407,13 +428,15 @@ def _faults_running(run: _Run, workload: Workload, ctx: RunContext, chaos: Chaos
     prober = threading.Thread(target=_probe_during, args=(run, workload, ctx, rec), daemon=True,
                               name="raychaos-probe")
     driver.start()
-    prober.start()
+    if workload.HAS_PROBE:
+        prober.start()
     try:
         yield
     finally:
         ctx.stop.set()
         driver.join(timeout=RECOVERY_TIMEOUT + 30)
-        prober.join(timeout=30)
+        if prober.is_alive():
+            prober.join(timeout=30)
 
 
 def _drive(chaos: Chaos, schedule: Schedule, ctx: RunContext, observer: _RunObserver) -> None:
@@ -468,7 +491,11 @@ class _RunObserver(ScheduleObserver):
 
 
 def _recovery(workload: Workload, ctx: RunContext, start: float) -> tuple[float | None, str]:
-    """Seconds from injection until the probe holds again (None if it did not in time)."""
+    """Seconds from injection until the probe holds again (None if it did not in time, or
+    the workload has no probe: then nothing was measured, and the text says so)."""
+    if not workload.HAS_PROBE:
+        return None, NO_PROBE_RECOVERY
+
     def healthy() -> str:
         # The probe first: a workload that ends itself on the fault (owner-death) has still
         # recovered if its probe holds; the stop only cuts short a probe that keeps failing.

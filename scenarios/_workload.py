@@ -165,10 +165,19 @@ class Workload:
     """
 
     INVARIANTS: ClassVar[tuple[str, ...]] = ()
+    #: Whether ``probe`` is a check that can fail. Set for every subclass that defines its own
+    #: ``probe`` (a subclass may set it False again); without one the runner judges no steady
+    #: state and no recovery, and the report says the workload has no probe.
+    HAS_PROBE: ClassVar[bool] = False
     #: The ``[params]`` it takes, validated when the scenario loads (none by default).
     Params: ClassVar[type[_Params]] = _Params
     #: Also run the same seed without faults and report both side by side.
     BASELINE: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "probe" in cls.__dict__ and "HAS_PROBE" not in cls.__dict__:
+            cls.HAS_PROBE = True
 
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx
@@ -180,7 +189,9 @@ class Workload:
         raise NotImplementedError
 
     def probe(self) -> str:
-        return "no probe"
+        """The steady-state check: a short description when the system serves; raises when
+        it does not. The base has none (``HAS_PROBE`` is False): the runner never calls it."""
+        raise NotImplementedError(f"{type(self).__name__} has no steady-state probe (HAS_PROBE is False)")
 
     def invariants(self) -> list[Verdict]:
         return []

@@ -14,7 +14,10 @@ from typing import TYPE_CHECKING, NoReturn
 import click
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from scenarios._model import Scenario
+    from scenarios._records import RunResult
 
 EXIT_DEVIATED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 1, 2, 130
 
@@ -162,7 +165,20 @@ def _execute(scenario: Scenario, *, seed: int, address: str | None, report_dir: 
     if report_dir:
         write_reports(results, report_dir)
     print_results(results, report_dir)
+    _print_unchecked(results)
     sys.exit(EXIT_DEVIATED if any(r.deviated for r in results if r.label is RunLabel.CHAOS) else 0)
+
+
+def _print_unchecked(results: Sequence[RunResult]) -> None:
+    """What the runs did not judge, said under the tables: never silently dropped."""
+    from scenarios._records import NO_PROBE_NOTE
+
+    for r in results:
+        for v in r.unjudged:
+            click.echo(f"{r.scenario} [{r.label}]: {v.name} not declared, not judged "
+                       f"({'held' if v.held else 'broke'}: {v.detail})")
+        if not r.probed:
+            click.echo(f"{r.scenario} [{r.label}]: {NO_PROBE_NOTE}")
 
 
 @main.command()

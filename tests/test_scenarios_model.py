@@ -109,7 +109,7 @@ PAUSE = 'kind = "pause"\nseconds = 1\ntarget = { kind = "task", name = "sample_e
 
 
 def test_strict_faults_is_on_unless_the_file_says_otherwise(tmp_path: Path) -> None:
-    head = 'name = "x"\nworkload = "sampling"\nduration = 5\ninvariants = []\n'
+    head = 'name = "x"\nworkload = "sampling"\nduration = 5\ninvariants = ["results_correct"]\n'
     assert load_scenario(_write(tmp_path, head + "[[faults]]\nat = 1\n" + PAUSE)).strict_faults is True
     assert load_scenario(_write(tmp_path, head + "strict_faults = false")).strict_faults is False
     with pytest.raises(ScenarioError, match="strict_faults = 'no': must be true or false"):
@@ -117,7 +117,7 @@ def test_strict_faults_is_on_unless_the_file_says_otherwise(tmp_path: Path) -> N
 
 
 def test_a_run_without_a_fault_is_refused_unless_the_file_says_so(tmp_path: Path) -> None:
-    head = 'name = "x"\nworkload = "sampling"\nduration = 5\ninvariants = []\n'
+    head = 'name = "x"\nworkload = "sampling"\nduration = 5\ninvariants = ["results_correct"]\n'
     with pytest.raises(ScenarioError, match=re.escape("faults = 'none': the run needs a [[faults]] entry")):
         load_scenario(_write(tmp_path, head))
     # A random schedule is drawn when the file loads: an empty draw is refused there, its odds named.
@@ -141,7 +141,7 @@ def test_invalid_toml_is_one_problem(tmp_path: Path) -> None:
 
 
 def test_a_random_schedule_is_drawn_from_the_seed(tmp_path: Path) -> None:
-    text = ('name = "r"\nworkload = "sampling"\nduration = 60\ninvariants = []\n[random]\nrate = 0.5\n'
+    text = ('name = "r"\nworkload = "sampling"\nduration = 60\ninvariants = ["results_correct"]\n[random]\nrate = 0.5\n'
             'menu = [{ kind = "kill", target = { kind = "task", name = "sample_env" } }]\n')
     path = _write(tmp_path, text)
     first, again, other = (load_scenario(path, seed=s).schedule for s in (1, 1, 2))

@@ -1,0 +1,118 @@
+"""The runner fails closed: a scenario that would check nothing is refused, a workload without a
+probe gets no steady state, every fault must recover, every fault ends with one record, every call
+into a workload is bounded, and ``heal = "at_end"`` holds each fault to the end. All without Ray."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from scenarios import ScenarioError, SteadyState, Verdict, load_attack, load_scenario
+from scenarios._model import CHECKS_NOTHING, EMPTY_INVARIANTS, NO_PROBE
+from scenarios._records import Probe
+from scenarios._runner import NO_PROBE_RECOVERY, _recovery, steady_verdicts, undeclared_verdicts
+from scenarios._workload import Params, RunContext, Workload
+from scenarios.cli import main
+
+BUILTIN = Path(__file__).parents[1] / "scenarios" / "builtin"
+
+
+def _copy(tmp_path: Path, name: str, old: str, new: str) -> str:
+    text = (BUILTIN / f"{name}.toml").read_text()
+    assert old in text, f"{name}.toml no longer holds {old!r}"
+    path = tmp_path / f"{name}.toml"
+    path.write_text(text.replace(old, new))
+    return str(path)
+
+
+def _context() -> RunContext:
+    return RunContext(address="", namespace="t", seed=0, params=Params(), storage="", duration=5.0, faults=True)
+
+
+# -- a scenario that would check nothing is refused ------------------------------------------------
+
+REPLAY_INVARIANTS = 'invariants = ["no_lost_transitions", "dies_after_max_restarts", "recovers_within_max_restarts"]'
+
+
+def test_a_builtin_copy_with_empty_invariants_exits_2_with_one_line(tmp_path: Path) -> None:
+    path = _copy(tmp_path, "replay-crash-loop", REPLAY_INVARIANTS, "invariants = []")
+    result = CliRunner().invoke(main, ["run", path])
+    assert result.exit_code == 2, result.output
+    problems = [line for line in result.output.splitlines() if line.startswith("  ")]
+    assert problems == [f"  invariants = []: {EMPTY_INVARIANTS}; name some of no_lost_transitions, "
+                        "dies_after_max_restarts, recovers_within_max_restarts, or leave the field out "
+                        "to check every invariant of the workload"], result.output
+
+
+def test_missing_invariants_default_to_the_workloads_own(tmp_path: Path) -> None:
+    path = _copy(tmp_path, "replay-crash-loop", REPLAY_INVARIANTS, "")
+    scenario = load_scenario(path)
+    assert scenario.invariants == ("no_lost_transitions", "dies_after_max_restarts", "recovers_within_max_restarts")
+
+
+class _Silent(Workload):
+    """Neither an invariant nor a probe: nothing it does can be judged."""
+
+    def step(self) -> bool:
+        return False
+
+
+class _Probed(_Silent):
+    def probe(self) -> str:
+        return "ok"
+
+
+class _ProbeWaived(_Probed):
+    HAS_PROBE = False  # a probe that cannot fail, said in words
+
+
+def test_a_probe_is_a_typed_fact_of_the_workload_class() -> None:
+    assert (Workload.HAS_PROBE, _Silent.HAS_PROBE, _Probed.HAS_PROBE, _ProbeWaived.HAS_PROBE) == (
+        False, False, True, False)
+    with pytest.raises(NotImplementedError, match="has no steady-state probe"):
+        _Silent(_context()).probe()  # the base never answers "no probe" as if it held
+
+
+HEAD = 'name = "x"\nduration = 5\n[[faults]]\nat = 1\nkind = "kill"\ntarget = { kind = "actor", name = "a" }\n'
+
+
+def test_a_workload_with_nothing_to_check_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "s.toml").write_text('workload = "silent"\n' + HEAD)
+    with pytest.raises(ScenarioError, match=re.escape(CHECKS_NOTHING)):
+        load_scenario(str(tmp_path / "s.toml"), workloads={"silent": _Silent})
+    # With a probe, the steady state (asked by default) is a check: loaded, no invariant needed.
+    (tmp_path / "p.toml").write_text('workload = "probed"\n' + HEAD)
+    assert load_scenario(str(tmp_path / "p.toml"), workloads={"probed": _Probed}).invariants == ()
+
+
+def test_a_steady_state_asked_of_a_workload_without_a_probe_is_refused(tmp_path: Path) -> None:
+    text = 'workload = "silent"\n' + HEAD.replace('duration = 5\n', 'duration = 5\nsteady_state = { after = true }\n')
+    (tmp_path / "s.toml").write_text(text)
+    with pytest.raises(ScenarioError, match=re.escape(f"steady_state.after = True: workload 'silent' {NO_PROBE}")):
+        load_scenario(str(tmp_path / "s.toml"), workloads={"silent": _Silent})
+
+
+def test_an_attack_without_a_probe_is_refused_at_load(tmp_path: Path) -> None:
+    (tmp_path / "a.toml").write_text(HEAD)
+    with pytest.raises(ScenarioError, match=re.escape(f"probes = []: {CHECKS_NOTHING}")):
+        load_attack(str(tmp_path / "a.toml"), probes=[])
+
+
+# -- no probe: no steady state, no recovery, never "held" ------------------------------------------
+
+
+def test_a_workload_without_a_probe_gets_no_held_steady_state() -> None:
+    asked = SteadyState(before=True, after=True, during_min=0.5)
+    assert steady_verdicts(asked, [], has_probe=False) == []
+    # With a probe, a check that no probe reached still does not hold.
+    assert [v.held for v in steady_verdicts(asked, [Probe("before", 0.0, True, "ok")])] == [True, False, False]
+    ctx = _context()
+    assert _recovery(_Silent(ctx), ctx, 0.0) == (None, NO_PROBE_RECOVERY)
+
+
+def test_undeclared_verdicts_are_kept_apart_not_dropped() -> None:
+    produced = [Verdict("a", True, "1"), Verdict("b", False, "2"), Verdict("c", True, "3")]
+    assert [v.name for v in undeclared_verdicts(["a"], produced)] == ["b", "c"]
