@@ -32,7 +32,9 @@ MAX_DURATION = 3600.0
 MAX_NODES = 8
 _TOP_LEVEL = {"name", "description", "workload", "params", "duration", "nodes", "num_cpus",
               "system_config", "oom_headroom_gib", "heal", "invariants", "steady_state", "faults",
-              "random", "strict_faults", "gcs_fault_tolerance", "rpc_failures", "storage_mb"}
+              "random", "strict_faults", "gcs_fault_tolerance", "rpc_failures", "storage_mb", "recovery_within"}
+#: Seconds a fault has, from its heal, until the workload's probe holds again (the default).
+RECOVERY_WITHIN = 60.0
 
 
 class ScenarioError(ChaosError, ValueError):
@@ -84,6 +86,10 @@ class Scenario:
     #: Put each run's checkpoint storage on a tmpfs of this many MiB (a FillDisk of
     #: ``path = "$STORAGE"`` fills it); None: an ordinary temporary directory.
     storage_mb: int | None = None
+    #: Seconds each fault has, from its heal, until the probe holds again: the bound of the
+    #: ``recovered_after_each_fault`` verdict every run with faults gets (when the workload has
+    #: a probe and the scenario expects the steady state back, ``steady_state.after``).
+    recovery_within: float = RECOVERY_WITHIN
 
     def with_nodes(self, nodes: int) -> Scenario:
         """This scenario on ``nodes`` embedded nodes (CLI ``--nodes``)."""
@@ -123,7 +129,7 @@ def load_scenario(name_or_path: str, *, seed: int = 0, duration: float | None = 
 #: What an attack's file may hold: the workload and the cluster's shape belong to the program
 #: under attack, which raychaos did not start.
 _ATTACK_FIELDS = {"name", "description", "duration", "heal", "steady_state", "faults", "random",
-                  "strict_faults"}
+                  "strict_faults", "recovery_within"}
 
 
 def load_attack(path: str, *, probes: Sequence[Mapping[str, str]], every: float = 1.0,
@@ -272,7 +278,8 @@ def _validate(source: str, data: dict[str, Any], seed: int,
         gcs_fault_tolerance=c.get("gcs_fault_tolerance", bool, False, "must be true or false (true: "
                                   "the embedded head keeps its GCS tables in a Redis it starts)"),
         rpc_failures=_rpc_failures(c, nodes),
-        storage_mb=c.number("storage_mb", 8, 1, 1024, whole=True) if "storage_mb" in data else None)
+        storage_mb=c.number("storage_mb", 8, 1, 1024, whole=True) if "storage_mb" in data else None,
+        recovery_within=float(c.number("recovery_within", RECOVERY_WITHIN, 0.1, MAX_DURATION)))
     _some_fault(c, scenario, seed)
     _checks_something(c, scenario, workload_cls)
     if c.problems:

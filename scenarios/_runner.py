@@ -23,6 +23,7 @@ from chaos import (
     Chaos,
     EndEvent,
     FaultOutcome,
+    FaultStatus,
     FillDisk,
     HangError,
     Injection,
@@ -50,9 +51,12 @@ from scenarios._model import Scenario, SteadyState, resolve_workload
 from scenarios._records import FaultRecord, Phase, Probe, RunLabel, RunResult, RunStatus, Sample, Verdict
 from scenarios._workload import Params, RunContext, Workload, validate_params
 
-__all__ = ["Progress", "declared_verdicts", "run_scenario", "steady_verdicts", "undeclared_verdicts"]
+__all__ = ["RECOVERED", "Progress", "declared_verdicts", "recovery_verdicts", "run_scenario", "steady_verdicts",
+           "undeclared_verdicts"]
 
 RECOVERY_TIMEOUT = 60.0
+#: The verdict every run with faults gets when its recovery can be measured.
+RECOVERED = "recovered_after_each_fault"
 #: A fault's recovery text when the workload has no probe to measure it with.
 NO_PROBE_RECOVERY = "no probe: the workload has no steady-state probe, so recovery was not measured"
 SAMPLE_EVERY = 0.5
@@ -326,6 +330,8 @@ def _conclude(run: _Run, workload: Workload, ctx: RunContext, rec: _Recorder,
             verdicts = declared_verdicts(run.scenario.invariants, produced)
             unjudged = undeclared_verdicts(run.scenario.invariants, produced)
             verdicts += steady_verdicts(run.scenario.steady_state, rec.probes, has_probe=workload.HAS_PROBE)
+            if _recovery_judged(run.scenario, workload):
+                verdicts += recovery_verdicts(rec.faults, within=run.scenario.recovery_within)
     except Exception as exc:  # noqa: BLE001 - reported as a broken verdict, not a crash
         verdicts.append(Verdict("invariants checked", False, f"{type(exc).__name__}: {exc}"))
     finally:
@@ -382,6 +388,40 @@ def steady_verdicts(steady: SteadyState, probes: Sequence[Probe], *, has_probe: 
     return out
 
 
+def _recovery_judged(scenario: Scenario, workload: Workload) -> bool:
+    """Whether each fault's recovery is a verdict: the workload has a probe to measure it and
+    the scenario expects the steady state back (``steady_state.after = false`` says it does
+    not, e.g. an actor killed past its restarts)."""
+    return workload.HAS_PROBE and scenario.steady_state.after
+
+
+def recovery_verdicts(faults: Sequence[FaultRecord], *, within: float) -> list[Verdict]:
+    """``recovered_after_each_fault``: every fault that happened was followed, within
+    ``within`` seconds of its heal, by a probe that held. One that did not recover (no MTTR:
+    not in time, or the run ended first) or took longer breaks it, named. None when no fault
+    happened (the missed faults speak for themselves)."""
+    happened = [f for f in faults if f.status is FaultStatus.INJECTED]
+    if not happened:
+        return []
+    late = [f for f in happened if f.mttr is None or _after_heal(f) > within]
+    slowest = max((_after_heal(f) for f in happened if f.mttr is not None), default=0.0)
+    detail = ("; ".join(f"{f.kind} of {f.target} at {f.at:g} s: {_late_text(f, within)}" for f in late)
+              if late else f"{len(happened)} faults, each recovered within {within:g} s of its heal "
+              f"(slowest {slowest:.2f} s)")
+    return [Verdict.over(RECOVERED, len(happened), held=not late, detail=detail)]
+
+
+def _after_heal(f: FaultRecord) -> float:
+    """Seconds from the fault's heal until the probe held again (its MTTR counts from injection)."""
+    return max(0.0, f.start + (f.mttr or 0.0) - f.end)
+
+
+def _late_text(f: FaultRecord, within: float) -> str:
+    if f.mttr is None:
+        return f"not recovered within {within:g} s of its heal ({f.outcome})"
+    return f"recovered {_after_heal(f):.2f} s after its heal, past the {within:g} s bound"
+
+
 def _probe(workload: Workload, ctx: RunContext, phase: Phase) -> Probe:
     try:
         return Probe(phase, round(ctx.elapsed(), 3), True, workload.probe())
@@ -434,7 +474,7 @@ def _faults_running(run: _Run, workload: Workload, ctx: RunContext, chaos: Chaos
         yield
     finally:
         ctx.stop.set()
-        driver.join(timeout=RECOVERY_TIMEOUT + 30)
+        driver.join(timeout=run.scenario.recovery_within + 30)
         if prober.is_alive():
             prober.join(timeout=30)
 
@@ -476,7 +516,9 @@ class _RunObserver(ScheduleObserver):
                                        outcome.confirmed))
             return outcome
         healed = self._heal_observed(outcome.injection)
-        mttr, recovered = _recovery(self.workload, self.ctx, start)
+        judged = _recovery_judged(self.scenario, self.workload)
+        mttr, recovered = _recovery(self.workload, self.ctx, start, within=self.scenario.recovery_within,
+                                    give_up_at_stop=not judged)
         text = f"{healed}; {recovered}" if healed else recovered
         self.chaos.journal.record(RecoverEvent(at=entry.at, fault=entry.fault, target=target, outcome=text,
                                                seconds=mttr))
@@ -490,9 +532,13 @@ class _RunObserver(ScheduleObserver):
         return injection.heal_note()
 
 
-def _recovery(workload: Workload, ctx: RunContext, start: float) -> tuple[float | None, str]:
-    """Seconds from injection until the probe holds again (None if it did not in time, or
-    the workload has no probe: then nothing was measured, and the text says so)."""
+def _recovery(workload: Workload, ctx: RunContext, start: float, *, within: float = RECOVERY_TIMEOUT,
+              give_up_at_stop: bool = True) -> tuple[float | None, str]:
+    """Seconds from injection until the probe holds again, waiting ``within`` seconds (None if
+    it did not in time, or the workload has no probe: then nothing was measured, and the text
+    says so). ``give_up_at_stop``: once the run has stopped, a failing probe ends the wait
+    (for a scenario that does not expect the steady state back); otherwise the fault keeps its
+    whole bound, the run's end or not, since its recovery is judged."""
     if not workload.HAS_PROBE:
         return None, NO_PROBE_RECOVERY
 
@@ -502,16 +548,16 @@ def _recovery(workload: Workload, ctx: RunContext, start: float) -> tuple[float 
         try:
             workload.probe()
         except Exception:
-            if ctx.stop.is_set():
+            if give_up_at_stop and ctx.stop.is_set():
                 return "stopped"
             raise
         # Said apart: a steady state that returned only once the load stopped did not return under it.
         return "recovered after the run ended" if ctx.stop.is_set() else "recovered"
 
     try:
-        outcome = wait_until(healthy, timeout=RECOVERY_TIMEOUT, interval=0.05, what="the steady state")
+        outcome = wait_until(healthy, timeout=within, interval=0.05, what="the steady state")
     except HangError:
-        return None, f"not recovered within {RECOVERY_TIMEOUT:g} s"
+        return None, f"not recovered within {within:g} s"
     if outcome == "stopped":
         return None, "the run ended before the steady state returned"
     return round(ctx.elapsed() - start, 3), outcome

@@ -10,10 +10,18 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from chaos import FaultKind, FaultStatus
 from scenarios import ScenarioError, SteadyState, Verdict, load_attack, load_scenario
 from scenarios._model import CHECKS_NOTHING, EMPTY_INVARIANTS, NO_PROBE
-from scenarios._records import Probe
-from scenarios._runner import NO_PROBE_RECOVERY, _recovery, steady_verdicts, undeclared_verdicts
+from scenarios._records import FaultRecord, Probe
+from scenarios._runner import (
+    NO_PROBE_RECOVERY,
+    RECOVERED,
+    _recovery,
+    recovery_verdicts,
+    steady_verdicts,
+    undeclared_verdicts,
+)
 from scenarios._workload import Params, RunContext, Workload
 from scenarios.cli import main
 
@@ -116,3 +124,68 @@ def test_a_workload_without_a_probe_gets_no_held_steady_state() -> None:
 def test_undeclared_verdicts_are_kept_apart_not_dropped() -> None:
     produced = [Verdict("a", True, "1"), Verdict("b", False, "2"), Verdict("c", True, "3")]
     assert [v.name for v in undeclared_verdicts(["a"], produced)] == ["b", "c"]
+
+
+# -- recovery within a bound is a verdict of every run with faults ---------------------------------
+
+
+def _record(at: float, mttr: float | None, *, held: float = 1.0, outcome: str = "recovered",
+            status: FaultStatus = FaultStatus.INJECTED) -> FaultRecord:
+    return FaultRecord(at, at, at + held, FaultKind.PAUSE, "task:sample_env", outcome, mttr, status, at)
+
+
+def test_a_fault_that_did_not_recover_breaks_the_recovery_verdict() -> None:
+    recovered = [_record(2.0, 1.5), _record(5.0, 3.0, held=2.5)]
+    (verdict,) = recovery_verdicts(recovered, within=10.0)
+    assert (verdict.name, verdict.held, verdict.seen) == (RECOVERED, True, 2), verdict
+    lost = _record(8.0, None, outcome="the run ended before the steady state returned")
+    (verdict,) = recovery_verdicts([*recovered, lost], within=10.0)
+    assert not verdict.held and verdict.detail == (
+        "pause of task:sample_env at 8 s: not recovered within 10 s of its heal "
+        "(the run ended before the steady state returned)"), verdict
+
+
+def test_a_recovery_past_the_bound_breaks_it_counted_from_the_heal() -> None:
+    # Held 20 s (heal at_end, say) and back 2 s after its heal: MTTR 22 s, within a 5 s bound.
+    assert recovery_verdicts([_record(1.0, 22.0, held=20.0)], within=5.0)[0].held
+    (late,) = recovery_verdicts([_record(1.0, 9.0, held=1.0)], within=5.0)
+    assert not late.held and "recovered 8.00 s after its heal, past the 5 s bound" in late.detail
+
+
+def test_no_recovery_verdict_when_no_fault_happened() -> None:
+    assert recovery_verdicts([_record(1.0, None, status=FaultStatus.NOT_FOUND)], within=5.0) == []
+
+
+def test_the_recovery_bound_comes_from_the_scenario(tmp_path: Path) -> None:
+    assert load_scenario("replay-crash-loop").recovery_within == 60.0
+    path = _copy(tmp_path, "replay-crash-loop", "duration = 12\n", "duration = 12\nrecovery_within = 7.5\n")
+    assert load_scenario(path).recovery_within == 7.5
+    bad = _copy(tmp_path, "replay-crash-loop", "duration = 12\n", "duration = 12\nrecovery_within = 0\n")
+    with pytest.raises(ScenarioError, match=re.escape("recovery_within = 0: must be a number in [0.1, 3600]")):
+        load_scenario(bad)
+
+
+class _FailsUntil(Workload):
+    """A probe that fails until ``healthy_after`` calls."""
+
+    def __init__(self, ctx: RunContext, healthy_after: int) -> None:
+        super().__init__(ctx)
+        self.calls, self.healthy_after = 0, healthy_after
+
+    def step(self) -> bool:
+        return False
+
+    def probe(self) -> str:
+        self.calls += 1
+        if self.calls < self.healthy_after:
+            raise RuntimeError("not yet")
+        return "ok"
+
+
+def test_a_judged_recovery_keeps_its_bound_after_the_run_stopped() -> None:
+    ctx = _context()
+    ctx.stop.set()  # the fault healed as the run ended: its recovery is still judged in full
+    mttr, text = _recovery(_FailsUntil(ctx, healthy_after=3), ctx, 0.0, within=5.0, give_up_at_stop=False)
+    assert mttr is not None and text == "recovered after the run ended"
+    mttr, text = _recovery(_FailsUntil(ctx, healthy_after=10**9), ctx, 0.0, within=0.3, give_up_at_stop=False)
+    assert (mttr, text) == (None, "not recovered within 0.3 s")
