@@ -125,53 +125,139 @@ def check_set(history: Iterable[Op], stored: Iterable[Hashable], *, allowed_loss
     )
 
 
+#: A writer that records nothing (no call submitted, no reply) for this many per-call
+#: timeouts is stuck: between two records it makes one submit or one bounded await.
+STALL_TIMEOUTS = 2
+
+
 def drive_writers(submit: Callable[[str, int], Any], history: History, *, writers: Sequence[str],
                   writes: int, window: int = 4, timeout: float = 60.0,
-                  stop: threading.Event | None = None) -> dict[str, BaseException]:
+                  stop: threading.Event | None = None,
+                  deadline: float | None = None) -> dict[str, BaseException]:
     """Run one thread per writer, each keeping ``window`` calls in flight: ``submit(writer,
     seq)`` returns a Ray ObjectRef; each is recorded when invoked and when its reply arrives.
 
     A call that raises is recorded ``info`` (it may have been applied) and ends its writer:
-    the error is returned under the writer's name. Each reply is awaited at most ``timeout``
-    seconds (a :class:`HangError` then). ``stop`` ends the writers early.
+    the error is returned under the writer's name. Every wait is bounded, whatever ``writes``:
+    each reply is awaited at most ``timeout`` seconds, a writer that records nothing for
+    ``STALL_TIMEOUTS × timeout`` (a ``submit`` that blocks) is stuck, and the run as a whole
+    may take ``deadline`` seconds when one is given. Each is a :class:`HangError` naming the
+    writes still pending, and the other writers are stopped; a stuck thread is left behind
+    (a daemon: Python cannot end it). ``stop`` ends the writers early, without an error.
+
+    Raises:
+        InvalidConfig: ``timeout`` or ``deadline`` not a positive number of seconds.
     """
-    errors: dict[str, BaseException] = {}
-    threads = [threading.Thread(target=_writer, name=f"writer-{w}", daemon=True,
-                                args=(submit, history, w, writes, window, timeout, stop, errors))
-               for w in writers]
-    for thread in threads:
+    _validate_seconds("timeout", timeout)
+    if deadline is not None:
+        _validate_seconds("deadline", deadline)
+    run = _Run(submit, history, writes, window, timeout, stop)
+    threads = {w: threading.Thread(target=_writer, name=f"writer-{w}", daemon=True, args=(run, w))
+               for w in writers}
+    started = run.clock()
+    for writer, thread in threads.items():
+        run.beat(writer)
         thread.start()
-    for thread in threads:
-        thread.join(timeout * (writes + 1))  # each reply has its own bound; this one is a backstop
-        if thread.is_alive():
-            errors.setdefault(thread.name, HangError(f"{thread.name} did not finish"))
-    return errors
+    hung = _watch(run, threads, None if deadline is None else started + deadline)
+    with run.lock:
+        return {**run.errors, **hung}
 
 
-def _writer(submit: Callable[[str, int], Any], history: History, writer: str, writes: int,
-            window: int, timeout: float, stop: threading.Event | None,
-            errors: dict[str, BaseException]) -> None:
-    import ray
+def _validate_seconds(name: str, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise InvalidConfig(f"drive_writers `{name}` must be a positive number of seconds, got {value!r}")
 
+
+class _Run:
+    """What the writers of one :func:`drive_writers` share: their arguments, the errors they
+    end with, when each last recorded something, and ``halt``, set once the run is over."""
+
+    def __init__(self, submit: Callable[[str, int], Any], history: History, writes: int, window: int,
+                 timeout: float, stop: threading.Event | None) -> None:
+        self.submit, self.history, self.writes, self.window = submit, history, writes, window
+        self.timeout, self.stop = timeout, stop
+        self.stall = STALL_TIMEOUTS * timeout
+        self.clock = time.monotonic
+        self.lock = threading.Lock()
+        self.errors: dict[str, BaseException] = {}
+        self.beats: dict[str, float] = {}
+        self.halt = threading.Event()
+
+    def stopped(self) -> bool:
+        return self.halt.is_set() or (self.stop is not None and self.stop.is_set())
+
+    def beat(self, writer: str) -> None:
+        with self.lock:
+            self.beats[writer] = self.clock()
+
+    def last_beat(self, writer: str) -> float:
+        with self.lock:
+            return self.beats[writer]
+
+    def fail(self, writer: str, exc: BaseException) -> None:
+        with self.lock:  # a hung writer's late error lands after the caller's copy: unread
+            self.errors[writer] = exc
+
+    def pending(self, writer: str) -> list[Hashable]:
+        return [op.key for op in self.history.ops() if op.client == writer and op.status is OpStatus.PENDING]
+
+
+def _watch(run: _Run, threads: dict[str, threading.Thread], deadline_at: float | None) -> dict[str, HangError]:
+    """Wait for every writer, each for as long as it keeps recording; the hung ones, by name."""
+    hung: dict[str, HangError] = {}
+    while waiting := [w for w, t in threads.items() if t.is_alive() and w not in hung]:
+        now = run.clock()
+        for writer in waiting:
+            why = _overdue(run, writer, now, deadline_at)
+            if why:
+                hung[writer] = HangError(f"writer {writer!r} {why}; its writes pending: "
+                                         f"{run.pending(writer)!r}")
+                run.halt.set()  # the others stop submitting and finish what is in flight
+        waiting = [w for w in waiting if w not in hung]
+        if waiting:  # wake when the first of them would be overdue, unless it ends before
+            wake = min(run.last_beat(w) + run.stall for w in waiting)
+            wake = wake if deadline_at is None else min(wake, deadline_at)
+            threads[waiting[0]].join(max(0.0, wake - now))
+    return hung
+
+
+def _overdue(run: _Run, writer: str, now: float, deadline_at: float | None) -> str:
+    """Why ``writer`` is past its bound at ``now``, and the fix ("" while it is within it)."""
+    silent = now - run.last_beat(writer)
+    if silent >= run.stall:
+        return (f"recorded nothing for {silent:.1f} s, past {STALL_TIMEOUTS} × the per-call timeout "
+                f"{run.timeout} s: its submit blocks (make it return a reference at once) or its "
+                "wait ignores the timeout")
+    if deadline_at is not None and now >= deadline_at:
+        return ("was still writing at the run's deadline: give a later `deadline`, fewer `writes`, "
+                "or end the run with `stop`")
+    return ""
+
+
+def _writer(run: _Run, writer: str) -> None:
     in_flight: collections.deque[tuple[Hashable, Any]] = collections.deque()
     seq = 0
     try:
-        while seq < writes or in_flight:
-            while seq < writes and len(in_flight) < window and not (stop and stop.is_set()):
-                history.invoke((writer, seq), writer)
-                in_flight.append(((writer, seq), submit(writer, seq)))
+        while seq < run.writes or in_flight:
+            while seq < run.writes and len(in_flight) < run.window and not run.stopped():
+                run.history.invoke((writer, seq), writer)
+                run.beat(writer)
+                in_flight.append(((writer, seq), run.submit(writer, seq)))
                 seq += 1
             if not in_flight:
                 return
             key, ref = in_flight.popleft()
-            _await(ray, key, ref, history, timeout)
+            _await(key, ref, run.history, run.timeout)
+            run.beat(writer)
     except BaseException as exc:  # noqa: BLE001 - reported to the caller, with the rest `info`
-        errors[writer] = exc
+        run.fail(writer, exc)
         for key, _ in in_flight:
-            history.complete(key, OpStatus.INFO)
+            run.history.complete(key, OpStatus.INFO)
 
 
-def _await(ray: Any, key: Hashable, ref: Any, history: History, timeout: float) -> None:
+def _await(key: Hashable, ref: Any, history: History, timeout: float) -> None:
+    import ray
+
     try:
         ray.get(ref, timeout=timeout)
     except ray.exceptions.GetTimeoutError as exc:
