@@ -29,7 +29,8 @@ class RunLabel(StrEnum):
 class RunStatus(StrEnum):
     """Where a run is, as chaostoolkit's journal: it starts ``RUNNING`` and ends
     ``COMPLETED`` (ran to its end), ``INTERRUPTED`` (Ctrl-C: no probes, no invariants) or
-    ``ABORTED`` (the workload itself raised). Whether an invariant broke is ``deviated``."""
+    ``ABORTED`` (the workload itself raised, a call into it ran past its bound, or a scheduled
+    fault was left without its record). Whether an invariant broke is ``deviated``."""
 
     RUNNING = "running"
     COMPLETED = "completed"
@@ -108,6 +109,8 @@ class FaultRecord:
     mttr: float | None
     status: FaultStatus = FaultStatus.INJECTED
     confirmed: float | None = None
+    #: Which schedule entry this is (its index); every entry ends with exactly one record.
+    index: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -222,6 +222,9 @@ class _Recorder:
         self.samples: list[Sample] = []
         self.faults: list[FaultRecord] = []
         self.sampler: threading.Thread | None = None
+        #: Why the run cannot count as completed, whatever the workload did (first one first).
+        self.failures: list[str] = []
+        self._faults_closed = False
 
     def probe(self, probe: Probe) -> None:
         with self.lock:
@@ -233,7 +236,21 @@ class _Recorder:
 
     def fault(self, record: FaultRecord) -> None:
         with self.lock:
-            self.faults.append(record)
+            if not self._faults_closed:  # a record after the check: its entry is already FAILED
+                self.faults.append(record)
+
+    def close_faults(self, schedule: Schedule, *, why: str) -> None:
+        """Make every schedule entry end with exactly one record (see :func:`complete_records`);
+        a missing one fails the run, naming it. Records that come later are dropped: their
+        entries were already recorded as failed."""
+        with self.lock:
+            self._faults_closed = True
+            self.faults, problems = complete_records(schedule, self.faults, why=why)
+            self.failures += [f"fault records: {p}" for p in problems]
+
+    def fail(self, why: str) -> None:
+        with self.lock:
+            self.failures.append(why)
 
 
 def _run_once(run: _Run, workload_cls: type[Workload], params: Params, progress: Progress) -> RunResult:
@@ -253,6 +270,8 @@ def _run_once(run: _Run, workload_cls: type[Workload], params: Params, progress:
     unjudged: list[Verdict] = []
     try:
         status, error = _exercise(run, workload, ctx, chaos, rec, progress, started)
+        if rec.failures:  # the workload completed, but the run cannot be trusted as one that did
+            status, error = RunStatus.ABORTED, "; ".join([*([error] if error else []), *rec.failures])
     except KeyboardInterrupt:
         status, error = RunStatus.INTERRUPTED, "interrupted by Ctrl-C: no probes after it, no invariants"
         progress(f"{scenario.name} [{run.label}]: interrupted, healing", ctx)
@@ -474,9 +493,34 @@ def _faults_running(run: _Run, workload: Workload, ctx: RunContext, chaos: Chaos
         yield
     finally:
         ctx.stop.set()
-        driver.join(timeout=run.scenario.recovery_within + 30)
+        bound = run.scenario.recovery_within + 30
+        driver.join(timeout=bound)
+        rec.close_faults(schedule, why=f"the fault driver was still running {bound:g} s after the run's end"
+                         if driver.is_alive() else "the fault driver ended without settling it")
         if prober.is_alive():
             prober.join(timeout=30)
+
+
+def complete_records(schedule: Schedule, records: Sequence[FaultRecord], *,
+                     why: str) -> tuple[list[FaultRecord], list[str]]:
+    """Exactly one record per schedule entry, in the schedule's order, and what was wrong: an
+    entry without a record gets a ``FAILED`` one saying ``why``; an entry with several gets one
+    ``FAILED`` record naming their statuses; a record of no entry is named and dropped."""
+    out, problems = [], []
+    for i, entry in enumerate(schedule.entries):
+        found = [r for r in records if r.index == i]
+        if len(found) == 1:
+            out.append(found[0])
+            continue
+        name = f"faults[{i}] {entry.kind} of {entry.target_label} at {entry.at:g} s"
+        text = (f"no record: {why}" if not found else
+                f"{len(found)} records for one fault: {', '.join(r.status.value for r in found)}")
+        problems.append(f"{name}: {text}")
+        out.append(FaultRecord(entry.at, entry.at, entry.at, entry.kind, entry.target_label,
+                               f"{FaultStatus.FAILED.value}: {text}", None, FaultStatus.FAILED, None, i))
+    problems += [f"a record of no scheduled fault: {r.kind} of {r.target} at {r.at:g} s (index {r.index})"
+                 for r in records if r.index is None or not 0 <= r.index < len(schedule.entries)]
+    return out, problems
 
 
 def _drive(chaos: Chaos, schedule: Schedule, ctx: RunContext, observer: _RunObserver) -> None:
@@ -513,7 +557,7 @@ class _RunObserver(ScheduleObserver):
         if not outcome.ok:
             self.rec.fault(FaultRecord(entry.at, start, end, entry.kind, target,
                                        f"{outcome.status.value}: {outcome.error}"[:500], None, outcome.status,
-                                       outcome.confirmed))
+                                       outcome.confirmed, outcome.index))
             return outcome
         healed = self._heal_observed(outcome.injection)
         judged = _recovery_judged(self.scenario, self.workload)
@@ -523,7 +567,7 @@ class _RunObserver(ScheduleObserver):
         self.chaos.journal.record(RecoverEvent(at=entry.at, fault=entry.fault, target=target, outcome=text,
                                                seconds=mttr))
         self.rec.fault(FaultRecord(entry.at, start, end, entry.kind, target, text, mttr, outcome.status,
-                                   outcome.confirmed))
+                                   outcome.confirmed, outcome.index))
         return outcome
 
     def _heal_observed(self, injection: Injection) -> str:

@@ -10,14 +10,16 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from chaos import FaultKind, FaultStatus
+from chaos import ActorTarget, FaultKind, FaultStatus, Kill, Schedule, ScheduledFault
 from scenarios import ScenarioError, SteadyState, Verdict, load_attack, load_scenario
 from scenarios._model import CHECKS_NOTHING, EMPTY_INVARIANTS, NO_PROBE
 from scenarios._records import FaultRecord, Probe
 from scenarios._runner import (
     NO_PROBE_RECOVERY,
     RECOVERED,
+    _Recorder,
     _recovery,
+    complete_records,
     recovery_verdicts,
     steady_verdicts,
     undeclared_verdicts,
@@ -189,3 +191,44 @@ def test_a_judged_recovery_keeps_its_bound_after_the_run_stopped() -> None:
     assert mttr is not None and text == "recovered after the run ended"
     mttr, text = _recovery(_FailsUntil(ctx, healthy_after=10**9), ctx, 0.0, within=0.3, give_up_at_stop=False)
     assert (mttr, text) == (None, "not recovered within 0.3 s")
+
+
+# -- every schedule entry ends with exactly one record ---------------------------------------------
+
+KILL = Kill(ActorTarget(name="replay"))
+THREE = Schedule((ScheduledFault(1.0, KILL), ScheduledFault(3.0, KILL), ScheduledFault(5.0, KILL)))
+
+
+def _kill_record(index: int, status: FaultStatus = FaultStatus.INJECTED) -> FaultRecord:
+    at = THREE.entries[index].at
+    return FaultRecord(at, at, at, FaultKind.KILL, "actor:replay", "recovered", 0.5, status, at, index)
+
+
+def test_an_entry_without_a_record_becomes_a_failed_record_naming_it() -> None:
+    records, problems = complete_records(THREE, [_kill_record(0), _kill_record(2)], why="the driver was lost")
+    assert [(r.index, r.status) for r in records] == [
+        (0, FaultStatus.INJECTED), (1, FaultStatus.FAILED), (2, FaultStatus.INJECTED)]
+    assert problems == ["faults[1] kill of actor /replay at 3 s: no record: the driver was lost"]
+    assert records[1].outcome == "failed: no record: the driver was lost" and records[1].mttr is None
+
+
+def test_an_entry_with_two_records_or_a_record_of_no_entry_is_named() -> None:
+    stray = FaultRecord(9.0, 9.0, 9.0, FaultKind.KILL, "actor:x", "?", None)
+    records, problems = complete_records(
+        THREE, [_kill_record(0), _kill_record(1), _kill_record(1, FaultStatus.FAILED), _kill_record(2), stray], why="")
+    assert [r.status for r in records] == [FaultStatus.INJECTED, FaultStatus.FAILED, FaultStatus.INJECTED]
+    assert problems == ["faults[1] kill of actor /replay at 3 s: 2 records for one fault: injected, failed",
+                        "a record of no scheduled fault: kill of actor:x at 9 s (index None)"]
+
+
+def test_the_recorder_fails_the_run_for_a_missing_record_and_drops_late_ones() -> None:
+    rec = _Recorder()
+    rec.fault(_kill_record(0))
+    rec.close_faults(THREE, why="the fault driver was still running 90 s after the run's end")
+    assert rec.failures == [
+        "fault records: faults[1] kill of actor /replay at 3 s: no record: the fault driver was still running "
+        "90 s after the run's end",
+        "fault records: faults[2] kill of actor /replay at 5 s: no record: the fault driver was still running "
+        "90 s after the run's end"]
+    rec.fault(_kill_record(1))  # the driver settles it after all, too late: its entry is already FAILED
+    assert [r.status for r in rec.faults] == [FaultStatus.INJECTED, FaultStatus.FAILED, FaultStatus.FAILED]
