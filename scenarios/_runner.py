@@ -45,14 +45,14 @@ from chaos import (
     stop_agents,
     wait_until,
 )
-from chaos._faults import STORAGE
+from chaos._faults import MAX_FAULT_SECONDS, STORAGE
 from scenarios._interrupt import interrupt_once
 from scenarios._model import Scenario, SteadyState, resolve_workload
 from scenarios._records import FaultRecord, Phase, Probe, RunLabel, RunResult, RunStatus, Sample, Verdict
 from scenarios._workload import Params, RunContext, Workload, validate_params
 
-__all__ = ["RECOVERED", "Progress", "declared_verdicts", "recovery_verdicts", "run_scenario", "steady_verdicts",
-           "undeclared_verdicts"]
+__all__ = ["RECOVERED", "Progress", "at_end_schedule", "declared_verdicts", "recovery_verdicts", "run_scenario",
+           "steady_verdicts", "undeclared_verdicts"]
 
 RECOVERY_TIMEOUT = 60.0
 #: The verdict every run with faults gets when its recovery can be measured.
@@ -106,6 +106,8 @@ def run_scenario(scenario: Scenario, *, seed: int = 0, address: str | None = Non
     if scenario.faultless and scenario.strict_faults:  # load_scenario refuses such a file too
         raise InvalidConfig(f"scenario {scenario.name!r} has no fault, so its run would pass untested "
                             "under faults; give it a schedule, or strict_faults=False to run it without faults")
+    if scenario.heal == "at_end":
+        scenario = replace(scenario, schedule=at_end_schedule(scenario.schedule, scenario.duration))
     with interrupt_once():
         scenario, oom_config = _with_oom_headroom(scenario, address)
         with _cluster(scenario, address, oom_config) as addr, \
@@ -138,6 +140,27 @@ def _at_storage(scenario: Scenario, storage: str) -> Scenario:
                     if isinstance(e.fault, FillDisk) and e.fault.path == STORAGE else e
                     for e in scenario.schedule.entries)
     return replace(scenario, schedule=Schedule(entries, scenario.schedule.seed))
+
+
+#: Seconds a fault under ``heal = "at_end"`` is asked to outlast the run: the driver heals it
+#: at the end; the agent's own deadline is only the backstop for a driver that died.
+AT_END_SLACK = 10.0
+
+
+def at_end_schedule(schedule: Schedule, duration: float) -> Schedule:
+    """The schedule as ``heal = "at_end"`` runs it: each fault that ends itself after its
+    ``seconds`` (a pause, a CPU hog, a memory allocation, a frozen node: the agent on the node
+    keeps that deadline) asked to last to the run's end and ``AT_END_SLACK`` past it, so that
+    the driver's heal at the end is what ends it, as the journal and the report say. A fault
+    asked to last longer keeps its own seconds."""
+    def held(entry: ScheduledFault) -> ScheduledFault:
+        seconds = getattr(entry.fault, "seconds", None)
+        if seconds is None:
+            return entry  # an instant fault (a kill): nothing to hold
+        to_end = min(MAX_FAULT_SECONDS, duration - entry.at + AT_END_SLACK)
+        return ScheduledFault(entry.at, replace(entry.fault, seconds=max(seconds, to_end)))
+
+    return Schedule(tuple(held(e) for e in schedule.entries), schedule.seed)
 
 
 def _journal_path(report_dir: str | None, label: RunLabel) -> str | None:

@@ -5,20 +5,34 @@ into a workload is bounded, and ``heal = "at_end"`` holds each fault to the end.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from chaos import ActorTarget, FaultKind, FaultStatus, Kill, Schedule, ScheduledFault
+from chaos import (
+    ActorTarget,
+    CpuHog,
+    FaultKind,
+    FaultStatus,
+    Kill,
+    NodeTarget,
+    Pause,
+    Schedule,
+    ScheduledFault,
+    TaskTarget,
+)
 from scenarios import ScenarioError, SteadyState, Verdict, load_attack, load_scenario
 from scenarios._model import CHECKS_NOTHING, EMPTY_INVARIANTS, NO_PROBE
 from scenarios._records import FaultRecord, Probe
 from scenarios._runner import (
+    AT_END_SLACK,
     NO_PROBE_RECOVERY,
     RECOVERED,
     _Recorder,
     _recovery,
+    at_end_schedule,
     complete_records,
     recovery_verdicts,
     steady_verdicts,
@@ -232,3 +246,17 @@ def test_the_recorder_fails_the_run_for_a_missing_record_and_drops_late_ones() -
         "90 s after the run's end"]
     rec.fault(_kill_record(1))  # the driver settles it after all, too late: its entry is already FAILED
     assert [r.status for r in rec.faults] == [FaultStatus.INJECTED, FaultStatus.FAILED, FaultStatus.FAILED]
+
+
+# -- heal = "at_end": a fault that ends itself is asked to last to the end --------------------------
+
+
+def test_at_end_asks_each_timed_fault_to_outlast_the_run() -> None:
+    pause = Pause(TaskTarget(name="sample_env"), seconds=3.0)
+    hog = CpuHog(cores=1, seconds=100.0, node=NodeTarget())  # already longer than the run: kept
+    schedule = Schedule((ScheduledFault(0.0, KILL), ScheduledFault(2.0, pause), ScheduledFault(5.0, hog)), seed=7)
+    held = at_end_schedule(schedule, duration=20.0)
+    assert held.seed == 7 and held.entries[0] == schedule.entries[0]
+    assert held.entries[1] == ScheduledFault(2.0, replace(pause, seconds=18.0 + AT_END_SLACK))
+    assert held.entries[2] == schedule.entries[2]
+    assert at_end_schedule(held, duration=20.0) == held  # a replayed journal's schedule stays as it was
