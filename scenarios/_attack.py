@@ -19,6 +19,7 @@ from enum import StrEnum
 from pydantic import Field
 
 from chaos import InvalidConfig
+from scenarios._bounded import CallHang, bounded
 from scenarios._records import Verdict
 from scenarios._workload import Params, Workload
 
@@ -41,7 +42,7 @@ class UserProbe:
         """Whether it passed, and what it said."""
         if self.kind is ProbeKind.SHELL:
             return _shell(self.spec, timeout)
-        return _python(self.spec)
+        return _python(self.spec, timeout)
 
     def to_param(self) -> dict[str, str]:
         return {"kind": self.kind.value, "spec": self.spec}
@@ -64,10 +65,15 @@ def _shell(command: str, timeout: float) -> tuple[bool, str]:
     return out.returncode == 0, f"exit {out.returncode}" + (f": {said}" if said else "")
 
 
-def _python(spec: str) -> tuple[bool, str]:
+def _python(spec: str, timeout: float) -> tuple[bool, str]:
+    """Call ``module:function`` with the probe's deadline, as a shell probe has one: a probe
+    blocked on a paused service fails after ``timeout`` instead of hanging the attack. Its
+    thread cannot be killed and is left to finish on its own (see :func:`bounded`)."""
     module, _, name = spec.partition(":")
     try:
-        answer = getattr(importlib.import_module(module), name)()
+        answer = bounded(lambda: getattr(importlib.import_module(module), name)(), what=spec, seconds=timeout)
+    except CallHang:
+        return False, f"still running after {timeout:g} s"
     except Exception as exc:  # noqa: BLE001 - a failing probe is the finding, not a crash
         return False, f"{type(exc).__name__}: {exc}"[:200]
     return answer is not False, repr(answer)[:200]

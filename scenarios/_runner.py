@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import psutil
 
@@ -46,6 +46,7 @@ from chaos import (
     wait_until,
 )
 from chaos._faults import MAX_FAULT_SECONDS, STORAGE
+from scenarios._bounded import CallHang, bounded
 from scenarios._interrupt import interrupt_once
 from scenarios._model import Scenario, SteadyState, resolve_workload
 from scenarios._records import FaultRecord, Phase, Probe, RunLabel, RunResult, RunStatus, Sample, Verdict
@@ -62,6 +63,7 @@ NO_PROBE_RECOVERY = "no probe: the workload has no steady-state probe, so recove
 SAMPLE_EVERY = 0.5
 
 Progress = Callable[[str, RunContext | None], None]
+T = TypeVar("T")
 
 
 def _quiet(message: str, ctx: RunContext | None) -> None:
@@ -236,6 +238,55 @@ def aim_memory_faults(scenario: Scenario, threshold: float) -> Scenario:
 # -- one run -------------------------------------------------------------------------------
 
 
+#: Seconds each call into a workload may take. Past it the run is aborted, naming the call and
+#: its bound (a hook blocked on a paused service would otherwise hang the run for ever). Wide:
+#: a library's setup builds its actors, an invariant may wait out its own deadlines.
+CALL_BOUNDS: Mapping[str, float] = {"setup": 300.0, "step": 120.0, "probe": 60.0, "invariants": 300.0,
+                                    "teardown": 60.0}
+
+
+class _Bounded:
+    """The workload as the runner calls it: each hook with its deadline (``CALL_BOUNDS``).
+
+    A hook past its bound records the run's failure, stops the run and raises
+    :class:`CallHang`; from then on the workload counts as broken (``hung``): every hook but
+    ``teardown`` refuses at once, since its hung call may still be running in its thread.
+    """
+
+    def __init__(self, workload: Workload, rec: _Recorder, ctx: RunContext,
+                 bounds: Mapping[str, float] = CALL_BOUNDS) -> None:
+        self.workload, self.rec, self.ctx, self.bounds = workload, rec, ctx, bounds
+        self.HAS_PROBE = workload.HAS_PROBE
+        self.hung: str | None = None  # what hung, once something did
+
+    def _call(self, hook: str, call: Callable[[], T]) -> T:
+        what = f"{type(self.workload).__name__}.{hook}()"
+        if self.hung is not None and hook != "teardown":
+            raise CallHang(f"{what} not called: {self.hung}")
+        try:
+            return bounded(call, what=what, seconds=self.bounds[hook])
+        except CallHang as exc:
+            self.hung = str(exc)
+            self.rec.fail(str(exc))
+            self.ctx.stop.set()
+            raise
+
+    def setup(self) -> None:
+        self._call("setup", self.workload.setup)
+
+    def step(self) -> bool:
+        return self._call("step", self.workload.step)
+
+    def probe(self) -> str:
+        return self._call("probe", self.workload.probe)
+
+    def invariants(self) -> list[Verdict]:
+        return self._call("invariants", self.workload.invariants)
+
+    def teardown(self) -> None:
+        self._call("teardown", self.workload.teardown)
+
+
 class _Recorder:
     """Collects a run's probes, samples and fault records from several threads."""
 
@@ -283,7 +334,8 @@ def _run_once(run: _Run, workload_cls: type[Workload], params: Params, progress:
                      faults=run.faults)
     journal = Journal(run.journal_path)
     chaos = Chaos(address=run.address, journal=journal, seed=run.seed)
-    rec, workload = _Recorder(), workload_cls(ctx)
+    rec = _Recorder()
+    workload = _Bounded(workload_cls(ctx), rec, ctx)
     started = _start_once(journal, lambda: StartEvent(
         scenario=scenario.name, source=scenario.source, run=run.label, seed=run.seed, heal=scenario.heal,
         duration=scenario.duration, schedule=_schedule(run).planned()))
@@ -293,8 +345,6 @@ def _run_once(run: _Run, workload_cls: type[Workload], params: Params, progress:
     unjudged: list[Verdict] = []
     try:
         status, error = _exercise(run, workload, ctx, chaos, rec, progress, started)
-        if rec.failures:  # the workload completed, but the run cannot be trusted as one that did
-            status, error = RunStatus.ABORTED, "; ".join([*([error] if error else []), *rec.failures])
     except KeyboardInterrupt:
         status, error = RunStatus.INTERRUPTED, "interrupted by Ctrl-C: no probes after it, no invariants"
         progress(f"{scenario.name} [{run.label}]: interrupted, healing", ctx)
@@ -304,6 +354,7 @@ def _run_once(run: _Run, workload_cls: type[Workload], params: Params, progress:
         ctx.stop.set()
         chaos.heal_all()  # the rollback: runs after Ctrl-C too
         verdicts, unjudged = _conclude(run, workload, ctx, rec, status)
+        status, error = _with_failures(status, error, rec.failures)
         if rec.sampler is not None:
             rec.sampler.join(timeout=5)
         journal.record(EndEvent(outcome=status.value, seconds=ctx.elapsed(),
@@ -316,6 +367,14 @@ def _run_once(run: _Run, workload_cls: type[Workload], params: Params, progress:
                      tuple(sorted(rec.faults, key=lambda f: f.start)), dict(ctx.metrics),
                      {k: tuple(v) for k, v in ctx.series.items()}, error, scenario.strict_faults,
                      tuple(unjudged), workload.HAS_PROBE)
+
+
+def _with_failures(status: RunStatus, error: str, failures: Sequence[str]) -> tuple[RunStatus, str]:
+    """The run's status once the runner's own findings count: a call past its bound or a fault
+    without its record aborts a run the workload completed (it cannot be trusted as one)."""
+    if status is RunStatus.INTERRUPTED or not failures:
+        return status, error
+    return RunStatus.ABORTED, "; ".join([*([error] if error else []), *(f for f in failures if f not in error)])
 
 
 def _start_once(journal: Journal, make: Callable[[], StartEvent]) -> Callable[[], None]:
@@ -335,7 +394,7 @@ def _schedule(run: _Run) -> Schedule:
     return run.scenario.schedule if run.faults else Schedule(())
 
 
-def _exercise(run: _Run, workload: Workload, ctx: RunContext, chaos: Chaos, rec: _Recorder,
+def _exercise(run: _Run, workload: _Bounded, ctx: RunContext, chaos: Chaos, rec: _Recorder,
               progress: Progress, started: Callable[[], None]) -> tuple[RunStatus, str]:
     """Setup, probe before, the workload's loop under faults. Returns (status, error)."""
     try:
@@ -357,15 +416,16 @@ def _exercise(run: _Run, workload: Workload, ctx: RunContext, chaos: Chaos, rec:
         return RunStatus.ABORTED, f"{type(exc).__name__}: {exc}"
 
 
-def _conclude(run: _Run, workload: Workload, ctx: RunContext, rec: _Recorder,
+def _conclude(run: _Run, workload: _Bounded, ctx: RunContext, rec: _Recorder,
               status: RunStatus) -> tuple[list[Verdict], list[Verdict]]:
     """Probe after, check invariants and steady state, tear down. Never raises. Returns the
     judged verdicts and those of undeclared invariants (shown, not judged). An interrupted
-    run gets no probe and no verdict: nothing was checked, so nothing held."""
+    run gets no probe and no verdict: nothing was checked, so nothing held; nor does a run
+    whose workload hung (it is aborted, and its hooks are not called again but teardown)."""
     verdicts: list[Verdict] = []
     unjudged: list[Verdict] = []
     try:
-        if status is not RunStatus.INTERRUPTED:
+        if status is not RunStatus.INTERRUPTED and workload.hung is None:
             if workload.HAS_PROBE:
                 rec.probe(_probe(workload, ctx, "after"))
             produced = workload.invariants()
@@ -430,7 +490,7 @@ def steady_verdicts(steady: SteadyState, probes: Sequence[Probe], *, has_probe: 
     return out
 
 
-def _recovery_judged(scenario: Scenario, workload: Workload) -> bool:
+def _recovery_judged(scenario: Scenario, workload: Workload | _Bounded) -> bool:
     """Whether each fault's recovery is a verdict: the workload has a probe to measure it and
     the scenario expects the steady state back (``steady_state.after = false`` says it does
     not, e.g. an actor killed past its restarts)."""
@@ -448,7 +508,7 @@ def recovery_verdicts(faults: Sequence[FaultRecord], *, within: float) -> list[V
     late = [f for f in happened if f.mttr is None or _after_heal(f) > within]
     slowest = max((_after_heal(f) for f in happened if f.mttr is not None), default=0.0)
     detail = ("; ".join(f"{f.kind} of {f.target} at {f.at:g} s: {_late_text(f, within)}" for f in late)
-              if late else f"{len(happened)} faults, each recovered within {within:g} s of its heal "
+              if late else f"{len(happened)} fault(s), each recovered within {within:g} s of its heal "
               f"(slowest {slowest:.2f} s)")
     return [Verdict.over(RECOVERED, len(happened), held=not late, detail=detail)]
 
@@ -464,7 +524,7 @@ def _late_text(f: FaultRecord, within: float) -> str:
     return f"recovered {_after_heal(f):.2f} s after its heal, past the {within:g} s bound"
 
 
-def _probe(workload: Workload, ctx: RunContext, phase: Phase) -> Probe:
+def _probe(workload: Workload | _Bounded, ctx: RunContext, phase: Phase) -> Probe:
     try:
         return Probe(phase, round(ctx.elapsed(), 3), True, workload.probe())
     except Exception as exc:  # noqa: BLE001 - a failed probe is a result
@@ -497,7 +557,7 @@ def _rss(*, embedded: bool) -> int:
 
 
 @contextmanager
-def _faults_running(run: _Run, workload: Workload, ctx: RunContext, chaos: Chaos,
+def _faults_running(run: _Run, workload: _Bounded, ctx: RunContext, chaos: Chaos,
                     rec: _Recorder) -> Iterator[None]:
     schedule = _schedule(run)
     if not schedule.entries:
@@ -553,7 +613,7 @@ def _drive(chaos: Chaos, schedule: Schedule, ctx: RunContext, observer: _RunObse
         ctx.faults_settled.set()
 
 
-def _probe_during(run: _Run, workload: Workload, ctx: RunContext, rec: _Recorder) -> None:
+def _probe_during(run: _Run, workload: _Bounded, ctx: RunContext, rec: _Recorder) -> None:
     while not ctx.stop.wait(run.scenario.steady_state.probe_every):
         rec.probe(_probe(workload, ctx, "during"))
 
@@ -561,7 +621,7 @@ def _probe_during(run: _Run, workload: Workload, ctx: RunContext, rec: _Recorder
 class _RunObserver(ScheduleObserver):
     """Holds each fault per the heal strategy, counts it, measures its recovery, records it."""
 
-    def __init__(self, scenario: Scenario, workload: Workload, ctx: RunContext, chaos: Chaos,
+    def __init__(self, scenario: Scenario, workload: _Bounded, ctx: RunContext, chaos: Chaos,
                  rec: _Recorder) -> None:
         self.scenario, self.workload, self.ctx, self.chaos, self.rec = scenario, workload, ctx, chaos, rec
 
@@ -599,7 +659,7 @@ class _RunObserver(ScheduleObserver):
         return injection.heal_note()
 
 
-def _recovery(workload: Workload, ctx: RunContext, start: float, *, within: float = RECOVERY_TIMEOUT,
+def _recovery(workload: Workload | _Bounded, ctx: RunContext, start: float, *, within: float = RECOVERY_TIMEOUT,
               give_up_at_stop: bool = True) -> tuple[float | None, str]:
     """Seconds from injection until the probe holds again, waiting ``within`` seconds (None if
     it did not in time, or the workload has no probe: then nothing was measured, and the text
@@ -614,6 +674,8 @@ def _recovery(workload: Workload, ctx: RunContext, start: float, *, within: floa
         # recovered if its probe holds; the stop only cuts short a probe that keeps failing.
         try:
             workload.probe()
+        except CallHang:
+            return "hung"  # the workload is broken from here on: the run is aborted already
         except Exception:
             if give_up_at_stop and ctx.stop.is_set():
                 return "stopped"
@@ -627,4 +689,6 @@ def _recovery(workload: Workload, ctx: RunContext, start: float, *, within: floa
         return None, f"not recovered within {within:g} s"
     if outcome == "stopped":
         return None, "the run ended before the steady state returned"
+    if outcome == "hung":
+        return None, "not measured: a call into the workload ran past its bound"
     return round(ctx.elapsed() - start, 3), outcome

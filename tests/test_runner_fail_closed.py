@@ -5,6 +5,9 @@ into a workload is bounded, and ``heal = "at_end"`` holds each fault to the end.
 from __future__ import annotations
 
 import re
+import sys
+import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,14 +27,20 @@ from chaos import (
     TaskTarget,
 )
 from scenarios import ScenarioError, SteadyState, Verdict, load_attack, load_scenario
+from scenarios._attack import ProbeKind, UserProbe
+from scenarios._bounded import CallHang, bounded
 from scenarios._model import CHECKS_NOTHING, EMPTY_INVARIANTS, NO_PROBE
-from scenarios._records import FaultRecord, Probe
+from scenarios._records import FaultRecord, Probe, RunStatus
 from scenarios._runner import (
     AT_END_SLACK,
+    CALL_BOUNDS,
     NO_PROBE_RECOVERY,
     RECOVERED,
+    _Bounded,
+    _probe,
     _Recorder,
     _recovery,
+    _with_failures,
     at_end_schedule,
     complete_records,
     recovery_verdicts,
@@ -260,3 +269,79 @@ def test_at_end_asks_each_timed_fault_to_outlast_the_run() -> None:
     assert held.entries[1] == ScheduledFault(2.0, replace(pause, seconds=18.0 + AT_END_SLACK))
     assert held.entries[2] == schedule.entries[2]
     assert at_end_schedule(held, duration=20.0) == held  # a replayed journal's schedule stays as it was
+
+
+# -- every call into a workload, and every probe of an attack, has a deadline -----------------------
+
+#: How long a planted hook blocks: far past the bounds below, short enough that without a bound
+#: the test still ends (and fails) rather than hang.
+BLOCKED_FOR = 5.0
+
+
+class _Blocked(Workload):
+    """A workload whose step and probe block on a gate no one opens (a paused service, say)."""
+
+    def __init__(self, ctx: RunContext) -> None:
+        super().__init__(ctx)
+        self.gate, self.torn_down = threading.Event(), False
+
+    def step(self) -> bool:
+        self.gate.wait(BLOCKED_FOR)
+        return True
+
+    def probe(self) -> str:
+        self.gate.wait(BLOCKED_FOR)
+        return "answered"
+
+    def teardown(self) -> None:
+        self.torn_down = True
+
+
+def test_bounded_returns_raises_or_names_the_call_past_its_bound() -> None:
+    assert bounded(lambda: 42, what="f()", seconds=1.0) == 42
+    with pytest.raises(ZeroDivisionError):
+        bounded(lambda: 1 // 0, what="f()", seconds=1.0)
+    gate, start = threading.Event(), time.monotonic()
+    with pytest.raises(CallHang, match=re.escape("g() did not return within 0.2 s")):
+        bounded(lambda: gate.wait(BLOCKED_FOR), what="g()", seconds=0.2)
+    assert time.monotonic() - start < BLOCKED_FOR / 2
+    gate.set()
+
+
+def test_a_hook_past_its_bound_aborts_the_run_naming_it() -> None:
+    ctx, rec = _context(), _Recorder()
+    planted = _Blocked(ctx)
+    workload = _Bounded(planted, rec, ctx, bounds={**CALL_BOUNDS, "step": 0.2, "probe": 0.2})
+    start = time.monotonic()
+    with pytest.raises(CallHang):
+        workload.step()
+    assert time.monotonic() - start < BLOCKED_FOR / 2
+    assert rec.failures == ["_Blocked.step() did not return within 0.2 s (its thread is left running: a Python "
+                            "thread cannot be killed); find what it waits on, or bound that wait"]
+    assert ctx.stop.is_set() and workload.hung == rec.failures[0]
+    with pytest.raises(CallHang, match=re.escape("_Blocked.probe() not called: _Blocked.step() did not return")):
+        workload.probe()  # refused at once: the workload is broken
+    workload.teardown()
+    assert planted.torn_down
+    assert _with_failures(RunStatus.COMPLETED, "", rec.failures) == (RunStatus.ABORTED, rec.failures[0])
+    planted.gate.set()
+
+
+def test_a_blocked_probe_is_a_failed_probe_of_the_run_not_a_hang() -> None:
+    ctx, rec = _context(), _Recorder()
+    planted = _Blocked(ctx)
+    probe = _probe(_Bounded(planted, rec, ctx, bounds={**CALL_BOUNDS, "probe": 0.2}), ctx, "during")
+    assert not probe.ok and probe.detail.startswith("CallHang: _Blocked.probe() did not return within 0.2 s")
+    assert rec.failures and ctx.stop.is_set()
+    planted.gate.set()
+
+
+def test_an_attacks_python_probe_keeps_its_timeout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "paused_service.py").write_text(
+        "import threading\nGATE = threading.Event()\n"
+        f"def health():\n    GATE.wait({BLOCKED_FOR})\n    return True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    start = time.monotonic()
+    assert UserProbe(ProbeKind.PYTHON, "paused_service:health").run(timeout=0.2) == (False, "still running after 0.2 s")
+    assert time.monotonic() - start < BLOCKED_FOR / 2
+    sys.modules["paused_service"].GATE.set()
