@@ -576,15 +576,71 @@ class ObjectKind(StrEnum):
     WORKER_PUT = "worker_put"  #: ray.put by an actor on the node: its owner dies with it
 
 
-def expected_outcome(kind: ObjectKind, *, on_dead_node: bool) -> str:
+class GetOutcome(StrEnum):
+    """How ``ray.get`` of an object ended; an error classified by its type (``isinstance``
+    on Ray's exceptions), its value named after the class for the reader."""
+
+    VALUE = "value"
+    WRONG_VALUE = "wrong value"
+    RECONSTRUCTION_FAILED = "ObjectReconstructionFailedError"
+    OWNER_DIED = "OwnerDiedError"
+    OTHER_ERROR = "another error"
+
+
+def classify_get_error(exc: BaseException) -> GetOutcome:
+    """The outcome an error of ``ray.get`` stands for (Ray's two are siblings under
+    ObjectLostError, so the order of the checks does not matter)."""
+    from ray.exceptions import ObjectReconstructionFailedError, OwnerDiedError
+
+    if isinstance(exc, OwnerDiedError):
+        return GetOutcome.OWNER_DIED
+    if isinstance(exc, ObjectReconstructionFailedError):
+        return GetOutcome.RECONSTRUCTION_FAILED
+    return GetOutcome.OTHER_ERROR
+
+
+def expected_outcome(kind: ObjectKind, *, on_dead_node: bool) -> GetOutcome:
     """The oracle: what ``ray.get`` of an object ends in once the node holding its only copy
     died (Ray's documented object fault tolerance: lineage for task outputs with retries left,
     none for ``ray.put``; an object dies with its owner)."""
     if not on_dead_node or kind is ObjectKind.RETRIED_TASK:
-        return "value"
+        return GetOutcome.VALUE
     if kind is ObjectKind.ONCE_TASK:  # no retries: no reconstruction (Ray 2.60 raises the base class)
-        return "ObjectReconstructionFailedError"
-    return "OwnerDiedError"
+        return GetOutcome.RECONSTRUCTION_FAILED
+    return GetOutcome.OWNER_DIED
+
+
+@dataclass(frozen=True, slots=True)
+class Made:
+    """One object of the lost-objects run: how it was made, the node it lived on (read from
+    Ray: the State API's node of the task that made it, or its owner's node), and how
+    ``ray.get`` of it ended."""
+
+    kind: ObjectKind
+    node: str
+    outcome: GetOutcome
+    #: The error's type and message when ``ray.get`` raised: for the reader only.
+    error: str = ""
+
+
+def objects_verdict(made: list[Made], dead: set[str]) -> Verdict:
+    """``lost_objects_as_predicted``: each object's ``ray.get`` ends as the oracle predicts.
+    Only objects that lived on a node that died test the oracle's losses, so every kind must
+    have one there; without that evidence the verdict is false, as inconclusive."""
+    wrong = [f"{m.kind.value} on {'the dead' if m.node in dead else 'a live'} node: {m.outcome}"
+             f"{f' ({m.error})' if m.error else ''}, "
+             f"want {expected_outcome(m.kind, on_dead_node=m.node in dead)}"
+             for m in made if m.outcome != expected_outcome(m.kind, on_dead_node=m.node in dead)]
+    seen = {str(o): sum(m.outcome == o for m in made) for o in sorted({m.outcome for m in made})}
+    hit = {kind: sum(m.kind is kind and m.node in dead for m in made) for kind in ObjectKind}
+    missing = [kind.value for kind, n in hit.items() if not n]
+    detail = (f"{len(made)} objects, dead nodes {len(dead)}, on them {sum(hit.values())} "
+              f"({', '.join(f'{k.value} {n}' for k, n in hit.items())}): {seen}; wrong: {wrong[:3] or 'none'}")
+    if missing:
+        return Verdict("lost_objects_as_predicted", False,
+                       f"inconclusive: no {', '.join(missing)} object lived on a node that died, so no "
+                       f"loss was tested; {detail}", seen=len(made))
+    return Verdict("lost_objects_as_predicted", not wrong, detail, seen=len(made))
 
 
 class LostObjectsParams(Params):
@@ -646,16 +702,8 @@ class LostObjects(Workload):
 
     def invariants(self) -> list[Verdict]:
         dead = _dead(self.ctx.address) - self.dead_before
-        wrong: list[str] = []
-        seen: dict[str, int] = {}
-        for kind, node, i, ref in self.made:
-            want = expected_outcome(kind, on_dead_node=node in dead)
-            got = self._outcome(ref, i)
-            seen[got] = seen.get(got, 0) + 1
-            if got != want:
-                wrong.append(f"{kind.value} on {'the dead' if node in dead else 'a live'} node: {got}, want {want}")
-        return [Verdict("lost_objects_as_predicted", bool(dead) and not wrong,
-                        f"{len(self.made)} objects, dead nodes {len(dead)}: {seen}; wrong: {wrong[:3] or 'none'}")]
+        made = [self._outcome(kind, node, ref, i) for kind, node, i, ref in self.made]
+        return [objects_verdict(made, dead)]
 
     def teardown(self) -> None:
         import ray
@@ -663,14 +711,15 @@ class LostObjects(Workload):
         for putter in self.putters:
             ray.kill(putter)
 
-    def _outcome(self, ref: Any, i: int) -> str:
+    def _outcome(self, kind: ObjectKind, node: str, ref: Any, i: int) -> Made:
         import ray
 
         try:
             value = ray.get(ref, timeout=CALL_TIMEOUT)
         except Exception as exc:  # noqa: BLE001 - the error's type is the outcome
-            return type(exc).__name__
-        return "value" if int(value[0]) == i and len(value) == PLASMA_ELEMENTS else "wrong value"
+            return Made(kind, node, classify_get_error(exc), f"{type(exc).__name__}: {exc}"[:160])
+        whole = int(value[0]) == i and len(value) == PLASMA_ELEMENTS
+        return Made(kind, node, GetOutcome.VALUE if whole else GetOutcome.WRONG_VALUE)
 
 
 # -- 8. placement groups ------------------------------------------------------------------------
@@ -901,9 +950,23 @@ class Caller:
         for i in range(start, start + n):
             try:
                 ok += ray.get(target.echo.remote(i), timeout=CALL_TIMEOUT) == i
-            except Exception as exc:  # noqa: BLE001 - counted by type, the verdict decides
-                errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
+            except Exception as exc:  # noqa: BLE001 - counted by kind, the verdict decides
+                kind = call_error_kind(exc)
+                errors[kind] = errors.get(kind, 0) + 1
         return ok, errors
+
+
+#: The key of the calls that failed with ActorUnavailableError (or a subclass) in
+#: :meth:`Caller.run`'s counts; any other error counts under ``other: <its type>``.
+UNAVAILABLE = "ActorUnavailableError"
+
+
+def call_error_kind(exc: BaseException) -> str:
+    """The key a failed call counts under: decided by ``isinstance`` on Ray's exception type,
+    the type's name only for the reader of an unexpected one."""
+    from ray.exceptions import ActorUnavailableError
+
+    return UNAVAILABLE if isinstance(exc, ActorUnavailableError) else f"other: {type(exc).__name__}"
 
 
 class RpcParams(Params):
@@ -950,7 +1013,11 @@ class RpcFailures(Workload):
         return True
 
     def probe(self) -> str:
-        return f"{self.calls} calls, {self.ok} answered"
+        """The target answers the driver within 5 s (the driver's calls cross no worker node's
+        failure knob): it is alive and serving, whatever the knob does to the caller's calls."""
+        import ray
+
+        return f"the target answers: {ray.get(self.target.count.remote(), timeout=5.0)} runs so far"
 
     def invariants(self) -> list[Verdict]:
         import ray
@@ -959,7 +1026,7 @@ class RpcFailures(Workload):
         summary = f"{self.calls} calls, {self.ok} right values, {runs} runs, errors {self.errors or 'none'}"
         return [Verdict.over("results_correct", self.calls, held=self.ok == self.calls, detail=summary),
                 Verdict("retried_deliveries_seen", runs > self.calls, summary),
-                Verdict("errors_surface", bool(self.errors.get("ActorUnavailableError")), summary),
+                Verdict("errors_surface", bool(self.errors.get(UNAVAILABLE)), summary),
                 Verdict.over("no_hang", self.calls + bool(self.hung), held=not self.hung, detail=self.hung or summary)]
 
     def teardown(self) -> None:

@@ -16,7 +16,7 @@ from scenarios._apps import APP_WORKLOADS
 from scenarios._attack import ATTACK_WORKLOADS
 from scenarios._dqn import DQNCartPole
 from scenarios._records import Verdict
-from scenarios._surface import SURFACE_WORKLOADS, Ledger
+from scenarios._surface import SURFACE_WORKLOADS, Ledger, _counter, _dead, _worker_nodes
 from scenarios._workload import CALL_TIMEOUT, Params, Workload
 
 __all__ = ["WORKLOADS"]
@@ -32,6 +32,34 @@ def sample_env(index: int, steps: int) -> int:
     for i in range(steps):
         total += (index * 7 + i) % 13
     return total
+
+
+def probe_task(resources: dict[str, float] | None = None) -> Any:
+    """The steady-state probe's task: ``sample_env`` under the harness's own name (a fault
+    aimed at ``sample_env`` never lands on it), shipped by value (its fresh worker does not
+    first import this package), needing no CPU (held or busy CPUs do not queue it)."""
+    import ray
+
+    return ray.remote(by_value(sample_env, PROBE_TASK)).options(num_cpus=0, max_retries=0,
+                                                              resources=resources or {})
+
+
+def fresh_task_probe(task: Any, *, timeout: float = 5.0) -> str:
+    """The cluster still serves work: a small fresh ``task`` (from :func:`probe_task`) returns
+    its value within ``timeout`` seconds, else GetTimeoutError (it is cancelled then, so that
+    probes never queue up behind each other)."""
+    import ray
+
+    ref = task.remote(1, 10)
+    try:
+        value = ray.get(ref, timeout=timeout)
+    except ray.exceptions.GetTimeoutError:
+        ray.cancel(ref)  # not force: a probe that did start ends by itself at once
+        raise
+    if value != _expected(1, 10):
+        raise RuntimeError(f"the probe task returned {value!r}, not {_expected(1, 10)}: the cluster "
+                           "computes wrong values")
+    return f"a fresh task answered ({value})"
 
 
 def _expected(index: int, steps: int) -> int:
@@ -70,8 +98,7 @@ class _Tasks(Workload):
         self.wait_timeout, self.drain_timeout, self.block_slack = p.wait_timeout, p.drain_timeout, p.block_slack
         self.task = ray.remote(self.task_function).options(max_retries=self.retries, num_cpus=0.5,
                                                            resources=self.resources)
-        self.probe_task = ray.remote(by_value(sample_env, PROBE_TASK)).options(
-            num_cpus=0, max_retries=0, resources=self.resources)
+        self.probe_task = probe_task(self.resources)
         self.pending: dict[Any, tuple[int, float]] = {}
         self.done: dict[int, object] = {}
         self.submitted, self.turns, self.max_gap = 0, 0, 0.0
@@ -105,21 +132,7 @@ class _Tasks(Workload):
             return exc
 
     def probe(self) -> str:
-        """The cluster still serves work: a small fresh task completes within 5 s.
-
-        The probe is the harness's, not the workload's: named apart so that a fault aimed at
-        ``sample_env`` never lands on it, shipped by value so that its fresh worker (every
-        one is busy) does not first import this package, and cancelled when it times out so
-        that probes never queue up behind each other."""
-        import ray
-
-        ref = self.probe_task.remote(1, 10)
-        try:
-            value = ray.get(ref, timeout=5.0)
-        except ray.exceptions.GetTimeoutError:
-            ray.cancel(ref)  # not force: a probe that did start ends by itself at once
-            raise
-        return f"a fresh task answered ({value})"
+        return fresh_task_probe(self.probe_task)
 
     def _drain(self) -> list[int]:
         """Every task still in flight must end within one deadline: the no-silent-hang check."""
@@ -395,6 +408,7 @@ class _Starvation(Workload):
         import ray
 
         self.task = ray.remote(sample_env).options(num_cpus=1, max_retries=0)
+        self.probe_task = probe_task()  # no CPU: the held CPUs starve the workload's tasks, not it
         self.refs: list[Any] = []
         p = self.ctx.params_as(StarvationParams)
         self.finish_timeout, self.infeasible_cpus = p.finish_timeout, p.infeasible_cpus
@@ -409,9 +423,7 @@ class _Starvation(Workload):
         return True
 
     def probe(self) -> str:
-        import ray
-
-        return f"{ray.available_resources().get('CPU', 0):g} CPUs free"
+        return fresh_task_probe(self.probe_task)
 
     def invariants(self) -> list[Verdict]:
         import ray
@@ -431,7 +443,8 @@ class _Starvation(Workload):
 
 
 class _NodeLoss(_WorkerNodeTasks):
-    """Tasks on worker nodes plus a WAL-checkpointed counter on a worker node; a node dies."""
+    """Tasks on worker nodes plus a WAL-checkpointed counter on each worker node; a node dies.
+    Its verdicts need their evidence: a counter and a task attempt on the node that died."""
 
     INVARIANTS: ClassVar[tuple[str, ...]] = (*_Tasks.INVARIANTS, "actor_state_recovered")
     #: The actor under test (a test plants bugs in a subclass of it).
@@ -441,27 +454,69 @@ class _NodeLoss(_WorkerNodeTasks):
         import ray
 
         super().setup()
-        cls = ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0,
-                         resources={"worker": 1})(self.counter_class)
-        self.counter = cls.options(name="counter", namespace=self.ctx.namespace).remote(
-            f"{self.ctx.storage}/counter", durability="wal", every_n=20)
-        # Up before time zero: its cold start on a busy worker node is not the node loss's.
-        ray.get(self.counter.get.remote(), timeout=CALL_TIMEOUT)
-        self.ledger = Ledger(self.counter, "driver")
+        self.dead_before = _dead(self.ctx.address)  # the cluster's old losses are not this run's
+        # One counter per worker node: whichever node dies, one of them was on it.
+        counters = [_counter(self.ctx, f"counter{i}", cls=self.counter_class, node=node, durability="wal",
+                             every_n=20) for i, node in enumerate(_worker_nodes())]
+        # Up before time zero: a cold start on a busy worker node is not the node loss's.
+        self.homes = ray.get([c.node_id.remote() for c in counters], timeout=CALL_TIMEOUT)
+        self.ledgers = [Ledger(c, f"w{i}") for i, c in enumerate(counters)]
 
     def step(self) -> bool:
         # Ray redelivers an add whose reply the node's death lost: the seq makes it count once.
-        self.ledger.add()
+        for ledger in self.ledgers:
+            ledger.add()
         return super().step()
 
     def invariants(self) -> list[Verdict]:
-        return [*super().invariants(), self.ledger.verdict("actor_state_recovered")]
+        dead = _dead(self.ctx.address) - self.dead_before
+        ran = _attempts_on(self.ctx.address, dead)
+        tasks = [task_evidence(v, ran) if v.name == "no_error_visible" else v for v in super().invariants()]
+        return [*tasks, counters_verdict([ledger.verdict("actor_state_recovered") for ledger in self.ledgers],
+                                         self.homes, dead)]
 
     def teardown(self) -> None:
         import ray
 
         super().teardown()
-        ray.kill(self.counter)
+        for ledger in self.ledgers:
+            ray.kill(ledger.actor)
+
+
+def _attempts_on(address: str, nodes: set[str]) -> int:
+    """How many of this job's plain task attempts (the harness's probe aside) ran on ``nodes``,
+    per the State API."""
+    import ray
+    from ray.util.state import list_tasks
+
+    if not nodes:
+        return 0
+    rows = list_tasks(address=address, filters=[("job_id", "=", ray.get_runtime_context().get_job_id()),
+                                                ("type", "=", "NORMAL_TASK")],
+                      limit=10_000, raise_on_missing_output=False, timeout=CALL_TIMEOUT)
+    return sum(row.node_id in nodes and row.name != PROBE_TASK for row in rows)
+
+
+def task_evidence(verdict: Verdict, attempts_on_dead: int) -> Verdict:
+    """``verdict`` about the tasks, false as inconclusive when no task attempt ran on a node
+    that died: then the node loss never reached the tasks it claims to test."""
+    if attempts_on_dead:
+        return verdict
+    return Verdict(verdict.name, False, f"inconclusive: no task attempt ran on a node that died (State "
+                   f"API); {verdict.detail}", verdict.seen)
+
+
+def counters_verdict(each: list[Verdict], homes: list[str], dead: set[str]) -> Verdict:
+    """``actor_state_recovered``: every counter holds its acknowledged adds, and one of them
+    lived on a node that died (else the verdict is false, as inconclusive)."""
+    name = each[0].name if each else "actor_state_recovered"
+    hit = [home[:12] for home in homes if home in dead]
+    detail = (f"counters were on {[h[:12] for h in homes]}, on a dead node: {hit or 'none'}; "
+              + "; ".join(v.detail for v in each))
+    seen = min((v.seen or 0 for v in each), default=0)
+    if not hit:
+        return Verdict(name, False, f"inconclusive: no counter lived on a node that died; {detail}", seen)
+    return Verdict(name, bool(each) and all(v.held for v in each), detail, seen)
 
 
 class _Owner:
@@ -482,6 +537,17 @@ class OwnerDeathParams(Params):
     surface_within: float = 10.0
 
 
+def owner_death_verdict(ended: list[BaseException | None], within: float, took: float) -> Verdict:
+    """``owner_death_surfaces``: each sampled ref's ``ray.get`` raised OwnerDiedError (by
+    type: ``isinstance``) within ``within`` seconds; a value (None) or another error breaks it."""
+    from ray.exceptions import OwnerDiedError
+
+    names = [type(e).__name__ if e is not None else "value" for e in ended]
+    seen = ", ".join(f"{k} ×{names.count(k)}" for k in sorted(set(names))) or "no refs"
+    return Verdict("owner_death_surfaces", bool(ended) and all(isinstance(e, OwnerDiedError) for e in ended),
+                   f"ray.get on {len(ended)} of the dead owner's refs within {within:g} s: {seen} ({took:.2f} s)")
+
+
 class _OwnerDeath(Workload):
     """The driver holds refs owned by an actor that is killed: ``ray.get`` must raise, not hang."""
 
@@ -498,6 +564,7 @@ class _OwnerDeath(Workload):
         self.refs: list[Any] = ray.get(self.owner.make.remote(0), timeout=CALL_TIMEOUT)
         self.ctx.count("objects")
         self.surface_within = self.ctx.params_as(OwnerDeathParams).surface_within
+        self.probe_task = probe_task()
 
     def step(self) -> bool:
         import ray
@@ -511,7 +578,9 @@ class _OwnerDeath(Workload):
         return len(self.refs) < 10_000
 
     def probe(self) -> str:
-        return f"{len(self.refs)} refs held"
+        # The killed owner is the fault, not the steady state: the cluster must go on serving
+        # new work (its refs' fate is the invariant's).
+        return fresh_task_probe(self.probe_task)
 
     def invariants(self) -> list[Verdict]:
         """Once the owner is dead, ``ray.get`` on its refs raises OwnerDiedError within
@@ -519,17 +588,13 @@ class _OwnerDeath(Workload):
         frees it, so a value is asked again until then); never a hang, never another error."""
         within, start = self.surface_within, time.monotonic()
         sample = self.refs[:: max(1, len(self.refs) // 5)][:5]
-        kinds = [self._surfaced(ref, start + within) for ref in sample]
-        took, seen = time.monotonic() - start, sorted(set(kinds))
-        return [Verdict("owner_death_surfaces", bool(kinds) and seen == ["OwnerDiedError"],
-                        f"ray.get on {len(kinds)} of the dead owner's refs within {within:g} s: "
-                        f"{', '.join(f'{k} ×{kinds.count(k)}' for k in seen) or 'no refs'} "
-                        f"({took:.2f} s)")]
+        ended = [self._surfaced(ref, start + within) for ref in sample]
+        return [owner_death_verdict(ended, within, time.monotonic() - start)]
 
     @staticmethod
-    def _surfaced(ref: Any, deadline: float) -> str:
-        """What ``ray.get`` ends in by ``deadline``: OwnerDiedError, another error (a single
-        get blocked ``CALL_TIMEOUT`` s: GetTimeoutError, a hang), or still a value."""
+    def _surfaced(ref: Any, deadline: float) -> BaseException | None:
+        """The error ``ray.get`` ends in by ``deadline`` (a single get is bounded by
+        ``CALL_TIMEOUT`` s: GetTimeoutError, a hang), or None: still a value then."""
         import ray
         from ray.exceptions import RayError
 
@@ -537,9 +602,10 @@ class _OwnerDeath(Workload):
             try:
                 ray.get(ref, timeout=CALL_TIMEOUT)
             except RayError as exc:
-                return type(exc).__name__
+                error: BaseException = exc
+                return error
             if time.monotonic() >= deadline:
-                return "value"
+                return None
             time.sleep(0.1)  # the poll interval of a deadline-bounded wait: not freed yet
 
     def teardown(self) -> None:

@@ -1,9 +1,46 @@
-"""The built-in workloads' verdicts require their evidence, Ray-free: each check below is shown
-false on the case it exists for, with the numbers a real run reports."""
+"""The built-in workloads' verdicts require their evidence, their probes can fail, and their
+errors are judged by type: each check below is shown false on the case it exists for, with
+the numbers a real run reports. Ray-free but for the probes' test (marked ``ray``)."""
 
 from __future__ import annotations
 
-from scenarios._workloads import blocked_verdict, loop_bound
+import pytest
+import ray
+from ray.exceptions import (
+    ActorUnavailableError,
+    GetTimeoutError,
+    ObjectLostError,
+    ObjectReconstructionFailedError,
+    RayActorError,
+)
+from ray.exceptions import OwnerDiedError as RayOwnerDiedError
+
+from chaos import ClusterHandle
+from scenarios import Workload
+from scenarios._records import Verdict
+from scenarios._surface import (
+    UNAVAILABLE,
+    GetOutcome,
+    Made,
+    ObjectKind,
+    RpcFailures,
+    RpcParams,
+    Target,
+    call_error_kind,
+    classify_get_error,
+    objects_verdict,
+)
+from scenarios._workload import RunContext
+from scenarios._workloads import (
+    WORKLOADS,
+    blocked_verdict,
+    counters_verdict,
+    fresh_task_probe,
+    loop_bound,
+    owner_death_verdict,
+    probe_task,
+    task_evidence,
+)
 
 
 def test_the_loop_bound_follows_the_wait_timeout() -> None:
@@ -20,4 +57,109 @@ def test_a_loop_blocked_through_a_whole_pause_is_blocked() -> None:
 def test_no_turn_is_no_verdict() -> None:
     verdict = blocked_verdict(0, 0.0, 0.5, None)
     assert not verdict.held and verdict.seen == 0, verdict
+
+
+def _made(node: str, outcomes: dict[ObjectKind, str] | None = None) -> list[Made]:
+    return [Made(kind, node, (outcomes or {}).get(kind, "value")) for kind in ObjectKind]
+
+
+def test_lost_objects_are_inconclusive_when_none_lived_on_the_dead_node() -> None:
+    # A node died, but not the one holding the objects: every get returns its value, as the
+    # oracle says of live nodes, and no loss was tested.
+    verdict = objects_verdict(_made("a"), {"b"})
+    assert not verdict.held and verdict.detail.startswith("inconclusive: no retried_task, once_task, "
+                                                           "worker_put object lived on a node that died"), verdict
+
+
+def test_lost_objects_need_every_kind_on_the_dead_node() -> None:
+    lost = {ObjectKind.ONCE_TASK: "ObjectReconstructionFailedError", ObjectKind.WORKER_PUT: "OwnerDiedError"}
+    assert objects_verdict([*_made("a"), *_made("b", lost)], {"b"}).held
+    partial = [m for m in _made("b", lost) if m.kind is not ObjectKind.WORKER_PUT]
+    verdict = objects_verdict([*_made("a"), *partial], {"b"})
+    assert not verdict.held and "inconclusive: no worker_put object" in verdict.detail, verdict
+    wrong = objects_verdict(_made("b"), {"b"})  # a once-only task's output came back: not lost
+    assert not wrong.held and "once_task on the dead node: value" in wrong.detail, wrong
+
+
+def test_node_loss_counters_need_one_on_the_dead_node() -> None:
+    kept = [Verdict("actor_state_recovered", True, "w0: 5 acknowledged", 5),
+            Verdict("actor_state_recovered", True, "w1: 5 acknowledged", 5)]
+    assert counters_verdict(kept, ["a", "b"], {"b"}).held
+    missed = counters_verdict(kept, ["a", "b"], {"c"})  # the node that died held neither
+    assert not missed.held and missed.detail.startswith("inconclusive: no counter lived on a node that died")
+    lost = [kept[0], Verdict("actor_state_recovered", False, "w1: 1 lost", 5)]
+    assert not counters_verdict(lost, ["a", "b"], {"b"}).held
+
+
+def test_node_loss_task_verdicts_need_an_attempt_on_the_dead_node() -> None:
+    clean = Verdict("no_error_visible", True, "40 tasks ended; errors seen by the driver: none", 40)
+    assert task_evidence(clean, 3) == clean
+    missed = task_evidence(clean, 0)
+    assert not missed.held and missed.detail.startswith("inconclusive: no task attempt ran on a node that died")
+
+
+# -- steady-state probes: each a check that can fail, or none ---------------------------------
+
+
+@pytest.mark.parametrize("name", ["train-torch-ddp", "tune-trials", "lost-objects"])
+def test_workloads_with_nothing_to_probe_have_no_probe(name: str) -> None:
+    # A count of journal records, or of objects made, cannot fail: no probe, said as such.
+    assert WORKLOADS[name].probe is Workload.probe
+
+
+def _context(address: str) -> RunContext:
+    return RunContext(address=address, namespace="evidence", seed=0, params=RpcParams(), storage="/tmp/unused",
+                      duration=1.0, faults=False)
+
+
+@pytest.mark.ray
+def test_the_built_in_probes_fail_when_what_they_watch_does_not_serve(ray_cluster: ClusterHandle) -> None:
+    # rpc-failures: the target is asked directly; once it is dead the probe raises.
+    workload = RpcFailures(_context(ray_cluster.address))
+    workload.target = ray.remote(num_cpus=0)(Target).remote()
+    assert workload.probe() == "the target answers: 0 runs so far"
+    ray.kill(workload.target)
+    with pytest.raises(RayActorError):
+        workload.probe()
+    # sampling, starvation, owner-death: a fresh task that cannot run is a GetTimeoutError.
+    assert fresh_task_probe(probe_task()) == "a fresh task answered (63)"
+    with pytest.raises(GetTimeoutError):
+        fresh_task_probe(probe_task({"no-such-resource": 1.0}), timeout=1.0)
+
+
+# -- errors decided by their type, never by their class's name ----------------------------------
+
+_REF = "ab" * 14  # an object ref's hex, for Ray's exceptions' constructors
+
+
+class RenamedOwnerDied(RayOwnerDiedError):
+    """Ray's error under another class name (a subclass, as a later Ray may add)."""
+
+
+class OwnerDiedError(ObjectLostError):
+    """Not Ray's OwnerDiedError, only its name."""
+
+
+def test_get_errors_are_classified_by_type() -> None:
+    assert classify_get_error(RayOwnerDiedError(_REF, "", "")) is GetOutcome.OWNER_DIED
+    assert classify_get_error(RenamedOwnerDied(_REF, "", "")) is GetOutcome.OWNER_DIED
+    assert classify_get_error(ObjectReconstructionFailedError(_REF, "", "")) is GetOutcome.RECONSTRUCTION_FAILED
+    assert classify_get_error(OwnerDiedError(_REF, "", "")) is GetOutcome.OTHER_ERROR
+    assert classify_get_error(ObjectLostError(_REF, "", "")) is GetOutcome.OTHER_ERROR
+
+
+def test_owner_death_is_judged_by_the_errors_type() -> None:
+    assert owner_death_verdict([RenamedOwnerDied(_REF, "", "")] * 2, 10.0, 0.1).held
+    impostor = owner_death_verdict([OwnerDiedError(_REF, "", "")], 10.0, 0.1)
+    assert not impostor.held and "OwnerDiedError ×1" in impostor.detail, impostor
+    assert not owner_death_verdict([RayOwnerDiedError(_REF, "", ""), None], 10.0, 0.1).held  # a value
+    assert not owner_death_verdict([GetTimeoutError("hung")], 10.0, 30.0).held
+
+
+def test_rpc_errors_count_as_unavailable_by_type() -> None:
+    class Renamed(ActorUnavailableError):
+        pass
+
+    assert call_error_kind(Renamed("gone", None)) == UNAVAILABLE == call_error_kind(ActorUnavailableError("gone", None))
+    assert call_error_kind(GetTimeoutError("slow")) == "other: GetTimeoutError"
 
