@@ -4,6 +4,7 @@ and those installed packages declare under the ``raychaos.workloads`` entry-poin
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from importlib.metadata import entry_points
 
 from chaos import InvalidConfig
@@ -60,7 +61,8 @@ def known_workloads() -> dict[str, type[Workload]]:
     """Every workload by name: built-ins, then installed entry points, then registered ones.
 
     Raises:
-        InvalidConfig: an installed entry point cannot be loaded or is not a workload.
+        InvalidConfig: an installed entry point cannot be loaded, is not a workload, or takes
+            a built-in's name or another entry point's.
     """
     with _lock:
         registered = dict(_registered)
@@ -69,7 +71,9 @@ def known_workloads() -> dict[str, type[Workload]]:
 
 def _installed() -> dict[str, type[Workload]]:
     found: dict[str, type[Workload]] = {}
+    builtin = _builtin()
     for point in entry_points(group=ENTRY_POINT_GROUP):
+        _check_point_name(point.name, point.value, builtin, found)
         try:
             loaded = point.load()
         except Exception as exc:
@@ -79,6 +83,16 @@ def _installed() -> dict[str, type[Workload]]:
         _check_class(point.name, loaded)
         found[point.name] = loaded
     return found
+
+
+def _check_point_name(name: str, value: str, builtin: Mapping[str, object], found: Mapping[str, object]) -> None:
+    """An entry point may not take a built-in's name, nor one another entry point declared:
+    either would silently replace a workload (as :func:`register_workload` refuses to)."""
+    if name in builtin or name in found:
+        whose = "a built-in workload" if name in builtin else "another installed entry point"
+        raise InvalidConfig(f"entry point {name} = {value!r} in group {ENTRY_POINT_GROUP!r} takes the name of "
+                            f"{whose}, which it would silently replace; declare it under another name in "
+                            "the package's entry points, or uninstall one of the packages")
 
 
 def _builtin() -> dict[str, type[Workload]]:

@@ -138,6 +138,22 @@ def test_a_broken_entry_point_is_named_with_the_fix(tmp_path: Path) -> None:
     assert out.stdout.rstrip().endswith("fix or uninstall the package that declares it")
 
 
+@pytest.mark.parametrize(("points", "whose"), [
+    ("sampling = spin_workload:Spin\n", "a built-in workload"),
+    ("spin = spin_workload:Spin\nspin = spin_workload:SpinParams\n", "another installed entry point")])
+def test_an_entry_point_may_not_replace_another_workload(tmp_path: Path, points: str, whose: str) -> None:
+    # Silently, a package's "sampling" replaced the built-in every scenario file names.
+    env = install(tmp_path)
+    (tmp_path / "spin_workload-1.0.dist-info" / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\n{points}")
+    code = ("from chaos import InvalidConfig\nfrom scenarios import known_workloads\n"
+            "try:\n    print(sorted(known_workloads()))\nexcept InvalidConfig as exc:\n    print(exc)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    name = points.split(" = ")[0]
+    assert out.stdout.startswith(f"entry point {name} = 'spin_workload:Spin") and (
+        f"takes the name of {whose}, which it would silently replace" in out.stdout), out.stdout
+
+
 @pytest.mark.slow
 def test_an_installed_workload_runs_through_raychaos_run_with_its_params(tmp_path: Path) -> None:
     site = tmp_path / "site"
