@@ -30,14 +30,14 @@ LOCK_ARGS ?=
 
 REPORT ?= report/dqn-cartpole
 
-.PHONY: install browser redis run test slow lint thorough mutants soak bench latency lock leakcheck clean
+.PHONY: install browser redis run test slow lint docs thorough mutants soak bench latency lock leakcheck clean
 
 # constraints.txt pins every package the install resolves (see `make lock`); pyproject keeps
 # loose ranges for users.
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet pip==$(PIP_VERSION) uv==$(UV_VERSION)
-	$(INSTALL) -c constraints.txt -e ".[bench,test,apps,rl,lint,fast]"
+	$(INSTALL) -c constraints.txt -e ".[bench,test,apps,rl,lint,fast,docs]"
 	$(PY) -c "from actors._trees import warm_kernels; assert warm_kernels(), 'numba did not load'"
 	touch $(STAMP)
 
@@ -78,6 +78,11 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
+# The documentation site (mkdocs.yml, docs/) built into site/; --strict: a warning (a broken
+# link, a missing page, a docstring that does not render) fails the build.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
 # The suite's own properties ten times deeper (examples and steps), the Ray failpoint sweep in
 # full: about 20 min here.
 thorough: $(STAMP)
@@ -116,9 +121,9 @@ lock:
 		.lock-venv/bin/pip install --quiet pip-tools==$(PIP_TOOLS_VERSION))
 	printf '%s\n' $(PINS) > .lock-venv/pins.txt
 	CUSTOM_COMPILE_COMMAND="make lock" .lock-venv/bin/pip-compile --quiet --strip-extras \
-		--allow-unsafe --no-emit-index-url --no-emit-find-links --extra bench --extra test --extra apps --extra rl --extra lint --extra fast \
+		--allow-unsafe --no-emit-index-url --no-emit-find-links --extra bench --extra test --extra apps --extra rl --extra lint --extra fast --extra docs \
 		-c .lock-venv/pins.txt $(LOCK_ARGS) \
 		-o constraints.txt pyproject.toml
 
 clean:
-	rm -rf $(VENV) .lock-venv build *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) .lock-venv build site *.egg-info .pytest_cache .hypothesis

@@ -1,0 +1,400 @@
+"""The documentation cannot rot: every code block of README.md, CHANGELOG.md and docs/ is run
+or parsed here, and README's four quickstarts run end to end (those in the slow tier).
+
+What each fenced block gets, by its language:
+
+- ``python``: compiled (``ast.parse``); run as well when an ``<!-- docs-test: run -->``
+  comment stands on the line before it (a self-contained, fast example).
+- ``toml``: parsed with ``tomllib``; a complete scenario (it names a ``workload``) is loaded
+  with :func:`scenarios.load_scenario`, an attack schedule (``[[faults]]`` or ``[random]``
+  without a workload) with :func:`scenarios.load_attack`.
+- ``bash`` / ``console``: each ``raychaos`` command's subcommand must exist and each of its
+  ``--options`` must be one the subcommand declares (read from the CLI itself, nothing run);
+  each ``make`` target must be in the Makefile; each ``pip install 'raychaos[extra]'`` must
+  name extras pyproject declares.
+- ``text``: printed output, shown as is.
+
+A block preceded by ``<!-- docs-test: file PATH -->`` must equal that file of the checkout
+(so the page shows what the tests run), and a block whose only line is a snippet include
+(``--8<-- "PATH"``) is checked as that file's content.
+"""
+
+from __future__ import annotations
+
+import ast
+import http.client
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+import pytest
+
+from scenarios import load_attack, load_scenario
+from scenarios.cli import main
+
+pytest_plugins = ["pytester"]
+
+ROOT = Path(__file__).resolve().parent.parent
+QUICKSTART = ROOT / "examples" / "quickstart"
+RAYCHAOS = os.path.join(os.path.dirname(sys.executable), "raychaos")
+RAY = os.path.join(os.path.dirname(sys.executable), "ray")
+#: Ray 2.60 clients send the cluster's token (~/.ray/auth_token, written by `ray start`) only
+#: when asked to.
+TOKEN_ENV = {**os.environ, "RAY_AUTH_MODE": "token"}
+
+
+def doc_files() -> list[Path]:
+    return [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+# -- the collector --------------------------------------------------------------------------------
+
+FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>[^`]*)$")
+DIRECTIVE = re.compile(r"<!--\s*docs-test:\s*(?P<what>run|file)\s*(?P<arg>\S*)\s*-->")
+SNIPPET = re.compile(r'^--8<--\s+"(?P<path>[^"]+)"$')
+
+
+@dataclass(frozen=True)
+class Block:
+    """One fenced code block of a page."""
+
+    path: Path
+    line: int  #: of the opening fence, 1-based
+    lang: str
+    text: str
+    run: bool = False  #: marked ``<!-- docs-test: run -->``
+    same_as: str | None = None  #: marked ``<!-- docs-test: file PATH -->``
+
+    @property
+    def where(self) -> str:
+        return f"{self.path.relative_to(ROOT) if self.path.is_relative_to(ROOT) else self.path}:{self.line}"
+
+
+def collect(path: Path) -> list[Block]:
+    """Every fenced block of a Markdown file, dedented to its fence, with its directive."""
+    lines, blocks, i = path.read_text(encoding="utf-8").splitlines(), [], 0
+    while i < len(lines):
+        opened = FENCE.match(lines[i])
+        if not opened:
+            i += 1
+            continue
+        indent, fence = opened["indent"], opened["fence"]
+        body, j = [], i + 1
+        while j < len(lines) and not lines[j].strip().startswith(fence):
+            body.append(lines[j][len(indent):] if lines[j].startswith(indent) else lines[j].lstrip())
+            j += 1
+        if j == len(lines):
+            raise AssertionError(f"{path}:{i + 1}: a code block is never closed")
+        directive = DIRECTIVE.search(lines[i - 1]) if i else None
+        blocks.append(Block(path, i + 1, opened["info"].strip().split(" ")[0].lower(), "\n".join(body) + "\n",
+                            run=bool(directive and directive["what"] == "run"),
+                            same_as=directive["arg"] if directive and directive["what"] == "file" else None))
+        i = j + 1
+    return blocks
+
+
+def check(block: Block, tmp_path: Path) -> None:
+    """Parse (and where marked, run) one block; raise AssertionError naming where it is."""
+    text = block.text
+    included = SNIPPET.match(text.strip())
+    if included:
+        text = (ROOT / included["path"]).read_text(encoding="utf-8")
+    if block.same_as is not None:
+        want = (ROOT / block.same_as).read_text(encoding="utf-8")
+        assert text == want, f"{block.where}: the block differs from {block.same_as}; copy the file into the page"
+    checker = CHECKERS.get(block.lang)
+    assert checker is not None, (f"{block.where}: a ```{block.lang} block: give every block one of the "
+                                 f"checked languages {sorted(CHECKERS)}")
+    checker(block, text, tmp_path)
+
+
+def _python(block: Block, text: str, tmp_path: Path) -> None:
+    try:
+        tree = ast.parse(text, filename=block.where)
+    except SyntaxError as exc:
+        raise AssertionError(f"{block.where}: the python block does not parse: {exc}") from exc
+    if block.run:
+        cwd = os.getcwd()
+        os.chdir(tmp_path)
+        try:
+            exec(compile(tree, block.where, "exec"), {"__name__": "__docs__"})
+        except Exception as exc:
+            raise AssertionError(f"{block.where}: the python block fails: {type(exc).__name__}: {exc}") from exc
+        finally:
+            os.chdir(cwd)
+
+
+def _toml(block: Block, text: str, tmp_path: Path) -> None:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise AssertionError(f"{block.where}: the toml block does not parse: {exc}") from exc
+    path = tmp_path / "block.toml"
+    path.write_text(text, encoding="utf-8")
+    try:
+        if "workload" in data:
+            load_scenario(str(path))
+        elif "faults" in data or "random" in data:
+            load_attack(str(path), probes=[{"kind": "shell", "spec": "true"}])
+    except Exception as exc:
+        raise AssertionError(f"{block.where}: the scenario does not load: {exc}") from exc
+
+
+def _commands(text: str) -> Iterator[list[str]]:
+    """Each shell command of a block (continuations joined, prompts and comments dropped),
+    split at `&&`, `||`, `;` and `|`."""
+    joined = re.sub(r"\\\n\s*", " ", text)
+    for line in joined.splitlines():
+        line = line.strip().removeprefix("$ ")
+        if not line or line.startswith("#"):
+            continue
+        words: list[str] = []
+        for word in shlex.split(line, comments=True):
+            if word in {"&&", "||", ";", "|", "&"}:
+                yield words
+                words = []
+            else:
+                words.append(word.rstrip(";&"))
+        yield words
+
+
+def _raychaos(where: str, args: list[str]) -> None:
+    if not args or args[0] in {"--help", "--version"}:
+        return
+    command = main.commands.get(args[0]) if isinstance(main, click.Group) else None
+    assert command is not None, f"{where}: `raychaos {args[0]}` is not a raychaos command ({sorted(main.commands)})"
+    declared = {opt for param in command.params for opt in (*param.opts, *param.secondary_opts)} | {"--help"}
+    for word in args[1:]:
+        name = word.split("=", 1)[0]
+        assert not name.startswith("--") or name in declared, \
+            f"{where}: `raychaos {args[0]}` has no option {name} (it has {sorted(declared)})"
+
+
+def _shell(block: Block, text: str, tmp_path: Path) -> None:
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+                 ["project"]["optional-dependencies"])
+    for words in _commands(text):
+        words = [w for w in words if not re.match(r"^[A-Z_]+=", w)]  # VAR=value prefixes
+        if "raychaos" in words:
+            _raychaos(block.where, words[words.index("raychaos") + 1:])
+        if words[:1] == ["make"]:
+            for target in (w for w in words[1:] if "=" not in w and not w.startswith("-")):
+                assert re.search(rf"^{re.escape(target)}:", makefile, re.M), \
+                    f"{block.where}: `make {target}`: the Makefile has no such target"
+        for word in words:
+            named = re.fullmatch(r"raychaos\[(?P<extras>[\w,]+)\]", word)
+            for extra in named["extras"].split(",") if named else ():
+                assert extra in extras, f"{block.where}: raychaos[{extra}]: pyproject declares {sorted(extras)}"
+
+
+def _text(block: Block, text: str, tmp_path: Path) -> None:
+    """Printed output: shown as is."""
+
+
+CHECKERS = {"python": _python, "toml": _toml, "bash": _shell, "console": _shell, "text": _text}
+
+BLOCKS = [block for path in doc_files() for block in collect(path)]
+
+
+def test_the_pages_have_code_blocks() -> None:
+    assert len(BLOCKS) > 30, [b.where for b in BLOCKS]
+    assert {b.lang for b in BLOCKS} >= {"python", "toml", "bash"}
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=[b.where for b in BLOCKS])
+def test_code_block(block: Block, tmp_path: Path) -> None:
+    check(block, tmp_path)
+
+
+BROKEN = {
+    "python": ("```python\nfrom chaos import Kill\ndef f(:\n```\n", "does not parse"),
+    "python-run": ("<!-- docs-test: run -->\n```python\nassert 1 + 1 == 3\n```\n", "the python block fails"),
+    "toml": ('```toml\nduration = 8\n[[faults]]\nat = "soon"\nkind = "kill"\n```\n', "does not load"),
+    "toml-syntax": ("```toml\nduration = \n```\n", "does not parse"),
+    "command": ("```bash\nraychaos atack schedule.toml\n```\n", "is not a raychaos command"),
+    "option": ("```bash\nraychaos run straggler --sed 3\n```\n", "has no option --sed"),
+    "make": ("```bash\nmake documentation\n```\n", "no such target"),
+    "extra": ("```bash\npip install 'raychaos[gpu]'\n```\n", "raychaos[gpu]"),
+    "stale": ("<!-- docs-test: file examples/quickstart/schedule.toml -->\n```toml\nduration = 1\n```\n",
+              "differs from examples/quickstart/schedule.toml"),
+    "language": ("```yaml\na: 1\n```\n", "checked languages"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_a_broken_block_fails(name: str, tmp_path: Path) -> None:
+    """The collector is not green by default: each kind of rot, written to a page of its own."""
+    page, expected = BROKEN[name]
+    path = tmp_path / "page.md"
+    path.write_text(f"# A page\n\nSome prose.\n\n{page}")
+    (block,) = collect(path)
+    with pytest.raises(AssertionError, match=re.escape(expected)):
+        check(block, tmp_path)
+
+
+def test_the_quickstart_files_are_the_readmes_blocks() -> None:
+    marked = {b.same_as for b in collect(ROOT / "README.md") if b.same_as}
+    assert marked >= {"examples/quickstart/test_my_actor.py", "examples/quickstart/schedule.toml"}
+
+
+# -- the pages speak of the product, not of its history -----------------------------------------
+
+ORDINAL = r"(first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|\d+(st|nd|rd|th))"
+HISTORY = [
+    rf"\b{ORDINAL} (session|round|wave|iteration)\b",
+    r"\b(this|that|the last|the previous|the next|a later|an earlier) session\b",
+    r"\b(issue|ticket) #?\d+",
+    r"(?<![\w/-])#\d{1,4}\b",  # our own issue numbers; Ray's are cited as ray-project/ray#N
+    r"\bwaves?\b",
+    r"\bfound and fixed\b",
+    r"\bfixed since\b",
+    r"\b(changed|moved) since (then|\d{4}-)",
+    r"\bused to (be|pass|fail|go|lose|read|fall|skip|count|say)\b",
+    r"\buntil \d{4}-\d{2}-\d{2}\b",
+    r"\b(the|a) (review|mend)\b",
+]
+
+
+def test_no_development_history_in_the_pages() -> None:
+    found = [f"{path.relative_to(ROOT)}:{n}: {match.group(0)!r}"
+             for path in [*doc_files(), ROOT / "mkdocs.yml"]
+             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             for pattern in HISTORY for match in re.finditer(pattern, line, re.I)]
+    assert not found, "development history in the pages (it belongs in git):\n" + "\n".join(found)
+
+
+def test_the_history_check_sees_history(tmp_path: Path) -> None:
+    for line in ["measured in the eleventh session", "see issue 17", "found and fixed in CI",
+                 "the third wave", "it used to pass"]:
+        assert any(re.search(p, line, re.I) for p in HISTORY), line
+
+
+# -- the quickstarts, end to end --------------------------------------------------------------------
+
+def _readme_command(prefix: str) -> list[str]:
+    """README's command line that starts with ``prefix``, split as the shell would."""
+    for block in collect(ROOT / "README.md"):
+        if block.lang in {"bash", "console"}:
+            for words in _commands(block.text):
+                if " ".join(words).startswith(prefix):
+                    return words
+    raise AssertionError(f"README has no command starting {prefix!r}")
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_quickstart_pytest_on_your_own_actor(pytester: pytest.Pytester) -> None:
+    """(a) The chaos marker and the stateful property, in a project of the user's own."""
+    pytester.makepyfile(test_my_actor=(QUICKSTART / "test_my_actor.py").read_text())
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
+    result.assert_outcomes(passed=2)
+
+
+def _free_port() -> int:
+    from chaos._cluster import _free_port as free
+
+    return free()
+
+
+@dataclass(frozen=True)
+class Head:
+    address: str
+    app_port: int
+
+
+@pytest.fixture
+def head_with_app(tmp_path: Path) -> Iterator[Head]:
+    """`ray start --head`, then README's program on it, serving its health endpoint."""
+    from chaos import wait_until
+
+    port, dashboard, agent, app = _free_port(), _free_port(), _free_port(), _free_port()
+    temp = tempfile.mkdtemp(prefix="rc-")  # short: Ray's socket paths must fit in 107 bytes
+    ray_proc = subprocess.Popen([RAY, "start", "--head", "--block", f"--port={port}", "--num-cpus=2",
+                                 f"--temp-dir={temp}", "--disable-usage-stats", "--include-dashboard=true",
+                                 f"--dashboard-port={dashboard}", f"--dashboard-agent-listen-port={agent}"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    address = f"127.0.0.1:{port}"
+    app_proc = None
+    try:
+        wait_until(lambda: subprocess.run([RAY, "status", f"--address={address}"], capture_output=True,
+                                          env=TOKEN_ENV, timeout=30, check=False).returncode == 0,
+                   timeout=90, interval=1.0, what="`ray start --head` to answer")
+        app_proc = subprocess.Popen([sys.executable, str(QUICKSTART / "my_app.py"), str(app)], cwd=tmp_path,
+                                    env={**TOKEN_ENV, "RAY_ADDRESS": address},
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_until(lambda: _healthy(app), timeout=90, interval=0.5, what="the program's health endpoint")
+        yield Head(address, app)
+    finally:
+        if app_proc is not None:
+            app_proc.kill()
+            app_proc.wait(timeout=30)
+        os.killpg(ray_proc.pid, signal.SIGTERM)  # --block: its exit stops the cluster's processes
+        ray_proc.wait(timeout=60)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def _healthy(port: int) -> bool:
+    try:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        connection.request("GET", "/health")
+        return connection.getresponse().status == 200
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_quickstart_attack_a_running_program(head_with_app: Head, tmp_path: Path) -> None:
+    """(b) README's attack command, its schedule file, against README's program."""
+    words = _readme_command("raychaos attack")
+    command = [RAYCHAOS, *(w.replace("127.0.0.1:6379", head_with_app.address)
+                           .replace("127.0.0.1:8000", f"127.0.0.1:{head_with_app.app_port}")
+                           .replace("schedule.toml", str(QUICKSTART / "schedule.toml"))
+                           .replace("report/attack", str(tmp_path / "report")) for w in words[1:])]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=240, check=False, env=TOKEN_ENV,
+                         cwd=tmp_path)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    run = json.loads((tmp_path / "report" / "summary.json").read_text())["runs"][-1]
+    assert [f["status"] for f in run["faults"]] == ["injected", "injected"]
+    assert all(v["held"] for v in run["verdicts"]), run["verdicts"]
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_quickstart_run_a_builtin_scenario_and_its_report(tmp_path: Path) -> None:
+    """(c) README's `raychaos run` line: exit 0, and the report it points at."""
+    words = _readme_command("raychaos run")
+    command = [RAYCHAOS, *(w.replace("report/replay", str(tmp_path / "report")) for w in words[1:])]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert {"journal.jsonl", "summary.json", "junit.xml", "report.html"} <= {
+        p.name for p in (tmp_path / "report").iterdir()}
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_quickstart_explain_a_lesson(tmp_path: Path) -> None:
+    """(d) README's `raychaos explain` line runs its lesson and exits 0."""
+    words = _readme_command("raychaos explain ")
+    out = subprocess.run([RAYCHAOS, *words[1:]], capture_output=True, text=True, timeout=300, check=False,
+                         cwd=tmp_path)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+
+
+def test_explain_lists_the_lessons_without_ray() -> None:
+    from click.testing import CliRunner
+
+    result = CliRunner().invoke(main, ["explain"])
+    assert result.exit_code == 0 and "01-global-state" in result.output, result.output
