@@ -18,19 +18,31 @@ from chaos._faults import Fault
 from chaos._journal import EndEvent, StartEvent
 from chaos._schedule import Schedule, ScheduledFault
 
-__all__ = ["MARKER_HELP", "ChaosRun", "ChaosSpec", "parse_marker"]
+__all__ = ["MARKER_HELP", "NO_FAULT_NO_FIXTURE", "NO_FAULT_RAN", "ChaosRun", "ChaosSpec", "parse_marker"]
 
 MARKER_HELP = (
     "chaos(seed=None, faults=(), menu=(), rate=0.5, duration=5.0, strict=True): run the test "
     "under a seeded fault schedule that starts with the test body: `faults` as faults or "
     "(at, fault) pairs, and/or a random schedule drawn from `menu` at `rate` faults a second "
     "for `duration` seconds (the seed draws it). A fault whose target is not found, that is "
-    "refused, ineffective, or not reached before the body ends fails the test, unless "
-    "strict=False. Example: @pytest.mark.chaos(seed=7, faults=[(0.5, Kill(ActorTarget(name='victim')))])"
+    "refused, ineffective, or not reached before the body ends fails the test, and so does a "
+    "test that ran without any fault, unless strict=False. "
+    "Example: @pytest.mark.chaos(seed=7, faults=[(0.5, Kill(ActorTarget(name='victim')))])"
 )
 _OPTIONS = ("seed", "faults", "menu", "rate", "duration", "strict")
 _FAULT_FIX = ("give a fault record such as Kill(ActorTarget(name='victim')), or an (at, fault) "
               "pair such as (1.0, Kill(ActorTarget(name='victim')))")
+#: How to give a marker a fault, or to accept a run without one in words.
+_NO_FAULT_FIX = ("give one, e.g. faults=[(1.0, Kill(ActorTarget(name='victim')))] or menu=[...], "
+                 "or pass strict=False to accept a run without faults")
+#: A marked test that ran without any fault: it passed without chaos, which proves nothing.
+NO_FAULT_RAN = ("@pytest.mark.chaos here schedules no fault (no `faults`, no `menu`) and the test "
+                "injected none through the `chaos` fixture: it ran without chaos, so its pass says "
+                f"nothing about faults; {_NO_FAULT_FIX} (or inject one in the body, chaos.kill(...))")
+#: A marked test without the ``chaos`` fixture and without faults: nothing could inject one.
+NO_FAULT_NO_FIXTURE = ("the test has @pytest.mark.chaos but schedules no fault and does not use the "
+                       f"`chaos` fixture, so it would run without chaos; {_NO_FAULT_FIX}, and add "
+                       "`chaos` to its arguments")
 #: How long the fault loop may take to wind down after the test body (a kill's confirmation,
 #: a node's death, a heal).
 FINISH_TIMEOUT = 120.0
@@ -53,6 +65,11 @@ class ChaosSpec:
         if self.menu:
             entries += Schedule.random(self.menu, rate=self.rate, duration=self.duration, seed=seed).entries
         return Schedule(tuple(sorted(entries, key=lambda e: e.at)), seed)
+
+    @property
+    def schedules_nothing(self) -> bool:
+        """Neither explicit faults nor a menu: the marker by itself injects nothing."""
+        return not self.explicit and not self.menu
 
     def drew_nothing(self, schedule: Schedule) -> bool:
         """The marker asked for random faults and ``schedule`` holds none of them: a Poisson
@@ -168,6 +185,10 @@ class ChaosRun:
             self.engine.journal.record(EndEvent(outcome="completed" if all(o.ok for o in outcomes) else "deviated",
                                                 faults=tuple(o.status for o in outcomes)))
         return outcomes
+
+    def injected(self) -> int:
+        """Faults injected in this test so far, the schedule's and the body's own."""
+        return sum(e.kind == "inject" for e in self.engine.journal.events)
 
     def _final(self) -> list[FaultOutcome]:
         if self._thread is None:  # the body never started: nothing was due

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from hypothesis import HealthCheck, settings
 
-from chaos._marker import MARKER_HELP, ChaosRun, ChaosSpec, parse_marker
+from chaos._marker import MARKER_HELP, NO_FAULT_NO_FIXTURE, NO_FAULT_RAN, ChaosRun, ChaosSpec, parse_marker
 
 if TYPE_CHECKING:
     from chaos._cluster import ClusterHandle
@@ -161,16 +161,19 @@ def _spec_of(item: pytest.Item) -> ChaosSpec | Exception:
         spec = parse_marker(args, kwargs)
     except InvalidFaultSpec as exc:
         return exc
-    if (spec.explicit or spec.menu) and "chaos" not in getattr(item, "fixturenames", ()):
+    if "chaos" in getattr(item, "fixturenames", ()):
+        return spec
+    if not spec.schedules_nothing:
         return InvalidFaultSpec("the test has @pytest.mark.chaos faults but does not use the "
                                 "`chaos` fixture, so they would never run; add `chaos` to its arguments")
-    return spec
+    return InvalidFaultSpec(NO_FAULT_NO_FIXTURE) if spec.strict else spec
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     """The marker's schedule starts with the test body; after it, a fault that did not
-    happen fails the test (unless the marker says ``strict=False``)."""
+    happen fails the test, and so does a marked test that ran without any fault (unless the
+    marker says ``strict=False``)."""
     spec = item.stash.get(_SPEC, None)
     if isinstance(spec, Exception):
         pytest.fail(f"raychaos usage error: {spec}", pytrace=False)
@@ -186,6 +189,8 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
         run.finish()
         raise
     _fail_unless_applied(run, run.finish())
+    if isinstance(spec, ChaosSpec) and run.strict and not run.schedule.entries and not run.injected():
+        pytest.fail(f"raychaos: {NO_FAULT_RAN}", pytrace=False)  # a marker, yet no fault
     return result
 
 

@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from chaos import wait_until
-from chaos._marker import MARKER_HELP
+from chaos._marker import MARKER_HELP, NO_FAULT_NO_FIXTURE, NO_FAULT_RAN
 from conftest import default_sigint
 
 pytest_plugins = ["pytester"]
@@ -191,8 +191,23 @@ def test_the_seed_comes_from_the_option(chaos):
     assert chaos.seed == 5
 
 @pytest.mark.chaos(seed=11)
-def test_the_markers_seed_wins(chaos):
+def test_the_markers_seed_wins(chaos):  # a marker that only seeds the faults of the body
     assert chaos.seed == 11
+    actor, _ = start("seeded")
+    chaos.kill(Kill(ActorTarget.of(actor)))
+    ray.kill(actor)
+
+@pytest.mark.chaos()
+def test_an_empty_marker(chaos):
+    pass
+
+@pytest.mark.chaos(seed=3)
+def test_an_empty_marker_without_the_fixture():
+    pass
+
+@pytest.mark.chaos(strict=False)
+def test_no_fault_accepted_in_words(chaos):
+    pass
 
 def test_a_failure_prints_the_journal(chaos):
     actor, _ = start("printed")
@@ -217,6 +232,8 @@ def test_the_chaos_marker_fails_closed(pytester: pytest.Pytester) -> None:
         "test_marker_without_the_fixture": "FAILED", "test_a_menu_that_drew_nothing": "FAILED",
         "test_nothing_drawn_accepted_in_words": "PASSED", "test_the_cluster_has_an_explicit_address": "PASSED",
         "test_the_seed_comes_from_the_option": "PASSED", "test_the_markers_seed_wins": "PASSED",
+        "test_an_empty_marker": "FAILED", "test_an_empty_marker_without_the_fixture": "FAILED",
+        "test_no_fault_accepted_in_words": "PASSED",
         "test_a_failure_prints_the_journal": "FAILED"}, out[-6000:]
     for expected in [
         "1 of 1 scheduled faults did not happen in this test:",
@@ -227,6 +244,7 @@ def test_the_chaos_marker_fails_closed(pytester: pytest.Pytester) -> None:
         "raychaos: @pytest.mark.chaos drew no fault from its menu with seed 2 (at 0.5 faults/s over 5 s a "
         "draw is empty 8.2% of the time)",
         "replay this test with: pytest 'test_chaos_marker.py::test_misspelled_target' --chaos-seed=5",
+        f"raychaos: {NO_FAULT_RAN}", f"raychaos usage error: {NO_FAULT_NO_FIXTURE}",
     ]:
         assert expected in out, expected
     result.stdout.fnmatch_lines([  # a failing test's journal: start, the kill confirmed, heal, end
