@@ -249,6 +249,39 @@ def test_the_quickstart_files_are_the_readmes_blocks() -> None:
     assert marked >= {"examples/quickstart/test_my_actor.py", "examples/quickstart/schedule.toml"}
 
 
+# -- pages that list what the code has ---------------------------------------------------------
+
+def _sections(path: Path, prefix: str) -> dict[str, str]:
+    """Each heading's text (``prefix`` stripped of its Markdown) mapped to the section under it."""
+    parts = re.split(rf"^{re.escape(prefix)} ", path.read_text(encoding="utf-8"), flags=re.M)[1:]
+    return {part.split("\n", 1)[0].strip(): part for part in parts}
+
+
+def test_every_builtin_scenario_is_on_its_page() -> None:
+    from scenarios import builtin_names
+
+    sections = _sections(ROOT / "docs" / "reference" / "builtin-scenarios.md", "##")
+    assert sorted(sections) == sorted(builtin_names())
+    for name in builtin_names():
+        for invariant in load_scenario(name).invariants:
+            assert f"`{invariant}`" in sections[name], f"{name}: {invariant} is not described on the page"
+
+
+def test_every_lesson_is_on_its_page() -> None:
+    from scenarios._lessons import lessons
+
+    page = (ROOT / "docs" / "reference" / "lessons.md").read_text(encoding="utf-8")
+    for item in lessons():
+        assert f"### `{item.id}`" in page and f"| `{item.id}` |" in page, item.id
+
+
+def test_the_readme_and_install_page_list_every_extra() -> None:
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    for page in (ROOT / "README.md", ROOT / "docs" / "tutorials" / "install.md"):
+        text = page.read_text(encoding="utf-8")
+        assert all(f"`{extra}`" in text for extra in extras), (page.name, sorted(extras))
+
+
 # -- the pages speak of the product, not of its history -----------------------------------------
 
 ORDINAL = r"(first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|\d+(st|nd|rd|th))"
