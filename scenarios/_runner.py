@@ -298,6 +298,7 @@ class _Recorder:
         self.sampler: threading.Thread | None = None
         #: Why the run cannot count as completed, whatever the workload did (first one first).
         self.failures: list[str] = []
+        self.interrupted = threading.Event()  # Ctrl-C: nothing more is judged
         self._faults_closed = False
 
     def probe(self, probe: Probe) -> None:
@@ -574,14 +575,18 @@ def _faults_running(run: _Run, workload: _Bounded, ctx: RunContext, chaos: Chaos
         prober.start()
     try:
         yield
+    except KeyboardInterrupt:
+        rec.interrupted.set()  # no recovery is judged after Ctrl-C: its waits end at once
+        raise
     finally:
         ctx.stop.set()
-        bound = run.scenario.recovery_within + 30
+        # Each fault's recovery waits its bound, plus one probe's, after the heals the stop starts.
+        bound = run.scenario.recovery_within + CALL_BOUNDS["probe"] + 30
         driver.join(timeout=bound)
         rec.close_faults(schedule, why=f"the fault driver was still running {bound:g} s after the run's end"
                          if driver.is_alive() else "the fault driver ended without settling it")
         if prober.is_alive():
-            prober.join(timeout=30)
+            prober.join(timeout=CALL_BOUNDS["probe"] + 5)
 
 
 def complete_records(schedule: Schedule, records: Sequence[FaultRecord], *,
@@ -645,7 +650,7 @@ class _RunObserver(ScheduleObserver):
         healed = self._heal_observed(outcome.injection)
         judged = _recovery_judged(self.scenario, self.workload)
         mttr, recovered = _recovery(self.workload, self.ctx, start, within=self.scenario.recovery_within,
-                                    give_up_at_stop=not judged)
+                                    give_up_at_stop=not judged, abandon=self.rec.interrupted)
         text = f"{healed}; {recovered}" if healed else recovered
         self.chaos.journal.record(RecoverEvent(at=entry.at, fault=entry.fault, target=target, outcome=text,
                                                seconds=mttr))
@@ -660,12 +665,13 @@ class _RunObserver(ScheduleObserver):
 
 
 def _recovery(workload: Workload | _Bounded, ctx: RunContext, start: float, *, within: float = RECOVERY_TIMEOUT,
-              give_up_at_stop: bool = True) -> tuple[float | None, str]:
+              give_up_at_stop: bool = True, abandon: threading.Event | None = None) -> tuple[float | None, str]:
     """Seconds from injection until the probe holds again, waiting ``within`` seconds (None if
     it did not in time, or the workload has no probe: then nothing was measured, and the text
     says so). ``give_up_at_stop``: once the run has stopped, a failing probe ends the wait
     (for a scenario that does not expect the steady state back); otherwise the fault keeps its
-    whole bound, the run's end or not, since its recovery is judged."""
+    whole bound, the run's end or not, since its recovery is judged. ``abandon`` set (Ctrl-C):
+    a failing probe ends the wait at once, judged or not."""
     if not workload.HAS_PROBE:
         return None, NO_PROBE_RECOVERY
 
@@ -677,7 +683,7 @@ def _recovery(workload: Workload | _Bounded, ctx: RunContext, start: float, *, w
         except CallHang:
             return "hung"  # the workload is broken from here on: the run is aborted already
         except Exception:
-            if give_up_at_stop and ctx.stop.is_set():
+            if (give_up_at_stop and ctx.stop.is_set()) or (abandon is not None and abandon.is_set()):
                 return "stopped"
             raise
         # Said apart: a steady state that returned only once the load stopped did not return under it.

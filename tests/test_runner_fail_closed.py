@@ -214,6 +214,10 @@ def test_a_judged_recovery_keeps_its_bound_after_the_run_stopped() -> None:
     assert mttr is not None and text == "recovered after the run ended"
     mttr, text = _recovery(_FailsUntil(ctx, healthy_after=10**9), ctx, 0.0, within=0.3, give_up_at_stop=False)
     assert (mttr, text) == (None, "not recovered within 0.3 s")
+    interrupted = threading.Event()
+    interrupted.set()  # Ctrl-C: a failing probe ends the wait at once, judged or not
+    assert _recovery(_FailsUntil(ctx, healthy_after=10**9), ctx, 0.0, within=60.0, give_up_at_stop=False,
+                     abandon=interrupted) == (None, "the run ended before the steady state returned")
 
 
 # -- every schedule entry ends with exactly one record ---------------------------------------------
