@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import select
 import signal as signals
 import subprocess
 import sys
@@ -36,7 +37,14 @@ STOP_TIMEOUT = 5.0
 _REPLY_S = 0.2  # a kill_node reply's head start over the raylet's SIGKILL, which ends this agent
 _STOPPED = (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
 _ENDED = ("gone", psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
-_HOG = "import time, sys\nend = time.monotonic() + float(sys.argv[1])\nwhile time.monotonic() < end:\n    pass\n"
+#: A busy process: it says when its loop begins (its start, Python's own, costs CPU too), then burns.
+_HOG = ("import time, sys\nend = time.monotonic() + float(sys.argv[1])\nsys.stdout.write('burning\\n')\n"
+        "sys.stdout.flush()\nwhile time.monotonic() < end:\n    pass\n")
+#: CPU seconds a hog must burn after its loop began to count as burning: two of the kernel's
+#: 10 ms ticks. A process that sleeps instead gains none.
+HOG_PROOF_CPU = 0.02
+#: How long a hog may take to start its loop and burn ``HOG_PROOF_CPU`` (a loaded node is slow).
+HOG_CONFIRM = 10.0
 
 
 @dataclass(slots=True)
@@ -262,23 +270,39 @@ class ChaosAgent:
         return sum(self.resume(pid) for pid in pids)
 
     def cpu_hog(self, cores: int, seconds: float) -> list[int]:
-        """Start ``cores`` busy-looping processes for at most ``seconds``; return their pids."""
+        """Start ``cores`` busy-looping processes for at most ``seconds``; return their pids once
+        each is seen burning CPU (its CPU time advancing, measured).
+
+        Raises:
+            FaultIneffective: a process did not start its loop, or burned no CPU, within
+                ``HOG_CONFIRM`` seconds (they are all stopped).
+        """
         procs = [subprocess.Popen([sys.executable, "-c", _HOG, repr(seconds)],
-                                  stdin=subprocess.DEVNULL) for _ in range(cores)]
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE) for _ in range(cores)]
         with self._lock:
             self._hogs.extend(procs)
-        ended = [p.pid for p in procs if p.poll() is not None]
-        if ended:
-            self.stop_hogs()
-            raise FaultIneffective(f"busy processes {ended} exited as soon as they started")
+        try:
+            deadline = time.monotonic() + HOG_CONFIRM
+            for proc in procs:
+                _confirm_burning(proc, deadline)
+        except FaultIneffective:
+            self._stop(procs)
+            raise
         return [p.pid for p in procs]
 
     def stop_hogs(self) -> int:
         with self._lock:
-            hogs, self._hogs = self._hogs, []
+            hogs = list(self._hogs)
+        return self._stop(hogs)
+
+    def _stop(self, hogs: list[subprocess.Popen[bytes]]) -> int:
+        with self._lock:
+            self._hogs = [p for p in self._hogs if p not in hogs]
         for proc in hogs:
             proc.kill()
             proc.wait(timeout=10)
+            if proc.stdout is not None:
+                proc.stdout.close()
         return len(hogs)
 
     def heal_all(self) -> int:
@@ -289,6 +313,40 @@ class ChaosAgent:
 
 
 _AGENTS: dict[tuple[str, str], Any] = {}
+
+
+def _confirm_burning(proc: subprocess.Popen[bytes], deadline: float) -> None:
+    """Return once ``proc`` began its loop and then burned ``HOG_PROOF_CPU`` seconds of CPU
+    (user + system, as the kernel counts it), before ``deadline`` (``time.monotonic``).
+
+    Raises:
+        FaultIneffective: it did not, within the deadline.
+    """
+    assert proc.stdout is not None  # started with stdout=PIPE
+    ready, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
+    if not ready or proc.stdout.readline() != b"burning\n":
+        raise FaultIneffective(f"busy process {proc.pid} did not begin its loop within {HOG_CONFIRM:g} s "
+                               f"(exit code {proc.poll()!r})")
+    base = _cpu_seconds(proc.pid)
+    used = 0.0
+
+    def burned() -> bool:
+        nonlocal used
+        used = _cpu_seconds(proc.pid) - base
+        return used >= HOG_PROOF_CPU
+
+    try:
+        wait_until(burned, timeout=max(0.0, deadline - time.monotonic()), interval=0.005,
+                   what=f"busy process {proc.pid} to burn CPU")
+    except HangError:
+        raise FaultIneffective(f"busy process {proc.pid} burned {used:.3f} s of CPU after its loop began, "
+                               f"not {HOG_PROOF_CPU:g} s, within {HOG_CONFIRM:g} s: it is not busy "
+                               "(sleeping, stopped, or starved of every core)") from None
+
+
+def _cpu_seconds(pid: int) -> float:
+    times = psutil.Process(pid).cpu_times()
+    return float(times.user + times.system)
 
 
 def _spawn_healer(pid: int, created: float, deadline: float) -> int:

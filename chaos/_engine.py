@@ -312,34 +312,48 @@ def _kill_node(chaos: Chaos, fault: KillNode, at: float | None,
     (node,) = resolve(fault.target, address=chaos.address, rng=rng)
     agent = agent_for(node.node_id)
     raylet, others = chaos._call(agent.kill_node.remote(driver_pids=chaos.driver_pids))
-    killed = time.monotonic()
+    # Confirmed only once Ray has declared the node dead (its health check, seconds): what
+    # the run's verdicts read about a lost node is Ray's view, and until then Ray still
+    # schedules on it. A node whose processes died but that Ray never calls dead is ineffective.
+    took = _confirm_node_dead(chaos, node.node_id, since=time.monotonic())
     proc = Process(raylet, node.node_id, f"raylet of node {node.node_id[:12]}")
     chaos._record("inject", fault, at, proc, f"raylet stopped and the {others} processes under it "
-                                             "SIGKILLed, each confirmed; the raylet SIGKILLed next")
+                                             "SIGKILLed, each confirmed; the raylet SIGKILLed next; "
+                                             f"Ray declared the node dead {took:.1f} s later")
     try:
         yield Injection(fault, (proc,))
     finally:
-        # After the yield: the node is dead once its processes are; Ray's noticing it is its
-        # health check (seconds), which must still happen for the fault to count.
-        took = _confirm_node_dead(chaos, node.node_id, since=killed)
-        chaos._record("heal", fault, at, proc, f"nothing to heal: Ray declared the node dead "
-                                               f"{took:.1f} s after its kill; it stays dead")
+        chaos._record("heal", fault, at, proc, "nothing to heal: the node stays dead")
+
+
+def _node_states(address: str, node_id: str) -> list[str]:
+    """The GCS's state of each row for ``node_id`` (the State API; empty if it lists none)."""
+    from ray.util.state import list_nodes
+
+    rows = list_nodes(address=address, filters=[("node_id", "=", node_id)],
+                      raise_on_missing_output=False, timeout=CALL_TIMEOUT)
+    return [str(n.state) for n in rows]
 
 
 def _confirm_node_dead(chaos: Chaos, node_id: str, *, since: float) -> float:
-    """Wait until the GCS lists ``node_id`` DEAD; seconds from ``since`` until it did."""
-    from ray.util.state import list_nodes
+    """Wait until the GCS lists ``node_id`` DEAD; seconds from ``since`` until it did.
+
+    Raises:
+        FaultIneffective: it was not listed DEAD within ``NODE_DEATH_CONFIRM`` seconds.
+    """
+    seen: list[list[str]] = []
 
     def dead() -> bool:
-        rows = list_nodes(address=chaos.address, filters=[("node_id", "=", node_id)],
-                          raise_on_missing_output=False, timeout=CALL_TIMEOUT)
-        return bool(rows) and all(n.state == "DEAD" for n in rows)
+        seen.append(states := _node_states(chaos.address, node_id))
+        return bool(states) and all(state == "DEAD" for state in states)
 
     try:
         wait_until(dead, timeout=NODE_DEATH_CONFIRM, interval=0.1, what=f"node {node_id[:12]} dead")
     except HangError:
-        raise FaultIneffective(f"node {node_id[:12]} was still ALIVE in the GCS "
-                               f"{NODE_DEATH_CONFIRM:g} s after its raylet was killed") from None
+        last = seen[-1] if seen else "no answer"
+        raise FaultIneffective(f"node {node_id[:12]} was not DEAD in the GCS {NODE_DEATH_CONFIRM:g} s after "
+                               f"its raylet was killed (last seen: {last!r}); Ray never declared it "
+                               "dead, so the node loss did not happen as Ray sees it") from None
     return time.monotonic() - since
 
 
@@ -380,7 +394,8 @@ def _cpu(chaos: Chaos, fault: CpuHog, at: float | None, rng: random.Random) -> I
     node = _node_of(chaos, fault.node, rng)
     agent = agent_for(node.node_id)
     pids = chaos._call(agent.cpu_hog.remote(fault.cores, fault.seconds))
-    chaos._record("inject", fault, at, node, f"{len(pids)} busy processes running", Observed(pids=tuple(pids)))
+    chaos._record("inject", fault, at, node, f"{len(pids)} busy processes, each seen burning CPU",
+                  Observed(pids=tuple(pids)))
 
     def heal() -> None:
         chaos._call(agent.stop_hogs.remote())
@@ -421,7 +436,7 @@ def _memory(chaos: Chaos, fault: MemoryPressure, at: float | None,
                       Observed(memory_outcome=result.outcome, peak_bytes=result.peak_bytes))
 
     with chaos._active_heal(heal):
-        chaos._record("inject", fault, at, node, _confirm_started(chaos, hog, fault, node, path))
+        chaos._record("inject", fault, at, node, _confirm_started(chaos, hog, node, path))
         yield Injection(fault, (node,), memory=watch)
     # Its effect is known once it is over: bytes held resident, or Ray's memory monitor's kill.
     result = watch.result
@@ -478,24 +493,71 @@ def _progress(node: Process, path: str) -> MemoryProgress | None:
         return None
 
 
-def _confirm_started(chaos: Chaos, hog: Any, fault: MemoryPressure, node: Process, path: str) -> str:
-    """Wait until the allocating task runs — its first report on its node, read by the agent
-    there (the State API learns of a running task up to a second late) — or has already ended
-    (Ray's memory monitor may be that quick)."""
+def _confirm_started(chaos: Chaos, hog: Any, node: Process, path: str) -> str:
+    """Wait until the allocating task holds memory resident — by its own report on its node,
+    read by the agent there — or Ray's memory monitor killed it (it may be that quick)."""
     import ray
 
     agent = agent_for(node.node_id)
 
-    def started() -> str | None:
-        if ray.wait([hog], timeout=0)[0]:
-            return "allocating; ended at once"
-        report = chaos._call(agent.progress.remote(path))
-        return f"allocating toward {fault.fraction:.0%} of the host" if report is not None else None
+    def ended() -> MemoryOutcome | None:
+        return outcome_of(hog, None).outcome if ray.wait([hog], timeout=0)[0] else None
+
+    return confirm_resident(lambda: chaos._call(agent.progress.remote(path)), ended)
+
+
+def confirm_resident(report: Callable[[], MemoryProgress | None], ended: Callable[[], MemoryOutcome | None], *,
+                     timeout: float | None = None, clock: Callable[[], float] = time.monotonic) -> str:
+    """Wait until the allocation's ``report`` shows bytes resident (a block made resident,
+    resident > 0: its first report, written before any block, is no proof), or its task
+    ``ended`` in Ray's OOM kill. Returns what confirmed it, for the journal.
+
+    Raises:
+        FaultIneffective: the host was already past the target (nothing to allocate), the task
+            ended another way holding nothing, or nothing was resident within ``timeout``
+            (default ``MEMORY_CONFIRM``) seconds.
+    """
+    timeout = MEMORY_CONFIRM if timeout is None else timeout
+    last: list[MemoryProgress | None] = [None]
+
+    def verdict() -> _Resident | None:
+        last[0] = progress = report()
+        if progress is not None and (progress.cannot or progress.holding()):
+            return _Resident(progress, None)
+        outcome = ended()
+        if outcome is None:
+            return None
+        last[0] = progress = report() or progress  # its last report, written before it ended
+        return _Resident(progress, outcome)
 
     try:
-        return wait_until(started, timeout=MEMORY_CONFIRM, interval=0.005, what="the memory fault's task to run")
+        found = wait_until(verdict, timeout=timeout, interval=0.005, clock=clock,
+                           what="the memory fault to hold memory")
     except HangError:
-        raise FaultIneffective(f"the memory fault's task did not start within {MEMORY_CONFIRM:g} s") from None
+        raise FaultIneffective(f"the memory fault held no resident memory within {timeout:g} s "
+                               f"(last report: {last[0]!r})") from None
+    return found.note()
+
+
+@dataclass(frozen=True, slots=True)
+class _Resident:
+    """The allocation's report and, if its task has ended, how: what decides its confirmation."""
+
+    progress: MemoryProgress | None
+    ended: MemoryOutcome | None
+
+    def note(self) -> str:
+        """What confirmed the fault, for the journal. Raises FaultIneffective if nothing did."""
+        progress = self.progress
+        if progress is not None and progress.cannot:
+            raise FaultIneffective(f"the memory fault allocated nothing: the host already used "
+                                   f"{progress.host_used:.0%}, past its target")
+        if progress is not None and progress.holding():
+            return f"{progress.resident / 2**20:.0f} MiB resident ({progress.pace()})"
+        if self.ended is MemoryOutcome.OOM_KILLED:
+            return "Ray's memory monitor killed the allocating task at once"
+        raise FaultIneffective(f"the memory fault's task ended ({self.ended}) holding no resident "
+                               f"memory (last report: {progress!r})")
 
 
 @functools.cache

@@ -118,7 +118,7 @@ class MemoryPressure:
 
     #: The name scenario files and journals use for this fault.
     KIND: ClassVar[FaultKind] = FaultKind.MEMORY
-    #: Its start is confirmed by the chaos agent on the target's node (see :func:`chaos.start_agents`).
+    #: Its resident memory is confirmed by the chaos agent on the target's node (see :func:`chaos.start_agents`).
     USES_AGENT: ClassVar[bool] = True
 
     fraction: float

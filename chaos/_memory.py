@@ -47,6 +47,11 @@ class MemoryProgress:
     seconds: float = 0.0
     slowest: float = 0.0
 
+    def holding(self) -> bool:
+        """Memory is resident by this report: a block made resident and RSS grown (the first
+        report, written before any block, holds nothing)."""
+        return self.blocks > 0 and self.resident > 0
+
     def pace(self) -> str:
         """For people: a pressure that never crossed the threshold says whether its pages came
         slowly (a slow block) or its loop was starved (quick blocks, seconds apart)."""

@@ -69,12 +69,13 @@ def test_kill_node_takes_the_node_and_its_actors_down(ray_multinode_cluster: Clu
     actor = Remote.remote()
     pid, node = where(actor)
     with chaos.inject(KillNode(NodeTarget(node))) as injection:
-        # Confirmed by the agent, well before Ray's health check: the actor's worker is gone
-        # and the raylet can do nothing more (stopped, or already SIGKILLed).
+        # Confirmed only once Ray's GCS calls the node dead: the actor's worker is gone, the
+        # raylet too, and what the block reads of the cluster is a lost node.
         assert not running(pid)
         assert not running(injection.processes[0].pid, stopped_is_alive=False)
-    assert any(n.node_id == node and n.state == "DEAD"  # the heal waited for Ray to notice
-               for n in list_nodes(address=ray_multinode_cluster.address))
+        rows = list_nodes(address=ray_multinode_cluster.address, filters=[("node_id", "=", node)],
+                          raise_on_missing_output=False)
+        assert [n.state for n in rows] == ["DEAD"]
     wait_until(lambda: where(actor)[1] != node, timeout=60, what="the actor to move to another node")
     ray.kill(actor)
     replace_dead_worker(ray_multinode_cluster, node)
