@@ -295,6 +295,10 @@ class UnresponsiveParams(NodesParams):
 
 class PreemptionParams(NodesParams):
     graceful: bool = True
+    #: How far from the drain's confirmation its node must be seen dead. The drain is
+    #: confirmed once Ray declared its node dead after the kill at the deadline, so the two
+    #: come together; the watch polls every 0.25 s and the State API lags a little.
+    gone_within: float = 5.0
 
 
 class _OnWorkerNodes(Workload):
@@ -404,12 +408,27 @@ class Preemption(_OnWorkerNodes):
     Params = PreemptionParams
 
     def invariants(self) -> list[Verdict]:
-        drained, dead = self.ctx.injections(FaultKind.DRAIN_NODE), self.watch.dead_at
-        return [Verdict("node_gone_at_deadline", bool(drained) and bool(dead),
-                        f"drain confirmed at {drained}, nodes dead at "
-                        f"{sorted(round(t, 1) for t in dead.values())}"),
+        within = self.ctx.params_as(PreemptionParams).gone_within
+        return [gone_verdict(self.ctx.injections(FaultKind.DRAIN_NODE), self.watch.dead_at, self.nodes, within),
                 self._moved(),
                 self._kept("drained_actor_lost_nothing")]
+
+
+def gone_verdict(drained: list[float], dead_at: Mapping[str, float], workers: list[str], within: float) -> Verdict:
+    """``node_gone_at_deadline``: one drain, and the one node that died in the run (State API)
+    was a worker node of the run, seen dead within ``within`` s of the drain's confirmation
+    (which comes when Ray declared the drained node dead after its kill at the deadline). No
+    node dead, a second one, or one dead far from the drain's end breaks it."""
+    gone = sorted(dead_at.items(), key=lambda item: item[1])
+    detail = (f"drains confirmed at {[round(t, 1) for t in drained]} s; nodes dead since: "
+              f"{', '.join(f'{n[:12]} at {t:.1f} s' for n, t in gone) or 'none'} (bound: {within:g} s)")
+    if len(drained) != 1 or len(gone) != 1:
+        return Verdict("node_gone_at_deadline", False, f"need one drain and one node dead; {detail}")
+    (node, died), = gone
+    off, ours = died - drained[0], node in workers
+    return Verdict("node_gone_at_deadline", ours and abs(off) <= within,
+                   f"{node[:12]} ({'a worker node of the run' if ours else 'not a worker node of the run'}) "
+                   f"seen dead {off:+.1f} s from the drain's confirmation; {detail}")
 
 
 # -- 4. OS limits -----------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from types import ModuleType
 from typing import Any, ClassVar
 
@@ -103,6 +104,8 @@ class _Tasks(Workload):
         self.done: dict[int, object] = {}
         self.submitted, self.turns, self.max_gap = 0, 0, 0.0
         self.last: float | None = None  # when the last turn ended
+        # The job's OOM kills so far: earlier runs of this driver's job are not this run's.
+        self.oom_before = _oom_killed_attempts(self.ctx.address)
 
     def step(self) -> bool:
         import ray
@@ -180,7 +183,8 @@ class _Tasks(Workload):
     def _memory_verdict(self) -> Verdict:
         """Ray's memory monitor killed a task: the allocation, or (it kills the most recently
         started task, retriable ones first) one of this run's own, which Ray then retried."""
-        seen, others = list(self.ctx.memory_outcomes), _oom_killed_attempts(self.ctx.address)
+        seen = list(self.ctx.memory_outcomes)
+        others = new_oom_kills(self.oom_before, _oom_killed_attempts(self.ctx.address))
         fired = MemoryOutcome.OOM_KILLED in seen or bool(others)
         return Verdict("memory_monitor_fired", fired,
                        f"memory faults ended: {', '.join(seen) or 'none healed'}; task attempts the "
@@ -211,15 +215,22 @@ def blocked_verdict(turns: int, max_gap: float, wait_timeout: float, slack: floa
                         "a turn); a pause no longer than the bound cannot be told from a slow turn")
 
 
-def _oom_killed_attempts(address: str) -> list[str]:
-    """The names of this job's task attempts that failed with OUT_OF_MEMORY (State API)."""
+def _oom_killed_attempts(address: str) -> dict[tuple[str, int], str]:
+    """This job's task attempts that failed with OUT_OF_MEMORY (State API): the task's name
+    by (task id, attempt number)."""
     import ray
     from ray.util.state import list_tasks
 
     rows = list_tasks(address=address, filters=[("job_id", "=", ray.get_runtime_context().get_job_id()),
                                                 ("error_type", "=", "OUT_OF_MEMORY")],
                       limit=10_000, raise_on_missing_output=False, timeout=CALL_TIMEOUT)
-    return [str(row.name) for row in rows]
+    return {(str(row.task_id), int(row.attempt_number)): str(row.name) for row in rows}
+
+
+def new_oom_kills(before: Mapping[tuple[str, int], str], now: Mapping[tuple[str, int], str]) -> list[str]:
+    """The names of the attempts the memory monitor killed since ``before`` was read: one
+    driver's job spans every run it makes, so its earlier runs' kills are not this one's."""
+    return [name for attempt, name in now.items() if attempt not in before]
 
 
 class _WorkerNodeTasks(_Tasks):

@@ -28,6 +28,7 @@ from scenarios._surface import (
     Target,
     call_error_kind,
     classify_get_error,
+    gone_verdict,
     objects_verdict,
 )
 from scenarios._workload import RunContext
@@ -37,6 +38,7 @@ from scenarios._workloads import (
     counters_verdict,
     fresh_task_probe,
     loop_bound,
+    new_oom_kills,
     owner_death_verdict,
     probe_task,
     task_evidence,
@@ -163,3 +165,27 @@ def test_rpc_errors_count_as_unavailable_by_type() -> None:
     assert call_error_kind(Renamed("gone", None)) == UNAVAILABLE == call_error_kind(ActorUnavailableError("gone", None))
     assert call_error_kind(GetTimeoutError("slow")) == "other: GetTimeoutError"
 
+
+# -- memory_monitor_fired: this run's kills only -----------------------------------------------
+
+
+def test_oom_kills_of_earlier_runs_of_the_job_do_not_count() -> None:
+    # One pytest session is one Ray job: a memory test before this run left its kill behind.
+    before = {("t1", 0): "sample_env"}
+    assert new_oom_kills(before, before) == []
+    assert new_oom_kills(before, {**before, ("t1", 1): "sample_env", ("t2", 0): "hog"}) == ["sample_env", "hog"]
+
+
+# -- node_gone_at_deadline: the drained node, at the drain's end -------------------------------
+
+
+def test_node_gone_at_deadline_checks_the_node_and_the_time() -> None:
+    workers = ["a" * 56, "b" * 56]
+    assert gone_verdict([6.5], {workers[1]: 6.8}, workers, 5.0).held
+    for drained, dead_at, why in (
+            ([6.5], {}, "need one drain and one node dead"),  # nothing died
+            ([6.5], {workers[0]: 6.6, workers[1]: 6.8}, "need one drain and one node dead"),  # two died
+            ([6.5], {"c" * 56: 6.7}, "not a worker node of the run"),  # another node died
+            ([6.5], {workers[1]: 0.4}, "seen dead -6.1 s")):  # long before the drain ended
+        verdict = gone_verdict(drained, dead_at, workers, 5.0)
+        assert not verdict.held and why in verdict.detail, verdict
