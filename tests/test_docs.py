@@ -353,7 +353,7 @@ def head_with_app(tmp_path: Path) -> Iterator[Head]:
     from chaos import wait_until
 
     port, dashboard, agent, app = _free_port(), _free_port(), _free_port(), _free_port()
-    temp = tempfile.mkdtemp(prefix="rc-")  # short: Ray's socket paths must fit in 107 bytes
+    temp = tempfile.mkdtemp(prefix="rc-docs-", dir="/tmp")  # short: Ray's socket paths must fit in 107 bytes
     ray_proc = subprocess.Popen([RAY, "start", "--head", "--block", f"--port={port}", "--num-cpus=2",
                                  f"--temp-dir={temp}", "--disable-usage-stats", "--include-dashboard=true",
                                  f"--dashboard-port={dashboard}", f"--dashboard-agent-listen-port={agent}"],
