@@ -349,3 +349,22 @@ def test_an_attacks_python_probe_keeps_its_timeout(tmp_path: Path, monkeypatch: 
     assert UserProbe(ProbeKind.PYTHON, "paused_service:health").run(timeout=0.2) == (False, "still running after 0.2 s")
     assert time.monotonic() - start < BLOCKED_FOR / 2
     sys.modules["paused_service"].GATE.set()
+
+
+# -- what a run did not judge is said in every report -------------------------------------------
+
+
+def test_the_reports_show_unjudged_verdicts_and_a_missing_probe() -> None:
+    from scenarios._records import NO_PROBE_NOTE, RunLabel, RunResult
+    from scenarios._report import junit, summary
+    from scenarios._report_html import render_html
+
+    run = RunResult("s", RunLabel.CHAOS, 0, RunStatus.COMPLETED, 1.0, (Verdict("a", True, "ok", 1),), (), (), (),
+                    unjudged=(Verdict("b", False, "broke here"),), probed=False)
+    (runs,) = summary([run])["runs"]
+    assert runs["unjudged"] == [{"name": "b", "held": False, "detail": "broke here", "seen": None}]
+    assert runs["notes"] == [NO_PROBE_NOTE] and not run.deviated
+    suite = junit([run]).find("testsuite")
+    assert suite is not None and suite.get("skipped") == "2" and suite.get("failures") == "0"
+    page = render_html([run])
+    assert "not judged (broke)" in page and NO_PROBE_NOTE in page
