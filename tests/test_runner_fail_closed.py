@@ -366,5 +366,6 @@ def test_the_reports_show_unjudged_verdicts_and_a_missing_probe() -> None:
     assert runs["notes"] == [NO_PROBE_NOTE] and not run.deviated
     suite = junit([run]).find("testsuite")
     assert suite is not None and suite.get("skipped") == "2" and suite.get("failures") == "0"
+    assert [c.get("name") for c in suite.iter("testcase") if c.find("skipped") is not None] == ["b", "steady state"]
     page = render_html([run])
     assert "not judged (broke)" in page and NO_PROBE_NOTE in page
