@@ -107,17 +107,20 @@ def run_schedule(chaos: Any, schedule: Schedule, *, stop: threading.Event | None
             futures[i] = pool.submit(_one, chaos, i, entry, stop, start, clock, observer)
     ended = clock() - start
     # Every entry gets its outcome, each one apart: one that raised must not lose the rest.
-    return [_result(futures[i], i, e) if i in futures else _settle(observer, FaultOutcome(
+    return [_result(futures[i], i, e, observer) if i in futures else _settle(observer, FaultOutcome(
         i, e, FaultStatus.NOT_REACHED, error=NOT_REACHED.format(ended=ended)))
         for i, e in enumerate(schedule.entries)]
 
 
-def _result(future: Future[FaultOutcome], index: int, entry: ScheduledFault) -> FaultOutcome:
-    """The fault thread's outcome; a thread that raised past its own handling still yields one."""
+def _result(future: Future[FaultOutcome], index: int, entry: ScheduledFault,
+            observer: ScheduleObserver) -> FaultOutcome:
+    """The fault thread's outcome; a thread that raised past its own handling still yields one
+    (``FAILED``, shown to the observer)."""
     try:
         return future.result()
     except Exception as exc:  # noqa: BLE001 - the entry's outcome says what went wrong
-        return FaultOutcome(index, entry, FaultStatus.FAILED, error=_named(exc, "the fault's thread"))
+        return _settle(observer, FaultOutcome(index, entry, FaultStatus.FAILED,
+                                              error=_named(exc, "the fault's thread")))
 
 
 def _settle(observer: ScheduleObserver, outcome: FaultOutcome) -> FaultOutcome:

@@ -237,3 +237,17 @@ def test_a_fault_queued_until_the_run_stopped_is_not_injected() -> None:
         r"\{at:g\}", "0").replace(r"\{most\}", str(MAX_CONCURRENT_FAULTS))
     for late in outcomes[MAX_CONCURRENT_FAULTS:-1]:
         assert late.started is None and late.injection is None and re.fullmatch(queued, late.error)
+
+
+def test_a_fault_thread_that_raises_outside_its_fault_still_leaves_its_outcome() -> None:
+    def clock() -> float:  # broken only where the faults run
+        if threading.current_thread().name.startswith("raychaos-fault"):
+            raise OSError("clock unreadable")
+        return 0.0
+
+    observer = Exploding(threading.Event(), set())
+    outcomes = run_schedule(ScriptedEngine(), Schedule.explicit([(0.0, kill("ok")), (0.0, kill("ok"))]),
+                            clock=clock, observer=observer)
+    assert [(o.status, o.error) for o in outcomes] == [
+        (FaultStatus.FAILED, "the fault's thread raised OSError: clock unreadable")] * 2
+    assert sorted(observer.seen) == [(0, FaultStatus.FAILED), (1, FaultStatus.FAILED)]
