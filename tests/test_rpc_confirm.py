@@ -9,10 +9,11 @@ from chaos._delay import rpc_failures_injected, unconfirmed_rpc_failures
 
 PUSH = "CoreWorkerService.grpc_client.PushTask"
 # Lines as Ray 2.60's core worker wrote them in a run here (grpc_client.h:137).
+LEASE = "NodeManagerService.grpc_client.RequestWorkerLease"
 LOG = f"""[2026-12-03 10:21:36,597 I 7487 7507] grpc_client.h:137: Inject RPC response failure for {PUSH}
 [2026-12-03 10:21:36,598 I 7487 7507] core_worker.cc:1: something else
 [2026-12-03 10:21:36,599 I 7487 7507] grpc_client.h:137: Inject RPC request failure for {PUSH}
-[2026-12-03 10:21:36,600 I 7487 7507] grpc_client.h:137: Inject RPC response failure while request in flight for NodeManagerService.grpc_client.RequestWorkerLease
+[2026-12-03 10:21:36,600 I 7487 7507] grpc_client.h:137: Inject RPC response failure while request in flight for {LEASE}
 """
 
 
@@ -26,7 +27,7 @@ def _session(tmp_path: Path, text: str) -> str:
 
 def test_each_injected_failure_is_counted_by_method(tmp_path: Path) -> None:
     assert rpc_failures_injected(_session(tmp_path, LOG)) == {
-        PUSH: 2, "NodeManagerService.grpc_client.RequestWorkerLease": 1}
+        PUSH: 2, LEASE: 1}
 
 
 def test_a_knob_that_fired_is_confirmed_and_one_that_never_fired_is_not(tmp_path: Path) -> None:
