@@ -6,13 +6,15 @@ from actors._checkpoint import (
     CheckpointStats,
     Durability,
     Policy,
+    RestartUnknown,
     RestoreInfo,
+    StorageNotFresh,
     checkpoint_async,
     mutation,
 )
 from actors._codec import StateTree
 from actors._counter import CheckpointedCounter
-from actors._dedupe import WriterSeqs
+from actors._dedupe import Writer, WriterSeqs
 from actors._failpoints import FAILPOINTS, ActorFailpoint
 from actors._param_server import (
     GradientError,
@@ -58,6 +60,7 @@ __all__ = [
     "ReplayBufferActor",
     "ReplayClient",
     "ReplayStats",
+    "RestartUnknown",
     "RestoreInfo",
     "SchemaError",
     "ServerStats",
@@ -65,7 +68,9 @@ __all__ = [
     "SpareWorkerError",
     "StaleGradientError",
     "StateTree",
+    "StorageNotFresh",
     "VersionTimeout",
+    "Writer",
     "WriterSeqs",
     "checkpoint_async",
     "keep_spare",

@@ -23,11 +23,12 @@ import warnings
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar, get_args
+from typing import Any, Literal, TypeVar, get_args, overload
 
 from actors import _codec, _wal
 from actors import _failpoints as fp
 from actors._codec import StateTree
+from actors._dedupe import CALL_KEYS, WriterSeqs
 from actors._store import CheckpointInfo, CheckpointRetried, CheckpointStore
 from chaos._errors import CheckpointError, InvalidConfig, MutationNotLogged
 from chaos._failpoint import failpoint
@@ -140,9 +141,20 @@ class CheckpointStats:
     mutations_since_checkpoint: int
     wal_records: int
     restore: RestoreInfo
+    #: Calls of idempotent mutations recognised as repeats and not applied (kept in the
+    #: checkpoints: a crash forgets only those counted after the last one).
+    repeats: int = 0
 
 
-def mutation(method: F) -> F:
+@overload
+def mutation(method: F, /) -> F: ...
+
+
+@overload
+def mutation(*, idempotent: bool = False) -> Callable[[F], F]: ...
+
+
+def mutation(method: F | None = None, /, *, idempotent: bool = False) -> F | Callable[[F], F]:
     """Mark an actor method that changes state, so it is logged and counted for checkpoints.
 
     The method's arguments must be numpy arrays, torch tensors or JSON values when the
@@ -153,28 +165,92 @@ def mutation(method: F) -> F:
     A mutation whose log record cannot be written (a full disk) is undone before the call
     fails with :class:`MutationNotLogged`: what the actor holds is always what its log
     replays.
+
+    ``@mutation(idempotent=True)`` applies each call once under Ray's at-least-once delivery
+    (``max_task_retries`` other than 0). The method takes keyword-only ``writer_id: str`` and
+    ``seq: int``; each caller (an ``actors.Writer``) numbers its calls 0, 1, 2, … The mixin keeps
+    the seqs applied per writer (an ``actors.WriterSeqs``, reordering allowed), checkpoints and
+    replays that table with the actor's state, and answers a call it already applied with
+    ``None`` without running it: results are not kept. A call that raises records nothing,
+    so its retry under the same seq is applied.
+
+    Raises:
+        InvalidConfig: ``idempotent=True`` on a method without keyword-only ``writer_id`` and
+            ``seq`` parameters.
     """
-    wrapper = _async_mutation(method) if inspect.iscoroutinefunction(method) else _sync_mutation(method)
+    if method is None:
+        return functools.partial(_mark, idempotent=idempotent)
+    return _mark(method, idempotent=idempotent)
+
+
+def _mark(method: F, *, idempotent: bool) -> F:
+    if idempotent:
+        _check_call_keys(method)
+    make = _async_mutation if inspect.iscoroutinefunction(method) else _sync_mutation
+    wrapper = make(method, idempotent)
     wrapper.__raychaos_mutation__ = method  # type: ignore[attr-defined]
+    wrapper.__raychaos_idempotent__ = bool(idempotent)  # type: ignore[attr-defined]
     return wrapper  # type: ignore[return-value]
 
 
-def _sync_mutation(method: F) -> Callable[..., Any]:
+def _check_call_keys(method: Callable[..., Any]) -> None:
+    params = inspect.signature(method).parameters
+    missing = [name for name in CALL_KEYS
+               if name not in params or params[name].kind is not inspect.Parameter.KEYWORD_ONLY]
+    if missing:
+        raise InvalidConfig(
+            f"@mutation(idempotent=True) needs keyword-only {' and '.join(missing)} on "
+            f"{method.__qualname__}(); declare them after `*`: "
+            f"def {method.__name__}(self, ..., *, writer_id: str, seq: int)")
+
+
+def _writers(owner: object) -> WriterSeqs:
+    """The owner's table of applied ``(writer_id, seq)``, created on first use."""
+    table = owner.__dict__.get("_raychaos_writers")
+    if table is None:
+        table = owner.__dict__["_raychaos_writers"] = WriterSeqs()
+    assert isinstance(table, WriterSeqs)
+    return table
+
+
+def _seen(owner: object, name: str, kwargs: Mapping[str, Any]) -> bool:
+    """Whether an idempotent call was applied before (counted as a repeat); validates its key
+    before anything runs."""
+    writer_id, seq = kwargs.get("writer_id"), kwargs.get("seq")
+    if writer_id is None or seq is None:
+        raise InvalidConfig(
+            f"{type(owner).__name__}.{name}() is an idempotent mutation: pass writer_id= and seq= "
+            f"(got writer_id={writer_id!r}, seq={seq!r}); actors.Writer numbers a caller's calls")
+    return _writers(owner).is_repeat(writer_id, seq)
+
+
+def _sync_mutation(method: F, idempotent: bool) -> Callable[..., Any]:
     @functools.wraps(method)
     def wrapper(self: Checkpointable, *args: Any, **kwargs: Any) -> Any:
         # Applying and logging happen under one lock, so the log's order is the apply order.
         with _lock_of(self):
             depth = self.__dict__.get("_raychaos_depth", 0)
+            if depth == 0 and idempotent and _seen(self, method.__name__, kwargs):
+                return None
             self.__dict__["_raychaos_depth"] = depth + 1
             try:
                 result = method(self, *args, **kwargs)
             finally:
                 self.__dict__["_raychaos_depth"] = depth
             if depth == 0:  # an override calling super() logs once
+                _applied(self, idempotent, kwargs)
                 _log(self, method.__name__, args, kwargs)
             return result
 
     return wrapper
+
+
+def _applied(owner: object, idempotent: bool, kwargs: Mapping[str, Any]) -> None:
+    """Record an idempotent call as applied: after it ran, before its log record and any
+    checkpoint the policy takes after it (which must hold its seq with its effect). A record
+    that cannot be written undoes the call by reloading, which drops the seq again."""
+    if idempotent:
+        _writers(owner).applied(kwargs["writer_id"], kwargs["seq"])
 
 
 #: The actors whose async mutation this task is inside (an override awaiting ``super()``).
@@ -196,18 +272,27 @@ def _marked_inside(owner: Checkpointable) -> Iterator[None]:
         _IN_MUTATION.reset(token)
 
 
-def _async_mutation(method: F) -> Callable[..., Any]:
+def _async_mutation(method: F, idempotent: bool) -> Callable[..., Any]:
     # The wrapper names module functions only, never the ContextVar itself: a class defined in
     # a user's script is pickled by value, closure and globals with it, and a ContextVar
     # cannot be pickled (the module's functions are pickled by reference).
     @functools.wraps(method)
     async def wrapper(self: Checkpointable, *args: Any, **kwargs: Any) -> Any:
         gate = self.__dict__.get("_raychaos_gate")
-        if gate is None or _inside_mutation(self):  # not checkpointed yet, replaying, or nested
+        if _inside_mutation(self):  # replaying, or nested
             return await method(self, *args, **kwargs)
+        if gate is None:  # not checkpointed yet
+            if idempotent and _seen(self, method.__name__, kwargs):
+                return None
+            result = await method(self, *args, **kwargs)
+            _applied(self, idempotent, kwargs)
+            return result
         async with gate.held():
+            if idempotent and _seen(self, method.__name__, kwargs):
+                return None
             with _marked_inside(self):
                 result = await method(self, *args, **kwargs)
+            _applied(self, idempotent, kwargs)
             _log(self, method.__name__, args, kwargs)
             return result
 
@@ -489,11 +574,21 @@ class LoggedCall:
         return LoggedCall(method, tuple(args), kwargs)
 
 
+#: Where a checkpoint of an actor with idempotent mutations keeps the writer table, and its own state.
+_WRITERS, _STATE = "raychaos_writers", "raychaos_state"
+
+
+def _has_idempotent(cls: type) -> bool:
+    return any(getattr(value, "__raychaos_idempotent__", False)
+               for klass in cls.__mro__ for value in vars(klass).values())
+
+
 class _Checkpointer:
     """Drives one actor's checkpoints and WAL; private to :class:`Checkpointable`."""
 
     def __init__(self, owner: Checkpointable, config: CheckpointConfig, clock: Callable[[], float]):
         self.owner, self.config, self.clock = owner, config, clock
+        self.dedupe = _has_idempotent(type(owner))  # the writer table is saved with the state
         self.store = CheckpointStore(config.storage, keep=config.keep)
         if config.durability == "wal" and not self.store.is_local:
             raise InvalidConfig(
@@ -541,9 +636,9 @@ class _Checkpointer:
 
     def _load(self, seq: int, chain: Sequence[Mapping[str, Any]]) -> None:
         self.last_seq = seq
-        self.owner.load_state_dict(chain[0])
+        self.owner.load_state_dict(self._unwrap(chain[0]))
         for delta in chain[1:]:
-            self.owner.load_delta_state_dict(delta)
+            self.owner.load_delta_state_dict(self._unwrap(delta))
         self.deltas = len(chain) - 1
         self.owner.mark_checkpointed()
 
@@ -578,6 +673,8 @@ class _Checkpointer:
             result = method(self.owner, *record.args, **record.kwargs)
             if inspect.isawaitable(result):
                 _run_to_end(result)
+            _applied(self.owner, getattr(type(self.owner), record.method).__raychaos_idempotent__,
+                     record.kwargs)
         finally:
             self.owner.__dict__["_raychaos_depth"] = 0
 
@@ -656,6 +753,7 @@ class _Checkpointer:
     def _reload(self) -> None:
         loaded = self.store.load_latest()
         self.last_seq, self.deltas = 0, 0
+        self.owner.__dict__["_raychaos_writers"] = WriterSeqs()  # the undone call's seq goes too
         if loaded is not None:
             self._load(loaded.seq, loaded.chain)
         self._replay()
@@ -693,9 +791,9 @@ class _Checkpointer:
                 self.deltas < self.config.full_every - 1:
             delta = self.owner.delta_state_dict()
         if delta is None:
-            info, self.deltas = self.store.save(self.owner.state_dict()), 0
+            info, self.deltas = self.store.save(self._wrap(self.owner.state_dict())), 0
         else:
-            info = self.store.save(delta, parent=self.last_seq)
+            info = self.store.save(self._wrap(delta), parent=self.last_seq)
             self.deltas += 1
         self.owner.mark_checkpointed()
         self.last_seq, self.last_time, self.since = info.seq, self.clock(), 0
@@ -707,6 +805,21 @@ class _Checkpointer:
             self._prune_segments()
         return info
 
+    def _wrap(self, tree: StateTree) -> StateTree:
+        """The tree saved: the actor's own, with the writer table beside it when the actor has
+        idempotent mutations (whole in every checkpoint and delta: it is small)."""
+        if not self.dedupe:
+            return tree
+        return {_WRITERS: _writers(self.owner).state_dict(), _STATE: tree}
+
+    def _unwrap(self, tree: Mapping[str, Any]) -> Any:
+        """The actor's own tree of a saved one, restoring the writer table it carries (a
+        checkpoint saved before the actor had idempotent mutations carries none)."""
+        if not (self.dedupe and _WRITERS in tree):
+            return tree
+        _writers(self.owner).load_state_dict(tree[_WRITERS])
+        return tree[_STATE]
+
     def _prune_segments(self) -> None:
         seqs = self.store.seqs()
         oldest = seqs[0] if seqs else 0
@@ -715,4 +828,5 @@ class _Checkpointer:
                 os.remove(f"{self.store.root}/{_wal.segment_name(seq)}")
 
     def stats(self) -> CheckpointStats:
-        return CheckpointStats(self.count, self.last_seq, self.since, self.records, self.restore_info)
+        repeats = _writers(self.owner).duplicates if self.dedupe else 0
+        return CheckpointStats(self.count, self.last_seq, self.since, self.records, self.restore_info, repeats)

@@ -14,8 +14,16 @@ the seqs applied above it, up to :data:`REORDER_WINDOW` of them.
 
 from __future__ import annotations
 
+import itertools
+import threading
+import uuid
+from dataclasses import dataclass, field
+
 from actors._codec import StateTree
 from chaos._errors import InvalidConfig
+
+#: The keyword arguments an idempotent call carries (``@mutation(idempotent=True)``).
+CALL_KEYS = ("writer_id", "seq")
 
 #: How far out of order a writer's calls may arrive. A gap older than this many later
 #: applied seqs (a call its writer gave up on) is closed: that seq then counts as a repeat.
@@ -94,3 +102,27 @@ class WriterSeqs:
         self.floor = {str(k): int(v) for k, v in state["last_seq"].items()}
         self.above = {str(k): {int(s) for s in v} for k, v in state.get("above", {}).items()}
         self.duplicates = int(state["duplicates"])
+
+
+@dataclass(slots=True)
+class Writer:
+    """One caller of idempotent mutations: an id, and its calls numbered 0, 1, 2, …
+
+    ``writer.next()`` gives the keyword arguments of the next call, to pass as they are::
+
+        me = actors.Writer("driver")
+        ray.get(ledger.deposit.remote(5, **me.next()))  # writer_id="driver", seq=0
+
+    A call retried by hand (after a timeout, say) must keep its seq: take ``next()`` once,
+    before the loop that retries. Thread-safe; two writers must not share an id (the default
+    id is unique).
+    """
+
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    _counter: itertools.count[int] = field(default_factory=itertools.count, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def next(self) -> dict[str, str | int]:
+        """``{"writer_id": id, "seq": n}`` for this writer's next call."""
+        with self._lock:
+            return {"writer_id": self.id, "seq": next(self._counter)}

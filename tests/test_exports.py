@@ -53,6 +53,7 @@ def test_actors_exports() -> None:
         "PrioritizedReplayBuffer", "PushResult", "ReplayActorStats", "ReplayBufferActor", "ReplayClient",
         "ReplayStats", "RestoreInfo", "SchemaError", "ServerStats", "StaleGradientError",
         "VersionTimeout", "WriterSeqs", "checkpoint_async", "mutation",
+        "RestartUnknown", "StorageNotFresh", "Writer",
         "SpareState", "SpareWorkerError", "keep_spare", "spare_actor_env", "spare_job_env",
     }
 

@@ -6,29 +6,25 @@ import ray
 from hypothesis import settings
 from hypothesis.stateful import rule, run_state_machine_as_test
 
-from actors import Checkpointable, CheckpointConfig, WriterSeqs, mutation
+from actors import Checkpointable, CheckpointConfig, Writer, mutation
 from chaos import ActorTarget, Kill
 from chaos.testing import ActorChaosMachine
 
 
 class Ledger(Checkpointable):  # your actor: a balance that survives crashes, each deposit counted once
     def __init__(self, storage: str, durability: str = "wal"):
-        self.balance, self.seqs = 0, WriterSeqs()  # seqs: the (writer_id, seq) pairs applied
+        self.balance = 0
         self.enable_checkpointing(CheckpointConfig(storage=storage, durability=durability, policy="on_demand"))
 
     def state_dict(self):
-        return {"balance": self.balance, "seqs": self.seqs.state_dict()}
+        return {"balance": self.balance}
 
     def load_state_dict(self, state):
         self.balance = int(state["balance"])
-        self.seqs.load_state_dict(state["seqs"])
 
-    @mutation  # written to the log before it is acknowledged
-    def deposit(self, amount: int, *, writer_id: str, seq: int) -> int:
-        if not self.seqs.is_repeat(writer_id, seq):  # Ray may deliver a call again after a crash
-            self.balance += amount
-            self.seqs.applied(writer_id, seq)
-        return self.balance
+    @mutation(idempotent=True)  # logged before it is acknowledged; a call Ray delivers again counts once
+    def deposit(self, amount: int, *, writer_id: str, seq: int) -> None:
+        self.balance += amount
 
     def get(self) -> int:
         return self.balance
@@ -44,15 +40,16 @@ def ledger(ray_cluster, tmp_path):
 
 @pytest.mark.chaos(seed=1, faults=[(1.0, Kill(ActorTarget(name="ledger")))])  # SIGKILL 1 s into the body
 def test_no_deposit_is_lost_or_doubled(ledger, chaos):
-    for seq in range(60):
-        ray.get(ledger.deposit.remote(1, writer_id="me", seq=seq), timeout=60)
+    me = Writer("me")  # numbers this caller's deposits: writer_id="me", seq=0, 1, 2, ...
+    for _ in range(60):
+        ray.get(ledger.deposit.remote(1, **me.next()), timeout=60)
         time.sleep(0.05)
     assert ray.get(ledger.get.remote(), timeout=60) == 60
 
 
 class LedgerMachine(ActorChaosMachine):  # random deposits, checkpoints, kills and pauses
     def __init__(self):
-        self.sent = 0
+        self.me = Writer()
         super().__init__()
 
     def create(self, storage):
@@ -63,8 +60,8 @@ class LedgerMachine(ActorChaosMachine):  # random deposits, checkpoints, kills a
 
     @rule(amount=st.integers(1, 5))
     def deposit(self, amount):
-        self.call(self.actor.deposit.remote(amount, writer_id="machine", seq=self.sent))
-        self.sent, self.model = self.sent + 1, self.model + amount
+        self.call(self.actor.deposit.remote(amount, **self.me.next()))
+        self.model += amount
 
 
 def test_ledger_matches_its_model(ray_cluster):
