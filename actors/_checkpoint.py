@@ -371,10 +371,17 @@ class Checkpointable:
             def load_state_dict(self, state):
                 self.n = int(state["n"])
 
-            @mutation
-            def add(self, k):
+            @mutation(idempotent=True)  # Ray may deliver a call again: it is applied once
+            def add(self, k, *, writer_id, seq):
                 self.n += k
+
+            def get(self):
                 return self.n
+
+    A caller numbers its calls with an ``actors.Writer``:
+    ``counter.add.remote(1, **writer.next())``. A plain ``@mutation`` under
+    ``max_task_retries`` other than 0 is applied at least once: twice, when the actor dies
+    after applying a call and before its reply arrives.
     """
 
     def state_dict(self) -> StateTree:
@@ -579,8 +586,9 @@ _WRITERS, _STATE = "raychaos_writers", "raychaos_state"
 
 
 def _has_idempotent(cls: type) -> bool:
-    return any(getattr(value, "__raychaos_idempotent__", False)
-               for klass in cls.__mro__ for value in vars(klass).values())
+    """Whether any method of ``cls``, as overrides resolve, is an idempotent mutation."""
+    return any(getattr(inspect.getattr_static(cls, name), "__raychaos_idempotent__", False)
+               for name in dir(cls))
 
 
 class _Checkpointer:
@@ -815,7 +823,7 @@ class _Checkpointer:
     def _unwrap(self, tree: Mapping[str, Any]) -> Any:
         """The actor's own tree of a saved one, restoring the writer table it carries (a
         checkpoint saved before the actor had idempotent mutations carries none)."""
-        if not (self.dedupe and _WRITERS in tree):
+        if not (_WRITERS in tree and _STATE in tree):
             return tree
         _writers(self.owner).load_state_dict(tree[_WRITERS])
         return tree[_STATE]

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from actors import Checkpointable, CheckpointConfig, Writer, mutation
-from chaos import InvalidConfig
+from chaos import InvalidConfig, MutationNotLogged
 
 
 class Ledger(Checkpointable):
@@ -152,3 +152,37 @@ def test_a_writer_numbers_its_calls_across_threads() -> None:
         thread.join()
     assert sorted(seen) == list(range(1, 401))
     assert Writer().id != Writer().id
+
+
+def test_a_call_whose_log_record_fails_is_undone_with_its_seq(storage: str, monkeypatch: Any) -> None:
+    ledger = Ledger(storage)
+    ledger.deposit(1, writer_id="w", seq=0)
+    writer = ledger._checkpointer().writer
+    assert writer is not None
+
+    def disk_full(payload: bytes) -> None:
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(writer, "append", disk_full)
+        with pytest.raises(MutationNotLogged):
+            ledger.deposit(2, writer_id="w", seq=1)
+    assert ledger.balance == 1  # undone, and its seq with it: the retry is applied
+    assert ledger.deposit(2, writer_id="w", seq=1) == 3
+    assert reopen(storage).balance == 3
+
+
+class Unmarked(Ledger):
+    """The same actor once its mutation is no longer idempotent."""
+
+    @mutation
+    def deposit(self, amount: int, *, writer_id: str, seq: int) -> int:
+        self.balance += amount
+        return self.balance
+
+
+def test_checkpoints_with_a_writer_table_restore_into_an_actor_without_one(storage: str) -> None:
+    ledger = Ledger(storage)
+    ledger.deposit(4, writer_id="w", seq=0)
+    ledger.checkpoint()
+    assert Unmarked(storage, restore="always").balance == 4

@@ -14,6 +14,9 @@ PORT = int(sys.argv[1]) if len(sys.argv) > 1 else 8000
 ray.init(address="auto", namespace="app", log_to_driver=False)
 
 
+# A liveness check, not a ledger: its count restarts from 0 with the actor, and a call Ray
+# delivers again after a kill counts twice (see actors.Checkpointable and @mutation(idempotent=True)
+# for state that must survive and count once).
 @ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)
 class Counter:
     def __init__(self):
