@@ -18,6 +18,7 @@ import itertools
 import threading
 import uuid
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 from actors._codec import StateTree
 from chaos._errors import InvalidConfig
@@ -104,6 +105,13 @@ class WriterSeqs:
         self.duplicates = int(state["duplicates"])
 
 
+class CallKey(TypedDict):
+    """The keyword arguments of one idempotent call, as :meth:`Writer.next` gives them."""
+
+    writer_id: str
+    seq: int
+
+
 @dataclass(slots=True)
 class Writer:
     """One caller of idempotent mutations: an id, and its calls numbered 0, 1, 2, …
@@ -122,7 +130,7 @@ class Writer:
     _counter: itertools.count[int] = field(default_factory=itertools.count, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def next(self) -> dict[str, str | int]:
+    def next(self) -> CallKey:
         """``{"writer_id": id, "seq": n}`` for this writer's next call."""
         with self._lock:
             return {"writer_id": self.id, "seq": next(self._counter)}

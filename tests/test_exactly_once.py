@@ -144,7 +144,7 @@ def test_a_writer_numbers_its_calls_across_threads() -> None:
     me = Writer("driver")
     assert me.next() == {"writer_id": "driver", "seq": 0}
     seen: list[int] = []
-    threads = [threading.Thread(target=lambda: seen.extend(int(me.next()["seq"]) for _ in range(100)))
+    threads = [threading.Thread(target=lambda: seen.extend(me.next()["seq"] for _ in range(100)))
                for _ in range(4)]
     for thread in threads:
         thread.start()
