@@ -35,6 +35,9 @@ class FaultKind(StrEnum):
     FILL_DISK = "fill_disk"
     DRAIN_NODE = "drain_node"
     KILL_GCS = "kill_gcs"
+    #: Ray's RPC failure knob, set on the worker nodes for a whole run (``[[rpc_failures]]``):
+    #: not a scheduled fault, confirmed from what Ray logged it injected.
+    RPC_FAILURE = "rpc_failure"
 
 
 class FaultStatus(StrEnum):

@@ -22,6 +22,7 @@ from chaos import (
     TEST_SYSTEM_CONFIG,
     Chaos,
     EndEvent,
+    FaultKind,
     FaultOutcome,
     FaultStatus,
     FillDisk,
@@ -31,6 +32,7 @@ from chaos import (
     Journal,
     MemoryPressure,
     RecoverEvent,
+    RpcFailure,
     Schedule,
     ScheduledFault,
     ScheduleObserver,
@@ -45,6 +47,7 @@ from chaos import (
     stop_agents,
     wait_until,
 )
+from chaos._delay import rpc_failures_injected, unconfirmed_rpc_failures
 from chaos._faults import MAX_FAULT_SECONDS, STORAGE
 from scenarios._bounded import CallHang, bounded
 from scenarios._interrupt import interrupt_once
@@ -71,6 +74,15 @@ def _quiet(message: str, ctx: RunContext | None) -> None:
 
 
 @dataclass(frozen=True, slots=True)
+class _Knob:
+    """Ray's RPC failure knob on an embedded cluster: its entries, and the folder its
+    processes log under (where Ray writes a line for each failure the knob injects)."""
+
+    failures: tuple[RpcFailure, ...]
+    log_root: str
+
+
+@dataclass(frozen=True, slots=True)
 class _Run:
     """What one run needs: where it writes, with which seed, and whether it injects faults."""
 
@@ -82,6 +94,7 @@ class _Run:
     journal_path: str | None
     storage: str
     embedded: bool
+    knob: _Knob | None = None
 
 
 def run_scenario(scenario: Scenario, *, seed: int = 0, address: str | None = None,
@@ -112,7 +125,7 @@ def run_scenario(scenario: Scenario, *, seed: int = 0, address: str | None = Non
         scenario = replace(scenario, schedule=at_end_schedule(scenario.schedule, scenario.duration))
     with interrupt_once():
         scenario, oom_config = _with_oom_headroom(scenario, address)
-        with _cluster(scenario, address, oom_config) as addr, \
+        with _cluster(scenario, address, oom_config) as (addr, knob), \
                 tempfile.TemporaryDirectory(prefix="raychaos-") as tmp:
             wants_baseline = workload_cls.BASELINE if baseline is None else baseline
             labels = ([RunLabel.BASELINE] if wants_baseline else []) + [RunLabel.CHAOS]
@@ -121,7 +134,7 @@ def run_scenario(scenario: Scenario, *, seed: int = 0, address: str | None = Non
                 journal = _journal_path(report_dir, label)
                 with _storage(scenario, f"{tmp}/{label}") as storage:
                     run = _Run(_at_storage(scenario, storage), addr, seed, label, label is RunLabel.CHAOS,
-                               journal, storage, embedded=address is None)
+                               journal, storage, embedded=address is None, knob=knob)
                     results.append(_run_once(run, workload_cls, params, progress))
             return results
 
@@ -176,7 +189,9 @@ def _journal_path(report_dir: str | None, label: RunLabel) -> str | None:
 
 
 @contextmanager
-def _cluster(scenario: Scenario, address: str | None, extra_config: dict[str, Any]) -> Iterator[str]:
+def _cluster(scenario: Scenario, address: str | None,
+             extra_config: dict[str, Any]) -> Iterator[tuple[str, _Knob | None]]:
+    """The cluster a scenario runs on (its address), and its RPC failure knob if it sets one."""
     import ray
 
     if address is None:
@@ -188,7 +203,7 @@ def _cluster(scenario: Scenario, address: str | None, extra_config: dict[str, An
                 nodes=scenario.nodes, num_cpus=scenario.num_cpus, system_config=config,
                 worker_resources={"worker": 100}, log_to_driver=False, redis_address=redis,
                 worker_env=env))
-            yield handle.address
+            yield handle.address, _Knob(scenario.rpc_failures, handle.temp_dir) if scenario.rpc_failures else None
         return
     if scenario.gcs_fault_tolerance or scenario.rpc_failures:
         raise InvalidConfig(f"scenario {scenario.name!r} sets up the cluster it runs on "
@@ -198,14 +213,14 @@ def _cluster(scenario: Scenario, address: str | None, extra_config: dict[str, An
         if connected != address:
             raise InvalidConfig(f"this process is connected to the Ray cluster at {connected!r}, "
                                 f"not {address!r}; pass --address {connected} or call ray.shutdown()")
-        yield connected
+        yield connected, None
         return
     # Ray 2.60 clusters use token authentication; a client must ask for it to send its token
     # (from ~/.ray/auth_token or RAY_AUTH_TOKEN, as Ray reads them).
     os.environ.setdefault("RAY_AUTH_MODE", "token")
     ray.init(address=address, namespace="raychaos", log_to_driver=False)
     try:
-        yield ray.get_runtime_context().gcs_address
+        yield ray.get_runtime_context().gcs_address, None
     finally:
         stop_agents()  # detached agents would outlive the run on a cluster we do not own
         ray.shutdown()
@@ -327,6 +342,11 @@ class _Recorder:
         with self.lock:
             self.failures.append(why)
 
+    def knob_records(self, records: Sequence[FaultRecord]) -> None:
+        """The RPC failure knob's records: of no schedule entry, so past the entries' check."""
+        with self.lock:
+            self.faults.extend(records)
+
 
 def _run_once(run: _Run, workload_cls: type[Workload], params: Params, progress: Progress) -> RunResult:
     scenario = run.scenario
@@ -344,6 +364,8 @@ def _run_once(run: _Run, workload_cls: type[Workload], params: Params, progress:
     status, error = RunStatus.RUNNING, ""
     verdicts: list[Verdict] = []
     unjudged: list[Verdict] = []
+    knob = run.knob if run.faults else None
+    fired_before = rpc_failures_injected(knob.log_root) if knob else {}  # an earlier run's too
     try:
         status, error = _exercise(run, workload, ctx, chaos, rec, progress, started)
     except KeyboardInterrupt:
@@ -354,6 +376,8 @@ def _run_once(run: _Run, workload_cls: type[Workload], params: Params, progress:
         started()  # a run that ended before time zero: its journal still opens with its start
         ctx.stop.set()
         chaos.heal_all()  # the rollback: runs after Ctrl-C too
+        if knob is not None and status is not RunStatus.INTERRUPTED:
+            rec.knob_records(knob_records(knob, fired_before, ctx.elapsed()))
         verdicts, unjudged = _conclude(run, workload, ctx, rec, status)
         status, error = _with_failures(status, error, rec.failures)
         if rec.sampler is not None:
@@ -368,6 +392,42 @@ def _run_once(run: _Run, workload_cls: type[Workload], params: Params, progress:
                      tuple(sorted(rec.faults, key=lambda f: f.start)), dict(ctx.metrics),
                      {k: tuple(v) for k, v in ctx.series.items()}, error, scenario.strict_faults,
                      tuple(unjudged), workload.HAS_PROBE)
+
+
+#: Seconds to wait for Ray's log lines of the knob's failures to reach the files.
+KNOB_LOG_WAIT = 3.0
+
+
+def knob_records(knob: _Knob, before: Mapping[str, int], elapsed: float, *,
+                 wait: float = KNOB_LOG_WAIT) -> list[FaultRecord]:
+    """One record per RPC failure entry of the run: ``INJECTED`` when Ray logged at least one
+    failure of its method during the run (counts above ``before``, what earlier runs on the
+    cluster had logged), ``INEFFECTIVE`` otherwise: a knob entry that injected nothing (a
+    misspelled method, calls that never leave a worker node's processes) tested nothing."""
+    def fired() -> dict[str, int]:
+        now = rpc_failures_injected(knob.log_root)
+        return {m: n - before.get(m, 0) for m, n in now.items() if n > before.get(m, 0)}
+
+    def all_fired() -> dict[str, int] | None:
+        counts = fired()
+        return None if unconfirmed_rpc_failures(knob.failures, counts) else counts
+
+    try:
+        counts = wait_until(all_fired, timeout=wait, interval=0.2, what="Ray's log lines of injected RPC failures")
+    except HangError:
+        counts = fired()
+    return [_knob_record(f, counts, elapsed) for f in knob.failures]
+
+
+def _knob_record(failure: RpcFailure, counts: Mapping[str, int], elapsed: float) -> FaultRecord:
+    (problem,) = unconfirmed_rpc_failures((failure,), counts) or ("",)
+    if problem:
+        return FaultRecord(0.0, 0.0, elapsed, FaultKind.RPC_FAILURE, failure.method,
+                           f"ineffective: {problem}", None, FaultStatus.INEFFECTIVE, None)
+    seen = sum(counts.values()) if failure.method == "*" else counts[failure.method]
+    return FaultRecord(0.0, 0.0, elapsed, FaultKind.RPC_FAILURE, failure.method,
+                       f"Ray's knob injected {seen} failure(s) of this method during the run (its logs)",
+                       None, FaultStatus.INJECTED, elapsed)
 
 
 def _with_failures(status: RunStatus, error: str, failures: Sequence[str]) -> tuple[RunStatus, str]:
@@ -503,7 +563,8 @@ def recovery_verdicts(faults: Sequence[FaultRecord], *, within: float) -> list[V
     ``within`` seconds of its heal, by a probe that held. One that did not recover (no MTTR:
     not in time, or the run ended first) or took longer breaks it, named. None when no fault
     happened (the missed faults speak for themselves)."""
-    happened = [f for f in faults if f.status is FaultStatus.INJECTED]
+    # The RPC failure knob is never healed during a run: there is no heal to recover after.
+    happened = [f for f in faults if f.status is FaultStatus.INJECTED and f.kind is not FaultKind.RPC_FAILURE]
     if not happened:
         return []
     late = [f for f in happened if f.mttr is None or _after_heal(f) > within]
