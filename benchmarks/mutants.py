@@ -73,16 +73,28 @@ CRASH: dict[str, set[str] | None] = {
 VERDICTS: dict[str, set[str] | None] = {
     "chaos/_driver.py": {"run_schedule", "_result", "_one", "_settle", "check_applied", "FaultOutcome.ok"},
     "chaos/_delay.py": {"rpc_failures_injected", "unconfirmed_rpc_failures"},
+    "chaos/_engine.py": {"_confirm_node_dead", "_confirm_node_dead.dead", "confirm_resident",
+                         "confirm_resident.verdict"},
+    "chaos/_memory.py": {"MemoryProgress.holding"},
+    "chaos/_agent.py": {"_confirm_burning", "_confirm_burning.burned"},
     "scenarios/_records.py": {"Verdict.over", "RunResult.missed_faults", "RunResult.deviated"},
-    "scenarios/_runner.py": {"declared_verdicts", "steady_verdicts"},
+    "scenarios/_runner.py": {"declared_verdicts", "undeclared_verdicts", "steady_verdicts", "recovery_verdicts",
+                             "_after_heal", "complete_records", "at_end_schedule", "at_end_schedule.held",
+                             "knob_records", "knob_records.fired", "_knob_record", "_with_failures",
+                             "_Recorder.close_faults", "_Recorder.fault"},
+    "scenarios/_surface.py": {"kept", "gone_verdict", "classify_get_error", "expected_outcome", "objects_verdict",
+                              "call_error_kind"},
+    "scenarios/_workloads.py": {"loop_bound", "blocked_verdict", "new_oom_kills", "task_evidence",
+                                "counters_verdict", "owner_death_verdict"},
 }
 #: ``make test``'s tests of each group that need no Ray cluster; the fastest to fail first.
 TESTS = {
     "crash": ["tests/test_durability_trace.py", "tests/test_checkpoint_store.py", "tests/test_incremental.py",
               "tests/test_failpoints.py", "tests/test_chaos_unit.py", "tests/test_param_server.py",
               "tests/test_failpoint_sweep.py"],
-    "verdicts": ["tests/test_rpc_confirm.py", "tests/test_driver.py", "tests/test_scenarios_model.py",
-                 "tests/test_chaos_unit.py"],
+    "verdicts": ["tests/test_rpc_confirm.py", "tests/test_runner_fail_closed.py", "tests/test_driver.py",
+                 "tests/test_workload_evidence.py", "tests/test_failure_surface_unit.py", "tests/test_confirmation.py",
+                 "tests/test_scenarios_model.py", "tests/test_chaos_unit.py"],
 }
 GROUPS = {"crash": CRASH, "verdicts": VERDICTS}
 TIMEOUT = 180.0  # per mutant; each group's selection takes ~15 s here unmutated
@@ -290,6 +302,7 @@ def _run_tests(workdir: Path, tests: list[str]) -> tuple[Outcome, str, float]:
     try:
         proc = subprocess.run(
             [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", f"--timeout={TEST_TIMEOUT}",
+             "-m", "not ray and not slow",
              f"--basetemp={workdir / '.tmp'}", *tests],
             cwd=workdir, env=env, capture_output=True, text=True, timeout=TIMEOUT, check=False)
     except subprocess.TimeoutExpired:
