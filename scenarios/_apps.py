@@ -307,6 +307,7 @@ class _LibraryRun(Workload):
     No steady-state probe: the library restarts its own workers on its own schedule, and a
     count of journal records cannot fail; the epoch journal's verdicts judge recovery."""
 
+    EXTRA = "apps"
     journal_path = ""
 
     def start_fit(self, *, first: str) -> None:
@@ -648,6 +649,7 @@ class RllibPPO(Workload):
     INVARIANTS = ("iterations_keep_completing", "runner_failure_recovered", "healthy_runners_restored",
                   "no_silent_empty_iteration", "return_reaches_target")
     RUNNERS = 2
+    EXTRA = "apps"
     Params = RllibParams
 
     def setup(self) -> None:

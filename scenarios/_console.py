@@ -1,4 +1,9 @@
-"""Terminal output of a run: a live progress line while it runs, tables when it is done."""
+"""Terminal output of a run: a live progress line while it runs, tables when it is done.
+
+Every text raychaos did not write as markup (a verdict's detail, an error, a fault's target, a
+progress message) is printed literally: rich would otherwise read ``raychaos[rl]`` in an error as
+a markup tag and print ``raychaos``. Only this module's own styling is markup.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ from contextlib import contextmanager
 
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -27,7 +33,7 @@ def progress_display(scenario: Scenario, *, console: Console | None = None) -> I
         def progress(message: str, ctx: RunContext | None) -> None:
             if message:
                 state["phase"] = message
-                console.log(message)
+                console.log(message, markup=False)
             live.update(Text(_line(state["phase"], ctx, scenario)))
 
         yield progress
@@ -45,12 +51,12 @@ def print_results(results: Sequence[RunResult], report_dir: str | None, *,
                   console: Console | None = None) -> None:
     console = console or Console()
     for r in results:
-        table = Table(title=f"{r.scenario} [{r.label}] — {r.status}, {r.seconds:.1f} s, "
-                            f"peak memory {r.peak_rss_bytes / 2**30:.2f} GiB")
+        table = Table(title=Text(f"{r.scenario} [{r.label}] — {r.status}, {r.seconds:.1f} s, "
+                                 f"peak memory {r.peak_rss_bytes / 2**30:.2f} GiB"))
         for col in ("invariant", "verdict", "evidence"):
             table.add_column(col)
         for v in r.verdicts:
-            table.add_row(v.name, "[green]held[/]" if v.held else "[bold red]BROKEN[/]", v.detail)
+            table.add_row(Text(v.name), "[green]held[/]" if v.held else "[bold red]BROKEN[/]", Text(v.detail))
         console.print(table)
         if r.faults:
             console.print(_faults(r))
@@ -59,9 +65,9 @@ def print_results(results: Sequence[RunResult], report_dir: str | None, *,
             console.print(f"[bold red]{len(r.missed_faults)} of {len(r.faults)} scheduled faults did "
                           f"not happen[/] ({verdict})")
         if r.error:
-            console.print(f"[bold red]aborted:[/] {r.error}")
+            console.print(f"[bold red]aborted:[/] {escape(r.error)}")
     if report_dir:
-        console.print(f"report: {report_dir}/report.html (journal.jsonl, junit.xml, summary.json)")
+        console.print(f"report: {report_dir}/report.html (journal.jsonl, junit.xml, summary.json)", markup=False)
 
 
 def _faults(r: RunResult) -> Table:
@@ -69,7 +75,7 @@ def _faults(r: RunResult) -> Table:
     for col in ("at", "confirmed", "fault", "target", "status", "MTTR", "outcome"):
         table.add_column(col)
     for f in r.faults:
-        status = f.status if f.status == "injected" else f"[bold red]{f.status}[/]"
-        table.add_row(f"{f.start:.1f} s", seconds_text(f.confirmed), f.kind, f.target, status, seconds_text(f.mttr),
-                      f.outcome)
+        status = Text(f.status, style="" if f.status == "injected" else "bold red")
+        table.add_row(f"{f.start:.1f} s", seconds_text(f.confirmed), Text(f.kind), Text(f.target), status,
+                      seconds_text(f.mttr), Text(f.outcome))
     return table

@@ -123,6 +123,7 @@ class DQNCartPole(Workload):
     INVARIANTS = ("no_lost_transitions", "no_duplicate_transitions", "ps_version_matches_pushes",
                   "reaches_target_return")
     BASELINE = True
+    EXTRA = "rl"
     Params = DQNParams
     #: The actors under test (a test plants bugs in subclasses of them).
     buffer_class: type = ReplayBufferActor

@@ -1,11 +1,17 @@
-"""Terminal output of the lessons: the list, and one lesson's figures side by side."""
+"""Terminal output of the lessons: the list, and one lesson's figures side by side.
+
+A lesson's words (title, mistake, fix, why, notes) are printed literally, never as console
+markup: ``ray.get(refs[0])`` or ``raychaos[rl]`` would otherwise lose their brackets.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from scenarios._lessons import Lesson, LessonResult
 
@@ -18,26 +24,26 @@ def print_lessons(items: Sequence[Lesson], *, console: Console | None = None) ->
     for col in ("id", "§", "pitfall"):
         table.add_column(col)
     for item in items:
-        table.add_row(item.id, item.section, item.title)
+        table.add_row(Text(item.id), Text(item.section), Text(item.title))
     console.print(table)
 
 
 def print_lesson(result: LessonResult, *, console: Console | None = None) -> None:
     console = console or Console()
     item = result.lesson
-    console.print(f"[bold]{item.id}[/] — {item.title} (chapter §{item.section})")
+    console.print(f"[bold]{escape(item.id)}[/] — {escape(item.title)} (chapter §{escape(item.section)})")
     table = Table()
     for col in ("measured", f"mistake: {item.mistake}", f"fix: {item.fix}", "better"):
-        table.add_column(col)
+        table.add_column(Text(col))
     for m in result.measures:
         verdict = "[green]fix[/]" if m.favours_fix else "[bold red]mistake?[/]"
         # The margin is shown: a fix better by less reads "mistake?", which would puzzle without it.
         unit = f"{m.unit}; the fix must win by {_fmt(m.margin)}" if m.margin else m.unit
-        table.add_row(f"{m.what} ({unit})", _fmt(m.mistake), _fmt(m.fix), verdict)
+        table.add_row(Text(f"{m.what} ({unit})"), _fmt(m.mistake), _fmt(m.fix), verdict)
     console.print(table)
     for note in result.notes:
-        console.print(f"  {note}")
-    console.print(f"[italic]Why:[/] {item.why}")
+        console.print(f"  {note}", markup=False)
+    console.print(f"[italic]Why:[/] {escape(item.why)}")
     console.print(f"Chapter section {item.section}; ran in {result.seconds:.1f} s on this machine.")
 
 

@@ -329,11 +329,14 @@ def _rpc_failures(c: _Checker, nodes: int) -> tuple[RpcFailure, ...]:
 
 
 def _invariants(c: _Checker, workload: Any) -> tuple[str, ...]:
-    """The declared invariants; without the field, every one the workload names (a scenario
-    that leaves it out checks all of them, not none). An empty list is refused."""
+    """The declared invariants; without the field, the workload's defaults: its
+    ``DEFAULT_INVARIANTS`` when it has them (not all of its invariants can hold in one run),
+    else every one it names (a scenario that leaves it out checks all of them, not none). An
+    empty list is refused."""
     known = tuple(getattr(workload, "INVARIANTS", ())) if workload is not None else ()
     if "invariants" not in c.data:
-        return known
+        default = getattr(workload, "DEFAULT_INVARIANTS", None)
+        return known if default is None else tuple(default)
     names = c.get("invariants", list, [], "must be a list of invariant names")
     if names == [] and isinstance(c.data["invariants"], list):
         c.add("invariants", [], f"{EMPTY_INVARIANTS}; name some of {', '.join(known) or 'none'}, "

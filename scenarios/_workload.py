@@ -12,9 +12,11 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from chaos import FaultKind, InvalidConfig, MemoryOutcome
 from scenarios._records import Problem, Verdict
 
-__all__ = ["Params", "RunContext", "Workload", "params_problems", "validate_params"]
+__all__ = ["Extra", "Params", "RunContext", "Workload", "params_problems", "validate_params"]
 
 CALL_TIMEOUT = 30.0
+#: An optional extra of raychaos (``pip install 'raychaos[rl]'``) a workload imports.
+Extra = Literal["rl", "apps"]
 
 P = TypeVar("P", bound="Params")
 
@@ -173,6 +175,12 @@ class Workload:
     Params: ClassVar[type[_Params]] = _Params
     #: Also run the same seed without faults and report both side by side.
     BASELINE: ClassVar[bool] = False
+    #: The extra whose packages it imports (None: the base install has them): ``raychaos list``
+    #: shows it as a need, and ``raychaos run`` refuses before starting anything when it is missing.
+    EXTRA: ClassVar[Extra | None] = None
+    #: The invariants a scenario that leaves ``invariants`` out checks, when not every one of
+    #: ``INVARIANTS`` can hold in the same run (None: all of ``INVARIANTS``).
+    DEFAULT_INVARIANTS: ClassVar[tuple[str, ...] | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -1,6 +1,9 @@
-"""The ``raychaos`` command line: list, run and replay scenarios; the demo.
+"""The ``raychaos`` command line: list, show, validate, run and replay scenarios; attack a
+running program; the scenario file's schema; the lessons; the demo.
 
-Exit codes: 0 every invariant held, 1 one broke (or the run aborted), 2 bad input,
+Exit codes (``EXIT_CODES``, shown in ``raychaos --help``): 0 passed, 1 deviated (an invariant
+broke, a scheduled fault did not happen, the run aborted, or a lesson's fix did not win),
+2 bad input or refused (nothing started), 3 a lesson's measurement was too noisy to tell,
 130 interrupted (every fault healed first; an embedded cluster is torn down).
 """
 
@@ -19,7 +22,16 @@ if TYPE_CHECKING:
     from scenarios._model import Scenario
     from scenarios._records import RunResult
 
-EXIT_DEVIATED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 1, 2, 130
+EXIT_DEVIATED, EXIT_BAD_INPUT, EXIT_NOISY, EXIT_INTERRUPTED = 1, 2, 3, 130
+#: Every exit code the commands use, as ``raychaos --help`` lists them.
+EXIT_CODES = f"""\b
+Exit codes:
+  0    passed: every invariant held and every scheduled fault happened
+  {EXIT_DEVIATED}    deviated: an invariant broke, a scheduled fault did not happen, the run
+       aborted, or a lesson's fix did not beat its mistake
+  {EXIT_BAD_INPUT}    bad input or refused: the problems are printed one per line, nothing started
+  {EXIT_NOISY}    explain: the lesson's measurement was too noisy to tell mistake from fix
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C): every fault healed, an embedded cluster stopped"""
 
 
 def _version() -> str:
@@ -29,11 +41,15 @@ def _version() -> str:
         return "0+unknown"
 
 
-@click.group(invoke_without_command=True)
+@click.group(invoke_without_command=True, epilog=EXIT_CODES)
 @click.version_option(_version(), prog_name="raychaos")
 @click.pass_context
 def main(ctx: click.Context) -> None:
-    """raychaos: fault-tolerance and lifecycle testing for Ray."""
+    """raychaos: fault-tolerance and lifecycle testing for Ray.
+
+    Start with `raychaos list`, `raychaos show NAME` (a built-in scenario's file) and
+    `raychaos validate FILE` (what a file would run, nothing started).
+    """
     if ctx.invoked_subcommand is None:
         click.echo(f"raychaos {_version()}")
         click.echo(ctx.get_help())
@@ -41,13 +57,87 @@ def main(ctx: click.Context) -> None:
 
 @main.command("list")
 def list_scenarios() -> None:
-    """List the built-in scenarios."""
-    from scenarios._model import builtin_names, load_scenario
+    """List the built-in scenarios: name, duration, what each needs beyond
+    `pip install raychaos`, and its description. Starts nothing."""
+    _print_scenarios()
 
+
+def _print_scenarios(*, err: bool = False) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    from scenarios._model import builtin_names, load_scenario, resolve_workload
+    from scenarios._needs import scenario_needs
+
+    table = Table(box=None, pad_edge=False, show_lines=False)
+    for col, kw in (("scenario", {"no_wrap": True}), ("s", {"justify": "right"}), ("needs", {}),
+                    ("description", {"ratio": 1})):
+        table.add_column(col, **kw)
     for name in builtin_names():
         scenario = load_scenario(name)
-        first = scenario.description.split(". ")[0].split(": ")[0]
-        click.echo(f"{name:28} {scenario.duration:>5g} s  {first}")
+        needs = scenario_needs(scenario, resolve_workload(scenario.workload))
+        table.add_row(Text(name), f"{scenario.duration:g}", Text(", ".join(needs) or "-"),
+                      Text(" ".join(scenario.description.split())))
+    Console(stderr=err, width=None if sys.stdout.isatty() else 160).print(table)
+
+
+@main.command()
+@click.argument("name")
+def show(name: str) -> None:
+    """Print built-in scenario NAME's TOML file, to copy and start from."""
+    from importlib import resources
+
+    from scenarios._model import builtin_names
+
+    if name not in builtin_names():
+        _fail(f"no built-in scenario {name!r}; `raychaos list` lists them: {', '.join(builtin_names())}")
+    click.echo((resources.files("scenarios") / "builtin" / f"{name}.toml").read_text(encoding="utf-8"), nl=False)
+
+
+@main.command()
+@click.argument("scenarios", nargs=-1, required=True, metavar="FILE_OR_NAME...")
+@click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=0, show_default=True,
+              help="draws a [random] schedule as `run --seed` would")
+def validate(scenarios: tuple[str, ...], seed: int) -> None:
+    """Check scenario files (or built-in names) and print the schedule each would run.
+
+    Starts nothing. Exits 0 when every one is valid, 2 otherwise, with one line per problem."""
+    from scenarios._model import ScenarioError, load_scenario
+
+    bad = 0
+    for source in scenarios:
+        try:
+            scenario = load_scenario(source, seed=seed)
+        except ScenarioError as exc:
+            bad += 1
+            for problem in exc.problems:
+                click.echo(f"{exc.source}: {problem}", err=True)
+            continue
+        _print_plan(scenario, seed)
+    if bad:
+        sys.exit(EXIT_BAD_INPUT)
+
+
+def _print_plan(scenario: Scenario, seed: int) -> None:
+    """What a valid scenario would run: its workload, cluster, faults in order, invariants."""
+    from scenarios._model import resolve_workload
+    from scenarios._needs import scenario_needs
+
+    needs = scenario_needs(scenario, resolve_workload(scenario.workload))
+    click.echo(f"{scenario.source or scenario.name}: valid — {scenario.name}, workload {scenario.workload!r}, "
+               f"{scenario.duration:g} s on {scenario.nodes} node(s), seed {seed}"
+               + (f"; needs {', '.join(needs)}" if needs else ""))
+    for entry in scenario.schedule.entries:
+        click.echo(f"  at {entry.at:6.2f} s  {entry.kind.value:<16} {entry.target_label}")
+    for failure in scenario.rpc_failures:
+        click.echo(f"  whole run    rpc_failure      {failure.method}")
+    click.echo(f"  invariants: {', '.join(scenario.invariants) or 'none (the steady-state probe judges)'}")
+
+
+#: What ``raychaos run`` without a scenario says, under the list.
+NO_SCENARIO = ("no scenario given: run one with `raychaos run NAME` (a name above) or `raychaos run "
+               "FILE.toml`; the flagship is `raychaos run dqn-cartpole` (`make run` in a checkout)")
 
 
 def _fail(problem: str) -> NoReturn:
@@ -56,7 +146,7 @@ def _fail(problem: str) -> NoReturn:
 
 
 @main.command()
-@click.argument("scenario", default="dqn-cartpole")
+@click.argument("scenario", required=False)
 @click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=0, show_default=True,
               help="seeds the workload and any random schedule")
 @click.option("--duration", type=click.FloatRange(1, 3600), default=None,
@@ -68,11 +158,17 @@ def _fail(problem: str) -> NoReturn:
               help="write journal.jsonl, summary.json, junit.xml and report.html here")
 @click.option("--baseline/--no-baseline", default=None,
               help="also run the same seed without faults (default: as the scenario's workload says)")
-def run(scenario: str, seed: int, duration: float | None, address: str | None, nodes: int | None,
+def run(scenario: str | None, seed: int, duration: float | None, address: str | None, nodes: int | None,
         report_dir: str | None, baseline: bool | None) -> None:
-    """Run SCENARIO (a built-in name or a TOML file) and check its invariants."""
+    """Run SCENARIO (a built-in name or a TOML file) and check its invariants.
+
+    Without SCENARIO it lists the built-ins and starts nothing; the flagship is
+    `raychaos run dqn-cartpole` (`make run` in a checkout)."""
     from scenarios._model import ScenarioError, load_scenario
 
+    if scenario is None:
+        _print_scenarios(err=True)
+        _fail(NO_SCENARIO)
     if address and nodes:
         _fail(f"--address {address!r} and --nodes {nodes} exclude each other: an existing cluster "
               "has the nodes it has; drop one")
@@ -151,10 +247,16 @@ def replay(journal: str, report_dir: str | None, address: str | None) -> None:
 def _execute(scenario: Scenario, *, seed: int, address: str | None, report_dir: str | None,
              baseline: bool | None) -> None:
     from scenarios._console import print_results, progress_display
+    from scenarios._model import resolve_workload
+    from scenarios._needs import missing_extra
     from scenarios._records import RunLabel
     from scenarios._report import write_reports
     from scenarios._runner import run_scenario
 
+    # Before any cluster starts: a workload without its extra would abort in setup, one cause.
+    missing = missing_extra(scenario, resolve_workload(scenario.workload))
+    if missing:
+        _fail(missing)
     try:
         with progress_display(scenario) as progress:
             results = run_scenario(scenario, seed=seed, address=address, report_dir=report_dir,

@@ -38,3 +38,130 @@ def test_demo_kills_and_restores_in_both_modes() -> None:
     policy, wal = (rows[m].split("│") for m in ("policy", "wal"))
     assert [c.strip() for c in policy[2:6]] == ["7", "7", "5", "2"]  # checkpoint at 5 adds
     assert [c.strip() for c in wal[2:6]] == ["7", "7", "7", "0"]
+
+
+# -- a CLI that explains itself: nothing below starts Ray ------------------------------------------
+
+def _no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make any start of a cluster or a run fail the test: these commands must start nothing."""
+    import ray
+
+    import chaos
+    import scenarios._runner
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("this command must start nothing")
+
+    monkeypatch.setattr(ray, "init", refuse)
+    monkeypatch.setattr(chaos, "local_cluster", refuse)
+    monkeypatch.setattr(scenarios._runner, "run_scenario", refuse)
+
+
+def test_help_lists_every_exit_code() -> None:
+    from scenarios.cli import EXIT_BAD_INPUT, EXIT_DEVIATED, EXIT_INTERRUPTED, EXIT_NOISY
+
+    out = CliRunner().invoke(main, ["--help"]).output
+    codes = [line.split()[0] for line in out.split("Exit codes:")[1].splitlines() if line.strip()[:1].isdigit()]
+    assert codes == ["0", str(EXIT_DEVIATED), str(EXIT_BAD_INPUT), str(EXIT_NOISY), str(EXIT_INTERRUPTED)]
+
+
+def test_run_without_a_scenario_lists_them_and_starts_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    from scenarios.cli import NO_SCENARIO
+
+    _no_cluster(monkeypatch)
+    result = CliRunner().invoke(main, ["run"])
+    assert result.exit_code == 2, result.output
+    assert "dqn-cartpole" in result.output and "straggler" in result.output
+    assert result.output.rstrip().endswith(f"error: {NO_SCENARIO}")
+
+
+def test_validate_passes_every_builtin_and_prints_its_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
+    from scenarios import builtin_names
+
+    _no_cluster(monkeypatch)
+    result = CliRunner().invoke(main, ["validate", *builtin_names()])
+    assert result.exit_code == 0, result.output
+    assert sum(": valid — " in line for line in result.output.splitlines()) == len(builtin_names())
+    assert "at   2.00 s  kill             one actor(s) of class EnvWorker" in result.output
+
+
+def test_validate_a_broken_file_exits_2_with_one_line_per_problem(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    _no_cluster(monkeypatch)
+    path = tmp_path / "broken.toml"
+    path.write_text('name = "x"\nworkload = "nope"\nduration = -1\nbogus = 1\n', encoding="utf-8")
+    result = CliRunner().invoke(main, ["validate", "straggler", str(path)])
+    assert result.exit_code == 2, result.output
+    problems = [line for line in result.output.splitlines() if line.startswith(f"{path}: ")]
+    assert [p.split(": ")[1].split(" = ")[0] for p in problems] == ["bogus", "workload", "duration", "faults"]
+    assert "straggler: valid" in result.output
+
+
+def test_show_prints_the_builtin_file() -> None:
+    root = Path(__file__).resolve().parents[1]
+    result = CliRunner().invoke(main, ["show", "straggler"])
+    assert result.exit_code == 0
+    assert result.output == (root / "scenarios" / "builtin" / "straggler.toml").read_text(encoding="utf-8")
+    unknown = CliRunner().invoke(main, ["show", "nope"])
+    assert unknown.exit_code == 2 and "no built-in scenario 'nope'" in unknown.output
+
+
+def _list_rows(output: str) -> dict[str, tuple[str, str]]:
+    """``raychaos list``'s rows: name -> (needs, whole description), its wrapped lines joined."""
+    lines = output.splitlines()
+    needs_at, text_at = lines[0].index("needs"), lines[0].index("description")
+    rows: dict[str, list[list[str]]] = {}
+    name = ""
+    for line in lines[1:]:
+        if line and not line[0].isspace():
+            name = line.split()[0]
+            rows[name] = [[], []]
+        rows[name][0].append(line[needs_at:text_at].strip())
+        rows[name][1].append(line[text_at:].strip())
+    return {n: (" ".join(filter(None, needs)), " ".join(filter(None, text))) for n, (needs, text) in rows.items()}
+
+
+def test_list_shows_whole_descriptions_and_what_each_needs(monkeypatch: pytest.MonkeyPatch) -> None:
+    from scenarios import builtin_names, load_scenario
+
+    _no_cluster(monkeypatch)
+    result = CliRunner().invoke(main, ["list"])
+    assert result.exit_code == 0, result.output
+    rows = _list_rows(result.output)
+    assert list(rows) == builtin_names()
+    for name, (_, text) in rows.items():
+        assert text == " ".join(load_scenario(name).description.split()), name
+    needs = {name: need for name, (need, _) in rows.items()}
+    assert needs["dqn-cartpole"] == "raychaos[rl]" and needs["tune-trials"] == "raychaos[apps]"
+    assert needs["gcs-restart"] == "redis-server" and needs["full-disk"] == "root"
+    assert needs["node-loss"] == "3 nodes" and needs["straggler"] == "-"
+
+
+def test_messages_are_printed_literally_never_as_markup() -> None:
+    from rich.console import Console
+
+    from scenarios._console import print_results
+    from scenarios._records import RunLabel, RunResult, RunStatus, Verdict
+
+    said = "the dqn-cartpole workload needs torch; install it with pip install 'raychaos[rl]'"
+    result = RunResult("dqn-cartpole", RunLabel.CHAOS, 0, RunStatus.ABORTED, 1.0,
+                       (Verdict("no_lost_transitions", False, f"[bold]{said}"),), (), (), (),
+                       error=f"MissingExtra: {said}")
+    console = Console(record=True, width=400)
+    print_results([result], None, console=console)
+    text = console.export_text()
+    assert f"aborted: MissingExtra: {said}" in text and f"[bold]{said}" in text
+
+
+@pytest.mark.parametrize(("scenario", "extra"), [("dqn-cartpole", "rl"), ("rllib-ppo-cartpole", "apps")])
+def test_a_missing_extra_is_named_intact_and_is_the_one_cause(scenario: str, extra: str, tmp_path: Path) -> None:
+    from tests.test_without_rl_extra import without_rl
+
+    exe = Path(sys.executable).parent / "raychaos"
+    out = subprocess.run([str(exe), "run", scenario], capture_output=True, text=True, env=without_rl(tmp_path),
+                         timeout=120)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stdout == ""
+    assert out.stderr == (f"error: scenario {scenario!r}: its workload {scenario!r} needs torch"
+                          f"{', gymnasium, which are' if extra == 'rl' else ', which is'} not installed; "
+                          f"install it with pip install 'raychaos[{extra}]'\n")

@@ -193,7 +193,8 @@ def test_replay_refuses_a_damaged_journal_naming_the_line(tmp_path: Path) -> Non
 def test_list_names_every_builtin() -> None:
     result = CliRunner().invoke(main, ["list"])
     assert result.exit_code == 0
-    assert [line.split()[0] for line in result.output.splitlines()] == BUILTINS
+    rows = [line.split()[0] for line in result.output.splitlines()[1:] if line and not line[0].isspace()]
+    assert rows == BUILTINS
 
 
 class _ProbeAfter(Workload):
@@ -263,3 +264,16 @@ def test_run_scenario_refuses_a_scenario_without_a_fault_before_anything_starts(
     faultless = replace(load_scenario("env-worker-kill"), schedule=Schedule(()))
     with pytest.raises(InvalidConfig, match="has no fault, so its run would pass untested"):
         run_scenario(faultless, address="127.0.0.1:1")  # no cluster there: refused before any call
+
+
+def test_a_file_without_invariants_checks_the_workloads_defaults_which_can_hold_together(tmp_path: Path) -> None:
+    from scenarios._workloads import WORKLOADS
+
+    text = 'name = "mine"\nworkload = "sampling"\nduration = 10\n\n[[faults]]\nat = 2\nkind = "kill"\n' \
+           'target = { kind = "task", name = "sample_env" }\n'
+    scenario = load_scenario(_write(tmp_path, text))
+    assert scenario.invariants == WORKLOADS["sampling"].DEFAULT_INVARIANTS
+    # crashes_surface (max_retries = 0) and no_error_visible (retries on) cannot both hold.
+    assert not {"crashes_surface", "no_error_visible"} <= set(scenario.invariants)
+    for name, cls in WORKLOADS.items():
+        assert set(cls.DEFAULT_INVARIANTS or cls.INVARIANTS) <= set(cls.INVARIANTS), name
