@@ -24,17 +24,79 @@ from scenarios._records import Problem
 if TYPE_CHECKING:
     from scenarios._workload import Workload
 
-__all__ = ["HealStrategy", "Problem", "Scenario", "ScenarioError", "SteadyState",
-           "builtin_names", "load_attack", "load_scenario", "resolve_workload"]
+__all__ = ["FIELDS", "STEADY_STATE_FIELDS", "FieldSpec", "HealStrategy", "Problem", "Scenario", "ScenarioError",
+           "SteadyState", "builtin_names", "load_attack", "load_scenario", "resolve_workload"]
 
 HealStrategy = Literal["after_each", "at_end"]
+JsonType = Literal["string", "number", "integer", "boolean", "array", "object"]
 MAX_DURATION = 3600.0
 MAX_NODES = 8
-_TOP_LEVEL = {"name", "description", "workload", "params", "duration", "nodes", "num_cpus",
-              "system_config", "oom_headroom_gib", "heal", "invariants", "steady_state", "faults",
-              "random", "strict_faults", "gcs_fault_tolerance", "rpc_failures", "storage_mb", "recovery_within"}
 #: Seconds a fault has, from its heal, until the workload's probe holds again (the default).
 RECOVERY_WITHIN = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class FieldSpec:
+    """A field of a scenario file as the loader checks it, the JSON Schema states it and the
+    reference page describes it (:mod:`scenarios._schema` reads these; nothing else does)."""
+
+    name: str
+    type: JsonType
+    description: str
+    #: What an absent field means; None: no value (the field is unset, or required).
+    default: object = None
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: tuple[str, ...] = ()
+    required: bool = False
+
+
+#: Every top-level field of a scenario file, in the order the reference lists them.
+FIELDS: dict[str, FieldSpec] = {f.name: f for f in (
+    FieldSpec("name", "string", "The scenario's name in reports and journals (default: `unnamed`).", ""),
+    FieldSpec("description", "string", "One paragraph: what the scenario does and what must hold.", ""),
+    FieldSpec("workload", "string", "The workload to run: a built-in name, a registered or installed one, or "
+              "`module:Class` naming a `scenarios.Workload` subclass.", required=True),
+    FieldSpec("params", "object", "The workload's own options (see the workloads below).", {}),
+    FieldSpec("duration", "number", "Seconds the workload runs under faults, from time zero (after setup).",
+              60.0, 1.0, MAX_DURATION),
+    FieldSpec("nodes", "integer", "Embedded nodes, the head included (each a raylet and its workers on "
+              "this machine).", 1, 1, MAX_NODES),
+    FieldSpec("num_cpus", "integer", "CPUs each embedded node declares.", 2, 1, 64),
+    FieldSpec("system_config", "object", "Ray system config for the embedded cluster (`_system_config`).", {}),
+    FieldSpec("oom_headroom_gib", "number", "Set Ray's memory monitor threshold to the host's use at the "
+              "start plus this many GiB, and aim every memory fault just past it (unset: Ray's threshold).",
+              None, 0.25, 64.0),
+    FieldSpec("heal", "string", "When faults are healed: after each one, or all at the run's end.",
+              "after_each", choices=get_args(HealStrategy)),
+    FieldSpec("invariants", "array", "The workload's invariants to judge; each yields a verdict or the run "
+              "fails. Left out: the workload's defaults. An empty list is refused."),
+    FieldSpec("steady_state", "object", "When the workload's probe must hold (`[steady_state]`)."),
+    FieldSpec("faults", "array", "The fault schedule (`[[faults]]`): each entry a fault kind, its fields "
+              "and `at`, seconds after time zero. Not with `[random]`."),
+    FieldSpec("random", "object", "A seeded random schedule (`[random]`): `rate` faults per second drawn "
+              "from `menu`. Not with `[[faults]]`."),
+    FieldSpec("strict_faults", "boolean", "A scheduled fault that did not happen fails the run; false "
+              "accepts it (best effort).", True),
+    FieldSpec("gcs_fault_tolerance", "boolean", "Start a Redis (`redis-server`) and give the embedded head GCS "
+              "fault tolerance: it survives `kill_gcs`.", False),
+    FieldSpec("rpc_failures", "array", "Ray's RPC failure knob on the worker nodes' processes for the whole "
+              "run (`[[rpc_failures]]`); needs `nodes` >= 2."),
+    FieldSpec("storage_mb", "integer", "Put each run's checkpoint storage on a tmpfs of this many MiB (needs "
+              "root); a `fill_disk` of `path = \"$STORAGE\"` fills it. Unset: a temporary directory.",
+              None, 1, 1024),
+    FieldSpec("recovery_within", "number", "Seconds each fault has, from its heal, until the probe holds "
+              "again (the `recovered_after_each_fault` verdict).", RECOVERY_WITHIN, 0.1, MAX_DURATION),
+)}
+_TOP_LEVEL = frozenset(FIELDS)
+#: The fields of ``[steady_state]``.
+STEADY_STATE_FIELDS: dict[str, FieldSpec] = {f.name: f for f in (
+    FieldSpec("before", "boolean", "The probe must hold before the first fault.", True),
+    FieldSpec("after", "boolean", "The probe must hold after the last heal (and each fault must recover "
+              "within `recovery_within`).", True),
+    FieldSpec("during_min", "number", "The share of probes during the run that must hold.", 0.0, 0.0, 1.0),
+    FieldSpec("probe_every", "number", "Seconds between probes.", 2.0, 0.1, 60.0),
+)}
 
 
 class ScenarioError(ChaosError, ValueError):
@@ -237,6 +299,15 @@ class _Checker:
             return default
         return value
 
+    def spec(self, spec: FieldSpec) -> Any:
+        """The field as ``spec`` states it: a number in its bounds, or a value of its type."""
+        if spec.type in ("number", "integer"):
+            assert spec.minimum is not None and spec.maximum is not None, spec.name
+            default = spec.default if isinstance(spec.default, (int, float)) else spec.minimum
+            return self.number(spec.name, default, spec.minimum, spec.maximum, whole=spec.type == "integer")
+        kind = {"string": str, "boolean": bool, "object": dict, "array": list}[spec.type]
+        return self.get(spec.name, kind, spec.default, _TYPE_FIX[spec.type])
+
     def number(self, name: str, default: float, lo: float, hi: float, *, whole: bool = False) -> Any:
         kind = "a whole number" if whole else "a number"
         fix = f"must be {kind} in [{lo:g}, {hi:g}]"
@@ -245,6 +316,10 @@ class _Checker:
             self.add(name, value, fix)
             return default
         return value
+
+
+_TYPE_FIX = {"string": "must be a string", "boolean": "must be true or false", "object": "must be a table",
+             "array": "must be an array"}
 
 
 def _validate(source: str, data: dict[str, Any], seed: int,
@@ -257,8 +332,8 @@ def _validate(source: str, data: dict[str, Any], seed: int,
     workload_cls, fix = _find_workload(workload, workloads)
     if workload_cls is None:
         c.add("workload", workload, fix)
-    duration = c.number("duration", 60.0, 1.0, MAX_DURATION)
-    nodes = c.number("nodes", 1, 1, MAX_NODES, whole=True)
+    duration = c.spec(FIELDS["duration"])
+    nodes = c.spec(FIELDS["nodes"])
     invariants = _invariants(c, workload_cls)
     schedule = _schedule(c, seed, duration)
     heal = c.get("heal", str, "after_each", "must be a string")
@@ -268,18 +343,18 @@ def _validate(source: str, data: dict[str, Any], seed: int,
     scenario = Scenario(
         name=name, description=c.get("description", str, "", "must be a string"),
         workload=workload, schedule=schedule, duration=float(duration), invariants=invariants,
-        params=_params(c, workload_cls), nodes=nodes, num_cpus=c.number("num_cpus", 2, 1, 64, whole=True),
+        params=_params(c, workload_cls), nodes=nodes, num_cpus=c.spec(FIELDS["num_cpus"]),
         system_config=c.get("system_config", dict, {}, "must be a table of Ray system config"),
         heal=heal if heal in get_args(HealStrategy) else "after_each", steady_state=steady,
         source=source.removeprefix("builtin:"),
-        oom_headroom_gib=c.number("oom_headroom_gib", 0.0, 0.25, 64.0) if "oom_headroom_gib" in data else None,
+        oom_headroom_gib=c.spec(FIELDS["oom_headroom_gib"]) if "oom_headroom_gib" in data else None,
         strict_faults=c.get("strict_faults", bool, True, "must be true or false (false: faults "
                             "that did not happen do not fail the run)"),
         gcs_fault_tolerance=c.get("gcs_fault_tolerance", bool, False, "must be true or false (true: "
                                   "the embedded head keeps its GCS tables in a Redis it starts)"),
         rpc_failures=_rpc_failures(c, nodes),
-        storage_mb=c.number("storage_mb", 8, 1, 1024, whole=True) if "storage_mb" in data else None,
-        recovery_within=float(c.number("recovery_within", RECOVERY_WITHIN, 0.1, MAX_DURATION)))
+        storage_mb=c.spec(FIELDS["storage_mb"]) if "storage_mb" in data else None,
+        recovery_within=float(c.spec(FIELDS["recovery_within"])))
     _some_fault(c, scenario, seed)
     _checks_something(c, scenario, workload_cls)
     if c.problems:
@@ -376,12 +451,9 @@ def _checks_something(c: _Checker, scenario: Scenario, workload: Any) -> None:
 def _steady_state(c: _Checker) -> SteadyState:
     table = c.get("steady_state", dict, {}, "must be a table (before, after, during_min, probe_every)")
     sub = _Checker(table)
-    for key in sorted(set(table) - {"before", "after", "during_min", "probe_every"}):
+    for key in sorted(set(table) - set(STEADY_STATE_FIELDS)):
         sub.add(key, table[key], "unknown; use before, after, during_min, probe_every")
-    steady = SteadyState(before=sub.get("before", bool, True, "must be true or false"),
-                         after=sub.get("after", bool, True, "must be true or false"),
-                         during_min=sub.number("during_min", 0.0, 0.0, 1.0),
-                         probe_every=sub.number("probe_every", 2.0, 0.1, 60.0))
+    steady = SteadyState(**{name: sub.spec(spec) for name, spec in STEADY_STATE_FIELDS.items()})
     c.problems.extend(Problem(f"steady_state.{p.field}", p.value, p.fix) for p in sub.problems)
     return steady
 

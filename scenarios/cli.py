@@ -135,6 +135,18 @@ def _print_plan(scenario: Scenario, seed: int) -> None:
     click.echo(f"  invariants: {', '.join(scenario.invariants) or 'none (the steady-state probe judges)'}")
 
 
+@main.command()
+@click.option("--markdown", is_flag=True, help="print the reference page generated from the same model instead")
+def schema(markdown: bool) -> None:
+    """Print the scenario file's JSON Schema (for a TOML editor to validate and complete
+    from), generated from the scenario model. Starts nothing."""
+    import json
+
+    from scenarios._schema import reference_markdown, scenario_schema
+
+    click.echo(reference_markdown() if markdown else json.dumps(scenario_schema(), indent=2), nl=not markdown)
+
+
 #: What ``raychaos run`` without a scenario says, under the list.
 NO_SCENARIO = ("no scenario given: run one with `raychaos run NAME` (a name above) or `raychaos run "
                "FILE.toml`; the flagship is `raychaos run dqn-cartpole` (`make run` in a checkout)")
