@@ -1,4 +1,4 @@
-"""Terminal output of the lessons: the list, and one lesson's figures side by side.
+"""Terminal output of the lessons: the list, and one lesson's mistake and fix side by side.
 
 A lesson's words (title, mistake, fix, why, notes) are printed literally, never as console
 markup: ``ray.get(refs[0])`` or ``raychaos[rl]`` would otherwise lose their brackets.
@@ -10,9 +10,13 @@ from collections.abc import Sequence
 
 from rich.console import Console
 from rich.markup import escape
+from rich.panel import Panel
+from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
+from scenarios._lesson_code import CODE
+from scenarios._lesson_model import LessonOutcome
 from scenarios._lessons import Lesson, LessonResult
 
 __all__ = ["print_lesson", "print_lessons"]
@@ -29,22 +33,56 @@ def print_lessons(items: Sequence[Lesson], *, console: Console | None = None) ->
 
 
 def print_lesson(result: LessonResult, *, console: Console | None = None) -> None:
+    """One lesson: the mistake's code and the fix's side by side, each under its measured
+    figure, the figures' table, the outcome (the fix wins, too noisy to tell, or not), why."""
     console = console or Console()
     item = result.lesson
     console.print(f"[bold]{escape(item.id)}[/] — {escape(item.title)} (chapter §{escape(item.section)})")
-    table = Table()
-    for col in ("measured", f"mistake: {item.mistake}", f"fix: {item.fix}", "better"):
-        table.add_column(Text(col))
-    for m in result.measures:
-        verdict = "[green]fix[/]" if m.favours_fix else "[bold red]mistake?[/]"
-        # The margin is shown: a fix better by less reads "mistake?", which would puzzle without it.
-        unit = f"{m.unit}; the fix must win by {_fmt(m.margin)}" if m.margin else m.unit
-        table.add_row(Text(f"{m.what} ({unit})"), _fmt(m.mistake), _fmt(m.fix), verdict)
-    console.print(table)
+    console.print(_side_by_side(result))
+    console.print(_figures(result))
     for note in result.notes:
         console.print(f"  {note}", markup=False)
+    console.print(Text(f"Outcome: {result.outcome}", style=_STYLE[result.outcome]))
+    if result.outcome is LessonOutcome.NOISY:
+        console.print("  the figures lie within their margin of each other: noise cannot tell the mistake "
+                      "from the fix here (a loaded machine does that); run it again when the machine is quieter",
+                      markup=False)
     console.print(f"[italic]Why:[/] {escape(item.why)}")
-    console.print(f"Chapter section {item.section}; ran in {result.seconds:.1f} s on this machine.")
+    console.print(f"Chapter section {item.section}; ran in {result.seconds:.1f} s on this machine.", markup=False)
+
+
+_STYLE = {LessonOutcome.FIX_WINS: "bold green", LessonOutcome.NOISY: "bold yellow",
+          LessonOutcome.FIX_LOSES: "bold red"}
+
+
+def _side_by_side(result: LessonResult) -> Table:
+    """Two highlighted panels, mistake left and fix right, each under its first figure as measured."""
+    code = CODE[result.lesson.id]
+    first = result.measures[0] if result.measures else None
+    grid = Table.grid(expand=True, padding=(0, 1))
+    grid.add_column(ratio=1)
+    grid.add_column(ratio=1)
+    panels = []
+    for side, source, style in (("mistake", code.mistake, "red"), ("fix", code.fix, "green")):
+        figure = "" if first is None else f"{first.what}: {_fmt(getattr(first, side))} {first.unit}"
+        panels.append(Panel(Syntax(source, "python", theme="ansi_dark", word_wrap=True, background_color="default"),
+                            title=Text(side, style=style), title_align="left",
+                            subtitle=Text(figure), subtitle_align="left", border_style=style))
+    grid.add_row(*panels)
+    return grid
+
+
+def _figures(result: LessonResult) -> Table:
+    item = result.lesson
+    table = Table()
+    for col in ("measured", f"mistake: {item.mistake}", f"fix: {item.fix}", "outcome"):
+        table.add_column(Text(col))
+    for m in result.measures:
+        # The margin is shown: a fix better by less is "too noisy to tell", which would puzzle without it.
+        unit = f"{m.unit}; the fix must win by {_fmt(m.margin)}" if m.margin else m.unit
+        table.add_row(Text(f"{m.what} ({unit})"), _fmt(m.mistake), _fmt(m.fix),
+                      Text(str(m.outcome), style=_STYLE[m.outcome]))
+    return table
 
 
 def _fmt(value: float) -> str:

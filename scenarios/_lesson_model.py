@@ -4,11 +4,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Literal
 
-__all__ = ["Lesson", "LessonResult", "LessonRun", "Measure", "lesson"]
+__all__ = ["Lesson", "LessonOutcome", "LessonResult", "LessonRun", "Measure", "lesson"]
 
 Better = Literal["lower", "higher"]
+
+
+class LessonOutcome(StrEnum):
+    """What a measured figure (or a whole lesson) showed."""
+
+    FIX_WINS = "fix wins"  #: the fix beat the mistake by more than the margin
+    #: The two figures are within the margin of each other: noise cannot tell them apart. A
+    #: loaded machine does this; it is not the lesson failing (run it again on a quieter one).
+    NOISY = "too noisy to tell"
+    FIX_LOSES = "the fix did not win"  #: the mistake did as well as the fix, or better, beyond noise
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +41,17 @@ class Measure:
             return self.fix + self.margin < self.mistake
         return self.fix > self.mistake + self.margin
 
+    @property
+    def outcome(self) -> LessonOutcome:
+        """``FIX_WINS``; ``NOISY`` when a figure with a margin lies within it of the other
+        (either side); else ``FIX_LOSES``. Without a margin a tie is no noise: the mistake
+        did not show (a count of lost updates, say, is exact)."""
+        if self.favours_fix:
+            return LessonOutcome.FIX_WINS
+        if self.margin > 0 and abs(self.fix - self.mistake) <= self.margin:
+            return LessonOutcome.NOISY
+        return LessonOutcome.FIX_LOSES
+
 
 @dataclass(frozen=True, slots=True)
 class LessonResult:
@@ -43,6 +65,16 @@ class LessonResult:
     @property
     def favours_fix(self) -> bool:
         return all(m.favours_fix for m in self.measures)
+
+    @property
+    def outcome(self) -> LessonOutcome:
+        """The lesson's outcome: any figure the fix lost beyond noise makes it ``FIX_LOSES``,
+        else any noisy one ``NOISY``, else ``FIX_WINS``."""
+        found = {m.outcome for m in self.measures}
+        for worst in (LessonOutcome.FIX_LOSES, LessonOutcome.NOISY):
+            if worst in found:
+                return worst
+        return LessonOutcome.FIX_WINS if found else LessonOutcome.FIX_LOSES
 
 
 @dataclass(frozen=True, slots=True)

@@ -312,9 +312,15 @@ def demo(adds: int) -> None:
 @click.argument("lesson_id", required=False)
 @click.option("--address", default=None, help="run on this existing Ray cluster instead of an embedded one")
 def explain(lesson_id: str | None, address: str | None) -> None:
-    """List the lessons, or run LESSON_ID: the chapter's mistake and its fix, measured side by side."""
+    """List the lessons, or run LESSON_ID: the chapter's mistake and its fix, their code side by
+    side, each measured.
+
+    \b
+    Exits 0 when the fix wins, 1 when it does not, 3 when the measurement was too noisy to tell
+    (the figures lie within their margin of each other: run it again on a quieter machine)."""
     from chaos import InvalidConfig
     from scenarios._lesson_console import print_lesson, print_lessons
+    from scenarios._lesson_model import LessonOutcome
     from scenarios._lessons import find, lessons, run_lesson
 
     if lesson_id is None:
@@ -326,5 +332,5 @@ def explain(lesson_id: str | None, address: str | None) -> None:
         _fail(str(exc))
     result = run_lesson(item, address=address)
     print_lesson(result)
-    if not result.favours_fix:
-        sys.exit(EXIT_DEVIATED)
+    codes = {LessonOutcome.FIX_WINS: 0, LessonOutcome.NOISY: EXIT_NOISY, LessonOutcome.FIX_LOSES: EXIT_DEVIATED}
+    sys.exit(codes[result.outcome])
