@@ -26,9 +26,10 @@ EXIT_DEVIATED, EXIT_BAD_INPUT, EXIT_NOISY, EXIT_INTERRUPTED = 1, 2, 3, 130
 #: Every exit code the commands use, as ``raychaos --help`` lists them.
 EXIT_CODES = f"""\b
 Exit codes:
-  0    passed: every invariant held and every scheduled fault happened
-  {EXIT_DEVIATED}    deviated: an invariant broke, a scheduled fault did not happen, the run
-       aborted, or a lesson's fix did not beat its mistake
+  0    passed: every invariant held and every scheduled fault happened (explain: the
+       fix won)
+  {EXIT_DEVIATED}    deviated: an invariant broke, a scheduled fault did not happen or the run
+       aborted (explain: the fix did not win; demo: the WAL counter lost state)
   {EXIT_BAD_INPUT}    bad input or refused: the problems are printed one per line, nothing started
   {EXIT_NOISY}    explain: the lesson's measurement was too noisy to tell mistake from fix
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C): every fault healed, an embedded cluster stopped"""
@@ -41,7 +42,19 @@ def _version() -> str:
         return "0+unknown"
 
 
-@click.group(invoke_without_command=True, epilog=EXIT_CODES)
+class _Main(click.Group):
+    """The command group: Ctrl-C anywhere (a lesson, the demo, loading a file) exits 130, as
+    a run's does, instead of click's "Aborted!" and 1."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+
+
+@click.group(cls=_Main, invoke_without_command=True, epilog=EXIT_CODES)
 @click.version_option(_version(), prog_name="raychaos")
 @click.pass_context
 def main(ctx: click.Context) -> None:
@@ -258,6 +271,7 @@ def replay(journal: str, report_dir: str | None, address: str | None) -> None:
 
 def _execute(scenario: Scenario, *, seed: int, address: str | None, report_dir: str | None,
              baseline: bool | None) -> None:
+    from chaos import InvalidConfig
     from scenarios._console import print_results, progress_display
     from scenarios._model import resolve_workload
     from scenarios._needs import missing_extra
@@ -273,6 +287,8 @@ def _execute(scenario: Scenario, *, seed: int, address: str | None, report_dir: 
         with progress_display(scenario) as progress:
             results = run_scenario(scenario, seed=seed, address=address, report_dir=report_dir,
                                    baseline=baseline, progress=progress)
+    except InvalidConfig as exc:  # refused before any run: the cluster does not suit the scenario
+        _fail(str(exc))
     except KeyboardInterrupt:
         click.echo("interrupted: every fault healed, the embedded cluster stopped", err=True)
         sys.exit(EXIT_INTERRUPTED)

@@ -165,3 +165,27 @@ def test_a_missing_extra_is_named_intact_and_is_the_one_cause(scenario: str, ext
     assert out.stderr == (f"error: scenario {scenario!r}: its workload {scenario!r} needs torch"
                           f"{', gymnasium, which are' if extra == 'rl' else ', which is'} not installed; "
                           f"install it with pip install 'raychaos[{extra}]'\n")
+
+
+def test_ctrl_c_in_any_command_exits_130(monkeypatch: pytest.MonkeyPatch) -> None:
+    import scenarios._lessons
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(scenarios._lessons, "run_lesson", interrupted)
+    result = CliRunner().invoke(main, ["explain", "03"])
+    assert result.exit_code == 130 and result.output == "interrupted\n"
+
+
+def test_a_run_the_runner_refuses_before_starting_exits_2(monkeypatch: pytest.MonkeyPatch) -> None:
+    import scenarios._runner
+    from chaos import InvalidConfig
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise InvalidConfig("scenario 'straggler' sets up the cluster it runs on")
+
+    monkeypatch.setattr(scenarios._runner, "run_scenario", refuse)
+    result = CliRunner().invoke(main, ["run", "straggler"])
+    assert result.exit_code == 2
+    assert result.output.endswith("error: scenario 'straggler' sets up the cluster it runs on\n")
