@@ -189,3 +189,18 @@ def test_a_run_the_runner_refuses_before_starting_exits_2(monkeypatch: pytest.Mo
     result = CliRunner().invoke(main, ["run", "straggler"])
     assert result.exit_code == 2
     assert result.output.endswith("error: scenario 'straggler' sets up the cluster it runs on\n")
+
+
+def test_validate_draws_a_random_schedule_from_the_seed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _no_cluster(monkeypatch)
+    path = tmp_path / "random.toml"
+    path.write_text('name = "r"\nworkload = "sampling"\nduration = 30\n\n[random]\nrate = 0.5\nmenu = [\n'
+                    '    { kind = "kill", target = { kind = "task", name = "sample_env" } },\n'
+                    '    { kind = "pause", seconds = 1, target = { kind = "worker" } },\n]\n', encoding="utf-8")
+
+    def plan(seed: int) -> list[str]:
+        result = CliRunner().invoke(main, ["validate", str(path), "--seed", str(seed)])
+        assert result.exit_code == 0, result.output
+        return [line for line in result.output.splitlines() if line.startswith("  at ")]
+
+    assert plan(3) == plan(3) and plan(3) != plan(4) and len(plan(3)) > 3
