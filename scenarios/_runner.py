@@ -273,6 +273,8 @@ class _Bounded:
         self.workload, self.rec, self.ctx, self.bounds = workload, rec, ctx, bounds
         self.HAS_PROBE = workload.HAS_PROBE
         self.hung: str | None = None  # what hung, once something did
+        #: Whether setup returned: a workload that never set up has nothing to probe or judge.
+        self.set_up = False
 
     def _call(self, hook: str, call: Callable[[], T]) -> T:
         what = f"{type(self.workload).__name__}.{hook}()"
@@ -288,6 +290,7 @@ class _Bounded:
 
     def setup(self) -> None:
         self._call("setup", self.workload.setup)
+        self.set_up = True
 
     def step(self) -> bool:
         return self._call("step", self.workload.step)
@@ -482,11 +485,13 @@ def _conclude(run: _Run, workload: _Bounded, ctx: RunContext, rec: _Recorder,
     """Probe after, check invariants and steady state, tear down. Never raises. Returns the
     judged verdicts and those of undeclared invariants (shown, not judged). An interrupted
     run gets no probe and no verdict: nothing was checked, so nothing held; nor does a run
-    whose workload hung (it is aborted, and its hooks are not called again but teardown)."""
+    whose workload hung (it is aborted, and its hooks are not called again but teardown), nor
+    one whose setup raised (aborted with that one cause: its invariants would read state
+    that setup never made, and add a second, unrelated error)."""
     verdicts: list[Verdict] = []
     unjudged: list[Verdict] = []
     try:
-        if status is not RunStatus.INTERRUPTED and workload.hung is None:
+        if status is not RunStatus.INTERRUPTED and workload.hung is None and workload.set_up:
             if workload.HAS_PROBE:
                 rec.probe(_probe(workload, ctx, "after"))
             produced = workload.invariants()

@@ -30,16 +30,18 @@ from scenarios import ScenarioError, SteadyState, Verdict, load_attack, load_sce
 from scenarios._attack import ProbeKind, UserProbe
 from scenarios._bounded import CallHang, bounded
 from scenarios._model import CHECKS_NOTHING, EMPTY_INVARIANTS, NO_PROBE
-from scenarios._records import FaultRecord, Probe, RunStatus
+from scenarios._records import FaultRecord, Probe, RunLabel, RunStatus
 from scenarios._runner import (
     AT_END_SLACK,
     CALL_BOUNDS,
     NO_PROBE_RECOVERY,
     RECOVERED,
     _Bounded,
+    _conclude,
     _probe,
     _Recorder,
     _recovery,
+    _Run,
     _with_failures,
     at_end_schedule,
     complete_records,
@@ -369,3 +371,26 @@ def test_the_reports_show_unjudged_verdicts_and_a_missing_probe() -> None:
     assert [c.get("name") for c in suite.iter("testcase") if c.find("skipped") is not None] == ["b", "steady state"]
     page = render_html([run])
     assert "not judged (broke)" in page and NO_PROBE_NOTE in page
+
+
+class _NeverSetUp(Workload):
+    """Setup fails (a missing extra, a cluster without room); invariants read what it never made."""
+
+    INVARIANTS = ("counted",)
+
+    def setup(self) -> None:
+        raise RuntimeError("the one cause")
+
+    def invariants(self) -> list[Verdict]:
+        return [Verdict("counted", True, f"{self.acked} acked")]  # type: ignore[attr-defined]
+
+
+def test_a_run_whose_setup_failed_judges_nothing_and_reports_its_one_cause() -> None:
+    ctx, rec = _context(), _Recorder()
+    workload = _Bounded(_NeverSetUp(ctx), rec, ctx)
+    with pytest.raises(RuntimeError, match="the one cause"):
+        workload.setup()
+    scenario = load_scenario("replay-crash-loop")
+    run = _Run(scenario, "", 0, RunLabel.CHAOS, True, None, "", embedded=True)
+    assert _conclude(run, workload, ctx, rec, RunStatus.ABORTED) == ([], [])
+    assert rec.probes == []
