@@ -71,8 +71,9 @@ def test_an_async_mutation_logged_at_call_time_is_caught(tmp_path: Any) -> None:
     # The old wrapper: a synchronous one around the coroutine function. It logs the call when
     # the coroutine is created (before its effect) and holds no lock over the await.
     def logged_at_call(method: Any) -> Any:
-        wrapper = _sync_mutation(method)
+        wrapper = _sync_mutation(method, False)
         wrapper.__raychaos_mutation__ = method  # type: ignore[attr-defined]
+        wrapper.__raychaos_idempotent__ = False  # type: ignore[attr-defined]
         return wrapper
 
     problems = tally_problems(tally_class(logged_at_call), str(tmp_path / "ckpt"))

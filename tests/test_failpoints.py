@@ -108,9 +108,9 @@ def test_a_bad_plan_is_refused(tmp_path: Path) -> None:
         FailpointPlan.from_json(json.dumps({"points": [{"name": "demo.p"}]}))
 
 
-def test_the_readme_tables_every_failpoint_of_the_checkpoint_mechanism() -> None:
+def test_the_docs_table_every_failpoint_of_the_checkpoint_mechanism() -> None:
     from actors import FAILPOINTS
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    page = (Path(__file__).resolve().parents[1] / "docs/how-to/checkpointed-actors.md").read_text()
     for point in FAILPOINTS:
-        assert f"| `{point.name}` | {point.where}" in readme, point.name
+        assert f"| `{point.name}` | {point.where}" in page, point.name
