@@ -145,8 +145,8 @@ _INJECTED = re.compile(r"Inject RPC (?:request|response) failure (?:while reques
 
 
 def rpc_failures_injected(log_root: str) -> dict[str, int]:
-    """How many RPC failures Ray's knob injected, by method, read from the ``.log`` files of
-    every session under ``log_root`` (an embedded cluster's ``temp_dir``). The knob only logs
+    """How many RPC failures Ray's knob injected, by method, read from the log files of every
+    process of every session under ``log_root`` (an embedded cluster's ``temp_dir``). The knob only logs
     what it injects: a method name that matches nothing (misspelled), or calls that never
     leave a worker node's processes, leave no line at all."""
     counts: dict[str, int] = {}
@@ -158,17 +158,24 @@ def rpc_failures_injected(log_root: str) -> dict[str, int]:
     return counts
 
 
+#: Where Ray's processes write: workers ``*.log`` (rotated ``*.log.N``), raylet and GCS ``*.out``/``*.err``.
+_LOG_FILE = re.compile(r"\.(?:log(?:\.\d+)?|out|err)$")
+
+
 def _log_files(root: str) -> Iterator[str]:
     for folder, _dirs, files in os.walk(root):
-        yield from (os.path.join(folder, f) for f in files if f.endswith(".log"))
+        yield from (os.path.join(folder, f) for f in files if _LOG_FILE.search(f))
 
 
 def unconfirmed_rpc_failures(failures: tuple[RpcFailure, ...], injected: Mapping[str, int]) -> list[str]:
     """Why each of ``failures`` was not seen injected (empty: all were): a knob entry Ray
     never fired injected nothing, and a run that counts it as its fault would pass untested."""
     problems = []
+    named = {f.method for f in failures}
     for failure in failures:
-        seen = sum(injected.values()) if failure.method == "*" else injected.get(failure.method, 0)
+        # "*" is confirmed only by a method no other entry names: those confirm their own.
+        seen = (sum(n for m, n in injected.items() if m not in named) if failure.method == "*"
+                else injected.get(failure.method, 0))
         if seen == 0:
             problems.append(f"RPC failures for {failure.method!r}: Ray's knob injected none (no "
                             "'Inject RPC ... failure' line in the cluster's logs); check the method's "

@@ -115,6 +115,11 @@ class Attack(Workload):
             raise InvalidConfig("params.probes = []: an attack needs at least one probe (--probe "
                                 "'shell command' or --probe-python module:function)")
 
+    def call_bounds(self) -> Mapping[str, float]:
+        """A round runs every probe in turn, each up to its own timeout."""
+        round_bound = len(self.probes) * self.timeout + 30.0
+        return {"step": round_bound + self.every, "probe": round_bound, "invariants": round_bound + 60.0}
+
     def _round(self) -> list[ProbeRun]:
         found = []
         for probe in self.probes:

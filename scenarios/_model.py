@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from chaos import ChaosError, InvalidConfig, InvalidFaultSpec, RpcFailure, Schedule, fault_from_dict
+from chaos._driver import MAX_CONCURRENT_FAULTS
 from chaos._schedule import ScheduledFault
 from scenarios._records import Problem
 
@@ -339,6 +340,11 @@ def _validate(source: str, data: dict[str, Any], seed: int,
     heal = c.get("heal", str, "after_each", "must be a string")
     if heal not in get_args(HealStrategy):
         c.add("heal", heal, f"use one of {', '.join(get_args(HealStrategy))}")
+    elif heal == "at_end" and len(schedule.entries) > MAX_CONCURRENT_FAULTS:
+        # Held to the end, the first faults keep every fault thread: the rest could never start.
+        c.add("heal", heal, f"holds every fault to the run's end, and at most {MAX_CONCURRENT_FAULTS} faults are "
+              f"held at once: this schedule has {len(schedule.entries)}; use heal = \"after_each\" or at most "
+              f"{MAX_CONCURRENT_FAULTS} faults")
     steady = _steady_state(c)
     scenario = Scenario(
         name=name, description=c.get("description", str, "", "must be a string"),

@@ -48,6 +48,7 @@ from chaos import (
     wait_until,
 )
 from chaos._delay import rpc_failures_injected, unconfirmed_rpc_failures
+from chaos._engine import NODE_DEATH_CONFIRM
 from chaos._faults import MAX_FAULT_SECONDS, STORAGE
 from scenarios._bounded import CallHang, bounded
 from scenarios._interrupt import interrupt_once
@@ -55,12 +56,16 @@ from scenarios._model import Scenario, SteadyState, resolve_workload
 from scenarios._records import FaultRecord, Phase, Probe, RunLabel, RunResult, RunStatus, Sample, Verdict
 from scenarios._workload import Params, RunContext, Workload, validate_params
 
-__all__ = ["RECOVERED", "Progress", "at_end_schedule", "declared_verdicts", "recovery_verdicts", "run_scenario",
-           "steady_verdicts", "undeclared_verdicts"]
+__all__ = ["CHECKED_NOTHING", "RECOVERED", "Progress", "at_end_schedule", "declared_verdicts", "recovery_verdicts",
+           "run_scenario", "steady_verdicts", "undeclared_verdicts"]
 
 RECOVERY_TIMEOUT = 60.0
 #: The verdict every run with faults gets when its recovery can be measured.
 RECOVERED = "recovered_after_each_fault"
+#: The one verdict of a run that judged nothing (no declared invariant, no steady state, no
+#: recovery: a Scenario built in code, which load_scenario's refusal never saw): it fails.
+CHECKED_NOTHING = Verdict("something checked", False, "the run judged no invariant, steady state or recovery: "
+                          "it checked nothing; declare invariants, or give the workload a probe")
 #: A fault's recovery text when the workload has no probe to measure it with.
 NO_PROBE_RECOVERY = "no probe: the workload has no steady-state probe, so recovery was not measured"
 SAMPLE_EVERY = 0.5
@@ -291,6 +296,7 @@ class _Bounded:
     def setup(self) -> None:
         self._call("setup", self.workload.setup)
         self.set_up = True
+        self.bounds = {**self.bounds, **self.workload.call_bounds()}
 
     def step(self) -> bool:
         return self._call("step", self.workload.step)
@@ -427,7 +433,7 @@ def _knob_record(failure: RpcFailure, counts: Mapping[str, int], elapsed: float)
     if problem:
         return FaultRecord(0.0, 0.0, elapsed, FaultKind.RPC_FAILURE, failure.method,
                            f"ineffective: {problem}", None, FaultStatus.INEFFECTIVE, None)
-    seen = sum(counts.values()) if failure.method == "*" else counts[failure.method]
+    seen = sum(counts.values()) if failure.method == "*" else counts[failure.method]  # at least 1: confirmed
     return FaultRecord(0.0, 0.0, elapsed, FaultKind.RPC_FAILURE, failure.method,
                        f"Ray's knob injected {seen} failure(s) of this method during the run (its logs)",
                        None, FaultStatus.INJECTED, elapsed)
@@ -500,6 +506,7 @@ def _conclude(run: _Run, workload: _Bounded, ctx: RunContext, rec: _Recorder,
             verdicts += steady_verdicts(run.scenario.steady_state, rec.probes, has_probe=workload.HAS_PROBE)
             if _recovery_judged(run.scenario, workload):
                 verdicts += recovery_verdicts(rec.faults, within=run.scenario.recovery_within)
+            verdicts = verdicts or [CHECKED_NOTHING]
     except Exception as exc:  # noqa: BLE001 - reported as a broken verdict, not a crash
         verdicts.append(Verdict("invariants checked", False, f"{type(exc).__name__}: {exc}"))
     finally:
@@ -647,7 +654,8 @@ def _faults_running(run: _Run, workload: _Bounded, ctx: RunContext, chaos: Chaos
     finally:
         ctx.stop.set()
         # Each fault's recovery waits its bound, plus one probe's, after the heals the stop starts.
-        bound = run.scenario.recovery_within + CALL_BOUNDS["probe"] + 30
+        # A fault settles after its confirmation, its hold and its recovery's wait (probes included).
+        bound = run.scenario.recovery_within + workload.bounds["probe"] + NODE_DEATH_CONFIRM + 30
         driver.join(timeout=bound)
         rec.close_faults(schedule, why=f"the fault driver was still running {bound:g} s after the run's end"
                          if driver.is_alive() else "the fault driver ended without settling it")

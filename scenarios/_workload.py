@@ -171,6 +171,7 @@ class Workload:
     #: ``probe`` (a subclass may set it False again); without one the runner judges no steady
     #: state and no recovery, and the report says the workload has no probe.
     HAS_PROBE: ClassVar[bool] = False
+    _probe_said: ClassVar[bool | None] = None  # HAS_PROBE as a class said it in words
     #: The ``[params]`` it takes, validated when the scenario loads (none by default).
     Params: ClassVar[type[_Params]] = _Params
     #: Also run the same seed without faults and report both side by side.
@@ -184,8 +185,10 @@ class Workload:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if "probe" in cls.__dict__ and "HAS_PROBE" not in cls.__dict__:
-            cls.HAS_PROBE = True
+        if "HAS_PROBE" not in cls.__dict__:
+            cls.HAS_PROBE = _has_probe(cls)
+        else:
+            cls._probe_said = cls.__dict__["HAS_PROBE"]
 
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx
@@ -204,5 +207,22 @@ class Workload:
     def invariants(self) -> list[Verdict]:
         return []
 
+    def call_bounds(self) -> Mapping[str, float]:
+        """Seconds a hook of this workload may take where the runner's defaults are too short
+        (by hook name: ``setup``, ``step``, ``probe``, ``invariants``, ``teardown``): a hook
+        that itself waits out a longer deadline must say so, or the runner aborts it first.
+        Called after ``setup``."""
+        return {}
+
     def teardown(self) -> None:
         """Release everything the workload created (actors, refs)."""
+
+
+def _has_probe(cls: type[Workload]) -> bool:
+    """Whether a workload class that does not say ``HAS_PROBE`` has a probe: one of its own,
+    or else what a base said in words, or else any base's (a mixin's too) but the default's."""
+    if "probe" in cls.__dict__:
+        return True
+    if cls._probe_said is not None:
+        return cls._probe_said
+    return cls.probe is not Workload.probe

@@ -26,13 +26,14 @@ def _session(tmp_path: Path, text: str) -> str:
     logs = tmp_path / "session_x" / "logs"
     logs.mkdir(parents=True)
     (logs / "python-core-worker-1.log").write_text(text)
-    (logs / "raylet.out").write_text(f"Inject RPC response failure for {PUSH}\n")  # not a .log: not read
+    (logs / "raylet.out").write_text(f"Inject RPC request failure for {LEASE}\n")  # the raylet's calls
+    (logs / "notes.txt").write_text(f"Inject RPC response failure for {PUSH}\n")  # not a log: not read
     return str(tmp_path)
 
 
 def test_each_injected_failure_is_counted_by_method(tmp_path: Path) -> None:
     assert rpc_failures_injected(_session(tmp_path, LOG)) == {
-        PUSH: 2, LEASE: 1}
+        PUSH: 2, LEASE: 2}
 
 
 def test_a_knob_that_fired_is_confirmed_and_one_that_never_fired_is_not(tmp_path: Path) -> None:
@@ -44,9 +45,18 @@ def test_a_knob_that_fired_is_confirmed_and_one_that_never_fired_is_not(tmp_path
     assert repr(PUSH + "z") in problem and "injected none" in problem
 
 
+def test_a_wildcard_is_not_confirmed_by_a_method_another_entry_names() -> None:
+    both = (RpcFailure(PUSH, response_percent=10), RpcFailure("*", request_percent=10))
+    (problem,) = unconfirmed_rpc_failures(both, {PUSH: 3})
+    assert "'*'" in problem
+    assert unconfirmed_rpc_failures(both, {PUSH: 3, LEASE: 1}) == []
+
+
 def test_no_log_line_confirms_nothing(tmp_path: Path) -> None:
-    quiet = _session(tmp_path, "[2026-12-03] core_worker.cc:1: nothing injected\n")
-    assert rpc_failures_injected(quiet) == {}
+    logs = tmp_path / "session_x" / "logs"
+    logs.mkdir(parents=True)
+    (logs / "python-core-worker-1.log").write_text("[2026-12-03] core_worker.cc:1: nothing injected\n")
+    assert rpc_failures_injected(str(tmp_path)) == {}
     assert unconfirmed_rpc_failures((RpcFailure("*", response_percent=10),), {}) != []
 
 

@@ -34,6 +34,7 @@ from scenarios._records import FaultRecord, Probe, RunLabel, RunStatus
 from scenarios._runner import (
     AT_END_SLACK,
     CALL_BOUNDS,
+    CHECKED_NOTHING,
     NO_PROBE_RECOVERY,
     RECOVERED,
     _Bounded,
@@ -109,6 +110,23 @@ def test_a_probe_is_a_typed_fact_of_the_workload_class() -> None:
         False, False, True, False)
     with pytest.raises(NotImplementedError, match="has no steady-state probe"):
         _Silent(_context()).probe()  # the base never answers "no probe" as if it held
+
+
+class _ProbeMixin:
+    def probe(self) -> str:
+        return "ok"
+
+
+class _MixedIn(_ProbeMixin, _Silent):
+    """Its probe comes from a mixin before a base without one: it has a probe."""
+
+
+class _WaivedChild(_ProbeWaived):
+    pass
+
+
+def test_a_probe_from_a_mixin_counts_and_a_waiver_in_words_is_inherited() -> None:
+    assert (_MixedIn.HAS_PROBE, _WaivedChild.HAS_PROBE) == (True, False)
 
 
 HEAD = 'name = "x"\nduration = 5\n[[faults]]\nat = 1\nkind = "kill"\ntarget = { kind = "actor", name = "a" }\n'
@@ -394,3 +412,45 @@ def test_a_run_whose_setup_failed_judges_nothing_and_reports_its_one_cause() -> 
     run = _Run(scenario, "", 0, RunLabel.CHAOS, True, None, "", embedded=True)
     assert _conclude(run, workload, ctx, rec, RunStatus.ABORTED) == ([], [])
     assert rec.probes == []
+
+
+class _Quiet(Workload):
+    INVARIANTS = ("counted",)
+
+    def invariants(self) -> list[Verdict]:
+        return [Verdict("counted", True, "1 counted")]
+
+
+def test_a_scenario_built_in_code_that_judges_nothing_fails() -> None:
+    """load_scenario refuses such a file; a Scenario made in code reaches the runner as is."""
+    ctx, rec = _context(), _Recorder()
+    workload = _Bounded(_Quiet(ctx), rec, ctx)
+    workload.setup()
+    quiet = replace(load_scenario("replay-crash-loop"), invariants=(),
+                    steady_state=SteadyState(before=False, after=False))
+    run = _Run(quiet, "", 0, RunLabel.CHAOS, True, None, "", embedded=True)
+    assert _conclude(run, workload, ctx, rec, RunStatus.COMPLETED) == ([CHECKED_NOTHING], [workload.invariants()[0]])
+
+
+def test_a_hook_that_waits_out_a_longer_deadline_gets_that_bound() -> None:
+    """An attack's round runs each probe up to its own timeout; a library run's last step
+    waits for the fit: the runner's defaults would abort them before their own deadlines."""
+    from scenarios._attack import Attack
+
+    attack = Attack(_context())
+    attack.probes, attack.timeout, attack.every = [object()] * 7, 10.0, 1.0  # type: ignore[list-item]
+    ctx, rec = _context(), _Recorder()
+    workload = _Bounded(attack, rec, ctx)
+    workload.set_up = True
+    workload.bounds = {**workload.bounds, **attack.call_bounds()}
+    assert workload.bounds["probe"] >= 7 * 10.0 > CALL_BOUNDS["probe"]
+    assert workload.bounds["step"] > workload.bounds["probe"]
+
+
+def test_at_end_with_more_faults_than_can_be_held_at_once_is_refused(tmp_path: Path) -> None:
+    fault = '[[faults]]\nat = {at}\nkind = "pause"\nseconds = 1\ntarget = {{ kind = "actor", name = "a" }}\n'
+    text = ('name = "x"\nworkload = "replay-crash-loop"\nduration = 30\nheal = "at_end"\n'
+            + "".join(fault.format(at=i + 1) for i in range(9)))
+    (tmp_path / "x.toml").write_text(text)
+    with pytest.raises(ScenarioError, match="at most 8 faults are held at once: this schedule has 9"):
+        load_scenario(str(tmp_path / "x.toml"))
