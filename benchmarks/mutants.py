@@ -92,7 +92,8 @@ TESTS = {
     "crash": ["tests/test_durability_trace.py", "tests/test_checkpoint_store.py", "tests/test_incremental.py",
               "tests/test_failpoints.py", "tests/test_chaos_unit.py", "tests/test_param_server.py",
               "tests/test_failpoint_sweep.py"],
-    "verdicts": ["tests/test_rpc_confirm.py", "tests/test_runner_fail_closed.py", "tests/test_driver.py",
+    "verdicts": ["tests/test_verdict_logic.py", "tests/test_rpc_confirm.py", "tests/test_runner_fail_closed.py",
+                 "tests/test_driver.py",
                  "tests/test_workload_evidence.py", "tests/test_failure_surface_unit.py", "tests/test_confirmation.py",
                  "tests/test_scenarios_model.py", "tests/test_chaos_unit.py"],
 }

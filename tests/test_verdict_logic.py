@@ -1,0 +1,169 @@
+"""The small pure pieces every run's result rests on, pinned at their edges: a fault's times
+and its observer's calls, when a run deviates, one verdict per declared invariant, the
+recovery bound, what counts as resident memory or a dead node. Each test here kills bugs a
+mutation of that code would ship (``make mutants``, the verdicts group)."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from chaos import ActorTarget, FaultIneffective, FaultKind, FaultStatus, Kill, Schedule, ScheduleObserver, run_schedule
+from chaos._memory import MemoryProgress
+from scenarios._records import FaultRecord, RunLabel, RunResult, RunStatus, Verdict
+from scenarios._runner import RECOVERED, _with_failures, declared_verdicts, recovery_verdicts
+
+
+class _Clock:
+    """A clock the fake engine moves: injection takes 2 s to confirm, its heal 1 s more."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class _TimedEngine:
+    seed = 0
+
+    def __init__(self, clock: _Clock, *, error: str = "") -> None:
+        self.clock, self.error = clock, error
+
+    @contextmanager
+    def inject(self, fault: Any, *, at: float, rng: random.Random) -> Iterator[str]:
+        self.clock.now += 2.0
+        if self.error:
+            raise RuntimeError(self.error)
+        yield "the injection"
+        self.clock.now += 1.0
+
+
+class _Calls(ScheduleObserver):
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def injected(self, index: int, entry: Any, injection: Any) -> None:
+        self.calls.append(f"injected {index} {injection}")
+
+    def hold(self, entry: Any) -> float:
+        self.calls.append("hold")
+        return 0.0
+
+
+def test_a_faults_start_confirmation_and_end_are_its_own_times() -> None:
+    clock, observer = _Clock(), _Calls()
+    (outcome,) = run_schedule(_TimedEngine(clock), Schedule.explicit([(0.0, Kill(ActorTarget(name="a")))]),
+                              start=clock.now, clock=clock, observer=observer)
+    assert (outcome.status, outcome.started, outcome.confirmed, outcome.ended) == (FaultStatus.INJECTED, 0.0, 2.0, 3.0)
+    assert observer.calls == ["injected 0 the injection", "hold"]  # observed once, before it is held
+
+
+def test_a_failed_injection_keeps_its_times_and_a_bounded_error() -> None:
+    clock = _Clock()
+    (outcome,) = run_schedule(_TimedEngine(clock, error="x" * 900), Schedule.explicit(
+        [(0.0, Kill(ActorTarget(name="a")))]), start=clock.now, clock=clock)
+    assert (outcome.status, outcome.started, outcome.ended, outcome.confirmed) == (FaultStatus.FAILED, 0.0, 2.0, None)
+    assert len(outcome.error) == 500 and outcome.error.startswith("RuntimeError: xxx")
+
+
+def test_a_fault_not_reached_says_when_the_run_stopped() -> None:
+    clock, stop = _Clock(), threading.Event()
+    stop.set()
+    clock.now = 107.5
+    (outcome,) = run_schedule(_TimedEngine(clock), Schedule.explicit([(60.0, Kill(ActorTarget(name="a")))]),
+                              start=100.0, clock=clock, stop=stop)
+    assert outcome.status is FaultStatus.NOT_REACHED and "stopped 7.50 s after its start" in outcome.error
+
+
+# -- when a run deviates ---------------------------------------------------------------------
+
+def _record(status: FaultStatus = FaultStatus.INJECTED, *, start: float = 1.0, end: float = 2.0,
+            mttr: float | None = 1.5, kind: FaultKind = FaultKind.KILL) -> FaultRecord:
+    return FaultRecord(1.0, start, end, kind, "actor a", "ok", mttr, status, start)
+
+
+def _result(*, status: RunStatus = RunStatus.COMPLETED, held: bool = True, fault: FaultStatus = FaultStatus.INJECTED,
+            strict: bool = True) -> RunResult:
+    return RunResult("s", RunLabel.CHAOS, 0, status, 1.0, (Verdict("v", held, "d", 1),), (), (), (_record(fault),),
+                     strict_faults=strict)
+
+
+def test_a_run_deviates_on_each_cause_alone_and_only_then() -> None:
+    assert not _result().deviated and _result().missed_faults == ()
+    assert _result(status=RunStatus.ABORTED).deviated
+    assert _result(held=False).deviated
+    missed = _result(fault=FaultStatus.INEFFECTIVE)
+    assert missed.deviated and [f.status for f in missed.missed_faults] == [FaultStatus.INEFFECTIVE]
+    assert not _result(fault=FaultStatus.INEFFECTIVE, strict=False).deviated  # opted out in words
+
+
+def test_the_runners_own_failures_abort_a_completed_run_but_not_an_interrupted_one() -> None:
+    assert _with_failures(RunStatus.COMPLETED, "", []) == (RunStatus.COMPLETED, "")
+    assert _with_failures(RunStatus.INTERRUPTED, "ctrl-c", ["late"]) == (RunStatus.INTERRUPTED, "ctrl-c")
+    assert _with_failures(RunStatus.ABORTED, "boom", ["late", "boom"]) == (RunStatus.ABORTED, "boom; late")
+
+
+# -- one verdict per declared invariant --------------------------------------------------------
+
+def test_each_declared_invariant_gets_exactly_its_own_verdict_in_declared_order() -> None:
+    produced = [Verdict("b", True, "b ok", 1), Verdict("a", False, "a broke", 1), Verdict("c", True, "c1", 1),
+                Verdict("c", True, "c2", 1), Verdict("extra", True, "not asked", 1)]
+    a, b, c, missing = declared_verdicts(["a", "b", "c", "d"], produced)
+    assert (a, b) == (produced[1], produced[0])
+    assert (c.name, c.held) == ("c", False) and c.detail == "2 verdicts for one invariant: True: c1; True: c2"
+    assert (missing.name, missing.held) == ("d", False) and missing.detail.startswith("no verdict")
+
+
+# -- recovery ----------------------------------------------------------------------------------
+
+def test_recovery_exactly_at_its_bound_holds_and_past_it_breaks() -> None:
+    at_bound = _record(start=1.0, end=2.0, mttr=4.0)  # probe held 3.0 s after the heal
+    (v,) = recovery_verdicts([at_bound], within=3.0)
+    assert (v.name, v.held, v.seen) == (RECOVERED, True, 1)
+    (late,) = recovery_verdicts([_record(start=1.0, end=2.0, mttr=4.01)], within=3.0)
+    assert not late.held and "past the 3 s bound" in late.detail
+
+
+def test_the_rpc_knob_and_faults_that_did_not_happen_are_not_judged_for_recovery() -> None:
+    knob = _record(kind=FaultKind.RPC_FAILURE, mttr=None)
+    assert recovery_verdicts([knob, _record(FaultStatus.INEFFECTIVE, mttr=None)], within=3.0) == []
+
+
+# -- what counts as the effect -----------------------------------------------------------------
+
+@pytest.mark.parametrize(("blocks", "resident", "holding"), [(0, 0, False), (1, 0, False), (0, 1, False),
+                                                              (1, 1, True)])
+def test_memory_is_held_only_once_a_block_is_resident(blocks: int, resident: int, holding: bool) -> None:
+    assert MemoryProgress(resident=resident, host_used=0.5, cannot=False, blocks=blocks).holding() is holding
+
+
+def test_a_dead_node_is_confirmed_with_the_seconds_it_took(monkeypatch: pytest.MonkeyPatch) -> None:
+    from chaos import _engine
+
+    answers = iter([["ALIVE"], ["ALIVE", "DEAD"], ["DEAD"]])
+    monkeypatch.setattr(_engine, "_node_states", lambda address, node: next(answers))
+    since = time.monotonic()
+    took = _engine._confirm_node_dead(type("C", (), {"address": "x"})(), "n" * 20, since=since)
+    assert 0.0 <= took < 5.0
+
+
+def test_a_process_that_prints_something_else_has_not_begun_burning() -> None:
+    from chaos import _agent
+
+    proc = subprocess.Popen([sys.executable, "-c", "print('sleeping', flush=True); import time; time.sleep(5)"],
+                            stdout=subprocess.PIPE)
+    try:
+        with pytest.raises(FaultIneffective, match="did not begin its loop"):
+            _agent._confirm_burning(proc, time.monotonic() + 3.0)
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
