@@ -16,8 +16,10 @@ from typing import Any
 
 import pytest
 
-from chaos import ActorTarget, FaultIneffective, FaultKind, FaultStatus, Kill, Schedule, ScheduleObserver, run_schedule
+from chaos import ActorTarget, FaultKind, Kill, Schedule
 from chaos._memory import MemoryProgress
+from chaos.engine import FaultStatus, ScheduleObserver, run_schedule
+from chaos.errors import FaultIneffective
 from scenarios._records import FaultRecord, RunLabel, RunResult, RunStatus, Verdict
 from scenarios._runner import RECOVERED, _with_failures, declared_verdicts, recovery_verdicts
 
@@ -164,6 +166,81 @@ def test_a_process_that_prints_something_else_has_not_begun_burning() -> None:
     try:
         with pytest.raises(FaultIneffective, match="did not begin its loop"):
             _agent._confirm_burning(proc, time.monotonic() + 3.0)
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+# -- evidence and bounds at their edges ----------------------------------------------------------
+
+def test_the_knob_counts_only_what_this_run_added(tmp_path: Any) -> None:
+    from chaos import RpcFailure
+    from scenarios._runner import _Knob, knob_records
+
+    logs = tmp_path / "session_x" / "logs"
+    logs.mkdir(parents=True)
+    push = "CoreWorkerService.grpc_client.PushTask"
+    (logs / "python-core-worker-1.log").write_text(f"grpc_client.h:137: Inject RPC request failure for {push}\n" * 3)
+    knob = _Knob((RpcFailure(push, request_percent=10),), str(tmp_path))
+    (fresh,) = knob_records(knob, {}, 5.0, wait=0.0)
+    (after_one,) = knob_records(knob, {push: 1}, 5.0, wait=0.0)
+    (after_all,) = knob_records(knob, {push: 3}, 5.0, wait=0.0)
+    assert "injected 3 failure(s)" in fresh.outcome and "injected 2 failure(s)" in after_one.outcome
+    assert after_all.status is FaultStatus.INEFFECTIVE
+
+
+def test_a_loop_turn_exactly_at_its_bound_is_blocked() -> None:
+    from scenarios._workloads import blocked_verdict, loop_bound
+
+    bound = loop_bound(0.5)
+    assert blocked_verdict(10, bound - 0.01, 0.5, None).held
+    assert not blocked_verdict(10, bound, 0.5, None).held
+
+
+def test_a_drained_node_dead_exactly_at_the_bound_is_gone_in_time() -> None:
+    from scenarios._surface import gone_verdict
+
+    assert gone_verdict([10.0], {"n1": 15.0}, ["n1"], 5.0).held
+    assert not gone_verdict([10.0], {"n1": 15.5}, ["n1"], 5.0).held
+    assert not gone_verdict([10.0], {"head": 11.0}, ["n1"], 5.0).held
+
+
+def test_the_counters_verdict_counts_the_fewest_seen_and_needs_one_on_a_dead_node() -> None:
+    from scenarios._workloads import counters_verdict
+
+    each = [Verdict("actor_state_recovered", True, "w0", 3), Verdict("actor_state_recovered", True, "w1", 5)]
+    held = counters_verdict(each, ["node-a-0123456789", "node-b"], {"node-a-0123456789"})
+    assert (held.name, held.held, held.seen) == ("actor_state_recovered", True, 3)
+    assert "'node-a-01234'" in held.detail  # node ids shortened to 12 characters
+    none_seen = counters_verdict([Verdict("actor_state_recovered", True, "w0", None)], ["a"], {"a"})
+    assert none_seen.seen == 0
+    (only,) = [Verdict("x_recovered", False, "w0", 2)]
+    assert counters_verdict([only], ["a"], {"a"}).name == "x_recovered"
+    assert not counters_verdict([], ["a"], {"a"}).held
+    assert not counters_verdict(each, ["a", "b"], {"c"}).held  # no counter on the dead node
+
+
+def test_the_last_state_the_gcs_gave_is_the_one_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    from chaos import _engine
+
+    states = iter([["ALIVE"], ["SUSPECT"], ["DRAINING"]] + [["ALIVE"]] * 10_000)
+    given: list[list[str]] = []
+    monkeypatch.setattr(_engine, "_node_states", lambda address, node: given.append(next(states)) or given[-1])
+    monkeypatch.setattr(_engine, "NODE_DEATH_CONFIRM", 0.3)
+    with pytest.raises(FaultIneffective) as raised:
+        _engine._confirm_node_dead(type("C", (), {"address": "x"})(), "n" * 20, since=time.monotonic())
+    assert f"last seen: {given[-1]!r}" in str(raised.value)
+
+
+def test_a_silent_process_is_given_up_at_its_deadline_not_at_its_exit() -> None:
+    from chaos import _agent
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(8)"], stdout=subprocess.PIPE)
+    start = time.monotonic()
+    try:
+        with pytest.raises(FaultIneffective, match="did not begin its loop"):
+            _agent._confirm_burning(proc, time.monotonic() + 1.0)
+        assert time.monotonic() - start < 4.0
     finally:
         proc.kill()
         proc.wait(timeout=10)
