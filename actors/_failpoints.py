@@ -1,6 +1,6 @@
 """The failpoints in the checkpoint mechanism, and what recovery guarantees at each.
 
-Arm them with :class:`chaos.FailpointPlan` (``runtime_env=chaos.failpoint_env(plan)`` for an
+Arm them with :class:`chaos.failpoints.FailpointPlan` (``runtime_env=chaos.failpoints.failpoint_env(plan)`` for an
 actor); the failpoint sweep (``tests/test_failpoint_sweep.py``) crashes at every one.
 """
 

@@ -123,7 +123,7 @@ class ParameterServer(Checkpointable):
         on_nonfinite: ``"reject"`` raises :class:`GradientError`; ``"skip"`` counts and ignores.
         seed: torch seed for the model's initial weights.
         spare_worker: keep an idle worker on the server's node that has imported the modules
-            its runtime env names (``actors.spare_actor_env("torch", "torch._dynamo")``), for
+            its runtime env names (``actors.spare.spare_actor_env("torch", "torch._dynamo")``), for
             Ray to restart the server in: see ``actors._spare``. The first start fails when
             no spare can be asked for (the set-up missing, or the raylet's RPC); when none
             shows up, or a restart cannot ask for the next, ``stats().spare_error`` and the

@@ -12,8 +12,8 @@ worker shows up: the raylet answers before it starts one, and sometimes does not
 
 Set up (both are needed, and :func:`keep_spare` checks both):
 
-    ray.init(runtime_env=actors.spare_job_env())
-    ray.remote(ParameterServer).options(runtime_env=actors.spare_actor_env("torch", ...))
+    ray.init(runtime_env=actors.spare.spare_job_env())
+    ray.remote(ParameterServer).options(runtime_env=actors.spare.spare_actor_env("torch", ...))
 
 Every worker of the job runs the hook; it imports nothing where the env names nothing, so
 only the actor's workers (and its spare) pay for the imports. Asking goes through the raylet's
@@ -194,8 +194,8 @@ def _check_env(env: dict[str, Any]) -> None:
     named = (env.get("env_vars") or {}).get(PRELOAD_VAR)
     if not wanted or named != wanted or os.environ.get(PRELOADED_VAR) != wanted:
         raise InvalidConfig(
-            f"a spare worker needs the job started with ray.init(runtime_env=actors.spare_job_env()) "
-            f"and the actor with .options(runtime_env=actors.spare_actor_env(...)); this actor's env "
+            f"a spare worker needs the job started with ray.init(runtime_env=actors.spare.spare_job_env()) "
+            f"and the actor with .options(runtime_env=actors.spare.spare_actor_env(...)); this actor's env "
             f"is {env} and its worker preloaded {os.environ.get(PRELOADED_VAR)!r}: its spare would "
             "restart it cold")
 

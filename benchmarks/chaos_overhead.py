@@ -22,17 +22,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from _common import console, fmt, machine, table
 
-from chaos import (
-    Chaos,
-    Journal,
-    Latency,
-    Schedule,
-    agent_for,
-    delayed,
-    local_cluster,
-    run_schedule,
-    watch,
-)
+from chaos import Chaos, Latency, Schedule, delayed, local_cluster, watch
+from chaos.agents import agent_for
+from chaos.engine import run_schedule
+from chaos.journal import Journal
 
 BATCH, TIMEOUT = 200, 60.0
 

@@ -14,7 +14,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from actors._wal import WalWriter
 from benchmarks._common import machine, table
-from chaos import failpoint, is_armed
+from chaos import failpoint
+from chaos.failpoints import is_armed
 
 CALLS = 2_000_000
 

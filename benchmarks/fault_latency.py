@@ -36,7 +36,6 @@ from chaos import (
     CpuHog,
     DrainNode,
     Fault,
-    FaultOutcome,
     FillDisk,
     FillObjectStore,
     FreezeNode,
@@ -48,14 +47,12 @@ from chaos import (
     Pause,
     Schedule,
     ScheduledFault,
-    ScheduleObserver,
     Starve,
-    capped_filesystem,
     local_cluster,
-    redis_server,
-    run_schedule,
-    start_agents,
 )
+from chaos.agents import start_agents
+from chaos.cluster import capped_filesystem, redis_server
+from chaos.engine import FaultOutcome, ScheduleObserver, run_schedule
 
 FIRST_BOUND, REST_BOUND = 0.100, 0.050
 

@@ -22,8 +22,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from _common import bare_mttr, console, fmt, machine, mttr_row, mttr_table, rate, table
 
-from actors import CheckpointConfig, ParameterServer, spare_actor_env, spare_job_env
+from actors import CheckpointConfig, ParameterServer
 from actors._spare import spares_of
+from actors.spare import spare_actor_env, spare_job_env
 from chaos import local_cluster
 
 TIMEOUT = 60.0

@@ -40,8 +40,9 @@ from _common import (
     table,
 )
 
-from actors import CheckpointConfig, CheckpointStore, PrioritizedReplayBuffer, ReplayBufferActor, ReplayClient, _kernels
+from actors import CheckpointConfig, PrioritizedReplayBuffer, ReplayBufferActor, ReplayClient, _kernels
 from actors._wire import pack_batch, pack_request
+from actors.checkpoint import CheckpointStore
 from chaos import local_cluster
 
 CAPACITY, BATCH, INSERT = 2**20, 256, 1000

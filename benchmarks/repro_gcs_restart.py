@@ -25,8 +25,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import ray
 
-from chaos import local_cluster, redis_server
+from chaos import local_cluster
 from chaos._cluster import head_of
+from chaos.cluster import redis_server
 
 DOWN, WATCH, EVERY = 3.0, 80.0, 5.0
 FATAL = "GCS has been unavailable for more than 60 seconds"

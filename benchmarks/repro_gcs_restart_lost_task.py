@@ -33,8 +33,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import ray
 
-from chaos import local_cluster, redis_server
+from chaos import local_cluster
 from chaos._cluster import head_of
+from chaos.cluster import redis_server
 from scenarios._surface import _task_state
 
 DOWN, PACE, AFTER, SETTLE = 3.0, 0.02, 2.0, 30.0

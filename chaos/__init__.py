@@ -1,52 +1,28 @@
-"""raychaos chaos engine: faults on real Ray processes, schedules, journal, watchdog;
-failpoints (crash at an exact point of the code) and Jepsen-style histories with a set checker.
+"""raychaos chaos engine: faults on real Ray processes, their targets and schedules, and the
+helpers a test writes against.
+
+What a user writes code against is exported here. The rest lives in named submodules, each with
+its own ``__all__``:
+
+- ``chaos.errors``: every error, rooted at :class:`ChaosError`;
+- ``chaos.failpoints``: crash, raise or stall at a named point of the code;
+- ``chaos.history``: histories of concurrent operations and the set checker;
+- ``chaos.journal``: the journal of a run and its event records;
+- ``chaos.engine``: the engine's moving parts (schedule driver, outcomes, resolved processes);
+- ``chaos.agents``: the per-node chaos agents;
+- ``chaos.cluster``: the test cluster and its harness;
+- ``chaos.testing``: the model-based ``ActorChaosMachine``;
+- ``chaos.strategies``: Hypothesis strategies for faults and schedules.
 
 Nothing here imports ``ray`` at import time, so the pytest plugin stays cheap to load.
-``chaos.strategies`` (Hypothesis strategies) is imported on its own.
+``chaos.testing`` and ``chaos.strategies`` (Hypothesis) are imported on their own.
 """
 
-from chaos._agent import ChaosAgent, agent_for, start_agents, stop_agents
-from chaos._cluster import TEST_SYSTEM_CONFIG, ClusterHandle, local_cluster, ray_processes, reap
-from chaos._delay import Latency, RpcFailure, delayed, rpc_delay_env, rpc_failure_env
-from chaos._disk import capped_filesystem, free_bytes
-from chaos._driver import (
-    FaultOutcome,
-    FaultsNotApplied,
-    FaultStatus,
-    ScheduleObserver,
-    check_applied,
-    run_schedule,
-)
-from chaos._engine import Chaos, Injection, MemoryWatch, StoreFill
-from chaos._errors import (
-    ChaosError,
-    CheckpointError,
-    CheckpointFormatError,
-    FaultIneffective,
-    HangError,
-    InvalidConfig,
-    InvalidFaultSpec,
-    MissingExtra,
-    MutationNotLogged,
-    StorageUnreachable,
-    TargetNotFound,
-    UnsafeTarget,
-)
-from chaos._failpoint import (
-    FAILPOINTS_ENV,
-    FailAction,
-    Failpoint,
-    FailpointError,
-    FailpointPlan,
-    Firing,
-    arm,
-    armed,
-    disarm,
-    failpoint,
-    failpoint_env,
-    firings,
-    is_armed,
-)
+from chaos._cluster import local_cluster
+from chaos._delay import Latency, RpcFailure, delayed
+from chaos._engine import Chaos
+from chaos._errors import ChaosError, HangError
+from chaos._failpoint import failpoint
 from chaos._faults import (
     CpuHog,
     DrainNode,
@@ -62,130 +38,44 @@ from chaos._faults import (
     MemoryPressure,
     Pause,
     Starve,
-    fault_from_dict,
-    fault_to_dict,
 )
-from chaos._history import History, Op, OpStatus, SetVerdict, check_set, drive_writers
-from chaos._journal import (
-    EndEvent,
-    Event,
-    FaultEvent,
-    Journal,
-    JournalCorrupt,
-    Observed,
-    PlannedFault,
-    RecoverEvent,
-    StartEvent,
-    VerdictEntry,
-    read_journal,
-)
-from chaos._json import JsonValue
-from chaos._memory import MemoryOutcome, MemoryResult
-from chaos._redis import redis_server
+from chaos._history import History, check_set
 from chaos._schedule import Schedule, ScheduledFault
-from chaos._targets import ActorTarget, NodeTarget, Process, TaskTarget, WorkerTarget
+from chaos._targets import ActorTarget, NodeTarget, TaskTarget, WorkerTarget
 from chaos._wait import wait_until
-from chaos._watchdog import StuckCause, StuckTask, WatchReport, watch
+from chaos._watchdog import watch
 
 __all__ = [
-    "FAILPOINTS_ENV",
-    "TEST_SYSTEM_CONFIG",
     "ActorTarget",
     "Chaos",
-    "ChaosAgent",
     "ChaosError",
-    "CheckpointError",
-    "CheckpointFormatError",
-    "ClusterHandle",
     "CpuHog",
     "DrainNode",
-    "EndEvent",
-    "Event",
-    "FailAction",
-    "Failpoint",
-    "FailpointError",
-    "FailpointPlan",
     "Fault",
-    "FaultEvent",
-    "FaultIneffective",
     "FaultKind",
-    "FaultOutcome",
-    "FaultStatus",
-    "FaultsNotApplied",
     "FillDisk",
     "FillObjectStore",
-    "Firing",
     "FreezeNode",
     "HangError",
     "History",
-    "Injection",
-    "InvalidConfig",
-    "InvalidFaultSpec",
-    "Journal",
-    "JournalCorrupt",
-    "JsonValue",
     "Kill",
     "KillGcs",
     "KillNode",
     "Latency",
     "LimitOpenFiles",
-    "MemoryOutcome",
     "MemoryPressure",
-    "MemoryResult",
-    "MemoryWatch",
-    "MissingExtra",
-    "MutationNotLogged",
     "NodeTarget",
-    "Observed",
-    "Op",
-    "OpStatus",
     "Pause",
-    "PlannedFault",
-    "Process",
-    "RecoverEvent",
     "RpcFailure",
     "Schedule",
-    "ScheduleObserver",
     "ScheduledFault",
-    "SetVerdict",
-    "StartEvent",
     "Starve",
-    "StorageUnreachable",
-    "StoreFill",
-    "StuckCause",
-    "StuckTask",
-    "TargetNotFound",
     "TaskTarget",
-    "UnsafeTarget",
-    "VerdictEntry",
-    "WatchReport",
     "WorkerTarget",
-    "agent_for",
-    "arm",
-    "armed",
-    "capped_filesystem",
-    "check_applied",
     "check_set",
     "delayed",
-    "disarm",
-    "drive_writers",
     "failpoint",
-    "failpoint_env",
-    "fault_from_dict",
-    "fault_to_dict",
-    "firings",
-    "free_bytes",
-    "is_armed",
     "local_cluster",
-    "ray_processes",
-    "read_journal",
-    "reap",
-    "redis_server",
-    "rpc_delay_env",
-    "rpc_failure_env",
-    "run_schedule",
-    "start_agents",
-    "stop_agents",
     "wait_until",
     "watch",
 ]

@@ -190,11 +190,11 @@ def local_cluster(
         system_config: Ray ``_system_config``; defaults to :data:`TEST_SYSTEM_CONFIG`.
         log_to_driver: forward workers' and raylets' output to this process.
         redis_address: ``host:port`` of a Redis for GCS fault tolerance (see
-            :func:`chaos.redis_server`): the GCS keeps its tables there and survives a restart.
+            :func:`chaos.cluster.redis_server`): the GCS keeps its tables there and survives a restart.
         worker_env: environment for the processes of the worker nodes (not the head), set
-            when they start: Ray's testing knobs such as :func:`chaos.rpc_failure_env`.
+            when they start: Ray's testing knobs such as :func:`chaos.engine.rpc_failure_env`.
         runtime_env: this driver's job runtime env (``ray.init(runtime_env=...)``), e.g.
-            ``actors.spare_job_env()``.
+            ``actors.spare.spare_job_env()``.
 
     Raises:
         InvalidConfig: a bad size, or this process is already connected to Ray.

@@ -92,7 +92,7 @@ def check_fillable(path: str) -> None:
     if kind != "tmpfs" or size > MAX_FILL_BYTES:
         raise UnsafeTarget(f"refusing to fill {path!r}: it is on a {kind} of {size / 2**20:.0f} MiB; "
                            f"a disk fault fills only a tmpfs of at most {MAX_FILL_BYTES >> 20} MiB "
-                           "(mount one with chaos.capped_filesystem), never the host's disk")
+                           "(mount one with chaos.cluster.capped_filesystem), never the host's disk")
 
 
 def _fs_type(path: str) -> str:

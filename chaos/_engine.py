@@ -49,7 +49,7 @@ from chaos._memory import (
     read_progress,
 )
 from chaos._schedule import Schedule
-from chaos._targets import NodeTarget, Process, TaskTarget, resolve
+from chaos._targets import NodeTarget, RayProcess, TaskTarget, resolve
 from chaos._wait import wait_until
 
 T = TypeVar("T")
@@ -93,7 +93,7 @@ class Injection:
     ``memory`` (a memory fault's task and, after its heal, how it ended)."""
 
     fault: Fault
-    processes: tuple[Process, ...]
+    processes: tuple[RayProcess, ...]
     pids: tuple[int, ...] = ()
     ballast_bytes: int = 0
     store: StoreFill | None = None
@@ -115,7 +115,7 @@ class Chaos:
         address: the cluster's GCS address (State API calls go there, never to "auto").
         journal: where events go (a fresh in-memory one by default).
         seed: seeds the choice among matching targets (each scheduled fault gets its own
-            generator from :func:`chaos.run_schedule`, so concurrent faults stay reproducible).
+            generator from :func:`chaos.engine.run_schedule`, so concurrent faults stay reproducible).
         kill_confirm: seconds a signalled process may take to be gone before the kill is
             ``ineffective`` (a Ray worker's SIGTERM handler needs some).
     """
@@ -199,7 +199,7 @@ class Chaos:
             raise errors[0]
         return len(heals)
 
-    def wait_restarted(self, process: Process, *, timeout: float = 60.0) -> float:
+    def wait_restarted(self, process: RayProcess, *, timeout: float = 60.0) -> float:
         """Wait until the actor of ``process`` is alive in a new process; journal the MTTR."""
         from ray.util.state import get_actor
 
@@ -236,7 +236,7 @@ class Chaos:
             if still is not None:
                 still()
 
-    def _record(self, kind: Literal["inject", "heal"], fault: Fault, at: float | None, proc: Process | None,
+    def _record(self, kind: Literal["inject", "heal"], fault: Fault, at: float | None, proc: RayProcess | None,
                 outcome: str, observed: Observed | None = None) -> None:
         observed = observed or Observed()
         if proc is not None and proc.name:  # stable across runs, unlike pids and actor ids
@@ -259,9 +259,9 @@ def _injector_for(fault: object) -> Callable[..., Any]:
 
 
 def _signal_resolved(chaos: Chaos, target: Any, signum: int, rng: random.Random,
-                     confirm_within: float) -> list[tuple[Process, float]]:
+                     confirm_within: float) -> list[tuple[RayProcess, float]]:
     """Resolve, signal and confirm each process gone (see :func:`_each_resolved`)."""
-    def signal(proc: Process) -> float:
+    def signal(proc: RayProcess) -> float:
         return float(chaos._call(agent_for(proc.node_id).signal.remote(
             proc.pid, signum, driver_pids=chaos.driver_pids, confirm_within=confirm_within,
             running=_task_running(target, proc)), timeout=CALL_TIMEOUT + confirm_within))
@@ -269,7 +269,7 @@ def _signal_resolved(chaos: Chaos, target: Any, signum: int, rng: random.Random,
 
 
 def _each_resolved(chaos: Chaos, target: Any, rng: random.Random,
-                   act: Callable[[Process], T]) -> list[tuple[Process, T]]:
+                   act: Callable[[RayProcess], T]) -> list[tuple[RayProcess, T]]:
     """Resolve ``target`` and ``act`` on each process. One that exited, or a task's worker that
     moved on, since the State API saw it is skipped and the target resolved again without it
     (the State API lags by a second: right after a kill it still shows the dead pid ALIVE)."""
@@ -287,7 +287,7 @@ def _each_resolved(chaos: Chaos, target: Any, rng: random.Random,
                          "task, before the fault reached it")
 
 
-def _task_running(target: Any, proc: Process) -> str | None:
+def _task_running(target: Any, proc: RayProcess) -> str | None:
     """The task a plain task's worker may be running when the signal goes and no other: the
     State API's RUNNING lags, and the worker it names may run another task now (a probe's)."""
     return proc.name if isinstance(target, TaskTarget) and proc.actor_id is None else None
@@ -316,7 +316,7 @@ def _kill_node(chaos: Chaos, fault: KillNode, at: float | None,
     # the run's verdicts read about a lost node is Ray's view, and until then Ray still
     # schedules on it. A node whose processes died but that Ray never calls dead is ineffective.
     took = _confirm_node_dead(chaos, node.node_id, since=time.monotonic())
-    proc = Process(raylet, node.node_id, f"raylet of node {node.node_id[:12]}")
+    proc = RayProcess(raylet, node.node_id, f"raylet of node {node.node_id[:12]}")
     chaos._record("inject", fault, at, proc, f"raylet stopped and the {others} processes under it "
                                              "SIGKILLed, each confirmed; the raylet SIGKILLed next; "
                                              f"Ray declared the node dead {took:.1f} s later")
@@ -359,13 +359,13 @@ def _confirm_node_dead(chaos: Chaos, node_id: str, *, since: float) -> float:
 
 @contextmanager
 def _pause(chaos: Chaos, fault: Pause, at: float | None, rng: random.Random) -> Iterator[Injection]:
-    paused: list[tuple[Process, int]] = []  # with each pause's own token: its heal resumes that pause only
+    paused: list[tuple[RayProcess, int]] = []  # with each pause's own token: its heal resumes that pause only
 
     def heal() -> None:
         for proc, token in paused:
             _resume_one(chaos, fault, at, proc, token)
 
-    def pause(proc: Process) -> None:
+    def pause(proc: RayProcess) -> None:
         paused.append((proc, _pause_one(chaos, fault, at, proc)))
 
     with chaos._active_heal(heal):  # every process paused so far is resumed, whatever happens
@@ -373,7 +373,7 @@ def _pause(chaos: Chaos, fault: Pause, at: float | None, rng: random.Random) -> 
         yield Injection(fault, tuple(proc for proc, _ in paused))
 
 
-def _pause_one(chaos: Chaos, fault: Pause, at: float | None, proc: Process) -> int:
+def _pause_one(chaos: Chaos, fault: Pause, at: float | None, proc: RayProcess) -> int:
     """Pause ``proc``; returns the pause's token, which its heal must give."""
     agent = agent_for(proc.node_id)
     ticket = chaos._call(agent.pause.remote(proc.pid, fault.seconds, driver_pids=chaos.driver_pids))
@@ -381,7 +381,7 @@ def _pause_one(chaos: Chaos, fault: Pause, at: float | None, proc: Process) -> i
     return int(ticket.token)
 
 
-def _resume_one(chaos: Chaos, fault: Pause, at: float | None, proc: Process, token: int) -> None:
+def _resume_one(chaos: Chaos, fault: Pause, at: float | None, proc: RayProcess, token: int) -> None:
     # This pause's own token: healing an earlier pause of the same process must not resume a
     # later one that overlaps it (a seeded plugin run saw that later pause never confirmed).
     resumed = chaos._call(agent_for(proc.node_id).resume.remote(proc.pid, token=token))
@@ -405,12 +405,12 @@ def _cpu(chaos: Chaos, fault: CpuHog, at: float | None, rng: random.Random) -> I
         yield Injection(fault, (node,), pids=tuple(pids))
 
 
-def _node_of(chaos: Chaos, target: NodeTarget | None, rng: random.Random) -> Process:
+def _node_of(chaos: Chaos, target: NodeTarget | None, rng: random.Random) -> RayProcess:
     import ray
 
     if target is None:  # this driver's node
         node_id = ray.get_runtime_context().get_node_id()
-        return Process(0, node_id, f"node {node_id[:12]}")
+        return RayProcess(0, node_id, f"node {node_id[:12]}")
     return resolve(target, address=chaos.address, rng=rng)[0]
 
 
@@ -477,7 +477,7 @@ def _chunk(megabytes: int) -> Any:
     return chunk
 
 
-def _progress(node: Process, path: str) -> MemoryProgress | None:
+def _progress(node: RayProcess, path: str) -> MemoryProgress | None:
     """The allocation's last report, read on its node by a fresh task once the pressure is
     over (not by the agent: Ray's memory monitor picked it as a victim while it served)."""
     import ray
@@ -493,7 +493,7 @@ def _progress(node: Process, path: str) -> MemoryProgress | None:
         return None
 
 
-def _confirm_started(chaos: Chaos, hog: Any, node: Process, path: str) -> str:
+def _confirm_started(chaos: Chaos, hog: Any, node: RayProcess, path: str) -> str:
     """Wait until the allocating task holds memory resident — by its own report on its node,
     read by the agent there — or Ray's memory monitor killed it (it may be that quick)."""
     import ray
@@ -628,7 +628,7 @@ def _freeze_node(chaos: Chaos, fault: FreezeNode, at: float | None,
     agent = agent_for(node.node_id)
     pids = chaos._call(agent.freeze_node.remote(fault.seconds, workers=fault.workers,
                                                 driver_pids=chaos.driver_pids))
-    proc = Process(pids[0], node.node_id, f"raylet of node {node.node_id[:12]}")
+    proc = RayProcess(pids[0], node.node_id, f"raylet of node {node.node_id[:12]}")
     chaos._record("inject", fault, at, proc, f"raylet and {len(pids) - 1} workers SIGSTOPped; "
                                              "each seen in state T", Observed(pids=tuple(pids)))
 
@@ -656,7 +656,7 @@ def _thaw(chaos: Chaos, agent: Any, pids: list[int]) -> str:
 @contextmanager
 def _limit_open_files(chaos: Chaos, fault: LimitOpenFiles, at: float | None,
                       rng: random.Random) -> Iterator[Injection]:
-    limited: list[tuple[Process, int, int]] = []
+    limited: list[tuple[RayProcess, int, int]] = []
 
     def heal() -> None:
         for proc, soft, hard in limited:
@@ -706,7 +706,7 @@ def _drain_node(chaos: Chaos, fault: DrainNode, at: float | None,
         raylet, others = chaos._call(agent.kill_node.remote(
             driver_pids=chaos.driver_pids, grace_s=fault.grace_s), timeout=CALL_TIMEOUT + fault.grace_s)
         took = _confirm_node_dead(chaos, node.node_id, since=time.monotonic())
-        chaos._record("inject", fault, at, Process(raylet, node.node_id, node.label),
+        chaos._record("inject", fault, at, RayProcess(raylet, node.node_id, node.label),
                       f"deadline reached: SIGTERM, {fault.grace_s:g} s grace, SIGKILL to the raylet "
                       f"and {others} processes; Ray declared the node dead after {took:.1f} s")
     try:
@@ -735,7 +735,7 @@ def _kill_gcs(chaos: Chaos, fault: KillGcs, at: float | None,
               rng: random.Random) -> Iterator[Injection]:
     head = head_of(chaos.address)
     pid = head.kill_gcs()
-    proc = Process(pid, head.node_id, f"gcs_server pid {pid}")
+    proc = RayProcess(pid, head.node_id, f"gcs_server pid {pid}")
     chaos._record("inject", fault, at, proc, "gcs_server SIGKILLed; process gone")
 
     def heal() -> None:

@@ -69,7 +69,7 @@ class Kill:
 
     #: The name scenario files and journals use for this fault.
     KIND: ClassVar[FaultKind] = FaultKind.KILL
-    #: Carried out by the chaos agent on the target's node (see :func:`chaos.start_agents`).
+    #: Carried out by the chaos agent on the target's node (see :func:`chaos.agents.start_agents`).
     USES_AGENT: ClassVar[bool] = True
 
     target: Target
@@ -91,7 +91,7 @@ class KillNode:
 
     #: The name scenario files and journals use for this fault.
     KIND: ClassVar[FaultKind] = FaultKind.KILL_NODE
-    #: Carried out by the chaos agent on the target's node (see :func:`chaos.start_agents`).
+    #: Carried out by the chaos agent on the target's node (see :func:`chaos.agents.start_agents`).
     USES_AGENT: ClassVar[bool] = True
 
     target: NodeTarget = field(default_factory=NodeTarget)
@@ -103,7 +103,7 @@ class Pause:
 
     #: The name scenario files and journals use for this fault.
     KIND: ClassVar[FaultKind] = FaultKind.PAUSE
-    #: Carried out by the chaos agent on the target's node (see :func:`chaos.start_agents`).
+    #: Carried out by the chaos agent on the target's node (see :func:`chaos.agents.start_agents`).
     USES_AGENT: ClassVar[bool] = True
 
     target: Target
@@ -121,7 +121,7 @@ class MemoryPressure:
 
     #: The name scenario files and journals use for this fault.
     KIND: ClassVar[FaultKind] = FaultKind.MEMORY
-    #: Its resident memory is confirmed by the chaos agent on the target's node (see :func:`chaos.start_agents`).
+    #: Its resident memory is confirmed by the chaos agent on the target's node (see :func:`chaos.agents.start_agents`).
     USES_AGENT: ClassVar[bool] = True
 
     fraction: float
@@ -144,7 +144,7 @@ class CpuHog:
 
     #: The name scenario files and journals use for this fault.
     KIND: ClassVar[FaultKind] = FaultKind.CPU
-    #: Carried out by the chaos agent on the target's node (see :func:`chaos.start_agents`).
+    #: Carried out by the chaos agent on the target's node (see :func:`chaos.agents.start_agents`).
     USES_AGENT: ClassVar[bool] = True
 
     cores: int
@@ -164,7 +164,7 @@ class FillObjectStore:
 
     #: The name scenario files and journals use for this fault.
     KIND: ClassVar[FaultKind] = FaultKind.OBJECT_STORE
-    #: Carried out by the chaos agent on the target's node (see :func:`chaos.start_agents`).
+    #: Carried out by the chaos agent on the target's node (see :func:`chaos.agents.start_agents`).
     USES_AGENT: ClassVar[bool] = False
 
     fraction: float
@@ -185,7 +185,7 @@ class Starve:
 
     #: The name scenario files and journals use for this fault.
     KIND: ClassVar[FaultKind] = FaultKind.STARVE
-    #: Carried out by the chaos agent on the target's node (see :func:`chaos.start_agents`).
+    #: Carried out by the chaos agent on the target's node (see :func:`chaos.agents.start_agents`).
     USES_AGENT: ClassVar[bool] = False
 
     seconds: float
@@ -209,7 +209,7 @@ class FreezeNode:
 
     #: The name scenario files and journals use for this fault.
     KIND: ClassVar[FaultKind] = FaultKind.FREEZE_NODE
-    #: Carried out by the chaos agent on the target's node (see :func:`chaos.start_agents`).
+    #: Carried out by the chaos agent on the target's node (see :func:`chaos.agents.start_agents`).
     USES_AGENT: ClassVar[bool] = True
 
     seconds: float
@@ -232,7 +232,7 @@ class LimitOpenFiles:
 
     #: The name scenario files and journals use for this fault.
     KIND: ClassVar[FaultKind] = FaultKind.LIMIT_OPEN_FILES
-    #: Carried out by the chaos agent on the target's node (see :func:`chaos.start_agents`).
+    #: Carried out by the chaos agent on the target's node (see :func:`chaos.agents.start_agents`).
     USES_AGENT: ClassVar[bool] = True
 
     target: Target
@@ -253,11 +253,11 @@ STORAGE = "$STORAGE"
 class FillDisk:
     """Fill the filesystem holding ``path`` on a node (this driver's when ``node`` is None) for
     ``seconds``; healing deletes the ballast. Only a tmpfs of at most 1 GiB is ever filled
-    (:func:`chaos.capped_filesystem` mounts one), never the host's disk."""
+    (:func:`chaos.cluster.capped_filesystem` mounts one), never the host's disk."""
 
     #: The name scenario files and journals use for this fault.
     KIND: ClassVar[FaultKind] = FaultKind.FILL_DISK
-    #: Carried out by the chaos agent on the target's node (see :func:`chaos.start_agents`).
+    #: Carried out by the chaos agent on the target's node (see :func:`chaos.agents.start_agents`).
     USES_AGENT: ClassVar[bool] = True
 
     path: str
@@ -282,7 +282,7 @@ class DrainNode:
 
     #: The name scenario files and journals use for this fault.
     KIND: ClassVar[FaultKind] = FaultKind.DRAIN_NODE
-    #: Carried out by the chaos agent on the target's node (see :func:`chaos.start_agents`).
+    #: Carried out by the chaos agent on the target's node (see :func:`chaos.agents.start_agents`).
     USES_AGENT: ClassVar[bool] = True
 
     deadline_s: float

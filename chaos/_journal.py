@@ -22,7 +22,7 @@ from chaos._errors import ChaosError
 from chaos._faults import Fault, FaultStatus, fault_from_dict, fault_to_dict
 from chaos._memory import MemoryOutcome
 
-__all__ = ["EndEvent", "Event", "FaultEvent", "Journal", "JournalCorrupt", "Observed", "PlannedFault",
+__all__ = ["EndEvent", "FaultEvent", "Journal", "JournalCorrupt", "JournalEvent", "Observed", "PlannedFault",
            "RecoverEvent", "StartEvent", "VerdictEntry", "dump_event", "read_journal"]
 
 
@@ -142,11 +142,11 @@ class EndEvent(_Event):
     verdicts: tuple[VerdictEntry, ...] = ()
 
 
-Event = Annotated[StartEvent | FaultEvent | RecoverEvent | EndEvent, Field(discriminator="kind")]
-_EVENT: TypeAdapter[Event] = TypeAdapter(Event)
+JournalEvent = Annotated[StartEvent | FaultEvent | RecoverEvent | EndEvent, Field(discriminator="kind")]
+_EVENT: TypeAdapter[JournalEvent] = TypeAdapter(JournalEvent)
 
 
-def dump_event(event: Event) -> str:
+def dump_event(event: JournalEvent) -> str:
     """One event as its journal line (JSON as ``json.dumps`` spaces it, without the newline)."""
     return json.dumps(_EVENT.dump_python(event, mode="json"))
 
@@ -156,11 +156,11 @@ class Journal:
 
     def __init__(self, path: str | None = None) -> None:
         self.path = path
-        self.events: list[Event] = []
+        self.events: list[JournalEvent] = []
         self._lock = threading.Lock()
         self._file = open(path, "a", encoding="utf-8") if path else None  # noqa: SIM115
 
-    def record(self, event: Event) -> Event:
+    def record(self, event: JournalEvent) -> JournalEvent:
         """Append ``event`` (written and fsynced before this returns, when on disk)."""
         with self._lock:
             self.events.append(event)
@@ -182,7 +182,7 @@ class Journal:
         self.close()
 
 
-def read_journal(path: str) -> Iterator[Event]:
+def read_journal(path: str) -> Iterator[JournalEvent]:
     """The events of a journal file, each validated. A last line cut short (no newline: the
     run was killed while writing it) is dropped; any other line that is not an event raises.
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from chaos._errors import InvalidFaultSpec
 from chaos._faults import Fault, FaultKind
-from chaos._journal import Event, FaultEvent, PlannedFault, StartEvent
+from chaos._journal import FaultEvent, JournalEvent, PlannedFault, StartEvent
 
 __all__ = ["Schedule", "ScheduledFault"]
 
@@ -86,7 +86,7 @@ class Schedule:
         return cls(tuple(entries), seed)
 
     @classmethod
-    def from_journal(cls, events: Sequence[Event]) -> Schedule:
+    def from_journal(cls, events: Sequence[JournalEvent]) -> Schedule:
         """The schedule a journal ran: the one its ``start`` event recorded when there is one
         (faults that never happened included), else its ``inject``, ``refuse`` and
         ``ineffective`` events, deduplicated."""

@@ -17,7 +17,7 @@ from chaos._json import JsonValue
 __all__ = [
     "ActorTarget",
     "NodeTarget",
-    "Process",
+    "RayProcess",
     "Target",
     "TaskTarget",
     "WorkerTarget",
@@ -112,7 +112,7 @@ def target_from_dict(data: object) -> Target:
 
 
 @dataclass(frozen=True, slots=True)
-class Process:
+class RayProcess:
     """A resolved target: the process to act on, where it runs, and what it is.
 
     ``name`` is the actor's or task's name when it has one: a seeded pick among named
@@ -137,7 +137,7 @@ class _OnItsWay(TargetNotFound):
 
 
 def resolve(target: Target, *, address: str, rng: random.Random,
-            exclude_pids: frozenset[int] = frozenset()) -> list[Process]:
+            exclude_pids: frozenset[int] = frozenset()) -> list[RayProcess]:
     """The live processes ``target`` names now, or within ``PATIENCE`` for a task target and
     for a target of which a match is on its way (an actor restarting, being created; every
     match already found gone, in ``exclude_pids``, while the State API still shows it).
@@ -153,7 +153,7 @@ def resolve(target: Target, *, address: str, rng: random.Random,
     return _patiently(target, address, rng, exclude_pids)
 
 
-def _patiently(target: Target, address: str, rng: random.Random, exclude_pids: frozenset[int]) -> list[Process]:
+def _patiently(target: Target, address: str, rng: random.Random, exclude_pids: frozenset[int]) -> list[RayProcess]:
     from chaos._errors import HangError
     from chaos._wait import wait_until
 
@@ -168,7 +168,7 @@ def _patiently(target: Target, address: str, rng: random.Random, exclude_pids: f
 
 
 def _resolve_now(target: Target, address: str, rng: random.Random,
-                 exclude_pids: frozenset[int]) -> list[Process]:
+                 exclude_pids: frozenset[int]) -> list[RayProcess]:
     if isinstance(target, ActorTarget):
         found = _actors(target, address)
     elif isinstance(target, TaskTarget):
@@ -195,7 +195,7 @@ def _resolve_now(target: Target, address: str, rng: random.Random,
 _COMING = frozenset({"RESTARTING", "PENDING_CREATION", "DEPENDENCIES_UNREADY"})
 
 
-def _actors(target: ActorTarget, address: str) -> list[Process]:
+def _actors(target: ActorTarget, address: str) -> list[RayProcess]:
     from ray.util.state import list_actors
 
     filters: list[tuple[str, str, str]] = [("state", "!=", "DEAD")]
@@ -208,7 +208,7 @@ def _actors(target: ActorTarget, address: str) -> list[Process]:
     rows = list_actors(address=address, filters=filters, limit=10_000, raise_on_missing_output=False)
     if target.class_name:  # Ray records the qualified name: "f.<locals>.Flock" matches "Flock"
         rows = [a for a in rows if target.class_name in (a.class_name, a.class_name.rsplit(".", 1)[-1])]
-    alive = [Process(a.pid, a.node_id, f"{a.class_name} {a.actor_id[:12]} pid {a.pid}", a.actor_id,
+    alive = [RayProcess(a.pid, a.node_id, f"{a.class_name} {a.actor_id[:12]} pid {a.pid}", a.actor_id,
                      a.name or None) for a in rows if a.state == "ALIVE" and _placed(a.pid, a.node_id)]
     if not alive and any(a.state in _COMING for a in rows):
         raise _OnItsWay(f"no live process matches {target.label()} yet: "
@@ -223,31 +223,31 @@ def _placed(pid: int | None, node_id: str | None) -> bool:
     return bool(pid) and bool(node_id)
 
 
-def _tasks(name: str, address: str) -> list[Process]:
+def _tasks(name: str, address: str) -> list[RayProcess]:
     from ray.util.state import list_tasks
 
     rows = list_tasks(address=address, filters=[("name", "=", name), ("state", "=", "RUNNING")],
                       limit=10_000, raise_on_missing_output=False)
-    return [Process(t.worker_pid, t.node_id, f"task {t.name} pid {t.worker_pid}", t.actor_id,
+    return [RayProcess(t.worker_pid, t.node_id, f"task {t.name} pid {t.worker_pid}", t.actor_id,
                     t.name) for t in rows if _placed(t.worker_pid, t.node_id)]
 
 
-def _busy_workers(address: str, exclude: frozenset[int]) -> list[Process]:
+def _busy_workers(address: str, exclude: frozenset[int]) -> list[RayProcess]:
     from ray.util.state import list_actors, list_tasks
 
     actors = list_actors(address=address, filters=[("state", "=", "ALIVE")], limit=10_000,
                          raise_on_missing_output=False)
     tasks = list_tasks(address=address, filters=[("state", "=", "RUNNING")], limit=10_000,
                        raise_on_missing_output=False)
-    found = {a.pid: Process(a.pid, a.node_id, f"{a.class_name} pid {a.pid}", a.actor_id)
+    found = {a.pid: RayProcess(a.pid, a.node_id, f"{a.class_name} pid {a.pid}", a.actor_id)
              for a in actors if _placed(a.pid, a.node_id) and not a.class_name.startswith("ChaosAgent")}
-    found.update({t.worker_pid: Process(t.worker_pid, t.node_id, f"task {t.name} pid {t.worker_pid}")
+    found.update({t.worker_pid: RayProcess(t.worker_pid, t.node_id, f"task {t.name} pid {t.worker_pid}")
                   for t in tasks if _placed(t.worker_pid, t.node_id) and t.worker_pid not in found
                   and not (t.name or "").startswith("ChaosAgent")})
     return list(found.values())
 
 
-def _nodes(target: NodeTarget, address: str) -> list[Process]:
+def _nodes(target: NodeTarget, address: str) -> list[RayProcess]:
     from ray.util.state import list_nodes
 
     rows = list_nodes(address=address, filters=[("state", "=", "ALIVE")], limit=10_000,
@@ -260,4 +260,4 @@ def _nodes(target: NodeTarget, address: str) -> list[Process]:
     elif not target.allow_head:
         rows = [n for n in rows if not n.is_head_node]
     # pid 0: the raylet's pid is found by the agent on that node.
-    return [Process(0, n.node_id, f"node {n.node_id[:12]}") for n in rows]
+    return [RayProcess(0, n.node_id, f"node {n.node_id[:12]}") for n in rows]

@@ -15,7 +15,7 @@ Fixtures:
         (unless ``strict=False``). A failing test prints its journal and the command that
         replays it.
 
-Both yield a :class:`chaos.ClusterHandle`; pass its ``address`` explicitly everywhere.
+Both yield a :class:`chaos.cluster.ClusterHandle`; pass its ``address`` explicitly everywhere.
 Only one cluster is up at a time (one driver connection per process), so tests that
 use the multi-node fixture are moved to the end of the run.
 """

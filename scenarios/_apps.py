@@ -384,7 +384,8 @@ class _LibraryRun(Workload):
 
 def _kill_all_of(address: str, classes: Sequence[str]) -> None:
     """SIGKILL every live actor of ``classes`` on the cluster."""
-    from chaos import ActorTarget, Chaos, Kill, TargetNotFound
+    from chaos import ActorTarget, Chaos, Kill
+    from chaos.errors import TargetNotFound
 
     chaos = Chaos(address=address)
     for cls in classes:

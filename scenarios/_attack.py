@@ -18,7 +18,7 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from chaos import InvalidConfig
+from chaos.errors import InvalidConfig
 from scenarios._bounded import CallHang, bounded
 from scenarios._records import Verdict
 from scenarios._workload import Params, Workload

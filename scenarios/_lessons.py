@@ -13,7 +13,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from chaos import InvalidConfig, local_cluster
+from chaos import local_cluster
+from chaos.errors import InvalidConfig
 from scenarios import _lessons_actors, _lessons_objects, _lessons_resources, _lessons_tasks, _lessons_waiting
 from scenarios._lesson_model import Lesson, LessonResult, Measure
 

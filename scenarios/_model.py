@@ -17,9 +17,11 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from chaos import ChaosError, InvalidConfig, InvalidFaultSpec, RpcFailure, Schedule, fault_from_dict
+from chaos import ChaosError, RpcFailure, Schedule
 from chaos._driver import MAX_CONCURRENT_FAULTS
 from chaos._schedule import ScheduledFault
+from chaos.engine import fault_from_dict
+from chaos.errors import InvalidConfig, InvalidFaultSpec
 from scenarios._records import Problem
 
 if TYPE_CHECKING:

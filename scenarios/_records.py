@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Literal
 
-from chaos import FaultKind, FaultStatus
+from chaos import FaultKind
+from chaos.engine import FaultStatus
 
 __all__ = ["NO_PROBE_NOTE", "FaultRecord", "Phase", "Probe", "Problem", "RunLabel", "RunResult", "RunStatus",
            "Sample", "Verdict", "seconds_text"]

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Mapping
 from importlib.metadata import entry_points
 
-from chaos import InvalidConfig
+from chaos.errors import InvalidConfig
 from scenarios._workload import Params, Workload
 
 __all__ = ["ENTRY_POINT_GROUP", "known_workloads", "register_workload"]

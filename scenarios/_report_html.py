@@ -13,7 +13,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from chaos import FaultKind, FaultStatus
+from chaos import FaultKind
+from chaos.engine import FaultStatus
 from scenarios._records import NO_PROBE_NOTE, FaultRecord, RunLabel, RunResult, seconds_text
 
 __all__ = ["render_html"]

@@ -19,37 +19,25 @@ from typing import Any, TypeVar
 import psutil
 
 from chaos import (
-    TEST_SYSTEM_CONFIG,
     Chaos,
-    EndEvent,
     FaultKind,
-    FaultOutcome,
-    FaultStatus,
     FillDisk,
     HangError,
-    Injection,
-    InvalidConfig,
-    Journal,
     MemoryPressure,
-    RecoverEvent,
     RpcFailure,
     Schedule,
     ScheduledFault,
-    ScheduleObserver,
-    StartEvent,
-    VerdictEntry,
-    capped_filesystem,
     local_cluster,
-    ray_processes,
-    redis_server,
-    rpc_failure_env,
-    run_schedule,
-    stop_agents,
     wait_until,
 )
 from chaos._delay import rpc_failures_injected, unconfirmed_rpc_failures
 from chaos._engine import NODE_DEATH_CONFIRM
 from chaos._faults import MAX_FAULT_SECONDS, STORAGE
+from chaos.agents import stop_agents
+from chaos.cluster import TEST_SYSTEM_CONFIG, capped_filesystem, ray_processes, redis_server
+from chaos.engine import FaultOutcome, FaultStatus, Injection, ScheduleObserver, rpc_failure_env, run_schedule
+from chaos.errors import InvalidConfig
+from chaos.journal import EndEvent, Journal, RecoverEvent, StartEvent, VerdictEntry
 from scenarios._bounded import CallHang, bounded
 from scenarios._interrupt import interrupt_once
 from scenarios._model import Scenario, SteadyState, resolve_workload
@@ -627,7 +615,7 @@ def _rss(*, embedded: bool) -> int:
     return total
 
 
-# -- faults: chaos.run_schedule, the one fault loop, with this run's observer -------------------
+# -- faults: chaos.engine.run_schedule, the one fault loop, with this run's observer -------------------
 
 
 @contextmanager

@@ -23,19 +23,11 @@ import numpy as np
 import psutil
 
 from actors import Checkpointable, CheckpointConfig, CheckpointedCounter, WriterSeqs, mutation
-from chaos import (
-    TEST_SYSTEM_CONFIG,
-    FaultKind,
-    History,
-    MutationNotLogged,
-    Op,
-    OpStatus,
-    StuckCause,
-    check_set,
-    drive_writers,
-    wait_until,
-    watch,
-)
+from chaos import FaultKind, History, check_set, wait_until, watch
+from chaos.cluster import TEST_SYSTEM_CONFIG
+from chaos.engine import StuckCause
+from chaos.errors import MutationNotLogged
+from chaos.history import Op, OpStatus, drive_writers
 from scenarios._records import Verdict
 from scenarios._workload import CALL_TIMEOUT, Params, Workload
 

@@ -9,7 +9,9 @@ from typing import Any, ClassVar, Literal, TypeVar, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from chaos import FaultKind, InvalidConfig, MemoryOutcome
+from chaos import FaultKind
+from chaos.engine import MemoryOutcome
+from chaos.errors import InvalidConfig
 from scenarios._records import Problem, Verdict
 
 __all__ = ["Extra", "Params", "RunContext", "Workload", "params_problems", "validate_params"]

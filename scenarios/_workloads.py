@@ -10,9 +10,10 @@ from typing import Any, ClassVar
 import numpy as np
 
 from actors import CheckpointConfig, CheckpointedCounter, Durability, ParameterServer, ReplayBufferActor
-from chaos import FaultKind, MemoryOutcome, StuckCause, watch
+from chaos import FaultKind, watch
 from chaos._byvalue import by_value
 from chaos._extras import import_extra
+from chaos.engine import MemoryOutcome, StuckCause
 from scenarios._apps import APP_WORKLOADS
 from scenarios._attack import ATTACK_WORKLOADS
 from scenarios._dqn import DQNCartPole

@@ -250,7 +250,9 @@ def attack(schedule: str, address: str, shell_probes: tuple[str, ...], python_pr
 @click.option("--address", default=None, help="run against this existing Ray cluster")
 def replay(journal: str, report_dir: str | None, address: str | None) -> None:
     """Re-run the exact fault schedule a JOURNAL recorded (same scenario, same seed)."""
-    from chaos import JournalCorrupt, Schedule, StartEvent, read_journal
+    from chaos import Schedule
+    from chaos.errors import JournalCorrupt
+    from chaos.journal import StartEvent, read_journal
     from scenarios._model import ScenarioError, load_scenario
 
     try:
@@ -271,7 +273,7 @@ def replay(journal: str, report_dir: str | None, address: str | None) -> None:
 
 def _execute(scenario: Scenario, *, seed: int, address: str | None, report_dir: str | None,
              baseline: bool | None) -> None:
-    from chaos import InvalidConfig
+    from chaos.errors import InvalidConfig
     from scenarios._console import print_results, progress_display
     from scenarios._model import resolve_workload
     from scenarios._needs import missing_extra
@@ -334,7 +336,7 @@ def explain(lesson_id: str | None, address: str | None) -> None:
     \b
     Exits 0 when the fix wins, 1 when it does not, 3 when the measurement was too noisy to tell
     (the figures lie within their margin of each other: run it again on a quieter machine)."""
-    from chaos import InvalidConfig
+    from chaos.errors import InvalidConfig
     from scenarios._lesson_console import print_lesson, print_lessons
     from scenarios._lesson_model import LessonOutcome
     from scenarios._lessons import find, lessons, run_lesson

@@ -16,9 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from actors import FAILPOINTS, ActorFailpoint, CheckpointConfig, RestoreInfo
+from actors import CheckpointConfig, RestoreInfo
 from actors import _failpoints as fp
-from chaos import FailAction, Failpoint, FailpointPlan, History, OpStatus, check_set, firings
+from actors.checkpoint import FAILPOINTS, ActorFailpoint
+from chaos import History, check_set
+from chaos.failpoints import FailAction, Failpoint, FailpointPlan, firings
+from chaos.history import OpStatus
 
 EVERY_N = 4
 WRITERS = ("a", "b")
@@ -136,8 +139,8 @@ def save_renaming_first(store: Any, tree: Any, *, parent: int | None = None) -> 
     before writing its files and manifest, with the same failpoints."""
     import time
 
-    from actors import CheckpointInfo
     from actors._store import _MANIFEST, FORMAT_VERSION, Manifest, _fsync_dir
+    from actors.checkpoint import CheckpointInfo
     from chaos import failpoint
 
     seq = store.next_seq()
@@ -160,8 +163,9 @@ def phase_child(conn: Any, storage: str, plan_json: str, case: Case, todo: list[
     """One life of the actor (in a child process): start or restore, then write ``todo``,
     reporting each invocation and acknowledgement; an armed failpoint may SIGKILL it.
     ``broken`` plants :func:`save_renaming_first` (in this process only)."""
-    from actors import CheckpointStore, ReplayBufferActor
-    from chaos import arm
+    from actors import ReplayBufferActor
+    from actors.checkpoint import CheckpointStore
+    from chaos.failpoints import arm
 
     if broken:
         CheckpointStore.save = save_renaming_first  # type: ignore[method-assign]

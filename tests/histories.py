@@ -15,7 +15,8 @@ import numpy as np
 import ray
 
 from actors import CheckpointConfig, ParameterServer, ReplayBufferActor
-from chaos import ActorTarget, Chaos, History, Kill, Op, SetVerdict, check_set, drive_writers
+from chaos import ActorTarget, Chaos, History, Kill, check_set
+from chaos.history import Op, SetVerdict, drive_writers
 
 WRITERS = ("w0", "w1", "w2")
 CALL_TIMEOUT = 60.0

@@ -14,7 +14,7 @@ import pytest
 
 from actors import Checkpointable, CheckpointConfig, checkpoint_async, mutation
 from actors._checkpoint import _sync_mutation
-from chaos import CheckpointError
+from chaos.errors import CheckpointError
 
 
 def tally_class(decorate: Callable[[Any], Any]) -> type[Checkpointable]:

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from ray import cloudpickle
 
-from chaos import InvalidConfig
 from chaos._byvalue import by_value
+from chaos.errors import InvalidConfig
 from scenarios._workloads import PROBE_TASK, sample_env
 
 

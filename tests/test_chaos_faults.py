@@ -23,25 +23,22 @@ import chaos._targets as chaos_targets
 from chaos import (
     ActorTarget,
     Chaos,
-    ClusterHandle,
     CpuHog,
-    FaultIneffective,
-    FaultStatus,
     FillObjectStore,
     Kill,
     Pause,
     Schedule,
     Starve,
-    TargetNotFound,
     TaskTarget,
-    UnsafeTarget,
     WorkerTarget,
-    agent_for,
-    run_schedule,
     wait_until,
 )
 from chaos._agent import worker_title
 from chaos._targets import resolve
+from chaos.agents import agent_for
+from chaos.cluster import ClusterHandle
+from chaos.engine import FaultStatus, run_schedule
+from chaos.errors import FaultIneffective, TargetNotFound, UnsafeTarget
 from conftest import CALL_TIMEOUT
 
 PTRACE_SEIZE = 0x4206  # <sys/ptrace.h>: trace without stopping the process

@@ -13,7 +13,8 @@ import psutil
 import pytest
 import ray
 
-from chaos import ClusterHandle, wait_until
+from chaos import wait_until
+from chaos.cluster import ClusterHandle
 from chaos.leakcheck import paused_processes
 from conftest import CALL_TIMEOUT
 
@@ -65,7 +66,8 @@ def test_memory_pressure_makes_ray_raise_out_of_memory(tmp_path: Path) -> None:
         import sys
         sys.path.insert(0, {ROOT!r})
         import psutil
-        from chaos import Chaos, MemoryPressure, TEST_SYSTEM_CONFIG, local_cluster
+        from chaos import Chaos, MemoryPressure, local_cluster
+        from chaos.cluster import TEST_SYSTEM_CONFIG
         vm = psutil.virtual_memory()
         threshold = round((vm.total - vm.available + 1.5 * 2**30) / vm.total, 3)
         config = {{**TEST_SYSTEM_CONFIG, "memory_usage_threshold": threshold,
@@ -100,7 +102,8 @@ def test_memory_pressure_makes_ray_raise_out_of_memory(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_another_sessions_worker_is_refused(ray_cluster: ClusterHandle) -> None:
-    from chaos import UnsafeTarget, agent_for
+    from chaos.agents import agent_for
+    from chaos.errors import UnsafeTarget
 
     # A second, separate Ray session on this machine, with one actor whose pid we learn.
     script = textwrap.dedent(f"""

@@ -13,18 +13,9 @@ from hypothesis import strategies as st
 from ray.exceptions import NodeDiedError, ObjectLostError, WorkerCrashedError
 from ray.util.state import list_nodes
 
-from chaos import (
-    ActorTarget,
-    Chaos,
-    ClusterHandle,
-    InvalidFaultSpec,
-    Kill,
-    KillNode,
-    NodeTarget,
-    Pause,
-    wait_until,
-    watch,
-)
+from chaos import ActorTarget, Chaos, Kill, KillNode, NodeTarget, Pause, wait_until, watch
+from chaos.cluster import ClusterHandle
+from chaos.errors import InvalidFaultSpec
 from conftest import CALL_TIMEOUT, scaled
 
 pytestmark = pytest.mark.multinode

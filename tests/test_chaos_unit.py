@@ -13,33 +13,30 @@ from hypothesis import given
 from chaos import (
     ActorTarget,
     CpuHog,
-    EndEvent,
-    FaultEvent,
-    FaultStatus,
     FillObjectStore,
-    InvalidFaultSpec,
-    Journal,
-    JournalCorrupt,
     Kill,
     KillNode,
     Latency,
-    MemoryOutcome,
     MemoryPressure,
     NodeTarget,
-    Observed,
     Pause,
-    RecoverEvent,
     Schedule,
-    StartEvent,
     Starve,
     TaskTarget,
-    VerdictEntry,
     delayed,
-    fault_from_dict,
-    fault_to_dict,
-    read_journal,
-    rpc_delay_env,
     strategies,
+)
+from chaos.engine import FaultStatus, MemoryOutcome, fault_from_dict, fault_to_dict, rpc_delay_env
+from chaos.errors import InvalidFaultSpec, JournalCorrupt
+from chaos.journal import (
+    EndEvent,
+    FaultEvent,
+    Journal,
+    Observed,
+    RecoverEvent,
+    StartEvent,
+    VerdictEntry,
+    read_journal,
 )
 from conftest import scaled
 
@@ -176,7 +173,8 @@ def test_strategies_build_valid_sorted_schedules(schedule: Schedule) -> None:
 
 
 def _history(ok: list[int], failed: list[int] = (), unknown: list[int] = ()) -> Any:
-    from chaos import History, OpStatus
+    from chaos import History
+    from chaos.history import OpStatus
 
     history = History()
     for keys, status in ((ok, OpStatus.OK), (failed, OpStatus.FAIL), (unknown, OpStatus.INFO)):
@@ -229,7 +227,8 @@ def test_a_state_row_without_its_node_is_no_target() -> None:
 
 
 def test_a_runtime_env_whose_env_vars_are_not_a_mapping_is_refused(tmp_path: Path) -> None:
-    from chaos import FailpointPlan, InvalidConfig, failpoint_env
+    from chaos.errors import InvalidConfig
+    from chaos.failpoints import FailpointPlan, failpoint_env
 
     plan = FailpointPlan((), evidence_dir=str(tmp_path))
     with pytest.raises(InvalidConfig, match=r"runtime_env env_vars = \['A=1'\]: must be a mapping"):

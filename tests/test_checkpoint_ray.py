@@ -13,7 +13,8 @@ from ray import cloudpickle
 from ray.exceptions import ActorDiedError
 
 from actors import CheckpointedCounter
-from chaos import ClusterHandle, wait_until
+from chaos import wait_until
+from chaos.cluster import ClusterHandle
 from conftest import CALL_TIMEOUT, actor_pid
 from test_replay_actor import DiesAfterAcking
 

@@ -15,17 +15,10 @@ import numpy as np
 import pytest
 import torch
 
-from actors import (
-    FORMAT_VERSION,
-    Checkpointable,
-    CheckpointConfig,
-    CheckpointStore,
-    CheckpointWarning,
-    WriterSeqs,
-    mutation,
-)
+from actors import Checkpointable, CheckpointConfig, WriterSeqs, mutation
 from actors._checkpoint import CHOOSE_RESTORE, StorageNotFresh
-from chaos import CheckpointError, CheckpointFormatError, InvalidConfig, StorageUnreachable
+from actors.checkpoint import FORMAT_VERSION, CheckpointStore, CheckpointWarning
+from chaos.errors import CheckpointError, CheckpointFormatError, InvalidConfig, StorageUnreachable
 
 
 class Box(Checkpointable):

@@ -180,7 +180,7 @@ def test_ctrl_c_in_any_command_exits_130(monkeypatch: pytest.MonkeyPatch) -> Non
 
 def test_a_run_the_runner_refuses_before_starting_exits_2(monkeypatch: pytest.MonkeyPatch) -> None:
     import scenarios._runner
-    from chaos import InvalidConfig
+    from chaos.errors import InvalidConfig
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise InvalidConfig("scenario 'straggler' sets up the cluster it runs on")

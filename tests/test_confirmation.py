@@ -15,10 +15,12 @@ import pytest
 
 import chaos._agent as agent_module
 import chaos._engine as engine
-from chaos import Chaos, ClusterHandle, FaultIneffective, KillNode, MemoryPressure, NodeTarget
+from chaos import Chaos, KillNode, MemoryPressure, NodeTarget
 from chaos._agent import ChaosAgent
 from chaos._memory import STEP, MemoryOutcome, MemoryProgress, _report
-from chaos._targets import Process
+from chaos._targets import RayProcess
+from chaos.cluster import ClusterHandle
+from chaos.errors import FaultIneffective
 
 STARTED = MemoryProgress(0, 0.3, cannot=False)  # the allocator's first report: before any block
 HOLDING = MemoryProgress(STEP, 0.35, cannot=False, blocks=1, seconds=0.02, slowest=0.02)
@@ -128,7 +130,7 @@ def fake_node(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """A node whose GCS states come from the returned list, one a poll (the last one repeats),
     with no Ray at all: the target resolves to it, its agent answers at once."""
     states: list[str] = []
-    node = Process(0, "n" * 56, "node nnnnnnnnnnnn")
+    node = RayProcess(0, "n" * 56, "node nnnnnnnnnnnn")
     polls = iter(itertools.count())
 
     def node_states(address: str, node_id: str) -> list[str]:

@@ -14,8 +14,10 @@ from typing import Any
 
 import pytest
 
-from chaos import HangError, History, InvalidConfig, OpStatus, drive_writers
+from chaos import HangError, History
 from chaos._history import STALL_TIMEOUTS
+from chaos.errors import InvalidConfig
+from chaos.history import OpStatus, drive_writers
 
 MANY = 10**6  # a long run's write count: its old backstop, timeout × (writes + 1), never came
 pytestmark = pytest.mark.timeout(60)  # a regression hangs: fail it in a minute, not the suite's five

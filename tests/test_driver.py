@@ -12,21 +12,10 @@ from typing import Any
 
 import pytest
 
-from chaos import (
-    ActorTarget,
-    FaultIneffective,
-    FaultsNotApplied,
-    FaultStatus,
-    Kill,
-    Pause,
-    Schedule,
-    ScheduleObserver,
-    TargetNotFound,
-    UnsafeTarget,
-    check_applied,
-    run_schedule,
-)
+from chaos import ActorTarget, Kill, Pause, Schedule
 from chaos._driver import MAX_CONCURRENT_FAULTS, NOT_REACHED, QUEUED_PAST_STOP
+from chaos.engine import FaultStatus, ScheduleObserver, check_applied, run_schedule
+from chaos.errors import FaultIneffective, FaultsNotApplied, TargetNotFound, UnsafeTarget
 
 A = ActorTarget(name="a")
 

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from actors import CheckpointStore, CheckpointWarning
 from actors._wal import WalWriter, read_segment
+from actors.checkpoint import CheckpointStore, CheckpointWarning
 
 
 class Trace:

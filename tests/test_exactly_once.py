@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from actors import Checkpointable, CheckpointConfig, Writer, mutation
-from chaos import InvalidConfig, MutationNotLogged
+from chaos.errors import InvalidConfig, MutationNotLogged
 
 
 class Ledger(Checkpointable):

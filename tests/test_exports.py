@@ -2,68 +2,118 @@
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 import actors
 import chaos
+import chaos.errors
 import scenarios
 
 
 def test_chaos_exports() -> None:
     assert set(chaos.__all__) == {
-        "TEST_SYSTEM_CONFIG", "ActorTarget", "Chaos", "ChaosAgent", "ChaosError", "CheckpointError",
-        "CheckpointFormatError", "ClusterHandle", "CpuHog", "Event", "Fault", "FaultIneffective",
-        "FaultOutcome", "FaultStatus", "FaultsNotApplied", "FillObjectStore", "HangError",
-        "Injection", "InvalidConfig", "InvalidFaultSpec", "MissingExtra", "MemoryResult",
-        "MemoryWatch", "StoreFill", "Journal", "Kill", "KillNode", "Latency",
-        "MemoryOutcome", "MemoryPressure", "NodeTarget", "Pause", "Process", "Schedule",
-        "ScheduleObserver", "ScheduledFault", "Starve", "StorageUnreachable", "StuckCause",
-        "StuckTask", "TargetNotFound", "TaskTarget", "UnsafeTarget", "WatchReport", "WorkerTarget",
-        "agent_for", "check_applied", "delayed", "fault_from_dict", "fault_to_dict",
-        "local_cluster", "ray_processes", "read_journal", "reap", "rpc_delay_env", "run_schedule",
-        "start_agents", "stop_agents", "wait_until", "watch", "FaultKind",
-        # the journal's events
-        "EndEvent", "FaultEvent", "JournalCorrupt", "Observed", "PlannedFault", "RecoverEvent", "StartEvent",
-        "VerdictEntry", "JsonValue",
-        # failpoints
-        "FAILPOINTS_ENV", "FailAction", "Failpoint", "FailpointError", "FailpointPlan", "Firing",
-        "arm", "armed", "disarm", "failpoint", "failpoint_env", "firings", "is_armed",
-        # histories
-        "History", "Op", "OpStatus", "SetVerdict", "check_set", "drive_writers",
-        # the failure surface beyond the chapter
-        "DrainNode", "FillDisk", "FreezeNode", "KillGcs", "LimitOpenFiles", "MutationNotLogged",
-        "RpcFailure", "capped_filesystem", "free_bytes", "redis_server", "rpc_failure_env",
+        "Chaos", "Schedule", "ScheduledFault",
+        # faults and their kinds
+        "Fault", "FaultKind", "Kill", "KillNode", "KillGcs", "Pause", "Starve", "CpuHog", "DrainNode",
+        "FillDisk", "FillObjectStore", "FreezeNode", "LimitOpenFiles", "MemoryPressure",
+        # targets
+        "ActorTarget", "NodeTarget", "TaskTarget", "WorkerTarget",
+        # Ray's RPC knobs
+        "RpcFailure", "Latency", "delayed",
+        # the root errors (every error is in chaos.errors)
+        "ChaosError", "HangError",
+        # helpers a test writes against
+        "local_cluster", "wait_until", "watch", "failpoint", "History", "check_set",
     }
 
 
-def test_strategies_exports() -> None:
-    from chaos import strategies
+SUBMODULES = {
+    "chaos.errors": {
+        "ChaosError", "CheckpointError", "CheckpointFormatError", "FailpointError", "FaultIneffective",
+        "FaultsNotApplied", "HangError", "InvalidConfig", "InvalidFaultSpec", "JournalCorrupt", "MissingExtra",
+        "MutationNotLogged", "StorageUnreachable", "TargetNotFound", "UnsafeTarget",
+    },
+    "chaos.failpoints": {
+        "FAILPOINTS_ENV", "FailAction", "Failpoint", "FailpointPlan", "Firing", "arm", "armed", "disarm",
+        "failpoint", "failpoint_env", "firings", "is_armed",
+    },
+    "chaos.history": {"History", "Op", "OpStatus", "SetVerdict", "check_set", "drive_writers"},
+    "chaos.journal": {
+        "EndEvent", "FaultEvent", "Journal", "JournalEvent", "JsonValue", "Observed", "PlannedFault",
+        "RecoverEvent", "StartEvent", "VerdictEntry", "read_journal",
+    },
+    "chaos.engine": {
+        "FaultOutcome", "FaultStatus", "Injection", "MemoryOutcome", "MemoryResult", "MemoryWatch", "RayProcess",
+        "ScheduleObserver", "StoreFill", "StuckCause", "StuckTask", "WatchReport", "check_applied",
+        "fault_from_dict", "fault_to_dict", "rpc_delay_env", "rpc_failure_env", "run_schedule",
+    },
+    "chaos.agents": {"ChaosAgent", "agent_for", "start_agents", "stop_agents"},
+    "chaos.cluster": {
+        "TEST_SYSTEM_CONFIG", "ClusterHandle", "capped_filesystem", "free_bytes", "local_cluster",
+        "ray_processes", "reap", "redis_server",
+    },
+    "chaos.strategies": {"faults", "schedules"},
+    "chaos.testing": {"ActorChaosMachine"},
+    "actors.checkpoint": {
+        "FAILPOINTS", "FORMAT_VERSION", "ActorFailpoint", "CheckpointInfo", "CheckpointRetried", "CheckpointStats",
+        "CheckpointStore", "CheckpointWarning", "LoadedCheckpoint", "RestartUnknown", "StorageNotFresh",
+    },
+    "actors.replay": {"EmptyBufferError", "ReplayActorStats", "ReplayStats", "SchemaError"},
+    "actors.param_server": {"GradientError", "PushResult", "ServerStats", "StaleGradientError", "VersionTimeout"},
+    "actors.spare": {"SpareState", "SpareWorkerError", "spare_actor_env", "spare_job_env"},
+    "scenarios.runner": {"DemoRow", "FaultRecord", "Probe", "Problem", "Sample", "SteadyState", "run_demo"},
+}
 
-    assert set(strategies.__all__) == {"faults", "schedules"}
+
+@pytest.mark.parametrize("name", sorted(SUBMODULES))
+def test_public_submodule_exports(name: str) -> None:
+    module = importlib.import_module(name)
+    assert set(module.__all__) == SUBMODULES[name]
+    for exported in module.__all__:
+        assert hasattr(module, exported), f"{name}.{exported}"
 
 
 def test_actors_exports() -> None:
     assert set(actors.__all__) == {
-        "FAILPOINTS", "FORMAT_VERSION", "ActorFailpoint", "LoadedCheckpoint", "CheckpointConfig", "CheckpointInfo",
-        "CheckpointStats",
-        "CheckpointStore", "CheckpointRetried", "CheckpointWarning", "StateTree",
-        "Checkpointable", "CheckpointedCounter",
-        "Durability", "EmptyBufferError", "GradientError", "ParameterServer", "Policy",
-        "PrioritizedReplayBuffer", "PushResult", "ReplayActorStats", "ReplayBufferActor", "ReplayClient",
-        "ReplayStats", "RestoreInfo", "SchemaError", "ServerStats", "StaleGradientError",
-        "VersionTimeout", "WriterSeqs", "checkpoint_async", "mutation",
-        "RestartUnknown", "StorageNotFresh", "Writer",
-        "SpareState", "SpareWorkerError", "keep_spare", "spare_actor_env", "spare_job_env",
+        "Checkpointable", "CheckpointConfig", "Durability", "Policy", "RestoreInfo", "StateTree",
+        "checkpoint_async", "mutation", "Writer", "WriterSeqs", "CheckpointedCounter",
+        "ParameterServer", "PrioritizedReplayBuffer", "ReplayBufferActor", "ReplayClient", "keep_spare",
     }
 
 
 def test_scenarios_exports() -> None:
     assert set(scenarios.__all__) == {
-        "DemoRow", "FaultRecord", "Probe", "Problem", "RunContext", "RunResult", "Sample", "Scenario",
-        "ScenarioError", "SteadyState", "Verdict", "Workload", "builtin_names", "load_attack", "load_scenario",
-        "run_demo", "run_scenario", "summary", "write_reports", "Params", "known_workloads",
-        "register_workload"}
+        "Scenario", "ScenarioError", "load_scenario", "load_attack", "builtin_names", "run_scenario",
+        "RunResult", "Verdict", "Workload", "Params", "RunContext", "register_workload", "known_workloads",
+        "summary", "write_reports",
+    }
+
+
+def test_the_public_api_stays_small_and_shadows_nothing() -> None:
+    assert len(chaos.__all__) <= 40
+    assert len(actors.__all__) <= 20
+    assert len(scenarios.__all__) <= 15
+    for shadowing in ("Process", "Event"):  # multiprocessing.Process, threading.Event
+        assert not hasattr(chaos, shadowing)
+
+
+def test_one_public_home_per_name() -> None:
+    # A name a package exports is not exported again by one of its submodules under the same
+    # package, except a few re-exported where a reader looks for them first.
+    shared = {"ChaosError", "HangError", "History", "check_set", "failpoint", "local_cluster"}
+    for name, names in SUBMODULES.items():
+        package = importlib.import_module(name.split(".")[0])
+        assert set(package.__all__) & names <= shared, name
+
+
+def test_each_package_ships_py_typed() -> None:
+    for module in (chaos, actors, scenarios):
+        assert (Path(module.__file__).parent / "py.typed").is_file(), module.__name__
 
 
 def test_every_exported_name_exists() -> None:
@@ -73,24 +123,23 @@ def test_every_exported_name_exists() -> None:
 
 
 def test_errors_also_inherit_the_matching_builtin() -> None:
-    assert issubclass(chaos.InvalidConfig, ValueError)
-    assert issubclass(chaos.StorageUnreachable, OSError)
-    assert issubclass(chaos.HangError, TimeoutError)
-    assert issubclass(chaos.CheckpointFormatError, chaos.CheckpointError)
-    assert issubclass(chaos.InvalidFaultSpec, ValueError)
-    assert issubclass(chaos.TargetNotFound, LookupError)
-    assert issubclass(chaos.UnsafeTarget, PermissionError)
-    assert issubclass(chaos.FaultIneffective, RuntimeError)
-    assert issubclass(chaos.FaultsNotApplied, AssertionError)
-    assert issubclass(chaos.MissingExtra, ImportError)
-    for name in ("InvalidConfig", "StorageUnreachable", "HangError", "CheckpointError",
-                 "InvalidFaultSpec", "TargetNotFound", "UnsafeTarget", "FaultIneffective",
-                 "FaultsNotApplied", "MissingExtra"):
-        assert issubclass(getattr(chaos, name), chaos.ChaosError)
-        assert getattr(chaos, name).__doc__
+    assert issubclass(chaos.errors.InvalidConfig, ValueError)
+    assert issubclass(chaos.errors.StorageUnreachable, OSError)
+    assert issubclass(chaos.errors.HangError, TimeoutError)
+    assert issubclass(chaos.errors.CheckpointFormatError, chaos.errors.CheckpointError)
+    assert issubclass(chaos.errors.InvalidFaultSpec, ValueError)
+    assert issubclass(chaos.errors.TargetNotFound, LookupError)
+    assert issubclass(chaos.errors.UnsafeTarget, PermissionError)
+    assert issubclass(chaos.errors.FaultIneffective, RuntimeError)
+    assert issubclass(chaos.errors.FaultsNotApplied, AssertionError)
+    assert issubclass(chaos.errors.MissingExtra, ImportError)
+    for name in chaos.errors.__all__:
+        assert issubclass(getattr(chaos.errors, name), chaos.errors.ChaosError)
+        assert getattr(chaos.errors, name).__doc__
 
 
 def test_plugin_and_packages_do_not_import_ray() -> None:
-    code = "import sys, chaos.pytest_plugin, actors, scenarios; print('ray' in sys.modules)"
+    public = ", ".join(SUBMODULES)
+    code = f"import sys, chaos.pytest_plugin, actors, scenarios, {public}; print('ray' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

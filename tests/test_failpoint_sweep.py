@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from actors import ReplayBufferActor, RestoreInfo
-from chaos import History, OpStatus
+from chaos import History
+from chaos.history import OpStatus
 from crashcases import (
     CAPACITY,
     MAX_PHASES,

@@ -16,8 +16,12 @@ import pytest
 import ray
 from ray import cloudpickle
 
-from actors import FAILPOINTS, ReplayBufferActor
-from chaos import ClusterHandle, History, OpStatus, drive_writers, failpoint_env, firings
+from actors import ReplayBufferActor
+from actors.checkpoint import FAILPOINTS
+from chaos import History
+from chaos.cluster import ClusterHandle
+from chaos.failpoints import failpoint_env, firings
+from chaos.history import OpStatus, drive_writers
 from conftest import CALL_TIMEOUT, _depth
 from crashcases import (
     CAPACITY,

@@ -11,15 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from chaos import (
+from chaos import failpoint
+from chaos.errors import FailpointError, InvalidFaultSpec
+from chaos.failpoints import (
     FAILPOINTS_ENV,
     FailAction,
     Failpoint,
-    FailpointError,
     FailpointPlan,
-    InvalidFaultSpec,
     armed,
-    failpoint,
     failpoint_env,
     firings,
     is_armed,
@@ -109,7 +108,7 @@ def test_a_bad_plan_is_refused(tmp_path: Path) -> None:
 
 
 def test_the_docs_table_every_failpoint_of_the_checkpoint_mechanism() -> None:
-    from actors import FAILPOINTS
+    from actors.checkpoint import FAILPOINTS
 
     page = (Path(__file__).resolve().parents[1] / "docs/how-to/checkpointed-actors.md").read_text()
     for point in FAILPOINTS:

@@ -14,20 +14,9 @@ import pytest
 import ray
 
 from actors import CheckpointedCounter
-from chaos import (
-    ActorTarget,
-    Chaos,
-    ClusterHandle,
-    FillDisk,
-    InvalidFaultSpec,
-    KillGcs,
-    LimitOpenFiles,
-    MutationNotLogged,
-    UnsafeTarget,
-    capped_filesystem,
-    free_bytes,
-    wait_until,
-)
+from chaos import ActorTarget, Chaos, FillDisk, KillGcs, LimitOpenFiles, wait_until
+from chaos.cluster import ClusterHandle, capped_filesystem, free_bytes
+from chaos.errors import InvalidFaultSpec, MutationNotLogged, UnsafeTarget
 from conftest import CALL_TIMEOUT
 
 pytestmark = pytest.mark.ray
@@ -116,7 +105,8 @@ def test_kill_gcs_needs_a_cluster_this_process_started(ray_cluster: ClusterHandl
 
 HEAD_LOSS_DRIVER = """
 import sys, time, ray
-from chaos import TEST_SYSTEM_CONFIG, Chaos, KillGcs, local_cluster
+from chaos import Chaos, KillGcs, local_cluster
+from chaos.cluster import TEST_SYSTEM_CONFIG
 config = {**TEST_SYSTEM_CONFIG, "gcs_rpc_server_reconnect_timeout_s": %d}
 with local_cluster(nodes=2, num_cpus=1, log_to_driver=False, system_config=config) as cluster:
     print("temp_dir", cluster.temp_dir, flush=True)
@@ -141,7 +131,7 @@ def test_without_redis_the_heads_loss_ends_the_driver_and_the_cluster_within_a_b
     import sys
     import time
 
-    from chaos import ray_processes, reap
+    from chaos.cluster import ray_processes, reap
 
     reconnect = 5
     before = {p.pid for p in ray_processes()}  # the session's own cluster, if any
@@ -172,7 +162,8 @@ def test_without_redis_the_heads_loss_ends_the_driver_and_the_cluster_within_a_b
 
 GCS_HEALED_FROM_A_THREAD = """
 import os, threading, psutil, ray
-from chaos import Chaos, KillGcs, local_cluster, redis_server
+from chaos import Chaos, KillGcs, local_cluster
+from chaos.cluster import redis_server
 from chaos._cluster import head_of
 with redis_server() as redis, local_cluster(nodes=1, num_cpus=1, redis_address=redis, log_to_driver=False) as cluster:
     def kill_and_heal():

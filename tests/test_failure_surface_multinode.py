@@ -15,15 +15,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from ray.util.state import list_nodes
 
 from actors import CheckpointedCounter
-from chaos import (
-    Chaos,
-    ClusterHandle,
-    DrainNode,
-    FreezeNode,
-    KillNode,
-    NodeTarget,
-    wait_until,
-)
+from chaos import Chaos, DrainNode, FreezeNode, KillNode, NodeTarget, wait_until
+from chaos.cluster import ClusterHandle
 from conftest import CALL_TIMEOUT, scaled
 from scenarios._surface import (
     DETECTION_BOUND,

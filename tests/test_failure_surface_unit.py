@@ -18,24 +18,19 @@ from chaos import (
     FillDisk,
     FreezeNode,
     History,
-    InvalidConfig,
-    InvalidFaultSpec,
     KillGcs,
     LimitOpenFiles,
     NodeTarget,
-    Op,
-    OpStatus,
     RpcFailure,
     TaskTarget,
-    capped_filesystem,
-    fault_from_dict,
-    fault_to_dict,
-    redis_server,
-    rpc_failure_env,
     wait_until,
 )
 from chaos._agent import _limit_leaving
 from chaos._watchdog import group_fits
+from chaos.cluster import capped_filesystem, redis_server
+from chaos.engine import fault_from_dict, fault_to_dict, rpc_failure_env
+from chaos.errors import InvalidConfig, InvalidFaultSpec
+from chaos.history import Op, OpStatus
 from scenarios import ScenarioError, load_scenario
 from scenarios._surface import ObjectKind, expected_outcome, kept
 
@@ -175,7 +170,7 @@ def test_redis_is_started_answers_and_is_stopped() -> None:
 def test_redis_dies_with_a_driver_that_aborts() -> None:
     # Ray's core worker ends a driver that lost its GCS for 60 s without unwinding (seen in a
     # gcs-restart run): the harness's Redis must not outlive it.
-    script = ("import os, sys\nfrom chaos import redis_server\n"
+    script = ("import os, sys\nfrom chaos.cluster import redis_server\n"
               "with redis_server() as address:\n    print(address, flush=True)\n    os._exit(3)\n")
     before = set(Path(tempfile.gettempdir()).glob("rc-redis-*"))
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
@@ -227,7 +222,8 @@ def test_a_node_kill_that_cannot_stop_the_raylet_is_ineffective(monkeypatch: pyt
     # An exited, unreaped process never shows state T: the kill must fail, not pass.
     import psutil
 
-    from chaos import FaultIneffective, _agent
+    from chaos import _agent
+    from chaos.errors import FaultIneffective
 
     monkeypatch.setattr(_agent, "STOP_TIMEOUT", 0.3)
     gone = subprocess.Popen([sys.executable, "-c", "pass"])

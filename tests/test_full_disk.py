@@ -14,10 +14,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from actors import CheckpointedCounter, CheckpointRetried
+from actors import CheckpointedCounter
 from actors._checkpoint import _Checkpointer
-from chaos import CheckpointError, MutationNotLogged, UnsafeTarget
+from actors.checkpoint import CheckpointRetried
 from chaos._disk import capped_filesystem, fill, free_bytes, unfill
+from chaos.errors import CheckpointError, MutationNotLogged, UnsafeTarget
 
 
 @pytest.fixture

@@ -20,7 +20,9 @@ from ray import cloudpickle
 
 import histories
 from actors import ReplayBufferActor, WriterSeqs
-from chaos import ClusterHandle, HangError, History, OpStatus, drive_writers
+from chaos import HangError, History
+from chaos.cluster import ClusterHandle
+from chaos.history import OpStatus, drive_writers
 from conftest import scaled
 from histories import (
     add_row,

@@ -98,14 +98,14 @@ UNTYPED = re.compile(r"\b(dict|Mapping)\[str, Any\]")
 
 def exported_annotations() -> Iterator[tuple[str, str, str]]:
     """(where, parameter or "return", annotation) of every exported function, class
-    constructor, public method and record field of the three packages."""
+    constructor, public method and record field of the three packages and their public
+    submodules."""
+    import importlib
     import inspect
 
-    import actors
-    import chaos
-    import scenarios
+    from test_exports import SUBMODULES
 
-    for package in (chaos, actors, scenarios):
+    for package in map(importlib.import_module, ("chaos", "actors", "scenarios", *SUBMODULES)):
         for name in package.__all__:
             obj = getattr(package, name)
             members = [(name, obj)]

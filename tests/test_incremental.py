@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from actors import CheckpointConfig, CheckpointStore, CheckpointWarning, ReplayBufferActor
+from actors import CheckpointConfig, ReplayBufferActor
+from actors.checkpoint import CheckpointStore, CheckpointWarning
 from test_replay_buffer import transitions
 
 

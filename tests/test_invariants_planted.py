@@ -21,25 +21,18 @@ import ray
 from ray import cloudpickle
 
 from actors import CheckpointedCounter, ParameterServer, ReplayBufferActor, mutation
-from chaos import (
-    ActorTarget,
-    ClusterHandle,
-    CpuHog,
-    InvalidConfig,
-    Kill,
-    Schedule,
-    TaskTarget,
-    _watchdog,
-    read_journal,
-    wait_until,
-)
+from chaos import ActorTarget, CpuHog, Kill, Schedule, TaskTarget, _watchdog, wait_until
+from chaos.cluster import ClusterHandle
+from chaos.errors import InvalidConfig
+from chaos.journal import read_journal
 from conftest import CALL_TIMEOUT
-from scenarios import RunResult, Scenario, SteadyState, Verdict, Workload, run_scenario
+from scenarios import RunResult, Scenario, Verdict, Workload, run_scenario
 from scenarios._dqn import DQNCartPole
 from scenarios._runner import declared_verdicts
 from scenarios._surface import AsyncLedger, Caller, Opener, Target
 from scenarios._workload import RunContext
 from scenarios._workloads import WORKLOADS, sample_env
+from scenarios.runner import SteadyState
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
 pytestmark = pytest.mark.ray

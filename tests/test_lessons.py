@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from chaos import ClusterHandle
+from chaos.cluster import ClusterHandle
 from scenarios._lessons import Measure, find, lessons
 from scenarios.cli import main
 

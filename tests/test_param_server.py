@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 import torch
 
-from actors import CheckpointConfig, GradientError, ParameterServer, StaleGradientError
-from chaos import InvalidConfig
+from actors import CheckpointConfig, ParameterServer
+from actors.param_server import GradientError, StaleGradientError
+from chaos.errors import InvalidConfig
 
 LINEAR = functools.partial(torch.nn.Linear, 4, 2)
 

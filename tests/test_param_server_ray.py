@@ -15,8 +15,10 @@ import ray
 import torch
 from ray import cloudpickle
 
-from actors import CheckpointConfig, ParameterServer, StaleGradientError, VersionTimeout
-from chaos import ClusterHandle, wait_until
+from actors import CheckpointConfig, ParameterServer
+from actors.param_server import StaleGradientError, VersionTimeout
+from chaos import wait_until
+from chaos.cluster import ClusterHandle
 from conftest import CALL_TIMEOUT, actor_pid
 from test_param_server import LINEAR, grads, reference
 

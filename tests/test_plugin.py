@@ -74,7 +74,7 @@ def test_the_thorough_profile_is_loaded_only_when_asked(pytester: pytest.Pyteste
 
 
 def _new_ray_processes(before: set[int]) -> list[psutil.Process]:
-    from chaos import ray_processes
+    from chaos.cluster import ray_processes
 
     return [p for p in ray_processes() if p.pid not in before]
 

@@ -26,18 +26,9 @@ from ray.exceptions import (
     WorkerCrashedError,
 )
 
-from chaos import (
-    ActorTarget,
-    Chaos,
-    ClusterHandle,
-    HangError,
-    Kill,
-    Pause,
-    StuckCause,
-    TaskTarget,
-    wait_until,
-    watch,
-)
+from chaos import ActorTarget, Chaos, HangError, Kill, Pause, TaskTarget, wait_until, watch
+from chaos.cluster import ClusterHandle
+from chaos.engine import StuckCause
 from conftest import scaled
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/

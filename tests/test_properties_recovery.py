@@ -15,7 +15,7 @@ from hypothesis.stateful import rule, run_state_machine_as_test
 from ray import cloudpickle
 
 from actors import CheckpointConfig, ParameterServer, ReplayBufferActor
-from chaos import ClusterHandle
+from chaos.cluster import ClusterHandle
 from chaos.testing import ActorChaosMachine
 from conftest import scaled
 from test_param_server import LINEAR, grads, reference

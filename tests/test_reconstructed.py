@@ -15,7 +15,7 @@ import ray
 
 from actors import Checkpointable, CheckpointConfig, mutation
 from actors._checkpoint import CHOOSE_RESTORE, RestartUnknown, _reconstructed
-from chaos import CheckpointError
+from chaos.errors import CheckpointError
 
 ACTOR_ID = "0123456789abcdef"
 

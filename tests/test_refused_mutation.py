@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from actors import CheckpointConfig, CheckpointedCounter, ReplayBufferActor, SchemaError
+from actors import CheckpointConfig, CheckpointedCounter, ReplayBufferActor
+from actors.replay import SchemaError
 from test_replay_buffer import transitions
 
 

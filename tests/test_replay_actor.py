@@ -16,7 +16,7 @@ import ray
 from ray import cloudpickle
 
 from actors import CheckpointConfig, ReplayBufferActor
-from chaos import ClusterHandle
+from chaos.cluster import ClusterHandle
 from conftest import CALL_TIMEOUT
 from test_replay_buffer import transitions
 
@@ -176,7 +176,7 @@ def test_a_packed_request_is_the_request_bit_for_bit() -> None:
 
 def test_bytes_their_layout_does_not_account_for_are_refused() -> None:
     from actors._wire import pack_batch, pack_request, unpack_batch, unpack_request
-    from chaos import InvalidConfig
+    from chaos.errors import InvalidConfig
 
     request = pack_request(8, np.arange(3), np.ones(3), None)
     with pytest.raises(InvalidConfig, match="a packed request of 71 bytes says it holds 3 priorities \\(72 bytes\\)"):
@@ -216,7 +216,7 @@ def test_the_client_draws_what_sample_and_update_draws_in_one_logged_call(
 
 
 def test_sample_and_update_refuses_half_an_update_and_changes_nothing(tmp_path: Path) -> None:
-    from chaos import InvalidConfig
+    from chaos.errors import InvalidConfig
 
     actor = ReplayBufferActor(64, checkpoint=CheckpointConfig(storage=str(tmp_path)), seed=3)
     actor.add(transitions(40))

@@ -13,10 +13,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from actors import EmptyBufferError, PrioritizedReplayBuffer, SchemaError, _kernels
+from actors import PrioritizedReplayBuffer, _kernels
 from actors._codec import decode, digest, encode
 from actors._trees import K, SumMinTree
-from chaos import InvalidConfig
+from actors.replay import EmptyBufferError, SchemaError
+from chaos.errors import InvalidConfig
 from conftest import scaled
 
 

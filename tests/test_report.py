@@ -13,10 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from chaos import FaultKind, FaultStatus
-from scenarios import FaultRecord, Probe, RunResult, Sample, Verdict
+from chaos import FaultKind
+from chaos.engine import FaultStatus
+from scenarios import RunResult, Verdict
 from scenarios._records import RunLabel, RunStatus
 from scenarios._report_html import _RUN_STYLE, COLOURS, fmt, nice_step, render_html
+from scenarios.runner import FaultRecord, Probe, Sample
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]

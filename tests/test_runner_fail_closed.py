@@ -14,19 +14,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from chaos import (
-    ActorTarget,
-    CpuHog,
-    FaultKind,
-    FaultStatus,
-    Kill,
-    NodeTarget,
-    Pause,
-    Schedule,
-    ScheduledFault,
-    TaskTarget,
-)
-from scenarios import ScenarioError, SteadyState, Verdict, load_attack, load_scenario
+from chaos import ActorTarget, CpuHog, FaultKind, Kill, NodeTarget, Pause, Schedule, ScheduledFault, TaskTarget
+from chaos.engine import FaultStatus
+from scenarios import ScenarioError, Verdict, load_attack, load_scenario
 from scenarios._attack import ProbeKind, UserProbe
 from scenarios._bounded import CallHang, bounded
 from scenarios._model import CHECKS_NOTHING, EMPTY_INVARIANTS, NO_PROBE
@@ -52,6 +42,7 @@ from scenarios._runner import (
 )
 from scenarios._workload import Params, RunContext, Workload
 from scenarios.cli import main
+from scenarios.runner import SteadyState
 
 BUILTIN = Path(__file__).parents[1] / "scenarios" / "builtin"
 

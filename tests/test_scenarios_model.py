@@ -9,11 +9,12 @@ import pytest
 from click.testing import CliRunner
 
 from chaos import Kill, MemoryPressure, Pause
-from scenarios import ScenarioError, SteadyState, Verdict, builtin_names, load_scenario
+from scenarios import ScenarioError, Verdict, builtin_names, load_scenario
 from scenarios._records import Probe
 from scenarios._runner import _recovery, aim_memory_faults, steady_verdicts
 from scenarios._workload import Params, RunContext, Workload
 from scenarios.cli import main
+from scenarios.runner import SteadyState
 
 BUILTINS = ["async-actor", "dqn-cartpole", "drain-preemption", "env-worker-kill",
             "env-worker-kill-no-retries", "full-disk", "gcs-restart", "lost-objects", "memory-pressure",
@@ -258,7 +259,8 @@ def test_a_steady_state_check_no_probe_reached_does_not_hold() -> None:
 def test_run_scenario_refuses_a_scenario_without_a_fault_before_anything_starts() -> None:
     from dataclasses import replace
 
-    from chaos import InvalidConfig, Schedule
+    from chaos import Schedule
+    from chaos.errors import InvalidConfig
     from scenarios import run_scenario
 
     faultless = replace(load_scenario("env-worker-kill"), schedule=Schedule(()))

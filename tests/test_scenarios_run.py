@@ -18,7 +18,9 @@ import psutil
 import pytest
 from click.testing import CliRunner
 
-from chaos import ClusterHandle, EndEvent, FaultKind, read_journal, wait_until
+from chaos import FaultKind, wait_until
+from chaos.cluster import ClusterHandle
+from chaos.journal import EndEvent, read_journal
 from conftest import default_sigint
 from scenarios.cli import main
 from test_report import Elements, assert_painted
@@ -365,8 +367,8 @@ def test_address_runs_against_a_cluster_started_with_ray_start(tmp_path: Path) -
     """A `ray start --head` plus a second `ray start --address` node, as on a real cluster."""
     import tempfile
 
-    from chaos import reap
     from chaos._cluster import _mentions, ray_processes
+    from chaos.cluster import reap
 
     ray_cli = str(Path(sys.executable).parent / "ray")
     temp = tempfile.mkdtemp(prefix="rcs-", dir="/tmp")

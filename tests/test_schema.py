@@ -11,10 +11,10 @@ import jsonschema
 import pytest
 from click.testing import CliRunner
 
-from chaos import fault_from_dict
 from chaos._faults import _KINDS as FAULT_CLASSES
 from chaos._targets import _KINDS as TARGET_CLASSES
 from chaos._targets import target_from_dict
+from chaos.engine import fault_from_dict
 from scenarios import ScenarioError, builtin_names
 from scenarios._model import FIELDS, _validate
 from scenarios._schema import FAULT_EXAMPLES, REGENERATE, TARGET_EXAMPLES, reference_markdown, scenario_schema

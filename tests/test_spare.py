@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 import ray
 
-from actors import CheckpointConfig, ParameterServer, keep_spare, spare_actor_env, spare_job_env
+from actors import CheckpointConfig, ParameterServer, keep_spare
 from actors._spare import PRELOAD_VAR, PRELOADED_VAR, preload
-from chaos import ClusterHandle, InvalidConfig
+from actors.spare import spare_actor_env, spare_job_env
+from chaos.cluster import ClusterHandle
+from chaos.errors import InvalidConfig
 from conftest import CALL_TIMEOUT
 from test_byvalue import ours_imported_by
 from test_param_server import LINEAR
@@ -67,7 +69,8 @@ def test_a_server_asking_for_a_spare_without_the_jobs_hook_fails_its_first_start
 SCRIPT = r"""
 import json, os, signal, sys, tempfile
 import ray
-from actors import CheckpointConfig, ParameterServer, SpareState, keep_spare, spare_actor_env, spare_job_env
+from actors import CheckpointConfig, ParameterServer, keep_spare
+from actors.spare import SpareState, spare_actor_env, spare_job_env
 from actors._spare import spares_of
 from chaos import local_cluster, wait_until
 
@@ -142,7 +145,8 @@ def test_a_server_asking_for_a_spare_outside_ray_or_with_a_non_bool_is_refused(t
 def test_asking_for_a_spare_that_never_shows_up_gives_up_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """The raylet may answer a request and start nothing: ensure_spare asks again, then fails
     closed (the server shows this in stats().spare_error) rather than promise a warm restart."""
-    from actors import SpareState, SpareWorkerError, _spare
+    from actors import _spare
+    from actors.spare import SpareState, SpareWorkerError
 
     asked: list[str] = []
     monkeypatch.setattr(_spare, "keep_spare_for", lambda env: asked.append(env) or SpareState.REQUESTED)
@@ -164,7 +168,8 @@ def test_the_keeper_asks_again_when_its_spare_goes(monkeypatch: pytest.MonkeyPat
     and had no spare for the next 60 s; the keeper looks again and asks."""
     import threading
 
-    from actors import SpareState, _spare
+    from actors import _spare
+    from actors.spare import SpareState
 
     present = [[4242], [4242], [], [4343]]  # what each look finds: the spare, then none, then the new one
     asked: list[str] = []

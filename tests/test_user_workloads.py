@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from chaos import InvalidConfig
+from chaos.errors import InvalidConfig
 from scenarios import Params, ScenarioError, Workload, known_workloads, load_scenario, register_workload
 from scenarios._registry import ENTRY_POINT_GROUP, _registered
 from scenarios.cli import main
@@ -129,7 +129,7 @@ def test_a_broken_entry_point_is_named_with_the_fix(tmp_path: Path) -> None:
     env = install(tmp_path)
     points = tmp_path / "spin_workload-1.0.dist-info" / "entry_points.txt"
     points.write_text(f"[{ENTRY_POINT_GROUP}]\nspin = no_such_module:Spin\n")
-    code = ("from chaos import InvalidConfig\nfrom scenarios import known_workloads\n"
+    code = ("from chaos.errors import InvalidConfig\nfrom scenarios import known_workloads\n"
             "try:\n    known_workloads()\nexcept InvalidConfig as exc:\n    print(exc)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -145,7 +145,7 @@ def test_an_entry_point_may_not_replace_another_workload(tmp_path: Path, points:
     # Silently, a package's "sampling" replaced the built-in every scenario file names.
     env = install(tmp_path)
     (tmp_path / "spin_workload-1.0.dist-info" / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\n{points}")
-    code = ("from chaos import InvalidConfig\nfrom scenarios import known_workloads\n"
+    code = ("from chaos.errors import InvalidConfig\nfrom scenarios import known_workloads\n"
             "try:\n    print(sorted(known_workloads()))\nexcept InvalidConfig as exc:\n    print(exc)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr

@@ -10,18 +10,9 @@ import pytest
 import ray
 from ray.util.state import list_tasks
 
-from chaos import (
-    ActorTarget,
-    Chaos,
-    ClusterHandle,
-    HangError,
-    Kill,
-    Pause,
-    StuckCause,
-    TaskTarget,
-    wait_until,
-    watch,
-)
+from chaos import ActorTarget, Chaos, HangError, Kill, Pause, TaskTarget, wait_until, watch
+from chaos.cluster import ClusterHandle
+from chaos.engine import StuckCause
 from conftest import CALL_TIMEOUT
 
 

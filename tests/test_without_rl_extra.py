@@ -45,7 +45,7 @@ import sys
 import chaos, actors, scenarios
 from scenarios import known_workloads
 from actors import ParameterServer, PrioritizedReplayBuffer
-from chaos import MissingExtra
+from chaos.errors import MissingExtra
 assert len(known_workloads()) > 10 and "torch" not in sys.modules and "gymnasium" not in sys.modules
 PrioritizedReplayBuffer(8, seed=0)
 try:

@@ -15,7 +15,7 @@ from ray.exceptions import (
 )
 from ray.exceptions import OwnerDiedError as RayOwnerDiedError
 
-from chaos import ClusterHandle
+from chaos.cluster import ClusterHandle
 from scenarios import Workload
 from scenarios._records import Verdict
 from scenarios._surface import (
