@@ -192,6 +192,7 @@ def a_little_memory() -> MemoryPressure:
     return MemoryPressure(fraction=fraction, seconds=30, host_cap=min(0.95, fraction + 0.05))
 
 
+@pytest.mark.ray
 def test_memory_on_ray_is_confirmed_resident(ray_cluster: ClusterHandle) -> None:
     chaos = Chaos(address=ray_cluster.address)
     with chaos.inject(a_little_memory()):
@@ -199,6 +200,7 @@ def test_memory_on_ray_is_confirmed_resident(ray_cluster: ClusterHandle) -> None
         assert event.kind == "inject" and re.fullmatch(r"\d+ MiB resident \(\d+ blocks of 64 MiB.*", event.outcome)
 
 
+@pytest.mark.ray
 def test_an_allocator_on_ray_that_never_holds_memory_is_ineffective(
         ray_cluster: ClusterHandle, monkeypatch: pytest.MonkeyPatch) -> None:
     import ray
