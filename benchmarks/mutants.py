@@ -55,6 +55,7 @@ CRASH: dict[str, set[str] | None] = {
     "actors/_store.py": None,
     "actors/_wal.py": None,
     "actors/_checkpoint.py": {"mutation", "_sync_mutation.wrapper", "Checkpointable.enable_checkpointing",
+                              "_mark", "_writers", "_applied", "_has_idempotent", "_reconstructed",
                               "_lock_of",
                               "_Checkpointer.start", "_Checkpointer._replay", "_Checkpointer._apply",
                               "_Checkpointer._open_segment", "_Checkpointer.after_mutation",
@@ -89,7 +90,8 @@ VERDICTS: dict[str, set[str] | None] = {
 }
 #: ``make test``'s tests of each group that need no Ray cluster; the fastest to fail first.
 TESTS = {
-    "crash": ["tests/test_durability_trace.py", "tests/test_checkpoint_store.py", "tests/test_incremental.py",
+    "crash": ["tests/test_exactly_once.py", "tests/test_reconstructed.py", "tests/test_refused_mutation.py",
+              "tests/test_durability_trace.py", "tests/test_checkpoint_store.py", "tests/test_incremental.py",
               "tests/test_failpoints.py", "tests/test_chaos_unit.py", "tests/test_param_server.py",
               "tests/test_failpoint_sweep.py"],
     "verdicts": ["tests/test_verdict_logic.py", "tests/test_rpc_confirm.py", "tests/test_runner_fail_closed.py",
