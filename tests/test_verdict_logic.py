@@ -130,7 +130,9 @@ def test_each_declared_invariant_gets_exactly_its_own_verdict_in_declared_order(
 def test_recovery_exactly_at_its_bound_holds_and_past_it_breaks() -> None:
     at_bound = _record(start=1.0, end=2.0, mttr=4.0)  # probe held 3.0 s after the heal
     (v,) = recovery_verdicts([at_bound], within=3.0)
-    assert (v.name, v.held, v.seen) == (RECOVERED, True, 1)
+    assert (v.name, v.held, v.seen) == (RECOVERED, True, 1) and "(slowest 3.00 s)" in v.detail
+    (both,) = recovery_verdicts([at_bound, _record(start=1.0, end=5.0, mttr=None)], within=3.0)
+    assert not both.held and "not recovered within 3 s of its heal" in both.detail
     (late,) = recovery_verdicts([_record(start=1.0, end=2.0, mttr=4.01)], within=3.0)
     assert not late.held and "past the 3 s bound" in late.detail
 
@@ -181,6 +183,10 @@ def test_the_knob_counts_only_what_this_run_added(tmp_path: Any) -> None:
     logs.mkdir(parents=True)
     push = "CoreWorkerService.grpc_client.PushTask"
     (logs / "python-core-worker-1.log").write_text(f"grpc_client.h:137: Inject RPC request failure for {push}\n" * 3)
+    lease = "NodeManagerService.grpc_client.RequestWorkerLease"
+    (logs / "raylet.out").write_text(f"grpc_client.h:137: Inject RPC request failure for {lease}\n")
+    (single,) = knob_records(_Knob((RpcFailure(lease, request_percent=10),), str(tmp_path)), {}, 5.0, wait=0.0)
+    assert single.status is FaultStatus.INJECTED and "injected 1 failure(s)" in single.outcome
     knob = _Knob((RpcFailure(push, request_percent=10),), str(tmp_path))
     (fresh,) = knob_records(knob, {}, 5.0, wait=0.0)
     (after_one,) = knob_records(knob, {push: 1}, 5.0, wait=0.0)
@@ -212,11 +218,12 @@ def test_the_counters_verdict_counts_the_fewest_seen_and_needs_one_on_a_dead_nod
     held = counters_verdict(each, ["node-a-0123456789", "node-b"], {"node-a-0123456789"})
     assert (held.name, held.held, held.seen) == ("actor_state_recovered", True, 3)
     assert "'node-a-01234'" in held.detail  # node ids shortened to 12 characters
+    assert "on a dead node: ['node-a-01234']" in held.detail
     none_seen = counters_verdict([Verdict("actor_state_recovered", True, "w0", None)], ["a"], {"a"})
     assert none_seen.seen == 0
     (only,) = [Verdict("x_recovered", False, "w0", 2)]
     assert counters_verdict([only], ["a"], {"a"}).name == "x_recovered"
-    assert not counters_verdict([], ["a"], {"a"}).held
+    assert not counters_verdict([], ["a"], {"a"}).held and counters_verdict([], ["a"], {"a"}).seen == 0
     assert not counters_verdict(each, ["a", "b"], {"c"}).held  # no counter on the dead node
 
 
