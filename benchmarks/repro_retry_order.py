@@ -4,8 +4,8 @@ One caller submits calls 0..N-1 to an actor with ``max_restarts`` and ``max_task
 the actor SIGKILLs itself while running call ``CRASH_AT`` in its first life. Every call is
 then delivered (at least once), but the restarted actor runs the retried ones in another
 order than they were submitted. Ray documents this ("the task execution order is not
-guaranteed when task retries occur"); raychaos's writer table relied on the order until the
-failpoint sweep lost an acknowledged add to it (``actors/_dedupe.py``).
+guaranteed when task retries occur"); so raychaos's writer table keeps a set of seqs per
+writer with a reorder window, not a high-water mark (``actors/_dedupe.py``).
 
     .venv/bin/python benchmarks/repro_retry_order.py [rounds]
 """
