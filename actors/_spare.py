@@ -33,7 +33,8 @@ from typing import Any
 import psutil
 
 from chaos._byvalue import by_value
-from chaos._errors import ChaosError, InvalidConfig
+from chaos._errors import ChaosError, HangError, InvalidConfig
+from chaos._wait import wait_until
 
 __all__ = ["PRELOADED_VAR", "PRELOAD_VAR", "SpareState", "SpareWorkerError", "current_env", "ensure_spare",
            "keep_spare", "keep_spare_alive", "keep_spare_for", "preload", "spare_actor_env", "spare_job_env",
@@ -153,8 +154,6 @@ def ensure_spare(serialized_env: str, *, asked: bool = False, attempts: int = AS
         InvalidConfig: as :func:`keep_spare`.
         SpareWorkerError: no spare showed up after ``attempts`` requests.
     """
-    from chaos import HangError, wait_until
-
     for _ in range(attempts):
         if not asked and keep_spare_for(serialized_env) is SpareState.PRESENT:
             return

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from actors import ReplayBufferActor
-from scenarios._workloads import WORKLOADS
+from scenarios.workloads._builtin import WORKLOADS
 
 __all__ = ["ForgetfulCrashLoop", "ForgetsCursor"]
 

@@ -78,15 +78,16 @@ VERDICTS: dict[str, set[str] | None] = {
                          "confirm_resident.verdict"},
     "chaos/_memory.py": {"MemoryProgress.holding"},
     "chaos/_agent.py": {"_confirm_burning", "_confirm_burning.burned"},
-    "scenarios/_records.py": {"Verdict.over", "RunResult.missed_faults", "RunResult.deviated"},
-    "scenarios/_runner.py": {"declared_verdicts", "undeclared_verdicts", "steady_verdicts", "recovery_verdicts",
-                             "_after_heal", "complete_records", "at_end_schedule", "at_end_schedule.held",
-                             "knob_records", "knob_records.fired", "_knob_record", "_with_failures",
-                             "_Recorder.close_faults", "_Recorder.fault"},
-    "scenarios/_surface.py": {"kept", "gone_verdict", "classify_get_error", "expected_outcome", "objects_verdict",
-                              "call_error_kind"},
-    "scenarios/_workloads.py": {"loop_bound", "blocked_verdict", "new_oom_kills", "task_evidence",
-                                "counters_verdict", "owner_death_verdict"},
+    "scenarios/model/_records.py": {"Verdict.over", "RunResult.missed_faults", "RunResult.deviated"},
+    "scenarios/runner/_run.py": {
+        "declared_verdicts", "undeclared_verdicts", "steady_verdicts", "recovery_verdicts", "_after_heal",
+        "complete_records", "at_end_schedule", "at_end_schedule.held", "knob_records", "knob_records.fired",
+        "_knob_record", "_with_failures", "_Recorder.close_faults", "_Recorder.fault"},
+    "scenarios/workloads/_surface.py": {
+        "kept", "gone_verdict", "classify_get_error", "expected_outcome", "objects_verdict", "call_error_kind"},
+    "scenarios/workloads/_builtin.py": {
+        "loop_bound", "blocked_verdict", "new_oom_kills", "task_evidence", "counters_verdict",
+        "owner_death_verdict"},
 }
 #: ``make test``'s tests of each group that need no Ray cluster; the fastest to fail first.
 TESTS = {

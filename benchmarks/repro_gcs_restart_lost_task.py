@@ -36,7 +36,7 @@ import ray
 from chaos import local_cluster
 from chaos._cluster import head_of
 from chaos.cluster import redis_server
-from scenarios._surface import _task_state
+from scenarios.workloads._surface import _task_state
 
 DOWN, PACE, AFTER, SETTLE = 3.0, 0.02, 2.0, 30.0
 

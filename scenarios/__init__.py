@@ -4,12 +4,12 @@ What a user writes code against is exported here; the parts of a run (its steady
 probes, samples, each fault's record, a file's problems, the demo) are in ``scenarios.runner``.
 """
 
-from scenarios._model import Scenario, ScenarioError, builtin_names, load_attack, load_scenario
-from scenarios._records import RunResult, Verdict
-from scenarios._registry import known_workloads, register_workload
-from scenarios._report import summary, write_reports
-from scenarios._runner import run_scenario
-from scenarios._workload import Params, RunContext, Workload
+from scenarios.model._records import RunResult, Verdict
+from scenarios.model._scenario import Scenario, ScenarioError, builtin_names, load_attack, load_scenario
+from scenarios.model._workload import Params, RunContext, Workload
+from scenarios.reports._files import summary, write_reports
+from scenarios.runner._run import run_scenario
+from scenarios.workloads._registry import known_workloads, register_workload
 
 __all__ = ["Params", "RunContext", "RunResult", "Scenario", "ScenarioError", "Verdict", "Workload",
            "builtin_names", "known_workloads", "load_attack", "load_scenario", "register_workload",

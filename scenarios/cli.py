@@ -19,8 +19,8 @@ import click
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from scenarios._model import Scenario
-    from scenarios._records import RunResult
+    from scenarios.model._records import RunResult
+    from scenarios.model._scenario import Scenario
 
 EXIT_DEVIATED, EXIT_BAD_INPUT, EXIT_NOISY, EXIT_INTERRUPTED = 1, 2, 3, 130
 #: Every exit code the commands use, as ``raychaos --help`` lists them.
@@ -80,8 +80,8 @@ def _print_scenarios(*, err: bool = False) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from scenarios._model import builtin_names, load_scenario, resolve_workload
-    from scenarios._needs import scenario_needs
+    from scenarios.model._needs import scenario_needs
+    from scenarios.model._scenario import builtin_names, load_scenario, resolve_workload
 
     table = Table(box=None, pad_edge=False, show_lines=False)
     for col, kw in (("scenario", {"no_wrap": True}), ("s", {"justify": "right"}), ("needs", {}),
@@ -101,7 +101,7 @@ def show(name: str) -> None:
     """Print built-in scenario NAME's TOML file, to copy and start from."""
     from importlib import resources
 
-    from scenarios._model import builtin_names
+    from scenarios.model._scenario import builtin_names
 
     if name not in builtin_names():
         _fail(f"no built-in scenario {name!r}; `raychaos list` lists them: {', '.join(builtin_names())}")
@@ -116,7 +116,7 @@ def validate(scenarios: tuple[str, ...], seed: int) -> None:
     """Check scenario files (or built-in names) and print the schedule each would run.
 
     Starts nothing. Exits 0 when every one is valid, 2 otherwise, with one line per problem."""
-    from scenarios._model import ScenarioError, load_scenario
+    from scenarios.model._scenario import ScenarioError, load_scenario
 
     bad = 0
     for source in scenarios:
@@ -134,8 +134,8 @@ def validate(scenarios: tuple[str, ...], seed: int) -> None:
 
 def _print_plan(scenario: Scenario, seed: int) -> None:
     """What a valid scenario would run: its workload, cluster, faults in order, invariants."""
-    from scenarios._model import resolve_workload
-    from scenarios._needs import scenario_needs
+    from scenarios.model._needs import scenario_needs
+    from scenarios.model._scenario import resolve_workload
 
     needs = scenario_needs(scenario, resolve_workload(scenario.workload))
     click.echo(f"{scenario.source or scenario.name}: valid — {scenario.name}, workload {scenario.workload!r}, "
@@ -155,7 +155,7 @@ def schema(markdown: bool) -> None:
     from), generated from the scenario model. Starts nothing."""
     import json
 
-    from scenarios._schema import reference_markdown, scenario_schema
+    from scenarios.model._schema import reference_markdown, scenario_schema
 
     click.echo(reference_markdown() if markdown else json.dumps(scenario_schema(), indent=2), nl=not markdown)
 
@@ -189,7 +189,7 @@ def run(scenario: str | None, seed: int, duration: float | None, address: str | 
 
     Without SCENARIO it lists the built-ins and starts nothing; the flagship is
     `raychaos run dqn-cartpole` (`make run` in a checkout)."""
-    from scenarios._model import ScenarioError, load_scenario
+    from scenarios.model._scenario import ScenarioError, load_scenario
 
     if scenario is None:
         _print_scenarios(err=True)
@@ -226,7 +226,7 @@ def attack(schedule: str, address: str, shell_probes: tuple[str, ...], python_pr
            every: float, recover_within: float, seed: int, duration: float | None, report_dir: str | None) -> None:
     """Run SCHEDULE's faults against a program already running on the cluster at --address,
     judged by your probes; exit codes as `run`."""
-    from scenarios._model import ScenarioError, load_attack
+    from scenarios.model._scenario import ScenarioError, load_attack
 
     probes = [{"kind": "shell", "spec": p} for p in shell_probes] + [
         {"kind": "python", "spec": p} for p in python_probes]
@@ -253,7 +253,7 @@ def replay(journal: str, report_dir: str | None, address: str | None) -> None:
     from chaos import Schedule
     from chaos.errors import JournalCorrupt
     from chaos.journal import StartEvent, read_journal
-    from scenarios._model import ScenarioError, load_scenario
+    from scenarios.model._scenario import ScenarioError, load_scenario
 
     try:
         events = list(read_journal(journal))
@@ -274,12 +274,12 @@ def replay(journal: str, report_dir: str | None, address: str | None) -> None:
 def _execute(scenario: Scenario, *, seed: int, address: str | None, report_dir: str | None,
              baseline: bool | None) -> None:
     from chaos.errors import InvalidConfig
-    from scenarios._console import print_results, progress_display
-    from scenarios._model import resolve_workload
-    from scenarios._needs import missing_extra
-    from scenarios._records import RunLabel
-    from scenarios._report import write_reports
-    from scenarios._runner import run_scenario
+    from scenarios.model._needs import missing_extra
+    from scenarios.model._records import RunLabel
+    from scenarios.model._scenario import resolve_workload
+    from scenarios.reports._console import print_results, progress_display
+    from scenarios.reports._files import write_reports
+    from scenarios.runner._run import run_scenario
 
     # Before any cluster starts: a workload without its extra would abort in setup, one cause.
     missing = missing_extra(scenario, resolve_workload(scenario.workload))
@@ -303,7 +303,7 @@ def _execute(scenario: Scenario, *, seed: int, address: str | None, report_dir: 
 
 def _print_unchecked(results: Sequence[RunResult]) -> None:
     """What the runs did not judge, said under the tables: never silently dropped."""
-    from scenarios._records import NO_PROBE_NOTE
+    from scenarios.model._records import NO_PROBE_NOTE
 
     for r in results:
         for v in r.unjudged:
@@ -318,7 +318,7 @@ def _print_unchecked(results: Sequence[RunResult]) -> None:
               help="acknowledged adds before the kill")
 def demo(adds: int) -> None:
     """A checkpointed counter actor SIGKILLed and restored, before and after, per durability mode."""
-    from scenarios._demo import run_demo
+    from scenarios.workloads._demo import run_demo
 
     rows = run_demo(adds=adds)
     wal = next(r for r in rows if r.durability == "wal")
@@ -337,9 +337,9 @@ def explain(lesson_id: str | None, address: str | None) -> None:
     Exits 0 when the fix wins, 1 when it does not, 3 when the measurement was too noisy to tell
     (the figures lie within their margin of each other: run it again on a quieter machine)."""
     from chaos.errors import InvalidConfig
-    from scenarios._lesson_console import print_lesson, print_lessons
-    from scenarios._lesson_model import LessonOutcome
-    from scenarios._lessons import find, lessons, run_lesson
+    from scenarios.lessons._catalog import find, lessons, run_lesson
+    from scenarios.lessons._console import print_lesson, print_lessons
+    from scenarios.lessons._model import LessonOutcome
 
     if lesson_id is None:
         print_lessons(lessons())

@@ -18,8 +18,8 @@ from click.testing import CliRunner
 from chaos import wait_until
 from chaos._cluster import _free_port
 from scenarios import ScenarioError, load_attack
-from scenarios._attack import ProbeKind, ProbeRun, UserProbe, recovered
 from scenarios.cli import main
+from scenarios.workloads._attack import ProbeKind, ProbeRun, UserProbe, recovered
 
 #: Ray 2.60 clusters use token authentication; a client sends its token (~/.ray/auth_token,
 #: which `ray start` writes) only when asked to.

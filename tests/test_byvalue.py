@@ -18,7 +18,7 @@ from ray import cloudpickle
 
 from chaos._byvalue import by_value
 from chaos.errors import InvalidConfig
-from scenarios._workloads import PROBE_TASK, sample_env
+from scenarios.workloads._builtin import PROBE_TASK, sample_env
 
 
 def ours_imported_by(function: Callable[[], Any], cwd: Path) -> list[str]:

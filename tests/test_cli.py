@@ -47,14 +47,14 @@ def _no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
     import ray
 
     import chaos
-    import scenarios._runner
+    import scenarios.runner._run
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("this command must start nothing")
 
     monkeypatch.setattr(ray, "init", refuse)
     monkeypatch.setattr(chaos, "local_cluster", refuse)
-    monkeypatch.setattr(scenarios._runner, "run_scenario", refuse)
+    monkeypatch.setattr(scenarios.runner._run, "run_scenario", refuse)
 
 
 def test_help_lists_every_exit_code() -> None:
@@ -140,8 +140,8 @@ def test_list_shows_whole_descriptions_and_what_each_needs(monkeypatch: pytest.M
 def test_messages_are_printed_literally_never_as_markup() -> None:
     from rich.console import Console
 
-    from scenarios._console import print_results
-    from scenarios._records import RunLabel, RunResult, RunStatus, Verdict
+    from scenarios.model._records import RunLabel, RunResult, RunStatus, Verdict
+    from scenarios.reports._console import print_results
 
     said = "the dqn-cartpole workload needs torch; install it with pip install 'raychaos[rl]'"
     result = RunResult("dqn-cartpole", RunLabel.CHAOS, 0, RunStatus.ABORTED, 1.0,
@@ -168,24 +168,24 @@ def test_a_missing_extra_is_named_intact_and_is_the_one_cause(scenario: str, ext
 
 
 def test_ctrl_c_in_any_command_exits_130(monkeypatch: pytest.MonkeyPatch) -> None:
-    import scenarios._lessons
+    import scenarios.lessons._catalog
 
     def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(scenarios._lessons, "run_lesson", interrupted)
+    monkeypatch.setattr(scenarios.lessons._catalog, "run_lesson", interrupted)
     result = CliRunner().invoke(main, ["explain", "03"])
     assert result.exit_code == 130 and result.output == "interrupted\n"
 
 
 def test_a_run_the_runner_refuses_before_starting_exits_2(monkeypatch: pytest.MonkeyPatch) -> None:
-    import scenarios._runner
+    import scenarios.runner._run
     from chaos.errors import InvalidConfig
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise InvalidConfig("scenario 'straggler' sets up the cluster it runs on")
 
-    monkeypatch.setattr(scenarios._runner, "run_scenario", refuse)
+    monkeypatch.setattr(scenarios.runner._run, "run_scenario", refuse)
     result = CliRunner().invoke(main, ["run", "straggler"])
     assert result.exit_code == 2
     assert result.output.endswith("error: scenario 'straggler' sets up the cluster it runs on\n")

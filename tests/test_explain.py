@@ -9,11 +9,11 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
-from scenarios._lesson_code import CODE
-from scenarios._lesson_console import print_lesson
-from scenarios._lesson_model import LessonOutcome, LessonResult, Measure
-from scenarios._lessons import find, lessons
 from scenarios.cli import EXIT_DEVIATED, EXIT_NOISY, main
+from scenarios.lessons._catalog import find, lessons
+from scenarios.lessons._code import CODE
+from scenarios.lessons._console import print_lesson
+from scenarios.lessons._model import LessonOutcome, LessonResult, Measure
 
 WINS = Measure("wall time", "s", 1.9, 0.7, margin=0.6)
 NOISY = Measure("wall time", "s", 0.9, 0.7, margin=0.6)
@@ -58,9 +58,9 @@ def test_the_mistake_and_the_fix_are_shown_side_by_side_with_their_figures() -> 
 ])
 def test_explain_exits_by_the_lessons_outcome(measure: Measure, code: int, said: str,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    import scenarios._lessons
+    import scenarios.lessons._catalog
 
-    monkeypatch.setattr(scenarios._lessons, "run_lesson",
+    monkeypatch.setattr(scenarios.lessons._catalog, "run_lesson",
                         lambda item, address=None: LessonResult(item, (measure,), 1.0))
     result = CliRunner().invoke(main, ["explain", "03"])
     assert result.exit_code == code, result.output

@@ -18,7 +18,7 @@ from actors import CheckpointedCounter
 from chaos import Chaos, DrainNode, FreezeNode, KillNode, NodeTarget, wait_until
 from chaos.cluster import ClusterHandle
 from conftest import CALL_TIMEOUT, scaled
-from scenarios._surface import (
+from scenarios.workloads._surface import (
     DETECTION_BOUND,
     ObjectKind,
     Putter,

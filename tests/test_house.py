@@ -17,14 +17,19 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("chaos", "actors", "scenarios")
 #: Which packages each one may import: data flows driver → scenario → agent, never back.
 ALLOWED = {"chaos": {"chaos"}, "actors": {"chaos", "actors"}, "scenarios": set(PACKAGES)}
+#: What of chaos the actors may use: its errors, failpoints, extras, JSON type and waiting
+#: helpers, which import nothing of the engine. A checkpointed actor must not drag in the
+#: fault engine, its agents or the cluster harness.
+SHARED_GROUND = {"chaos._errors", "chaos._failpoint", "chaos._extras", "chaos._json", "chaos._wait",
+                 "chaos._byvalue"}
 
 
 def modules() -> dict[str, Path]:
     found = {}
     for package in PACKAGES:
-        for path in sorted((ROOT / package).glob("*.py")):
-            name = f"{package}.{path.stem}"
-            found[package if path.stem == "__init__" else name] = path
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return found
 
 
@@ -91,6 +96,26 @@ def test_each_package_imports_only_the_ones_beneath_it(package: str) -> None:
     assert wrong == []
 
 
+def test_the_actors_use_only_the_shared_ground_of_chaos() -> None:
+    edges = graph()
+    wrong = sorted(f"{m} imports {t}" for m, targets in edges.items() if m.startswith("actors")
+                   for t in targets if t.startswith("chaos") and t not in SHARED_GROUND)
+    assert wrong == []
+    beneath = sorted(f"{m} imports {t}" for m in SHARED_GROUND for t in edges[m] if t not in SHARED_GROUND)
+    assert beneath == []
+
+
+def test_the_scenarios_show_their_parts() -> None:
+    """The model, the runner, the workloads, the lessons and the reports each have a folder,
+    and nothing of them lies loose beside the public modules."""
+    loose = {p.name for p in (ROOT / "scenarios").glob("*.py")}
+    assert loose == {"__init__.py", "cli.py"}
+    parts = {p.parent.name for p in (ROOT / "scenarios").glob("*/__init__.py")}
+    assert parts == {"model", "runner", "workloads", "lessons", "reports"}
+    page = (ROOT / "docs" / "how-to" / "contributing.md").read_text(encoding="utf-8")
+    assert all(f"scenarios/{part}/" in page for part in parts), "the contributing page's tree is stale"
+
+
 # -- facts travel as types: nothing untyped crosses from one package to another -----------------
 
 UNTYPED = re.compile(r"\b(dict|Mapping)\[str, Any\]")
@@ -155,7 +180,7 @@ def waits_on_a_schedule(source: str) -> list[int]:
 
 def test_the_runner_and_the_plugin_drive_faults_through_run_schedule_alone() -> None:
     known = modules()
-    assert calls(known["scenarios._runner"], "run_schedule") == 1
+    assert calls(known["scenarios.runner._run"], "run_schedule") == 1
     assert calls(known["chaos._marker"], "run_schedule") == 1
     loops = {name: lines for name, path in known.items()
              if (lines := waits_on_a_schedule(path.read_text(encoding="utf-8")))}

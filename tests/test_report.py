@@ -16,8 +16,8 @@ import pytest
 from chaos import FaultKind
 from chaos.engine import FaultStatus
 from scenarios import RunResult, Verdict
-from scenarios._records import RunLabel, RunStatus
-from scenarios._report_html import _RUN_STYLE, COLOURS, fmt, nice_step, render_html
+from scenarios.model._records import RunLabel, RunStatus
+from scenarios.reports._html import _RUN_STYLE, COLOURS, fmt, nice_step, render_html
 from scenarios.runner import FaultRecord, Probe, Sample
 
 CHROMIUM = "/usr/bin/chromium"

@@ -63,7 +63,7 @@ def test_no_log_line_confirms_nothing(tmp_path: Path) -> None:
 def test_the_runs_records_count_only_its_own_failures_and_a_silent_entry_is_ineffective(tmp_path: Path) -> None:
     from chaos import FaultKind
     from chaos.engine import FaultStatus
-    from scenarios._runner import _Knob, knob_records
+    from scenarios.runner._run import _Knob, knob_records
 
     root = _session(tmp_path, LOG)
     knob = _Knob((RpcFailure(PUSH, response_percent=10), RpcFailure(PUSH + "z", response_percent=10)), root)

@@ -17,11 +17,13 @@ from click.testing import CliRunner
 from chaos import ActorTarget, CpuHog, FaultKind, Kill, NodeTarget, Pause, Schedule, ScheduledFault, TaskTarget
 from chaos.engine import FaultStatus
 from scenarios import ScenarioError, Verdict, load_attack, load_scenario
-from scenarios._attack import ProbeKind, UserProbe
-from scenarios._bounded import CallHang, bounded
-from scenarios._model import CHECKS_NOTHING, EMPTY_INVARIANTS, NO_PROBE
-from scenarios._records import FaultRecord, Probe, RunLabel, RunStatus
-from scenarios._runner import (
+from scenarios.cli import main
+from scenarios.model._bounded import CallHang, bounded
+from scenarios.model._records import FaultRecord, Probe, RunLabel, RunStatus
+from scenarios.model._scenario import CHECKS_NOTHING, EMPTY_INVARIANTS, NO_PROBE
+from scenarios.model._workload import Params, RunContext, Workload
+from scenarios.runner import SteadyState
+from scenarios.runner._run import (
     AT_END_SLACK,
     CALL_BOUNDS,
     CHECKED_NOTHING,
@@ -40,9 +42,7 @@ from scenarios._runner import (
     steady_verdicts,
     undeclared_verdicts,
 )
-from scenarios._workload import Params, RunContext, Workload
-from scenarios.cli import main
-from scenarios.runner import SteadyState
+from scenarios.workloads._attack import ProbeKind, UserProbe
 
 BUILTIN = Path(__file__).parents[1] / "scenarios" / "builtin"
 
@@ -366,9 +366,9 @@ def test_an_attacks_python_probe_keeps_its_timeout(tmp_path: Path, monkeypatch: 
 
 
 def test_the_reports_show_unjudged_verdicts_and_a_missing_probe() -> None:
-    from scenarios._records import NO_PROBE_NOTE, RunLabel, RunResult
-    from scenarios._report import junit, summary
-    from scenarios._report_html import render_html
+    from scenarios.model._records import NO_PROBE_NOTE, RunLabel, RunResult
+    from scenarios.reports._files import junit, summary
+    from scenarios.reports._html import render_html
 
     run = RunResult("s", RunLabel.CHAOS, 0, RunStatus.COMPLETED, 1.0, (Verdict("a", True, "ok", 1),), (), (), (),
                     unjudged=(Verdict("b", False, "broke here"),), probed=False)
@@ -426,7 +426,7 @@ def test_a_scenario_built_in_code_that_judges_nothing_fails() -> None:
 def test_a_hook_that_waits_out_a_longer_deadline_gets_that_bound() -> None:
     """An attack's round runs each probe up to its own timeout; a library run's last step
     waits for the fit: the runner's defaults would abort them before their own deadlines."""
-    from scenarios._attack import Attack
+    from scenarios.workloads._attack import Attack
 
     attack = Attack(_context())
     attack.probes, attack.timeout, attack.every = [object()] * 7, 10.0, 1.0  # type: ignore[list-item]

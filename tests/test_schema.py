@@ -16,9 +16,9 @@ from chaos._targets import _KINDS as TARGET_CLASSES
 from chaos._targets import target_from_dict
 from chaos.engine import fault_from_dict
 from scenarios import ScenarioError, builtin_names
-from scenarios._model import FIELDS, _validate
-from scenarios._schema import FAULT_EXAMPLES, REGENERATE, TARGET_EXAMPLES, reference_markdown, scenario_schema
 from scenarios.cli import main
+from scenarios.model._scenario import FIELDS, _validate
+from scenarios.model._schema import FAULT_EXAMPLES, REGENERATE, TARGET_EXAMPLES, reference_markdown, scenario_schema
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "reference" / "scenario-file.md"

@@ -17,8 +17,8 @@ from click.testing import CliRunner
 
 from chaos.errors import InvalidConfig
 from scenarios import Params, ScenarioError, Workload, known_workloads, load_scenario, register_workload
-from scenarios._registry import ENTRY_POINT_GROUP, _registered
 from scenarios.cli import main
+from scenarios.workloads._registry import ENTRY_POINT_GROUP, _registered
 
 USER_MODULE = Path(__file__).parent / "userpkg" / "spin_workload.py"
 SCENARIO = """

@@ -20,8 +20,8 @@ from chaos import ActorTarget, FaultKind, Kill, Schedule
 from chaos._memory import MemoryProgress
 from chaos.engine import FaultStatus, ScheduleObserver, run_schedule
 from chaos.errors import FaultIneffective
-from scenarios._records import FaultRecord, RunLabel, RunResult, RunStatus, Verdict
-from scenarios._runner import RECOVERED, _with_failures, declared_verdicts, recovery_verdicts
+from scenarios.model._records import FaultRecord, RunLabel, RunResult, RunStatus, Verdict
+from scenarios.runner._run import RECOVERED, _with_failures, declared_verdicts, recovery_verdicts
 
 
 class _Clock:
@@ -177,7 +177,7 @@ def test_a_process_that_prints_something_else_has_not_begun_burning() -> None:
 
 def test_the_knob_counts_only_what_this_run_added(tmp_path: Any) -> None:
     from chaos import RpcFailure
-    from scenarios._runner import _Knob, knob_records
+    from scenarios.runner._run import _Knob, knob_records
 
     logs = tmp_path / "session_x" / "logs"
     logs.mkdir(parents=True)
@@ -196,7 +196,7 @@ def test_the_knob_counts_only_what_this_run_added(tmp_path: Any) -> None:
 
 
 def test_a_loop_turn_exactly_at_its_bound_is_blocked() -> None:
-    from scenarios._workloads import blocked_verdict, loop_bound
+    from scenarios.workloads._builtin import blocked_verdict, loop_bound
 
     bound = loop_bound(0.5)
     assert blocked_verdict(10, bound - 0.01, 0.5, None).held
@@ -204,7 +204,7 @@ def test_a_loop_turn_exactly_at_its_bound_is_blocked() -> None:
 
 
 def test_a_drained_node_dead_exactly_at_the_bound_is_gone_in_time() -> None:
-    from scenarios._surface import gone_verdict
+    from scenarios.workloads._surface import gone_verdict
 
     assert gone_verdict([10.0], {"n1": 15.0}, ["n1"], 5.0).held
     assert not gone_verdict([10.0], {"n1": 15.5}, ["n1"], 5.0).held
@@ -212,7 +212,7 @@ def test_a_drained_node_dead_exactly_at_the_bound_is_gone_in_time() -> None:
 
 
 def test_the_counters_verdict_counts_the_fewest_seen_and_needs_one_on_a_dead_node() -> None:
-    from scenarios._workloads import counters_verdict
+    from scenarios.workloads._builtin import counters_verdict
 
     each = [Verdict("actor_state_recovered", True, "w0", 3), Verdict("actor_state_recovered", True, "w1", 5)]
     held = counters_verdict(each, ["node-a-0123456789", "node-b"], {"node-a-0123456789"})

@@ -17,8 +17,20 @@ from ray.exceptions import OwnerDiedError as RayOwnerDiedError
 
 from chaos.cluster import ClusterHandle
 from scenarios import Workload
-from scenarios._records import Verdict
-from scenarios._surface import (
+from scenarios.model._records import Verdict
+from scenarios.model._workload import RunContext
+from scenarios.workloads._builtin import (
+    WORKLOADS,
+    blocked_verdict,
+    counters_verdict,
+    fresh_task_probe,
+    loop_bound,
+    new_oom_kills,
+    owner_death_verdict,
+    probe_task,
+    task_evidence,
+)
+from scenarios.workloads._surface import (
     UNAVAILABLE,
     GetOutcome,
     Made,
@@ -30,18 +42,6 @@ from scenarios._surface import (
     classify_get_error,
     gone_verdict,
     objects_verdict,
-)
-from scenarios._workload import RunContext
-from scenarios._workloads import (
-    WORKLOADS,
-    blocked_verdict,
-    counters_verdict,
-    fresh_task_probe,
-    loop_bound,
-    new_oom_kills,
-    owner_death_verdict,
-    probe_task,
-    task_evidence,
 )
 
 

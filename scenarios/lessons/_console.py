@@ -15,9 +15,9 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from scenarios._lesson_code import CODE
-from scenarios._lesson_model import LessonOutcome
-from scenarios._lessons import Lesson, LessonResult
+from scenarios.lessons._catalog import Lesson, LessonResult
+from scenarios.lessons._code import CODE
+from scenarios.lessons._model import LessonOutcome
 
 __all__ = ["print_lesson", "print_lessons"]
 

@@ -23,8 +23,8 @@ import numpy as np
 
 from chaos import FaultKind, wait_until
 from chaos._extras import import_extra
-from scenarios._records import Verdict
-from scenarios._workload import Params, Workload
+from scenarios.model._records import Verdict
+from scenarios.model._workload import Params, Workload
 
 __all__ = ["APP_WORKLOADS", "Iteration", "Restart", "RllibPPO", "TrainDDP", "TuneTrials", "combined",
            "epoch_record", "recovery_times", "reference_weights", "restarts", "restored_within",
@@ -293,8 +293,7 @@ PING_TIMEOUT = 10.0
 class RllibParams(Params):
     target_return: float = 150.0
     #: The runner's recovery bound for any fault (RECOVERY_TIMEOUT). RLlib restored a killed
-    #: runner in 11-18 s here, in 40 s with a busy loop holding one of the two cores (CI once
-    #: took over 15 s).
+    #: runner in 11-18 s here, in 40 s with a busy loop holding one of the two cores.
     restore_within: float = 60.0
     restart_failed_env_runners: bool = True
     sample_timeout_s: float = 5.0

@@ -3,7 +3,7 @@
 ``raychaos explain`` lists them; ``raychaos explain ID`` runs one on an embedded cluster (or
 the cluster at ``--address``) and prints both figures side by side, then why, and the
 chapter section. The measurements live in one module per chapter section
-(``scenarios._lessons_tasks`` for §4.1 … ``scenarios._lessons_resources`` for §4.5). Every figure
+(``scenarios.lessons._tasks`` for §4.1 … ``scenarios.lessons._resources`` for §4.5). Every figure
 is measured in the run (nothing is hard-coded); the tests assert only its direction.
 """
 
@@ -15,14 +15,14 @@ from contextlib import contextmanager
 
 from chaos import local_cluster
 from chaos.errors import InvalidConfig
-from scenarios import _lessons_actors, _lessons_objects, _lessons_resources, _lessons_tasks, _lessons_waiting
-from scenarios._lesson_model import Lesson, LessonResult, Measure
+from scenarios.lessons import _actors, _objects, _resources, _tasks, _waiting
+from scenarios.lessons._model import Lesson, LessonResult, Measure
 
 __all__ = ["CATALOGUE", "Lesson", "LessonResult", "Measure", "find", "lessons", "run_lesson"]
 
 #: Every lesson, by chapter section.
-CATALOGUE: tuple[Lesson, ...] = (*_lessons_tasks.LESSONS, *_lessons_actors.LESSONS, *_lessons_objects.LESSONS,
-                                 *_lessons_waiting.LESSONS, *_lessons_resources.LESSONS)
+CATALOGUE: tuple[Lesson, ...] = (*_tasks.LESSONS, *_actors.LESSONS, *_objects.LESSONS,
+                                 *_waiting.LESSONS, *_resources.LESSONS)
 
 
 def lessons() -> list[Lesson]:

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from scenarios._lesson_kit import (
+from scenarios.lessons._kit import (
     TIMEOUT,
     Result,
     diagnose,
@@ -14,7 +14,7 @@ from scenarios._lesson_kit import (
     remote,
     warm_up,
 )
-from scenarios._lesson_model import Lesson, Measure, lesson
+from scenarios.lessons._model import Lesson, Measure, lesson
 
 
 def _process(value: float) -> None:

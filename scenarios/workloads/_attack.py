@@ -19,9 +19,9 @@ from enum import StrEnum
 from pydantic import Field
 
 from chaos.errors import InvalidConfig
-from scenarios._bounded import CallHang, bounded
-from scenarios._records import Verdict
-from scenarios._workload import Params, Workload
+from scenarios.model._bounded import CallHang, bounded
+from scenarios.model._records import Verdict
+from scenarios.model._workload import Params, Workload
 
 __all__ = ["ATTACK_WORKLOADS", "Attack", "ProbeKind", "ProbeRun", "UserProbe", "probes_from", "recovered"]
 

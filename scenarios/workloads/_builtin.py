@@ -14,12 +14,12 @@ from chaos import FaultKind, watch
 from chaos._byvalue import by_value
 from chaos._extras import import_extra
 from chaos.engine import MemoryOutcome, StuckCause
-from scenarios._apps import APP_WORKLOADS
-from scenarios._attack import ATTACK_WORKLOADS
-from scenarios._dqn import DQNCartPole
-from scenarios._records import Verdict
-from scenarios._surface import SURFACE_WORKLOADS, Ledger, _counter, _dead, _worker_nodes
-from scenarios._workload import CALL_TIMEOUT, Params, Workload
+from scenarios.model._records import Verdict
+from scenarios.model._workload import CALL_TIMEOUT, Params, Workload
+from scenarios.workloads._apps import APP_WORKLOADS
+from scenarios.workloads._attack import ATTACK_WORKLOADS
+from scenarios.workloads._dqn import DQNCartPole
+from scenarios.workloads._surface import SURFACE_WORKLOADS, Ledger, _counter, _dead, _worker_nodes
 
 __all__ = ["WORKLOADS"]
 
@@ -581,7 +581,7 @@ class _OwnerDeath(Workload):
         self.owner = ray.remote(max_restarts=0, num_cpus=0)(_Owner).options(
             name="owner", namespace=self.ctx.namespace).remote()
         # The first ref before time zero: the owner's worker starts first (seconds on a loaded
-        # machine), and make test once saw the kill at 2 s land before any ref existed.
+        # machine), and a kill at 2 s can land before any ref exists.
         self.refs: list[Any] = ray.get(self.owner.make.remote(0), timeout=CALL_TIMEOUT)
         self.ctx.count("objects")
         self.surface_within = self.ctx.params_as(OwnerDeathParams).surface_within

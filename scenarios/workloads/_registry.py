@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from importlib.metadata import entry_points
 
 from chaos.errors import InvalidConfig
-from scenarios._workload import Params, Workload
+from scenarios.model._workload import Params, Workload
 
 __all__ = ["ENTRY_POINT_GROUP", "known_workloads", "register_workload"]
 
@@ -96,6 +96,6 @@ def _check_point_name(name: str, value: str, builtin: Mapping[str, object], foun
 
 
 def _builtin() -> dict[str, type[Workload]]:
-    from scenarios._workloads import WORKLOADS  # heavy (Ray's libraries); only when asked
+    from scenarios.workloads._builtin import WORKLOADS  # heavy (Ray's libraries); only when asked
 
     return WORKLOADS

@@ -19,8 +19,8 @@ import numpy as np
 
 from actors import CheckpointConfig, ParameterServer, ReplayBufferActor, ReplayClient
 from chaos._extras import import_extra
-from scenarios._records import Verdict
-from scenarios._workload import CALL_TIMEOUT, Params, Workload
+from scenarios.model._records import Verdict
+from scenarios.model._workload import CALL_TIMEOUT, Params, Workload
 
 __all__ = ["DQNCartPole", "EnvWorker", "evaluate", "make_qnet"]
 

@@ -16,10 +16,10 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from scenarios._model import Scenario
-from scenarios._records import RunResult, seconds_text
-from scenarios._runner import Progress
-from scenarios._workload import RunContext
+from scenarios.model._scenario import Scenario
+from scenarios.model._records import RunResult, seconds_text
+from scenarios.runner._run import Progress
+from scenarios.model._workload import RunContext
 
 __all__ = ["print_results", "progress_display"]
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from scenarios._lesson_kit import (
+from scenarios.lessons._kit import (
     HOLD,
     TIMEOUT,
     Result,
@@ -20,7 +20,7 @@ from scenarios._lesson_kit import (
     remote,
     timed,
 )
-from scenarios._lesson_model import Lesson, Measure, lesson
+from scenarios.lessons._model import Lesson, Measure, lesson
 
 
 @lesson(id="13-undeclared-gpu", section="4.5", title="Not declaring resources: GPU work as plain CPU tasks",

@@ -1,7 +1,7 @@
 """Reports of a scenario run: ``summary.json``, ``junit.xml`` and a self-contained ``report.html``.
 
 The journal (``journal.jsonl``) is written while the run happens; these are written after.
-The HTML (:mod:`scenarios._report_html`) has no external assets: a panel per series over one
+The HTML (:mod:`scenarios.reports._html`) has no external assets: a panel per series over one
 time axis (the baseline dashed on the same axes), a lane per fault with its MTTR, the runs'
 metrics side by side, the verdicts and the steady-state probes.
 """
@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from xml.etree import ElementTree as ET
 
-from scenarios._records import NO_PROBE_NOTE, RunLabel, RunResult
-from scenarios._report_html import render_html
+from scenarios.model._records import NO_PROBE_NOTE, RunLabel, RunResult
+from scenarios.reports._html import render_html
 
 __all__ = ["summary", "write_reports"]
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from actors import CheckpointedCounter
 from chaos import wait_until
-from scenarios._lesson_kit import (
+from scenarios.lessons._kit import (
     TIMEOUT,
     Result,
     actor_state,
@@ -18,7 +18,7 @@ from scenarios._lesson_kit import (
     remote,
     timed,
 )
-from scenarios._lesson_model import Lesson, Measure, lesson
+from scenarios.lessons._model import Lesson, Measure, lesson
 
 
 class _SyncService:

@@ -103,7 +103,7 @@ LessonRun = Callable[[str], tuple[Sequence[Measure], Sequence[str]]]
 def lesson(*, id: str, section: str, title: str, mistake: str, fix: str, why: str, nodes: int = 1,
            num_gpus: int = 0, tip: bool = False) -> Callable[[LessonRun], Lesson]:
     """The decorated measurement as a :class:`Lesson` (the catalogue in
-    :mod:`scenarios._lessons` lists each section's lessons; nothing registers on import)."""
+    :mod:`scenarios.lessons._catalog` lists each section's lessons; nothing registers on import)."""
     def make(run: LessonRun) -> Lesson:
         return Lesson(id=id, section=section, title=title, mistake=mistake, fix=fix, why=why, run=run,
                       nodes=nodes, num_gpus=num_gpus, tip=tip)

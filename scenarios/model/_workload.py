@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from chaos import FaultKind
 from chaos.engine import MemoryOutcome
 from chaos.errors import InvalidConfig
-from scenarios._records import Problem, Verdict
+from scenarios.model._records import Problem, Verdict
 
 __all__ = ["Extra", "Params", "RunContext", "Workload", "params_problems", "validate_params"]
 

@@ -22,10 +22,10 @@ from chaos._driver import MAX_CONCURRENT_FAULTS
 from chaos._schedule import ScheduledFault
 from chaos.engine import fault_from_dict
 from chaos.errors import InvalidConfig, InvalidFaultSpec
-from scenarios._records import Problem
+from scenarios.model._records import Problem
 
 if TYPE_CHECKING:
-    from scenarios._workload import Workload
+    from scenarios.model._workload import Workload
 
 __all__ = ["FIELDS", "STEADY_STATE_FIELDS", "FieldSpec", "HealStrategy", "Problem", "Scenario", "ScenarioError",
            "SteadyState", "builtin_names", "load_attack", "load_scenario", "resolve_workload"]
@@ -41,7 +41,7 @@ RECOVERY_WITHIN = 60.0
 @dataclass(frozen=True, slots=True)
 class FieldSpec:
     """A field of a scenario file as the loader checks it, the JSON Schema states it and the
-    reference page describes it (:mod:`scenarios._schema` reads these; nothing else does)."""
+    reference page describes it (:mod:`scenarios.model._schema` reads these; nothing else does)."""
 
     name: str
     type: JsonType
@@ -246,8 +246,8 @@ def resolve_workload(name: str, workloads: Mapping[str, type[Workload]] | None =
 
 def _find_workload(name: str, workloads: Mapping[str, type[Workload]] | None) -> tuple[type[Workload] | None, str]:
     """(the class, "") or (None, what is wrong and the fix)."""
-    from scenarios._registry import known_workloads
-    from scenarios._workload import Workload
+    from scenarios.model._workload import Workload
+    from scenarios.workloads._registry import known_workloads
 
     known = {**known_workloads(), **(workloads or {})}
     if name in known:
@@ -389,7 +389,7 @@ def _some_fault(c: _Checker, scenario: Scenario, seed: int) -> None:
 
 def _params(c: _Checker, workload_cls: Any) -> dict[str, Any]:
     """The ``[params]`` table, checked against the workload's params model (when it is known)."""
-    from scenarios._workload import params_problems
+    from scenarios.model._workload import params_problems
 
     params: dict[str, Any] = c.get("params", dict, {}, "must be a table of the workload's options")
     if workload_cls is not None:

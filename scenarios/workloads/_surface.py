@@ -28,8 +28,8 @@ from chaos.cluster import TEST_SYSTEM_CONFIG
 from chaos.engine import StuckCause
 from chaos.errors import MutationNotLogged
 from chaos.history import Op, OpStatus, drive_writers
-from scenarios._records import Verdict
-from scenarios._workload import CALL_TIMEOUT, Params, Workload
+from scenarios.model._records import Verdict
+from scenarios.model._workload import CALL_TIMEOUT, Params, Workload
 
 __all__ = ["SURFACE_WORKLOADS"]
 

@@ -1,8 +1,8 @@
 """Ctrl-C during a run: the first one interrupts, the ones after it cannot stop the healing.
 
 A run interrupted by Ctrl-C still heals every fault, journals its end and tears its cluster
-down; each of those steps has its own deadline. A second Ctrl-C during them used to raise
-inside the teardown and leave paused or Ray processes behind. Now it is noted and ignored.
+down; each of those steps has its own deadline. A second Ctrl-C during them is noted and
+ignored: raised inside the teardown, it would leave paused or Ray processes behind.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from chaos import FaultKind
 from chaos.engine import FaultStatus
-from scenarios._records import NO_PROBE_NOTE, FaultRecord, RunLabel, RunResult, seconds_text
+from scenarios.model._records import NO_PROBE_NOTE, FaultRecord, RunLabel, RunResult, seconds_text
 
 __all__ = ["render_html"]
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from chaos import HangError, wait_until, watch
-from scenarios._lesson_model import Measure
+from scenarios.lessons._model import Measure
 
 __all__ = [
     "TIMEOUT",

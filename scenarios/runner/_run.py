@@ -38,11 +38,11 @@ from chaos.cluster import TEST_SYSTEM_CONFIG, capped_filesystem, ray_processes, 
 from chaos.engine import FaultOutcome, FaultStatus, Injection, ScheduleObserver, rpc_failure_env, run_schedule
 from chaos.errors import InvalidConfig
 from chaos.journal import EndEvent, Journal, RecoverEvent, StartEvent, VerdictEntry
-from scenarios._bounded import CallHang, bounded
-from scenarios._interrupt import interrupt_once
-from scenarios._model import Scenario, SteadyState, resolve_workload
-from scenarios._records import FaultRecord, Phase, Probe, RunLabel, RunResult, RunStatus, Sample, Verdict
-from scenarios._workload import Params, RunContext, Workload, validate_params
+from scenarios.model._bounded import CallHang, bounded
+from scenarios.model._records import FaultRecord, Phase, Probe, RunLabel, RunResult, RunStatus, Sample, Verdict
+from scenarios.model._scenario import Scenario, SteadyState, resolve_workload
+from scenarios.model._workload import Params, RunContext, Workload, validate_params
+from scenarios.runner._interrupt import interrupt_once
 
 __all__ = ["CHECKED_NOTHING", "RECOVERED", "Progress", "at_end_schedule", "declared_verdicts", "recovery_verdicts",
            "run_scenario", "steady_verdicts", "undeclared_verdicts"]

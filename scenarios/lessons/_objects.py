@@ -8,13 +8,13 @@ from typing import Any
 import numpy as np
 
 from chaos import wait_until
-from scenarios._lesson_kit import (
+from scenarios.lessons._kit import (
     TIMEOUT,
     Result,
     remote,
     timed,
 )
-from scenarios._lesson_model import Lesson, Measure, lesson
+from scenarios.lessons._model import Lesson, Measure, lesson
 
 
 def _total(array: np.ndarray) -> float:

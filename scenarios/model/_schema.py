@@ -1,6 +1,6 @@
 """The scenario file's JSON Schema and its reference page, both generated from the model.
 
-One source: the top-level fields are :data:`scenarios._model.FIELDS` (what the loader checks),
+One source: the top-level fields are :data:`scenarios.model._scenario.FIELDS` (what the loader checks),
 each fault kind's fields are its dataclass's (``chaos._faults``), each target kind's too
 (``chaos._targets``), Ray's RPC failure knob is :class:`chaos.RpcFailure`, and each built-in
 workload's ``[params]`` and invariants come from the workload class. ``raychaos schema`` prints
@@ -25,8 +25,8 @@ from chaos._faults import _KINDS as FAULT_CLASSES
 from chaos._faults import FaultKind
 from chaos._targets import _KINDS as TARGET_CLASSES
 from chaos._targets import NodeTarget
-from scenarios._model import FIELDS, STEADY_STATE_FIELDS, FieldSpec
-from scenarios._workload import Workload
+from scenarios.model._scenario import FIELDS, STEADY_STATE_FIELDS, FieldSpec
+from scenarios.model._workload import Workload
 
 __all__ = ["FAULT_EXAMPLES", "REGENERATE", "TARGET_EXAMPLES", "reference_markdown", "scenario_schema"]
 
@@ -190,7 +190,7 @@ _JSON_TYPES: dict[type, str] = {bool: "boolean", int: "integer", float: "number"
 
 
 def _workloads() -> dict[str, type[Workload]]:
-    from scenarios._workloads import WORKLOADS  # the built-ins only: the schema is the same everywhere
+    from scenarios.workloads._builtin import WORKLOADS  # the built-ins only: the schema is the same everywhere
 
     return WORKLOADS
 
@@ -229,8 +229,8 @@ def reference_markdown() -> str:
 
 _INTRO = f"""# Scenario file reference
 
-<!-- Generated from the scenario model: edit scenarios/_model.py, chaos/_faults.py or
-scenarios/_schema.py, then run: {REGENERATE} -->
+<!-- Generated from the scenario model: edit scenarios/model/_scenario.py, chaos/_faults.py or
+scenarios/model/_schema.py, then run: {REGENERATE} -->
 
 This page is generated from the scenario model: every field of a scenario file, with its type,
 default and allowed values, and each fault kind and target kind with an example. For a guided

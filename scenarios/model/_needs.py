@@ -10,8 +10,8 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Mapping
 
-from scenarios._model import Scenario
-from scenarios._workload import Extra, Workload
+from scenarios.model._scenario import Scenario
+from scenarios.model._workload import Extra, Workload
 
 __all__ = ["EXTRA_MODULES", "missing_extra", "scenario_needs"]
 

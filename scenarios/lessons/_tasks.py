@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from scenarios._lesson_kit import (
+from scenarios.lessons._kit import (
     HOLD,
     TIMEOUT,
     Result,
@@ -16,7 +16,7 @@ from scenarios._lesson_kit import (
     remote,
     timed,
 )
-from scenarios._lesson_model import Lesson, Measure, lesson
+from scenarios.lessons._model import Lesson, Measure, lesson
 
 _COUNTER = {"value": 0}
 
