@@ -36,7 +36,7 @@ from chaos import local_cluster
 PENDING_FOR = 10.0
 #: (name, [(kind, deps, max_retries)], index of the node to cancel, force) as the property ran them.
 GRAPHS = [
-    ("CI: cancel next to actor exits and a crash",
+    ("found: cancel next to actor exits and a crash",
      [("actor_exit", (), 1), ("flaky_crash", (), 0), ("cancel", (), 0), ("actor_flaky_exit", (0, 2), 1)], 2, False),
     ("baseline: cancel_force first, an actor waits on it",
      [("cancel", (), 1), ("actor_exit", (0,), 0), ("flaky_raise", (0, 1), 1)], 0, True),

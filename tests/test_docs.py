@@ -268,7 +268,7 @@ def test_every_builtin_scenario_is_on_its_page() -> None:
 
 
 def test_every_lesson_is_on_its_page() -> None:
-    from scenarios._lessons import lessons
+    from scenarios.lessons._catalog import lessons
 
     page = (ROOT / "docs" / "reference" / "lessons.md").read_text(encoding="utf-8")
     for item in lessons():
@@ -308,15 +308,46 @@ def test_no_development_history_in_the_pages() -> None:
     assert not found, "development history in the pages (it belongs in git):\n" + "\n".join(found)
 
 
+#: The code's comments, docstrings and test names: narrower, for code numbers things (``#3``,
+#: "waves" of tasks, Ray's session) that are no history.
+CODE_HISTORY = [
+    rf"\b{ORDINAL} (session|wave)\b",
+    r"\b(issue|ticket) #?\d+",
+    r"\bfound and fixed\b",
+    r"\bused to (be|pass|fail|go|lose|read|fall|skip|count|say|raise|get)\b",
+    r"\b(CI|make test|the slow tier) once\b",
+    r"\bonce (saw|took|measured|carried)\b",
+]
+
+
+def code_files() -> list[Path]:
+    names = subprocess.run(["git", "ls-files", "*.py", "Makefile", ".ci/run", "pyproject.toml"], cwd=ROOT,
+                           capture_output=True, text=True, check=True, timeout=30).stdout.split()
+    return [ROOT / name for name in names if name != "tests/test_docs.py"]
+
+
+def test_no_development_history_in_the_code() -> None:
+    found = [f"{path.relative_to(ROOT)}:{n}: {match.group(0)!r}"
+             for path in code_files()
+             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             for pattern in CODE_HISTORY for match in re.finditer(pattern, line, re.I)]
+    assert len(found) == 0, "development history in the code (it belongs in git):\n" + "\n".join(found)
+
+
 #: Sentences the check must flag, kept as word lists so that this file itself reads as none.
 FLAGGED = [("measured in the", "eleventh", "session"), ("see", "issue", "17"), ("found and", "fixed in CI"),
            ("the", "third", "wave"), ("it", "used to", "pass")]
+CODE_FLAGGED = [("CI", "once saw", "tasks 2 and 3"), ("it", "once carried", "none"), ("see", "issue", "31"),
+                ("a second Ctrl-C", "used to", "raise")]
 
 
 def test_the_history_check_sees_history(tmp_path: Path) -> None:
     for words in FLAGGED:
         line = " ".join(words)
         assert any(re.search(p, line, re.I) for p in HISTORY), line
+    for words in CODE_FLAGGED:
+        line = " ".join(words)
+        assert any(re.search(p, line, re.I) for p in CODE_HISTORY), line
 
 
 # -- the quickstarts, end to end --------------------------------------------------------------------

@@ -27,12 +27,12 @@ from chaos.errors import InvalidConfig
 from chaos.journal import read_journal
 from conftest import CALL_TIMEOUT
 from scenarios import RunResult, Scenario, Verdict, Workload, run_scenario
-from scenarios._dqn import DQNCartPole
-from scenarios._runner import declared_verdicts
-from scenarios._surface import AsyncLedger, Caller, Opener, Target
-from scenarios._workload import RunContext
-from scenarios._workloads import WORKLOADS, sample_env
+from scenarios.model._workload import RunContext
 from scenarios.runner import SteadyState
+from scenarios.runner._run import declared_verdicts
+from scenarios.workloads._builtin import WORKLOADS, sample_env
+from scenarios.workloads._dqn import DQNCartPole
+from scenarios.workloads._surface import AsyncLedger, Caller, Opener, Target
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
 pytestmark = pytest.mark.ray
@@ -302,8 +302,8 @@ def test_owner_death_surfaces_breaks_when_the_owner_never_dies(ray_cluster: Clus
 
 
 def test_owner_death_holds_with_the_kill_at_time_zero(ray_cluster: ClusterHandle) -> None:
-    # The owner makes its first ref in setup, before time zero: make test once saw the kill at
-    # 2 s land while the owner's worker was still starting, no ref to surface (red, rightly).
+    # The owner makes its first ref in setup, before time zero: a kill at 2 s can land while the
+    # owner's worker is still starting, with no ref to surface (red, rightly).
     workload = WORKLOADS["owner-death"]
     result = planted(workload, duration=1.0, params={"surface_within": 5.0},
                      faults=[(0.0, Kill(ActorTarget(name="owner", namespace="raychaos")))],
@@ -372,8 +372,8 @@ class PlantedNodeLoss(BlocksOnce, WORKLOADS["node-loss"]):  # type: ignore[misc]
 
 @pytest.mark.multinode
 def test_every_node_loss_invariant_can_break(ray_multinode_cluster: ClusterHandle) -> None:
-    # Its tasks need workers on the worker nodes, started cold there (CI once saw tasks 2 and 3
-    # not end within the run and a 1 s drain: the planted error went unseen). The drain waits
+    # Its tasks need workers on the worker nodes, started cold there (on a loaded machine tasks 2
+    # and 3 need not end within the run, and a 1 s drain left the planted error unseen). The drain waits
     # for the hung task 3 in full, so this costs its 4 s in every run.
     params = {**SAMPLING, "drain_timeout": 4.0}
     result = planted(PlantedNodeLoss, duration=4.0, params=params, address=ray_multinode_cluster.address)
@@ -438,8 +438,8 @@ class NameLeadsElsewhere(WORKLOADS["gcs-restart"]):  # type: ignore[misc, valid-
 
 @pytest.mark.slow  # make test's budget: a fresh clone's took 589 s of its 600
 def test_every_gcs_restart_invariant_can_break(ray_cluster: ClusterHandle) -> None:
-    # CI once saw no call in 1.5 s (the counter's worker still starting): the named and the
-    # written counter both at 0, and both verdicts held. Setup now waits for the counter, and
+    # A counter whose worker is still starting answers no call in 1.5 s: the named and the
+    # written counter both at 0 would let both verdicts hold. Setup waits for the counter, and
     # over no acknowledged add both verdicts break (assert_all_red asks for the plant's evidence).
     result = planted(NameLeadsElsewhere, duration=1.5, params={"settle": 2.0}, address=ray_cluster.address)
     assert_all_red(result, NameLeadsElsewhere)
@@ -573,7 +573,7 @@ def test_every_node_fault_invariant_can_break_and_old_losses_do_not_count(
     result = planted(PlantedGroupLoss, duration=1.0, params={"recover_within": 2.0}, address=address)
     assert_all_red(result, PlantedGroupLoss)
     # Ten seconds: the second batch must start within the run however slow the first one was
-    # (in the slow tier it once took the whole of a 1 s run, and nothing hung).
+    # (under the slow tier's load it can take the whole of a 1 s run without hanging).
     result = planted(PlantedRpcFailures, duration=10.0, params={"batch_timeout": 5.0}, address=address)
     assert_all_red(result, PlantedRpcFailures)
     assert "19 right values" in broken(result)["results_correct"] and "GetTimeoutError" in broken(result)["no_hang"]

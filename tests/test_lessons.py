@@ -15,8 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 from chaos.cluster import ClusterHandle
-from scenarios._lessons import Measure, find, lessons
 from scenarios.cli import main
+from scenarios.lessons._catalog import Measure, find, lessons
 
 pytestmark = pytest.mark.ray
 OWN_CLUSTER = {"13-undeclared-gpu", "15-placement-groups"}
@@ -43,8 +43,8 @@ def test_a_margin_is_printed_with_its_measure() -> None:
     """A fix better by less than its margin is too noisy to tell: the table says what it had to win by."""
     from rich.console import Console
 
-    from scenarios._lesson_console import print_lesson
-    from scenarios._lesson_model import LessonResult
+    from scenarios.lessons._console import print_lesson
+    from scenarios.lessons._model import LessonResult
 
     console = Console(record=True, width=200)
     tie = LessonResult(find("09"), (Measure("fetch", "s", 0.0036, 0.0035, margin=0.0005),), seconds=1.0)
@@ -66,25 +66,25 @@ def test_warm_up_gives_up_naming_the_count_when_workers_never_run_at_once(monkey
     """Rounds that never reach the count (workers too slow to start) end in a HangError within
     the lessons' bound, each round holding twice as long as the last, never timing garbage."""
     from chaos import HangError
-    from scenarios import _lesson_kit
+    from scenarios.lessons import _kit as lesson_kit
 
     holds: list[float] = []
-    monkeypatch.setattr(_lesson_kit, "TIMEOUT", 2.0)
-    monkeypatch.setattr(_lesson_kit, "_round", lambda workers, hold: holds.append(hold) or {1, 2})
+    monkeypatch.setattr(lesson_kit, "TIMEOUT", 2.0)
+    monkeypatch.setattr(lesson_kit, "_round", lambda workers, hold: holds.append(hold) or {1, 2})
     with pytest.raises(HangError, match="4 worker processes did not run at once within 2 s"):
-        _lesson_kit.warm_up(4)
+        lesson_kit.warm_up(4)
     assert holds[:2] == [0.5, 1.0] and len(holds) <= 3
-    monkeypatch.setattr(_lesson_kit, "_round", lambda workers, hold: {1, 2, 3, 4})
-    _lesson_kit.warm_up(4)  # reached at the first round: no error
+    monkeypatch.setattr(lesson_kit, "_round", lambda workers, hold: {1, 2, 3, 4})
+    lesson_kit.warm_up(4)  # reached at the first round: no error
 
 
 @pytest.mark.slow
 def test_the_eager_get_lesson_holds_on_a_loaded_machine(ray_cluster: ClusterHandle) -> None:
     """Lesson 03's fix wins by its margin with a CPU burner running beside the cluster.
 
-    CI once measured the fix at 1.5 s against the mistake's 1.84: its warm-up ran on the two
-    workers Ray kept, one task after another, and returned while the other two still started,
-    so the timed batch waited for them. With one burner that happened on most runs (1.8-2.0 s).
+    A warm-up that runs on the two workers Ray keeps, one task after another, returns while the
+    other two still start, so the timed batch waits for them: the fix then measured 1.5 s
+    against the mistake's 1.84, and with one burner on most runs (1.8-2.0 s).
     """
     burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # a loaded machine's other work
     try:
@@ -114,10 +114,10 @@ def test_lesson_on_its_own_cluster_favours_the_fix(lesson_id: str) -> None:
 
 
 def test_each_section_module_holds_its_sections_lessons_once() -> None:
-    from scenarios import _lessons_actors, _lessons_objects, _lessons_resources, _lessons_tasks, _lessons_waiting
+    from scenarios.lessons import _actors, _objects, _resources, _tasks, _waiting
 
-    modules = {"4.1": _lessons_tasks, "4.2": _lessons_actors, "4.3": _lessons_objects, "4.4": _lessons_waiting,
-               "4.5": _lessons_resources}
+    modules = {"4.1": _tasks, "4.2": _actors, "4.3": _objects, "4.4": _waiting,
+               "4.5": _resources}
     for section, module in modules.items():
         assert {item.section for item in module.LESSONS} == {section}, module.__name__
     ids = [item.id for item in lessons()]

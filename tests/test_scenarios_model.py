@@ -10,11 +10,11 @@ from click.testing import CliRunner
 
 from chaos import Kill, MemoryPressure, Pause
 from scenarios import ScenarioError, Verdict, builtin_names, load_scenario
-from scenarios._records import Probe
-from scenarios._runner import _recovery, aim_memory_faults, steady_verdicts
-from scenarios._workload import Params, RunContext, Workload
 from scenarios.cli import main
+from scenarios.model._records import Probe
+from scenarios.model._workload import Params, RunContext, Workload
 from scenarios.runner import SteadyState
+from scenarios.runner._run import _recovery, aim_memory_faults, steady_verdicts
 
 BUILTINS = ["async-actor", "dqn-cartpole", "drain-preemption", "env-worker-kill",
             "env-worker-kill-no-retries", "full-disk", "gcs-restart", "lost-objects", "memory-pressure",
@@ -249,7 +249,7 @@ def test_a_steady_state_check_no_probe_reached_does_not_hold() -> None:
               Probe("after", 5.0, True, "ok")]
     assert [(v.name, v.held) for v in steady_verdicts(asked, probes)] == [
         ("steady state before", True), ("steady state after", True), ("steady state during", True)]
-    # A run shorter than probe_every: no probe during it. It used to get no verdict at all.
+    # A run shorter than probe_every: no probe during it, and still a verdict.
     short = steady_verdicts(asked, [p for p in probes if p.phase != "during"])
     assert [(v.name, v.held, v.seen) for v in short][-1] == ("steady state during", False, 0), short
     assert [v.held for v in steady_verdicts(asked, [])] == [False, False, False]
@@ -269,7 +269,7 @@ def test_run_scenario_refuses_a_scenario_without_a_fault_before_anything_starts(
 
 
 def test_a_file_without_invariants_checks_the_workloads_defaults_which_can_hold_together(tmp_path: Path) -> None:
-    from scenarios._workloads import WORKLOADS
+    from scenarios.workloads._builtin import WORKLOADS
 
     text = 'name = "mine"\nworkload = "sampling"\nduration = 10\n\n[[faults]]\nat = 2\nkind = "kill"\n' \
            'target = { kind = "task", name = "sample_env" }\n'

@@ -72,7 +72,7 @@ def test_a_kill_scenario_runs_without_torch(tmp_path: Path) -> None:
 
 def test_the_wheel_carries_the_builtin_scenarios(tmp_path: Path) -> None:
     # An editable install reads them from the checkout; a plain `pip install raychaos` has only
-    # what the wheel carries (it once carried none: `raychaos run <builtin>` crashed listing them).
+    # what the wheel carries (without them `raychaos run <builtin>` crashes listing them).
     import zipfile
 
     out = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
