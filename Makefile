@@ -30,7 +30,7 @@ LOCK_ARGS ?=
 
 REPORT ?= report/dqn-cartpole
 
-.PHONY: install browser redis run test slow lint docs thorough mutants soak bench latency lock leakcheck clean
+.PHONY: install browser redis fuse run test slow lint docs thorough mutants soak bench latency lock leakcheck clean
 
 # constraints.txt pins every package the install resolves (see `make lock`); pyproject keeps
 # loose ranges for users.
@@ -61,15 +61,21 @@ redis:
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server && \
 		(systemctl disable --now redis-server 2>/dev/null || service redis-server stop 2>/dev/null || true))
 
+# The fault filesystem (disk faults, the power-loss tests) mounts through FUSE 3: Debian's
+# fuse3 brings fusermount3 and libfuse3.
+fuse:
+	@command -v fusermount3 >/dev/null || (apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends fuse3)
+
 # The suite under Hypothesis's `ci` profile (pyproject's addopts), but the end-to-end runs
 # marked slow: within 10 minutes here.
-test: $(STAMP) browser redis
+test: $(STAMP) browser redis fuse
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory leakcheck
 
 # The end-to-end tier (CI runs it after `make test`): the flagship and its report, scenarios
 # on their own clusters, the broken actors caught and shrunk.
-slow: $(STAMP) browser redis
+slow: $(STAMP) browser redis fuse
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory leakcheck
 

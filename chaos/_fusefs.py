@@ -1,0 +1,276 @@
+"""A fault filesystem: a passthrough FUSE mount whose disk faults are switched at run time.
+
+:func:`fault_filesystem` mounts a directory through a FUSE server of its own
+(:mod:`chaos._fuse_server`, libfuse 3 through mfusepy) and yields a :class:`FaultFS` to switch
+its faults: latency per operation, a stall (operations block until healed, or until the
+stall's own deadline), ``EIO``/``ENOSPC``/``EROFS`` on paths matching a glob, and a power
+loss that drops every write no ``fsync`` covered (of the file for its bytes, of its directory
+for creates, renames and unlinks), as LazyFS does. On the way out, whatever happened, it
+heals, unmounts (lazily as a last resort) and stops the server; the server also unmounts
+itself when its driver dies. :func:`fuse_mounts_left` finds mounts of ours left behind.
+
+Paths in globs are the paths inside the mount, with a leading ``/``; ``*`` crosses ``/``
+(``"/ckpt/*"`` is everything under ``/ckpt``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from multiprocessing.connection import Client
+from typing import Any
+
+import psutil
+
+from chaos._errors import ChaosError, HangError, InvalidConfig, MissingExtra
+from chaos._fuse_faults import OPS
+from chaos._wait import wait_until
+
+__all__ = ["FSNAME", "FaultFS", "FaultFSError", "FaultFSState", "PowerLossResult", "fault_filesystem",
+           "fuse_mounts_left", "fuse_servers_left"]
+
+#: The FUSE filesystem name and subtype of our mounts (``fuse.raychaos-faultfs`` in /proc/mounts).
+FSNAME = "raychaos-faultfs"
+_SERVER_MODULE = "chaos._fuse_server"
+_START_TIMEOUT = 15.0
+_STOP_TIMEOUT = 15.0
+_ERRNOS = (errno.EIO, errno.ENOSPC, errno.EROFS)
+#: The longest a stall may block operations before the server heals it by itself.
+MAX_STALL_SECONDS = 600.0
+
+
+class FaultFSError(ChaosError, OSError):
+    """The fault filesystem's server refused a command or cannot be reached."""
+
+
+@dataclass(frozen=True, slots=True)
+class PowerLossResult:
+    """What a power loss dropped: files put back to their synced bytes (the bytes cut beyond
+    their synced size, the pages written back within it), name changes undone, open handles
+    made dead (their I/O fails with ``EIO``)."""
+
+    files_reverted: int
+    bytes_cut: int
+    pages_restored: int
+    names_undone: int
+    handles_killed: int
+
+
+@dataclass(frozen=True, slots=True)
+class FaultFSState:
+    """The faults on now and what they did: ``counts`` has ``op.<name>`` per operation served,
+    ``delayed``, ``stalled`` and ``errno.<n>`` per operation they hit; ``unsynced_*`` is what a
+    power loss would drop now."""
+
+    latency: Mapping[str, float]
+    stall: str | None
+    errors: tuple[tuple[int, str, tuple[str, ...]], ...]
+    counts: Mapping[str, int]
+    unsynced_files: int
+    unsynced_names: int
+    pid: int
+
+    def count(self, key: str) -> int:
+        return int(self.counts.get(key, 0))
+
+
+def _validate_seconds(name: str, value: object, *, most: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= most:
+        raise InvalidConfig(f"`{name}` must be a number of seconds in [0, {most:g}], got {value!r}")
+    return float(value)
+
+
+def _validate_ops(ops: Iterable[str], where: str) -> list[str]:
+    chosen = list(ops)
+    bad = [op for op in chosen if op not in OPS]
+    if bad or not chosen:
+        raise InvalidConfig(f"{where}: operations {bad or chosen!r} are not ones a fault filesystem "
+                            f"serves; use some of {', '.join(OPS)}")
+    return chosen
+
+
+@dataclass(frozen=True, slots=True)
+class FaultFS:
+    """A mounted fault filesystem: where it is and its switches (each call is one command)."""
+
+    mount: str
+    backing: str
+    control: str
+    pid: int
+
+    def _send(self, request: dict[str, Any]) -> dict[str, Any]:
+        try:
+            with Client(self.control, family="AF_UNIX") as conn:
+                conn.send_bytes(json.dumps(request).encode())
+                reply: dict[str, Any] = json.loads(conn.recv_bytes())
+        except (OSError, EOFError) as exc:
+            raise FaultFSError(f"the fault filesystem at {self.mount} does not answer on {self.control} "
+                               f"({exc!r}); its server (pid {self.pid}) has ended") from exc
+        if "error" in reply:
+            raise FaultFSError(f"the fault filesystem at {self.mount} refused {request!r}: {reply['error']}")
+        return reply
+
+    def set_latency(self, seconds: Mapping[str, float]) -> None:
+        """Delay each operation named in ``seconds`` (``{"fsync": 0.2}``) by that long."""
+        chosen = _validate_ops(seconds, "set_latency")
+        self._send({"op": "latency", "ops": {op: _validate_seconds(f"seconds[{op!r}]", seconds[op], most=60.0)
+                                             for op in chosen}})
+
+    def stall(self, *, glob: str = "*", seconds: float) -> None:
+        """Block every operation on paths matching ``glob`` until :meth:`heal`, or ``seconds``."""
+        bound = _validate_seconds("seconds", seconds, most=MAX_STALL_SECONDS)
+        self._send({"op": "stall", "glob": glob, "seconds": bound})
+
+    def fail(self, code: int, *, glob: str = "*", ops: Iterable[str] | None = None) -> None:
+        """Fail operations on paths matching ``glob`` with errno ``code`` (``EIO``, ``ENOSPC``,
+        ``EROFS``); ``ops`` defaults to what that error hits on a real disk."""
+        if code not in _ERRNOS:
+            raise InvalidConfig(f"errno {code!r} is not one a fault filesystem injects; use one of "
+                                f"{', '.join(errno.errorcode[c] for c in _ERRNOS)}")
+        chosen = None if ops is None else _validate_ops(ops, f"fail({errno.errorcode[code]})")
+        self._send({"op": "fail", "errno": code, "glob": glob, "ops": chosen})
+
+    def heal(self, *kinds: str) -> None:
+        """Switch faults off (``"latency"``, ``"stall"``, ``"errors"``; all when none is named)."""
+        self._send({"op": "heal", "kinds": list(kinds)})
+
+    def power_loss(self) -> PowerLossResult:
+        """Drop every write no fsync covered; handles open now fail with ``EIO`` from here on
+        (their processes did not survive the power loss). Stop the writers first."""
+        reply = self._send({"op": "power_loss"})
+        return PowerLossResult(reply["files_reverted"], reply["bytes_cut"], reply["pages_restored"],
+                               reply["names_undone"], reply["handles_killed"])
+
+    def state(self) -> FaultFSState:
+        reply = self._send({"op": "state"})
+        errors = tuple((int(c), str(g), tuple(o)) for c, g, o in reply["errors"])
+        return FaultFSState(reply["latency"], reply["stall"], errors, reply["counts"],
+                            reply["unsynced_files"], reply["unsynced_names"], reply["pid"])
+
+
+def _check_prerequisites() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("mfusepy") is None:
+        raise MissingExtra("the fault filesystem needs mfusepy, which is not installed; install it with "
+                           "pip install 'raychaos[disk]'")
+    if shutil.which("fusermount3") is None or not os.path.exists("/dev/fuse"):
+        raise InvalidConfig("the fault filesystem needs FUSE 3: /dev/fuse and fusermount3 "
+                            "(Debian: apt-get install fuse3)")
+
+
+@contextlib.contextmanager
+def fault_filesystem(backing: str | None = None, *, mount: str | None = None) -> Iterator[FaultFS]:
+    """Mount ``backing`` (a fresh empty directory if None) at ``mount`` (a fresh one if None)
+    through a fault filesystem; yield its switches; heal, unmount and stop it on the way out.
+
+    Raises:
+        MissingExtra: mfusepy is not installed.
+        InvalidConfig: no FUSE 3 here, a missing ``backing``, or the mount did not come up.
+    """
+    _check_prerequisites()
+    if backing is not None and not os.path.isdir(backing):
+        raise InvalidConfig(f"`backing` {backing!r} is not a directory; give an existing one (or None)")
+    work = tempfile.mkdtemp(prefix="rc-faultfs-", dir="/tmp")
+    try:
+        fs, proc = _start(backing or _made(work, "backing"), mount or _made(work, "mnt"), work)
+        try:
+            yield fs
+        finally:
+            _stop(fs, proc)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _made(work: str, name: str) -> str:
+    path = os.path.join(work, name)
+    os.mkdir(path)
+    return path
+
+
+def _start(backing: str, mount: str, work: str) -> tuple[FaultFS, subprocess.Popen[bytes]]:
+    control = os.path.join(work, "control.sock")
+    with open(os.path.join(work, "server.log"), "wb") as log:
+        # Its own session: a Ctrl-C of the test reaches the test, whose finally unmounts; the
+        # server's stdin stays open only while the driver lives.
+        proc = subprocess.Popen(
+            [sys.executable, "-m", _SERVER_MODULE, "--backing", backing, "--mount", mount, "--control", control],
+            stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    fs = FaultFS(os.path.realpath(mount), os.path.realpath(backing), control, proc.pid)
+    try:
+        wait_until(lambda: _up(fs, proc, work), timeout=_START_TIMEOUT, what=f"the fault filesystem at {mount}")
+    except (HangError, InvalidConfig):
+        _stop(fs, proc)
+        raise
+    return fs, proc
+
+
+def _up(fs: FaultFS, proc: subprocess.Popen[bytes], work: str) -> bool:
+    if proc.poll() is not None:
+        with open(os.path.join(work, "server.log"), encoding="utf-8", errors="replace") as log:
+            tail = log.read()[-2000:]
+        raise InvalidConfig(f"the fault filesystem's server exited with {proc.returncode} before "
+                            f"{fs.mount} was mounted:\n{tail}")
+    if fs.mount not in fuse_mounts_left():
+        return False
+    fs.state()
+    return True
+
+
+def _stop(fs: FaultFS, proc: subprocess.Popen[bytes]) -> None:
+    """Heal (so nothing stays blocked), unmount (lazily if busy), end the server: bounded."""
+    with contextlib.suppress(FaultFSError):
+        fs.heal()
+    if fs.mount in fuse_mounts_left():
+        unmount(fs.mount)
+    if proc.stdin is not None:
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
+    try:
+        proc.wait(_STOP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(_STOP_TIMEOUT)
+    if fs.mount in fuse_mounts_left():  # a server that died without unmounting
+        unmount(fs.mount)
+
+
+def unmount(mount: str) -> None:
+    """``fusermount3 -u``, then the lazy ``-u -z`` (a process still holds a file there)."""
+    for flags in (["-u"], ["-u", "-z"]):
+        done = subprocess.run(["fusermount3", *flags, mount], capture_output=True, text=True,
+                              timeout=_STOP_TIMEOUT, check=False)
+        if done.returncode == 0:
+            return
+
+
+def _unescape(field: str) -> str:
+    """A /proc/mounts field: spaces, tabs, newlines and backslashes come octal-escaped."""
+    for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
+        field = field.replace(code, char)
+    return field
+
+
+def fuse_mounts_left() -> list[str]:
+    """The mount points of every fault filesystem mounted on this machine now (leak check)."""
+    with open("/proc/self/mounts", encoding="utf-8") as mounts:
+        rows = [line.split() for line in mounts]
+    return [_unescape(row[1]) for row in rows if len(row) > 2 and row[2] == f"fuse.{FSNAME}"]
+
+
+def fuse_servers_left() -> list[psutil.Process]:
+    """Fault filesystem servers running on this machine now (leak check)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if _SERVER_MODULE in cmdline:
+            found.append(proc)
+    return found

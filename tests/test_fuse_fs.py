@@ -1,0 +1,339 @@
+"""The fault filesystem, Ray-free, on plain files: each fault takes effect and heals, and a
+power loss keeps exactly what an fsync covered (of the file for its bytes, of its directory
+for creates, renames and unlinks)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from chaos._errors import InvalidConfig
+from chaos._fusefs import FaultFS, FaultFSError, fault_filesystem, fuse_mounts_left, fuse_servers_left
+from chaos._wait import wait_until
+
+pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="needs /dev/fuse")
+
+
+@pytest.fixture
+def fs() -> Iterator[FaultFS]:
+    with fault_filesystem() as mounted:
+        yield mounted
+    assert mounted.mount not in fuse_mounts_left()
+
+
+def put(path: str, data: bytes, *, sync: bool = False) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        if sync:
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def sync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def timed(action: object) -> float:
+    start = time.perf_counter()
+    action()  # type: ignore[operator]
+    return time.perf_counter() - start
+
+
+# -- passthrough -------------------------------------------------------------------------------
+
+
+def test_files_pass_through_to_the_backing_directory_which_hides_the_graveyard(fs: FaultFS) -> None:
+    m = fs.mount
+    os.mkdir(f"{m}/d")
+    put(f"{m}/d/a", b"alpha")
+    os.rename(f"{m}/d/a", f"{m}/d/b")
+    os.symlink("b", f"{m}/d/link")
+    os.link(f"{m}/d/b", f"{m}/d/hard")
+    assert sorted(os.listdir(f"{m}/d")) == ["b", "hard", "link"]
+    assert read(f"{m}/d/link") == b"alpha" and read(f"{fs.backing}/d/b") == b"alpha"
+    os.unlink(f"{m}/d/hard")
+    with pytest.raises(OSError) as exc:
+        os.rmdir(f"{m}/d")
+    assert exc.value.errno == errno.ENOTEMPTY
+    assert os.listdir(m) == ["d"] and ".raychaos-faultfs" in os.listdir(fs.backing)
+    assert not os.path.exists(f"{m}/.raychaos-faultfs")
+    assert fs.state().count("op.rename") == 1
+
+
+# -- latency, stall, errors ----------------------------------------------------------------------
+
+
+def test_latency_delays_only_the_chosen_operation_and_heals(fs: FaultFS) -> None:
+    path = f"{fs.mount}/f"
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY)
+    try:
+        os.write(fd, b"x")
+        fs.set_latency({"fsync": 0.2})
+        assert timed(lambda: os.fsync(fd)) >= 0.2
+        assert timed(lambda: os.write(fd, b"y")) < 0.1
+        fs.heal("latency")
+        assert timed(lambda: os.fsync(fd)) < 0.1
+    finally:
+        os.close(fd)
+    assert fs.state().count("delayed") == 1
+
+
+def test_a_stall_blocks_operations_until_healed(fs: FaultFS) -> None:
+    fs.stall(glob="/slow/*", seconds=60)
+    put(f"{fs.mount}/fast", b"not stalled")  # outside the glob
+    os.mkdir(f"{fs.mount}/slow")  # the directory itself is "/slow", not under it
+    done = threading.Event()
+    writer = threading.Thread(target=lambda: (put(f"{fs.mount}/slow/x", b"1"), done.set()))
+    writer.start()
+    wait_until(lambda: fs.state().count("stalled") >= 1, timeout=10, what="a stalled operation")
+    assert not done.wait(0.3), "the write finished during the stall"
+    fs.heal("stall")
+    assert done.wait(10), "the write was not released by the heal"
+    writer.join()
+    assert read(f"{fs.mount}/slow/x") == b"1"
+
+
+def test_a_stall_ends_by_itself_at_its_deadline(fs: FaultFS) -> None:
+    fs.stall(seconds=0.5)
+    took = timed(lambda: put(f"{fs.mount}/x", b"1"))
+    assert 0.4 <= took < 5
+    assert fs.state().stall is None
+
+
+@pytest.mark.parametrize("code", [errno.EIO, errno.ENOSPC])
+def test_an_errno_hits_matching_paths_only_and_heals(fs: FaultFS, code: int) -> None:
+    os.mkdir(f"{fs.mount}/bad")
+    fs.fail(code, glob="/bad/*")
+    with pytest.raises(OSError) as exc:
+        put(f"{fs.mount}/bad/x", b"1")
+    assert exc.value.errno == code
+    put(f"{fs.mount}/good", b"1")
+    fs.heal("errors")
+    put(f"{fs.mount}/bad/x", b"2")
+    assert read(f"{fs.mount}/bad/x") == b"2"
+    assert fs.state().count(f"errno.{code}") == 1
+
+
+def test_eio_on_reads_of_one_file(fs: FaultFS) -> None:
+    put(f"{fs.mount}/f", b"data", sync=True)
+    fs.fail(errno.EIO, glob="/f", ops=["read"])
+    with open(f"{fs.mount}/f", "rb") as f, pytest.raises(OSError) as exc:
+        f.read()
+    assert exc.value.errno == errno.EIO
+
+
+def test_erofs_refuses_opening_for_writing_but_not_reading(fs: FaultFS) -> None:
+    put(f"{fs.mount}/f", b"data")
+    fs.fail(errno.EROFS)
+    assert read(f"{fs.mount}/f") == b"data"
+    for attempt in (lambda: os.open(f"{fs.mount}/f", os.O_WRONLY), lambda: os.mkdir(f"{fs.mount}/d"),
+                    lambda: os.unlink(f"{fs.mount}/f")):
+        with pytest.raises(OSError) as exc:
+            attempt()
+        assert exc.value.errno == errno.EROFS
+
+
+def test_bad_switches_are_refused_before_anything_changes(fs: FaultFS) -> None:
+    with pytest.raises(InvalidConfig, match="EIO, ENOSPC, EROFS"):
+        fs.fail(errno.EPERM)
+    with pytest.raises(InvalidConfig, match="not ones a fault filesystem serves"):
+        fs.set_latency({"fsnyc": 0.1})
+    with pytest.raises(InvalidConfig, match=r"`seconds` must be a number of seconds in \[0, 600\]"):
+        fs.stall(seconds=-1)
+    state = fs.state()
+    assert (state.latency, state.stall, state.errors) == ({}, None, ())
+
+
+# -- the power loss ------------------------------------------------------------------------------
+
+
+def test_a_write_never_fsynced_is_gone_and_the_synced_bytes_are_back(fs: FaultFS) -> None:
+    m = fs.mount
+    put(f"{m}/f", b"A" * 10_000, sync=True)
+    sync_dir(m)
+    with open(f"{m}/f", "r+b") as f:  # overwrite inside, and append, no fsync
+        f.seek(5000)
+        f.write(b"B" * 6000)
+    lost = fs.power_loss()
+    assert read(f"{m}/f") == b"A" * 10_000
+    assert (lost.files_reverted, lost.bytes_cut, lost.names_undone) == (1, 1000, 0)
+
+
+def test_a_truncation_and_an_o_trunc_never_fsynced_are_undone(fs: FaultFS) -> None:
+    m = fs.mount
+    put(f"{m}/f", b"12345678", sync=True)
+    put(f"{m}/g", b"abcdefgh", sync=True)
+    sync_dir(m)
+    os.truncate(f"{m}/f", 3)
+    put(f"{m}/g", b"new")  # open(O_TRUNC), write: never fsynced
+    fs.power_loss()
+    assert (read(f"{m}/f"), read(f"{m}/g")) == (b"12345678", b"abcdefgh")
+
+
+def test_a_file_created_and_fsynced_but_not_its_directory_is_gone(fs: FaultFS) -> None:
+    m = fs.mount
+    put(f"{m}/synced-file-only", b"data", sync=True)
+    put(f"{m}/nothing-synced", b"data")
+    fs.power_loss()
+    assert os.listdir(m) == []
+
+
+def test_a_file_and_its_directory_fsynced_survive_whole(fs: FaultFS) -> None:
+    m = fs.mount
+    put(f"{m}/f", b"data", sync=True)
+    put(f"{m}/empty-but-named", b"data")  # its name is synced below, its bytes never
+    sync_dir(m)
+    assert fs.state().unsynced_names == 0
+    fs.power_loss()
+    assert (read(f"{m}/f"), read(f"{m}/empty-but-named")) == (b"data", b"")
+
+
+def test_a_rename_without_a_directory_fsync_is_undone(fs: FaultFS) -> None:
+    m = fs.mount
+    put(f"{m}/old", b"content", sync=True)
+    put(f"{m}/target", b"replaced", sync=True)
+    sync_dir(m)
+    os.rename(f"{m}/old", f"{m}/new")
+    os.rename(f"{m}/new", f"{m}/target")  # replaces target: it must come back too
+    lost = fs.power_loss()
+    assert sorted(os.listdir(m)) == ["old", "target"]
+    assert (read(f"{m}/old"), read(f"{m}/target")) == (b"content", b"replaced")
+    assert lost.names_undone == 2
+
+
+def test_atomic_replace_is_durable_only_once_the_directory_is_fsynced(fs: FaultFS) -> None:
+    m = fs.mount
+    put(f"{m}/cfg", b"v1", sync=True)
+    sync_dir(m)
+    for dir_sync, expected in ((False, b"v1"), (True, b"v2")):
+        put(f"{m}/cfg.tmp", b"v2", sync=True)
+        os.rename(f"{m}/cfg.tmp", f"{m}/cfg")
+        if dir_sync:
+            sync_dir(m)
+        fs.power_loss()
+        assert (read(f"{m}/cfg"), os.listdir(m)) == (expected, ["cfg"])
+
+
+def test_an_unlink_without_a_directory_fsync_is_undone_with_the_bytes(fs: FaultFS) -> None:
+    m = fs.mount
+    for name in ("kept", "gone"):
+        put(f"{m}/{name}", name.encode(), sync=True)
+    sync_dir(m)
+    os.unlink(f"{m}/kept")
+    os.unlink(f"{m}/gone")
+    sync_dir(m)  # covers both unlinks ...
+    put(f"{m}/other", b"x", sync=True)
+    os.unlink(f"{m}/other")  # ... but not these two changes
+    fs.power_loss()
+    assert os.listdir(m) == []
+    put(f"{m}/f", b"bytes", sync=True)
+    sync_dir(m)
+    os.unlink(f"{m}/f")
+    fs.power_loss()
+    assert read(f"{m}/f") == b"bytes"
+
+
+def test_a_new_directory_whose_parent_was_not_fsynced_is_gone_with_its_files(fs: FaultFS) -> None:
+    m = fs.mount
+    os.mkdir(f"{m}/d")
+    put(f"{m}/d/f", b"data", sync=True)
+    sync_dir(f"{m}/d")
+    fs.power_loss()
+    assert os.listdir(m) == []
+    os.mkdir(f"{m}/d")
+    put(f"{m}/d/f", b"data", sync=True)
+    sync_dir(f"{m}/d")
+    sync_dir(m)
+    fs.power_loss()
+    assert read(f"{m}/d/f") == b"data"
+
+
+def test_a_directory_renamed_after_its_changes_is_still_undone_in_place(fs: FaultFS) -> None:
+    """A file created in ``tmp`` (not fsynced there), then ``tmp`` renamed to ``final`` with the
+    parent fsynced: the rename is durable, the file's name in it is not."""
+    m = fs.mount
+    os.mkdir(f"{m}/tmp")
+    sync_dir(m)
+    put(f"{m}/tmp/f", b"data", sync=True)
+    os.rename(f"{m}/tmp", f"{m}/final")
+    sync_dir(m)
+    fs.power_loss()
+    assert (os.listdir(m), os.listdir(f"{m}/final")) == (["final"], [])
+
+
+def test_handles_open_at_a_power_loss_are_dead(fs: FaultFS) -> None:
+    fd = os.open(f"{fs.mount}/f", os.O_CREAT | os.O_RDWR)
+    try:
+        assert fs.power_loss().handles_killed == 1
+        with pytest.raises(OSError) as exc:
+            os.write(fd, b"zombie")
+        assert exc.value.errno == errno.EIO
+    finally:
+        os.close(fd)
+    assert os.listdir(fs.mount) == []
+
+
+# -- the mount's life ----------------------------------------------------------------------------
+
+
+def test_an_error_in_the_block_and_a_stall_left_on_still_unmount(tmp_path: Path) -> None:
+    backing = tmp_path / "data"
+    backing.mkdir()
+    with pytest.raises(RuntimeError, match="boom"), fault_filesystem(str(backing)) as fs:
+        put(f"{fs.mount}/kept", b"x")
+        fs.stall(seconds=600)
+        raise RuntimeError("boom")
+    assert fs.mount not in fuse_mounts_left()
+    assert not any(p.pid == fs.pid for p in fuse_servers_left())
+    assert os.listdir(backing) == ["kept"]  # an unmount is a clean shutdown: the graveyard goes
+    with pytest.raises(FaultFSError, match="does not answer"):
+        fs.state()
+
+
+_CHILD = textwrap.dedent("""
+    import os, sys, time
+    from chaos._fusefs import fault_filesystem
+    with fault_filesystem() as fs:
+        print(fs.mount, flush=True)
+        time.sleep(600)  # until the test kills or interrupts this process
+""")
+
+
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGINT])
+def test_a_driver_killed_or_interrupted_leaves_no_mount(how: int) -> None:
+    child = subprocess.Popen([sys.executable, "-c", _CHILD], stdout=subprocess.PIPE, text=True,
+                             cwd=os.path.dirname(os.path.dirname(__file__)),
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        assert child.stdout is not None
+        mount = child.stdout.readline().strip()
+        assert mount in fuse_mounts_left()
+        child.send_signal(how)
+        child.wait(30)
+        wait_until(lambda: mount not in fuse_mounts_left(), timeout=20, what="the orphaned mount gone")
+        wait_until(lambda: not fuse_servers_left(), timeout=20, what="the orphaned server gone")
+    finally:
+        child.kill()
+        child.wait(10)
