@@ -14,71 +14,146 @@ per draw. Identical results rest on doing the same float64 operations in the sam
 ``tests/test_replay_buffer.py`` drives whole buffers on both paths through the same calls
 and compares every output, bit for bit.
 
-Off unless asked for (``RAYCHAOS_TREES=compiled``, numba installed): numba costs a process
-~250 MiB (LLVM) and ~0.7 s at its first sample, even from numba's cache. A replay-buffer
-actor would then hold 2.9x its raw state instead of 1.1x, and its restart (whose WAL replay
-updates the trees) would take 1.5-1.8x a bare actor's instead of under 1x: measured here.
-For a long in-process training loop that samples millions of times, it pays.
+Which path runs (``RAYCHAOS_TREES``, read at every call): unset, the compiled kernels when
+numba is importable and has somewhere to keep its cache, else numpy; ``compiled`` or ``numpy``
+forces one (``compiled`` without numba raises :class:`~chaos.errors.MissingExtra`). Loading
+numba costs a process ~120 MiB and ~0.5 s even from its cache: the trees pay it when they are
+built (:func:`prepare`), never at a first sample.
+
+Where the compiled code is kept: numba's cache (``cache=True``) goes to ``__pycache__`` beside
+this module when that is writable (``make`` fills it at install), else to ``NUMBA_CACHE_DIR``
+or the user's cache directory (``~/.cache/numba``), where the first process to build a tree
+compiles for ~5 s and every later one loads. numba does not read a ``__pycache__`` it cannot
+write, even one filled at install. With no writable place at all, numba refuses ``cache=True``
+(a RuntimeError); then the default is numpy, which pays nothing, and a forced ``compiled``
+compiles in memory, in every process.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Literal
 
 import numpy as np
 
-__all__ = ["SWITCH", "enabled", "find", "set_leaves", "use_compiled"]
+from chaos._errors import InvalidConfig, MissingExtra
+
+__all__ = ["CHOICES", "SWITCH", "enabled", "find", "prepare", "requested", "set_leaves", "why_numpy"]
 
 
-#: ``RAYCHAOS_TREES=compiled`` turns the kernels on (any other value, or none: numpy).
+#: The environment variable that picks the trees' path; its values are :data:`CHOICES`.
 SWITCH = "RAYCHAOS_TREES"
+CHOICES = ("compiled", "numpy")
+TreePath = Literal["compiled", "numpy"]
+BAD_SWITCH = ("{switch}={value!r} (from the environment) is not a path of the replay buffer's trees: "
+              "give one of {choices}, or unset it for the default (compiled when numba is importable)")
+NO_NUMBA = ("{switch}=compiled needs numba, which {why}; pip install 'raychaos[fast]', "
+            "or unset {switch} for the default (numpy without numba)")
 _compiled: dict[str, Any] = {}
-_refused: list[str] = []  # why numba could not be loaded, once tried
+_refused: list[str] = []  # why the compiled kernels are not on, once tried
+_prepared: set[int] = set()  # tree depths whose kernels are loaded in this process
+
+
+def requested() -> TreePath | None:
+    """The path ``RAYCHAOS_TREES`` forces, or None when it is unset (or empty): the default.
+
+    Raises:
+        InvalidConfig: it holds anything but ``compiled`` or ``numpy``.
+    """
+    value = os.environ.get(SWITCH, "")
+    if value == "compiled":
+        return "compiled"
+    if value == "numpy":
+        return "numpy"
+    if value:
+        raise InvalidConfig(BAD_SWITCH.format(switch=SWITCH, value=value, choices=list(CHOICES)))
+    return None
 
 
 def enabled() -> bool:
-    """Whether the compiled kernels run: asked for (``RAYCHAOS_TREES=compiled``) and numba
-    importable. Decided at the first call, which imports numba and loads the kernels (from
-    numba's on-disk cache: ``make`` fills it at install, through
-    ``actors._trees.warm_kernels``)."""
-    if os.environ.get(SWITCH) != "compiled":  # read each time: a test or a user may switch
+    """Whether the compiled kernels run: not forced off, and numba loaded (at the first call
+    that asks, from numba's on-disk cache; ``make`` fills it at install).
+
+    Raises:
+        InvalidConfig: ``RAYCHAOS_TREES`` holds a value that is not a choice.
+        MissingExtra: ``RAYCHAOS_TREES=compiled`` and numba is not importable.
+    """
+    asked = requested()  # read each time: a test or a user may switch
+    if asked == "numpy":
         return False
+    if not _compiled and (not _refused or asked == "compiled"):  # forced: try again, say why
+        _load(forced=asked == "compiled")
     if _compiled:
         return True
-    if _refused:
-        return False
+    if asked == "compiled":
+        raise MissingExtra(NO_NUMBA.format(switch=SWITCH, why=_refused[-1]))
+    return False
+
+
+def why_numpy() -> str | None:
+    """Why the default path is numpy in this process (None: it is not, or not yet decided)."""
+    return _refused[-1] if _refused and not _compiled else None
+
+
+def _load(*, forced: bool) -> None:
+    """Import numba and wrap the kernels; record why not in ``_refused``."""
     try:
         import numba
     except ImportError as exc:  # numba is the optional `fast` extra
-        _refused.append(f"numba is not importable ({exc}); pip install 'raychaos[fast]'")
-        return False
+        _refused.append(f"is not importable ({exc})")
+        return
+    try:
+        _wrap(numba.njit, cache=True)
+    except RuntimeError as exc:  # "cannot cache function ...: no locator available"
+        if not forced:  # compiling in every process (~5 s) is no default: numpy pays nothing
+            _refused.append(f"has nowhere writable to keep its cache ({exc})")
+            return
+        _wrap(numba.njit, cache=False)
+
+
+def _wrap(njit: Callable[..., Any], *, cache: bool) -> None:
+    """Replace the module's kernels by numba dispatchers (the kernels call each other through
+    the module's globals, which numba resolves when it compiles)."""
     # The helpers run once per draw or per block, where a call from one kernel to another
     # costs: a 256-draw level's choices took 9.7 µs as calls, 4.8 µs inlined (~19 ns a call).
-    for name in _INLINED:
-        _compiled[name] = globals()[name] = numba.njit(cache=True, nogil=True, inline="always")(globals()[name])
-    for name in _KERNELS:
-        _compiled[name] = globals()[name] = numba.njit(cache=True, nogil=True)(globals()[name])
-    return True
+    wrapped = {name: njit(cache=cache, nogil=True, inline="always")(_PYTHON[name]) for name in _INLINED}
+    wrapped.update({name: njit(cache=cache, nogil=True)(_PYTHON[name]) for name in _KERNELS})
+    globals().update(wrapped)
+    _compiled.update(wrapped)
+
+
+def prepare(depth: int) -> None:
+    """Load (or compile) both kernels for trees of ``depth`` levels, so that no later call does:
+    numba loads a signature at its first call, which would be a buffer's first sample.
+    Call only when :func:`enabled`."""
+    if depth in _prepared:
+        return
+    levels = tuple(np.zeros((1, K)) for _ in range(depth))  # the types matter, not the sizes
+    find(np.zeros(2), levels, np.empty(0))
+    top_sums, top_mins, prefix = np.zeros(1), np.zeros(1), np.zeros(1)
+    set_leaves(levels, levels, top_sums, top_mins, prefix, np.empty(0, dtype=np.int64), np.empty(0))
+    _prepared.add(depth)
+
+
+def _writable(array: np.ndarray, dtype: type) -> np.ndarray:
+    """``array`` as a writable, contiguous array of ``dtype``: the one signature :func:`prepare`
+    loads (a read-only array, as a packed request's indices arrive, is another signature)."""
+    out: np.ndarray = np.require(array, dtype, ["C", "W"])
+    return out
 
 
 def find(prefix0: np.ndarray, sums: tuple[np.ndarray, ...], mass: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The compiled ``SumMinTree.find`` (call only when :func:`enabled`)."""
-    result: tuple[np.ndarray, np.ndarray] = _compiled["_find"](prefix0, sums, mass)
+    result: tuple[np.ndarray, np.ndarray] = _compiled["_find"](prefix0, sums, _writable(mass, np.float64))
     return result
 
 
 def set_leaves(sums: tuple[np.ndarray, ...], mins: tuple[np.ndarray, ...], top_sums: np.ndarray,
                top_mins: np.ndarray, prefix: np.ndarray, indices: np.ndarray, values: np.ndarray) -> None:
     """The compiled ``SumMinTree.set`` (call only when :func:`enabled`)."""
-    _compiled["_set_leaves"](sums, mins, top_sums, top_mins, prefix, indices, values)
-
-
-def use_compiled() -> bool:
-    """Turn the kernels on in this process (and the processes it starts, through the
-    environment), as ``RAYCHAOS_TREES=compiled`` does; returns whether they are on."""
-    os.environ[SWITCH] = "compiled"
-    return enabled()
+    _compiled["_set_leaves"](sums, mins, top_sums, top_mins, prefix, _writable(indices, np.int64),
+                             _writable(values, np.float64))
 
 
 #: The trees' fan-out (``actors._trees.K``). A constant, so that the compiler unrolls a block's
@@ -222,3 +297,6 @@ def _prefix(values: np.ndarray, out: np.ndarray) -> None:
     for i in range(1, values.shape[0]):
         total = total + values[i]
         out[i] = total
+
+
+_PYTHON: dict[str, Callable[..., Any]] = {name: globals()[name] for name in _KERNELS + _INLINED}

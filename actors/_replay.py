@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from actors import _pages
 from actors._codec import StateTree
 from actors._trees import SumMinTree
 from chaos._errors import InvalidConfig
@@ -90,7 +91,7 @@ class PrioritizedReplayBuffer:
         self._tree = SumMinTree(self.capacity)
         self._cursor = self._size = self._writes = self._samples = self._updates = 0
         self._max_priority = 1.0
-        self._dirty = np.zeros(self.capacity, dtype=bool)  # slots changed since mark_clean()
+        self._dirty = _pages.zeros(self.capacity, dtype=bool)  # slots changed since mark_clean()
 
     def __len__(self) -> int:
         return self._size
@@ -160,7 +161,8 @@ class PrioritizedReplayBuffer:
 
     def _allocate(self, arrays: dict[str, np.ndarray]) -> None:
         self._schema = {k: _Column(v.dtype, v.shape[1:]) for k, v in arrays.items()}
-        self._columns = {k: np.zeros((self.capacity, *c.shape), dtype=c.dtype)
+        # Off huge pages and populated at once: a fill costs the same in every process (_pages).
+        self._columns = {k: _pages.zeros((self.capacity, *c.shape), dtype=c.dtype)
                          for k, c in self._schema.items()}
 
     def _advance(self, n: int) -> None:
@@ -171,7 +173,7 @@ class PrioritizedReplayBuffer:
         """A full-capacity column as loaded (no second copy of the state); else a copy."""
         if n == self.capacity and column.flags.writeable and column.flags.c_contiguous:
             return column
-        out = np.zeros((self.capacity, *column.shape[1:]), dtype=column.dtype)
+        out = _pages.zeros((self.capacity, *column.shape[1:]), dtype=column.dtype)
         out[:n] = column[:n]
         return out
 

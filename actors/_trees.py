@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from actors import _kernels
+from actors import _kernels, _pages
 
 K = _kernels.K  # the fan-out: the kernels compile it in
 TOP = 4096
@@ -96,14 +96,17 @@ class SumMinTree:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         sizes = _level_sizes(capacity)
-        self.sums = [np.zeros((n // K, K)) for n in sizes[:-1]]
-        self.mins = [np.empty((0, K))] + [np.full((n // K, K), np.inf) for n in sizes[1:-1]]
+        # Off huge pages, populated now: a fill then costs the same in every process (_pages).
+        self.sums = [_pages.zeros((n // K, K)) for n in sizes[:-1]]
+        self.mins = [np.empty((0, K))] + [_pages.full((n // K, K), np.inf) for n in sizes[1:-1]]
         self.top_sums: np.ndarray = np.zeros(sizes[-1])
         self.top_mins: np.ndarray = np.full(sizes[-1], np.inf)
         # A leading 0, so that "mass below top node i" is prefix0[i] with no branch.
         self.prefix0 = np.zeros(sizes[-1] + 1)
         self.prefix = self.prefix0[1:]
         self._last_descent: _Descent | None = None
+        if _kernels.enabled():  # loaded now, from numba's cache: a first sample pays nothing
+            _kernels.prepare(len(self.sums))
 
     @property
     def total(self) -> float:
@@ -226,14 +229,17 @@ def _positive_min(blocks: np.ndarray, *, axis: int) -> np.ndarray:
     return positive
 
 
+#: The deepest tree :func:`warm_kernels` prepares: 4 levels below the top hold 2^28 leaves.
+WARM_DEPTHS = range(1, 5)
+
+
 def warm_kernels() -> bool:
-    """Turn the compiled kernels on and compile them (or load them from numba's cache) on a
-    small tree of each depth the replay buffer uses; ``make install`` runs it, so no process
-    compiles on its first sample. Returns whether they are on."""
-    if not _kernels.use_compiled():
+    """Compile the kernels (or load them from numba's cache) for every tree depth up to
+    :data:`WARM_DEPTHS`, into the cache; ``make install`` runs it, so that no process compiles
+    when it builds a buffer. Returns whether the compiled path is on (the default when numba
+    is importable; ``RAYCHAOS_TREES`` may force either)."""
+    if not _kernels.enabled():
         return False
-    for capacity in (64, 2**17, 2**20):  # 1, 2 and 3 levels: one compiled signature each
-        tree = SumMinTree(capacity)
-        tree.set(np.arange(4, dtype=np.int64), np.ones(4))
-        tree.find(np.array([0.5]))
+    for depth in WARM_DEPTHS:
+        _kernels.prepare(depth)
     return True

@@ -207,13 +207,13 @@ PATHS = ["compiled", "numpy"]
 
 @contextmanager
 def trees(path: str) -> Iterator[None]:
-    """Run the trees on one path: numba's kernels (``make`` installs the ``fast`` extra: this
-    suite requires them) or numpy (the default). The switch is put back afterwards: the
+    """Run the trees on one path, forced: numba's kernels (``make`` installs the ``fast``
+    extra: this suite requires them) or numpy. The switch is put back afterwards: the
     session's cluster, started later, must not inherit it."""
     before = os.environ.pop(_kernels.SWITCH, None)
     try:
-        if path == "compiled":
-            assert _kernels.use_compiled(), f"the compiled trees are off: {_kernels._refused}"
+        os.environ[_kernels.SWITCH] = path
+        assert _kernels.enabled() == (path == "compiled"), f"the trees are not on {path}: {_kernels.why_numpy()}"
         yield
     finally:
         os.environ.pop(_kernels.SWITCH, None)
