@@ -1,0 +1,234 @@
+"""Faults of the Redis behind Ray's GCS (GCS fault tolerance): the server killed and started
+again, the GCS's connections dropped by the server (``CLIENT KILL``), and a server-side idle
+``timeout`` that closes connections left idle.
+
+Each is a record, injected by :func:`inject_redis_fault` as inject → ``yield`` → heal in
+``finally``, with its effect confirmed (a fault whose effect was not seen raises
+:class:`~chaos.errors.FaultIneffective`) and its heal confirmed the same way. The Redis must be
+one this process started (:func:`chaos.cluster.redis_server`); the GCS's pid tells which of
+the server's connections are the GCS's.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import ClassVar, Literal
+
+import psutil
+
+from chaos._errors import FaultIneffective, HangError, InvalidFaultSpec
+from chaos._redis import RedisServer
+from chaos._wait import wait_until
+
+__all__ = ["KillRedis", "RedisClientKill", "RedisEvent", "RedisFault", "RedisFaultKind", "RedisIdleTimeout",
+           "gcs_connections", "inject_redis_fault"]
+
+#: The longest a Redis fault may be held or a Redis idle timeout set, in seconds.
+MAX_REDIS_SECONDS = 600.0
+
+
+class RedisFaultKind(StrEnum):
+    """Every Redis fault's kind, as journals spell it (each fault class's ``KIND``)."""
+
+    KILL_REDIS = "kill_redis"
+    REDIS_CLIENT_KILL = "redis_client_kill"
+    REDIS_IDLE_TIMEOUT = "redis_idle_timeout"
+
+
+def _seconds(name: str, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value <= 0 or value > MAX_REDIS_SECONDS:
+        raise InvalidFaultSpec(f"`{name}` must be a duration in (0, {MAX_REDIS_SECONDS:g}] seconds, "
+                               f"got {value!r}: every fault is bounded in time")
+
+
+@dataclass(frozen=True, slots=True)
+class KillRedis:
+    """SIGKILL the redis-server; the heal starts it again on the same port, with the data it
+    had fsynced (``keep_data``) or empty (a Redis that lost what it held). The caller holds
+    the outage between the two."""
+
+    KIND: ClassVar[RedisFaultKind] = RedisFaultKind.KILL_REDIS
+
+    keep_data: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class RedisClientKill:
+    """``CLIENT KILL ID`` every connection the GCS holds to the server, which stays up:
+    what a proxy restart, a failover behind a stable address or an operator's kill does."""
+
+    KIND: ClassVar[RedisFaultKind] = RedisFaultKind.REDIS_CLIENT_KILL
+
+
+@dataclass(frozen=True, slots=True)
+class RedisIdleTimeout:
+    """Set the server's ``timeout`` (seconds a client may stay idle before the server closes
+    its connection; Redis's default 0 never does); the heal sets the old value back."""
+
+    KIND: ClassVar[RedisFaultKind] = RedisFaultKind.REDIS_IDLE_TIMEOUT
+
+    timeout: int = 1
+
+    def __post_init__(self) -> None:
+        if isinstance(self.timeout, bool) or not isinstance(self.timeout, int):
+            raise InvalidFaultSpec(f"`timeout` must be whole seconds (Redis's unit), got {self.timeout!r}")
+        _seconds("timeout", self.timeout)
+
+
+RedisFault = KillRedis | RedisClientKill | RedisIdleTimeout
+
+
+@dataclass(frozen=True, slots=True)
+class RedisEvent:
+    """One step of a Redis fault, as a journal line: injected (effect confirmed) or healed
+    (heal confirmed), when (``time.monotonic()``), and what was seen."""
+
+    step: Literal["inject", "heal"]
+    kind: RedisFaultKind
+    at: float
+    detail: str
+
+
+def gcs_connections(server: RedisServer, gcs_pid: int) -> set[int]:
+    """The ids (``CLIENT LIST``) of the server's clients that are connections of process
+    ``gcs_pid``: matched by the local port of each of its TCP sockets to the server's port."""
+    ports = {c.laddr.port for c in psutil.Process(gcs_pid).net_connections(kind="tcp")
+             if c.raddr and c.raddr.port == server.port}
+    return {cid for cid, port in _clients(server).items() if port in ports}
+
+
+def _clients(server: RedisServer) -> dict[int, int]:
+    """Every client of the server: its id -> the port it connects from."""
+    listing = server.command("CLIENT", "LIST")
+    assert isinstance(listing, bytes)
+    out = {}
+    for line in listing.decode().splitlines():
+        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+        out[int(fields["id"])] = int(fields["addr"].rpartition(":")[2])
+    return out
+
+
+@contextmanager
+def inject_redis_fault(fault: RedisFault, server: RedisServer, *, gcs_pid: int,
+                       journal: Callable[[RedisEvent], None]) -> Iterator[RedisEvent]:
+    """Inject ``fault`` into ``server``, yield its confirmed injection, heal it when the block
+    ends (on error and Ctrl-C too), each step passed to ``journal``.
+
+    Raises:
+        FaultIneffective: the fault's effect (or its heal's) was not seen: a server still
+            answering, no connection of the GCS to kill, a connection idle past the timeout
+            still open, data that did not come back.
+        InvalidFaultSpec: ``fault`` is not a Redis fault.
+    """
+    injectors: dict[type, Callable[..., Iterator[RedisEvent]]] = {
+        KillRedis: _kill, RedisClientKill: _client_kill, RedisIdleTimeout: _idle_timeout}
+    if type(fault) not in injectors:
+        raise InvalidFaultSpec(f"{fault!r} is not a Redis fault; use KillRedis, RedisClientKill or RedisIdleTimeout")
+    yield from injectors[type(fault)](fault, server, gcs_pid, journal)
+
+
+def _kill(fault: KillRedis, server: RedisServer, gcs_pid: int,
+          journal: Callable[[RedisEvent], None]) -> Iterator[RedisEvent]:
+    keys = _dbsize(server)
+    pid = server.kill()
+    event = RedisEvent("inject", fault.KIND, time.monotonic(),
+                       f"redis-server pid {pid} SIGKILLed holding {keys} keys; {server.address} refuses connections")
+    journal(event)
+    try:
+        yield event
+    finally:
+        new = server.start(keep_data=fault.keep_data)
+        back = _dbsize(server)
+        if fault.keep_data and back != keys:
+            raise FaultIneffective(f"redis-server restarted as pid {new} holds {back} keys, not the {keys} it "
+                                   "held when killed: its append-only file did not keep them")
+        journal(RedisEvent("heal", fault.KIND, time.monotonic(),
+                           f"redis-server restarted as pid {new} {'with' if fault.keep_data else 'without'} "
+                           f"its data: {back} keys"))
+
+
+def _client_kill(fault: RedisClientKill, server: RedisServer, gcs_pid: int,
+                 journal: Callable[[RedisEvent], None]) -> Iterator[RedisEvent]:
+    ids = gcs_connections(server, gcs_pid)
+    if not ids:
+        raise FaultIneffective(f"gcs_server pid {gcs_pid} holds no connection to {server.address}: nothing to kill")
+    killed = sum(_int(server.command("CLIENT", "KILL", "ID", cid)) for cid in sorted(ids))
+    left = ids & set(_clients(server))
+    if killed != len(ids) or left:
+        raise FaultIneffective(f"CLIENT KILL closed {killed} of the GCS's {len(ids)} connections; still open: "
+                               f"{sorted(left)}")
+    event = RedisEvent("inject", fault.KIND, time.monotonic(),
+                       f"CLIENT KILL closed all {killed} connections of gcs_server pid {gcs_pid}; the server stays up")
+    journal(event)
+    try:
+        yield event
+    finally:
+        journal(RedisEvent("heal", fault.KIND, time.monotonic(),
+                           "nothing to heal: the server is up; connecting again is the GCS's part"))
+
+
+def _idle_timeout(fault: RedisIdleTimeout, server: RedisServer, gcs_pid: int,
+                  journal: Callable[[RedisEvent], None]) -> Iterator[RedisEvent]:
+    old, held = _config_timeout(server), gcs_connections(server, gcs_pid)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=1.0) as idle:
+        server.command("CONFIG", "SET", "timeout", fault.timeout)
+        try:
+            took = _closed_by_server(idle, within=fault.timeout + 5.0)
+            event = RedisEvent("inject", fault.KIND, time.monotonic(),
+                               f"timeout {old} -> {fault.timeout} s; an idle connection was closed by the "
+                               f"server {took:.1f} s later")
+            journal(event)
+            yield event
+        finally:
+            server.command("CONFIG", "SET", "timeout", old)
+            now = _config_timeout(server)
+            if now != old:
+                raise FaultIneffective(f"CONFIG SET timeout {old} left the server's timeout at {now}")
+            closed = len(held - gcs_connections(server, gcs_pid)) if psutil.pid_exists(gcs_pid) else "?"
+            journal(RedisEvent("heal", fault.KIND, time.monotonic(),
+                               f"timeout set back to {old}; {closed} of the GCS's {len(held)} connections "
+                               "were closed meanwhile"))
+
+
+def _closed_by_server(sock: socket.socket, *, within: float) -> float:
+    """Seconds until the server closed ``sock`` (an idle connection), polled; raises when it
+    is still open after ``within`` s: the timeout did not take."""
+    start = time.monotonic()
+    sock.settimeout(0.1)
+
+    def closed() -> bool:
+        try:
+            return sock.recv(1) == b""
+        except TimeoutError:
+            return False
+
+    try:
+        wait_until(closed, timeout=within, interval=0.05, what="the server to close an idle connection")
+    except HangError as exc:
+        raise FaultIneffective(f"an idle connection was still open {within:g} s after the timeout was set") from exc
+    return time.monotonic() - start
+
+
+def _int(reply: object) -> int:
+    """An integer reply, or a number sent as a bulk string (``CONFIG GET``'s values)."""
+    if isinstance(reply, int):
+        return reply
+    if isinstance(reply, bytes) and reply.isdigit():
+        return int(reply)
+    raise FaultIneffective(f"redis-server replied {reply!r} where a number was expected")
+
+
+def _dbsize(server: RedisServer) -> int:
+    return _int(server.command("DBSIZE"))
+
+
+def _config_timeout(server: RedisServer) -> int:
+    reply = server.command("CONFIG", "GET", "timeout")
+    return _int(reply[1] if isinstance(reply, list) and len(reply) == 2 else reply)
