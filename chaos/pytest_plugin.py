@@ -26,6 +26,7 @@ import random
 import signal
 from collections.abc import Generator, Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -35,6 +36,7 @@ from chaos._marker import MARKER_HELP, NO_FAULT_NO_FIXTURE, NO_FAULT_RAN, ChaosR
 
 if TYPE_CHECKING:
     from chaos._cluster import ClusterHandle
+    from chaos._driver import FaultOutcome
 
 #: Registered, never loaded unless asked: ten times Hypothesis's default examples and steps.
 settings.register_profile(
@@ -102,6 +104,18 @@ _SPEC = pytest.StashKey["ChaosSpec | Exception"]()
 _RUN = pytest.StashKey[ChaosRun]()
 
 
+@dataclass(frozen=True)
+class _TestFaults:
+    """One chaos test's scheduled faults as they went, for the terminal summary."""
+
+    nodeid: str
+    lines: tuple[str, ...]
+    injected: int
+
+
+_SUMMARY = pytest.StashKey[list[_TestFaults]]()
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("raychaos")
     group.addoption("--chaos-seed", type=int, default=None,
@@ -113,6 +127,7 @@ def pytest_configure(config: pytest.Config) -> None:
     for marker in MARKERS:
         config.addinivalue_line("markers", marker)
     config.stash[_HARNESS] = RayHarness()
+    config.stash[_SUMMARY] = []
 
 
 @pytest.hookimpl(trylast=True)
@@ -186,12 +201,43 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     try:
         result = yield
     except BaseException:
-        run.finish()
+        _remember(item, run.finish())
         raise
-    _fail_unless_applied(run, run.finish())
+    _fail_unless_applied(run, _remember(item, run.finish()))
     if isinstance(spec, ChaosSpec) and run.strict and not run.schedule.entries and not run.injected():
         pytest.fail(f"raychaos: {NO_FAULT_RAN}", pytrace=False)  # a marker, yet no fault
     return result
+
+
+def _remember(item: pytest.Item, outcomes: list[FaultOutcome]) -> list[FaultOutcome]:
+    """Keep what each scheduled fault did, so a passing test shows it too (the terminal
+    summary, ``-rA``, and a ``raychaos_faults`` property in JUnit XML)."""
+    lines = tuple(fault_line(outcome) for outcome in outcomes)
+    item.config.stash[_SUMMARY].append(_TestFaults(item.nodeid, lines, sum(o.ok for o in outcomes)))
+    item.user_properties.append(("raychaos_faults", "; ".join(lines) or "none scheduled"))
+    return outcomes
+
+
+def fault_line(outcome: FaultOutcome) -> str:
+    """One fault as it went: ``kill of actor 'ledger' at 1 s: injected, confirmed at 1.01 s``."""
+    line = outcome.describe()
+    if outcome.ok and outcome.confirmed is not None:
+        line += f", confirmed at {outcome.confirmed:.2f} s"
+    return line
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """One line over the session's chaos tests; with ``-v``, each test's faults."""
+    runs = config.stash.get(_SUMMARY, [])
+    if not runs:
+        return
+    scheduled, injected = sum(len(r.lines) for r in runs), sum(r.injected for r in runs)
+    terminalreporter.write_line(f"raychaos: {len(runs)} chaos test(s), {scheduled} scheduled fault(s), "
+                                f"{injected} injected and confirmed")
+    if config.get_verbosity() > 0:
+        for run in runs:
+            for line in run.lines or ("no scheduled fault",):
+                terminalreporter.write_line(f"  {run.nodeid}: {line}")
 
 
 def _fail_unless_applied(run: ChaosRun, outcomes: list[Any]) -> None:

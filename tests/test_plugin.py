@@ -220,7 +220,8 @@ def test_the_chaos_marker_fails_closed(pytester: pytest.Pytester) -> None:
     """One child session (one cluster) for all the marker's cases; it leaves no Ray process."""
     pytester.makepyfile(test_chaos_marker=CHAOS_TESTS)
     before = {p.pid for p in psutil.process_iter()}
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--chaos-seed=5", "-rA")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--chaos-seed=5", "-rA", "-v",
+                                           "--junitxml=junit.xml")
     assert not _new_ray_processes(before)
     out = result.stdout.str()
     states = {name: state for state, name in (line.split()[:2] for line in out.splitlines()
@@ -245,8 +246,14 @@ def test_the_chaos_marker_fails_closed(pytester: pytest.Pytester) -> None:
         "draw is empty 8.2% of the time)",
         "replay this test with: pytest 'test_chaos_marker.py::test_misspelled_target' --chaos-seed=5",
         f"raychaos: {NO_FAULT_RAN}", f"raychaos usage error: {NO_FAULT_NO_FIXTURE}",
+        # a passing test shows its faults too: the summary, each test's (-v), and JUnit's property
+        "raychaos: 11 chaos test(s), 5 scheduled fault(s), 2 injected and confirmed",
+        "  test_chaos_marker.py::test_the_markers_help_example: faults[0] kill of actor /victim at 0.5 s: "
+        "injected, confirmed at ",
     ]:
         assert expected in out, expected
+    junit = (pytester.path / "junit.xml").read_text(encoding="utf-8")
+    assert '<property name="raychaos_faults" value="faults[0] kill of actor /victim at 0.5 s: injected' in junit
     result.stdout.fnmatch_lines([  # a failing test's journal: start, the kill confirmed, heal, end
         "*raychaos journal*",
         "chaos seed 5; replay this test with: pytest "
