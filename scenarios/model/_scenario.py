@@ -215,8 +215,11 @@ def load_attack(path: str, *, probes: Sequence[Mapping[str, str]], every: float 
         raise ScenarioError(source, [Problem("probes", [], f"{CHECKS_NOTHING}; give --probe 'COMMAND' "
                                              "or --probe-python MODULE:FUNCTION")])
     data.setdefault("name", f"attack-{Path(path).stem}")
+    # One recovery bound for both verdicts: the probes' and each fault's (a file's own wins).
+    data.setdefault("recovery_within", recover_within)
     data |= {"workload": "attack", "invariants": ["probes_pass_after_heal", "probes_recover"],
-             "params": {"probes": [dict(p) for p in probes], "every": every, "recover_within": recover_within}}
+             "params": {"probes": [dict(p) for p in probes], "every": every,
+                        "recover_within": data["recovery_within"]}}
     if duration is not None:
         data["duration"] = duration
     return _validate(source, data, seed, None)
