@@ -74,9 +74,9 @@ test: $(STAMP) browser redis fuse
 	@$(MAKE) --no-print-directory leakcheck
 
 # The end-to-end tier (CI runs it after `make test`): the flagship and its report, scenarios
-# on their own clusters, the broken actors caught and shrunk.
+# on their own clusters, the broken actors caught and shrunk. It prints its ten slowest tests.
 slow: $(STAMP) browser redis fuse
-	$(PY) -m pytest -m slow $(PYTEST_ARGS)
+	$(PY) -m pytest -m slow --durations=10 $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory leakcheck
 
 # ruff over the checkout (rules in pyproject), mypy --strict on chaos/, actors/, scenarios/.
