@@ -51,6 +51,17 @@ def test_the_mistake_and_the_fix_are_shown_side_by_side_with_their_figures() -> 
     assert "Outcome: fix wins" in lines
 
 
+@pytest.mark.parametrize("lesson_id", ["01-global-state", "03-eager-get"])
+def test_a_narrow_terminal_stacks_the_mistake_above_the_fix_and_wraps_no_code(lesson_id: str) -> None:
+    console = Console(record=True, width=80)
+    print_lesson(LessonResult(find(lesson_id), (WINS,), 4.2), console=console)
+    text = console.export_text()
+    code = CODE[lesson_id]
+    for line in (*code.mistake.splitlines(), *code.fix.splitlines()):
+        assert line.strip() == "" or line in text, f"{line!r} wrapped or missing"
+    assert text.index(code.mistake.splitlines()[0]) < text.index(code.fix.splitlines()[0])
+
+
 @pytest.mark.parametrize(("measure", "code", "said"), [
     (WINS, 0, "Outcome: fix wins"),
     (NOISY, EXIT_NOISY, "Outcome: too noisy to tell"),

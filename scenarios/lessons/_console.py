@@ -38,7 +38,7 @@ def print_lesson(result: LessonResult, *, console: Console | None = None) -> Non
     console = console or Console()
     item = result.lesson
     console.print(f"[bold]{escape(item.id)}[/] — {escape(item.title)} (chapter §{escape(item.section)})")
-    console.print(_side_by_side(result))
+    console.print(_side_by_side(result, width=console.width))
     console.print(_figures(result))
     for note in result.notes:
         console.print(f"  {note}", markup=False)
@@ -55,21 +55,33 @@ _STYLE = {LessonOutcome.FIX_WINS: "bold green", LessonOutcome.NOISY: "bold yello
           LessonOutcome.FIX_LOSES: "bold red"}
 
 
-def _side_by_side(result: LessonResult) -> Table:
-    """Two highlighted panels, mistake left and fix right, each under its first figure as measured."""
+def _side_by_side(result: LessonResult, *, width: int) -> Table:
+    """Two highlighted panels, mistake left and fix right, each under its first figure as
+    measured; stacked, mistake above the fix, when the terminal is too narrow for both side by
+    side without wrapping a line of code (wrapped code reads as different code)."""
     code = CODE[result.lesson.id]
     first = result.measures[0] if result.measures else None
-    grid = Table.grid(expand=True, padding=(0, 1))
-    grid.add_column(ratio=1)
-    grid.add_column(ratio=1)
     panels = []
     for side, source, style in (("mistake", code.mistake, "red"), ("fix", code.fix, "green")):
         figure = "" if first is None else f"{first.what}: {_fmt(getattr(first, side))} {first.unit}"
         panels.append(Panel(Syntax(source, "python", theme="ansi_dark", word_wrap=True, background_color="default"),
                             title=Text(side, style=style), title_align="left",
                             subtitle=Text(figure), subtitle_align="left", border_style=style))
-    grid.add_row(*panels)
+    side_by_side = 2 * (_widest_line(code.mistake, code.fix) + PANEL_EDGES) + 1 <= width
+    grid = Table.grid(expand=True, padding=(0, 1))
+    for _ in panels if side_by_side else panels[:1]:
+        grid.add_column(ratio=1)
+    for row in [panels] if side_by_side else [[panel] for panel in panels]:
+        grid.add_row(*row)
     return grid
+
+
+#: A panel's border and padding, left and right.
+PANEL_EDGES = 4
+
+
+def _widest_line(*sources: str) -> int:
+    return max(len(line) for source in sources for line in source.splitlines())
 
 
 def _figures(result: LessonResult) -> Table:
