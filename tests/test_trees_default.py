@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -123,3 +124,37 @@ def test_numpy_forced_runs_numpy_with_numba_present(monkeypatch: pytest.MonkeyPa
     assert not _kernels.enabled()
     monkeypatch.delenv(_kernels.SWITCH)
     assert _kernels.enabled()
+
+
+NOWHERE = """
+import json, os
+from actors import _kernels
+default, why = _kernels.enabled(), _kernels.why_numpy()
+os.environ[_kernels.SWITCH] = "compiled"
+print(json.dumps({"default": default, "why": why, "forced": _kernels.enabled()}))
+"""
+# Root writes anywhere; without these capabilities the mode bits bind it as any user.
+AS_ANY_USER = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search,-fowner"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="makes a read-only install binding as root: needs root and setpriv")
+def test_with_nowhere_to_keep_numbas_cache_the_default_is_numpy(tmp_path: Path) -> None:
+    """A read-only install (no writable __pycache__) in a read-only home, no NUMBA_CACHE_DIR:
+    numba refuses to cache, so the default is numpy and says why; forced, it compiles in memory."""
+    install, home = tmp_path / "site", tmp_path / "home"
+    for package in ("actors", "chaos"):
+        shutil.copytree(ROOT / package, install / package, ignore=shutil.ignore_patterns("__pycache__"))
+    (install / "actors" / "__pycache__").mkdir()
+    home.mkdir()
+    for path in [install, *install.rglob("*"), home]:
+        path.chmod(path.stat().st_mode & ~0o222)
+    env = {k: v for k, v in os.environ.items() if k not in (_kernels.SWITCH, "NUMBA_CACHE_DIR")}
+    env.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"))
+    code = f"import sys; sys.path.insert(0, {str(install)!r})" + NOWHERE
+    out = subprocess.run([*AS_ANY_USER, sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, cwd=install, timeout=120)
+    assert out.returncode == 0, out.stderr
+    run = json.loads(out.stdout)
+    assert run["default"] is False and run["forced"] is True, run
+    assert run["why"].startswith("has nowhere writable to keep its cache (cannot cache function"), run
