@@ -226,6 +226,8 @@ class Volatile:
 
     def _undo(self, change: NameChange) -> None:
         fds = [self._dir_fds[k] for k in change.dirs]
+        if any(os.fstat(fd).st_nlink == 0 for fd in fds):
+            return  # its directory's own removal is durable: whatever was in it is gone for good
         if change.kind is NameKind.ADDED:
             if _ino_at(change.names[0], fds[0]) == change.ino:
                 _remove_entry(change.names[0], fds[0])

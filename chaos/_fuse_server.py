@@ -40,6 +40,37 @@ def _fail(code: int) -> mfusepy.FuseOSError:
     return mfusepy.FuseOSError(code)
 
 
+#: The file handle of the call being served, for the calls mfusepy passes no handle to.
+_CALL = threading.local()
+
+
+def _call_fh() -> int | None:
+    fh: int | None = getattr(_CALL, "fh", None)
+    return fh
+
+
+def _with_fh(name: str) -> Any:
+    def call(self: Any, *args: Any) -> Any:
+        fip = args[-1]
+        _CALL.fh = fip.contents.fh if fip else None
+        try:
+            return getattr(mfusepy.FUSE, name)(self, *args)
+        finally:
+            _CALL.fh = None
+    return call
+
+
+class _Fuse(mfusepy.FUSE):  # type: ignore[misc]
+    """mfusepy's FUSE, keeping the handle of ftruncate, fchmod, fchown and futimens: with
+    ``nullpath_ok`` libfuse gives no path with a handle, and mfusepy passes the handle on only
+    to the calls that read or write."""
+
+    truncate_fuse_3 = _with_fh("truncate_fuse_3")
+    chmod_fuse_3 = _with_fh("chmod_fuse_3")
+    chown_fuse_3 = _with_fh("chown_fuse_3")
+    utimens_fuse_3 = _with_fh("utimens_fuse_3")
+
+
 class FaultOps(mfusepy.Operations):  # type: ignore[misc]
     """Passthrough operations on ``backing``, each through the faults, changes logged for a power loss."""
 
@@ -103,19 +134,30 @@ class FaultOps(mfusepy.Operations):  # type: ignore[misc]
         return {k: getattr(st, k) for k in ("f_bsize", "f_frsize", "f_blocks", "f_bfree", "f_bavail",
                                             "f_files", "f_ffree", "f_favail", "f_flag", "f_namemax")}
 
-    def chmod(self, path: str, mode: int) -> int:
-        os.chmod(self._real(path), mode)
+    def _target(self, path: str | None) -> int | str:
+        """The open handle of this call when libfuse gave no path, else the backing path."""
+        fh = _call_fh()
+        return fh if path is None and fh is not None else self._real(path or "/")
+
+    def chmod(self, path: str | None, mode: int) -> int:
+        os.chmod(self._target(path), mode)
         return 0
 
-    def chown(self, path: str, uid: int, gid: int) -> int:
-        os.lchown(self._real(path), uid, gid)
-        return 0
-
-    def utimens(self, path: str, times: tuple[int, int] | None = None) -> int:
-        if times is None:
-            os.utime(self._real(path), follow_symlinks=False)
+    def chown(self, path: str | None, uid: int, gid: int) -> int:
+        target = self._target(path)
+        if isinstance(target, int):
+            os.fchown(target, uid, gid)
         else:
-            os.utime(self._real(path), ns=times, follow_symlinks=False)
+            os.lchown(target, uid, gid)
+        return 0
+
+    def utimens(self, path: str | None, times: tuple[int, int] | None = None) -> int:
+        target = self._target(path)
+        follow = isinstance(target, int)  # a handle has no link to not follow
+        if times is None:
+            os.utime(target, follow_symlinks=follow)
+        else:
+            os.utime(target, ns=times, follow_symlinks=follow)
         return 0
 
     # -- directories -----------------------------------------------------------------------
@@ -222,6 +264,7 @@ class FaultOps(mfusepy.Operations):  # type: ignore[misc]
             return os.pwrite(fh, data, offset)
 
     def truncate(self, path: str | None, length: int, fh: int | None = None) -> int:
+        fh = fh if fh is not None else _call_fh()
         if fh is not None:
             self._handle("truncate", path, fh)
             fd = fh
@@ -336,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     threading.Thread(target=_serve_control, args=(ops, listener), daemon=True).start()
     threading.Thread(target=_watch_parent, args=(ops, args.mount), daemon=True).start()
     try:
-        mfusepy.FUSE(ops, args.mount, foreground=True, fsname=FSNAME, subtype=FSNAME)
+        _Fuse(ops, args.mount, foreground=True, fsname=FSNAME, subtype=FSNAME)
     finally:
         listener.close()
         ops.volatile.close()

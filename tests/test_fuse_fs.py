@@ -192,6 +192,23 @@ def test_a_truncation_and_an_o_trunc_never_fsynced_are_undone(fs: FaultFS) -> No
     assert (read(f"{m}/f"), read(f"{m}/g")) == (b"12345678", b"abcdefgh")
 
 
+def test_calls_on_an_open_handle_reach_its_file(fs: FaultFS) -> None:
+    """ftruncate, fchmod and futimens come with a handle and no path."""
+    put(f"{fs.mount}/f", b"0123456789", sync=True)
+    sync_dir(fs.mount)
+    fd = os.open(f"{fs.mount}/f", os.O_RDWR)
+    try:
+        os.ftruncate(fd, 4)
+        os.fchmod(fd, 0o600)
+        os.utime(fd, ns=(10**9, 2 * 10**9))
+    finally:
+        os.close(fd)
+    st = os.stat(f"{fs.backing}/f")
+    assert (st.st_size, st.st_mode & 0o777, st.st_mtime_ns) == (4, 0o600, 2 * 10**9)
+    fs.power_loss()
+    assert read(f"{fs.mount}/f") == b"0123456789"
+
+
 def test_a_file_created_and_fsynced_but_not_its_directory_is_gone(fs: FaultFS) -> None:
     m = fs.mount
     put(f"{m}/synced-file-only", b"data", sync=True)
