@@ -2,8 +2,8 @@
 
 Commit protocol: write every file of a new checkpoint into a temporary folder, fsync
 each, write ``manifest.json`` last (CRC-32 and size of each file, format version,
-sequence number), fsync it, then rename the folder to ``ckpt-<seq>`` (atomic on a
-POSIX filesystem) and fsync the parent. A reader trusts a folder only when its
+sequence number), fsync it and the folder (the files' names), then rename the folder to
+``ckpt-<seq>`` (atomic on a POSIX filesystem) and fsync the parent. A reader trusts a folder only when its
 manifest parses and every file matches it; anything else is skipped with a
 :class:`CheckpointWarning` and the previous good checkpoint is used.
 
@@ -255,6 +255,7 @@ class CheckpointStore:
             # holding the space the next attempt needs. Nothing was committed.
             self.fs.rm(tmp, recursive=True)
             raise
+        _fsync_dir(tmp)  # the files' names, not only their bytes, before the folder is committed
         final = self.folder(seq)
         self.fs.mv(tmp, final, recursive=True)
         failpoint(fp.CHECKPOINT_RENAMED)
@@ -499,10 +500,22 @@ def _protocols(fs: Any) -> tuple[str, ...]:
     return (protocol,) if isinstance(protocol, str) else tuple(protocol)
 
 
+def _missing_dirs(root: str) -> list[str]:
+    """The local folders ``makedirs(root)`` will create, outermost first."""
+    missing, path = [], os.path.abspath(root)
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        missing.append(path)
+        path = os.path.dirname(path)
+    return missing[::-1]
+
+
 def _open_fs(url: str) -> tuple[Any, str]:
     try:
         fs, root = fsspec.core.url_to_fs(url)
+        created = _missing_dirs(root) if "file" in _protocols(fs) else []
         fs.makedirs(root, exist_ok=True)
+        for folder in created:  # each new folder's name is durable only once its parent is fsynced
+            _fsync_dir(os.path.dirname(folder))
         probe = f"{root}/{_TMP_PREFIX}probe-{uuid.uuid4().hex[:8]}"
         with fs.open(probe, "wb") as f:
             f.write(b"ok")

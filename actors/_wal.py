@@ -19,7 +19,7 @@ import zlib
 from collections.abc import Callable, Iterator
 
 from actors import _failpoints as fp
-from actors._store import CheckpointWarning
+from actors._store import CheckpointWarning, _fsync_dir
 from chaos._failpoint import failpoint, is_armed
 
 _FRAME = struct.Struct("<II")
@@ -90,6 +90,9 @@ class WalWriter:
     ) -> None:
         self.path = path
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        # The segment's name is durable only once its directory is fsynced: without this, a
+        # power loss could take the name, and with it every record fsynced into the file.
+        _fsync_dir(os.path.dirname(path) or ".")
         if valid_length is not None:
             os.ftruncate(self._fd, valid_length)
         self._size = os.fstat(self._fd).st_size  # where the next record starts
