@@ -10,6 +10,7 @@ if the agent or the driver dies.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import os
 import select
@@ -25,14 +26,23 @@ from typing import Any
 import psutil
 
 from chaos._disk import Filled, fill, unfill
-from chaos._errors import FaultIneffective, HangError, TargetNotFound
+from chaos._errors import ChaosError, FaultIneffective, HangError, TargetNotFound
 from chaos._memory import MemoryProgress, read_progress
 from chaos._safety import check_target, raylet_of
 from chaos._wait import wait_until
 
-__all__ = ["ChaosAgent", "PauseTicket", "agent_for", "start_agents", "stop_agents", "worker_title"]
+__all__ = ["AGENT_START_TIMEOUT", "PROTOCOL", "AgentMismatch", "AgentUnavailable", "ChaosAgent", "NodeFacts",
+           "PauseTicket", "agent_for", "check_agents", "start_agents", "stop_agents", "worker_title"]
 
 AGENT_NAMESPACE = "raychaos-agents"
+#: The agent's protocol: its methods, their arguments and results. A driver uses only an agent
+#: of its own protocol; change it with any of them.
+PROTOCOL = 2
+#: Seconds a node's agent has to start and answer: the node unpacks the agent's package and
+#: starts a worker process for it first (about 1 s here).
+AGENT_START_TIMEOUT = 30.0
+#: What a refused agent's error says, for tests to match.
+MISMATCH = "this raychaos speaks protocol"
 STOP_TIMEOUT = 5.0
 _REPLY_S = 0.2  # a kill_node reply's head start over the raylet's SIGKILL, which ends this agent
 _STOPPED = (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
@@ -66,6 +76,35 @@ class PauseTicket:
     token: int
 
 
+class AgentMismatch(ChaosError, RuntimeError):
+    """The agent on a node speaks another protocol (another raychaos version started it): it is
+    refused before any use, and left alone (an attack of that version may be using it)."""
+
+    def __init__(self, message: str, *, node_id: str) -> None:
+        super().__init__(message)
+        self.node_id = node_id
+
+
+class AgentUnavailable(ChaosError, RuntimeError):
+    """No agent started and answered on a node within its bound (one this driver started is
+    killed again)."""
+
+    def __init__(self, message: str, *, node_id: str) -> None:
+        super().__init__(message)
+        self.node_id = node_id
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFacts:
+    """What a node lets its agent do, as the agent found it there."""
+
+    euid: int
+    #: "" when the node's Ray processes can be read in ``/proc`` (status, children, descriptors).
+    proc: str
+    #: "" when the agent may signal and limit the node's Ray processes (their user, or root).
+    control: str
+
+
 class ChaosAgent:
     """Runs on one node; every method acts on that node only."""
 
@@ -75,6 +114,14 @@ class ChaosAgent:
         self._tokens = itertools.count(1)
         self._hogs: list[subprocess.Popen[bytes]] = []
         self._held: list[Any] = []
+
+    def protocol(self) -> int:
+        """This agent's :data:`PROTOCOL`: the one method every version keeps as it is."""
+        return PROTOCOL
+
+    def facts(self) -> NodeFacts:
+        """What this node lets the agent do (see :class:`NodeFacts`)."""
+        return NodeFacts(os.geteuid(), _proc_problem(), _control_problem())
 
     def where(self) -> tuple[int, str]:
         import ray
@@ -490,34 +537,146 @@ def _limit_leaving(held: set[int], headroom: int) -> int:
         slot += 1
 
 
-def agent_for(node_id: str) -> Any:
-    """The agent on ``node_id``, started on first use.
+def _proc_problem() -> str:
+    """Why this node's Ray processes cannot be read in ``/proc``, or "" (a target is found,
+    checked and confirmed gone there: the raylet's children, their state, their descriptors)."""
+    try:
+        raylet = raylet_of(os.getpid())
+        raylet.status()
+        raylet.children()
+        os.listdir(f"/proc/{raylet.pid}/fd")
+    except (psutil.Error, OSError, ChaosError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return ""
+
+
+def _control_problem() -> str:
+    """Why this agent may not signal or limit this node's Ray processes, or "" (it runs as
+    their user, or as root)."""
+    try:
+        raylet = raylet_of(os.getpid())
+        os.kill(raylet.pid, 0)  # signal 0: the permission check alone
+        raylet.rlimit(psutil.RLIMIT_NOFILE)
+    except (psutil.Error, OSError, ChaosError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return ""
+
+
+def agent_name(node_id: str) -> str:
+    return f"agent-{node_id[:16]}"
+
+
+@functools.cache
+def _agent_class() -> Any:
+    """The agent's actor class, made remote once (each ``ray.remote`` would export it anew)."""
+    import ray
+
+    return ray.remote(ChaosAgent)
+
+
+def _launch(node_id: str) -> tuple[Any, bool]:
+    """The agent of ``node_id``: one found there, or one started now; and whether it is new."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from chaos._ship import agent_runtime_env
+
+    try:
+        return ray.get_actor(agent_name(node_id), namespace=AGENT_NAMESPACE), False
+    except ValueError:  # none there yet
+        pass
+    return _agent_class().options(
+        name=agent_name(node_id), namespace=AGENT_NAMESPACE, get_if_exists=True,
+        lifetime="detached", num_cpus=0, max_concurrency=8, max_restarts=0, runtime_env=agent_runtime_env(),
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
+    ).remote(), True
+
+
+def _answer(node_id: str, handle: Any, new: bool, deadline: float) -> None:
+    """Return once the agent answered with this driver's :data:`PROTOCOL`.
+
+    Raises:
+        AgentMismatch: it answered another protocol, or has no ``protocol()`` (left alone).
+        AgentUnavailable: it did not start, or did not answer by ``deadline`` (killed if new).
+    """
+    import ray
+    from ray.exceptions import GetTimeoutError, RayActorError
+
+    name, wait = agent_name(node_id), max(0.1, deadline - time.monotonic())
+    try:
+        theirs: object = ray.get(handle.protocol.remote(), timeout=wait)
+    except (GetTimeoutError, RayActorError) as exc:
+        if new:
+            ray.kill(handle)  # never left to start later, unchecked and unowned
+        why = (f"it did not answer within {wait:.0f} s (an overloaded or frozen node, or one that cannot "
+               "start a worker process)" if isinstance(exc, GetTimeoutError) else f"it did not start: {exc}")
+        raise AgentUnavailable(f"node {node_id[:12]}: no chaos agent there: {why}"[:900], node_id=node_id) from None
+    except Exception as exc:  # noqa: BLE001 - an actor of that name without our protocol() method
+        theirs = f"none ({type(exc).__name__}: it has no protocol() method)"
+    if theirs != PROTOCOL:
+        raise AgentMismatch(
+            f"node {node_id[:12]}: the chaos agent there (actor {name!r}, namespace {AGENT_NAMESPACE!r}) "
+            f"speaks protocol {theirs}, {MISMATCH} {PROTOCOL}: another raychaos version started it, so it "
+            f"is not used. Once no attack of that version runs, remove it: "
+            f"ray.kill(ray.get_actor({name!r}, namespace={AGENT_NAMESPACE!r}))", node_id=node_id)
+
+
+def check_agents(node_ids: list[str], *, timeout: float = AGENT_START_TIMEOUT
+                 ) -> dict[str, AgentMismatch | AgentUnavailable | None]:
+    """Start (or find) the agent of each node at once, and check each answers with this
+    driver's protocol within ``timeout``; returns each node's problem, or None. An agent that
+    answered is cached for :func:`agent_for` (and removed by :func:`stop_agents`)."""
+    import ray
+
+    gcs, deadline = ray.get_runtime_context().gcs_address, time.monotonic() + timeout
+    launched = {node: _launch(node) for node in node_ids if (gcs, node) not in _AGENTS}
+    problems: dict[str, AgentMismatch | AgentUnavailable | None] = dict.fromkeys(node_ids)
+    for node, (handle, new) in launched.items():
+        try:
+            _answer(node, handle, new, deadline)
+            _AGENTS[(gcs, node)] = handle
+        except (AgentMismatch, AgentUnavailable) as exc:
+            problems[node] = exc
+    return problems
+
+
+def agent_for(node_id: str, *, timeout: float = AGENT_START_TIMEOUT) -> Any:
+    """The agent on ``node_id``, started on first use and checked to speak :data:`PROTOCOL`.
 
     Agents are detached, named actors: a pause's resume timer must survive the driver
     that asked for it, and the handle is cached because Ray ends an actor when its last
     handle goes. :func:`stop_agents` removes them from a cluster this process did not start.
+    The node needs nothing installed: the agent's package travels with it (``chaos._ship``).
+
+    Raises:
+        AgentMismatch: the node's agent was started by another raychaos version.
+        AgentUnavailable: no agent started and answered within ``timeout``.
     """
     import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     key = (ray.get_runtime_context().gcs_address, node_id)
     if key not in _AGENTS:
-        _AGENTS[key] = ray.remote(ChaosAgent).options(
-            name=f"agent-{node_id[:16]}", namespace=AGENT_NAMESPACE, get_if_exists=True,
-            lifetime="detached", num_cpus=0, max_concurrency=8, max_restarts=0,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
-        ).remote()
+        problem = check_agents([node_id], timeout=timeout)[node_id]
+        if problem is not None:
+            raise problem
     return _AGENTS[key]
 
 
-def start_agents(*, timeout: float = 60.0) -> int:
+def start_agents(*, timeout: float = AGENT_START_TIMEOUT) -> int:
     """Start (or find) the agent of every live node and wait until each answers; return how
     many. Call it before a schedule's time zero, so no fault is late by an agent's start
-    (about 0.8 s here)."""
+    (about 0.8 s here).
+
+    Raises:
+        AgentMismatch: a node's agent was started by another raychaos version (the first such).
+        AgentUnavailable: a node's agent did not start and answer within ``timeout``.
+    """
     import ray
 
     nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
-    ray.get([agent_for(node).where.remote() for node in nodes], timeout=timeout)
+    problems = [p for p in check_agents(nodes, timeout=timeout).values() if p is not None]
+    if problems:
+        raise problems[0]
     return len(nodes)
 
 
