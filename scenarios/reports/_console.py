@@ -16,10 +16,10 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from scenarios.model._records import RunResult, RunStatus, Verdict, seconds_text
 from scenarios.model._scenario import Scenario
-from scenarios.model._records import RunResult, seconds_text
-from scenarios.runner._run import Progress
 from scenarios.model._workload import RunContext
+from scenarios.runner._run import Progress
 
 __all__ = ["print_results", "progress_display"]
 
@@ -56,7 +56,9 @@ def print_results(results: Sequence[RunResult], report_dir: str | None, *,
         for col in ("invariant", "verdict", "evidence"):
             table.add_column(col)
         for v in r.verdicts:
-            table.add_row(Text(v.name), "[green]held[/]" if v.held else "[bold red]BROKEN[/]", Text(v.detail))
+            table.add_row(Text(v.name), _verdict(r, v), Text(v.detail))
+        if r.status is RunStatus.ABORTED and not r.verdicts:
+            table.add_row("-", "[bold red]not judged[/]", "the run aborted: its cause is below")
         console.print(table)
         if r.faults:
             console.print(_faults(r))
@@ -68,6 +70,14 @@ def print_results(results: Sequence[RunResult], report_dir: str | None, *,
             console.print(f"[bold red]aborted:[/] {escape(r.error)}")
     if report_dir:
         console.print(f"report: {report_dir}/report.html (journal.jsonl, junit.xml, summary.json)", markup=False)
+
+
+def _verdict(r: RunResult, v: Verdict) -> str:
+    """A verdict's cell. An aborted run's is never "held": its error is its one cause, and a
+    check that passed on a run that could not be trusted holds nothing."""
+    if not v.held:
+        return "[bold red]BROKEN[/]"
+    return "[bold red]not judged (aborted)[/]" if r.status is RunStatus.ABORTED else "[green]held[/]"
 
 
 def _faults(r: RunResult) -> Table:

@@ -377,6 +377,8 @@ def _run_once(run: _Run, workload_cls: type[Workload], params: Params, progress:
             rec.knob_records(knob_records(knob, fired_before, ctx.elapsed()))
         verdicts, unjudged = _conclude(run, workload, ctx, rec, status)
         status, error = _with_failures(status, error, rec.failures)
+        if status is RunStatus.ABORTED:  # its one cause is its error: nothing it judged can stand
+            verdicts, unjudged = [], []
         if rec.sampler is not None:
             rec.sampler.join(timeout=5)
         journal.record(EndEvent(outcome=status.value, seconds=ctx.elapsed(),
@@ -478,14 +480,14 @@ def _conclude(run: _Run, workload: _Bounded, ctx: RunContext, rec: _Recorder,
               status: RunStatus) -> tuple[list[Verdict], list[Verdict]]:
     """Probe after, check invariants and steady state, tear down. Never raises. Returns the
     judged verdicts and those of undeclared invariants (shown, not judged). An interrupted
-    run gets no probe and no verdict: nothing was checked, so nothing held; nor does a run
-    whose workload hung (it is aborted, and its hooks are not called again but teardown), nor
-    one whose setup raised (aborted with that one cause: its invariants would read state
-    that setup never made, and add a second, unrelated error)."""
+    run gets no probe and no verdict: nothing was checked, so nothing held; nor does an
+    aborted run (its error is its one cause: a workload that hung, whose hooks are not called
+    again but teardown; a setup that raised, whose state the invariants would read; a cluster
+    the faults could not reach, which its probes, still passing, would call "held")."""
     verdicts: list[Verdict] = []
     unjudged: list[Verdict] = []
     try:
-        if status is not RunStatus.INTERRUPTED and workload.hung is None and workload.set_up:
+        if status not in (RunStatus.INTERRUPTED, RunStatus.ABORTED) and workload.hung is None and workload.set_up:
             if workload.HAS_PROBE:
                 rec.probe(_probe(workload, ctx, "after"))
             produced = workload.invariants()
