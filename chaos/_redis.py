@@ -98,7 +98,7 @@ class RedisServer:
         reap([psutil.Process(self.proc.pid)] if self.proc.poll() is None else [], timeout=10.0)
         self.proc.wait(timeout=10)
 
-    def command(self, *args: str | int) -> bytes | int | list[object] | None:
+    def command(self, *args: str | int | bytes) -> bytes | int | list[object] | None:
         """Send one command and return its reply (see :func:`_read_reply`).
 
         Raises:
@@ -114,9 +114,9 @@ class RedisReplyError(ChaosError, RuntimeError):
     """Redis answered a command with an error reply (``-ERR ...``); the message is Redis's."""
 
 
-def encode(*args: str | int) -> bytes:
-    """One command in RESP, Redis's wire format: an array of bulk strings."""
-    parts = [str(a).encode() for a in args]
+def encode(*args: str | int | bytes) -> bytes:
+    """One command in RESP, Redis's wire format: an array of bulk strings (bytes as they are)."""
+    parts = [a if isinstance(a, bytes) else str(a).encode() for a in args]
     return b"".join([b"*%d\r\n" % len(parts), *(b"$%d\r\n%s\r\n" % (len(p), p) for p in parts)])
 
 

@@ -129,6 +129,7 @@ def test_acknowledged_writes_must_all_be_stored() -> None:
 
 def test_commands_and_replies_in_resp() -> None:
     assert encode("CLIENT", "KILL", "ID", 7) == b"*4\r\n$6\r\nCLIENT\r\n$4\r\nKILL\r\n$2\r\nID\r\n$1\r\n7\r\n"
+    assert encode("HDEL", b"RAY@KV") == b"*2\r\n$4\r\nHDEL\r\n$6\r\nRAY@KV\r\n"  # bytes as they are
     reply = io.BytesIO(b"*3\r\n$7\r\ntimeout\r\n:12\r\n$-1\r\n")
     assert _read_reply(reply) == [b"timeout", 12, None]
     assert _read_reply(io.BytesIO(b"+OK\r\n")) == b"OK"

@@ -266,9 +266,13 @@ class RedisLoss(Workload):
             if self._alive(self.gcs_pid) or not self.server.running():
                 continue
             self.done.wait(self.p.restart_delay)
-            self.head.node.kill_gcs_server(check_alive=False)  # Ray's record of the dead one
-            self.gcs_pid, _ = self.head.restart_gcs(self.ctx.address)
-            self.restarts.append(time.monotonic())
+            self._restart_gcs()
+
+    def _restart_gcs(self) -> None:
+        """Start the exited GCS again on the same port and the same Redis."""
+        self.head.node.kill_gcs_server(check_alive=False)  # clears Ray's record of the dead one
+        self.gcs_pid, _ = self.head.restart_gcs(self.ctx.address)
+        self.restarts.append(time.monotonic())
 
     # -- the faults ---------------------------------------------------------------------------
 
@@ -280,7 +284,7 @@ class RedisLoss(Workload):
             if self.ctx.faults:
                 self.cases.append(self._run_case(case))
             else:
-                self.ctx.stop.wait(self._hold(case) + 2.0)  # the twin's load, for as long
+                self.ctx.stop.wait(self._hold(case) + 1.0)  # the twin's load, about as long
         return False
 
     def _fault(self, case: Case) -> RedisFault:
