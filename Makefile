@@ -30,7 +30,7 @@ LOCK_ARGS ?=
 
 REPORT ?= report/dqn-cartpole
 
-.PHONY: install browser redis fuse run test slow lint docs thorough mutants soak bench latency lock leakcheck clean
+.PHONY: install browser redis fuse net run test slow lint docs thorough mutants soak bench latency lock leakcheck clean
 
 # constraints.txt pins every package the install resolves (see `make lock`); pyproject keeps
 # loose ranges for users.
@@ -67,15 +67,22 @@ fuse:
 	@command -v fusermount3 >/dev/null || (apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends fuse3)
 
+# Network faults need Debian's nftables (nft) and iproute2 (ip, tc), and root: the harness
+# makes its own namespaces, links and tables, and deletes them.
+net:
+	@(command -v nft >/dev/null && command -v ip >/dev/null && command -v tc >/dev/null) || \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+		--no-install-recommends nftables iproute2)
+
 # The suite under Hypothesis's `ci` profile (pyproject's addopts), but the end-to-end runs
 # marked slow: within 10 minutes here.
-test: $(STAMP) browser redis fuse
+test: $(STAMP) browser redis fuse net
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory leakcheck
 
 # The end-to-end tier (CI runs it after `make test`): the flagship and its report, scenarios
 # on their own clusters, the broken actors caught and shrunk. It prints its ten slowest tests.
-slow: $(STAMP) browser redis fuse
+slow: $(STAMP) browser redis fuse net
 	$(PY) -m pytest -m slow --durations=10 $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory leakcheck
 
@@ -108,7 +115,8 @@ soak: $(STAMP)
 	$(PY) benchmarks/soak.py --seconds $(SOAK_SECONDS)
 	@$(MAKE) --no-print-directory leakcheck
 
-# Fails when any Ray, Redis or paused process is left on the machine.
+# Fails when any Ray, Redis or paused process, or a namespace, link, bridge or nftables table
+# of the network lab, is left on the machine.
 leakcheck: $(STAMP)
 	$(PY) -m chaos.leakcheck
 

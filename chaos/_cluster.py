@@ -17,13 +17,15 @@ import socket
 import tempfile
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import psutil
 
 from chaos._errors import FaultIneffective, InvalidConfig, InvalidFaultSpec
+from chaos._net import NetLab, network_lab, registered, require_network
+from chaos._net_cluster import join_workers, kill_workers, map_node_ids
 from chaos._wait import wait_until
 
 __all__ = ["TEST_SYSTEM_CONFIG", "ClusterHandle", "local_cluster", "ray_processes", "reap"]
@@ -52,12 +54,15 @@ class ClusterHandle:
         temp_dir: Ray's temporary root for this cluster; removed at teardown.
         cluster: the ``ray.cluster_utils.Cluster`` of a multi-node cluster (to add or
             remove nodes), None for a single node.
+        lab: the network lab of a ``network=True`` cluster (its namespaces and addresses),
+            None otherwise.
     """
 
     address: str
     nodes: int
     temp_dir: str
     cluster: Any = field(default=None, compare=False)
+    lab: NetLab | None = field(default=None, compare=False)
 
 
 #: GCS restart: how long the restarted server may take to answer and its nodes to be alive.
@@ -176,6 +181,7 @@ def local_cluster(
     redis_address: str | None = None,
     worker_env: Mapping[str, str] | None = None,
     runtime_env: Mapping[str, object] | None = None,
+    network: bool = False,
 ) -> Iterator[ClusterHandle]:
     """Start a fresh embedded Ray cluster, connect this driver to it, and tear it all down.
 
@@ -195,13 +201,21 @@ def local_cluster(
             when they start: Ray's testing knobs such as :func:`chaos.engine.rpc_failure_env`.
         runtime_env: this driver's job runtime env (``ray.init(runtime_env=...)``), e.g.
             ``actors.spare.spare_job_env()``.
+        network: put each worker node in its own network namespace, with its own address on
+            a bridge (the head stays on the host, on the bridge's address), so that network
+            faults (:class:`chaos.Partition` and its siblings) can cut, thin and slow the links
+            between nodes. Needs root, ``nft``, ``ip`` and ``tc``, and ``nodes >= 2``.
 
     Raises:
         InvalidConfig: a bad size, or this process is already connected to Ray.
+        NetworkUnavailable: ``network`` was asked without root or without ``nft``/``ip``/``tc``
+            (an :class:`InvalidConfig` too; the message names what is missing).
     """
     import ray
 
     _validate_cluster_args(nodes, num_cpus, object_store_mb)
+    if network:
+        _validate_network(nodes)
     if ray.is_initialized():
         raise InvalidConfig(
             "this process is already connected to Ray; call ray.shutdown() before "
@@ -220,11 +234,23 @@ def local_cluster(
                        workers=dict(worker_env or {}))
         if env.workers and nodes == 1:
             raise InvalidConfig(f"worker_env {dict(env.workers)} needs worker nodes; pass nodes >= 2")
-        with _started(nodes, num_cpus, object_store_mb, config, temp_dir, worker_resources,
-                      init_args, env) as handle:
+        with ExitStack() as stack:
+            lab = stack.enter_context(network_lab(nodes - 1)) if network else None
+            handle = stack.enter_context(_started(nodes, num_cpus, object_store_mb, config, temp_dir,
+                                                  worker_resources, init_args, env, lab))
+            if lab is not None:
+                stack.enter_context(registered(handle.address, lab))
             yield handle
     finally:
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _validate_network(nodes: int) -> None:
+    """A network cluster needs the lab's tools and at least one worker node to put apart."""
+    require_network("local_cluster(network=True)")
+    if nodes < 2:
+        raise InvalidConfig(f"network=True puts worker nodes in namespaces, and nodes={nodes} has "
+                            "none; pass nodes >= 2")
 
 
 def _validate_cluster_args(nodes: int, num_cpus: int, object_store_mb: int) -> None:
@@ -261,7 +287,8 @@ def _environ(variables: Mapping[str, str]) -> Iterator[None]:
 @contextmanager
 def _started(nodes: int, num_cpus: int, object_store_mb: int, config: dict[str, Any],
              temp_dir: str, worker_resources: Mapping[str, float] | None,
-             init_args: dict[str, Any], env: _NodeEnv) -> Iterator[ClusterHandle]:
+             init_args: dict[str, Any], env: _NodeEnv,
+             lab: NetLab | None = None) -> Iterator[ClusterHandle]:
     import ray
 
     store = object_store_mb * 1024 * 1024
@@ -275,18 +302,22 @@ def _started(nodes: int, num_cpus: int, object_store_mb: int, config: dict[str, 
             address = ctx.address_info["gcs_address"]
             _HEADS[address] = ray._private.worker._global_node
         else:
-            cluster = _multi_node(nodes, num_cpus, store, config, temp_dir, worker_resources, env)
+            cluster = _multi_node(nodes, num_cpus, store, config, temp_dir, worker_resources, env, lab)
             ray.init(address=cluster.address, **{k: v for k, v in init_args.items() if k != "num_gpus"})
             address = cluster.address
             _HEADS[address] = cluster.head_node
-        yield ClusterHandle(address=address, nodes=nodes, temp_dir=temp_dir, cluster=cluster)
+            if lab is not None:
+                map_node_ids(lab, nodes=nodes)
+        yield ClusterHandle(address=address, nodes=nodes, temp_dir=temp_dir, cluster=cluster, lab=lab)
     finally:
         _HEADS.pop(address, None)
+        if lab is not None:  # first: else the teardown waits out their reconnect attempts
+            kill_workers(lab)
         _teardown(cluster, temp_dir)
 
 
 def _multi_node(nodes: int, num_cpus: int, store: int, config: dict[str, Any], temp_dir: str,
-                worker_resources: Mapping[str, float] | None, env: _NodeEnv) -> Any:
+                worker_resources: Mapping[str, float] | None, env: _NodeEnv, lab: NetLab | None) -> Any:
     from ray._private.utils import get_ray_address_file
     from ray.cluster_utils import Cluster
 
@@ -298,7 +329,12 @@ def _multi_node(nodes: int, num_cpus: int, store: int, config: dict[str, Any], t
             "temp_dir": temp_dir, "include_dashboard": True, "resources": {"rc_head": 1.0},
             # Unlike ray.init, Cluster's head fails if 8265 is taken (another cluster here).
             "dashboard_port": _free_port(),
+            **({"node_ip_address": lab.head.address} if lab is not None else {}),
         })
+    if lab is not None:
+        join_workers(lab, cluster.address, num_cpus=num_cpus, store=store, env=env.workers,
+                     resources={i: {f"rc_node{i}": 1.0, **(worker_resources or {})} for i in range(1, nodes)})
+        return cluster
     for i in range(1, nodes):
         resources = {f"rc_node{i}": 1.0, **(worker_resources or {})}
         with _environ(env.workers):

@@ -1,4 +1,5 @@
-"""``python -m chaos.leakcheck``: fail when Ray, Redis or paused processes are left on the machine.
+"""``python -m chaos.leakcheck``: fail when Ray, Redis or paused processes, or the network lab's
+namespaces, links, bridges or nftables tables, are left on the machine.
 
 Run after a test suite or a chaos run. Processes that are exiting get a short grace
 period (polled, bounded); anything still there is listed and the exit code is 1.
@@ -12,6 +13,7 @@ import time
 import psutil
 
 from chaos._cluster import ray_processes
+from chaos._net import network_leftovers
 
 
 def paused_processes() -> list[psutil.Process]:
@@ -52,13 +54,20 @@ def _describe(proc: psutil.Process) -> str:
 
 
 def main() -> int:
-    left = leftovers()
-    if not left:
-        print("leakcheck: 0 Ray processes, 0 Redis processes, 0 paused processes")
+    left, network = leftovers(), network_leftovers()
+    if not left and not network:
+        print("leakcheck: 0 Ray processes, 0 Redis processes, 0 paused processes, "
+              "0 network namespaces, links, bridges or nftables tables")
         return 0
-    print(f"leakcheck: {len(left)} Ray, Redis or paused processes left behind:", file=sys.stderr)
+    if left:
+        print(f"leakcheck: {len(left)} Ray, Redis or paused processes left behind:", file=sys.stderr)
     for proc in left:
         print(f"  {_describe(proc)}", file=sys.stderr)
+    if network:
+        print(f"leakcheck: {len(network)} network objects left behind (delete them with ip/nft):",
+              file=sys.stderr)
+    for item in network:
+        print(f"  {item}", file=sys.stderr)
     return 1
 
 

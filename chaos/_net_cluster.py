@@ -1,0 +1,94 @@
+"""Ray worker nodes inside the network lab's namespaces: each one a ``ray start`` run in its
+own namespace, with its own address, joining a head on the lab's bridge.
+
+``ray start`` leaves its processes running and exits, so they are not this process's
+children: they are found, and killed, as the processes of their namespace.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from chaos._errors import InvalidConfig
+from chaos._net import NetLab, NetNode, _enter, _kill_namespace
+from chaos._wait import wait_until
+
+__all__ = ["join_workers", "kill_workers", "map_node_ids", "worker_environment"]
+
+#: Seconds the worker nodes' ``ray start`` may take, all of them at once, on a busy host.
+START_TIMEOUT = 120.0
+
+
+def worker_environment(extra: Mapping[str, str]) -> dict[str, str]:
+    """The worker nodes' environment: this process's, the caller's ``extra``, and this
+    process's own authentication mode. Ray reads the mode once per process: a node in token
+    mode joining a head started without it fails every RPC with ``InvalidAuthToken`` (seen
+    here), so the workers follow the mode this process (and so the head it started) has; the
+    token itself is read where the head read it (``RAY_AUTH_TOKEN``, ``~/.ray/auth_token``)."""
+    from ray._private.authentication.authentication_utils import is_token_auth_enabled
+
+    return {**os.environ, **extra, "RAY_AUTH_MODE": "token" if is_token_auth_enabled() else "disabled"}
+
+
+def _start_command(node: NetNode, address: str, num_cpus: int, store: int,
+                   resources: Mapping[str, float]) -> list[str]:
+    ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
+    return [ray_cli, "start", "--address", address, "--node-ip-address", node.address,
+            "--num-cpus", str(num_cpus), "--object-store-memory", str(store),
+            "--resources", json.dumps(dict(resources)), "--disable-usage-stats"]
+
+
+def join_workers(lab: NetLab, address: str, *, num_cpus: int, store: int,
+                 resources: Mapping[int, Mapping[str, float]], env: Mapping[str, str]) -> None:
+    """Start a Ray node in each worker namespace of ``lab``, joining the head at ``address``.
+
+    One at a time: the nodes share the session's directory, and two ``ray start`` at once
+    raced for the same socket names there (the second raylet never registered: seen here).
+
+    Raises:
+        InvalidConfig: a node did not start (its output's last lines are in the message).
+    """
+    environment = worker_environment(env)
+    for node in lab.workers:
+        namespace = node.namespace
+        assert namespace is not None
+        command = _start_command(node, address, num_cpus, store, resources[node.index])
+        proc = subprocess.Popen(command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, preexec_fn=functools.partial(_enter, namespace))
+        try:
+            output, _ = proc.communicate(timeout=START_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            output, _ = proc.communicate()
+        if proc.returncode != 0:
+            tail = "\n".join(output.strip().splitlines()[-8:])
+            raise InvalidConfig(f"the Ray node in {node.label} did not start (`ray start` exited "
+                                f"{proc.returncode}):\n{tail}")
+
+
+def map_node_ids(lab: NetLab, *, nodes: int, timeout: float = 60.0) -> None:
+    """Wait until ``nodes`` nodes are alive, and record each lab node's Ray node id."""
+    import ray
+
+    def alive() -> list[dict[str, Any]]:
+        found = [n for n in ray.nodes() if n.get("Alive")]
+        return found if len(found) >= nodes else []
+
+    by_address = {n.address: n for n in lab.nodes}
+    for row in wait_until(alive, timeout=timeout, interval=0.2,
+                          what=f"{nodes} nodes of the network cluster alive"):
+        node = by_address.get(str(row.get("NodeManagerAddress")))
+        if node is not None:
+            lab.node_ids[str(row["NodeID"])] = node
+
+
+def kill_workers(lab: NetLab) -> None:
+    """SIGKILL every process of every worker namespace (the worker nodes, at once)."""
+    for node in lab.workers:
+        _kill_namespace(lab, node)
