@@ -307,7 +307,7 @@ class FaultOps(mfusepy.Operations):  # type: ignore[misc]
         with self.lock:
             files, names = self.volatile.unsynced()
         return {**self.faults.snapshot(), "unsynced_files": files, "unsynced_names": names,
-                "pid": os.getpid()}
+                "pid": os.getpid(), "backing": self.root}
 
 
 def command(ops: FaultOps, request: dict[str, Any]) -> dict[str, Any]:
@@ -372,6 +372,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m chaos._fuse_server")
     for name in ("--backing", "--mount", "--control"):
         parser.add_argument(name, required=True)
+    parser.add_argument("--fsname", default=FSNAME)
     args = parser.parse_args(argv)
     ops = FaultOps(args.backing, FaultState())
     listener = Listener(args.control, family="AF_UNIX")
@@ -379,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     threading.Thread(target=_serve_control, args=(ops, listener), daemon=True).start()
     threading.Thread(target=_watch_parent, args=(ops, args.mount), daemon=True).start()
     try:
-        _Fuse(ops, args.mount, foreground=True, fsname=FSNAME, subtype=FSNAME)
+        _Fuse(ops, args.mount, foreground=True, fsname=args.fsname, subtype=FSNAME)
     finally:
         listener.close()
         ops.volatile.close()

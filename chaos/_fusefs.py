@@ -30,11 +30,11 @@ from typing import Any
 
 import psutil
 
-from chaos._errors import ChaosError, HangError, InvalidConfig, MissingExtra
+from chaos._errors import ChaosError, HangError, InvalidConfig, MissingExtra, TargetNotFound
 from chaos._fuse_faults import OPS
 from chaos._wait import wait_until
 
-__all__ = ["FSNAME", "FaultFS", "FaultFSError", "FaultFSState", "PowerLossResult", "fault_filesystem",
+__all__ = ["FSNAME", "FaultFS", "FaultFSError", "FaultFSState", "PowerLossResult", "connect", "fault_filesystem",
            "fuse_mounts_left", "fuse_servers_left"]
 
 #: The FUSE filesystem name and subtype of our mounts (``fuse.raychaos-faultfs`` in /proc/mounts).
@@ -77,6 +77,7 @@ class FaultFSState:
     unsynced_files: int
     unsynced_names: int
     pid: int
+    backing: str
 
     def count(self, key: str) -> int:
         return int(self.counts.get(key, 0))
@@ -153,7 +154,7 @@ class FaultFS:
         reply = self._send({"op": "state"})
         errors = tuple((int(c), str(g), tuple(o)) for c, g, o in reply["errors"])
         return FaultFSState(reply["latency"], reply["stall"], errors, reply["counts"],
-                            reply["unsynced_files"], reply["unsynced_names"], reply["pid"])
+                            reply["unsynced_files"], reply["unsynced_names"], reply["pid"], reply["backing"])
 
 
 def _check_prerequisites() -> None:
@@ -202,7 +203,8 @@ def _start(backing: str, mount: str, work: str) -> tuple[FaultFS, subprocess.Pop
         # Its own session: a Ctrl-C of the test reaches the test, whose finally unmounts; the
         # server's stdin stays open only while the driver lives.
         proc = subprocess.Popen(
-            [sys.executable, "-m", _SERVER_MODULE, "--backing", backing, "--mount", mount, "--control", control],
+            [sys.executable, "-m", _SERVER_MODULE, "--backing", backing, "--mount", mount, "--control", control,
+             "--fsname", f"{FSNAME}@{control}"],
             stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     fs = FaultFS(os.path.realpath(mount), os.path.realpath(backing), control, proc.pid)
     try:
@@ -259,11 +261,32 @@ def _unescape(field: str) -> str:
     return field
 
 
-def fuse_mounts_left() -> list[str]:
-    """The mount points of every fault filesystem mounted on this machine now (leak check)."""
+def _our_mounts() -> dict[str, str]:
+    """Every fault filesystem mounted on this machine now: mount point → its fsname."""
     with open("/proc/self/mounts", encoding="utf-8") as mounts:
         rows = [line.split() for line in mounts]
-    return [_unescape(row[1]) for row in rows if len(row) > 2 and row[2] == f"fuse.{FSNAME}"]
+    return {_unescape(row[1]): _unescape(row[0]) for row in rows if len(row) > 2 and row[2] == f"fuse.{FSNAME}"}
+
+
+def fuse_mounts_left() -> list[str]:
+    """The mount points of every fault filesystem mounted on this machine now (leak check)."""
+    return sorted(_our_mounts())
+
+
+def connect(mount: str) -> FaultFS:
+    """The switches of the fault filesystem mounted at ``mount`` (by any process here).
+
+    Raises:
+        TargetNotFound: no fault filesystem is mounted there.
+    """
+    real = os.path.realpath(mount)
+    fsname = _our_mounts().get(real, "")
+    _, _, control = fsname.partition("@")
+    if not control:
+        raise TargetNotFound(f"no fault filesystem is mounted at {mount!r} (mounted: {fuse_mounts_left()}); "
+                             "mount one with chaos.cluster.fault_filesystem, or give its mount point")
+    state = FaultFS(real, "", control, 0).state()
+    return FaultFS(real, state.backing, control, state.pid)
 
 
 def fuse_servers_left() -> list[psutil.Process]:

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from chaos._errors import InvalidConfig
-from chaos._fusefs import FaultFS, FaultFSError, fault_filesystem, fuse_mounts_left, fuse_servers_left
+from chaos._errors import InvalidConfig, TargetNotFound
+from chaos._fusefs import FaultFS, FaultFSError, connect, fault_filesystem, fuse_mounts_left, fuse_servers_left
 from chaos._wait import wait_until
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="needs /dev/fuse")
@@ -315,6 +315,13 @@ def test_handles_open_at_a_power_loss_are_dead(fs: FaultFS) -> None:
 # -- the mount's life ----------------------------------------------------------------------------
 
 
+def test_connect_finds_a_mount_by_its_path_and_refuses_any_other(fs: FaultFS, tmp_path: Path) -> None:
+    found = connect(fs.mount + "/")
+    assert (found.mount, found.backing, found.pid) == (fs.mount, fs.backing, fs.pid)
+    with pytest.raises(TargetNotFound, match="no fault filesystem is mounted at"):
+        connect(str(tmp_path))
+
+
 def test_an_error_in_the_block_and_a_stall_left_on_still_unmount(tmp_path: Path) -> None:
     backing = tmp_path / "data"
     backing.mkdir()
@@ -346,11 +353,13 @@ def test_a_driver_killed_or_interrupted_leaves_no_mount(how: int) -> None:
     try:
         assert child.stdout is not None
         mount = child.stdout.readline().strip()
-        assert mount in fuse_mounts_left()
+        server = connect(mount).pid
+        assert server in [p.pid for p in fuse_servers_left()]
         child.send_signal(how)
         child.wait(30)
         wait_until(lambda: mount not in fuse_mounts_left(), timeout=20, what="the orphaned mount gone")
-        wait_until(lambda: not fuse_servers_left(), timeout=20, what="the orphaned server gone")
+        wait_until(lambda: server not in [p.pid for p in fuse_servers_left()], timeout=20,
+                   what="the orphaned server gone")
     finally:
         child.kill()
         child.wait(10)

@@ -1,0 +1,356 @@
+"""Disk faults as records, on a fault filesystem: a slow disk, a stalled one, a failing one, a
+power loss. Each is injected, confirmed by an operation that must see it, held, healed, and
+confirmed healed by an operation that must not see it any more (roachprod's shape).
+
+The fault filesystem is found by its mount point (:func:`chaos._fusefs.connect`): mount one
+with :func:`chaos._fusefs.fault_filesystem` and put the storage under attack below it. A probe
+is a hidden file at the mount's root, or on a path built to match the fault's glob; when no
+probe can reach the glob (its folder does not exist yet), the confirmation is an operation of
+the workload, counted by the server, within ``confirm_within`` seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import errno as errnos
+import fnmatch
+import os
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+from chaos._errors import FaultIneffective, InvalidFaultSpec
+from chaos._fuse_faults import DEFAULT_ERROR_OPS, OPS
+from chaos._fusefs import MAX_STALL_SECONDS, FaultFS, PowerLossResult, connect
+from chaos._wait import wait_until
+
+__all__ = ["DiskEvent", "DiskFault", "DiskFaultKind", "DiskInjection", "FailingDisk", "PowerLoss", "SlowDisk",
+           "StallDisk", "inject_disk"]
+
+ErrnoName = Literal["EIO", "ENOSPC", "EROFS"]
+#: How long an operation may take to show a fault, or its absence, before the fault is ineffective.
+CONFIRM_WITHIN = 5.0
+#: A stall the driver never heals ends this long after its planned end, by the server's own deadline.
+STALL_GRACE = 5.0
+_PROBE = ".raychaos-probe"
+_PROBED_OPS = ("fsync", "write", "create", "open", "read", "getattr")
+
+
+class DiskFaultKind(enum.StrEnum):
+    """Each disk fault's kind, as journals spell it."""
+
+    SLOW_DISK = "slow_disk"
+    STALL_DISK = "stall_disk"
+    FAILING_DISK = "failing_disk"
+    POWER_LOSS = "power_loss"
+
+
+def _mount(value: object) -> None:
+    if not isinstance(value, str) or not value.startswith("/"):
+        raise InvalidFaultSpec(f"`mount` must be the absolute mount point of a fault filesystem, got {value!r}")
+
+
+def _seconds(name: str, value: object, *, most: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= most:
+        raise InvalidFaultSpec(f"`{name}` must be a duration in (0, {most:g}] seconds, got {value!r}")
+
+
+def _ops(value: object, *, allow_empty: bool) -> tuple[str, ...]:
+    ops = tuple(value) if isinstance(value, (list, tuple)) else ()
+    if not isinstance(value, (list, tuple)) or any(op not in OPS for op in ops) or not (ops or allow_empty):
+        raise InvalidFaultSpec(f"`ops` must be a list of operations among {', '.join(OPS)}, got {value!r}")
+    return ops
+
+
+@dataclass(frozen=True, slots=True)
+class SlowDisk:
+    """Delay each operation in ``ops`` on the mount by ``latency`` seconds, for ``seconds``."""
+
+    KIND: ClassVar[DiskFaultKind] = DiskFaultKind.SLOW_DISK
+    USES_AGENT: ClassVar[bool] = False
+
+    mount: str
+    seconds: float
+    latency: float = 0.2
+    ops: tuple[str, ...] = ("fsync",)
+
+    def __post_init__(self) -> None:
+        _mount(self.mount)
+        _seconds("seconds", self.seconds, most=3600.0)
+        _seconds("latency", self.latency, most=60.0)
+        object.__setattr__(self, "ops", _ops(self.ops, allow_empty=False))
+
+
+@dataclass(frozen=True, slots=True)
+class StallDisk:
+    """Block every operation on paths matching ``glob`` until healed, for ``seconds`` at most
+    (the server heals it by itself a little after, should the driver be gone)."""
+
+    KIND: ClassVar[DiskFaultKind] = DiskFaultKind.STALL_DISK
+    USES_AGENT: ClassVar[bool] = False
+
+    mount: str
+    seconds: float
+    glob: str = "*"
+
+    def __post_init__(self) -> None:
+        _mount(self.mount)
+        _seconds("seconds", self.seconds, most=MAX_STALL_SECONDS - STALL_GRACE)
+
+
+@dataclass(frozen=True, slots=True)
+class FailingDisk:
+    """Fail operations on paths matching ``glob`` with ``errno`` for ``seconds``; ``ops``
+    (empty: what that error hits on a real disk) chooses which."""
+
+    KIND: ClassVar[DiskFaultKind] = DiskFaultKind.FAILING_DISK
+    USES_AGENT: ClassVar[bool] = False
+
+    mount: str
+    seconds: float
+    errno: ErrnoName = "EIO"
+    glob: str = "*"
+    ops: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        _mount(self.mount)
+        _seconds("seconds", self.seconds, most=3600.0)
+        if self.errno not in ("EIO", "ENOSPC", "EROFS"):
+            raise InvalidFaultSpec(f"`errno` must be 'EIO', 'ENOSPC' or 'EROFS', got {self.errno!r}")
+        object.__setattr__(self, "ops", _ops(self.ops, allow_empty=True))
+
+    @property
+    def code(self) -> int:
+        return int(getattr(errnos, self.errno))
+
+
+@dataclass(frozen=True, slots=True)
+class PowerLoss:
+    """Drop every write on the mount that no fsync covered, at once; stop its writers first
+    (their open handles fail with ``EIO`` afterwards, as their processes would be gone)."""
+
+    KIND: ClassVar[DiskFaultKind] = DiskFaultKind.POWER_LOSS
+    USES_AGENT: ClassVar[bool] = False
+
+    mount: str
+
+    def __post_init__(self) -> None:
+        _mount(self.mount)
+
+
+DiskFault = SlowDisk | StallDisk | FailingDisk | PowerLoss
+
+
+@dataclass(frozen=True, slots=True)
+class DiskEvent:
+    """A disk fault's step: ``inject`` and ``heal`` each after their confirmation,
+    ``ineffective`` when one was not seen. ``measured``: what confirmed it (seconds an
+    operation took or was blocked, the errno it got, bytes a power loss cut)."""
+
+    kind: Literal["inject", "heal", "ineffective"]
+    fault: DiskFault
+    outcome: str
+    measured: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DiskInjection:
+    """What a disk fault hit and what confirmed it (see :class:`DiskEvent`)."""
+
+    fault: DiskFault
+    mount: str
+    confirmed: DiskEvent
+    power_loss: PowerLossResult | None = None
+
+
+Record = Callable[[DiskEvent], None]
+
+
+@contextlib.contextmanager
+def inject_disk(fault: DiskFault, *, record: Record | None = None,
+                confirm_within: float = CONFIRM_WITHIN) -> Iterator[DiskInjection]:
+    """Inject ``fault`` on its mount, confirm it, yield, heal it and confirm the heal (also on
+    error or Ctrl-C). ``record`` receives each step.
+
+    Raises:
+        TargetNotFound: no fault filesystem is mounted at ``fault.mount``.
+        FaultIneffective: no operation saw the fault (it is healed again first), or one still
+            saw it after the heal.
+    """
+    steps = record or (lambda event: None)
+    fs = connect(fault.mount)
+    injector = _INJECTORS[type(fault)]
+    with injector(fs, fault, steps, confirm_within) as injection:
+        yield injection
+
+
+def _ineffective(steps: Record, fault: DiskFault, why: str) -> FaultIneffective:
+    steps(DiskEvent("ineffective", fault, why))
+    return FaultIneffective(f"{type(fault).__name__} on {fault.mount}: {why}")
+
+
+# -- probes ------------------------------------------------------------------------------------
+
+
+def _probe_path(fs: FaultFS, glob: str = "*") -> str | None:
+    """A path in the mount matching ``glob`` whose folder exists (None: no such path can be probed)."""
+    name = f"{_PROBE}-{uuid.uuid4().hex[:8]}"
+    inside = "/" + re.sub(r"\[[^]]*\]", "p", glob).replace("?", "p").replace("*", name).lstrip("/")
+    if not fnmatch.fnmatchcase(inside, glob) or not os.path.isdir(fs.mount + os.path.dirname(inside)):
+        return None
+    return fs.mount + inside
+
+
+def _timed_op(op: str, path: str) -> float:
+    """Run one ``op`` on ``path`` (created first when the op needs a file); its seconds."""
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600) if op not in ("create", "getattr", "open") else -1
+    try:
+        start = time.perf_counter()
+        if op == "create":
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        elif op == "open":
+            os.close(os.open(path, os.O_CREAT | os.O_RDONLY, 0o600))
+        elif op == "getattr":
+            with contextlib.suppress(FileNotFoundError):
+                os.stat(path)
+        elif op == "fsync":
+            os.fsync(fd)
+        elif op == "write":
+            os.pwrite(fd, b"probe", 0)
+        else:
+            os.pread(fd, 1, 0)
+        return time.perf_counter() - start
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+# -- injectors: inject → confirm → yield → heal → confirm healed ----------------------------------
+
+
+@contextlib.contextmanager
+def _slow(fs: FaultFS, fault: SlowDisk, steps: Record, within: float) -> Iterator[DiskInjection]:
+    op = next((o for o in fault.ops if o in _PROBED_OPS), None)
+    fs.set_latency({o: fault.latency for o in fault.ops})
+    try:
+        took = _timed_op(op, fs.mount + f"/{_PROBE}-{uuid.uuid4().hex[:8]}") if op else None
+        if took is not None and took < 0.9 * fault.latency:
+            raise _ineffective(steps, fault, f"a probe {op} took {took:.3f} s, not {fault.latency:g} s")
+        if took is None:
+            took = _seen(fs, "delayed", within, steps, fault)
+        event = DiskEvent("inject", fault, f"{op or 'a workload operation'} delayed {took:.3f} s", took)
+        steps(event)
+        yield DiskInjection(fault, fs.mount, event)
+    finally:
+        fs.heal("latency")
+    after = _timed_op(op, fs.mount + f"/{_PROBE}-{uuid.uuid4().hex[:8]}") if op else 0.0
+    if after >= 0.5 * fault.latency:
+        raise _ineffective(steps, fault, f"a probe {op} still took {after:.3f} s after the heal")
+    steps(DiskEvent("heal", fault, f"latency off; a probe {op or 'operation'} took {after:.3f} s", after))
+
+
+def _seen(fs: FaultFS, counter: str, within: float, steps: Record, fault: DiskFault) -> float:
+    """Wait until an operation of the workload is counted under ``counter``; the seconds waited."""
+    start, before = time.monotonic(), fs.state().count(counter)
+    try:
+        wait_until(lambda: fs.state().count(counter) > before, timeout=within,
+                   what=f"an operation counted as {counter!r}")
+    except TimeoutError:
+        raise _ineffective(steps, fault, f"no probe could reach it and no operation of the workload "
+                                         f"was {counter} within {within:g} s") from None
+    return time.monotonic() - start
+
+
+@contextlib.contextmanager
+def _stall(fs: FaultFS, fault: StallDisk, steps: Record, within: float) -> Iterator[DiskInjection]:
+    probe, done = _probe_path(fs, fault.glob), threading.Event()
+    before = fs.state().count("stalled")
+    fs.stall(glob=fault.glob, seconds=fault.seconds + STALL_GRACE)
+    prober = threading.Thread(target=_probe_until_released, args=(probe, done), daemon=True)
+    try:
+        prober.start()
+        start = time.monotonic()
+        try:
+            wait_until(lambda: fs.state().count("stalled") > before, timeout=within, what="a stalled operation")
+        except TimeoutError:
+            raise _ineffective(steps, fault, f"no operation on {fault.glob!r} was stalled within {within:g} s") \
+                from None
+        if done.is_set():
+            raise _ineffective(steps, fault, "the probe was released while the stall was on")
+        event = DiskEvent("inject", fault, f"an operation on {fault.glob!r} blocked", time.monotonic() - start)
+        steps(event)
+        yield DiskInjection(fault, fs.mount, event)
+    finally:
+        fs.heal("stall")
+    prober.join(within)
+    if (probe and not done.is_set()) or fs.state().stall is not None:
+        raise _ineffective(steps, fault, f"the stall on {fault.glob!r} held {within:g} s after the heal")
+    steps(DiskEvent("heal", fault, "stall off; the blocked probe returned" if probe else "stall off (read back)"))
+
+
+@contextlib.contextmanager
+def _failing(fs: FaultFS, fault: FailingDisk, steps: Record, within: float) -> Iterator[DiskInjection]:
+    hits = set(fault.ops or DEFAULT_ERROR_OPS[fault.code])
+    probe = _probe_path(fs, fault.glob) if hits & {"create", "write"} else None
+    fs.fail(fault.code, glob=fault.glob, ops=fault.ops or None)
+    try:
+        got = _failed_probe(probe) if probe else None
+        if probe and got != fault.code:
+            seen = errnos.errorcode.get(got or 0, "no error")
+            raise _ineffective(steps, fault, f"a probe write to {probe} got {seen}, not {fault.errno}")
+        if got is None:
+            _seen(fs, f"errno.{fault.code}", within, steps, fault)
+        event = DiskEvent("inject", fault, f"an operation on {fault.glob!r} failed with {fault.errno}", fault.code)
+        steps(event)
+        yield DiskInjection(fault, fs.mount, event)
+    finally:
+        fs.heal("errors")
+    if (probe and _failed_probe(probe) is not None) or fs.state().errors:
+        raise _ineffective(steps, fault, f"a probe write to {probe} still failed after the heal" if probe
+                           else f"the server still lists errno rules after the heal: {fs.state().errors}")
+    steps(DiskEvent("heal", fault, "errors off; a probe write succeeded" if probe else "errors off (read back)"))
+
+
+def _probe_until_released(probe: str | None, done: threading.Event) -> None:
+    if probe is not None:
+        _timed_op("getattr", probe)
+        done.set()
+
+
+def _failed_probe(path: str) -> int | None:
+    """Create and write ``path``; the errno it failed with (None: it worked)."""
+    try:
+        _timed_op("write", path)
+    except OSError as exc:
+        return exc.errno
+    return None
+
+
+@contextlib.contextmanager
+def _power_loss(fs: FaultFS, fault: PowerLoss, steps: Record, within: float) -> Iterator[DiskInjection]:
+    probe = fs.mount + f"/{_PROBE}-{uuid.uuid4().hex[:8]}"
+    with open(probe, "wb") as f:  # written, never fsynced: the power loss must take it
+        f.write(b"unsynced")
+    lost = fs.power_loss()
+    if os.path.exists(probe):
+        os.unlink(probe)
+        raise _ineffective(steps, fault, f"an unsynced probe file {probe} survived the power loss")
+    event = DiskEvent("inject", fault, f"unsynced writes dropped: {lost.files_reverted} files reverted, "
+                                       f"{lost.bytes_cut} bytes cut, {lost.names_undone} name changes undone, "
+                                       f"{lost.handles_killed} open handles dead", lost.bytes_cut)
+    steps(event)
+    yield DiskInjection(fault, fs.mount, event, lost)
+    took = _timed_op("fsync", probe)  # nothing to heal: the disk answers again, as after a reboot
+    steps(DiskEvent("heal", fault, f"the mount answers: a probe write and fsync took {took:.3f} s", took))
+
+
+_INJECTORS: dict[type, Callable[..., contextlib.AbstractContextManager[DiskInjection]]] = {
+    SlowDisk: _slow, StallDisk: _stall, FailingDisk: _failing, PowerLoss: _power_loss,
+}

@@ -1,0 +1,126 @@
+"""Disk faults as records on a fault filesystem, Ray-free: each is confirmed by an operation that
+sees it, healed, and confirmed healed; one whose effect never comes is ineffective (a plant)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from chaos._disk_faults import (
+    DiskEvent,
+    FailingDisk,
+    PowerLoss,
+    SlowDisk,
+    StallDisk,
+    inject_disk,
+)
+from chaos._errors import FaultIneffective, InvalidFaultSpec, TargetNotFound
+from chaos._fusefs import FaultFS, fault_filesystem
+
+pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="needs /dev/fuse")
+
+
+@pytest.fixture(scope="module")
+def fs() -> Iterator[FaultFS]:
+    with fault_filesystem() as mounted:
+        yield mounted
+
+
+def steps_of(events: list[DiskEvent]) -> list[str]:
+    return [e.kind for e in events]
+
+
+def test_a_slow_disk_is_measured_by_a_probe_and_measured_gone_after_its_heal(fs: FaultFS) -> None:
+    events: list[DiskEvent] = []
+    with inject_disk(SlowDisk(fs.mount, seconds=5, latency=0.2, ops=("fsync",)), record=events.append) as hit:
+        fd = os.open(f"{fs.mount}/f", os.O_CREAT | os.O_WRONLY)
+        start = time.perf_counter()
+        os.fsync(fd)
+        assert time.perf_counter() - start >= 0.2
+        os.close(fd)
+    assert steps_of(events) == ["inject", "heal"]
+    assert hit.confirmed.measured is not None and hit.confirmed.measured >= 0.18
+    assert events[1].measured is not None and events[1].measured < 0.1
+    assert fs.state().latency == {}
+
+
+def test_a_stall_is_confirmed_by_a_blocked_probe_and_released_by_its_heal(fs: FaultFS) -> None:
+    os.makedirs(f"{fs.mount}/stalled", exist_ok=True)
+    events: list[DiskEvent] = []
+    done = threading.Event()
+    with inject_disk(StallDisk(fs.mount, seconds=30, glob="/stalled/*"), record=events.append):
+        writer = threading.Thread(target=lambda: (open(f"{fs.mount}/stalled/x", "wb").close(), done.set()))
+        writer.start()
+        assert not done.wait(0.3)
+        open(f"{fs.mount}/elsewhere", "wb").close()  # outside the glob: not blocked
+    assert done.wait(5)
+    writer.join()
+    assert steps_of(events) == ["inject", "heal"] and "returned" in events[1].outcome
+
+
+@pytest.mark.parametrize("name", ["EIO", "ENOSPC", "EROFS"])
+def test_a_failing_disk_is_confirmed_by_a_probe_write_and_healed(fs: FaultFS, name: str) -> None:
+    events: list[DiskEvent] = []
+    with inject_disk(FailingDisk(fs.mount, seconds=5, errno=name, glob="/*"), record=events.append) as hit:
+        with pytest.raises(OSError) as exc, open(f"{fs.mount}/data", "wb") as f:
+            f.write(b"x")
+        assert exc.value.errno == getattr(errno, name)
+    open(f"{fs.mount}/data", "wb").close()
+    assert steps_of(events) == ["inject", "heal"] and hit.confirmed.measured == getattr(errno, name)
+
+
+def test_a_failing_disk_on_a_folder_not_made_yet_waits_for_the_workload(fs: FaultFS) -> None:
+    """No probe reaches ``/later/*`` until the folder exists: a workload operation confirms it."""
+    events: list[DiskEvent] = []
+    fault = FailingDisk(fs.mount, seconds=5, glob="/later/*")
+
+    def workload() -> None:
+        time.sleep(0.3)  # the workload's own pace: it makes the folder a moment later
+        os.makedirs(f"{fs.mount}/later", exist_ok=True)
+        try:
+            open(f"{fs.mount}/later/x", "wb").close()
+        except OSError:
+            pass
+
+    thread = threading.Thread(target=workload)
+    thread.start()
+    with inject_disk(fault, record=events.append, confirm_within=5):
+        pass
+    thread.join()
+    assert steps_of(events) == ["inject", "heal"] and events[1].outcome == "errors off (read back)"
+
+
+def test_a_fault_no_operation_sees_is_ineffective_and_healed(fs: FaultFS) -> None:
+    """A glob no path ever takes: nothing fails within the bound, so it is ineffective, journaled."""
+    events: list[DiskEvent] = []
+    with pytest.raises(FaultIneffective, match="no operation of the workload"), \
+            inject_disk(FailingDisk(fs.mount, seconds=5, glob="/never/*"), record=events.append,
+                        confirm_within=0.5):
+        pytest.fail("the block ran although the fault was never confirmed")
+    assert steps_of(events) == ["ineffective"] and fs.state().errors == ()
+
+
+def test_a_power_loss_takes_an_unsynced_probe_and_the_workloads_unsynced_writes(fs: FaultFS) -> None:
+    with open(f"{fs.mount}/unsynced", "wb") as f:
+        f.write(b"gone")
+    events: list[DiskEvent] = []
+    with inject_disk(PowerLoss(fs.mount), record=events.append) as hit:
+        assert not os.path.exists(f"{fs.mount}/unsynced")
+    assert hit.power_loss is not None and hit.power_loss.names_undone >= 2  # the workload's file and the probe
+    assert steps_of(events) == ["inject", "heal"]
+
+
+def test_records_are_validated_before_anything_is_injected(fs: FaultFS, tmp_path: object) -> None:
+    for bad, match in ((lambda: SlowDisk("rel/path", seconds=1), "absolute mount point"),
+                       (lambda: SlowDisk(fs.mount, seconds=1, ops=("fsnyc",)), "`ops` must be a list"),
+                       (lambda: FailingDisk(fs.mount, seconds=1, errno="EPERM"), "`errno` must be"),  # type: ignore[arg-type]
+                       (lambda: StallDisk(fs.mount, seconds=0), "`seconds` must be a duration")):
+        with pytest.raises(InvalidFaultSpec, match=match):
+            bad()
+    with pytest.raises(TargetNotFound), inject_disk(PowerLoss(str(tmp_path))):
+        pass
