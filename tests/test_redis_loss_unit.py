@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import socket
 
 import pytest
@@ -168,6 +169,16 @@ def test_a_killed_redis_comes_back_with_its_data_or_empty_when_asked() -> None:
         assert server.command("GET", "k") is None
     assert [(e.step, e.kind) for e in events] == [("inject", KILL), ("heal", KILL)] * 2
     assert "with its data: 1 keys" in events[1].detail and "without its data: 0 keys" in events[3].detail
+
+
+def test_a_redis_that_comes_back_without_its_data_fails_the_heal() -> None:
+    with redis_server() as address:
+        server = redis_of(address)
+        server.command("SET", "k", "v")
+        with pytest.raises(FaultIneffective, match="holds 0 keys, not the 1 it held"), \
+                inject_redis_fault(KillRedis(), server, gcs_pid=os.getpid(), journal=lambda e: None):
+            shutil.rmtree(server.folder)  # its append-only file lost while it was down
+            os.makedirs(server.folder)
 
 
 def test_client_kill_closes_exactly_the_connections_of_the_given_process() -> None:
