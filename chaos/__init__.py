@@ -11,6 +11,7 @@ its own ``__all__``:
 - ``chaos.engine``: the engine's moving parts (schedule driver, outcomes, resolved processes);
 - ``chaos.agents``: the per-node chaos agents;
 - ``chaos.cluster``: the test cluster and its harness;
+- ``chaos.disks``: the fault filesystem and its disk faults (slow, stalled, failing, power loss);
 - ``chaos.testing``: the model-based ``ActorChaosMachine``;
 - ``chaos.strategies``: Hypothesis strategies for faults and schedules.
 

@@ -58,6 +58,10 @@ SUBMODULES = {
         "ray_processes", "reap", "redis_server",
     },
     "chaos.strategies": {"faults", "schedules"},
+    "chaos.disks": {
+        "DiskEvent", "DiskInjection", "FailingDisk", "FaultFS", "FaultFSError", "FaultFSState", "PowerLoss",
+        "PowerLossResult", "SlowDisk", "StallDisk", "connect", "fault_filesystem", "fuse_mounts_left", "inject_disk",
+    },
     "chaos.testing": {"ActorChaosMachine"},
     "actors.checkpoint": {
         "FAILPOINTS", "FORMAT_VERSION", "ActorFailpoint", "CheckpointInfo", "CheckpointRetried", "CheckpointStats",
