@@ -592,12 +592,13 @@ def _launch(node_id: str) -> tuple[Any, bool]:
     ).remote(), True
 
 
-def _answer(node_id: str, handle: Any, new: bool, deadline: float) -> None:
+def _answer(node_id: str, handle: Any, new: bool, deadline: float, bound: float) -> None:
     """Return once the agent answered with this driver's :data:`PROTOCOL`.
 
     Raises:
         AgentMismatch: it answered another protocol, or has no ``protocol()`` (left alone).
-        AgentUnavailable: it did not start, or did not answer by ``deadline`` (killed if new).
+        AgentUnavailable: it did not start, or did not answer by ``deadline`` (the end of its
+            ``bound``; killed if new).
     """
     import ray
     from ray.exceptions import GetTimeoutError, RayActorError
@@ -608,9 +609,9 @@ def _answer(node_id: str, handle: Any, new: bool, deadline: float) -> None:
     except (GetTimeoutError, RayActorError) as exc:
         if new:
             ray.kill(handle)  # never left to start later, unchecked and unowned
-        why = (f"it did not answer within {wait:.0f} s (an overloaded or frozen node, or one that cannot "
-               "start a worker process)" if isinstance(exc, GetTimeoutError) else f"it did not start: {exc}")
-        raise AgentUnavailable(f"node {node_id[:12]}: no chaos agent there: {why}"[:900], node_id=node_id) from None
+        why = (f"did not answer within {bound:g} s (an overloaded or frozen node, or one that cannot "
+               "start a worker process)" if isinstance(exc, GetTimeoutError) else f"did not start: {exc}")
+        raise AgentUnavailable(f"node {node_id[:12]}: the chaos agent {why}"[:900], node_id=node_id) from None
     except Exception as exc:  # noqa: BLE001 - an actor of that name without our protocol() method
         theirs = f"none ({type(exc).__name__}: it has no protocol() method)"
     if theirs != PROTOCOL:
@@ -633,7 +634,7 @@ def check_agents(node_ids: list[str], *, timeout: float = AGENT_START_TIMEOUT
     problems: dict[str, AgentMismatch | AgentUnavailable | None] = dict.fromkeys(node_ids)
     for node, (handle, new) in launched.items():
         try:
-            _answer(node, handle, new, deadline)
+            _answer(node, handle, new, deadline, timeout)
             _AGENTS[(gcs, node)] = handle
         except (AgentMismatch, AgentUnavailable) as exc:
             problems[node] = exc

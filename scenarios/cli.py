@@ -222,10 +222,17 @@ def run(scenario: str | None, seed: int, duration: float | None, address: str | 
               help="seconds; overrides the file's duration")
 @click.option("--report", "report_dir", type=click.Path(file_okay=False), default=None,
               help="write journal.jsonl, summary.json, junit.xml and report.html here")
+@click.option("--agent-timeout", type=click.FloatRange(1, 600), default=30.0, show_default=True,
+              help="seconds each node's chaos agent has to start and answer before the first fault")
 def attack(schedule: str, address: str, shell_probes: tuple[str, ...], python_probes: tuple[str, ...],
-           every: float, recover_within: float, seed: int, duration: float | None, report_dir: str | None) -> None:
+           every: float, recover_within: float, seed: int, duration: float | None, report_dir: str | None,
+           agent_timeout: float) -> None:
     """Run SCHEDULE's faults against a program already running on the cluster at --address,
-    judged by your probes; exit codes as `run`."""
+    judged by your probes; exit codes as `run`.
+
+    Nothing needs installing on the nodes: the chaos agent travels with the attack. Before the
+    first fault each node is checked for what the schedule's faults need there; a node that
+    lacks it is named and the attack refused (exit 2)."""
     from scenarios.model._scenario import ScenarioError, load_attack
 
     probes = [{"kind": "shell", "spec": p} for p in shell_probes] + [
@@ -241,7 +248,7 @@ def attack(schedule: str, address: str, shell_probes: tuple[str, ...], python_pr
                              seed=seed, duration=duration)
     except ScenarioError as exc:
         _fail(str(exc))
-    _execute(loaded, seed=seed, address=address, report_dir=report_dir, baseline=False)
+    _execute(loaded, seed=seed, address=address, report_dir=report_dir, baseline=False, agent_timeout=agent_timeout)
 
 
 @main.command()
@@ -272,7 +279,8 @@ def replay(journal: str, report_dir: str | None, address: str | None) -> None:
 
 
 def _execute(scenario: Scenario, *, seed: int, address: str | None, report_dir: str | None,
-             baseline: bool | None) -> None:
+             baseline: bool | None, agent_timeout: float = 30.0) -> None:
+    from chaos._preflight import ClusterUnfit
     from chaos.errors import InvalidConfig
     from scenarios.model._needs import missing_extra
     from scenarios.model._records import RunLabel
@@ -288,8 +296,8 @@ def _execute(scenario: Scenario, *, seed: int, address: str | None, report_dir: 
     try:
         with progress_display(scenario) as progress:
             results = run_scenario(scenario, seed=seed, address=address, report_dir=report_dir,
-                                   baseline=baseline, progress=progress)
-    except InvalidConfig as exc:  # refused before any run: the cluster does not suit the scenario
+                                   baseline=baseline, progress=progress, agent_timeout=agent_timeout)
+    except (InvalidConfig, ClusterUnfit) as exc:  # refused before any run: the cluster does not suit it
         _fail(str(exc))
     except KeyboardInterrupt:
         click.echo("interrupted: every fault healed, the embedded cluster stopped", err=True)

@@ -30,9 +30,11 @@ from chaos import (
     local_cluster,
     wait_until,
 )
+from chaos._agent import AGENT_START_TIMEOUT
 from chaos._delay import rpc_failures_injected, unconfirmed_rpc_failures
 from chaos._engine import NODE_DEATH_CONFIRM
 from chaos._faults import MAX_FAULT_SECONDS, STORAGE
+from chaos._preflight import preflight
 from chaos.agents import stop_agents
 from chaos.cluster import TEST_SYSTEM_CONFIG, capped_filesystem, ray_processes, redis_server
 from chaos.engine import FaultOutcome, FaultStatus, Injection, ScheduleObserver, rpc_failure_env, run_schedule
@@ -93,7 +95,8 @@ class _Run:
 def run_scenario(scenario: Scenario, *, seed: int = 0, address: str | None = None,
                  report_dir: str | None = None, baseline: bool | None = None,
                  progress: Progress = _quiet,
-                 workloads: Mapping[str, type[Workload]] | None = None) -> list[RunResult]:
+                 workloads: Mapping[str, type[Workload]] | None = None,
+                 agent_timeout: float = AGENT_START_TIMEOUT) -> list[RunResult]:
     """Run ``scenario`` (and its fault-free baseline when the workload asks) and return the runs.
 
     Args:
@@ -101,10 +104,14 @@ def run_scenario(scenario: Scenario, *, seed: int = 0, address: str | None = Non
         report_dir: where ``journal.jsonl`` (and ``baseline.journal.jsonl``) go; None: memory.
         baseline: run the fault-free twin too (default: as the workload says).
         workloads: workloads by name, besides the built-in ones and ``module:Class`` paths.
+        agent_timeout: seconds each node's chaos agent has to start and answer, on an
+            existing cluster (checked before any run, with what each fault kind needs there).
 
     Raises:
         InvalidConfig: the workload is unknown or its ``params`` invalid, or the scenario
             has no fault and does not say ``strict_faults=False`` (nothing started).
+        ClusterUnfit: on an existing cluster, a node lacks what a fault of the schedule needs
+            (its agent did not start, ...): each named, before any run (nothing injected).
         KeyboardInterrupt: after Ctrl-C, once every fault is healed, the run journaled
             ``interrupted`` and, for an embedded cluster, Ray is down. Further Ctrl-Cs while
             that happens are noted and ignored (each step of it is bounded).
@@ -120,6 +127,8 @@ def run_scenario(scenario: Scenario, *, seed: int = 0, address: str | None = Non
         scenario, oom_config = _with_oom_headroom(scenario, address)
         with _cluster(scenario, address, oom_config) as (addr, knob), \
                 tempfile.TemporaryDirectory(prefix="raychaos-") as tmp:
+            if address is not None:  # a cluster someone else runs: refused now, not halfway through
+                preflight(scenario.schedule, address=addr, timeout=agent_timeout)
             wants_baseline = workload_cls.BASELINE if baseline is None else baseline
             labels = ([RunLabel.BASELINE] if wants_baseline else []) + [RunLabel.CHAOS]
             results = []

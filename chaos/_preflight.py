@@ -1,0 +1,195 @@
+"""Before the first fault: can every node of the cluster take each kind of fault the schedule has?
+
+A fault that cannot be carried out on a cluster someone else runs would abort the run halfway,
+after other faults already hit the program. So the attack checks first, per node and fault kind,
+what each kind needs (:data:`NEEDS`): a chaos agent that starts there and answers this
+raychaos's protocol, the State API (targets are found through it), ``/proc`` readable there,
+permission over the node's Ray processes (their user, or root), a GCS this driver may restart,
+and for a memory fault a node whose workers import raychaos. What is missing is raised at once,
+one line per node, fault kinds and need (:class:`ClusterUnfit`); nothing was injected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from chaos._agent import AGENT_START_TIMEOUT, NodeFacts, agent_for, check_agents
+from chaos._byvalue import by_value
+from chaos._errors import ChaosError
+from chaos._faults import FaultKind
+from chaos._schedule import Schedule
+
+__all__ = ["NEEDS", "ClusterUnfit", "Missing", "Need", "find_missing", "preflight"]
+
+CALL_TIMEOUT = 30.0
+
+
+class Need(StrEnum):
+    """What a kind of fault needs of the cluster (see :data:`NEEDS`)."""
+
+    AGENT = "a chaos agent that starts and answers"
+    STATE_API = "the State API (the dashboard of ray[default])"
+    PROC = "/proc readable by the agent"
+    CONTROL = "permission over the node's Ray processes (the agent runs as their user, or as root)"
+    GCS = "a GCS this driver may kill and restart (a cluster it started, with Redis)"
+    RAYCHAOS = "raychaos importable by the node's workers (the memory fault's task is a Ray task)"
+
+
+_ON_PROCESSES = frozenset({Need.AGENT, Need.STATE_API, Need.PROC, Need.CONTROL})
+#: What each kind of fault needs on every node it may hit (a target is resolved at its time).
+NEEDS: Mapping[FaultKind, frozenset[Need]] = {
+    FaultKind.KILL: _ON_PROCESSES, FaultKind.PAUSE: _ON_PROCESSES, FaultKind.KILL_NODE: _ON_PROCESSES,
+    FaultKind.FREEZE_NODE: _ON_PROCESSES, FaultKind.DRAIN_NODE: _ON_PROCESSES,
+    FaultKind.LIMIT_OPEN_FILES: _ON_PROCESSES,
+    FaultKind.CPU: frozenset({Need.AGENT, Need.STATE_API}),
+    FaultKind.FILL_DISK: frozenset({Need.AGENT, Need.STATE_API}),
+    FaultKind.MEMORY: frozenset({Need.AGENT, Need.STATE_API, Need.RAYCHAOS}),
+    FaultKind.OBJECT_STORE: frozenset({Need.STATE_API}), FaultKind.STARVE: frozenset({Need.STATE_API}),
+    FaultKind.KILL_GCS: frozenset({Need.GCS}), FaultKind.RPC_FAILURE: frozenset(),
+}
+#: Where a need of the whole cluster is said to be missing.
+CLUSTER = "the cluster"
+
+
+@dataclass(frozen=True, slots=True)
+class Missing:
+    """One need missing on one node (or the whole cluster), and the fault kinds that need it."""
+
+    where: str
+    kinds: tuple[FaultKind, ...]
+    need: Need
+    detail: str
+
+    def line(self) -> str:
+        return f"{self.where}: {', '.join(self.kinds)}: needs {self.need.value}: {self.detail}"
+
+
+class ClusterUnfit(ChaosError, RuntimeError):
+    """The cluster lacks what the schedule's faults need; nothing was injected."""
+
+    def __init__(self, missing: Iterable[Missing]) -> None:
+        self.missing = tuple(missing)
+        super().__init__("the cluster cannot take this schedule's faults, so none was injected; fix "
+                         "each line, or leave out the faults it names:\n  "
+                         + "\n  ".join(m.line() for m in self.missing))
+
+
+def preflight(schedule: Schedule, *, address: str, timeout: float = AGENT_START_TIMEOUT) -> None:
+    """Check the cluster at ``address`` (this process is its driver) can take ``schedule``.
+
+    Raises:
+        ClusterUnfit: something a fault needs is missing, named per node and fault kind.
+    """
+    missing = find_missing(schedule, address=address, timeout=timeout)
+    if missing:
+        raise ClusterUnfit(missing)
+
+
+def find_missing(schedule: Schedule, *, address: str, timeout: float = AGENT_START_TIMEOUT) -> list[Missing]:
+    """What the cluster lacks for ``schedule``'s faults, per node and need (empty: nothing)."""
+    needs = _kinds_by_need({e.kind for e in schedule.entries})
+    found: list[Missing] = []
+    if Need.STATE_API in needs:
+        found += _state_api(address, needs[Need.STATE_API])
+    if Need.GCS in needs:
+        found += _gcs(address, needs[Need.GCS])
+    nodes = _alive_nodes()
+    if Need.AGENT in needs:
+        found += _agents(nodes, needs, timeout)
+    if Need.RAYCHAOS in needs:
+        found += _raychaos_on_nodes(nodes, needs[Need.RAYCHAOS])
+    return found
+
+
+def _kinds_by_need(kinds: Iterable[FaultKind]) -> dict[Need, tuple[FaultKind, ...]]:
+    out: dict[Need, tuple[FaultKind, ...]] = {}
+    for kind in sorted(kinds):
+        for need in NEEDS[kind]:
+            out[need] = (*out.get(need, ()), kind)
+    return out
+
+
+def _alive_nodes() -> dict[str, str]:
+    """Each live node's id and how it is named to people: ``node <id prefix> (<ip>)``."""
+    import ray
+
+    return {n["NodeID"]: f"node {n['NodeID'][:12]} ({n['NodeManagerAddress']})" for n in ray.nodes() if n.get("Alive")}
+
+
+def _state_api(address: str, kinds: tuple[FaultKind, ...]) -> list[Missing]:
+    from ray.util.state import list_nodes
+
+    try:
+        list_nodes(address=address, limit=1, timeout=CALL_TIMEOUT)
+    except Exception as exc:  # noqa: BLE001 - whatever it is, targets cannot be found
+        return [Missing(CLUSTER, kinds, Need.STATE_API, f"{type(exc).__name__}: {exc}"[:300]
+                        + "; start the head from ray[default] with its dashboard on")]
+    return []
+
+
+def _gcs(address: str, kinds: tuple[FaultKind, ...]) -> list[Missing]:
+    from chaos._cluster import head_of
+
+    try:
+        head_of(address)
+    except ChaosError as exc:
+        return [Missing(CLUSTER, kinds, Need.GCS, str(exc))]
+    return []
+
+
+def _agents(nodes: Mapping[str, str], needs: Mapping[Need, tuple[FaultKind, ...]],
+            timeout: float) -> list[Missing]:
+    """Each node's agent started and checked; then, where one answered, what it may do."""
+    import ray
+
+    problems = check_agents(list(nodes), timeout=timeout)
+    found = [Missing(nodes[node], needs[Need.AGENT], Need.AGENT, str(p).removeprefix(f"node {node[:12]}: "))
+             for node, p in problems.items() if p is not None]
+    ready = [node for node, p in problems.items() if p is None]
+    facts = ray.get([agent_for(node).facts.remote() for node in ready], timeout=CALL_TIMEOUT)
+    for node, fact in zip(ready, facts, strict=True):
+        found += _facts_missing(nodes[node], fact, needs)
+    return found
+
+
+def _facts_missing(where: str, facts: NodeFacts, needs: Mapping[Need, tuple[FaultKind, ...]]) -> list[Missing]:
+    found = []
+    if Need.PROC in needs and facts.proc:
+        found.append(Missing(where, needs[Need.PROC], Need.PROC, facts.proc))
+    if Need.CONTROL in needs and facts.control:
+        found.append(Missing(where, needs[Need.CONTROL], Need.CONTROL,
+                             f"{facts.control} (the agent runs as uid {facts.euid})"))
+    return found
+
+
+def _imports_raychaos() -> str:
+    """Run on a node by value: why its workers cannot import raychaos's memory task, or ""."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("chaos._memory") is not None
+    except Exception as exc:  # noqa: BLE001 - a broken or foreign package named chaos
+        return f"{type(exc).__name__}: {exc}"
+    return "" if found else "No module named 'chaos'"
+
+
+def _raychaos_on_nodes(nodes: Mapping[str, str], kinds: tuple[FaultKind, ...]) -> list[Missing]:
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    probe: Any = ray.remote(by_value(_imports_raychaos, "raychaos.preflight"))
+    refs = {node: probe.options(num_cpus=0, max_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
+        node, soft=False)).remote() for node in nodes}
+    found = []
+    for node, ref in refs.items():
+        try:
+            why = ray.get(ref, timeout=CALL_TIMEOUT)
+        except Exception as exc:  # noqa: BLE001 - a node that runs no task runs no memory fault either
+            why = f"{type(exc).__name__}: {exc}"[:300]
+        if why:
+            found.append(Missing(nodes[node], kinds, Need.RAYCHAOS, f"{why}; install raychaos on it, or leave "
+                                 "memory faults out of an attack on it"))
+    return found
