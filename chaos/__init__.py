@@ -25,18 +25,22 @@ from chaos._engine import Chaos
 from chaos._errors import ChaosError, HangError
 from chaos._failpoint import failpoint
 from chaos._faults import (
+    Bandwidth,
     CpuHog,
     DrainNode,
     Fault,
     FaultKind,
     FillDisk,
     FillObjectStore,
+    FlappingLink,
     FreezeNode,
     Kill,
     KillGcs,
     KillNode,
     LimitOpenFiles,
     MemoryPressure,
+    PacketLoss,
+    Partition,
     Pause,
     Starve,
 )
@@ -48,6 +52,7 @@ from chaos._watchdog import watch
 
 __all__ = [
     "ActorTarget",
+    "Bandwidth",
     "Chaos",
     "ChaosError",
     "CpuHog",
@@ -56,6 +61,7 @@ __all__ = [
     "FaultKind",
     "FillDisk",
     "FillObjectStore",
+    "FlappingLink",
     "FreezeNode",
     "HangError",
     "History",
@@ -66,6 +72,8 @@ __all__ = [
     "LimitOpenFiles",
     "MemoryPressure",
     "NodeTarget",
+    "PacketLoss",
+    "Partition",
     "Pause",
     "RpcFailure",
     "Schedule",

@@ -48,6 +48,7 @@ from chaos._memory import (
     progress_path,
     read_progress,
 )
+from chaos._net_faults import INJECTORS as NETWORK_INJECTORS
 from chaos._schedule import Schedule
 from chaos._targets import NodeTarget, RayProcess, TaskTarget, resolve
 from chaos._wait import wait_until
@@ -756,4 +757,16 @@ _INJECTORS: dict[type, Callable[..., Any]] = {
     LimitOpenFiles: _limit_open_files, FillDisk: _fill_disk, DrainNode: _drain_node,
     KillGcs: _kill_gcs,
 }
+
+
+def _network(injector: Callable[..., Any]) -> Callable[..., Any]:
+    """A network fault's injector (:mod:`chaos._net_faults`), yielding an :class:`Injection`."""
+    @contextmanager
+    def inject(chaos: Chaos, fault: Fault, at: float | None, rng: random.Random) -> Iterator[Injection]:
+        with injector(chaos, fault, at, rng) as processes:
+            yield Injection(fault, processes)
+    return inject
+
+
+_INJECTORS.update({kind: _network(injector) for kind, injector in NETWORK_INJECTORS.items()})
 

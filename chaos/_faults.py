@@ -12,9 +12,9 @@ from chaos._errors import InvalidFaultSpec
 from chaos._json import JsonValue
 from chaos._targets import NodeTarget, Target, target_from_dict, target_to_dict
 
-__all__ = ["CpuHog", "DrainNode", "Fault", "FaultKind", "FaultStatus", "FillDisk", "FillObjectStore", "FreezeNode",
-           "Kill", "KillGcs", "KillNode", "LimitOpenFiles", "MemoryPressure", "Pause", "Starve",
-           "fault_from_dict", "fault_to_dict"]
+__all__ = ["Bandwidth", "CpuHog", "DrainNode", "Fault", "FaultKind", "FaultStatus", "FillDisk", "FillObjectStore",
+           "FlappingLink", "FreezeNode", "Kill", "KillGcs", "KillNode", "LimitOpenFiles", "MemoryPressure",
+           "PacketLoss", "Partition", "Pause", "Starve", "fault_from_dict", "fault_to_dict"]
 
 Signal = Literal["SIGKILL", "SIGTERM"]
 MAX_FAULT_SECONDS = 3600.0
@@ -35,6 +35,10 @@ class FaultKind(StrEnum):
     FILL_DISK = "fill_disk"
     DRAIN_NODE = "drain_node"
     KILL_GCS = "kill_gcs"
+    PARTITION = "partition"
+    PACKET_LOSS = "packet_loss"
+    BANDWIDTH = "bandwidth"
+    FLAPPING_LINK = "flapping_link"
     #: Ray's RPC failure knob, set on the worker nodes for a whole run (``[[rpc_failures]]``):
     #: not a scheduled fault, confirmed from what Ray logged it injected.
     RPC_FAILURE = "rpc_failure"
@@ -320,11 +324,127 @@ class KillGcs:
         _seconds("seconds", self.seconds)
 
 
+PartitionPeers = Literal["rest", "head"]
+Direction = Literal["both", "outgoing", "incoming"]
+
+
+def _network_target(target: NodeTarget, count: int) -> None:
+    """A network fault's nodes: ``count`` worker nodes (the head's link is every worker's)."""
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 16:
+        raise InvalidFaultSpec(f"`count` must be a whole number of worker nodes in [1, 16], got {count!r}")
+    if target.allow_head:
+        raise InvalidFaultSpec("the head has no link of its own to cut: cut the workers from it instead, "
+                               "e.g. Partition(seconds=..., count=<workers>, peers='head')")
+    if target.node_id is not None and count != 1:
+        raise InvalidFaultSpec(f"a target with a node_id names one node; `count` {count} needs node_id=None")
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    """Cut ``count`` worker nodes (a group that still reaches itself) from the other nodes
+    (``peers="rest"``) or from the head only (``peers="head"``: the GCS and this driver), for
+    ``seconds``, both ways or one way (``direction``: what the group sends, ``outgoing``, or
+    what it receives, ``incoming``). Needs a cluster from ``local_cluster(network=True)``.
+
+    Confirmed by a connection from each cut node to the head that the cut's own rule
+    dropped, and healed by one that succeeds; a cut no packet met is ineffective."""
+
+    #: The name scenario files and journals use for this fault.
+    KIND: ClassVar[FaultKind] = FaultKind.PARTITION
+    #: Carried out by this driver, as root, in the nodes' network namespaces.
+    USES_AGENT: ClassVar[bool] = False
+
+    seconds: float
+    target: NodeTarget = field(default_factory=NodeTarget)
+    count: int = 1
+    peers: PartitionPeers = "rest"
+    direction: Direction = "both"
+
+    def __post_init__(self) -> None:
+        _seconds("seconds", self.seconds)
+        _network_target(self.target, self.count)
+        if self.peers not in ("rest", "head"):
+            raise InvalidFaultSpec(f"unknown `peers` {self.peers!r}; use 'rest' (every other node) or "
+                                   "'head' (the GCS's node only)")
+        if self.direction not in ("both", "outgoing", "incoming"):
+            raise InvalidFaultSpec(f"unknown `direction` {self.direction!r}; use 'both', 'outgoing' or "
+                                   "'incoming'")
+
+
+@dataclass(frozen=True, slots=True)
+class PacketLoss:
+    """Drop ``percent`` of the packets ``count`` worker nodes send to and receive from the other
+    nodes (nftables' random numbers), for ``seconds``. Confirmed by datagrams the rule dropped."""
+
+    #: The name scenario files and journals use for this fault.
+    KIND: ClassVar[FaultKind] = FaultKind.PACKET_LOSS
+    #: Carried out by this driver, as root, in the nodes' network namespaces.
+    USES_AGENT: ClassVar[bool] = False
+
+    percent: float
+    seconds: float
+    target: NodeTarget = field(default_factory=NodeTarget)
+    count: int = 1
+
+    def __post_init__(self) -> None:
+        _seconds("seconds", self.seconds)
+        _network_target(self.target, self.count)
+        if isinstance(self.percent, bool) or not isinstance(self.percent, (int, float)) \
+                or not 0.01 <= self.percent <= 100:
+            raise InvalidFaultSpec(f"`percent` must be in [0.01, 100], got {self.percent!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Bandwidth:
+    """Cap the links of ``count`` worker nodes at ``mbit`` megabits per second each way (a
+    token bucket, ``tc tbf``) for ``seconds``. Confirmed by a transfer the bucket held back."""
+
+    #: The name scenario files and journals use for this fault.
+    KIND: ClassVar[FaultKind] = FaultKind.BANDWIDTH
+    #: Carried out by this driver, as root, in the nodes' network namespaces.
+    USES_AGENT: ClassVar[bool] = False
+
+    mbit: float
+    seconds: float
+    target: NodeTarget = field(default_factory=NodeTarget)
+    count: int = 1
+
+    def __post_init__(self) -> None:
+        _seconds("seconds", self.seconds)
+        _network_target(self.target, self.count)
+        if isinstance(self.mbit, bool) or not isinstance(self.mbit, (int, float)) or not 0.1 <= self.mbit <= 10_000:
+            raise InvalidFaultSpec(f"`mbit` must be megabits per second in [0.1, 10000], got {self.mbit!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class FlappingLink:
+    """Cut a worker node from every other node and restore it, again and again: down for half
+    of each ``period``, up for the other half, for ``seconds``. The first cut is confirmed as a
+    :class:`Partition`'s; the link is up again when it heals."""
+
+    #: The name scenario files and journals use for this fault.
+    KIND: ClassVar[FaultKind] = FaultKind.FLAPPING_LINK
+    #: Carried out by this driver, as root, in the nodes' network namespaces.
+    USES_AGENT: ClassVar[bool] = False
+
+    period: float
+    seconds: float
+    target: NodeTarget = field(default_factory=NodeTarget)
+
+    def __post_init__(self) -> None:
+        _seconds("seconds", self.seconds)
+        _network_target(self.target, 1)
+        if isinstance(self.period, bool) or not isinstance(self.period, (int, float)) \
+                or not 0.2 <= self.period <= self.seconds:
+            raise InvalidFaultSpec(f"`period` must be seconds in [0.2, seconds={self.seconds!r}], got "
+                                   f"{self.period!r}")
+
+
 Fault = (Kill | KillNode | Pause | MemoryPressure | CpuHog | FillObjectStore | Starve | FreezeNode
-         | LimitOpenFiles | FillDisk | DrainNode | KillGcs)
+         | LimitOpenFiles | FillDisk | DrainNode | KillGcs | Partition | PacketLoss | Bandwidth | FlappingLink)
 _KINDS: dict[str, type] = {cls.KIND.value: cls for cls in (
     Kill, KillNode, Pause, MemoryPressure, CpuHog, FillObjectStore, Starve, FreezeNode, LimitOpenFiles, FillDisk,
-    DrainNode, KillGcs)}
+    DrainNode, KillGcs, Partition, PacketLoss, Bandwidth, FlappingLink)}
 _TARGET_FIELDS = ("target", "node")
 
 

@@ -21,6 +21,8 @@ def test_chaos_exports() -> None:
         # faults and their kinds
         "Fault", "FaultKind", "Kill", "KillNode", "KillGcs", "Pause", "Starve", "CpuHog", "DrainNode",
         "FillDisk", "FillObjectStore", "FreezeNode", "LimitOpenFiles", "MemoryPressure",
+        # network faults (local_cluster(network=True))
+        "Partition", "PacketLoss", "Bandwidth", "FlappingLink",
         # targets
         "ActorTarget", "NodeTarget", "TaskTarget", "WorkerTarget",
         # Ray's RPC knobs

@@ -17,7 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from chaos import ChaosError, RpcFailure, Schedule
+from chaos import ChaosError, FaultKind, RpcFailure, Schedule
 from chaos._driver import MAX_CONCURRENT_FAULTS
 from chaos._schedule import ScheduledFault
 from chaos.engine import fault_from_dict
@@ -66,6 +66,10 @@ FIELDS: dict[str, FieldSpec] = {f.name: f for f in (
     FieldSpec("nodes", "integer", "Embedded nodes, the head included (each a raylet and its workers on "
               "this machine).", 1, 1, MAX_NODES),
     FieldSpec("num_cpus", "integer", "CPUs each embedded node declares.", 2, 1, 64),
+    FieldSpec("network", "boolean", "Put each embedded worker node in its own network namespace, with its own "
+              "address on a bridge, so that network faults (`partition`, `packet_loss`, `bandwidth`, "
+              "`flapping_link`) can cut its links; needs root, `nft`, `ip` and `tc` (`make net`), and "
+              "`nodes` >= 2.", False),
     FieldSpec("system_config", "object", "Ray system config for the embedded cluster (`_system_config`).", {}),
     FieldSpec("oom_headroom_gib", "number", "Set Ray's memory monitor threshold to the host's use at the "
               "start plus this many GiB, and aim every memory fault just past it (unset: Ray's threshold).",
@@ -151,6 +155,8 @@ class Scenario:
     #: Put each run's checkpoint storage on a tmpfs of this many MiB (a FillDisk of
     #: ``path = "$STORAGE"`` fills it); None: an ordinary temporary directory.
     storage_mb: int | None = None
+    #: Each embedded worker node in its own network namespace (``local_cluster(network=True)``).
+    network: bool = False
     #: Seconds each fault has, from its heal, until the probe holds again: the bound of the
     #: ``recovered_after_each_fault`` verdict every run with faults gets (when the workload has
     #: a probe and the scenario expects the steady state back, ``steady_state.after``).
@@ -365,7 +371,7 @@ def _validate(source: str, data: dict[str, Any], seed: int,
                                   "the embedded head keeps its GCS tables in a Redis it starts)"),
         rpc_failures=_rpc_failures(c, nodes),
         storage_mb=c.spec(FIELDS["storage_mb"]) if "storage_mb" in data else None,
-        recovery_within=float(c.spec(FIELDS["recovery_within"])))
+        recovery_within=float(c.spec(FIELDS["recovery_within"])), network=_network(c, nodes, schedule))
     _some_fault(c, scenario, seed)
     _checks_something(c, scenario, workload_cls)
     if c.problems:
@@ -398,6 +404,21 @@ def _params(c: _Checker, workload_cls: Any) -> dict[str, Any]:
     if workload_cls is not None:
         c.problems.extend(params_problems(workload_cls.Params, params))
     return params
+
+
+def _network(c: _Checker, nodes: int, schedule: Schedule) -> bool:
+    """``network = true`` needs worker nodes; a network fault needs ``network = true``."""
+    network = bool(c.get("network", bool, False, "must be true or false (true: each worker node in its own "
+                         "network namespace)"))
+    if network and nodes < 2:
+        c.add("network", network, "puts worker nodes in namespaces: set nodes >= 2")
+    kinds = sorted({e.fault.KIND.value for e in schedule.entries if e.fault.KIND in _NETWORK_KINDS})
+    if kinds and not network:
+        c.add("faults", ", ".join(kinds), "network faults cut the links of a network cluster: set network = true")
+    return network
+
+
+_NETWORK_KINDS = frozenset({FaultKind.PARTITION, FaultKind.PACKET_LOSS, FaultKind.BANDWIDTH, FaultKind.FLAPPING_LINK})
 
 
 def _rpc_failures(c: _Checker, nodes: int) -> tuple[RpcFailure, ...]:

@@ -49,6 +49,11 @@ FAULT_EXAMPLES: Mapping[FaultKind, Mapping[str, object]] = {
     FaultKind.FILL_DISK: {"path": "$STORAGE", "seconds": 2},
     FaultKind.DRAIN_NODE: {"deadline_s": 2, "reason": "preemption", "grace_s": 2},
     FaultKind.KILL_GCS: {"seconds": 1, "restart": True},
+    FaultKind.PARTITION: {"seconds": 8, "target": {"kind": "node"}, "count": 1, "peers": "rest",
+                          "direction": "both"},
+    FaultKind.PACKET_LOSS: {"percent": 10, "seconds": 10, "count": 2},
+    FaultKind.BANDWIDTH: {"mbit": 20, "seconds": 10},
+    FaultKind.FLAPPING_LINK: {"period": 2, "seconds": 8},
 }
 #: An example of each target kind, as a fault's ``target`` holds it.
 TARGET_EXAMPLES: Mapping[str, Mapping[str, object]] = {

@@ -1,0 +1,70 @@
+"""The network faults' records and scenario fields, Ray-free: validated on construction,
+round-tripped through the journal's dict, refused in a scenario without a network cluster."""
+
+from __future__ import annotations
+
+import pytest
+
+from chaos import Bandwidth, FlappingLink, NodeTarget, PacketLoss, Partition
+from chaos._net_faults import drop_table, loss_probes
+from chaos.engine import fault_from_dict, fault_to_dict
+from chaos.errors import InvalidFaultSpec
+from scenarios.model._scenario import ScenarioError, load_scenario
+
+
+@pytest.mark.parametrize("fault", [
+    Partition(seconds=3, count=2, peers="head", direction="incoming"),
+    PacketLoss(percent=12.5, seconds=2), Bandwidth(mbit=5, seconds=2), FlappingLink(period=1, seconds=4),
+])
+def test_network_faults_round_trip(fault: object) -> None:
+    assert fault_from_dict(fault_to_dict(fault)) == fault  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("make", "match"), [
+    (lambda: Partition(seconds=1, peers="gcs"), "unknown `peers`"),  # type: ignore[arg-type]
+    (lambda: Partition(seconds=1, direction="up"), "unknown `direction`"),  # type: ignore[arg-type]
+    (lambda: Partition(seconds=1, count=0), "`count` must be"),
+    (lambda: Partition(seconds=1, target=NodeTarget(allow_head=True)), "cut the workers from it"),
+    (lambda: Partition(seconds=1, target=NodeTarget(node_id="ab"), count=2), "names one node"),
+    (lambda: PacketLoss(percent=0, seconds=1), "`percent` must be in"),
+    (lambda: PacketLoss(percent=101, seconds=1), "`percent` must be in"),
+    (lambda: Bandwidth(mbit=0, seconds=1), "`mbit` must be"),
+    (lambda: FlappingLink(period=5, seconds=2), "`period` must be"),
+    (lambda: Partition(seconds=0), "`seconds` must be"),
+])
+def test_network_faults_are_validated(make: object, match: str) -> None:
+    with pytest.raises(InvalidFaultSpec, match=match):
+        make()  # type: ignore[operator]
+
+
+def test_a_cut_table_drops_each_way_it_is_asked() -> None:
+    both = drop_table("rc-x", ["10.0.0.1"], "both")
+    assert "hook output" in both and "hook input" in both and "numgen" not in both
+    out = drop_table("rc-x", ["10.0.0.1"], "outgoing", percent=2.5)
+    assert "hook input" not in out and "numgen random mod 10000 < 250 counter drop" in out
+    assert "hook" not in drop_table("rc-x", ["10.0.0.1"], "both", hooked=False)
+
+
+def test_loss_probes_make_a_miss_unlikely() -> None:
+    assert loss_probes(100) == 1
+    assert 0.9 ** loss_probes(10) < 1e-9 < 0.9 ** (loss_probes(10) - 1)
+
+
+def _scenario(tmp_path, body: str) -> str:  # type: ignore[no-untyped-def]
+    path = tmp_path / "s.toml"
+    path.write_text('name = "n"\nworkload = "node-loss"\nduration = 10\n' + body)
+    return str(path)
+
+
+def test_a_network_fault_needs_a_network_cluster(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    source = _scenario(tmp_path, 'nodes = 3\n[[faults]]\nat = 1\nkind = "partition"\nseconds = 2\n')
+    with pytest.raises(ScenarioError, match="set network = true"):
+        load_scenario(source)
+    fixed = _scenario(tmp_path, 'nodes = 3\nnetwork = true\n[[faults]]\nat = 1\nkind = "partition"\nseconds = 2\n')
+    assert load_scenario(fixed).network
+
+
+def test_a_network_cluster_needs_worker_nodes(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    source = _scenario(tmp_path, 'network = true\n[[faults]]\nat = 1\nkind = "kill"\ntarget = { kind = "worker" }\n')
+    with pytest.raises(ScenarioError, match="set nodes >= 2"):
+        load_scenario(source)
