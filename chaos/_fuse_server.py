@@ -237,9 +237,17 @@ class FaultOps(mfusepy.Operations):  # type: ignore[misc]
         self._gate("create", path)
         parent, name = self._split(path)
         with self.lock:
-            fd = os.open(self._real(path), (flags & ~os.O_APPEND) | os.O_CREAT | os.O_EXCL, mode)
-            self.volatile.created(fd)
-            self.volatile.added(parent, name)
+            try:
+                fd = os.open(self._real(path), (flags & ~os.O_APPEND) | os.O_CREAT | os.O_EXCL, mode)
+            except FileExistsError:
+                if flags & os.O_EXCL:
+                    raise
+                fd = -1  # another creator won the race since the kernel's lookup: open theirs
+            if fd >= 0:
+                self.volatile.created(fd)
+                self.volatile.added(parent, name)
+        if fd < 0:
+            return self.open(path, flags & ~os.O_CREAT)
         self.paths[fd] = path
         return fd
 

@@ -363,3 +363,21 @@ def test_a_driver_killed_or_interrupted_leaves_no_mount(how: int) -> None:
     finally:
         child.kill()
         child.wait(10)
+
+
+def test_a_create_that_loses_the_race_to_another_opens_the_file_unless_exclusive(tmp_path: Path) -> None:
+    """The kernel sends ``create`` when its lookup found no file; another creator may make it
+    first. Called directly, without a mount: the server's operations on a plain directory."""
+    from chaos._fuse_faults import FaultState
+    from chaos._fuse_server import FaultOps
+
+    ops = FaultOps(str(tmp_path), FaultState())
+    try:
+        (tmp_path / "f").write_bytes(b"theirs")
+        fd = ops.create("/f", 0o644, os.O_CREAT | os.O_RDWR)
+        assert os.pread(fd, 10, 0) == b"theirs"
+        ops.release(None, fd)
+        with pytest.raises(FileExistsError):
+            ops.create("/f", 0o644, os.O_CREAT | os.O_EXCL | os.O_RDWR)
+    finally:
+        ops.volatile.close()
