@@ -381,3 +381,13 @@ def test_a_create_that_loses_the_race_to_another_opens_the_file_unless_exclusive
             ops.create("/f", 0o644, os.O_CREAT | os.O_EXCL | os.O_RDWR)
     finally:
         ops.volatile.close()
+
+
+def test_a_real_full_disk_behind_the_mount_shows_through(tmp_path: Path) -> None:
+    """The backing's own errors pass through: a 1 MiB tmpfs fills, and its ENOSPC reaches the writer."""
+    from chaos.cluster import capped_filesystem
+
+    with capped_filesystem(1) as backing, fault_filesystem(backing) as fs:
+        with pytest.raises(OSError) as exc, open(f"{fs.mount}/big", "wb") as f:
+            f.write(b"\0" * (2 << 20))
+        assert exc.value.errno == errno.ENOSPC
