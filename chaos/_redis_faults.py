@@ -191,10 +191,19 @@ def _idle_timeout(fault: RedisIdleTimeout, server: RedisServer, gcs_pid: int,
             now = _config_timeout(server)
             if now != old:
                 raise FaultIneffective(f"CONFIG SET timeout {old} left the server's timeout at {now}")
-            closed = len(held - gcs_connections(server, gcs_pid)) if psutil.pid_exists(gcs_pid) else "?"
             journal(RedisEvent("heal", fault.KIND, time.monotonic(),
-                               f"timeout set back to {old}; {closed} of the GCS's {len(held)} connections "
-                               "were closed meanwhile"))
+                               f"timeout set back to {old}; {_closed_text(server, gcs_pid, held)}"))
+
+
+def _closed_text(server: RedisServer, gcs_pid: int, held: set[int]) -> str:
+    """How many of the GCS's connections ``held`` before the fault are gone now."""
+    try:
+        if psutil.Process(gcs_pid).status() != psutil.STATUS_ZOMBIE:
+            return (f"{len(held - gcs_connections(server, gcs_pid))} of the GCS's {len(held)} connections "
+                    "were closed meanwhile")
+    except psutil.NoSuchProcess:
+        pass
+    return f"gcs_server pid {gcs_pid} had exited"
 
 
 def _closed_by_server(sock: socket.socket, *, within: float) -> float:

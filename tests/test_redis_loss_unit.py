@@ -48,30 +48,36 @@ def probes(*marks: str, every: float = 1.0, took: float = 0.5) -> list[GcsSample
 
 
 def test_a_gcs_that_answers_again_after_a_short_silence_served() -> None:
-    assert gcs_fate(probes("a", "s", "s", "a"), start=0, end=10, hang_bound=8) is GcsFate.SERVED
+    assert gcs_fate(probes("a", "s", "s", "a"), [], start=0, end=10, hang_bound=8) is GcsFate.SERVED
 
 
 def test_a_gcs_whose_process_ended_exited() -> None:
-    assert gcs_fate(probes("a", "s", "s", "x", "x"), start=0, end=10, hang_bound=8) is GcsFate.EXITED
+    assert gcs_fate(probes("a", "s", "s", "x", "x"), [], start=0, end=10, hang_bound=8) is GcsFate.EXITED
+
+
+def test_an_exit_its_supervisor_saw_counts_though_no_probe_found_the_process_gone() -> None:
+    # Probes seldom enough to fall before the exit and after the restart.
+    assert gcs_fate(probes("a", "a", "a"), [1.5], start=0, end=10, hang_bound=8) is GcsFate.EXITED
+    assert gcs_fate(probes("a", "a", "a"), [11.0], start=0, end=10, hang_bound=8) is GcsFate.SERVED
 
 
 def test_a_gcs_alive_and_silent_past_the_bound_hung_even_if_it_exits_later() -> None:
     samples = probes("a", *"s" * 10, "x")
     assert longest_silence(samples) == pytest.approx(9.5)
-    assert gcs_fate(samples, start=0, end=20, hang_bound=8) is GcsFate.HUNG
-    assert gcs_fate(samples, start=0, end=20, hang_bound=9.5) is GcsFate.EXITED  # at the bound: not past it
+    assert gcs_fate(samples, [], start=0, end=20, hang_bound=8) is GcsFate.HUNG
+    assert gcs_fate(samples, [], start=0, end=20, hang_bound=9.5) is GcsFate.EXITED  # at the bound: not past it
 
 
 def test_a_silence_is_measured_over_consecutive_probes_only() -> None:
     samples = probes(*"sssss", "a", *"sssss")
     assert longest_silence(samples) == pytest.approx(4.5)
-    assert gcs_fate(samples, start=0, end=20, hang_bound=8) is GcsFate.UNSEEN  # silent at the end
+    assert gcs_fate(samples, [], start=0, end=20, hang_bound=8) is GcsFate.UNSEEN  # silent at the end
 
 
 def test_only_the_probes_of_the_window_count() -> None:
     samples = probes("x", "a", "a")  # an exit before the fault is not this fault's
-    assert gcs_fate(samples, start=1, end=5, hang_bound=8) is GcsFate.SERVED
-    assert gcs_fate(samples, start=5, end=9, hang_bound=8) is GcsFate.UNSEEN  # no probe at all
+    assert gcs_fate(samples, [], start=1, end=5, hang_bound=8) is GcsFate.SERVED
+    assert gcs_fate(samples, [], start=5, end=9, hang_bound=8) is GcsFate.UNSEEN  # no probe at all
 
 
 # -- the verdicts ---------------------------------------------------------------------------------
@@ -95,9 +101,9 @@ def test_verdicts_over_no_fault_do_not_hold() -> None:
 
 def test_the_documented_fate_of_each_fault() -> None:
     assert {k: f for k, (f, _) in DOCUMENTED_FATE.items()} == {
-        KILL: GcsFate.EXITED, DROP: GcsFate.EXITED, IDLE: GcsFate.SERVED}
-    assert fate_verdict([case(KILL, GcsFate.EXITED), case(DROP, GcsFate.EXITED), case(IDLE, GcsFate.SERVED)]).held
-    wrong = fate_verdict([case(KILL, GcsFate.SERVED), case(IDLE, GcsFate.SERVED)])
+        KILL: GcsFate.EXITED, DROP: GcsFate.EXITED, IDLE: GcsFate.EXITED}
+    assert fate_verdict([case(KILL, GcsFate.EXITED), case(DROP, GcsFate.EXITED), case(IDLE, GcsFate.EXITED)]).held
+    wrong = fate_verdict([case(KILL, GcsFate.SERVED), case(IDLE, GcsFate.EXITED)])
     assert not wrong.held and wrong.detail.startswith("kill_redis: served, documented exited (Ray's test")
 
 

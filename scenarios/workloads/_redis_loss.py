@@ -61,12 +61,12 @@ DOCUMENTED_FATE: dict[RedisFaultKind, tuple[GcsFate, str]] = {
     RedisFaultKind.KILL_REDIS: (GcsFate.EXITED, "Ray's test_redis_failureover: 'When Redis master failed, Ray "
                                 "should crash'; the GCS fault tolerance page: the restarted GCS loads its "
                                 "data from Redis"),
-    RedisFaultKind.REDIS_CLIENT_KILL: (GcsFate.EXITED, "Ray 2.60 has no reconnect in place: a dropped "
-                                       "connection fails every command until its retries run out and the "
-                                       "GCS exits ('Failed to run redis cmds'; ray-project/ray PR #65298)"),
-    RedisFaultKind.REDIS_IDLE_TIMEOUT: (GcsFate.SERVED, "the GCS pings Redis on its connection every "
-                                        "gcs_redis_heartbeat_interval_milliseconds (100 ms), so it is "
-                                        "never idle for the server's timeout"),
+    RedisFaultKind.REDIS_CLIENT_KILL: (GcsFate.EXITED, "Ray's maintainers (ray-project/ray#65298): the GCS "
+                                       "does not connect again; every command fails until its retries run "
+                                       "out and it exits ('Failed to run redis cmds')"),
+    RedisFaultKind.REDIS_IDLE_TIMEOUT: (GcsFate.EXITED, "Ray's maintainers (ray-project/ray#47419, "
+                                        "ray-project/ray#65298): a connection the server closes as idle is "
+                                        "not opened again, and the GCS exits at its next command"),
 }
 
 
@@ -93,15 +93,17 @@ def longest_silence(samples: Sequence[GcsSample]) -> float:
     return longest
 
 
-def gcs_fate(samples: Iterable[GcsSample], *, start: float, end: float, hang_bound: float) -> GcsFate:
-    """The GCS's fate through one fault, from the probes that began in ``[start, end]``: hung
-    when alive and silent for longer than ``hang_bound`` (even if it exited later: the hang
-    came first), else exited when a probe found its process gone, else served when the last
-    probe was answered; unseen otherwise (no probe, or still silent at the end)."""
+def gcs_fate(samples: Iterable[GcsSample], exits: Iterable[float], *, start: float, end: float,
+             hang_bound: float) -> GcsFate:
+    """The GCS's fate through one fault, from the probes that began in ``[start, end]`` and the
+    GCS exits its supervisor saw then (``exits``: when): hung when alive and silent for longer
+    than ``hang_bound`` (even if it exited later: the hang came first), else exited when it
+    exited or a probe found its process gone, else served when the last probe was answered;
+    unseen otherwise (no probe, or still silent at the end)."""
     window = [s for s in samples if start <= s.at <= end]
     if longest_silence(window) > hang_bound:
         return GcsFate.HUNG
-    if any(not s.alive for s in window):
+    if any(start <= t <= end for t in exits) or any(not s.alive for s in window):
         return GcsFate.EXITED
     if window and window[-1].answered:
         return GcsFate.SERVED
@@ -173,9 +175,8 @@ class RedisLossParams(Params):
     cases: list[Case] = Field(default_factory=lambda: list(ALL_CASES))
     #: How long the killed Redis stays down.
     down: float = 5.0
-    #: The idle timeout set on the server, and how long it stays set.
+    #: The idle timeout set on the server (it stays set until the GCS exits, or past the hang bound).
     idle_timeout: int = 1
-    idle_hold: float = 4.0
     #: How long the GCS may be alive without answering one write before it counts as hung.
     hang_bound: float = 8.0
     #: How long the supervisor waits before it restarts an exited GCS (KubeRay's restart).
@@ -184,6 +185,10 @@ class RedisLossParams(Params):
     recover_within: float = 20.0
     #: How long one probe write to the GCS may take.
     probe_timeout: float = 2.0
+    #: Seconds between the driver's writes to the GCS under the idle timeout: a quiet cluster,
+    #: whose connections to Redis idle past the timeout (the GCS's own 100 ms health check
+    #: keeps only the connection it pings on busy).
+    quiet_every: float = 3.0
 
 
 class RedisLoss(Workload):
@@ -212,14 +217,15 @@ class RedisLoss(Workload):
         self.cases: list[CaseResult] = []
         self.events: list[RedisEvent] = []
         self.restarts: list[float] = []
-        self.down_acks, self.seq, self.done = 0, 0, threading.Event()
+        self.exits: list[float] = []  #: when the supervisor saw the GCS gone
+        self.down_acks, self.seq, self.done, self.quiet = 0, 0, threading.Event(), threading.Event()
         self.threads = [threading.Thread(target=loop, daemon=True, name=f"redis-loss-{loop.__name__}")
                         for loop in (self._probe_loop, self._add_loop, self._supervise_loop)]
         for thread in self.threads:
             thread.start()
 
     def call_bounds(self) -> dict[str, float]:
-        one = self.p.down + self.p.idle_hold + self.p.hang_bound + self.p.recover_within + 10.0
+        one = self.p.down + self.p.quiet_every + 2 * self.p.hang_bound + self.p.recover_within + 10.0
         return {"step": 60.0 + one * len(self.p.cases), "invariants": 120.0}
 
     # -- the load, the probes and the supervisor, each on its own thread ---------------------
@@ -236,7 +242,7 @@ class RedisLoss(Workload):
             return False
 
     def _probe_loop(self) -> None:
-        while not self.done.wait(0.1):  # the probes' pace
+        while not self.done.wait(self.p.quiet_every if self.quiet.is_set() else 0.1):  # the probes' pace
             pid, start, key = self.gcs_pid, time.monotonic(), ("kv", self.seq)
             self.seq += 1
             self.history.invoke(key, "driver")
@@ -262,11 +268,16 @@ class RedisLoss(Workload):
 
     def _supervise_loop(self) -> None:
         """Restart an exited GCS once its Redis answers, as the head's supervisor would."""
+        noted = 0
         while not self.done.wait(0.1):  # the supervisor's pace
-            if self._alive(self.gcs_pid) or not self.server.running():
+            if self._alive(self.gcs_pid):
                 continue
-            self.done.wait(self.p.restart_delay)
-            self._restart_gcs()
+            if noted != self.gcs_pid:
+                noted = self.gcs_pid
+                self.exits.append(time.monotonic())
+            if self.server.running():
+                self.done.wait(self.p.restart_delay)
+                self._restart_gcs()
 
     def _restart_gcs(self) -> None:
         """Start the exited GCS again on the same port and the same Redis."""
@@ -294,36 +305,39 @@ class RedisLoss(Workload):
 
     def _hold(self, case: Case) -> float:
         return {"kill_redis": self.p.down, "redis_client_kill": self.p.hang_bound,
-                "redis_idle_timeout": self.p.idle_hold}[case]
+                "redis_idle_timeout": self.p.hang_bound + self.p.quiet_every}[case]
 
     def _run_case(self, case: Case) -> CaseResult:
         fault, start, restarts = self._fault(case), time.monotonic(), len(self.restarts)
+        if case == "redis_idle_timeout":
+            self.quiet.set()
         with inject_redis_fault(fault, self.server, gcs_pid=self.gcs_pid, journal=self.events.append):
             self._during(case)
         healed = time.monotonic()
         end = self._decided(start, healed)
-        fate = gcs_fate(list(self.samples), start=start, end=end, hang_bound=self.p.hang_bound)
+        self.quiet.clear()
+        fate = gcs_fate(list(self.samples), list(self.exits), start=start, end=end, hang_bound=self.p.hang_bound)
         recovered = self._recovery(healed)
         events = [e.detail for e in self.events if e.at >= start]
         return CaseResult(fault.KIND, fate, recovered, len(self.restarts) > restarts, "; ".join(events))
 
     def _during(self, case: Case) -> None:
-        """Hold the fault: its length, or, for dropped connections, until the GCS exits."""
+        """Hold the fault: its length, or, for dropped and idle connections, until the GCS exits."""
         pid, deadline = self.gcs_pid, time.monotonic() + self._hold(case)
         while time.monotonic() < deadline and not self.ctx.stop.is_set():
-            if case == "redis_client_kill" and not self._alive(pid):
+            if case != "kill_redis" and not self._alive(pid):
                 return
             self.ctx.stop.wait(0.1)  # the hold's poll
 
     def _decided(self, start: float, healed: float) -> float:
         """Wait until the probes tell the GCS's fate (bounded): an exit, a probe answered after
         the heal, or a silence past the bound. Returns when the window ends."""
-        bound = self.p.hang_bound + self.p.probe_timeout + 1.0
+        bound = self.p.hang_bound + self.p.quiet_every + self.p.probe_timeout + 1.0
 
         def told() -> bool:
             window = [s for s in self.samples if s.at >= start]
-            return (any(not s.alive for s in window) or any(s.answered for s in window if s.at >= healed)
-                    or longest_silence(window) > self.p.hang_bound)
+            return (any(t >= start for t in self.exits) or any(not s.alive for s in window)
+                    or any(s.answered for s in window if s.at >= healed) or longest_silence(window) > self.p.hang_bound)
 
         try:
             wait_until(told, timeout=bound, interval=0.1, what="the GCS's fate")
@@ -355,10 +369,12 @@ class RedisLoss(Workload):
     # -- the steady state and the verdicts ------------------------------------------------------
 
     def probe(self) -> str:
+        """The GCS finds the named counter, which answers. No write to Redis: the runner probes
+        every few seconds, and its writes would keep the GCS's connections from ever idling."""
         import ray
 
-        self._client().internal_kv_put(b"probe", b"1", True, self._namespace(), timeout=self.p.probe_timeout)
-        return f"the GCS takes writes; the counter holds {ray.get(self.ledger.actor.get.remote(), timeout=5)}"
+        found = ray.get_actor("counter", namespace=self.ctx.namespace)
+        return f"the GCS finds the counter, which holds {ray.get(found.get.remote(), timeout=5)}"
 
     def invariants(self) -> list[Verdict]:
         self._stop_threads()
