@@ -4,11 +4,14 @@ numpy asks the kernel for transparent huge pages on every array of 4 MiB or more
 (``madvise(MADV_HUGEPAGE)``), and with THP in ``madvise`` mode the kernel then backs each
 first touch with a whole 2 MiB page. On the Firecracker VM these figures come from, first
 touching 96 MiB so ran anywhere from 80 MiB/s to 7.7 GB/s across fresh processes (a 2 MiB page
-took 0.2 to 70 ms): a huge page comes from the free memory the guest least recently used,
-which the host has often taken back and must fault in again. On 4 KiB pages the same first
+took 0.2 to 70 ms; ``benchmarks/replay_buffer.py`` prints this). The likely cause, not
+measured apart: the guest reports large free blocks back to the host (free page reporting is
+on in its kernel command line), and a huge page built from one is faulted in again by the
+host, 4 KiB at a time. On 4 KiB pages the same first
 touch ran 0.8-1.1 GB/s every time, and 1.7-1.8 GB/s when populated in one ``mmap`` call
 (``MAP_POPULATE``), which is what :func:`zeros` does: a buffer's fill then costs the same in
-every process. cpprb's C++ buffers are on 4 KiB pages too.
+every process. (cpprb keeps its columns in numpy arrays, on huge pages: there its construction
+took 58 to 369 ms across fresh processes.)
 
 The arrays are views of an anonymous ``mmap`` (their ``base``), released when the last view
 goes; they pickle, slice and copy like any array.

@@ -1,11 +1,13 @@
 """Replay buffer benchmark: one run, one table per question, ratios against peers.
 
-    python benchmarks/replay_buffer.py [--quick]
+    python benchmarks/replay_buffer.py [--quick] [--core]
 
 Peers (installed by ``pip install -e .[bench]``): cpprb's PrioritizedReplayBuffer (C++), and
 the reference chapter's list-based actor body (at 100k items: it is O(n) per sample).
 Capacity 2^20, transitions obs[8] f32, action i64, reward f32, next_obs[8] f32, done f32,
-batch 256, alpha 0.6, beta 0.4. Not a test: it prints figures, it asserts nothing.
+batch 256, alpha 0.6, beta 0.4. Ours runs on its default trees (the compiled ones when numba
+is installed), with a line forced onto numpy. Fills are timed in fresh processes and in this
+one, five of each. Not a test: it prints figures, it asserts nothing.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ from _common import (
     table,
 )
 
-from actors import CheckpointConfig, PrioritizedReplayBuffer, ReplayBufferActor, ReplayClient, _kernels
+from actors import CheckpointConfig, PrioritizedReplayBuffer, ReplayBufferActor, ReplayClient, _kernels, _pages
+from actors._trees import _level_sizes
 from actors._wire import pack_batch, pack_request
 from actors.checkpoint import CheckpointStore
 from chaos import local_cluster
@@ -121,23 +124,35 @@ def in_fresh_process(call: str) -> list[str]:
                           timeout=300).stdout.split()
 
 
-def fill(which: str) -> tuple[float, int]:
-    """Rows/s from nothing to a full buffer, and the peak RSS growth, in a fresh process (a
-    training run fills once, into memory the kernel must first hand out: a process that
-    had freed memory before fills faster). Construction is included: cpprb allocates there,
-    ours at the first add."""
-    rows, grown = in_fresh_process(f"fill_here({which!r})")
-    return float(rows), int(grown)
+def fill(which: str) -> tuple[float, int, float]:
+    """Rows/s from nothing to a full buffer, the peak RSS growth, and the seconds the process
+    took to load the compiled trees before (0 for cpprb), in a fresh process: the memory is
+    what the kernel hands a new process."""
+    rows, grown, load = in_fresh_process(f"fill_here({which!r})")
+    return float(rows), int(grown), float(load)
 
 
-def fill_here(which: str) -> tuple[float, int]:
+def fill_here(which: str) -> tuple[float, int, float]:
+    """One fill in this process: construction and every add of 2^20 rows, in batches of
+    1,000. The process's one-time load of the compiled trees (a library's start, as its
+    import is) is timed apart, before: the first tree a process builds pays it."""
     batch = transitions(np.random.default_rng(0), INSERT)
+    load = load_trees() if which == "ours" else 0.0
     base = _reset_hwm()
     start = time.perf_counter()
     _, add = (make_ours if which == "ours" else make_cpprb)()
     for _ in range(CAPACITY // INSERT):
         add(batch)
-    return CAPACITY // INSERT * INSERT / (time.perf_counter() - start), _hwm() - base
+    return CAPACITY // INSERT * INSERT / (time.perf_counter() - start), _hwm() - base, load
+
+
+def load_trees() -> float:
+    """Load the compiled trees for a 2^20 buffer if they are on (what a process's first tree
+    does, once); return the seconds it took. No tree is built: its pages would be reused."""
+    start = time.perf_counter()
+    if _kernels.enabled():
+        _kernels.prepare(len(_level_sizes(CAPACITY)) - 1)
+    return time.perf_counter() - start
 
 
 def _reset_hwm() -> int:
@@ -166,36 +181,56 @@ def cpprb_cycle(rb: Any, rng: np.random.Generator) -> Callable[[], None]:
     return cycle
 
 
-def compiled(fn: Callable[[], None]) -> Callable[[], None]:
-    """``fn`` on the compiled trees (``RAYCHAOS_TREES=compiled``), then back to numpy."""
+def on(path: str, fn: Callable[[], None]) -> Callable[[], None]:
+    """``fn`` with the trees forced onto ``path`` (``RAYCHAOS_TREES``), then as they were."""
     def call() -> None:
-        os.environ[_kernels.SWITCH] = "compiled"
+        before = os.environ.get(_kernels.SWITCH)
+        os.environ[_kernels.SWITCH] = path
         try:
             fn()
         finally:
-            del os.environ[_kernels.SWITCH]
+            os.environ.pop(_kernels.SWITCH)
+            if before is not None:
+                os.environ[_kernels.SWITCH] = before
     return call
 
 
-def one_pair(rng: np.random.Generator, seconds: float) -> dict[str, tuple[float, ...]]:
-    """One run of each figure: a fill in a fresh process for each buffer, then, on buffers
-    filled here, steady-state inserts and sample+update cycles, interleaved (ours on numpy,
-    ours on the compiled trees, cpprb)."""
+def fills(run: int) -> dict[str, tuple[float, float, int, float]]:
+    """Each buffer's fill in a fresh process, then in this one (which holds the other figures'
+    buffers and has allocated and freed before, as a training process has), with rows/s
+    fresh, rows/s here, fresh RSS growth and load seconds. Who goes first alternates by run:
+    the second fill may reuse the pages the first just gave back."""
+    order = ("ours", "cpprb") if run % 2 == 0 else ("cpprb", "ours")
+    fresh = {which: fill(which) for which in order}
+    here = {which: fill_here(which)[0] for which in order}
+    return {w: (fresh[w][0], here[w], fresh[w][1], fresh[w][2]) for w in order}
+
+
+def one_pair(rng: np.random.Generator, seconds: float, run: int) -> dict[str, tuple[float, ...]]:
+    """One run of each figure: the fills (fresh process and this one), then, on buffers filled
+    here, steady-state inserts and sample+update cycles, interleaved (ours on the default
+    trees, which are the compiled ones where numba is installed, ours forced onto numpy, cpprb)."""
     batch = transitions(rng, INSERT)
-    (ours_fill, ours_mem), (peer_fill, peer_mem) = fill("ours"), fill("cpprb")
+    filled_ = fills(run)
     (ours, ours_add), (peer, peer_add) = make_ours(), make_cpprb()
     for _ in range(CAPACITY // INSERT + 1):
         ours_add(batch)
         peer_add(batch)
     inserts = interleaved((partial(ours_add, batch), partial(peer_add, batch)), seconds=seconds, per_call=INSERT)
-    cycles = interleaved((ours_cycle(ours, rng), compiled(ours_cycle(ours, rng)), cpprb_cycle(peer, rng)),
+    cycles = interleaved((ours_cycle(ours, rng), on("numpy", ours_cycle(ours, rng)), cpprb_cycle(peer, rng)),
                          seconds=seconds)
-    return {"ours": (ours_fill, inserts[0], cycles[0], ours_mem), "cpprb": (peer_fill, inserts[1], cycles[2], peer_mem),
-            "compiled": (cycles[1],)}
+    (o_fresh, o_here, o_mem, o_load), (p_fresh, p_here, p_mem, _) = filled_["ours"], filled_["cpprb"]
+    return {"ours": (o_fresh, o_here, inserts[0], cycles[0], o_mem, o_load),
+            "cpprb": (p_fresh, p_here, inserts[1], cycles[2], p_mem),
+            "numpy": (cycles[1],)}
 
 
 def spread(values: list[float]) -> list[str]:
     return [fmt(min(values)), fmt(statistics.median(values)), fmt(max(values))]
+
+
+FIGURES = ("fill, fresh process (rows/s)", "fill, in this process (rows/s)", "inserts, full ring (rows/s)",
+           "sample(256) + update (/s)")
 
 
 def core_section(seconds: float) -> dict[str, float]:
@@ -203,28 +238,57 @@ def core_section(seconds: float) -> dict[str, float]:
     if _cpprb() is None:
         console.print("cpprb is not installed (pip install -e .[bench]): no peer to compare with")
         return {}
-    pairs = [one_pair(rng, seconds) for _ in range(RUNS)]
+    trees = "compiled" if _kernels.enabled() else f"numpy ({_kernels.why_numpy()})"
+    pairs = [one_pair(rng, seconds, run) for run in range(RUNS)]
     raw = sum(v.nbytes for v in transitions(rng, 1).values()) * CAPACITY  # the transitions alone
     rows = []
-    figures = ("inserts while filling (rows/s)", "inserts, full ring (rows/s)", "sample(256) + update (/s)")
-    for i, what in enumerate(figures):
+    for i, what in enumerate(FIGURES):
         ours, peer = [p["ours"][i] for p in pairs], [p["cpprb"][i] for p in pairs]
         rows.append([what, *spread(ours), *spread(peer), *spread([a / b for a, b in zip(ours, peer)])])
-    fast, peer = [p["compiled"][0] for p in pairs], [p["cpprb"][2] for p in pairs]
-    rows.append(["sample(256) + update, compiled trees (/s)", *spread(fast), *spread(peer),
-                 *spread([a / b for a, b in zip(fast, peer)])])
-    table(f"Core at 2^20, {RUNS} runs of both (cpprb 11): fills in fresh processes, the rest interleaved",
+    slow, peer = [p["numpy"][0] for p in pairs], [p["cpprb"][3] for p in pairs]
+    rows.append(["sample(256) + update, RAYCHAOS_TREES=numpy (/s)", *spread(slow), *spread(peer),
+                 *spread([a / b for a, b in zip(slow, peer)])])
+    table(f"Core at 2^20, {RUNS} runs of both (cpprb 11), ours on the {trees} trees: fills in fresh "
+          "processes and in this one, the rest interleaved",
           ["figure", "ours min", "median", "max", "cpprb min", "median", "max",
            "ours/cpprb min", "median", "max"], rows)
-    memory = [[name, fmt(statistics.median(p[name][3] for p in pairs) / 2**20),
-               fmt(statistics.median(p[name][3] for p in pairs) / raw)] for name in ("ours", "cpprb")]
+    console.print(f"a fresh process's first tree loaded the compiled trees in "
+                  f"{' / '.join(spread([p['ours'][5] for p in pairs]))} s (min / median / max), before its fill")
+    first_touch_section()
+    memory = [[name, fmt(statistics.median(p[name][4] for p in pairs) / 2**20),
+               fmt(statistics.median(p[name][4] for p in pairs) / raw)] for name in ("ours", "cpprb")]
     table("Memory of a fill (peak RSS growth, fresh process, median)", ["buffer", "MiB", "vs raw transitions"],
           memory)
     chapter = bench_chapter(rng, seconds)
     table("The reference chapter's list-based buffer (100k items)", ["figure", "chapter", "ours/chapter"],
-          [["inserts/s", fmt(chapter[0]), fmt(statistics.median(p["ours"][1] for p in pairs) / chapter[0])],
-           ["sample+update/s", fmt(chapter[1]), fmt(statistics.median(p["ours"][2] for p in pairs) / chapter[1])]])
+          [["inserts/s", fmt(chapter[0]), fmt(statistics.median(p["ours"][2] for p in pairs) / chapter[0])],
+           ["sample+update/s", fmt(chapter[1]), fmt(statistics.median(p["ours"][3] for p in pairs) / chapter[1])]])
     return {}
+
+
+TOUCHED = 96 << 20  #: bytes first touched by touch_here: about a 2^20 buffer's columns
+
+
+def touch_here(how: str) -> tuple[float]:
+    """MiB/s from allocating TOUCHED bytes to having written every page once: with numpy's
+    np.zeros (which asks for transparent huge pages) or as the buffer allocates (_pages)."""
+    start = time.perf_counter()
+    memory = np.zeros(TOUCHED, np.uint8) if how == "numpy" else _pages.zeros(TOUCHED, np.uint8)
+    memory[::4096] = 1
+    return (TOUCHED / 2**20 / (time.perf_counter() - start),)
+
+
+def first_touch_section() -> None:
+    """Why a fill's speed depends on its pages: the same first touch, five fresh processes of
+    each allocation, alternating."""
+    rates: dict[str, list[float]] = {"numpy": [], "pages": []}
+    for run in range(RUNS):
+        for how in ("numpy", "pages") if run % 2 == 0 else ("pages", "numpy"):
+            rates[how].append(float(in_fresh_process(f"touch_here({how!r})")[0]))
+    table(f"First touch of {TOUCHED >> 20} MiB in a fresh process (MiB/s), {RUNS} processes each",
+          ["allocation", "min", "median", "max"],
+          [["np.zeros (numpy asks for huge pages)", *spread(rates["numpy"])],
+           ["the buffer's (4 KiB pages, populated at once)", *spread(rates["pages"])]])
 
 
 def bench_chapter(rng: np.random.Generator, seconds: float) -> tuple[float, float]:
@@ -318,6 +382,7 @@ def peak_restore(root: str, nbytes: int) -> None:
 
 
 def restore_here(root: str) -> tuple[int]:
+    load_trees()  # numba's own memory is not the restore's
     base = _reset_hwm()
     (tree,) = CheckpointStore(f"{root}/ckpt").load_latest().chain
     rb = PrioritizedReplayBuffer(CAPACITY)
@@ -381,7 +446,7 @@ def filled_actor(root: str, *, trees: str) -> Any:
     """A ReplayBufferActor holding 2^20 transitions, on the numpy trees or the compiled ones."""
     import ray
 
-    env = {"runtime_env": {"env_vars": {_kernels.SWITCH: "compiled"}}} if trees == "compiled" else {}
+    env = {"runtime_env": {"env_vars": {_kernels.SWITCH: trees}}}
     actor = ray.remote(max_restarts=3, max_task_retries=-1)(ReplayBufferActor).options(**env).remote(
         CAPACITY, checkpoint=CheckpointConfig(storage=f"{root}/actor-{trees}", every_n=10**9),
         alpha=ALPHA, beta=BETA, seed=0)
@@ -401,10 +466,7 @@ def actor_section(root: str, seconds: float) -> None:
     rounds = [interleaved(fns, seconds=len(fns) * seconds / RUNS) for _ in range(RUNS)]
     # Before state_dict(), whose serialised copy of the state would count as the actor's.
     rss = [psutil.Process(ray.get(a.pid.remote(), timeout=TIMEOUT)).memory_info().rss for a in (actor, compiled_actor)]
-    empty = ray.remote(ReplayBufferActor).remote(
-        CAPACITY, checkpoint=CheckpointConfig(storage=f"{root}/empty"), seed=0)
-    empty_rss = psutil.Process(ray.get(empty.pid.remote(), timeout=TIMEOUT)).memory_info().rss
-    ray.kill(empty)
+    empty_rss = [empty_actor_rss(root, trees=trees) for trees in ("numpy", "compiled")]
     state = ray.get(actor.state_dict.remote(), timeout=TIMEOUT)
     raw = sum(a.nbytes for a in state["buffer"]["columns"].values()) + \
         state["buffer"]["leaves"].nbytes + sum(a.nbytes for a in state["buffer"]["tree"].values())
@@ -422,8 +484,29 @@ def actor_section(root: str, seconds: float) -> None:
             " / ".join(spread([r[k] / r[0] for r in rounds]))] for k, call in enumerate(calls)])
     table("Actor memory at 2^20 transitions (growth: RSS minus an empty actor's)",
           ["trees", "raw columns + trees MiB", "actor RSS MiB", "empty actor RSS MiB", "growth / raw"],
-          [[trees, fmt(raw / 2**20), fmt(r / 2**20), fmt(empty_rss / 2**20), fmt((r - empty_rss) / raw)]
-           for trees, r in zip(("numpy", "compiled (after its samples)"), rss)])
+          [[trees, fmt(raw / 2**20), fmt(r / 2**20), fmt(e / 2**20), fmt((r - e) / raw)]
+           for trees, r, e in zip(("numpy", "compiled (after its samples)"), rss, empty_rss)])
+
+
+def empty_actor_rss(root: str, *, trees: str) -> int:
+    """The RSS of a ReplayBufferActor that holds nothing, on ``trees``."""
+    import ray
+
+    env = {"runtime_env": {"env_vars": {_kernels.SWITCH: trees}}}
+    empty = ray.remote(ReplayBufferActor).options(**env).remote(
+        CAPACITY, checkpoint=CheckpointConfig(storage=f"{root}/empty-{trees}"), seed=0)
+    rss: int = psutil.Process(ray.get(empty.pid.remote(), timeout=TIMEOUT)).memory_info().rss
+    ray.kill(empty)
+    return rss
+
+
+class NumpyTreesActor(ReplayBufferActor):
+    """A ReplayBufferActor on the numpy trees, forced in its own process: a ``runtime_env``
+    would keep it off Ray's prestarted workers, and its restarts would wait for a new one."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        os.environ[_kernels.SWITCH] = "numpy"
+        super().__init__(*args, **kwargs)
 
 
 def mttr_section(root: str) -> None:
@@ -432,15 +515,18 @@ def mttr_section(root: str) -> None:
     bare, bare_times = bare_mttr()
     rng = np.random.default_rng(3)
     rows = []
-    for durability in ("policy", "wal"):
-        cfg = CheckpointConfig(storage=f"{root}/mttr-{durability}", every_n=10**9, durability=durability)
-        rb = ray.remote(max_restarts=-1, max_task_retries=-1)(ReplayBufferActor).remote(
-            100_000, checkpoint=cfg, seed=0)
+    # The default trees (compiled where numba is installed: a restart loads numba), and numpy.
+    for durability, cls in (("policy", ReplayBufferActor), ("wal", ReplayBufferActor),
+                            ("policy", NumpyTreesActor)):
+        trees = "numpy" if cls is NumpyTreesActor else ""
+        cfg = CheckpointConfig(storage=f"{root}/mttr-{durability}{trees}", every_n=10**9, durability=durability)
+        rb = ray.remote(max_restarts=-1, max_task_retries=-1)(cls).remote(100_000, checkpoint=cfg, seed=0)
         for _ in range(100):
             ray.get(rb.add.remote(transitions(rng, INSERT)), timeout=TIMEOUT)
         ray.get(rb.checkpoint.remote(), timeout=TIMEOUT)
         # First correct answer: the restarted actor reports all 100k transitions.
-        rows.append(mttr_row(f"ReplayBufferActor, 100k, {durability}", rb,
+        label = f"{durability}, {trees or 'default'} trees"
+        rows.append(mttr_row(f"ReplayBufferActor, 100k, {label}", rb,
                              lambda: ray.get(rb.size.remote(), timeout=TIMEOUT) == 100_000,
                              bare_times))
         ray.kill(rb)
@@ -451,10 +537,13 @@ def mttr_section(root: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter timing windows")
+    parser.add_argument("--core", action="store_true", help="the in-process figures only (no checkpoints, no Ray)")
     args = parser.parse_args()
     seconds = 1.0 if args.quick else 3.0
     console.print(f"[bold]raychaos replay buffer benchmark[/] on {machine()}")
     core_section(seconds)
+    if args.core:
+        return
     with tempfile.TemporaryDirectory(prefix="rc-bench-") as root:
         checkpoint_section(root)
         with local_cluster(num_cpus=2, object_store_mb=1024, log_to_driver=False):
