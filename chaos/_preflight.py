@@ -5,7 +5,8 @@ after other faults already hit the program. So the attack checks first, per node
 what each kind needs (:data:`NEEDS`): a chaos agent that starts there and answers this
 raychaos's protocol, the State API (targets are found through it), ``/proc`` readable there,
 permission over the node's Ray processes (their user, or root), a GCS this driver may restart,
-and for a memory fault a node whose workers import raychaos. What is missing is raised at once,
+for a memory fault a node whose workers import raychaos, and for a network fault links raychaos
+made (never on a cluster someone else runs). What is missing is raised at once,
 one line per node, fault kinds and need (:class:`ClusterUnfit`); nothing was injected.
 """
 
@@ -36,6 +37,7 @@ class Need(StrEnum):
     CONTROL = "permission over the node's Ray processes (the agent runs as their user, or as root)"
     GCS = "a GCS this driver may kill and restart (a cluster it started, with Redis)"
     RAYCHAOS = "raychaos importable by the node's workers (the memory fault's task is a Ray task)"
+    NETWORK = "links raychaos made (nodes it started in network namespaces, network = true)"
 
 
 _ON_PROCESSES = frozenset({Need.AGENT, Need.STATE_API, Need.PROC, Need.CONTROL})
@@ -49,6 +51,8 @@ NEEDS: Mapping[FaultKind, frozenset[Need]] = {
     FaultKind.MEMORY: frozenset({Need.AGENT, Need.STATE_API, Need.RAYCHAOS}),
     FaultKind.OBJECT_STORE: frozenset({Need.STATE_API}), FaultKind.STARVE: frozenset({Need.STATE_API}),
     FaultKind.KILL_GCS: frozenset({Need.GCS}), FaultKind.RPC_FAILURE: frozenset(),
+    FaultKind.PARTITION: frozenset({Need.NETWORK}), FaultKind.PACKET_LOSS: frozenset({Need.NETWORK}),
+    FaultKind.BANDWIDTH: frozenset({Need.NETWORK}), FaultKind.FLAPPING_LINK: frozenset({Need.NETWORK}),
 }
 #: Where a need of the whole cluster is said to be missing.
 CLUSTER = "the cluster"
@@ -78,7 +82,8 @@ class ClusterUnfit(ChaosError, RuntimeError):
 
 
 def preflight(schedule: Schedule, *, address: str, timeout: float = AGENT_START_TIMEOUT) -> None:
-    """Check the cluster at ``address`` (this process is its driver) can take ``schedule``.
+    """Check the cluster at ``address`` (this process is its driver, and did not start it) can
+    take ``schedule``.
 
     Raises:
         ClusterUnfit: something a fault needs is missing, named per node and fault kind.
@@ -96,11 +101,13 @@ def find_missing(schedule: Schedule, *, address: str, timeout: float = AGENT_STA
         found += _state_api(address, needs[Need.STATE_API])
     if Need.GCS in needs:
         found += _gcs(address, needs[Need.GCS])
-    nodes = _alive_nodes()
+    if Need.NETWORK in needs:  # a cluster someone else runs has no links of raychaos's to cut
+        found.append(Missing(CLUSTER, needs[Need.NETWORK], Need.NETWORK, "this cluster's nodes were not started by "
+                             "raychaos; run network faults in a scenario with network = true, without --address"))
     if Need.AGENT in needs:
-        found += _agents(nodes, needs, timeout)
+        found += _agents(_alive_nodes(), needs, timeout)
     if Need.RAYCHAOS in needs:
-        found += _raychaos_on_nodes(nodes, needs[Need.RAYCHAOS])
+        found += _raychaos_on_nodes(_alive_nodes(), needs[Need.RAYCHAOS])
     return found
 
 
