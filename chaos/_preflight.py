@@ -6,7 +6,7 @@ what each kind needs (:data:`NEEDS`): a chaos agent that starts there and answer
 raychaos's protocol, the State API (targets are found through it), ``/proc`` readable there,
 permission over the node's Ray processes (their user, or root), a GCS this driver may restart,
 for a memory fault a node whose workers import raychaos, and for a network fault links raychaos
-made (never on a cluster someone else runs). What is missing is raised at once,
+made (a cluster this process started; never one someone else runs). What is missing is raised at once,
 one line per node, fault kinds and need (:class:`ClusterUnfit`); nothing was injected.
 """
 
@@ -101,9 +101,8 @@ def find_missing(schedule: Schedule, *, address: str, timeout: float = AGENT_STA
         found += _state_api(address, needs[Need.STATE_API])
     if Need.GCS in needs:
         found += _gcs(address, needs[Need.GCS])
-    if Need.NETWORK in needs:  # a cluster someone else runs has no links of raychaos's to cut
-        found.append(Missing(CLUSTER, needs[Need.NETWORK], Need.NETWORK, "this cluster's nodes were not started by "
-                             "raychaos; run network faults in a scenario with network = true, without --address"))
+    if Need.NETWORK in needs:
+        found += _network(address, needs[Need.NETWORK])
     if Need.AGENT in needs:
         found += _agents(_alive_nodes(), needs, timeout)
     if Need.RAYCHAOS in needs:
@@ -144,6 +143,16 @@ def _gcs(address: str, kinds: tuple[FaultKind, ...]) -> list[Missing]:
         head_of(address)
     except ChaosError as exc:
         return [Missing(CLUSTER, kinds, Need.GCS, str(exc))]
+    return []
+
+
+def _network(address: str, kinds: tuple[FaultKind, ...]) -> list[Missing]:
+    from chaos._net import lab_of
+
+    try:
+        lab_of(address)  # a cluster someone else runs has no links of raychaos's to cut
+    except ChaosError as exc:
+        return [Missing(CLUSTER, kinds, Need.NETWORK, str(exc))]
     return []
 
 
