@@ -18,6 +18,7 @@ import contextlib
 import errno
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -79,7 +80,9 @@ class FaultOps(mfusepy.Operations):  # type: ignore[misc]
     def __init__(self, backing: str, faults: FaultState) -> None:
         self.root = os.path.realpath(backing)
         self.faults, self.volatile = faults, Volatile(self.root)
-        self.lock = threading.Lock()  # the model and the change it logs happen as one
+        # The model and the change it logs happen as one. Not named `lock`: mfusepy would serve
+        # it as FUSE's POSIX-lock operation; without one the kernel keeps locks itself.
+        self._mutex = threading.Lock()
         self.paths: dict[int, str] = {}  # open file handles: the path each was opened by
         self.dead: set[int] = set()  # handles opened before a power loss
 
@@ -182,14 +185,14 @@ class FaultOps(mfusepy.Operations):  # type: ignore[misc]
     def fsyncdir(self, path: str | None, datasync: int, fh: int) -> int:
         self._gate("fsync", path or "/")
         os.fsync(fh)
-        with self.lock:
+        with self._mutex:
             self.volatile.dir_synced(fh)
         return 0
 
     def mkdir(self, path: str, mode: int) -> int:
         self._gate("mkdir", path)
         parent, name = self._split(path)
-        with self.lock:
+        with self._mutex:
             os.mkdir(self._real(path), mode)
             self.volatile.added(parent, name)
         return 0
@@ -198,26 +201,26 @@ class FaultOps(mfusepy.Operations):  # type: ignore[misc]
         self._gate("rmdir", path)
         if os.listdir(self._real(path)):
             raise _fail(errno.ENOTEMPTY)
-        with self.lock:
+        with self._mutex:
             self.volatile.remove(*self._split(path))
         return 0
 
     def unlink(self, path: str) -> int:
         self._gate("unlink", path)
-        with self.lock:
+        with self._mutex:
             self.volatile.remove(*self._split(path))
         return 0
 
     def rename(self, old: str, new: str) -> int:
         self._gate("rename", old, new)
-        with self.lock:
+        with self._mutex:
             self.volatile.rename(self._split(old), self._split(new))
         return 0
 
     def _add(self, op: str, path: str, make: Callable[[str], None]) -> int:
         self._gate(op, path)
         parent, name = self._split(path)
-        with self.lock:
+        with self._mutex:
             make(self._real(path))
             self.volatile.added(parent, name)
         return 0
@@ -236,7 +239,7 @@ class FaultOps(mfusepy.Operations):  # type: ignore[misc]
     def create(self, path: str, mode: int, flags: int) -> int:
         self._gate("create", path)
         parent, name = self._split(path)
-        with self.lock:
+        with self._mutex:
             try:
                 fd = os.open(self._real(path), (flags & ~os.O_APPEND) | os.O_CREAT | os.O_EXCL, mode)
             except FileExistsError:
@@ -255,7 +258,7 @@ class FaultOps(mfusepy.Operations):  # type: ignore[misc]
         self._gate("open", path, writing=flags & os.O_ACCMODE != os.O_RDONLY)
         fd = os.open(self._real(path), flags & ~(os.O_APPEND | os.O_TRUNC | os.O_CREAT | os.O_EXCL))
         if flags & os.O_TRUNC:
-            with self.lock:
+            with self._mutex:
                 self.volatile.before_truncate(fd, 0)
                 os.ftruncate(fd, 0)
         self.paths[fd] = path
@@ -267,7 +270,7 @@ class FaultOps(mfusepy.Operations):  # type: ignore[misc]
 
     def write(self, path: str | None, data: bytes, offset: int, fh: int) -> int:
         self._handle("write", path, fh)
-        with self.lock:
+        with self._mutex:
             self.volatile.before_write(fh, offset, len(data))
             return os.pwrite(fh, data, offset)
 
@@ -280,7 +283,7 @@ class FaultOps(mfusepy.Operations):  # type: ignore[misc]
             self._gate("truncate", path or "")
             fd = os.open(self._real(path or ""), os.O_WRONLY)
         try:
-            with self.lock:
+            with self._mutex:
                 self.volatile.before_truncate(fd, length)
                 os.ftruncate(fd, length)
         finally:
@@ -291,7 +294,7 @@ class FaultOps(mfusepy.Operations):  # type: ignore[misc]
     def fsync(self, path: str | None, datasync: int, fh: int) -> int:
         self._handle("fsync", path, fh)
         (os.fdatasync if datasync else os.fsync)(fh)
-        with self.lock:
+        with self._mutex:
             self.volatile.synced(fh)
         return 0
 
@@ -304,7 +307,7 @@ class FaultOps(mfusepy.Operations):  # type: ignore[misc]
     # -- commands --------------------------------------------------------------------------
 
     def power_loss(self) -> dict[str, int]:
-        with self.lock:
+        with self._mutex:
             report = self.volatile.power_loss()
             self.dead.update(self.paths)
         return {"files_reverted": report.files_reverted, "bytes_cut": report.bytes_cut,
@@ -312,7 +315,7 @@ class FaultOps(mfusepy.Operations):  # type: ignore[misc]
                 "names_undone": report.names_undone, "handles_killed": len(self.paths)}
 
     def state(self) -> dict[str, Any]:
-        with self.lock:
+        with self._mutex:
             files, names = self.volatile.unsynced()
         return {**self.faults.snapshot(), "unsynced_files": files, "unsynced_names": names,
                 "pid": os.getpid(), "backing": self.root}
@@ -364,11 +367,12 @@ def _serve_control(ops: FaultOps, listener: Listener) -> None:
         threading.Thread(target=_serve_one, args=(ops, conn), daemon=True).start()
 
 
-def _watch_parent(ops: FaultOps, mount: str) -> None:
+def _watch_parent(ops: FaultOps, mount: str, orphaned: threading.Event) -> None:
     """Standard input closes when the driver ends, however it ended: heal, then unmount."""
     with contextlib.suppress(OSError):  # raw reads: a buffered stdin would hold a lock at exit
         while os.read(0, 4096):
             pass
+    orphaned.set()
     ops.faults.heal(frozenset(("latency", "stall", "errors")))
     for flags in (["-u"], ["-u", "-z"]):
         if subprocess.run(["fusermount3", *flags, mount], capture_output=True, timeout=30,
@@ -381,17 +385,21 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("--backing", "--mount", "--control"):
         parser.add_argument(name, required=True)
     parser.add_argument("--fsname", default=FSNAME)
+    parser.add_argument("--workdir", help="the driver's folder for this mount: removed if the driver dies")
     args = parser.parse_args(argv)
     ops = FaultOps(args.backing, FaultState())
     listener = Listener(args.control, family="AF_UNIX")
     os.chmod(args.control, 0o600)
     threading.Thread(target=_serve_control, args=(ops, listener), daemon=True).start()
-    threading.Thread(target=_watch_parent, args=(ops, args.mount), daemon=True).start()
+    orphaned = threading.Event()
+    threading.Thread(target=_watch_parent, args=(ops, args.mount, orphaned), daemon=True).start()
     try:
         _Fuse(ops, args.mount, foreground=True, fsname=args.fsname, subtype=FSNAME)
     finally:
         listener.close()
         ops.volatile.close()
+        if orphaned.is_set() and args.workdir:  # the driver's finally never ran: clean up for it
+            shutil.rmtree(args.workdir, ignore_errors=True)
     return 0
 
 

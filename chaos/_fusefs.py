@@ -204,7 +204,7 @@ def _start(backing: str, mount: str, work: str) -> tuple[FaultFS, subprocess.Pop
         # server's stdin stays open only while the driver lives.
         proc = subprocess.Popen(
             [sys.executable, "-m", _SERVER_MODULE, "--backing", backing, "--mount", mount, "--control", control,
-             "--fsname", f"{FSNAME}@{control}"],
+             "--fsname", f"{FSNAME}@{control}", "--workdir", work],
             stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     fs = FaultFS(os.path.realpath(mount), os.path.realpath(backing), control, proc.pid)
     try:

@@ -82,6 +82,15 @@ def test_files_pass_through_to_the_backing_directory_which_hides_the_graveyard(f
     assert fs.state().count("op.rename") == 1
 
 
+def test_posix_locks_work_on_the_mount(fs: FaultFS) -> None:
+    import fcntl
+
+    with open(f"{fs.mount}/locked", "wb") as f:
+        fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.lockf(f, fcntl.LOCK_UN)
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
 # -- latency, stall, errors ----------------------------------------------------------------------
 
 
@@ -353,13 +362,15 @@ def test_a_driver_killed_or_interrupted_leaves_no_mount(how: int) -> None:
     try:
         assert child.stdout is not None
         mount = child.stdout.readline().strip()
-        server = connect(mount).pid
+        found = connect(mount)
+        server, work = found.pid, os.path.dirname(found.control)
         assert server in [p.pid for p in fuse_servers_left()]
         child.send_signal(how)
         child.wait(30)
         wait_until(lambda: mount not in fuse_mounts_left(), timeout=20, what="the orphaned mount gone")
         wait_until(lambda: server not in [p.pid for p in fuse_servers_left()], timeout=20,
                    what="the orphaned server gone")
+        assert not os.path.exists(work), "the orphaned server left its folder"
     finally:
         child.kill()
         child.wait(10)
