@@ -32,24 +32,29 @@ from _common import console, machine, table
 
 from chaos import (
     ActorTarget,
+    Bandwidth,
     Chaos,
     CpuHog,
     DrainNode,
     Fault,
     FillDisk,
     FillObjectStore,
+    FlappingLink,
     FreezeNode,
     Kill,
     KillGcs,
     KillNode,
     LimitOpenFiles,
     MemoryPressure,
+    PacketLoss,
+    Partition,
     Pause,
     Schedule,
     ScheduledFault,
     Starve,
     local_cluster,
 )
+from chaos._net import NEEDS, network_missing
 from chaos.agents import start_agents
 from chaos.cluster import capped_filesystem, redis_server
 from chaos.engine import FaultOutcome, ScheduleObserver, run_schedule
@@ -123,7 +128,9 @@ def row(nodes: int, kind: str, timer: Timer) -> list[str]:
 
 
 def run(nodes: int, count: int, disk: str, only: set[str]) -> list[list[str]]:
-    rows = []
+    rows: list[list[str]] = []
+    if only and not only & set(kinds(disk, nodes)):
+        return rows  # none of its kinds asked for: no cluster to start
     with contextlib.ExitStack() as stack:
         redis = stack.enter_context(redis_server()) if nodes == 1 else None
         cluster = stack.enter_context(local_cluster(
@@ -167,6 +174,27 @@ def kill_node_rows(count: int) -> tuple[list[str], list[str]]:
         f"{max(noticed):.2f}", "health check: 1 s period, 3 misses"]
 
 
+#: The network faults, on a network cluster of their own (a head and two namespaced workers),
+#: each held 0.2 s: far below the health check, so no node is declared dead between them.
+NETWORK_KINDS: dict[str, Callable[[], Fault]] = {
+    "partition": lambda: Partition(seconds=0.2),
+    "partition_head_one_way": lambda: Partition(seconds=0.2, peers="head", direction="outgoing"),
+    "packet_loss": lambda: PacketLoss(percent=10, seconds=0.2),
+    "bandwidth": lambda: Bandwidth(mbit=20, seconds=0.2),
+    "flapping_link": lambda: FlappingLink(period=0.2, seconds=0.2),
+}
+
+
+def network_rows(count: int, only: set[str]) -> list[list[str]]:
+    """The network faults on 3 nodes (worker nodes in namespaces), one second apart."""
+    rows = []
+    with local_cluster(nodes=3, num_cpus=1, log_to_driver=False, network=True) as cluster:
+        for kind, make in NETWORK_KINDS.items():
+            if not only or kind in only or (kind.startswith("partition") and "partition" in only):
+                rows.append(row(3, kind, measure(cluster.address, make, count)))
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 faults per kind instead of 5")
@@ -178,6 +206,10 @@ def main() -> None:
     with capped_filesystem(4) as disk:
         for nodes in (1, 3):
             rows += run(nodes, count, disk, only)
+    if not network_missing():  # root and nft/ip/tc: else the table says they were not measured
+        rows += network_rows(count, only)
+    else:
+        console.print(f"network faults not measured: they need {NEEDS}")
     noticed = []
     if not only or "kill_node" in only:
         ours, noticed = kill_node_rows(count)
