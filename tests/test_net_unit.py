@@ -56,12 +56,10 @@ def _scenario(tmp_path, body: str) -> str:  # type: ignore[no-untyped-def]
     return str(path)
 
 
-def test_a_network_fault_needs_a_network_cluster(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    source = _scenario(tmp_path, 'nodes = 3\n[[faults]]\nat = 1\nkind = "partition"\nseconds = 2\n')
-    with pytest.raises(ScenarioError, match="set network = true"):
-        load_scenario(source)
-    fixed = _scenario(tmp_path, 'nodes = 3\nnetwork = true\n[[faults]]\nat = 1\nkind = "partition"\nseconds = 2\n')
-    assert load_scenario(fixed).network
+def test_a_scenario_asks_for_a_network_cluster(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    source = _scenario(tmp_path, 'nodes = 3\nnetwork = true\n[[faults]]\nat = 1\nkind = "partition"\nseconds = 2\n')
+    assert load_scenario(source).network
+    assert not load_scenario("node-unresponsive").network
 
 
 def test_a_network_cluster_needs_worker_nodes(tmp_path) -> None:  # type: ignore[no-untyped-def]
