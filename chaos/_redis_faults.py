@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import socket
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -136,22 +137,37 @@ def inject_redis_fault(fault: RedisFault, server: RedisServer, *, gcs_pid: int,
 
 def _kill(fault: KillRedis, server: RedisServer, gcs_pid: int,
           journal: Callable[[RedisEvent], None]) -> Iterator[RedisEvent]:
-    keys = _dbsize(server)
+    # The GCS keeps each table as one hash, so a key count would miss lost entries: count the
+    # entries, and write a sentinel last, which a Redis that lost anything written loses first.
+    sentinel = f"raychaos:sentinel:{uuid.uuid4().hex}"
+    server.command("SET", sentinel, "1")
+    entries = _entries(server)
     pid = server.kill()
     event = RedisEvent("inject", fault.KIND, time.monotonic(),
-                       f"redis-server pid {pid} SIGKILLed holding {keys} keys; {server.address} refuses connections")
+                       f"redis-server pid {pid} SIGKILLed holding {entries} entries; {server.address} refuses "
+                       "connections")
     journal(event)
     try:
         yield event
     finally:
         new = server.start(keep_data=fault.keep_data)
-        back = _dbsize(server)
-        if fault.keep_data and back != keys:
-            raise FaultIneffective(f"redis-server restarted as pid {new} holds {back} keys, not the {keys} it "
-                                   "held when killed: its append-only file did not keep them")
+        kept, back = server.command("EXISTS", sentinel) == 1, _entries(server)
+        if fault.keep_data and (not kept or back < entries):
+            raise FaultIneffective(f"redis-server restarted as pid {new} holds {back} entries, not the {entries} "
+                                   f"it held when killed{'' if kept else ', nor the sentinel written last'}: "
+                                   "its append-only file did not keep them")
+        server.command("DEL", sentinel)
         journal(RedisEvent("heal", fault.KIND, time.monotonic(),
                            f"redis-server restarted as pid {new} {'with' if fault.keep_data else 'without'} "
-                           f"its data: {back} keys"))
+                           f"its data: {back - kept} entries"))
+
+
+def _entries(server: RedisServer) -> int:
+    """Every entry the server holds: a hash's fields each, any other key as one."""
+    keys = server.command("KEYS", "*")
+    names = keys if isinstance(keys, list) else []
+    return sum(_int(server.command("HLEN", k)) if server.command("TYPE", k) == b"hash" else 1
+               for k in names if isinstance(k, bytes))
 
 
 def _client_kill(fault: RedisClientKill, server: RedisServer, gcs_pid: int,
@@ -232,10 +248,6 @@ def _int(reply: object) -> int:
     if isinstance(reply, bytes) and reply.isdigit():
         return int(reply)
     raise FaultIneffective(f"redis-server replied {reply!r} where a number was expected")
-
-
-def _dbsize(server: RedisServer) -> int:
-    return _int(server.command("DBSIZE"))
 
 
 def _config_timeout(server: RedisServer) -> int:

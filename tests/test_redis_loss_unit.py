@@ -7,6 +7,7 @@ import io
 import os
 import shutil
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -174,17 +175,32 @@ def test_a_killed_redis_comes_back_with_its_data_or_empty_when_asked() -> None:
             pass
         assert server.command("GET", "k") is None
     assert [(e.step, e.kind) for e in events] == [("inject", KILL), ("heal", KILL)] * 2
-    assert "with its data: 1 keys" in events[1].detail and "without its data: 0 keys" in events[3].detail
+    assert "with its data: 1 entries" in events[1].detail and "without its data: 0 entries" in events[3].detail
 
 
 def test_a_redis_that_comes_back_without_its_data_fails_the_heal() -> None:
     with redis_server() as address:
         server = redis_of(address)
         server.command("SET", "k", "v")
-        with pytest.raises(FaultIneffective, match="holds 0 keys, not the 1 it held"), \
+        with pytest.raises(FaultIneffective, match="holds 0 entries, not the 2 it held"), \
                 inject_redis_fault(KillRedis(), server, gcs_pid=os.getpid(), journal=lambda e: None):
             shutil.rmtree(server.folder)  # its append-only file lost while it was down
             os.makedirs(server.folder)
+
+
+def test_a_redis_that_comes_back_missing_entries_of_a_hash_fails_the_heal() -> None:
+    # The GCS keeps a table as one hash: losing a field keeps the key count and the sentinel.
+    lost = b"*4\r\n$4\r\nHSET\r\n$5\r\ntable\r\n$1\r\nc\r\n$1\r\n3\r\n"
+    with redis_server() as address:
+        server = redis_of(address)
+        server.command("HSET", "table", "a", "1", "b", "2")
+        server.command("HSET", "table", "c", "3")
+        with pytest.raises(FaultIneffective, match="holds 3 entries, not the 4 it held when killed: its"), \
+                inject_redis_fault(KillRedis(), server, gcs_pid=os.getpid(), journal=lambda e: None):
+            logs = [p for p in Path(server.folder).rglob("*") if p.is_file() and lost in p.read_bytes()]
+            assert logs, "no append-only file holds the write to lose"
+            for path in logs:
+                path.write_bytes(path.read_bytes().replace(lost, b""))
 
 
 def test_client_kill_closes_exactly_the_connections_of_the_given_process() -> None:
