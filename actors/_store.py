@@ -197,16 +197,16 @@ def _parse_npy(data: np.ndarray, name: str) -> np.ndarray:
 def _fsync(f: Any) -> None:
     f.flush()
     try:
-        os.fsync(f.fileno())
-    except (AttributeError, OSError, ValueError):
-        pass  # not a local file (memory://, object stores): the backend decides durability
+        fd = f.fileno()
+    except (AttributeError, ValueError):  # io.UnsupportedOperation is a ValueError too
+        return  # not a local file (memory://, object stores): the backend decides durability
+    os.fsync(fd)  # a failing fsync (EIO) fails the save: what it wrote may not be on the disk
 
 
 def _fsync_dir(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return  # not a local directory
+    if not os.path.isdir(path):
+        return  # not a local directory (memory://, object stores)
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:

@@ -15,6 +15,7 @@ the rename. Both pass the SIGKILL-only sweep.
 
 from __future__ import annotations
 
+import errno
 import multiprocessing
 import os
 import signal
@@ -293,6 +294,22 @@ def test_a_storage_folder_the_store_creates_survives_a_power_loss(mounted: Fault
     mounted.power_loss()
     loaded = CheckpointStore(storage).load_latest()
     assert loaded is not None and loaded.seq == info.seq
+
+
+@pytest.mark.parametrize("glob", ["*.npy", "*/.tmp-*"])
+def test_a_failing_fsync_fails_the_save_and_commits_nothing(mounted: FaultFS, glob: str) -> None:
+    """An fsync that returns EIO (of a file, or of the folder before its rename) leaves the
+    bytes' fate unknown: ``save`` must raise, never return a checkpoint it cannot vouch for."""
+    store = CheckpointStore(_fresh_storage(mounted))
+    store.save(_tree(1))
+    mounted.fail(errno.EIO, glob=glob, ops=["fsync"])
+    try:
+        with pytest.raises(OSError):
+            store.save(_tree(2))
+    finally:
+        mounted.heal()
+    loaded = store.load_latest()
+    assert loaded is not None and loaded.seq == 1
 
 
 #: The fast tier's sample: each phase of a checkpoint and of the log, in both durabilities.
