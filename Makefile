@@ -37,7 +37,7 @@ REPORT ?= report/dqn-cartpole
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet pip==$(PIP_VERSION) uv==$(UV_VERSION)
-	$(INSTALL) -c constraints.txt -e ".[bench,test,apps,rl,lint,fast,docs]"
+	$(INSTALL) -c constraints.txt -e ".[bench,test,apps,rl,lint,fast,docs,disk]"
 	$(PY) -c "from actors._trees import warm_kernels; assert warm_kernels(), 'numba did not load'"
 	touch $(STAMP)
 

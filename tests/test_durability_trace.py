@@ -108,7 +108,8 @@ def test_the_manifest_is_written_after_every_file_is_fsynced(tmp_path: Path, tra
     manifest_synced = next(i for i, (kind, path) in enumerate(trace.ops)
                            if kind == "fsync" and path.endswith("/manifest.json"))
     payload_synced = [i for i, (kind, path) in enumerate(trace.ops)
-                      if kind == "fsync" and not path.endswith("/manifest.json") and "/.tmp-" in path]
+                      if kind == "fsync" and not path.endswith("/manifest.json")
+                      and os.path.basename(os.path.dirname(path)).startswith(".tmp-")]  # files in it
     assert len(payload_synced) == len(os.listdir(info.path)) - 1
     assert max(payload_synced) < manifest_synced
 
