@@ -204,3 +204,17 @@ def test_validate_draws_a_random_schedule_from_the_seed(tmp_path: Path, monkeypa
         return [line for line in result.output.splitlines() if line.startswith("  at ")]
 
     assert plan(3) == plan(3) and plan(3) != plan(4) and len(plan(3)) > 3
+
+
+def test_the_progress_lines_name_the_phase_not_our_source_file(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from scenarios import load_scenario
+    from scenarios.reports._console import progress_display
+
+    console = Console(record=True, width=200, force_terminal=False)
+    with progress_display(load_scenario("straggler"), console=console) as progress:
+        progress("straggler [chaos]: setting up", None)
+    text = console.export_text()
+    assert "straggler [chaos]: setting up" in text  # brackets kept: printed literally
+    assert "_console.py" not in text and ".py:" not in text

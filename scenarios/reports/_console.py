@@ -7,6 +7,7 @@ a markup tag and print ``raychaos``. Only this module's own styling is markup.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
@@ -33,7 +34,8 @@ def progress_display(scenario: Scenario, *, console: Console | None = None) -> I
         def progress(message: str, ctx: RunContext | None) -> None:
             if message:
                 state["phase"] = message
-                console.log(message, markup=False)
+                # A timestamped line, without rich's log column naming this file and line.
+                console.print(f"[{time.strftime('%H:%M:%S')}] {message}", markup=False, highlight=False)
             live.update(Text(_line(state["phase"], ctx, scenario)))
 
         yield progress

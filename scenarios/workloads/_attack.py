@@ -138,7 +138,7 @@ class Attack(Workload):
         failed = [r for r in self._round() if not r.ok]
         if failed:
             raise AssertionError("; ".join(f"{r.probe}: {r.detail}" for r in failed))
-        return f"{len(self.probes)} probes passed"
+        return f"{len(self.probes)} probe{'' if len(self.probes) == 1 else 's'} passed"
 
     def invariants(self) -> list[Verdict]:
         start = time.monotonic()
