@@ -2,6 +2,7 @@
 the matching built-in (``InvalidConfig`` is a ``ValueError``, ``HangError`` a ``TimeoutError``),
 so callers can catch either."""
 
+from chaos._agent import AgentMismatch, AgentUnavailable
 from chaos._driver import FaultsNotApplied
 from chaos._errors import (
     ChaosError,
@@ -18,13 +19,20 @@ from chaos._errors import (
     UnsafeTarget,
 )
 from chaos._failpoint import FailpointError
+from chaos._fusefs import FaultFSError
 from chaos._journal import JournalCorrupt
+from chaos._net import NetworkUnavailable
+from chaos._preflight import ClusterUnfit
 
 __all__ = [
+    "AgentMismatch",
+    "AgentUnavailable",
     "ChaosError",
     "CheckpointError",
     "CheckpointFormatError",
+    "ClusterUnfit",
     "FailpointError",
+    "FaultFSError",
     "FaultIneffective",
     "FaultsNotApplied",
     "HangError",
@@ -33,6 +41,7 @@ __all__ = [
     "JournalCorrupt",
     "MissingExtra",
     "MutationNotLogged",
+    "NetworkUnavailable",
     "StorageUnreachable",
     "TargetNotFound",
     "UnsafeTarget",

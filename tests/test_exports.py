@@ -36,9 +36,10 @@ def test_chaos_exports() -> None:
 
 SUBMODULES = {
     "chaos.errors": {
-        "ChaosError", "CheckpointError", "CheckpointFormatError", "FailpointError", "FaultIneffective",
-        "FaultsNotApplied", "HangError", "InvalidConfig", "InvalidFaultSpec", "JournalCorrupt", "MissingExtra",
-        "MutationNotLogged", "StorageUnreachable", "TargetNotFound", "UnsafeTarget",
+        "AgentMismatch", "AgentUnavailable", "ChaosError", "CheckpointError", "CheckpointFormatError",
+        "ClusterUnfit", "FailpointError", "FaultFSError", "FaultIneffective", "FaultsNotApplied", "HangError",
+        "InvalidConfig", "InvalidFaultSpec", "JournalCorrupt", "MissingExtra", "MutationNotLogged",
+        "NetworkUnavailable", "StorageUnreachable", "TargetNotFound", "UnsafeTarget",
     },
     "chaos.failpoints": {
         "FAILPOINTS_ENV", "FailAction", "Failpoint", "FailpointPlan", "Firing", "arm", "armed", "disarm",
