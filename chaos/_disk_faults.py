@@ -222,7 +222,10 @@ def _timed_op(op: str, path: str) -> float:
             os.fsync(fd)
         elif op == "write":
             os.pwrite(fd, b"probe", 0)
-        else:
+        else:  # a read of a byte that is there: the kernel answers an empty file without asking
+            os.pwrite(fd, b"p", 0)
+            os.fsync(fd)
+            start = time.perf_counter()
             os.pread(fd, 1, 0)
         return time.perf_counter() - start
     finally:
@@ -250,10 +253,15 @@ def _slow(fs: FaultFS, fault: SlowDisk, steps: Record, within: float) -> Iterato
         yield DiskInjection(fault, fs.mount, event)
     finally:
         fs.heal("latency")
-    after = _timed_op(op, fs.mount + f"/{_PROBE}-{uuid.uuid4().hex[:8]}") if op else 0.0
+    if op is None:  # nothing a probe can time: the server's own state says the latency is off
+        if fs.state().latency:
+            raise _ineffective(steps, fault, f"the latency is still on after the heal: {fs.state().latency}")
+        steps(DiskEvent("heal", fault, "latency off (read back from the fault filesystem)", None))
+        return
+    after = _timed_op(op, fs.mount + f"/{_PROBE}-{uuid.uuid4().hex[:8]}")
     if after >= 0.5 * fault.latency:
         raise _ineffective(steps, fault, f"a probe {op} still took {after:.3f} s after the heal")
-    steps(DiskEvent("heal", fault, f"latency off; a probe {op or 'operation'} took {after:.3f} s", after))
+    steps(DiskEvent("heal", fault, f"latency off; a probe {op} took {after:.3f} s", after))
 
 
 def _seen(fs: FaultFS, counter: str, within: float, steps: Record, fault: DiskFault) -> float:

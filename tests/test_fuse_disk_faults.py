@@ -49,6 +49,39 @@ def test_a_slow_disk_is_measured_by_a_probe_and_measured_gone_after_its_heal(fs:
     assert fs.state().latency == {}
 
 
+def test_a_slow_read_is_confirmed_by_a_read_that_reaches_the_disk(fs: FaultFS) -> None:
+    # A probe read of an empty file is answered by the kernel alone: it could never see the fault.
+    events: list[DiskEvent] = []
+    with inject_disk(SlowDisk(fs.mount, seconds=5, latency=0.2, ops=("read",)), record=events.append) as hit:
+        assert hit.confirmed.measured is not None and hit.confirmed.measured >= 0.18
+    assert steps_of(events) == ["inject", "heal"]
+
+
+def test_a_slow_disk_no_probe_can_time_is_healed_by_reading_its_state_back(fs: FaultFS) -> None:
+    events: list[DiskEvent] = []
+    stop = threading.Event()
+
+    def workload() -> None:  # renames back and forth: the operation the fault's injection waits for
+        here, there = f"{fs.mount}/r", f"{fs.mount}/r2"
+        os.close(os.open(here, os.O_CREAT | os.O_WRONLY))
+        deadline = time.monotonic() + 30  # bounded, whatever happens
+        while not stop.wait(0.01) and time.monotonic() < deadline:
+            os.rename(here, there)
+            here, there = there, here
+        os.unlink(here)
+
+    renamer = threading.Thread(target=workload)
+    renamer.start()
+    try:
+        with inject_disk(SlowDisk(fs.mount, seconds=5, latency=0.2, ops=("rename",)), record=events.append):
+            pass
+    finally:
+        stop.set()
+        renamer.join(timeout=60)
+    assert steps_of(events) == ["inject", "heal"]
+    assert events[1].measured is None and "read back" in events[1].outcome
+
+
 def test_a_stall_is_confirmed_by_a_blocked_probe_and_released_by_its_heal(fs: FaultFS) -> None:
     os.makedirs(f"{fs.mount}/stalled", exist_ok=True)
     events: list[DiskEvent] = []
