@@ -19,6 +19,7 @@ from scenarios.model._workload import CALL_TIMEOUT, Params, Workload
 from scenarios.workloads._apps import APP_WORKLOADS
 from scenarios.workloads._attack import ATTACK_WORKLOADS
 from scenarios.workloads._dqn import DQNCartPole
+from scenarios.workloads._network import NETWORK_WORKLOADS
 from scenarios.workloads._redis_loss import RedisLoss
 from scenarios.workloads._surface import SURFACE_WORKLOADS, Ledger, _counter, _dead, _worker_nodes
 
@@ -648,4 +649,5 @@ WORKLOADS: dict[str, type[Workload]] = {
     **SURFACE_WORKLOADS,
     **APP_WORKLOADS,
     **ATTACK_WORKLOADS,
+    **NETWORK_WORKLOADS,
 }
