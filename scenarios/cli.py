@@ -294,6 +294,10 @@ def _execute(scenario: Scenario, *, seed: int, address: str | None, report_dir: 
     if missing:
         _fail(missing)
     try:
+        if scenario.network and address is None:  # nodes in namespaces: root and nft, ip, tc
+            from chaos._net import require_network
+
+            require_network(f"scenario {scenario.name!r} (network = true)")
         with progress_display(scenario) as progress:
             results = run_scenario(scenario, seed=seed, address=address, report_dir=report_dir,
                                    baseline=baseline, progress=progress, agent_timeout=agent_timeout)

@@ -19,11 +19,13 @@ from scenarios.runner._run import _recovery, aim_memory_faults, steady_verdicts
 BUILTINS = ["async-actor", "dqn-cartpole", "drain-preemption", "env-worker-kill",
             "env-worker-kill-no-retries", "full-disk", "gcs-restart", "lost-objects", "memory-pressure",
             "node-loss", "node-unresponsive", "open-files", "owner-death", "parameter-server-crash",
-            "placement-group", "replay-crash-loop", "replay-crash-loop-beyond", "rllib-ppo-cartpole", "rpc-failures",
-            "rpc-failures-no-retries", "starvation", "straggler", "train-torch-ddp",
-            "train-torch-ddp-no-retries", "tune-trials"]
+            "partition-worker", "placement-group", "redis-loss", "replay-crash-loop",
+            "replay-crash-loop-beyond", "rllib-ppo-cartpole", "rpc-failures", "rpc-failures-no-retries",
+            "starvation", "straggler", "train-torch-ddp", "train-torch-ddp-no-retries", "tune-trials"]
 #: Built-ins whose faults are set up with the cluster, not scheduled (Ray's RPC failure knob).
 NO_SCHEDULE = {"rpc-failures", "rpc-failures-no-retries"}
+#: Built-ins whose workload drives its own faults (Redis's, which the engine does not schedule).
+WORKLOAD_FAULTS = {"redis-loss"}
 
 
 def test_every_builtin_scenario_loads() -> None:
@@ -31,7 +33,7 @@ def test_every_builtin_scenario_loads() -> None:
     for name in BUILTINS:
         scenario = load_scenario(name)
         assert scenario.name == name and scenario.invariants
-        assert bool(scenario.schedule.entries) != (name in NO_SCHEDULE), name
+        assert bool(scenario.schedule.entries) != (name in NO_SCHEDULE | WORKLOAD_FAULTS), name
         assert bool(scenario.rpc_failures) == (name in NO_SCHEDULE), name
 
 
@@ -291,3 +293,18 @@ def test_an_attack_judges_probes_and_faults_by_one_recovery_bound(tmp_path: Path
                     'target = { kind = "actor", name = "x" }\n', encoding="utf-8")
     scenario = load_attack(str(path), probes=[{"kind": "shell", "spec": "true"}], recover_within=flag)
     assert (scenario.recovery_within, scenario.params["recover_within"]) == (both, both)
+
+
+def test_a_network_scenario_without_root_exits_2_naming_root_and_starts_nothing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    import psutil
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    before = {p.pid for p in psutil.process_iter()}
+    result = CliRunner().invoke(main, ["run", "partition-worker"])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "network = true" in lines[0] and "root" in lines[0], result.output
+    assert not [p for p in psutil.process_iter() if p.pid not in before and "ray" in " ".join(p.cmdline())]

@@ -1,7 +1,8 @@
 """What a scenario needs of the machine beyond ``pip install raychaos``, derived from its facts.
 
 A need is one of: the raychaos extra its workload imports (``raychaos[rl]``), ``redis-server``
-(GCS fault tolerance starts one), ``root`` (a capped checkpoint storage is a tmpfs it mounts),
+(GCS fault tolerance starts one), ``root`` (a capped checkpoint storage is a tmpfs it mounts;
+nodes in network namespaces), ``nftables, iproute2`` (the network faults' tools),
 and several embedded nodes (each is a raylet and its workers on this machine).
 """
 
@@ -23,7 +24,8 @@ def scenario_needs(scenario: Scenario, workload: type[Workload]) -> tuple[str, .
     """What ``scenario`` needs, in words a user can act on, e.g. ``("raychaos[rl]", "2 nodes")``."""
     needs = [f"raychaos[{workload.EXTRA}]"] if workload.EXTRA else []
     needs += ["redis-server"] if scenario.gcs_fault_tolerance else []
-    needs += ["root"] if scenario.storage_mb is not None else []
+    needs += ["root"] if scenario.storage_mb is not None or scenario.network else []
+    needs += ["nftables, iproute2"] if scenario.network else []
     needs += [f"{scenario.nodes} nodes"] if scenario.nodes > 1 else []
     return tuple(needs)
 

@@ -204,7 +204,7 @@ def _cluster(scenario: Scenario, address: str | None,
             handle = stack.enter_context(local_cluster(
                 nodes=scenario.nodes, num_cpus=scenario.num_cpus, system_config=config,
                 worker_resources={"worker": 100}, log_to_driver=False, redis_address=redis,
-                worker_env=env))
+                worker_env=env, network=scenario.network))
             yield handle.address, _Knob(scenario.rpc_failures, handle.temp_dir) if scenario.rpc_failures else None
         return
     if scenario.gcs_fault_tolerance or scenario.rpc_failures:
