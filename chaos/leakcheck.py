@@ -1,5 +1,6 @@
-"""``python -m chaos.leakcheck``: fail when Ray, Redis or paused processes, or the network lab's
-namespaces, links, bridges or nftables tables, are left on the machine.
+"""``python -m chaos.leakcheck``: fail when Ray, Redis, paused or fault-filesystem processes,
+fault filesystems still mounted, or the network lab's namespaces, links, bridges or nftables
+tables, are left on the machine.
 
 Run after a test suite or a chaos run. Processes that are exiting get a short grace
 period (polled, bounded); anything still there is listed and the exit code is 1.
@@ -13,6 +14,7 @@ import time
 import psutil
 
 from chaos._cluster import ray_processes
+from chaos._fusefs import fuse_mounts_left, fuse_servers_left
 from chaos._net import network_leftovers
 
 
@@ -37,10 +39,10 @@ def redis_processes() -> list[psutil.Process]:
 
 
 def leftovers(*, grace: float = 30.0) -> list[psutil.Process]:
-    """Ray, Redis and paused processes still present after up to ``grace`` seconds."""
+    """Ray, Redis, paused and fault-filesystem processes still present after up to ``grace`` seconds."""
     deadline = time.monotonic() + grace
     while True:
-        left = ray_processes() + redis_processes() + paused_processes()
+        left = ray_processes() + redis_processes() + paused_processes() + fuse_servers_left()
         if not left or time.monotonic() >= deadline:
             return left
         time.sleep(0.2)  # polling a condition under a deadline
@@ -54,13 +56,17 @@ def _describe(proc: psutil.Process) -> str:
 
 
 def main() -> int:
-    left, network = leftovers(), network_leftovers()
-    if not left and not network:
+    left, network, mounts = leftovers(), network_leftovers(), fuse_mounts_left()
+    if not left and not network and not mounts:
         print("leakcheck: 0 Ray processes, 0 Redis processes, 0 paused processes, "
-              "0 network namespaces, links, bridges or nftables tables")
+              "0 network namespaces, links, bridges or nftables tables, 0 fault filesystems")
         return 0
+    for mount in mounts:
+        print(f"leakcheck: a fault filesystem is still mounted at {mount} (fusermount3 -u -z {mount})",
+              file=sys.stderr)
     if left:
-        print(f"leakcheck: {len(left)} Ray, Redis or paused processes left behind:", file=sys.stderr)
+        print(f"leakcheck: {len(left)} Ray, Redis, paused or fault-filesystem processes left behind:",
+              file=sys.stderr)
     for proc in left:
         print(f"  {_describe(proc)}", file=sys.stderr)
     if network:

@@ -402,3 +402,13 @@ def test_a_real_full_disk_behind_the_mount_shows_through(tmp_path: Path) -> None
         with pytest.raises(OSError) as exc, open(f"{fs.mount}/big", "wb") as f:
             f.write(b"\0" * (2 << 20))
         assert exc.value.errno == errno.ENOSPC
+
+
+def test_the_leak_check_sees_a_mounted_fault_filesystem_and_its_server() -> None:
+    from chaos.leakcheck import leftovers
+
+    with fault_filesystem() as fs:
+        assert fs.mount in fuse_mounts_left()
+        assert fs.pid in {p.pid for p in leftovers(grace=0)}
+    assert fs.mount not in fuse_mounts_left()
+    assert fs.pid not in {p.pid for p in leftovers(grace=0)}
