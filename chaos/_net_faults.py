@@ -115,6 +115,12 @@ def delete_table(node: NetNode, name: str) -> None:
     run(["nft", "delete", "table", "inet", name], namespace=node.namespace, check=False)
 
 
+def table_present(node: NetNode, name: str) -> bool:
+    """Whether the table ``name`` is in ``node``'s namespace (read back: a heal must see it gone,
+    since a probe connection can get through a loss rule still in place)."""
+    return bool(run(["nft", "list", "table", "inet", name], namespace=node.namespace, check=False).strip())
+
+
 def dropped(node: NetNode, name: str, chain: str | None = None) -> int:
     """Packets the table ``name`` dropped in ``node``'s namespace (in ``chain``, or all)."""
     text = run(["nft", "-j", "list", "table", "inet", name], namespace=node.namespace, check=False)
@@ -207,6 +213,10 @@ def _tables(chaos: Chaos, fault: Partition | PacketLoss | FlappingLink, at: floa
     def heal() -> None:
         for node in added:
             delete_table(node, table)
+            if table_present(node, table):
+                raise FaultIneffective(f"the nftables table {table} of {node.label} is still there after its "
+                                       f"deletion: delete it with `ip netns exec {node.namespace} nft delete table "
+                                       f"inet {table}`")
             took = confirm_open(lab, node)
             chaos._record("heal", fault, at, _process(lab, node), f"nftables table {table} deleted; a "
                           f"connection to the head completed {took * 1000:.0f} ms later")
@@ -365,8 +375,10 @@ def _flapping_link(chaos: Chaos, fault: FlappingLink, at: float | None,
         took = confirm_cut(lab, node, table)
         chaos._record("inject", fault, at, _process(lab, node), f"link down (cut from every other node), "
                       f"confirmed within {took * 1000:.1f} ms; it flaps every {fault.period / 2:g} s")
-        flapper = threading.Thread(target=_flap, args=(node, table, text, fault.period / 2, stop, flaps),
+        errors: list[BaseException] = []
+        flapper = threading.Thread(target=_flap, args=(node, table, text, fault.period / 2, stop, flaps, errors),
                                    name="raychaos-flapping-link", daemon=True)
+        began = time.monotonic()
         flapper.start()
         try:
             yield (_process(lab, node),)
@@ -375,17 +387,31 @@ def _flapping_link(chaos: Chaos, fault: FlappingLink, at: float | None,
             flapper.join(timeout=fault.period + 10.0)
             delete_table(node, table)
             add_table(node, text)  # the heal deletes it once, whichever half the flapper ended in
+        _flapped(fault, errors, flaps[0], time.monotonic() - began)
 
 
-def _flap(node: NetNode, table: str, text: str, half: float, stop: threading.Event, flaps: list[int]) -> None:
-    """Bring the link up and down every ``half`` seconds until ``stop``."""
+def _flapped(fault: FlappingLink, errors: list[BaseException], flaps: int, held: float) -> None:
+    """Fail the fault whose link did not flap as recorded: the flapper failed, or fell behind."""
+    expected = int(held // (fault.period / 2)) - 1
+    if errors or flaps < expected:
+        why = f"its flapper failed: {errors[0]!r}" if errors else f"it flapped {flaps} times in {held:.1f} s"
+        raise FaultIneffective(f"the link did not flap every {fault.period / 2:g} s: {why} "
+                               f"(at least {expected} expected)")
+
+
+def _flap(node: NetNode, table: str, text: str, half: float, stop: threading.Event, flaps: list[int],
+          errors: list[BaseException]) -> None:
+    """Bring the link up and down every ``half`` seconds until ``stop``; an error ends it, kept."""
     down = True
-    while not stop.wait(half):  # the flapping period: the fault's own rhythm, not a synchronisation
-        if down:
-            delete_table(node, table)
-        else:
-            add_table(node, text)
-        down, flaps[0] = not down, flaps[0] + 1
+    try:
+        while not stop.wait(half):  # the flapping period: the fault's own rhythm, not a synchronisation
+            if down:
+                delete_table(node, table)
+            else:
+                add_table(node, text)
+            down, flaps[0] = not down, flaps[0] + 1
+    except Exception as exc:  # noqa: BLE001 - kept for the heal, which fails the fault with it
+        errors.append(exc)
 
 
 INJECTORS: dict[type, Callable[..., object]] = {

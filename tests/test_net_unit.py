@@ -66,3 +66,15 @@ def test_a_network_cluster_needs_worker_nodes(tmp_path) -> None:  # type: ignore
     source = _scenario(tmp_path, 'network = true\n[[faults]]\nat = 1\nkind = "kill"\ntarget = { kind = "worker" }\n')
     with pytest.raises(ScenarioError, match="set nodes >= 2"):
         load_scenario(source)
+
+
+def test_a_link_that_did_not_flap_as_recorded_makes_the_fault_ineffective() -> None:
+    from chaos._errors import FaultIneffective
+    from chaos._net_faults import _flapped
+
+    fault = FlappingLink(period=1.0, seconds=5.0)
+    _flapped(fault, [], flaps=9, held=5.0)  # every half second, less the last: as recorded
+    with pytest.raises(FaultIneffective, match=r"flapped 2 times in 5\.0 s"):
+        _flapped(fault, [], flaps=2, held=5.0)
+    with pytest.raises(FaultIneffective, match="flapper failed: RuntimeError"):
+        _flapped(fault, [RuntimeError("nft: no such table")], flaps=9, held=5.0)
