@@ -12,6 +12,12 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 CALL_TIMEOUT = 30.0
+# The suite's Ray workers run the replay buffer on its numpy trees: each restarted actor would
+# otherwise load numba (about 0.6 s and 120 MiB), which made the Ray-backed replay tests half as
+# slow again and the fast tier overrun its budget. The compiled trees are bit for bit the numpy
+# path (tests/test_replay_buffer.py runs both; tests/test_trees_default.py pins the default in
+# processes of its own). `RAYCHAOS_TREES=compiled make test` runs the whole suite on them.
+os.environ.setdefault("RAYCHAOS_TREES", "numpy")
 #: Hypothesis's own defaults: the ``default`` and ``ci`` profiles have these.
 BASE_EXAMPLES, BASE_STEPS = 100, 50
 

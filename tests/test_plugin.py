@@ -224,8 +224,8 @@ def test_the_chaos_marker_fails_closed(pytester: pytest.Pytester) -> None:
                                            "--junitxml=junit.xml")
     assert not _new_ray_processes(before)
     out = result.stdout.str()
-    states = {name: state for state, name in (line.split()[:2] for line in out.splitlines()
-                                              if line.startswith(("PASSED ", "FAILED ")))}
+    # The short summary's lines (-rA): "PASSED file::test" (-v prints others that start alike).
+    states = {m["name"]: m["state"] for m in re.finditer(r"^(?P<state>PASSED|FAILED) (?P<name>\S+::\S+)", out, re.M)}
     assert {k.split("::")[1]: v for k, v in states.items()} == {
         "test_the_markers_help_example": "PASSED", "test_at_counts_from_the_body": "PASSED",
         "test_misspelled_target": "FAILED", "test_invalid_fault": "FAILED",
