@@ -19,14 +19,15 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow,
               pytest.mark.skipif(bool(network_missing()), reason="the network lab needs root, nft, ip and tc")]
 
 
-def _verdicts(params: dict[str, object], *, baseline: bool = False) -> dict[str, Verdict]:
+def _verdicts(params: dict[str, object], *, label: RunLabel = RunLabel.CHAOS,
+              baseline: bool = False) -> dict[str, Verdict]:
     scenario = load_scenario("partition-worker")
     scenario = dataclasses.replace(scenario, params={**scenario.params, **params},
                                    invariants=(*scenario.invariants, "old_incarnations_gone",
                                                "no_superseded_write"))
     results = run_scenario(scenario, baseline=baseline)
-    chaos = next(r for r in results if r.label is RunLabel.CHAOS)
-    return {v.name: v for v in chaos.verdicts}
+    run = next(r for r in results if r.label is label)
+    return {v.name: v for v in run.verdicts}
 
 
 def test_partition_worker_holds_every_invariant_and_the_old_node_outlives_the_heal() -> None:
@@ -45,3 +46,9 @@ def test_a_planted_split_brain_and_a_tight_bound_are_caught() -> None:
     verdicts = _verdicts({"background_writes": True, "detect_within": 0.5})
     assert not verdicts["no_superseded_write"].held, verdicts
     assert not verdicts["dead_node_detected"].held, verdicts
+
+
+def test_the_fault_free_twin_misses_every_trace_of_the_partition() -> None:
+    verdicts = _verdicts({}, label=RunLabel.BASELINE, baseline=True)
+    assert not verdicts["dead_node_detected"].held and not verdicts["actors_moved"].held, verdicts
+    assert verdicts["nothing_acknowledged_lost"].held, verdicts
