@@ -9,14 +9,18 @@ log holds records to replay (``mutation.applied`` with ``FIRST_SKIP``).
 from __future__ import annotations
 
 import itertools
+import multiprocessing
 import os
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+import time
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pytest
 
-from actors import CheckpointConfig, RestoreInfo
+from actors import CheckpointConfig, ReplayBufferActor, RestoreInfo
 from actors import _failpoints as fp
 from actors.checkpoint import FAILPOINTS, ActorFailpoint
 from chaos import History, check_set
@@ -180,3 +184,63 @@ def phase_child(conn: Any, storage: str, plan_json: str, case: Case, todo: list[
         conn.send(("ok", (writer, seq)))
     actor.checkpoint()  # so the final restore loses nothing: every loss is a crash's
     conn.send(("done", None))
+
+
+# -- the sweeps' driver: one life of the actor in a child process ---------------------------------
+
+CTX = multiprocessing.get_context("forkserver")
+CTX.set_forkserver_preload(["numpy", "actors", "crashcases"])
+
+
+@dataclass(slots=True)
+class Life:
+    """What one life of the actor reported before it ended, and how it ended."""
+
+    messages: list[tuple[str, Any]] = field(default_factory=list)
+    exitcode: int | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.exitcode == 0 and bool(self.messages) and self.messages[-1][0] == "done"
+
+
+def run_life(target: Callable[..., None], args: tuple[Any, ...], *, label: str) -> Life:
+    """Run ``target(conn, *args)`` in a child process, collecting its reports until it exits
+    (bounded by PHASE_TIMEOUT)."""
+    parent, child = CTX.Pipe(duplex=False)
+    proc = CTX.Process(target=target, args=(child, *args))
+    proc.start()
+    child.close()
+    life, deadline = Life(), time.monotonic() + PHASE_TIMEOUT
+    try:
+        while time.monotonic() < deadline and parent.poll(max(0.0, deadline - time.monotonic())):
+            life.messages.append(parent.recv())
+    except EOFError:
+        pass  # the child exited (or was killed): everything it sent has been read
+    proc.join(max(0.0, deadline - time.monotonic()))
+    if proc.exitcode is None:
+        proc.kill()
+        proc.join(5)
+        pytest.fail(f"{label}: a life of the actor ran past {PHASE_TIMEOUT} s")
+    life.exitcode = proc.exitcode
+    return life
+
+
+def record(life: Life, history: History, restores: list[RestoreInfo]) -> None:
+    known = {op.key for op in history.ops()}
+    for kind, value in life.messages:
+        if kind == "invoke" and value not in known:
+            history.invoke(value, value[0])
+        elif kind == "ok":
+            history.complete(value, OpStatus.OK)
+        elif kind == "restored":
+            restores.append(value)
+
+
+def final_state(config: CheckpointConfig) -> tuple[list[tuple[str, int]], RestoreInfo, list[str]]:
+    """Restore once more, in this process and unarmed: what is stored, and any warning."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        actor = ReplayBufferActor(CAPACITY, checkpoint=config, restore="always", seed=0)
+    keys = stored_keys((actor.column("w"), actor.column("s"))) if actor.size() else []
+    return keys, actor.restore_info, [str(w.message) for w in caught]

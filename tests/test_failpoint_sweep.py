@@ -9,88 +9,33 @@ cache. Between lives the driver re-sends the call that was in flight, as Ray's
 
 from __future__ import annotations
 
-import multiprocessing
 import signal
-import time
-import warnings
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from actors import ReplayBufferActor, RestoreInfo
+from actors import RestoreInfo
 from chaos import History
-from chaos.history import OpStatus
 from crashcases import (
-    CAPACITY,
     MAX_PHASES,
-    PHASE_TIMEOUT,
     Case,
+    Life,
     all_cases,
     check,
+    final_state,
     next_writes,
     pending,
     phase_child,
-    stored_keys,
+    record,
+    run_life,
     tmp_paths,
 )
-
-_CTX = multiprocessing.get_context("forkserver")
-_CTX.set_forkserver_preload(["numpy", "actors", "crashcases"])
-
-
-class Life:
-    """What one life of the actor reported before it ended, and how it ended."""
-
-    def __init__(self) -> None:
-        self.messages: list[tuple[str, Any]] = []
-        self.exitcode: int | None = None
-
-    @property
-    def finished(self) -> bool:
-        return self.exitcode == 0 and bool(self.messages) and self.messages[-1][0] == "done"
 
 
 def live(case: Case, storage: str, plan_json: str, todo: list[tuple[str, int]], *, fresh: bool,
          broken: bool) -> Life:
-    """Run one life in a child process, collecting its reports until it exits (bounded)."""
-    parent, child = _CTX.Pipe(duplex=False)
-    proc = _CTX.Process(target=phase_child, args=(child, storage, plan_json, case, todo, fresh, broken))
-    proc.start()
-    child.close()
-    life, deadline = Life(), time.monotonic() + PHASE_TIMEOUT
-    try:
-        while time.monotonic() < deadline and parent.poll(max(0.0, deadline - time.monotonic())):
-            life.messages.append(parent.recv())
-    except EOFError:
-        pass  # the child exited (or was killed): everything it sent has been read
-    proc.join(max(0.0, deadline - time.monotonic()))
-    if proc.exitcode is None:
-        proc.kill()
-        proc.join(5)
-        pytest.fail(f"{case.label()}: a life of the actor ran past {PHASE_TIMEOUT} s")
-    life.exitcode = proc.exitcode
-    return life
-
-
-def record(life: Life, history: History, restores: list[RestoreInfo]) -> None:
-    known = {op.key for op in history.ops()}
-    for kind, value in life.messages:
-        if kind == "invoke" and value not in known:
-            history.invoke(value, value[0])
-        elif kind == "ok":
-            history.complete(value, OpStatus.OK)
-        elif kind == "restored":
-            restores.append(value)
-
-
-def final_state(case: Case, storage: str) -> tuple[list[tuple[str, int]], RestoreInfo, list[str]]:
-    """Restore once more, in this process and unarmed: what is stored, and any warning."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        actor = ReplayBufferActor(CAPACITY, checkpoint=case.config(storage), restore="always", seed=0)
-    keys = stored_keys((actor.column("w"), actor.column("s"))) if actor.size() else []
-    return keys, actor.restore_info, [str(w.message) for w in caught]
+    """One life in a child process, its reports collected until it exits (bounded)."""
+    return run_life(phase_child, (storage, plan_json, case, todo, fresh, broken), label=case.label())
 
 
 def run_case(case: Case, root: Path, *, broken: bool = False) -> list[str]:
@@ -108,7 +53,7 @@ def run_case(case: Case, root: Path, *, broken: bool = False) -> list[str]:
         crashes += 1
     else:
         return [f"{case.label()}: still crashing after {MAX_PHASES} lives"]
-    keys, info, warned = final_state(case, storage)
+    keys, info, warned = final_state(case.config(storage))
     problems = check(case, history, keys, [*restores, info], evidence, crashes)
     return problems + [f"{case.label()}: the final restore warned: {w}" for w in warned]
 

@@ -16,10 +16,8 @@ the rename. Both pass the SIGKILL-only sweep.
 from __future__ import annotations
 
 import errno
-import multiprocessing
 import os
 import signal
-import time
 import uuid
 import warnings
 from collections.abc import Callable, Iterator
@@ -29,31 +27,29 @@ from typing import Any
 
 import pytest
 
-from actors import CheckpointConfig, ReplayBufferActor, RestoreInfo
+from actors import CheckpointConfig
 from actors import _failpoints as fp
 from actors._wal import WalWriter, read_segment, segment_name
 from actors.checkpoint import CheckpointStore
 from chaos import History, check_set
 from chaos._fusefs import FaultFS, fault_filesystem
-from chaos.history import OpStatus
 from crashcases import (
-    CAPACITY,
     EVERY_N,
     MAX_PHASES,
-    PHASE_TIMEOUT,
     Case,
+    Life,
     all_cases,
     check,
+    final_state,
     next_writes,
     pending,
     phase_child,
-    stored_keys,
+    record,
+    run_life,
 )
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="needs /dev/fuse")
 
-_CTX = multiprocessing.get_context("forkserver")
-_CTX.set_forkserver_preload(["numpy", "actors", "crashcases"])
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,55 +137,10 @@ def power_child(conn: Any, storage: str, plan_json: str, case: PowerCase, todo: 
 # -- the sweep's driver ------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class Life:
-    messages: list[tuple[str, Any]]
-    exitcode: int | None = None
-
-    @property
-    def finished(self) -> bool:
-        return self.exitcode == 0 and bool(self.messages) and self.messages[-1][0] == "done"
-
-
 def live(case: PowerCase, storage: str, plan_json: str, todo: list[tuple[str, int]], *, fresh: bool,
          plant: str | None) -> Life:
-    parent, child = _CTX.Pipe(duplex=False)
-    proc = _CTX.Process(target=power_child, args=(child, storage, plan_json, case, todo, fresh, plant))
-    proc.start()
-    child.close()
-    life, deadline = Life([]), time.monotonic() + PHASE_TIMEOUT
-    try:
-        while time.monotonic() < deadline and parent.poll(max(0.0, deadline - time.monotonic())):
-            life.messages.append(parent.recv())
-    except EOFError:
-        pass  # the child exited (or was killed): everything it sent has been read
-    proc.join(max(0.0, deadline - time.monotonic()))
-    if proc.exitcode is None:
-        proc.kill()
-        proc.join(5)
-        pytest.fail(f"{case.label()}: a life of the actor ran past {PHASE_TIMEOUT} s")
-    life.exitcode = proc.exitcode
-    return life
-
-
-def record(life: Life, history: History, restores: list[RestoreInfo]) -> None:
-    known = {op.key for op in history.ops()}
-    for kind, value in life.messages:
-        if kind == "invoke" and value not in known:
-            history.invoke(value, value[0])
-        elif kind == "ok":
-            history.complete(value, OpStatus.OK)
-        elif kind == "restored":
-            restores.append(value)
-
-
-def final_state(case: PowerCase, storage: str) -> tuple[list[tuple[str, int]], RestoreInfo, list[str]]:
-    """Restore once more, in this process and unarmed: what is stored, and any warning."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        actor = ReplayBufferActor(CAPACITY, checkpoint=case.config(storage), restore="always", seed=0)
-    keys = stored_keys((actor.column("w"), actor.column("s"))) if actor.size() else []
-    return keys, actor.restore_info, [str(w.message) for w in caught]
+    """One life in a child process, its reports collected until it exits (bounded)."""
+    return run_life(power_child, (storage, plan_json, case, todo, fresh, plant), label=case.label())
 
 
 def _durable_dir(path: str) -> str:
@@ -239,7 +190,7 @@ def run_case(case: PowerCase, fs: FaultFS, evidence: str, *, plant: str | None =
         return Outcome(history, [], crashes, [f"{case.label()}: still crashing after {MAX_PHASES} lives"])
     if power_loss:
         fs.power_loss()  # the last checkpoint, committed before "done", must be durable too
-    keys, info, warned = final_state(case, storage)
+    keys, info, warned = final_state(case.config(storage))
     problems = check(case.case, history, keys, [*restores, info], evidence, crashes)
     warnings_seen = [f"{case.label()}: the final restore warned: {w}" for w in warned]
     return Outcome(history, keys, crashes, problems + warnings_seen)
