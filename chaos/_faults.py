@@ -62,6 +62,11 @@ def _seconds(name: str, value: float) -> None:
                                f"got {value!r}: every fault is bounded in time")
 
 
+def _in(value: object, low: float, high: float) -> bool:
+    """Whether ``value`` is a number (a bool is not) in [low, high]."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and low <= value <= high
+
+
 def _fraction(name: str, value: float) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
         raise InvalidFaultSpec(f"`{name}` must be a fraction in (0, 1], got {value!r}")
@@ -389,8 +394,7 @@ class PacketLoss:
     def __post_init__(self) -> None:
         _seconds("seconds", self.seconds)
         _network_target(self.target, self.count)
-        if isinstance(self.percent, bool) or not isinstance(self.percent, (int, float)) \
-                or not 0.01 <= self.percent <= 100:
+        if not _in(self.percent, 0.01, 100):
             raise InvalidFaultSpec(f"`percent` must be in [0.01, 100], got {self.percent!r}")
 
 
@@ -412,7 +416,7 @@ class Bandwidth:
     def __post_init__(self) -> None:
         _seconds("seconds", self.seconds)
         _network_target(self.target, self.count)
-        if isinstance(self.mbit, bool) or not isinstance(self.mbit, (int, float)) or not 0.1 <= self.mbit <= 10_000:
+        if not _in(self.mbit, 0.1, 10_000):
             raise InvalidFaultSpec(f"`mbit` must be megabits per second in [0.1, 10000], got {self.mbit!r}")
 
 
@@ -434,8 +438,7 @@ class FlappingLink:
     def __post_init__(self) -> None:
         _seconds("seconds", self.seconds)
         _network_target(self.target, 1)
-        if isinstance(self.period, bool) or not isinstance(self.period, (int, float)) \
-                or not 0.2 <= self.period <= self.seconds:
+        if not _in(self.period, 0.2, self.seconds):
             raise InvalidFaultSpec(f"`period` must be seconds in [0.2, seconds={self.seconds!r}], got "
                                    f"{self.period!r}")
 
