@@ -467,3 +467,8 @@ def test_explain_lists_the_lessons_without_ray() -> None:
 
     result = CliRunner().invoke(main, ["explain"])
     assert result.exit_code == 0 and "01-global-state" in result.output, result.output
+
+
+def test_the_readme_is_a_front_page_of_at_most_200_lines() -> None:
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 200, f"README.md has {len(lines)} lines; move detail into docs/ and link it"
