@@ -107,7 +107,10 @@ def test_as_a_user_without_root_the_refusal_names_root() -> None:
     """Really not root: the refusal from a process that dropped to ``nobody``."""
     code = ("from chaos._net import require_network\n"
             "try:\n    require_network()\nexcept Exception as exc:\n    print(exc)\n")
+    # Still allowed to read any file (an ambient capability, not root): a checkout in a private
+    # folder (mktemp -d makes it 0700) must not turn the refusal into an import error.
     done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                           "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search",
                            sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                           cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert "missing here: root" in done.stdout, done.stderr

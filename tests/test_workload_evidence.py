@@ -14,7 +14,9 @@ from ray.exceptions import (
     RayActorError,
 )
 from ray.exceptions import OwnerDiedError as RayOwnerDiedError
+from ray.util.state import get_actor
 
+from chaos import wait_until
 from chaos.cluster import ClusterHandle
 from scenarios import Workload
 from scenarios.model._records import Verdict
@@ -121,6 +123,11 @@ def test_the_built_in_probes_fail_when_what_they_watch_does_not_serve(ray_cluste
     workload.target = ray.remote(num_cpus=0)(Target).remote()
     assert workload.probe() == "the target answers: 0 runs so far"
     ray.kill(workload.target)
+    # ray.kill only asks: a call made at once can still be served. The probe is judged on a
+    # target the GCS lists dead.
+    actor_id = workload.target._actor_id.hex()
+    wait_until(lambda: getattr(get_actor(actor_id, address=ray_cluster.address), "state", None) == "DEAD",
+               timeout=30, what="the killed target listed dead")
     with pytest.raises(RayActorError):
         workload.probe()
     # sampling, starvation, owner-death: a fresh task that cannot run is a GetTimeoutError.
