@@ -264,6 +264,14 @@ def ray_multinode_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterHan
     yield request.config.stash[_HARNESS].get(nodes=3)
 
 
+@pytest.fixture(scope="module")
+def no_shared_cluster(request: pytest.FixtureRequest) -> None:
+    """For a module whose tests start Ray clusters of their own (``local_cluster``, a scenario run
+    without an address): the session's shared cluster stops first, since one process holds one
+    driver connection. A later ``ray_cluster`` user starts it again."""
+    request.config.stash[_HARNESS].close()
+
+
 def _seed_for(request: pytest.FixtureRequest, spec: ChaosSpec) -> int:
     if spec.seed is not None:
         return spec.seed

@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow,
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[ClusterHandle]:
+def cluster(no_shared_cluster: None) -> Iterator[ClusterHandle]:
     with local_cluster(nodes=3, num_cpus=1, network=True, log_to_driver=False) as handle:
         yield handle
     assert network_leftovers() == []

@@ -15,7 +15,7 @@ from scenarios import run_scenario
 from scenarios.model._records import RunLabel, Verdict
 from scenarios.model._scenario import load_scenario
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow,
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.usefixtures("no_shared_cluster"),
               pytest.mark.skipif(bool(network_missing()), reason="the network lab needs root, nft, ip and tc")]
 
 
