@@ -331,16 +331,25 @@ def _multi_node(nodes: int, num_cpus: int, store: int, config: dict[str, Any], t
             "dashboard_port": _free_port(),
             **({"node_ip_address": lab.head.address} if lab is not None else {}),
         })
+    try:
+        _add_workers(cluster, nodes, num_cpus, store, worker_resources, env, lab)
+    except BaseException:
+        cluster.shutdown()  # the caller never sees this cluster: its head must not outlive the failure
+        raise
+    return cluster
+
+
+def _add_workers(cluster: Any, nodes: int, num_cpus: int, store: int,
+                 worker_resources: Mapping[str, float] | None, env: _NodeEnv, lab: NetLab | None) -> None:
     if lab is not None:
         join_workers(lab, cluster.address, num_cpus=num_cpus, store=store, env=env.workers,
                      resources={i: {f"rc_node{i}": 1.0, **(worker_resources or {})} for i in range(1, nodes)})
-        return cluster
+        return
     for i in range(1, nodes):
         resources = {f"rc_node{i}": 1.0, **(worker_resources or {})}
         with _environ(env.workers):
             cluster.add_node(num_cpus=num_cpus, object_store_memory=store, resources=resources)
     cluster.wait_for_nodes(timeout=60)
-    return cluster
 
 
 def _free_port() -> int:

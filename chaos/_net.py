@@ -351,21 +351,31 @@ def lab_of(address: str) -> NetLab:
 
 def network_leftovers() -> list[str]:
     """Every namespace, link, bridge and (host) nftables table named with :data:`PREFIX`, one
-    line each ("namespace rc-…"); empty where the commands are missing (nothing can be made)."""
+    line each ("namespace rc-…"); empty where the commands are missing (nothing can be made).
+    A listing command that fails is a line too: what cannot be listed is not known clean."""
     found: list[str] = []
     if shutil.which("ip"):
-        found += [f"namespace {n.split()[0]}" for n in run(["ip", "netns", "list"], check=False).splitlines()
+        found += [f"namespace {n.split()[0]}" for n in _listing(found, ["ip", "netns", "list"]).splitlines()
                   if n.startswith(PREFIX)]
-        bridges = {link["ifname"] for link in _json(run(["ip", "-j", "link", "show", "type", "bridge"], check=False))}
-        for link in _json(run(["ip", "-j", "link", "show"], check=False)):
+        bridges = {link["ifname"] for link in _json(_listing(found, ["ip", "-j", "link", "show", "type", "bridge"]))}
+        for link in _json(_listing(found, ["ip", "-j", "link", "show"])):
             if str(link.get("ifname", "")).startswith(PREFIX):
                 found.append(f"{'bridge' if link['ifname'] in bridges else 'link'} {link['ifname']}")
     if shutil.which("nft") and os.geteuid() == 0:
-        for item in _json(run(["nft", "-j", "list", "tables"], check=False), key="nftables"):
+        for item in _json(_listing(found, ["nft", "-j", "list", "tables"]), key="nftables"):
             table = item.get("table")
             if isinstance(table, dict) and str(table.get("name", "")).startswith(PREFIX):
                 found.append(f"nftables table {table['family']} {table['name']}")
     return found
+
+
+def _listing(found: list[str], args: list[str]) -> str:
+    """The output of one listing command; on failure, a line in ``found`` saying so, and ''."""
+    try:
+        return run(args)
+    except NetCommandFailed as exc:
+        found.append(f"unlisted: {exc}")
+        return ""
 
 
 def _json(text: str, *, key: str | None = None) -> list[dict[str, object]]:

@@ -65,11 +65,20 @@ def join_workers(lab: NetLab, address: str, *, num_cpus: int, store: int,
             output, _ = proc.communicate(timeout=START_TIMEOUT)
         except subprocess.TimeoutExpired:
             proc.kill()
-            output, _ = proc.communicate()
+            output = _rest_of(proc)
         if proc.returncode != 0:
             tail = "\n".join(output.strip().splitlines()[-8:])
             raise InvalidConfig(f"the Ray node in {node.label} did not start (`ray start` exited "
                                 f"{proc.returncode}):\n{tail}")
+
+
+def _rest_of(proc: subprocess.Popen[str]) -> str:
+    """What a killed ``ray start`` printed; bounded, since daemons it started may still hold
+    the pipe open."""
+    try:
+        return proc.communicate(timeout=10)[0]
+    except subprocess.TimeoutExpired:
+        return f"(no output within 10 s of killing `ray start` after {START_TIMEOUT:g} s)"
 
 
 def map_node_ids(lab: NetLab, *, nodes: int, timeout: float = 60.0) -> None:

@@ -3,6 +3,9 @@ round-tripped through the journal's dict, refused in a scenario without a networ
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from chaos import Bandwidth, FlappingLink, NodeTarget, PacketLoss, Partition
@@ -78,3 +81,18 @@ def test_a_link_that_did_not_flap_as_recorded_makes_the_fault_ineffective() -> N
         _flapped(fault, [], flaps=2, held=5.0)
     with pytest.raises(FaultIneffective, match="flapper failed: RuntimeError"):
         _flapped(fault, [RuntimeError("nft: no such table")], flaps=9, held=5.0)
+
+
+def test_a_lab_listing_that_fails_is_a_leftover_not_a_clean_bill(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The leak check fails closed: an `ip` that cannot list (broken, no permission) leaves
+    namespaces unknown, which is reported, never read as none."""
+    from chaos._net import network_leftovers
+
+    fake = tmp_path / "ip"
+    fake.write_text("#!/bin/sh\necho 'cannot open netns dir' >&2\nexit 3\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    found = network_leftovers()
+    assert found and all(line.startswith("unlisted: `ip ") for line in found if "ip " in line), found
+    assert any("cannot open netns dir" in line for line in found), found
