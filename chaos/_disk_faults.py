@@ -2,6 +2,8 @@
 power loss. Each is injected, confirmed by an operation that must see it, held, healed, and
 confirmed healed by an operation that must not see it any more (roachprod's shape).
 
+The records live with every other fault (:mod:`chaos._faults`), so the engine runs them as it
+runs any fault (:meth:`chaos.engine.Chaos.inject`, a schedule, a scenario's ``[[faults]]``).
 The fault filesystem is found by its mount point (:func:`chaos._fusefs.connect`): mount one
 with :func:`chaos._fusefs.fault_filesystem` and put the storage under attack below it. A probe
 is a hidden file at the mount's root, or on a path built to match the fault's glob; when no
@@ -12,7 +14,6 @@ the workload, counted by the server, within ``confirm_within`` seconds.
 from __future__ import annotations
 
 import contextlib
-import enum
 import errno as errnos
 import fnmatch
 import os
@@ -22,128 +23,21 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import Literal
 
-from chaos._errors import FaultIneffective, InvalidFaultSpec
-from chaos._fuse_faults import DEFAULT_ERROR_OPS, OPS
-from chaos._fusefs import MAX_STALL_SECONDS, FaultFS, PowerLossResult, connect
+from chaos._errors import FaultIneffective, TargetNotFound
+from chaos._faults import DISK_GRACE, STORAGE, DiskFault, FailingDisk, PowerLoss, SlowDisk, StallDisk
+from chaos._fuse_faults import DEFAULT_ERROR_OPS
+from chaos._fusefs import FaultFS, PowerLossResult, connect
 from chaos._wait import wait_until
 
-__all__ = ["DiskEvent", "DiskFault", "DiskFaultKind", "DiskInjection", "FailingDisk", "PowerLoss", "SlowDisk",
-           "StallDisk", "inject_disk"]
+__all__ = ["DiskEvent", "DiskFault", "DiskInjection", "FailingDisk", "PowerLoss", "SlowDisk", "StallDisk",
+           "inject_disk", "switch_off"]
 
-ErrnoName = Literal["EIO", "ENOSPC", "EROFS"]
 #: How long an operation may take to show a fault, or its absence, before the fault is ineffective.
 CONFIRM_WITHIN = 5.0
-#: A stall the driver never heals ends this long after its planned end, by the server's own deadline.
-STALL_GRACE = 5.0
 _PROBE = ".raychaos-probe"
 _PROBED_OPS = ("fsync", "write", "create", "open", "read", "getattr")
-
-
-class DiskFaultKind(enum.StrEnum):
-    """Each disk fault's kind, as journals spell it."""
-
-    SLOW_DISK = "slow_disk"
-    STALL_DISK = "stall_disk"
-    FAILING_DISK = "failing_disk"
-    POWER_LOSS = "power_loss"
-
-
-def _mount(value: object) -> None:
-    if not isinstance(value, str) or not value.startswith("/"):
-        raise InvalidFaultSpec(f"`mount` must be the absolute mount point of a fault filesystem, got {value!r}")
-
-
-def _seconds(name: str, value: object, *, most: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= most:
-        raise InvalidFaultSpec(f"`{name}` must be a duration in (0, {most:g}] seconds, got {value!r}")
-
-
-def _ops(value: object, *, allow_empty: bool) -> tuple[str, ...]:
-    ops = tuple(value) if isinstance(value, (list, tuple)) else ()
-    if not isinstance(value, (list, tuple)) or any(op not in OPS for op in ops) or not (ops or allow_empty):
-        raise InvalidFaultSpec(f"`ops` must be a list of operations among {', '.join(OPS)}, got {value!r}")
-    return ops
-
-
-@dataclass(frozen=True, slots=True)
-class SlowDisk:
-    """Delay each operation in ``ops`` on the mount by ``latency`` seconds, for ``seconds``."""
-
-    KIND: ClassVar[DiskFaultKind] = DiskFaultKind.SLOW_DISK
-    USES_AGENT: ClassVar[bool] = False
-
-    mount: str
-    seconds: float
-    latency: float = 0.2
-    ops: tuple[str, ...] = ("fsync",)
-
-    def __post_init__(self) -> None:
-        _mount(self.mount)
-        _seconds("seconds", self.seconds, most=3600.0)
-        _seconds("latency", self.latency, most=60.0)
-        object.__setattr__(self, "ops", _ops(self.ops, allow_empty=False))
-
-
-@dataclass(frozen=True, slots=True)
-class StallDisk:
-    """Block every operation on paths matching ``glob`` until healed, for ``seconds`` at most
-    (the server heals it by itself a little after, should the driver be gone)."""
-
-    KIND: ClassVar[DiskFaultKind] = DiskFaultKind.STALL_DISK
-    USES_AGENT: ClassVar[bool] = False
-
-    mount: str
-    seconds: float
-    glob: str = "*"
-
-    def __post_init__(self) -> None:
-        _mount(self.mount)
-        _seconds("seconds", self.seconds, most=MAX_STALL_SECONDS - STALL_GRACE)
-
-
-@dataclass(frozen=True, slots=True)
-class FailingDisk:
-    """Fail operations on paths matching ``glob`` with ``errno`` for ``seconds``; ``ops``
-    (empty: what that error hits on a real disk) chooses which."""
-
-    KIND: ClassVar[DiskFaultKind] = DiskFaultKind.FAILING_DISK
-    USES_AGENT: ClassVar[bool] = False
-
-    mount: str
-    seconds: float
-    errno: ErrnoName = "EIO"
-    glob: str = "*"
-    ops: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        _mount(self.mount)
-        _seconds("seconds", self.seconds, most=3600.0)
-        if self.errno not in ("EIO", "ENOSPC", "EROFS"):
-            raise InvalidFaultSpec(f"`errno` must be 'EIO', 'ENOSPC' or 'EROFS', got {self.errno!r}")
-        object.__setattr__(self, "ops", _ops(self.ops, allow_empty=True))
-
-    @property
-    def code(self) -> int:
-        return int(getattr(errnos, self.errno))
-
-
-@dataclass(frozen=True, slots=True)
-class PowerLoss:
-    """Drop every write on the mount that no fsync covered, at once; stop its writers first
-    (their open handles fail with ``EIO`` afterwards, as their processes would be gone)."""
-
-    KIND: ClassVar[DiskFaultKind] = DiskFaultKind.POWER_LOSS
-    USES_AGENT: ClassVar[bool] = False
-
-    mount: str
-
-    def __post_init__(self) -> None:
-        _mount(self.mount)
-
-
-DiskFault = SlowDisk | StallDisk | FailingDisk | PowerLoss
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,26 +66,57 @@ Record = Callable[[DiskEvent], None]
 
 
 @contextlib.contextmanager
-def inject_disk(fault: DiskFault, *, record: Record | None = None,
-                confirm_within: float = CONFIRM_WITHIN) -> Iterator[DiskInjection]:
+def inject_disk(fault: DiskFault, *, record: Record | None = None, confirm_within: float = CONFIRM_WITHIN,
+                grace: float = DISK_GRACE) -> Iterator[DiskInjection]:
     """Inject ``fault`` on its mount, confirm it, yield, heal it and confirm the heal (also on
-    error or Ctrl-C). ``record`` receives each step.
+    error or Ctrl-C). ``record`` receives each step. The fault filesystem itself ends the fault
+    ``grace`` seconds after its ``seconds``, should this driver never heal it; a block that
+    outlasts that deadline did not hold the fault to its end, and its exit raises.
 
     Raises:
         TargetNotFound: no fault filesystem is mounted at ``fault.mount``.
-        FaultIneffective: no operation saw the fault (it is healed again first), or one still
-            saw it after the heal.
+        FaultIneffective: no operation saw the fault (it is healed again first), one still saw
+            it after the heal, or the filesystem's own deadline ended it before the heal.
     """
+    if fault.mount == STORAGE:
+        raise TargetNotFound(f"`mount` {STORAGE!r} is a scenario run's checkpoint storage, which only the "
+                             "scenario runner resolves (storage_faultfs = true); give a mount point")
     steps = record or (lambda event: None)
     fs = connect(fault.mount)
     injector = _INJECTORS[type(fault)]
-    with injector(fs, fault, steps, confirm_within) as injection:
+    with injector(fs, fault, steps, confirm_within, grace) as injection:
         yield injection
+
+
+#: The fault filesystem's switch each held disk fault turns on (a power loss is instant).
+_SWITCH: dict[type, str] = {SlowDisk: "latency", StallDisk: "stall", FailingDisk: "errors"}
+
+
+def switch_off(fault: DiskFault) -> None:
+    """Switch ``fault`` off on its mount at once, unconfirmed: a rollback (after Ctrl-C) that
+    must not wait; :func:`inject_disk`'s own heal still confirms it. Quiet when the mount is gone."""
+    kind = _SWITCH.get(type(fault))
+    if kind is not None and fault.mount != STORAGE:
+        with contextlib.suppress(TargetNotFound, OSError):
+            connect(fault.mount).heal(kind)
 
 
 def _ineffective(steps: Record, fault: DiskFault, why: str) -> FaultIneffective:
     steps(DiskEvent("ineffective", fault, why))
     return FaultIneffective(f"{type(fault).__name__} on {fault.mount}: {why}")
+
+
+#: Why a fault the filesystem's own deadline ended before the driver's heal is ineffective.
+EXPIRED = ("its {kind} was ended by the fault filesystem's own deadline ({seconds:g} s + {grace:g} s grace) "
+           "before the driver healed it, so it was not on to the end of the block; give `seconds` as long "
+           "as the fault is held")
+
+
+def _check_not_expired(fs: FaultFS, kind: str, before: int, steps: Record, fault: SlowDisk | StallDisk | FailingDisk,
+                       grace: float) -> None:
+    """Raise when the server's deadline, not the heal, ended ``kind`` (counted ``expired.<kind>``)."""
+    if fs.state().count(f"expired.{kind}") > before:
+        raise _ineffective(steps, fault, EXPIRED.format(kind=kind, seconds=fault.seconds, grace=grace))
 
 
 # -- probes ------------------------------------------------------------------------------------
@@ -239,9 +164,10 @@ def _timed_op(op: str, path: str) -> float:
 
 
 @contextlib.contextmanager
-def _slow(fs: FaultFS, fault: SlowDisk, steps: Record, within: float) -> Iterator[DiskInjection]:
+def _slow(fs: FaultFS, fault: SlowDisk, steps: Record, within: float, grace: float) -> Iterator[DiskInjection]:
     op = next((o for o in fault.ops if o in _PROBED_OPS), None)
-    fs.set_latency({o: fault.latency for o in fault.ops})
+    expired = fs.state().count("expired.latency")
+    fs.set_latency({o: fault.latency for o in fault.ops}, until=fault.seconds + grace)
     try:
         took = _timed_op(op, fs.mount + f"/{_PROBE}-{uuid.uuid4().hex[:8]}") if op else None
         if took is not None and took < 0.9 * fault.latency:
@@ -253,6 +179,7 @@ def _slow(fs: FaultFS, fault: SlowDisk, steps: Record, within: float) -> Iterato
         yield DiskInjection(fault, fs.mount, event)
     finally:
         fs.heal("latency")
+    _check_not_expired(fs, "latency", expired, steps, fault, grace)
     if op is None:  # nothing a probe can time: the server's own state says the latency is off
         if fs.state().latency:
             raise _ineffective(steps, fault, f"the latency is still on after the heal: {fs.state().latency}")
@@ -277,10 +204,11 @@ def _seen(fs: FaultFS, counter: str, within: float, steps: Record, fault: DiskFa
 
 
 @contextlib.contextmanager
-def _stall(fs: FaultFS, fault: StallDisk, steps: Record, within: float) -> Iterator[DiskInjection]:
+def _stall(fs: FaultFS, fault: StallDisk, steps: Record, within: float, grace: float) -> Iterator[DiskInjection]:
     probe, done = _probe_path(fs, fault.glob), threading.Event()
-    before = fs.state().count("stalled")
-    fs.stall(glob=fault.glob, seconds=fault.seconds + STALL_GRACE)
+    state = fs.state()
+    before, expired = state.count("stalled"), state.count("expired.stall")
+    fs.stall(glob=fault.glob, seconds=fault.seconds + grace)
     prober = threading.Thread(target=_probe_until_released, args=(probe, done), daemon=True)
     try:
         prober.start()
@@ -298,16 +226,19 @@ def _stall(fs: FaultFS, fault: StallDisk, steps: Record, within: float) -> Itera
     finally:
         fs.heal("stall")
     prober.join(within)
+    _check_not_expired(fs, "stall", expired, steps, fault, grace)
     if (probe and not done.is_set()) or fs.state().stall is not None:
         raise _ineffective(steps, fault, f"the stall on {fault.glob!r} held {within:g} s after the heal")
     steps(DiskEvent("heal", fault, "stall off; the blocked probe returned" if probe else "stall off (read back)"))
 
 
 @contextlib.contextmanager
-def _failing(fs: FaultFS, fault: FailingDisk, steps: Record, within: float) -> Iterator[DiskInjection]:
+def _failing(fs: FaultFS, fault: FailingDisk, steps: Record, within: float,
+             grace: float) -> Iterator[DiskInjection]:
     hits = set(fault.ops or DEFAULT_ERROR_OPS[fault.code])
     probe = _probe_path(fs, fault.glob) if hits & {"create", "write"} else None
-    fs.fail(fault.code, glob=fault.glob, ops=fault.ops or None)
+    expired = fs.state().count("expired.errors")
+    fs.fail(fault.code, glob=fault.glob, ops=fault.ops or None, until=fault.seconds + grace)
     try:
         got = _failed_probe(probe) if probe else None
         if probe and got != fault.code:
@@ -320,6 +251,7 @@ def _failing(fs: FaultFS, fault: FailingDisk, steps: Record, within: float) -> I
         yield DiskInjection(fault, fs.mount, event)
     finally:
         fs.heal("errors")
+    _check_not_expired(fs, "errors", expired, steps, fault, grace)
     if (probe and _failed_probe(probe) is not None) or fs.state().errors:
         raise _ineffective(steps, fault, f"a probe write to {probe} still failed after the heal" if probe
                            else f"the server still lists errno rules after the heal: {fs.state().errors}")
@@ -342,7 +274,8 @@ def _failed_probe(path: str) -> int | None:
 
 
 @contextlib.contextmanager
-def _power_loss(fs: FaultFS, fault: PowerLoss, steps: Record, within: float) -> Iterator[DiskInjection]:
+def _power_loss(fs: FaultFS, fault: PowerLoss, steps: Record, within: float,
+                grace: float) -> Iterator[DiskInjection]:
     probe = fs.mount + f"/{_PROBE}-{uuid.uuid4().hex[:8]}"
     with open(probe, "wb") as f:  # written, never fsynced: the power loss must take it
         f.write(b"unsynced")

@@ -13,6 +13,7 @@ import functools
 import os
 import random
 import signal as signals
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,10 +23,13 @@ from typing import Any, Literal, TypeVar
 
 from chaos._agent import agent_for, start_agents
 from chaos._cluster import head_of
+from chaos._disk_faults import DiskEvent, DiskInjection, inject_disk, switch_off
 from chaos._errors import FaultIneffective, HangError, InvalidFaultSpec, TargetNotFound, UnsafeTarget
 from chaos._faults import (
     CpuHog,
+    DiskFault,
     DrainNode,
+    FailingDisk,
     Fault,
     FillDisk,
     FillObjectStore,
@@ -36,6 +40,9 @@ from chaos._faults import (
     LimitOpenFiles,
     MemoryPressure,
     Pause,
+    PowerLoss,
+    SlowDisk,
+    StallDisk,
     Starve,
 )
 from chaos._journal import FaultEvent, Journal, Observed, RecoverEvent
@@ -91,7 +98,8 @@ class Injection:
     """What an injection hit: the processes (pid 0 for a node), and what it observed, each
     fault its own field: ``pids`` it started or stopped (CPU hogs; a frozen node's raylet and
     workers), ``ballast_bytes`` (a full disk's), ``store`` (filling the object store),
-    ``memory`` (a memory fault's task and, after its heal, how it ended)."""
+    ``memory`` (a memory fault's task and, after its heal, how it ended), ``disk`` (a disk
+    fault's confirmation, and what a power loss dropped)."""
 
     fault: Fault
     processes: tuple[RayProcess, ...]
@@ -99,6 +107,7 @@ class Injection:
     ballast_bytes: int = 0
     store: StoreFill | None = None
     memory: MemoryWatch | None = None
+    disk: DiskInjection | None = None
 
     def heal_note(self) -> str:
         """What the heal observed, for people ("" when there is nothing to say)."""
@@ -770,3 +779,27 @@ def _network(injector: Callable[..., Any]) -> Callable[..., Any]:
 
 _INJECTORS.update({kind: _network(injector) for kind, injector in NETWORK_INJECTORS.items()})
 
+
+@contextmanager
+def _disk(chaos: Chaos, fault: DiskFault, at: float | None, rng: random.Random) -> Iterator[Injection]:
+    """A disk fault on the fault filesystem at its mount (:mod:`chaos._disk_faults`), each
+    confirmed step journaled; a Ctrl-C's rollback (:meth:`Chaos.heal_all`) switches it off."""
+    proc = RayProcess(0, _driver_node(), f"fault filesystem at {fault.mount}")
+
+    def step(event: DiskEvent) -> None:
+        if event.kind != "ineffective":  # Chaos.inject journals the FaultIneffective raised with it
+            lost = isinstance(fault, PowerLoss) and event.kind == "inject" and event.measured is not None
+            chaos._record(event.kind, fault, at, proc, event.outcome,
+                          Observed(bytes=int(event.measured or 0)) if lost else None)
+
+    with inject_disk(fault, record=step) as injection, chaos._active_heal(lambda: switch_off(fault)):
+        yield Injection(fault, (proc,), disk=injection)
+
+
+def _driver_node() -> str:
+    """This driver's Ray node, where its mounts are ("" when Ray is not initialised here)."""
+    ray = sys.modules.get("ray")  # a disk fault needs no Ray: importing it here would cost a second
+    return str(ray.get_runtime_context().get_node_id()) if ray is not None and ray.is_initialized() else ""
+
+
+_INJECTORS.update({kind: _disk for kind in (SlowDisk, StallDisk, FailingDisk, PowerLoss)})

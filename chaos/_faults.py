@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno as errnos
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -9,12 +10,14 @@ from enum import StrEnum
 from typing import ClassVar, Literal
 
 from chaos._errors import InvalidFaultSpec
+from chaos._fuse_faults import MAX_STALL_SECONDS, OPS
 from chaos._json import JsonValue
 from chaos._targets import NodeTarget, Target, target_from_dict, target_to_dict
 
-__all__ = ["Bandwidth", "CpuHog", "DrainNode", "Fault", "FaultKind", "FaultStatus", "FillDisk", "FillObjectStore",
-           "FlappingLink", "FreezeNode", "Kill", "KillGcs", "KillNode", "LimitOpenFiles", "MemoryPressure",
-           "PacketLoss", "Partition", "Pause", "Starve", "fault_from_dict", "fault_to_dict"]
+__all__ = ["Bandwidth", "CpuHog", "DrainNode", "FailingDisk", "Fault", "FaultKind", "FaultStatus", "FillDisk",
+           "FillObjectStore", "FlappingLink", "FreezeNode", "Kill", "KillGcs", "KillNode", "LimitOpenFiles",
+           "MemoryPressure", "PacketLoss", "Partition", "Pause", "PowerLoss", "SlowDisk", "StallDisk", "Starve",
+           "fault_from_dict", "fault_to_dict"]
 
 Signal = Literal["SIGKILL", "SIGTERM"]
 MAX_FAULT_SECONDS = 3600.0
@@ -39,6 +42,10 @@ class FaultKind(StrEnum):
     PACKET_LOSS = "packet_loss"
     BANDWIDTH = "bandwidth"
     FLAPPING_LINK = "flapping_link"
+    SLOW_DISK = "slow_disk"
+    STALL_DISK = "stall_disk"
+    FAILING_DISK = "failing_disk"
+    POWER_LOSS = "power_loss"
     #: Ray's RPC failure knob, set on the worker nodes for a whole run (``[[rpc_failures]]``):
     #: not a scheduled fault, confirmed from what Ray logged it injected.
     RPC_FAILURE = "rpc_failure"
@@ -443,11 +450,130 @@ class FlappingLink:
                                    f"{self.period!r}")
 
 
+#: How long after its ``seconds`` a disk fault the driver never healed is ended by the fault
+#: filesystem's own deadline (a driver still holding it then gets FaultIneffective).
+DISK_GRACE = 5.0
+ErrnoName = Literal["EIO", "ENOSPC", "EROFS"]
+_MOUNT_FIX = ("give the absolute mount point of a fault filesystem (chaos.disks.fault_filesystem), or "
+              f"{STORAGE!r} in a scenario with storage_faultfs = true")
+
+
+def _mount(value: object) -> None:
+    if not isinstance(value, str) or not (value.startswith("/") or value == STORAGE):
+        raise InvalidFaultSpec(f"`mount` must be where a fault filesystem is mounted, got {value!r}: {_MOUNT_FIX}")
+
+
+def _ops(value: object, *, allow_empty: bool) -> tuple[str, ...]:
+    ops = tuple(value) if isinstance(value, (list, tuple)) else ()
+    if not isinstance(value, (list, tuple)) or any(op not in OPS for op in ops) or not (ops or allow_empty):
+        raise InvalidFaultSpec(f"`ops` must be a list of operations among {', '.join(OPS)}, got {value!r}")
+    return ops
+
+
+@dataclass(frozen=True, slots=True)
+class SlowDisk:
+    """Delay each operation in ``ops`` on the fault filesystem at ``mount`` by ``latency``
+    seconds, for ``seconds``. Confirmed by a probe operation that took the latency, healed
+    when one no longer does."""
+
+    #: The name scenario files and journals use for this fault.
+    KIND: ClassVar[FaultKind] = FaultKind.SLOW_DISK
+    #: Carried out by this driver, through the fault filesystem's control socket.
+    USES_AGENT: ClassVar[bool] = False
+
+    mount: str
+    seconds: float
+    latency: float = 0.2
+    ops: tuple[str, ...] = ("fsync",)
+
+    def __post_init__(self) -> None:
+        _mount(self.mount)
+        _seconds("seconds", self.seconds)
+        if not _in(self.latency, 0.001, 60.0):
+            raise InvalidFaultSpec(f"`latency` must be seconds in [0.001, 60] per operation, got {self.latency!r}")
+        object.__setattr__(self, "ops", _ops(self.ops, allow_empty=False))
+
+
+@dataclass(frozen=True, slots=True)
+class StallDisk:
+    """Block every operation on paths matching ``glob`` (inside the mount, ``*`` crosses ``/``)
+    until healed, for ``seconds``. Confirmed by a blocked operation, healed when it returns."""
+
+    #: The name scenario files and journals use for this fault.
+    KIND: ClassVar[FaultKind] = FaultKind.STALL_DISK
+    #: Carried out by this driver, through the fault filesystem's control socket.
+    USES_AGENT: ClassVar[bool] = False
+
+    mount: str
+    seconds: float
+    glob: str = "*"
+
+    def __post_init__(self) -> None:
+        _mount(self.mount)
+        if not _in(self.seconds, 0.001, MAX_STALL_SECONDS - DISK_GRACE):
+            raise InvalidFaultSpec(f"`seconds` must be a duration in (0, {MAX_STALL_SECONDS - DISK_GRACE:g}] for a "
+                                   f"stall, got {self.seconds!r}: a stall is bounded tighter than other faults")
+        if not isinstance(self.glob, str) or not self.glob:
+            raise InvalidFaultSpec(f"`glob` must be a path pattern inside the mount, e.g. '/ckpt/*', got "
+                                   f"{self.glob!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class FailingDisk:
+    """Fail operations on paths matching ``glob`` with ``errno`` for ``seconds``; ``ops``
+    (empty: what that error hits on a real disk) chooses which. Confirmed by a probe write
+    that got the error (or an operation of the workload's, when no probe can reach the glob)."""
+
+    #: The name scenario files and journals use for this fault.
+    KIND: ClassVar[FaultKind] = FaultKind.FAILING_DISK
+    #: Carried out by this driver, through the fault filesystem's control socket.
+    USES_AGENT: ClassVar[bool] = False
+
+    mount: str
+    seconds: float
+    errno: ErrnoName = "EIO"
+    glob: str = "*"
+    ops: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        _mount(self.mount)
+        _seconds("seconds", self.seconds)
+        if self.errno not in ("EIO", "ENOSPC", "EROFS"):
+            raise InvalidFaultSpec(f"`errno` must be 'EIO', 'ENOSPC' or 'EROFS', got {self.errno!r}")
+        if not isinstance(self.glob, str) or not self.glob:
+            raise InvalidFaultSpec(f"`glob` must be a path pattern inside the mount, e.g. '/ckpt/*', got "
+                                   f"{self.glob!r}")
+        object.__setattr__(self, "ops", _ops(self.ops, allow_empty=True))
+
+    @property
+    def code(self) -> int:
+        """The errno's number."""
+        return int(getattr(errnos, self.errno))
+
+
+@dataclass(frozen=True, slots=True)
+class PowerLoss:
+    """Drop every write on the mount that no fsync covered, at once (an instant fault, like a
+    kill); stop its writers first: their open handles fail with ``EIO`` afterwards."""
+
+    #: The name scenario files and journals use for this fault.
+    KIND: ClassVar[FaultKind] = FaultKind.POWER_LOSS
+    #: Carried out by this driver, through the fault filesystem's control socket.
+    USES_AGENT: ClassVar[bool] = False
+
+    mount: str
+
+    def __post_init__(self) -> None:
+        _mount(self.mount)
+
+
+DiskFault = SlowDisk | StallDisk | FailingDisk | PowerLoss
 Fault = (Kill | KillNode | Pause | MemoryPressure | CpuHog | FillObjectStore | Starve | FreezeNode
-         | LimitOpenFiles | FillDisk | DrainNode | KillGcs | Partition | PacketLoss | Bandwidth | FlappingLink)
+         | LimitOpenFiles | FillDisk | DrainNode | KillGcs | Partition | PacketLoss | Bandwidth | FlappingLink
+         | SlowDisk | StallDisk | FailingDisk | PowerLoss)
 _KINDS: dict[str, type] = {cls.KIND.value: cls for cls in (
     Kill, KillNode, Pause, MemoryPressure, CpuHog, FillObjectStore, Starve, FreezeNode, LimitOpenFiles, FillDisk,
-    DrainNode, KillGcs, Partition, PacketLoss, Bandwidth, FlappingLink)}
+    DrainNode, KillGcs, Partition, PacketLoss, Bandwidth, FlappingLink, SlowDisk, StallDisk, FailingDisk, PowerLoss)}
 _TARGET_FIELDS = ("target", "node")
 
 

@@ -328,13 +328,13 @@ def command(ops: FaultOps, request: dict[str, Any]) -> dict[str, Any]:
         bad = sorted(set(request["ops"]) - set(OPS))
         if bad:
             return {"error": f"unknown operations {bad}; use some of {list(OPS)}"}
-        faults.set_latency({k: float(v) for k, v in request["ops"].items()})
+        faults.set_latency({k: float(v) for k, v in request["ops"].items()}, until=_until(request))
     elif kind == "stall":
         faults.set_stall(str(request["glob"]), float(request["seconds"]))
     elif kind == "fail":
         code = int(request["errno"])
         chosen = request.get("ops") or sorted(DEFAULT_ERROR_OPS.get(code, frozenset(OPS)))
-        faults.add_error(ErrorRule(code, str(request["glob"]), frozenset(chosen)))
+        faults.add_error(ErrorRule(code, str(request["glob"]), frozenset(chosen)), until=_until(request))
     elif kind == "heal":
         faults.heal(frozenset(request.get("kinds") or ("latency", "stall", "errors")))
     elif kind == "power_loss":
@@ -342,6 +342,12 @@ def command(ops: FaultOps, request: dict[str, Any]) -> dict[str, Any]:
     elif kind not in ("state", "ping"):
         return {"error": f"unknown command {kind!r}"}
     return {"ok": True, **ops.state()}
+
+
+def _until(request: dict[str, Any]) -> float | None:
+    """A command's own deadline in seconds (absent: the fault stays on until healed)."""
+    seconds = request.get("seconds")
+    return None if seconds is None else float(seconds)
 
 
 def _serve_one(ops: FaultOps, conn: Connection) -> None:

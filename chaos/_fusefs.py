@@ -31,7 +31,7 @@ from typing import Any
 import psutil
 
 from chaos._errors import ChaosError, HangError, InvalidConfig, MissingExtra, TargetNotFound
-from chaos._fuse_faults import OPS
+from chaos._fuse_faults import MAX_FAULT_SECONDS, MAX_STALL_SECONDS, OPS
 from chaos._wait import wait_until
 
 __all__ = ["FSNAME", "FaultFS", "FaultFSError", "FaultFSState", "PowerLossResult", "connect", "fault_filesystem",
@@ -43,8 +43,6 @@ _SERVER_MODULE = "chaos._fuse_server"
 _START_TIMEOUT = 15.0
 _STOP_TIMEOUT = 15.0
 _ERRNOS = (errno.EIO, errno.ENOSPC, errno.EROFS)
-#: The longest a stall may block operations before the server heals it by itself.
-MAX_STALL_SECONDS = 600.0
 
 
 class FaultFSError(ChaosError, OSError):
@@ -119,25 +117,28 @@ class FaultFS:
             raise FaultFSError(f"the fault filesystem at {self.mount} refused {request!r}: {reply['error']}")
         return reply
 
-    def set_latency(self, seconds: Mapping[str, float]) -> None:
-        """Delay each operation named in ``seconds`` (``{"fsync": 0.2}``) by that long."""
+    def set_latency(self, seconds: Mapping[str, float], *, until: float | None = None) -> None:
+        """Delay each operation named in ``seconds`` (``{"fsync": 0.2}``) by that long; ``until``:
+        seconds after which the server ends every latency by itself (None: until healed)."""
         chosen = _validate_ops(seconds, "set_latency")
         self._send({"op": "latency", "ops": {op: _validate_seconds(f"seconds[{op!r}]", seconds[op], most=60.0)
-                                             for op in chosen}})
+                                             for op in chosen}, **_bound(until)})
 
     def stall(self, *, glob: str = "*", seconds: float) -> None:
         """Block every operation on paths matching ``glob`` until :meth:`heal`, or ``seconds``."""
         bound = _validate_seconds("seconds", seconds, most=MAX_STALL_SECONDS)
         self._send({"op": "stall", "glob": glob, "seconds": bound})
 
-    def fail(self, code: int, *, glob: str = "*", ops: Iterable[str] | None = None) -> None:
+    def fail(self, code: int, *, glob: str = "*", ops: Iterable[str] | None = None,
+             until: float | None = None) -> None:
         """Fail operations on paths matching ``glob`` with errno ``code`` (``EIO``, ``ENOSPC``,
-        ``EROFS``); ``ops`` defaults to what that error hits on a real disk."""
+        ``EROFS``); ``ops`` defaults to what that error hits on a real disk; ``until``: seconds
+        after which the server ends every errno rule by itself (None: until healed)."""
         if code not in _ERRNOS:
             raise InvalidConfig(f"errno {code!r} is not one a fault filesystem injects; use one of "
                                 f"{', '.join(errno.errorcode[c] for c in _ERRNOS)}")
         chosen = None if ops is None else _validate_ops(ops, f"fail({errno.errorcode[code]})")
-        self._send({"op": "fail", "errno": code, "glob": glob, "ops": chosen})
+        self._send({"op": "fail", "errno": code, "glob": glob, "ops": chosen, **_bound(until)})
 
     def heal(self, *kinds: str) -> None:
         """Switch faults off (``"latency"``, ``"stall"``, ``"errors"``; all when none is named)."""
@@ -155,6 +156,13 @@ class FaultFS:
         errors = tuple((int(c), str(g), tuple(o)) for c, g, o in reply["errors"])
         return FaultFSState(reply["latency"], reply["stall"], errors, reply["counts"],
                             reply["unsynced_files"], reply["unsynced_names"], reply["pid"], reply["backing"])
+
+
+def _bound(until: float | None) -> dict[str, float]:
+    """A command's own deadline, validated: the server ends the fault by itself after it."""
+    if until is None:
+        return {}
+    return {"seconds": _validate_seconds("until", until, most=MAX_FAULT_SECONDS)}
 
 
 def _check_prerequisites() -> None:

@@ -53,6 +53,9 @@ NEEDS: Mapping[FaultKind, frozenset[Need]] = {
     FaultKind.KILL_GCS: frozenset({Need.GCS}), FaultKind.RPC_FAILURE: frozenset(),
     FaultKind.PARTITION: frozenset({Need.NETWORK}), FaultKind.PACKET_LOSS: frozenset({Need.NETWORK}),
     FaultKind.BANDWIDTH: frozenset({Need.NETWORK}), FaultKind.FLAPPING_LINK: frozenset({Need.NETWORK}),
+    # A disk fault acts on a fault filesystem this driver reaches by its mount point, not on the cluster.
+    FaultKind.SLOW_DISK: frozenset(), FaultKind.STALL_DISK: frozenset(), FaultKind.FAILING_DISK: frozenset(),
+    FaultKind.POWER_LOSS: frozenset(),
 }
 #: Where a need of the whole cluster is said to be missing.
 CLUSTER = "the cluster"

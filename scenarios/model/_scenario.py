@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from chaos import ChaosError, RpcFailure, Schedule
 from chaos._driver import MAX_CONCURRENT_FAULTS
+from chaos._faults import STORAGE
 from chaos._schedule import ScheduledFault
 from chaos.engine import fault_from_dict
 from chaos.errors import InvalidConfig, InvalidFaultSpec
@@ -92,6 +93,10 @@ FIELDS: dict[str, FieldSpec] = {f.name: f for f in (
     FieldSpec("storage_mb", "integer", "Put each run's checkpoint storage on a tmpfs of this many MiB (needs "
               "root); a `fill_disk` of `path = \"$STORAGE\"` fills it. Unset: a temporary directory.",
               None, 1, 1024),
+    FieldSpec("storage_faultfs", "boolean", "Mount each run's checkpoint storage through a fault filesystem "
+              "(needs FUSE 3 and mfusepy: `pip install 'raychaos[disk]'`; over the tmpfs when `storage_mb` is "
+              "set too), so that disk faults (`slow_disk`, `stall_disk`, `failing_disk`, `power_loss`) of "
+              "`mount = \"$STORAGE\"` reach it.", False),
     FieldSpec("recovery_within", "number", "Seconds each fault has, from its heal, until the probe holds "
               "again (the `recovered_after_each_fault` verdict).", RECOVERY_WITHIN, 0.1, MAX_DURATION),
 )}
@@ -155,6 +160,9 @@ class Scenario:
     #: Put each run's checkpoint storage on a tmpfs of this many MiB (a FillDisk of
     #: ``path = "$STORAGE"`` fills it); None: an ordinary temporary directory.
     storage_mb: int | None = None
+    #: Mount each run's checkpoint storage through a fault filesystem (disk faults of
+    #: ``mount = "$STORAGE"`` act on it).
+    storage_faultfs: bool = False
     #: Each embedded worker node in its own network namespace (``local_cluster(network=True)``).
     network: bool = False
     #: Seconds each fault has, from its heal, until the probe holds again: the bound of the
@@ -371,7 +379,8 @@ def _validate(source: str, data: dict[str, Any], seed: int,
                                   "the embedded head keeps its GCS tables in a Redis it starts)"),
         rpc_failures=_rpc_failures(c, nodes),
         storage_mb=c.spec(FIELDS["storage_mb"]) if "storage_mb" in data else None,
-        recovery_within=float(c.spec(FIELDS["recovery_within"])), network=_network(c, nodes))
+        recovery_within=float(c.spec(FIELDS["recovery_within"])), network=_network(c, nodes),
+        storage_faultfs=_storage_faultfs(c, schedule))
     _some_fault(c, scenario, seed)
     _checks_something(c, scenario, workload_cls)
     if c.problems:
@@ -414,6 +423,17 @@ def _network(c: _Checker, nodes: int) -> bool:
     if network and nodes < 2:
         c.add("network", network, "puts worker nodes in namespaces: set nodes >= 2")
     return network
+
+
+def _storage_faultfs(c: _Checker, schedule: Schedule) -> bool:
+    """A disk fault of ``mount = "$STORAGE"`` needs the run's storage on a fault filesystem."""
+    faultfs = bool(c.get("storage_faultfs", bool, False, "must be true or false (true: each run's checkpoint "
+                         "storage mounted through a fault filesystem)"))
+    kinds = sorted({e.fault.KIND.value for e in schedule.entries if getattr(e.fault, "mount", None) == STORAGE})
+    if kinds and not faultfs:
+        c.add("faults", ", ".join(kinds), f"a disk fault of mount = {STORAGE!r} acts on the run's storage through "
+              "a fault filesystem: set storage_faultfs = true (or give the mount point of one)")
+    return faultfs
 
 
 def _rpc_failures(c: _Checker, nodes: int) -> tuple[RpcFailure, ...]:

@@ -54,6 +54,10 @@ FAULT_EXAMPLES: Mapping[FaultKind, Mapping[str, object]] = {
     FaultKind.PACKET_LOSS: {"percent": 10, "seconds": 10, "count": 2},
     FaultKind.BANDWIDTH: {"mbit": 20, "seconds": 10},
     FaultKind.FLAPPING_LINK: {"period": 2, "seconds": 8},
+    FaultKind.SLOW_DISK: {"mount": "/mnt/faultfs", "seconds": 4, "latency": 0.2, "ops": ["fsync"]},
+    FaultKind.STALL_DISK: {"mount": "/mnt/faultfs", "seconds": 2, "glob": "/ckpt/*"},
+    FaultKind.FAILING_DISK: {"mount": "/mnt/faultfs", "seconds": 3, "errno": "EIO", "glob": "/ckpt/*"},
+    FaultKind.POWER_LOSS: {"mount": "/mnt/faultfs"},
 }
 #: An example of each target kind, as a fault's ``target`` holds it.
 TARGET_EXAMPLES: Mapping[str, Mapping[str, object]] = {
@@ -166,7 +170,7 @@ def _dataclass_schema(cls: type) -> Schema:
 
 def _default(f: dataclasses.Field[Any]) -> object:
     if f.default is not dataclasses.MISSING:
-        return f.default
+        return list(f.default) if isinstance(f.default, tuple) else f.default  # JSON and TOML have arrays
     if f.default_factory is not dataclasses.MISSING:
         value = f.default_factory()
         return {"kind": "node", **dataclasses.asdict(value)} if isinstance(value, NodeTarget) else value
@@ -188,6 +192,8 @@ def _type_schema(tp: Any) -> Schema:
         return {"$ref": f"#/definitions/target_{kind}"}
     if origin is dict:
         return {"type": "object", "additionalProperties": _type_schema(args[1])}
+    if origin is tuple:  # tuple[X, ...]: a TOML array
+        return {"type": "array", "items": _type_schema(args[0])}
     return {"type": _JSON_TYPES[tp]}
 
 
@@ -257,6 +263,8 @@ def _cell(value: object) -> str:
         return f'`"{value}"`'
     if isinstance(value, Mapping):
         return f"`{_inline(value)}`" if value else "`{}`"
+    if isinstance(value, (list, tuple)):
+        return f"`{_toml_value(value)}`"
     return f"`{value:g}`" if isinstance(value, float) else f"`{value}`"
 
 
@@ -395,4 +403,6 @@ def _toml_value(value: object) -> str:
         return f'"{value}"'
     if isinstance(value, Mapping):
         return _inline(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     return str(value)

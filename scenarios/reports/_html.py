@@ -31,7 +31,8 @@ COLOURS: dict[FaultKind, str] = {
     FaultKind.STARVE: "#669bbc", FaultKind.FREEZE_NODE: "#0b6e4f", FaultKind.LIMIT_OPEN_FILES: "#8f2d56",
     FaultKind.FILL_DISK: "#6b4226", FaultKind.DRAIN_NODE: "#3a506b", FaultKind.KILL_GCS: "#c5283d",
     FaultKind.RPC_FAILURE: "#4f5d75", FaultKind.PARTITION: "#d81159", FaultKind.PACKET_LOSS: "#ff8c42",
-    FaultKind.BANDWIDTH: "#3bb273", FaultKind.FLAPPING_LINK: "#7768ae"}
+    FaultKind.BANDWIDTH: "#3bb273", FaultKind.FLAPPING_LINK: "#7768ae", FaultKind.SLOW_DISK: "#b08968",
+    FaultKind.STALL_DISK: "#9c6644", FaultKind.FAILING_DISK: "#e07a5f", FaultKind.POWER_LOSS: "#3d405b"}
 _RUN_STYLE = {RunLabel.CHAOS: ("#1a73e8", ""), RunLabel.BASELINE: ("#7a7a7a", "6 4")}
 
 _CSS = """body{font:14px system-ui,sans-serif;margin:24px;color:#222;max-width:1100px}
