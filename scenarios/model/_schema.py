@@ -201,9 +201,9 @@ _JSON_TYPES: dict[type, str] = {bool: "boolean", int: "integer", float: "number"
 
 
 def _workloads() -> dict[str, type[Workload]]:
-    from scenarios.workloads._builtin import WORKLOADS  # the built-ins only: the schema is the same everywhere
+    from scenarios.workloads._registry import _builtin  # the built-ins only: the schema is the same everywhere
 
-    return WORKLOADS
+    return _builtin()
 
 
 def _workload_rules(definitions: Schema) -> list[Schema]:

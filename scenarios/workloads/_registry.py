@@ -97,5 +97,6 @@ def _check_point_name(name: str, value: str, builtin: Mapping[str, object], foun
 
 def _builtin() -> dict[str, type[Workload]]:
     from scenarios.workloads._builtin import WORKLOADS  # heavy (Ray's libraries); only when asked
+    from scenarios.workloads._disk import DISK_WORKLOADS
 
-    return WORKLOADS
+    return {**WORKLOADS, **DISK_WORKLOADS}
