@@ -1,0 +1,212 @@
+"""The lossy-network and bandwidth-starved scenarios.
+
+Ray-free: each verdict function fed fabricated transfers holds on good ones and turns red on
+the planted bad one (a hung task, a wrong checksum, an error, a transfer slower than the cap's
+bound, a cap or loss that no transfer met); the link read-back parses what nft, tc and the
+kernel print. With Ray (slow tier, root): each scenario on the runner's own network cluster,
+chaos run and fault-free twin; the twin misses the fault's trace. A planted corruption in the
+consuming tasks turns ``results_correct`` red on a real run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from chaos._net import network_missing
+from scenarios.model._records import RunLabel, Verdict
+from scenarios.workloads._lossy import (
+    LinkSample,
+    Outcome,
+    Transfer,
+    cap_bound,
+    capped_through,
+    loss_met,
+    no_object_lost,
+    no_task_hung,
+    outcome_of,
+    parse_link,
+    results_correct,
+    retransmitted_under_loss,
+    slowed_by_cap,
+    transfers_finished,
+    transfers_met_loss,
+    within_cap_bound,
+)
+
+MIB = 1024 * 1024
+_lab = pytest.mark.skipif(bool(network_missing()), reason="the network lab needs root, nft, ip and tc")
+
+
+def _t(outcome: Outcome = Outcome.OK, took: float | None = 0.2, *, loss: float = 0.0,
+       mbit: float | None = 0.0, size: int = MIB, error: str = "") -> Transfer:
+    return Transfer("n1->head", size, 3.0, outcome, took, error, loss, mbit)
+
+
+# -- the link read back ---------------------------------------------------------------------------
+
+NFT = """table inet rc-3e1a-f2 {
+\tchain output {
+\t\ttype filter hook output priority filter; policy accept;
+\t\tip daddr { 10.245.165.1, 10.245.165.12 } numgen random mod 10000 < 3000 counter packets 4 bytes 9 drop
+\t}
+}
+"""
+TC = '[{"kind":"tbf","handle":"801e:","root":true,"refcnt":3,"options":{"rate":10000000,"burst":200000}}]'
+SNMP = ("Tcp: RtoAlgorithm RtoMin RtoMax MaxConn ActiveOpens PassiveOpens AttemptFails EstabResets CurrEstab "
+        "InSegs OutSegs RetransSegs InErrs\nTcp: 1 200 120000 -1 12 3 0 0 9 4410 4520 37 0\n")
+
+
+def _text(*parts: str) -> str:
+    return "\n--raychaos--\n".join(parts)
+
+
+def test_a_link_read_back_gives_the_loss_the_rate_and_the_retransmissions() -> None:
+    assert parse_link(_text(NFT, TC, SNMP)) == LinkSample(loss=30.0, mbit=80.0, retransmitted=37)
+
+
+def test_a_link_without_faults_reads_back_as_none() -> None:
+    plain = '[{"kind":"noqueue","handle":"0:","root":true,"refcnt":2,"options":{}}]'
+    assert parse_link(_text("", plain, SNMP)) == LinkSample(retransmitted=37)
+    assert parse_link("") == LinkSample()
+
+
+def test_a_transfer_is_capped_only_when_the_cap_was_on_at_both_reads() -> None:
+    on, off = {0: LinkSample(), 1: LinkSample(mbit=80.0)}, {0: LinkSample(), 1: LinkSample()}
+    assert capped_through((1, 0), on, on) == 80.0
+    assert capped_through((1, 0), off, off) == 0.0
+    assert capped_through((1, 0), off, on) is None
+    assert capped_through((0, 2), on, on) == 0.0  # a route that misses the capped node
+
+
+def test_a_transfer_met_the_loss_that_was_on_at_either_read() -> None:
+    on, off = {0: LinkSample(), 1: LinkSample(loss=30.0)}, {0: LinkSample(), 1: LinkSample()}
+    assert loss_met((1, 0), off, on) == loss_met((1, 0), on, off) == 30.0
+    assert loss_met((1, 0), off, off) == 0.0
+    assert loss_met((2, 0), on, on) == 0.0  # a route that misses the lossy node
+
+
+def test_only_retransmissions_while_the_loss_was_on_count() -> None:
+    before = {1: LinkSample(loss=10.0, retransmitted=5), 2: LinkSample(retransmitted=5)}
+    after = {1: LinkSample(retransmitted=25), 2: LinkSample(retransmitted=50)}
+    assert retransmitted_under_loss(before, after) == 20
+    assert retransmitted_under_loss({**before, 1: LinkSample(retransmitted=5)}, after) == 0
+
+
+def test_errors_are_classified_by_type() -> None:
+    from ray.exceptions import GetTimeoutError, ObjectFetchTimedOutError, WorkerCrashedError
+
+    assert outcome_of(GetTimeoutError("late")) is Outcome.HUNG
+    assert outcome_of(ObjectFetchTimedOutError("00" * 28, None, "")) is Outcome.LOST
+    assert outcome_of(WorkerCrashedError()) is Outcome.FAILED
+
+
+# -- the verdicts: held on good transfers, red on each planted bad one --------------------------
+
+
+def _held(verdict: Verdict) -> bool:
+    return verdict.held
+
+
+def test_no_task_hung_is_red_for_an_unanswered_or_too_slow_transfer() -> None:
+    good = [_t(), _t(took=4.0)]
+    assert _held(no_task_hung(good, within=5.0))
+    assert not _held(no_task_hung([*good, _t(Outcome.HUNG, None)], within=5.0))
+    assert not _held(no_task_hung([*good, _t(took=5.5)], within=5.0))
+
+
+def test_results_correct_is_red_for_a_wrong_checksum() -> None:
+    assert _held(results_correct([_t(), _t(Outcome.FAILED, None)]))
+    red = results_correct([_t(), _t(Outcome.WRONG)])
+    assert not red.held and "1: n1->head" in red.detail
+
+
+def test_transfers_finished_is_red_for_a_lost_or_failed_transfer() -> None:
+    assert _held(transfers_finished([_t(), _t(Outcome.WRONG)]))
+    for outcome in (Outcome.LOST, Outcome.FAILED):
+        assert not _held(transfers_finished([_t(), _t(outcome, None, error="X")]))
+
+
+def test_transfers_met_loss_needs_each_share_met_and_retransmissions() -> None:
+    both = [_t(loss=10.0), _t(loss=30.0), _t()]
+    assert _held(transfers_met_loss(both, faults=2, retransmitted=40))
+    assert not _held(transfers_met_loss(both, faults=2, retransmitted=0))  # the loss dropped none of Ray's
+    assert not _held(transfers_met_loss([_t(loss=10.0), _t()], faults=2, retransmitted=40))  # 30 % met nothing
+    assert not _held(transfers_met_loss([_t(), _t()], faults=0, retransmitted=0))  # the twin
+
+
+def test_no_object_lost_is_red_for_an_object_lost_error() -> None:
+    assert _held(no_object_lost([_t(), _t(Outcome.HUNG, None)]))
+    red = no_object_lost([_t(), _t(Outcome.LOST, None, error="ObjectFetchTimedOutError")])
+    assert not red.held and "ObjectFetchTimedOutError" in red.detail
+
+
+def test_within_cap_bound_is_red_for_a_transfer_slower_than_the_cap_allows() -> None:
+    bound = cap_bound(24 * MIB, 80.0, slack=1.5, overhead=3.0)
+    assert bound == pytest.approx(24 * MIB * 8 / 80e6 * 1.5 + 3.0)
+    fine = [_t(took=bound - 0.1, mbit=80.0, size=24 * MIB), _t(took=30.0)]  # uncapped: not judged here
+    assert _held(within_cap_bound(fine, slack=1.5, overhead=3.0))
+    assert not _held(within_cap_bound([*fine, _t(took=bound + 0.1, mbit=80.0, size=24 * MIB)],
+                                      slack=1.5, overhead=3.0))
+    assert not _held(within_cap_bound([*fine, _t(Outcome.HUNG, None, mbit=80.0)], slack=1.5, overhead=3.0))
+    assert not _held(within_cap_bound([_t(took=1.0)], slack=1.5, overhead=3.0))  # nothing was capped
+
+
+def test_slowed_by_cap_is_red_when_the_cap_did_not_slow_transfers() -> None:
+    free = [_t(took=0.2), _t(took=0.3)]
+    assert _held(slowed_by_cap([*free, _t(took=2.6, mbit=80.0)], factor=2.0))
+    assert not _held(slowed_by_cap([*free, _t(took=0.4, mbit=80.0)], factor=2.0))
+    assert not _held(slowed_by_cap(free, factor=2.0))  # the twin: nothing ran under a cap
+    assert not _held(slowed_by_cap([_t(took=2.6, mbit=80.0)], factor=2.0))  # nothing to compare with
+
+
+@pytest.mark.parametrize("verdict", [
+    lambda: no_task_hung([], within=5.0), lambda: results_correct([]), lambda: transfers_finished([]),
+    lambda: transfers_met_loss([], faults=1, retransmitted=9), lambda: no_object_lost([]),
+    lambda: within_cap_bound([], slack=1.5, overhead=3.0), lambda: slowed_by_cap([], factor=2.0),
+])
+def test_a_run_that_moved_nothing_holds_nothing(verdict: object) -> None:
+    assert not verdict().held  # type: ignore[operator]
+
+
+# -- on a real network cluster --------------------------------------------------------------------
+
+
+def _run(name: str, params: dict[str, object] | None = None, *,
+         baseline: bool = True) -> dict[RunLabel, dict[str, Verdict]]:
+    from scenarios import run_scenario
+    from scenarios.model._scenario import load_scenario
+
+    scenario = load_scenario(name)
+    scenario = dataclasses.replace(scenario, params={**scenario.params, **(params or {})})
+    runs = run_scenario(scenario, baseline=baseline)
+    for run in runs:
+        assert run.status == "completed", (run.label, run.error)
+        if run.label is RunLabel.CHAOS:
+            assert run.faults and all(f.status == "injected" for f in run.faults), run.faults
+    return {run.label: {v.name: v for v in run.verdicts} for run in runs}
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@_lab
+@pytest.mark.usefixtures("no_shared_cluster")
+@pytest.mark.parametrize("name", ["lossy-network", "bandwidth-starved"])
+def test_the_scenario_holds_under_its_fault_and_its_twin_misses_the_fault(name: str) -> None:
+    from scenarios.model._scenario import load_scenario
+
+    runs = _run(name)
+    chaos, twin = runs[RunLabel.CHAOS], runs[RunLabel.BASELINE]
+    assert all(chaos[n].held for n in load_scenario(name).invariants), chaos
+    trace = {"lossy-network": {"transfers_met_loss"}, "bandwidth-starved": {"slowed_by_cap", "within_cap_bound"}}[name]
+    assert {n for n in load_scenario(name).invariants if not twin[n].held} == trace, twin
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@_lab
+@pytest.mark.usefixtures("no_shared_cluster")
+def test_a_planted_corruption_turns_results_correct_red() -> None:
+    verdicts = _run("lossy-network", {"corrupt": True}, baseline=False)[RunLabel.CHAOS]
+    assert [n for n, v in verdicts.items() if not v.held] == ["results_correct"], verdicts
