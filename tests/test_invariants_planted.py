@@ -598,8 +598,9 @@ MULTINODE = {"node-loss", "node-unresponsive", "drain-preemption", "lost-objects
              "rpc-failures"}
 #: Workloads that need a cluster of their own (nodes in network namespaces; a GCS on a Redis of
 #: this process): their fault-free twins run in their own tests (test_net_scenarios.py,
-#: test_redis_loss.py) and must miss every trace of the fault, the same check as an idle run's.
-OWN_CLUSTER = {"partition-worker", "redis-loss"}
+#: test_net_lossy.py, test_redis_loss.py) and must miss every trace of the fault, the same
+#: check as an idle run's.
+OWN_CLUSTER = {"partition-worker", "redis-loss", "lossy-network", "bandwidth-starved"}
 
 
 def idle(name: str) -> type[Workload]:

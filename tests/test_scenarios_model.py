@@ -16,12 +16,13 @@ from scenarios.model._workload import Params, RunContext, Workload
 from scenarios.runner import SteadyState
 from scenarios.runner._run import _recovery, aim_memory_faults, steady_verdicts
 
-BUILTINS = ["async-actor", "dqn-cartpole", "drain-preemption", "env-worker-kill",
-            "env-worker-kill-no-retries", "full-disk", "gcs-restart", "lost-objects", "memory-pressure",
-            "node-loss", "node-unresponsive", "open-files", "owner-death", "parameter-server-crash",
-            "partition-worker", "placement-group", "redis-loss", "replay-crash-loop",
+BUILTINS = ["async-actor", "bandwidth-starved", "dqn-cartpole", "drain-preemption", "env-worker-kill",
+            "env-worker-kill-no-retries", "full-disk", "gcs-restart", "lossy-network", "lost-objects",
+            "memory-pressure", "node-loss", "node-unresponsive", "open-files", "owner-death",
+            "parameter-server-crash", "partition-worker", "placement-group", "redis-loss", "replay-crash-loop",
             "replay-crash-loop-beyond", "rllib-ppo-cartpole", "rpc-failures", "rpc-failures-no-retries",
-            "starvation", "straggler", "train-torch-ddp", "train-torch-ddp-no-retries", "tune-trials"]
+            "slow-checkpoint-disk", "starvation", "straggler", "train-torch-ddp", "train-torch-ddp-no-retries",
+            "tune-trials"]
 #: Built-ins whose faults are set up with the cluster, not scheduled (Ray's RPC failure knob).
 NO_SCHEDULE = {"rpc-failures", "rpc-failures-no-retries"}
 #: Built-ins whose workload drives its own faults (Redis's, which the engine does not schedule).
@@ -83,10 +84,12 @@ def test_a_bad_file_reports_every_problem_once_each(tmp_path: Path) -> None:
 
 
 def test_unknown_names_list_the_choices(tmp_path: Path) -> None:
-    with pytest.raises(ScenarioError, match="unknown; use a TOML file or one of async-actor, dqn-cartpole"):
+    with pytest.raises(ScenarioError,
+                       match="unknown; use a TOML file or one of async-actor, bandwidth-starved, dqn-cartpole"):
         load_scenario("no-such-scenario")
     with pytest.raises(ScenarioError,
-                       match="workload = 'quantum': unknown workload; use one of async-actor, attack, dqn-cartpole"):
+                       match="workload = 'quantum': unknown workload; use one of async-actor, attack, "
+                             "bandwidth-starved, dqn-cartpole"):
         load_scenario(_write(tmp_path, 'name = "x"\nworkload = "quantum"\nduration = 5\ninvariants = []'))
 
 

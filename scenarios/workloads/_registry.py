@@ -98,5 +98,6 @@ def _check_point_name(name: str, value: str, builtin: Mapping[str, object], foun
 def _builtin() -> dict[str, type[Workload]]:
     from scenarios.workloads._builtin import WORKLOADS  # heavy (Ray's libraries); only when asked
     from scenarios.workloads._disk import DISK_WORKLOADS
+    from scenarios.workloads._lossy import LOSSY_WORKLOADS
 
-    return {**WORKLOADS, **DISK_WORKLOADS}
+    return {**WORKLOADS, **DISK_WORKLOADS, **LOSSY_WORKLOADS}
