@@ -9,7 +9,8 @@ The rounds rotate the workers, so whichever node a fault hits, some transfers cr
 
 Before and after each round the workload reads each worker namespace's link back (a random-drop
 rule of nftables, a ``tc tbf`` rate, the kernel's count of retransmitted TCP segments): a transfer
-counts as under the fault when the fault was on over its nodes at both reads. That is what the
+met a loss that was on over its nodes at either read (a round at 30 % loss can outlast the fault),
+and ran capped when the cap was on at both (one capped part of the way is neither). That is what the
 fault-bit verdicts (``transfers_met_loss``, ``slowed_by_cap``) stand on: a run in which no
 transfer met the fault does not pass for one that rode it out.
 
