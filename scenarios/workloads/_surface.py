@@ -154,7 +154,7 @@ class _NodeWatch:
 
     def _run_time(self, ended_ms: int) -> float:
         """Seconds into the run of a wall-clock death time (now, if the GCS gave none)."""
-        now = self.ctx.elapsed()
+        now = float(self.ctx.elapsed())
         return now - max(0.0, time.time() - ended_ms / 1000) if ended_ms > 0 else now
 
 
