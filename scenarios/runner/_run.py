@@ -44,6 +44,7 @@ from scenarios.model._bounded import CallHang, bounded
 from scenarios.model._records import FaultRecord, Phase, Probe, RunLabel, RunResult, RunStatus, Sample, Verdict
 from scenarios.model._scenario import Scenario, SteadyState, resolve_workload
 from scenarios.model._workload import Params, RunContext, Workload, validate_params
+from scenarios.runner._disk_storage import aim_disk_faults, storage_on_faultfs
 from scenarios.runner._interrupt import interrupt_once
 
 __all__ = ["CHECKED_NOTHING", "RECOVERED", "Progress", "at_end_schedule", "declared_verdicts", "recovery_verdicts",
@@ -143,20 +144,23 @@ def run_scenario(scenario: Scenario, *, seed: int = 0, address: str | None = Non
 
 @contextmanager
 def _storage(scenario: Scenario, path: str) -> Iterator[str]:
-    """A run's checkpoint storage: ``path``, or a capped tmpfs when ``storage_mb`` asks."""
+    """A run's checkpoint storage: ``path``, or a capped tmpfs when ``storage_mb`` asks;
+    mounted through a fault filesystem when ``storage_faultfs`` asks."""
     if scenario.storage_mb is None:
-        yield path
+        with storage_on_faultfs(scenario, path) as root:
+            yield root
         return
-    with capped_filesystem(scenario.storage_mb) as root:
+    with capped_filesystem(scenario.storage_mb) as capped, storage_on_faultfs(scenario, capped) as root:
         yield root
 
 
 def _at_storage(scenario: Scenario, storage: str) -> Scenario:
-    """The scenario with ``FillDisk(path="$STORAGE")`` aimed at this run's storage."""
+    """The scenario with ``FillDisk(path="$STORAGE")`` and the disk faults of
+    ``mount = "$STORAGE"`` aimed at this run's storage."""
     entries = tuple(ScheduledFault(e.at, replace(e.fault, path=storage))
                     if isinstance(e.fault, FillDisk) and e.fault.path == STORAGE else e
                     for e in scenario.schedule.entries)
-    return replace(scenario, schedule=Schedule(entries, scenario.schedule.seed))
+    return aim_disk_faults(replace(scenario, schedule=Schedule(entries, scenario.schedule.seed)), storage)
 
 
 #: Seconds a fault under ``heal = "at_end"`` is asked to outlast the run: the driver heals it
