@@ -135,6 +135,7 @@ def test_list_shows_whole_descriptions_and_what_each_needs(monkeypatch: pytest.M
     assert needs["dqn-cartpole"] == "raychaos[rl]" and needs["tune-trials"] == "raychaos[apps]"
     assert needs["gcs-restart"] == "redis-server" and needs["full-disk"] == "root"
     assert needs["node-loss"] == "3 nodes" and needs["straggler"] == "-"
+    assert needs["slow-checkpoint-disk"] == "raychaos[disk], FUSE 3 (fuse3)"
 
 
 def test_messages_are_printed_literally_never_as_markup() -> None:
