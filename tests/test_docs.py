@@ -28,7 +28,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -40,6 +39,7 @@ from pathlib import Path
 import click
 import pytest
 
+from conftest import stop_ray_start
 from scenarios import load_attack, load_scenario
 from scenarios.cli import main
 
@@ -409,8 +409,7 @@ def head_with_app(tmp_path: Path) -> Iterator[Head]:
         if app_proc is not None:
             app_proc.kill()
             app_proc.wait(timeout=30)
-        os.killpg(ray_proc.pid, signal.SIGTERM)  # --block: its exit stops the cluster's processes
-        ray_proc.wait(timeout=60)
+        stop_ray_start(ray_proc)  # --block: its exit stops the cluster's processes
         shutil.rmtree(temp, ignore_errors=True)
 
 
