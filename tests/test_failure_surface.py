@@ -123,6 +123,7 @@ with local_cluster(nodes=2, num_cpus=1, log_to_driver=False, system_config=confi
 
 
 @pytest.mark.slow
+@pytest.mark.deep  # Ray's behaviour without GCS fault tolerance, measured; make slow restarts a head on Redis
 def test_without_redis_the_heads_loss_ends_the_driver_and_the_cluster_within_a_bound(tmp_path: Any) -> None:
     """No GCS fault tolerance: the GCS dies for good. Nothing may hang silently: the driver
     blocked in ray.get must end (Ray 2.60 exits the process: "Failed to connect to GCS within

@@ -222,6 +222,7 @@ class BrokenPSMachine(PSMachine):
 
 
 @pytest.mark.slow
+@pytest.mark.deep  # make slow shrinks the buffer's planted bug; this second shrink is two more minutes
 def test_a_parameter_server_that_applies_duplicates_is_caught_and_shrunk(
         ray_cluster: ClusterHandle) -> None:
     with pytest.raises(AssertionError, match=r"actor state .* != model") as excinfo:
