@@ -27,7 +27,7 @@ from typing import Literal
 
 from chaos._errors import FaultIneffective, TargetNotFound
 from chaos._faults import DISK_GRACE, STORAGE, DiskFault, FailingDisk, PowerLoss, SlowDisk, StallDisk
-from chaos._fuse_faults import DEFAULT_ERROR_OPS
+from chaos._fuse_faults import DEFAULT_ERROR_OPS, MAX_FAULT_SECONDS, MAX_STALL_SECONDS
 from chaos._fusefs import FaultFS, PowerLossResult, connect
 from chaos._wait import wait_until
 
@@ -167,7 +167,7 @@ def _timed_op(op: str, path: str) -> float:
 def _slow(fs: FaultFS, fault: SlowDisk, steps: Record, within: float, grace: float) -> Iterator[DiskInjection]:
     op = next((o for o in fault.ops if o in _PROBED_OPS), None)
     expired = fs.state().count("expired.latency")
-    fs.set_latency({o: fault.latency for o in fault.ops}, until=fault.seconds + grace)
+    fs.set_latency({o: fault.latency for o in fault.ops}, until=_until(fault, within, grace))
     try:
         took = _timed_op(op, fs.mount + f"/{_PROBE}-{uuid.uuid4().hex[:8]}") if op else None
         if took is not None and took < 0.9 * fault.latency:
@@ -191,6 +191,16 @@ def _slow(fs: FaultFS, fault: SlowDisk, steps: Record, within: float, grace: flo
     steps(DiskEvent("heal", fault, f"latency off; a probe {op} took {after:.3f} s", after))
 
 
+def _until(fault: SlowDisk | StallDisk | FailingDisk, within: float, grace: float) -> float:
+    """The filesystem's own deadline for ``fault``, counted from when it is switched on: the
+    driver holds it ``seconds`` after confirming it, and confirming may take ``within`` (a slow
+    probe its latency too). Capped at the longest deadline the filesystem takes: a fault held
+    past it fails as expired, never passes."""
+    probe = fault.latency if isinstance(fault, SlowDisk) else 0.0
+    most = MAX_STALL_SECONDS if isinstance(fault, StallDisk) else MAX_FAULT_SECONDS
+    return min(most, fault.seconds + within + probe + grace)
+
+
 def _seen(fs: FaultFS, counter: str, within: float, steps: Record, fault: DiskFault) -> float:
     """Wait until an operation of the workload is counted under ``counter``; the seconds waited."""
     start, before = time.monotonic(), fs.state().count(counter)
@@ -208,7 +218,7 @@ def _stall(fs: FaultFS, fault: StallDisk, steps: Record, within: float, grace: f
     probe, done = _probe_path(fs, fault.glob), threading.Event()
     state = fs.state()
     before, expired = state.count("stalled"), state.count("expired.stall")
-    fs.stall(glob=fault.glob, seconds=fault.seconds + grace)
+    fs.stall(glob=fault.glob, seconds=_until(fault, within, grace))
     prober = threading.Thread(target=_probe_until_released, args=(probe, done), daemon=True)
     try:
         prober.start()
@@ -238,7 +248,7 @@ def _failing(fs: FaultFS, fault: FailingDisk, steps: Record, within: float,
     hits = set(fault.ops or DEFAULT_ERROR_OPS[fault.code])
     probe = _probe_path(fs, fault.glob) if hits & {"create", "write"} else None
     expired = fs.state().count("expired.errors")
-    fs.fail(fault.code, glob=fault.glob, ops=fault.ops or None, until=fault.seconds + grace)
+    fs.fail(fault.code, glob=fault.glob, ops=fault.ops or None, until=_until(fault, within, grace))
     try:
         got = _failed_probe(probe) if probe else None
         if probe and got != fault.code:

@@ -792,8 +792,36 @@ def _disk(chaos: Chaos, fault: DiskFault, at: float | None, rng: random.Random) 
             chaos._record(event.kind, fault, at, proc, event.outcome,
                           Observed(bytes=int(event.measured or 0)) if lost else None)
 
-    with inject_disk(fault, record=step) as injection, chaos._active_heal(lambda: switch_off(fault)):
+    with _held_alone(fault), inject_disk(fault, record=step) as injection, \
+            chaos._active_heal(lambda: switch_off(fault)):
         yield Injection(fault, (proc,), disk=injection)
+
+
+#: The switched disk faults on now, by mount and kind: a heal switches off every rule of its
+#: kind on its mount, so a second fault of that kind there would be ended by the first's heal
+#: and then reported as held (its own heal finding nothing on).
+_DISK_HELD: set[tuple[str, type]] = set()
+_DISK_HELD_LOCK = threading.Lock()
+
+
+@contextmanager
+def _held_alone(fault: DiskFault) -> Iterator[None]:
+    key = (fault.mount, type(fault))
+    if isinstance(fault, PowerLoss):  # one instant, nothing held
+        yield
+        return
+    with _DISK_HELD_LOCK:
+        if key in _DISK_HELD:
+            raise InvalidFaultSpec(
+                f"a {fault.KIND} on {fault.mount} while another is on: a heal switches off every "
+                f"{fault.KIND} rule of a mount, so the two cannot be judged apart; schedule them one "
+                "after the other, or use different kinds")
+        _DISK_HELD.add(key)
+    try:
+        yield
+    finally:
+        with _DISK_HELD_LOCK:
+            _DISK_HELD.discard(key)
 
 
 def _driver_node() -> str:

@@ -127,6 +127,20 @@ def test_storage_outside_a_scenario_run_is_not_found_before_anything_is_injected
 
 
 @needs_fuse
+def test_a_second_fault_of_a_kind_on_a_mount_while_the_first_is_on_is_refused(fs: FaultFS) -> None:
+    """A heal switches off every rule of its kind on a mount: the first's heal would end the
+    second, which would then be reported as held. Refused, with the first untouched."""
+    chaos = Chaos(address="unused: a disk fault asks Ray nothing")
+    with chaos.inject(SlowDisk(fs.mount, seconds=5, latency=0.1)):
+        with pytest.raises(InvalidFaultSpec, match=r"slow_disk on .* while another is on: .*one after the other"), \
+                chaos.inject(SlowDisk(fs.mount, seconds=2, latency=0.2, ops=("write",))):
+            pytest.fail("the block ran with two slow disks on one mount")
+        assert fs.state().latency == {"fsync": 0.1}
+    with chaos.inject(SlowDisk(fs.mount, seconds=1, latency=0.1)):  # one after the other: fine
+        pass
+
+
+@needs_fuse
 def test_the_engine_injects_journals_and_heals_a_disk_fault(fs: FaultFS) -> None:
     chaos = Chaos(address="unused: a disk fault asks Ray nothing")
     with chaos.inject(SlowDisk(fs.mount, seconds=5, latency=0.1)) as injection:
@@ -215,3 +229,16 @@ def test_a_stall_released_by_its_deadline_lets_the_blocked_operation_go_and_says
         assert done.wait(10), "a stall past its deadline still blocked a write"
     writer.join(10)
     assert fs.state().count("expired.stall") >= 1
+
+
+def test_the_filesystems_own_deadline_outlasts_the_confirmation_and_the_hold() -> None:
+    """The deadline counts from the switch-on: a 6 s latency's probe alone takes 6 s, so a
+    deadline of ``seconds + grace`` would end the fault before the driver held it (and fail
+    every such run as expired). Capped at what the filesystem takes."""
+    from chaos._disk_faults import _until
+    from chaos._fuse_faults import MAX_FAULT_SECONDS, MAX_STALL_SECONDS
+
+    assert _until(SlowDisk("/mnt/x", seconds=1, latency=6), 5.0, 5.0) == 17.0
+    assert _until(FailingDisk("/mnt/x", seconds=2), 5.0, 5.0) == 12.0
+    assert _until(StallDisk("/mnt/x", seconds=590), 5.0, 5.0) == MAX_STALL_SECONDS
+    assert _until(SlowDisk("/mnt/x", seconds=3600, latency=1), 5.0, 5.0) == MAX_FAULT_SECONDS
