@@ -480,7 +480,9 @@ class BandwidthStarved(_Mover):
     """Large objects moved between every pair of nodes while a worker's links are capped."""
 
     Params = BandwidthStarvedParams
-    INVARIANTS = ("no_object_lost", "within_cap_bound", "slowed_by_cap", "results_correct")
+    # no_task_hung too: a transfer that hangs past the cap (not capped at both reads) is judged
+    # by no other verdict.
+    INVARIANTS = ("no_object_lost", "no_task_hung", "within_cap_bound", "slowed_by_cap", "results_correct")
 
     def setup(self) -> None:
         self.params = self.ctx.params_as(BandwidthStarvedParams)
@@ -504,7 +506,8 @@ class BandwidthStarved(_Mover):
     def invariants(self) -> list[Verdict]:
         self._figures()
         done, p = self.transfers, self.params
-        return [no_object_lost(done), within_cap_bound(done, slack=p.slack, overhead=p.overhead),
+        return [no_object_lost(done), no_task_hung(done, within=p.hang_within),
+                within_cap_bound(done, slack=p.slack, overhead=p.overhead),
                 slowed_by_cap(done, factor=p.min_slowdown), results_correct(done)]
 
 
