@@ -45,10 +45,13 @@ def test_kept_serving_holds_on_slowed_calls_and_breaks_on_a_hung_or_failed_one()
 
 
 def test_slowed_by_disk_holds_when_an_add_met_the_latency_and_breaks_on_a_fault_free_run() -> None:
-    assert slowed_by_disk(CALLS, at_least=0.15).held
+    assert slowed_by_disk(CALLS, at_least=0.15, since=1.5).held
     twin = [Call(c.t, 0.004, c.ack) for c in CALLS]  # the fault-free twin: no add slowed
-    verdict = slowed_by_disk(twin, at_least=0.15)
+    verdict = slowed_by_disk(twin, at_least=0.15, since=1.5)
     assert not verdict.held and "0 of 60 adds took >= 0.15 s" in verdict.detail
+    # Slow adds, but no slow disk confirmed (the twin on a busy host), or all before it: no fault bit.
+    assert not slowed_by_disk(CALLS, at_least=0.15, since=None).held
+    assert not slowed_by_disk(CALLS, at_least=0.15, since=4.5).held
 
 
 def test_the_oldest_checkpoint_age_runs_from_each_commit_seen_to_the_next_or_the_end() -> None:

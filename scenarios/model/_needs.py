@@ -3,7 +3,8 @@
 A need is one of: the raychaos extra its workload imports (``raychaos[rl]``), ``redis-server``
 (GCS fault tolerance starts one), ``root`` (a capped checkpoint storage is a tmpfs it mounts;
 nodes in network namespaces), ``nftables, iproute2`` (the network faults' tools),
-``raychaos[disk]`` and FUSE 3 (checkpoint storage on a fault filesystem), and several embedded nodes (each is a raylet and its workers on this machine).
+``raychaos[disk]`` and FUSE 3 (checkpoint storage on a fault filesystem), and several
+embedded nodes (each is a raylet and its workers on this machine).
 """
 
 from __future__ import annotations

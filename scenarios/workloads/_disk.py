@@ -17,6 +17,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from chaos import FaultKind
 from scenarios.model._records import Verdict
 from scenarios.model._workload import CALL_TIMEOUT, Params, Workload
 from scenarios.workloads._surface import Ack, Ledger, _counter
@@ -54,9 +55,11 @@ def kept_serving(calls: Sequence[Call], *, bound: float) -> Verdict:
                                                                          if failed else ""))
 
 
-def slowed_by_disk(calls: Sequence[Call], *, at_least: float) -> Verdict:
-    """Some add took ``at_least`` seconds: the slow disk reached the actor's storage."""
-    slow = [c for c in calls if c.seconds >= at_least]
+def slowed_by_disk(calls: Sequence[Call], *, at_least: float, since: float | None) -> Verdict:
+    """Some add that started ``since`` or later took ``at_least`` seconds: the slow disk reached
+    the actor's storage (``since`` None: no slow disk was confirmed, so none did; a hiccup of
+    the host before the fault is not the fault)."""
+    slow = [c for c in calls if since is not None and c.t >= since and c.seconds >= at_least]
     slowest = max((c.seconds for c in calls), default=0.0)
     return Verdict.over("slowed_by_disk", len(calls), held=bool(slow),
                         detail=f"{len(slow)} of {len(calls)} adds took >= {at_least:g} s (slowest {slowest:.2f} s)")
@@ -139,10 +142,16 @@ class SlowCheckpointDisk(Workload):
 
         end = self.samples[-1].t if self.samples else 0.0
         verdicts = [kept_serving(self.calls, bound=self.p.call_bound),
-                    slowed_by_disk(self.calls, at_least=self.p.slowed_at_least),
+                    slowed_by_disk(self.calls, at_least=self.p.slowed_at_least, since=self._slowed_since()),
                     checkpoint_age_bounded(self.samples, end=end, bound=self.p.age_bound)]
         ray.kill(self.ledger.actor, no_restart=False)  # a crash: what is on disk is all it has
         return [*verdicts, self.ledger.verdict("nothing_acknowledged_lost")]
+
+    def _slowed_since(self) -> float | None:
+        """From a call's bound before the first slow disk was confirmed (its probe took the
+        latency, and a call slowed with it started before), or None without one."""
+        confirmed = self.ctx.injections(FaultKind.SLOW_DISK)
+        return min(confirmed) - self.p.call_bound if confirmed else None
 
     def call_bounds(self) -> dict[str, float]:
         return {"step": 2 * self.p.call_bound + CALL_TIMEOUT}

@@ -176,7 +176,8 @@ class PartitionWorker(Workload):
     def _detected(self, cuts: list[float]) -> Verdict:
         dead = [self.watch.dead_at[w.home] for w in self._cut()]
         took = (min(dead) - cuts[0]) if cuts and dead else None
-        return Verdict("dead_node_detected", took is not None and took <= self.params.detect_within,
+        # Dead before the cut is not the cut detected (the GCS's death time may be earlier).
+        return Verdict("dead_node_detected", took is not None and 0 <= took <= self.params.detect_within,
                        f"the cut node declared dead {took:.1f} s after the cut (bound "
                        f"{self.params.detect_within:g} s)" if took is not None else
                        f"cuts at {cuts}; writers' nodes seen dead: {len(dead)}")

@@ -388,7 +388,8 @@ class Unresponsive(_OnWorkerNodes):
         states = _states(self.ctx.address)
         rejoined = [n[:12] for n in dead if states.get(n) != "DEAD"]
         alive = [p for p in self.pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-        return [Verdict("dead_node_detected", took is not None and took <= self.detect_within,
+        # Dead before the freeze is not the freeze detected (the GCS's death time may be earlier).
+        return [Verdict("dead_node_detected", took is not None and 0 <= took <= self.detect_within,
                         f"declared dead {took:.1f} s after the freeze (bound {self.detect_within:g} s)"
                         if took is not None else f"freezes at {frozen}, nodes seen dead: {len(dead)}"),
                 self._moved(),
