@@ -2,12 +2,14 @@
 fault filesystems still mounted, or the network lab's namespaces, links, bridges or nftables
 tables, are left on the machine.
 
-Run after a test suite or a chaos run. Processes that are exiting get a short grace
-period (polled, bounded); anything still there is listed and the exit code is 1.
+Run after a test suite or a chaos run. Processes that are exiting get a grace period
+(``--grace`` seconds, 30 by default; polled, bounded); anything still there is listed and the
+exit code is 1.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 
@@ -55,8 +57,12 @@ def _describe(proc: psutil.Process) -> str:
         return f"{proc.pid} (gone)"
 
 
-def main() -> int:
-    left, network, mounts = leftovers(), network_leftovers(), fuse_mounts_left()
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m chaos.leakcheck", description=__doc__.splitlines()[0])
+    parser.add_argument("--grace", type=float, default=30.0, metavar="SECONDS",
+                        help="how long exiting processes may take to go (default 30)")
+    grace = parser.parse_args(argv).grace
+    left, network, mounts = leftovers(grace=grace), network_leftovers(), fuse_mounts_left()
     if not left and not network and not mounts:
         print("leakcheck: 0 Ray processes, 0 Redis processes, 0 paused processes, "
               "0 network namespaces, links, bridges or nftables tables, 0 fault filesystems")

@@ -68,8 +68,9 @@ def test_leakcheck_reports_a_namespace_a_link_and_a_table_left_behind() -> None:
         run(["ip", "netns", "add", name])
         run(["ip", "link", "add", f"{name}-l", "type", "veth", "peer", "name", f"{name}-p"])
         run(["nft", "add", "table", "inet", name])
-        found = subprocess.run([sys.executable, "-m", "chaos.leakcheck"], capture_output=True, text=True,
-                               timeout=120)
+        # No grace: the session's own cluster may be up, and would be waited out for nothing.
+        found = subprocess.run([sys.executable, "-m", "chaos.leakcheck", "--grace", "0"], capture_output=True,
+                               text=True, timeout=120)
         assert found.returncode == 1
         for line in (f"namespace {name}", f"link {name}-l", f"nftables table inet {name}"):
             assert line in found.stderr

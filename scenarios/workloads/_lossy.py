@@ -114,12 +114,16 @@ def _retransmitted(snmp: str) -> int:
 
 
 def sample_links(lab: NetLab) -> dict[int, LinkSample]:
-    """Each worker node's link read back, by its lab index (the head's is never faulted: 0)."""
+    """Each worker node's link read back, by its lab index (the head's is never faulted: 0).
+
+    Raises:
+        NetCommandFailed: a read failed; a link that cannot be read is not read as unfaulted.
+    """
     found = {lab.head.index: LinkSample()}
     for node in lab.workers:
-        script = (f"nft list ruleset; echo {_SEPARATOR}; tc -j qdisc show dev {shlex.quote(str(node.link))}; "
-                  f"echo {_SEPARATOR}; cat /proc/net/snmp")
-        found[node.index] = parse_link(run(["sh", "-c", script], namespace=node.namespace, check=False))
+        script = (f"set -e; nft list ruleset; echo {_SEPARATOR}; tc -j qdisc show dev "
+                  f"{shlex.quote(str(node.link))}; echo {_SEPARATOR}; cat /proc/net/snmp")
+        found[node.index] = parse_link(run(["sh", "-c", script], namespace=node.namespace))
     return found
 
 
