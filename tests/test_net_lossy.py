@@ -85,6 +85,7 @@ def test_a_transfer_met_the_loss_that_was_on_at_either_read() -> None:
     assert loss_met((1, 0), off, on) == loss_met((1, 0), on, off) == 30.0
     assert loss_met((1, 0), off, off) == 0.0
     assert loss_met((2, 0), on, on) == 0.0  # a route that misses the lossy node
+    assert loss_met((1, 0), off, on, off) == 30.0  # a round that spanned the fault: met mid-round
 
 
 def test_only_retransmissions_while_the_loss_was_on_count() -> None:

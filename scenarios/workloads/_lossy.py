@@ -31,9 +31,11 @@ from __future__ import annotations
 import re
 import shlex
 import statistics
+import threading
 import time
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
@@ -41,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from chaos import FaultKind
-from chaos._net import NetLab, lab_of, run
+from chaos._net import COMMAND_TIMEOUT, NetLab, lab_of, run
 from chaos.errors import InvalidConfig
 from scenarios.model._records import Verdict
 from scenarios.model._workload import Params, Workload
@@ -135,10 +137,38 @@ def capped_through(route: tuple[int, int], before: Mapping[int, LinkSample],
     return start if start == end else None
 
 
-def loss_met(route: tuple[int, int], before: Mapping[int, LinkSample], after: Mapping[int, LinkSample]) -> float:
-    """The share of loss on the route's nodes at either read: a round slower than the fault
-    (30 % loss can stretch one past it) still met it."""
-    return max(sample.get(i, LinkSample()).loss for sample in (before, after) for i in route)
+def loss_met(route: tuple[int, int], *samples: Mapping[int, LinkSample]) -> float:
+    """The share of loss on the route's nodes at any read of the round (before, during, after):
+    a round slower than the fault (30 % loss can stretch one past it) still met it."""
+    return max((sample.get(i, LinkSample()).loss for sample in samples for i in route), default=0.0)
+
+
+@contextmanager
+def sampling(lab: NetLab, *, every: float = 0.25) -> Iterator[list[dict[int, LinkSample]]]:
+    """The links read back every ``every`` seconds while the block runs (a round can begin
+    before a fault and end after it, and both its end reads miss it). A failed read fails the
+    block: a link that cannot be read is not read as unfaulted."""
+    samples: list[dict[int, LinkSample]] = []
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(every):
+            try:
+                samples.append(sample_links(lab))
+            except Exception as exc:  # noqa: BLE001 - re-raised in the driver's thread below
+                errors.append(exc)
+                return
+
+    thread = threading.Thread(target=loop, name="link-sampler", daemon=True)
+    thread.start()
+    try:
+        yield samples
+    finally:
+        stop.set()
+        thread.join(timeout=4 * COMMAND_TIMEOUT)
+    if errors:
+        raise errors[0]
 
 
 def retransmitted_under_loss(before: Mapping[int, LinkSample], after: Mapping[int, LinkSample]) -> int:
@@ -329,10 +359,11 @@ class _Mover(Workload):
 
     def step(self) -> bool:
         before = self.links
-        ended = self._round(self.round)
+        with sampling(self.lab) as during:
+            ended = self._round(self.round)
         self.links = sample_links(self.lab)
         self.retransmitted += retransmitted_under_loss(before, self.links)
-        self.transfers += [replace(t, loss=loss_met(r, before, self.links),
+        self.transfers += [replace(t, loss=loss_met(r, before, *during, self.links),
                                    mbit=capped_through(r, before, self.links)) for r, t in ended]
         self.round += 1
         self.ctx.count("transfers", len(ended))
