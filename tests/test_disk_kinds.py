@@ -242,3 +242,21 @@ def test_the_filesystems_own_deadline_outlasts_the_confirmation_and_the_hold() -
     assert _until(FailingDisk("/mnt/x", seconds=2), 5.0, 5.0) == 12.0
     assert _until(StallDisk("/mnt/x", seconds=590), 5.0, 5.0) == MAX_STALL_SECONDS
     assert _until(SlowDisk("/mnt/x", seconds=3600, latency=1), 5.0, 5.0) == MAX_FAULT_SECONDS
+
+
+@pytest.mark.parametrize(("duration", "refused"), [(500, False), (600, True)])
+def test_a_stall_held_to_the_end_past_its_cap_is_refused_when_the_file_loads(
+        tmp_path: Path, duration: int, refused: bool) -> None:
+    """``heal = "at_end"`` holds a fault to the run's end and 10 s past it: a stall cannot be
+    held past 595 s, so a run that long is refused with the fix, not failed at its start."""
+    text = SCENARIO.format(kind="stall_disk", fields="seconds = 2",
+                           option='storage_faultfs = true\nheal = "at_end"').replace("duration = 6",
+                                                                                    f"duration = {duration}")
+    path = tmp_path / "stall.toml"
+    path.write_text(text)
+    if not refused:
+        assert load_scenario(str(path)).heal == "at_end"
+        return
+    with pytest.raises(ScenarioError, match=r"heal.*the stall_disk at 1 s would be held 609 s, past a stall's 595 s; "
+                                            r"use heal = \"after_each\" or a duration that ends within 585 s"):
+        load_scenario(str(path))

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from chaos import ChaosError, RpcFailure, Schedule
 from chaos._driver import MAX_CONCURRENT_FAULTS
-from chaos._faults import STORAGE
+from chaos._faults import DISK_GRACE, STORAGE, StallDisk
+from chaos._fuse_faults import MAX_STALL_SECONDS
 from chaos._schedule import ScheduledFault
 from chaos.engine import fault_from_dict
 from chaos.errors import InvalidConfig, InvalidFaultSpec
@@ -342,6 +343,22 @@ _TYPE_FIX = {"string": "must be a string", "boolean": "must be true or false", "
              "array": "must be an array"}
 
 
+#: Seconds a fault under ``heal = "at_end"`` is asked to outlast the run: the driver heals it
+#: at the end; the agent's own deadline is only the backstop for a driver that died.
+AT_END_SLACK = 10.0
+#: The longest a stall may be held (the fault filesystem's own cap, less its grace).
+_STALL_MOST = MAX_STALL_SECONDS - DISK_GRACE
+
+
+def _stall_past_cap(schedule: Schedule, duration: float) -> tuple[float, float] | None:
+    """The first stall that ``heal = "at_end"`` would hold past its cap: (at, seconds held)."""
+    for entry in schedule.entries:
+        held = duration - entry.at + AT_END_SLACK
+        if isinstance(entry.fault, StallDisk) and held > _STALL_MOST:
+            return entry.at, held
+    return None
+
+
 def _validate(source: str, data: dict[str, Any], seed: int,
               workloads: Mapping[str, type[Workload]] | None) -> Scenario:
     c = _Checker(data)
@@ -364,6 +381,10 @@ def _validate(source: str, data: dict[str, Any], seed: int,
         c.add("heal", heal, f"holds every fault to the run's end, and at most {MAX_CONCURRENT_FAULTS} faults are "
               f"held at once: this schedule has {len(schedule.entries)}; use heal = \"after_each\" or at most "
               f"{MAX_CONCURRENT_FAULTS} faults")
+    elif heal == "at_end" and (stall := _stall_past_cap(schedule, float(duration))) is not None:
+        c.add("heal", heal, f"holds each fault to the run's end, and the stall_disk at {stall[0]:g} s would be held "
+              f"{stall[1]:g} s, past a stall's {_STALL_MOST:g} s; use heal = \"after_each\" or a duration that "
+              f"ends within {_STALL_MOST - AT_END_SLACK:g} s of the stall")
     steady = _steady_state(c)
     scenario = Scenario(
         name=name, description=c.get("description", str, "", "must be a string"),

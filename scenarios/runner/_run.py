@@ -42,7 +42,7 @@ from chaos.errors import InvalidConfig
 from chaos.journal import EndEvent, Journal, RecoverEvent, StartEvent, VerdictEntry
 from scenarios.model._bounded import CallHang, bounded
 from scenarios.model._records import FaultRecord, Phase, Probe, RunLabel, RunResult, RunStatus, Sample, Verdict
-from scenarios.model._scenario import Scenario, SteadyState, resolve_workload
+from scenarios.model._scenario import AT_END_SLACK, Scenario, SteadyState, resolve_workload
 from scenarios.model._workload import Params, RunContext, Workload, validate_params
 from scenarios.runner._disk_storage import aim_disk_faults, storage_on_faultfs
 from scenarios.runner._interrupt import interrupt_once
@@ -161,11 +161,6 @@ def _at_storage(scenario: Scenario, storage: str) -> Scenario:
                     if isinstance(e.fault, FillDisk) and e.fault.path == STORAGE else e
                     for e in scenario.schedule.entries)
     return aim_disk_faults(replace(scenario, schedule=Schedule(entries, scenario.schedule.seed)), storage)
-
-
-#: Seconds a fault under ``heal = "at_end"`` is asked to outlast the run: the driver heals it
-#: at the end; the agent's own deadline is only the backstop for a driver that died.
-AT_END_SLACK = 10.0
 
 
 def at_end_schedule(schedule: Schedule, duration: float) -> Schedule:
