@@ -11,6 +11,8 @@ consuming tasks turns ``results_correct`` red on a real run.
 from __future__ import annotations
 
 import dataclasses
+import threading
+from typing import Any
 
 import pytest
 
@@ -211,3 +213,18 @@ def test_the_scenario_holds_under_its_fault_and_its_twin_misses_the_fault(name: 
 def test_a_planted_corruption_turns_results_correct_red() -> None:
     verdicts = _run("lossy-network", {"corrupt": True}, baseline=False)[RunLabel.CHAOS]
     assert [n for n, v in verdicts.items() if not v.held] == ["results_correct"], verdicts
+
+
+def test_a_link_read_that_fails_mid_round_fails_the_round(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A link that cannot be read is not read as unfaulted: the sampler's error reaches the round."""
+    from chaos._net import NetCommandFailed
+    from scenarios.workloads import _lossy
+
+    def broken(lab: object) -> dict[int, LinkSample]:
+        raise NetCommandFailed("`nft list ruleset` failed (1): permission denied")
+
+    monkeypatch.setattr(_lossy, "sample_links", broken)
+    lab: Any = object()
+    with pytest.raises(NetCommandFailed, match="nft list ruleset"), _lossy.sampling(lab, every=0.01) as seen:
+        threading.Event().wait(0.2)  # stands for the round's work: long enough for reads to be tried
+    assert seen == []
