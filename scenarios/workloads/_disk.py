@@ -9,21 +9,39 @@ is never older than ``age_bound`` while adds are acknowledged), and after a cras
 restored counter holds every acknowledged add. ``slowed_by_disk`` is what the others stand on:
 some add took the fault's latency, so the run did meet the slow disk (its fault-free twin
 misses it).
+
+``failing-checkpoint-disk``: a counter of ``durability = "policy"`` (a checkpoint every
+``every_n`` adds, the call failing when its checkpoint fails) whose whole checkpoint folder
+answers ``EIO``. Adds that need a checkpoint fail with the disk's errno named, none hangs and
+none is acknowledged while the disk fails (``failure_reported``); every committed folder,
+read as the fault left it and at the end, is whole (``no_half_checkpoint``); after a crash
+at the end every add acknowledged before the fault is restored (``last_good_kept``), and
+every acknowledged one (``nothing_acknowledged_lost``, after a checkpoint on demand: the
+policy's window is not what is judged); adds are acknowledged again soon after the heal and
+a checkpoint commits (``recovered_after_heal``).
 """
 
 from __future__ import annotations
 
+import errno
 import time
-from collections.abc import Sequence
+import warnings
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import Any, Literal
 
-from chaos import FaultKind
+from actors import CheckpointedCounter
+from actors.checkpoint import CheckpointWarning
+from chaos import FaultKind, History
+from chaos.errors import CheckpointError, MutationNotLogged
 from scenarios.model._records import Verdict
 from scenarios.model._workload import CALL_TIMEOUT, Params, Workload
-from scenarios.workloads._surface import Ack, Ledger, _counter
+from scenarios.workloads._surface import _OP_STATUS, Ack, Ledger, _counter, kept
 
-__all__ = ["DISK_WORKLOADS", "Call", "CheckpointSample", "SlowCheckpointDisk", "checkpoint_age_bounded",
-           "kept_serving", "oldest_checkpoint_age", "slowed_by_disk"]
+__all__ = ["DISK_ERRNOS", "DISK_WORKLOADS", "AddReply", "Call", "CheckpointSample", "DiskCall", "FailingCheckpointDisk",
+           "FolderCheck", "ReportingCounter", "SlowCheckpointDisk", "cause_errno", "checkpoint_age_bounded",
+           "failure_reported", "kept_serving", "last_good_kept", "no_half_checkpoint", "oldest_checkpoint_age",
+           "recovered_after_heal", "slowed_by_disk"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,4 +180,245 @@ class SlowCheckpointDisk(Workload):
         ray.kill(self.ledger.actor)
 
 
-DISK_WORKLOADS: dict[str, type[Workload]] = {"slow-checkpoint-disk": SlowCheckpointDisk}
+# -- failing-checkpoint-disk ---------------------------------------------------------------------
+
+#: The errnos a failing disk answers with (FailingDisk's): a failure naming one names the disk.
+DISK_ERRNOS: frozenset[int] = frozenset({errno.EIO, errno.ENOSPC, errno.EROFS})
+
+
+@dataclass(frozen=True, slots=True)
+class AddReply:
+    """How the actor says one add ended: ``errno`` is the OS error its failure came from (0:
+    acknowledged, or a failure that named none); ``error`` says the failure for people."""
+
+    ack: Ack
+    errno: int = 0
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DiskCall:
+    """One keyed add as the driver saw it: its seq, when it started (seconds into the run),
+    how long it took, how it ended and the errno its failure named (0: none)."""
+
+    seq: int
+    t: float
+    seconds: float
+    ack: Ack
+    errno: int = 0
+
+    @property
+    def end(self) -> float:
+        return self.t + self.seconds
+
+
+@dataclass(frozen=True, slots=True)
+class FolderCheck:
+    """One committed checkpoint folder as the store read it back: ``whole`` when its manifest
+    parsed and every file matched it."""
+
+    seq: int
+    whole: bool
+
+
+def cause_errno(exc: BaseException) -> int:
+    """The errno of the first ``OSError`` in ``exc``'s chain of causes (0: none). Read in the
+    actor: Ray carries an exception to the caller without its ``__cause__``, where it is."""
+    seen: BaseException | None = exc
+    for _ in range(16):  # a chain is short; a cycle must not spin
+        if seen is None:
+            break
+        if isinstance(seen, OSError) and seen.errno:
+            return int(seen.errno)
+        seen = seen.__cause__ or seen.__context__
+    return 0
+
+
+class ReportingCounter(CheckpointedCounter):
+    """A :class:`CheckpointedCounter` that answers each add with how it ended, the disk's errno
+    included, and reads its committed folders back. ``report_failures=False`` plants an actor
+    that answers a failed add as acknowledged (a silent OK)."""
+
+    def __init__(self, storage: str, *, report_failures: bool = True, **options: Any) -> None:
+        self.report_failures = report_failures
+        super().__init__(storage, **options)
+
+    def add_reported(self, k: int = 1, *, writer_id: str, seq: int) -> AddReply:
+        try:
+            self.add(k, writer_id=writer_id, seq=seq)
+        except (CheckpointError, OSError) as exc:
+            if not self.report_failures:
+                return AddReply(Ack.ACKED)
+            undone = isinstance(exc, MutationNotLogged) and exc.undone
+            return AddReply(Ack.UNDONE if undone else Ack.UNKNOWN, cause_errno(exc),
+                            f"{type(exc).__name__}: {exc}"[:300])
+        return AddReply(Ack.ACKED)
+
+    def committed_folders(self) -> list[FolderCheck]:
+        """Each committed folder in the storage, read back and checked against its manifest."""
+        store = self._checkpointer().store
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", CheckpointWarning)  # an unusable folder is the finding
+            return [FolderCheck(seq, store.load(seq) is not None) for seq in store.seqs()]
+
+
+def failure_reported(calls: Sequence[DiskCall], *, since: float | None, bound: float,
+                     errnos: Collection[int] = DISK_ERRNOS) -> Verdict:
+    """Adds failed on the failing disk with its errno named: some add that ended ``since`` (the
+    fault's confirmation) or later did, every failed add did, none took over ``bound`` seconds,
+    and none was acknowledged between the first failure and the last (no silent OK while the
+    disk failed). ``since`` None: no failing disk was confirmed, so none was reported."""
+    failed = [c for c in calls if c.ack is not Ack.ACKED]
+    named = [c for c in failed if since is not None and c.end >= since and c.errno in errnos]
+    unnamed = [c for c in failed if c.errno not in errnos]
+    hung = [c for c in calls if c.seconds > bound]
+    silent = [c for c in calls if c.ack is Ack.ACKED and failed and failed[0].t < c.t < failed[-1].t]
+    detail = (f"{len(named)} of {len(calls)} adds failed naming the disk's errno after it failed; "
+              f"{len(unnamed)} failed naming none, {len(hung)} took over {bound:g} s, {len(silent)} were "
+              f"acknowledged between the first and the last failure")
+    if unnamed:
+        detail += f" (first unnamed at {unnamed[0].t:.2f} s: {unnamed[0].ack})"
+    return Verdict.over("failure_reported", len(calls), held=bool(named) and not (unnamed or hung or silent),
+                        detail=detail)
+
+
+def no_half_checkpoint(folders: Sequence[FolderCheck]) -> Verdict:
+    """Every committed checkpoint folder read back whole (manifest and every file matching)."""
+    bad = sorted({f.seq for f in folders if not f.whole})
+    return Verdict.over("no_half_checkpoint", len(folders), held=not bad,
+                        detail=f"{len(folders) - len(bad)} of {len(folders)} committed folders read back whole"
+                               + (f"; not whole: {bad}" if bad else ""))
+
+
+def last_good_kept(calls: Sequence[DiskCall], applied: Collection[int], *, since: float | None) -> Verdict:
+    """Every add acknowledged before the fault's confirmation (``since``) is in the restored
+    counter (``applied``: its seqs). ``since`` None: no fault, nothing to keep across it."""
+    before = [c for c in calls if since is not None and c.ack is Ack.ACKED and c.end < since]
+    held = set(applied)
+    lost = [c.seq for c in before if c.seq not in held]
+    return Verdict.over("last_good_kept", len(before), held=not lost,
+                        detail=f"{len(before) - len(lost)} of {len(before)} adds acknowledged before the fault "
+                               f"restored" + (f"; lost seqs {lost[:5]}" if lost else ""))
+
+
+def recovered_after_heal(calls: Sequence[DiskCall], samples: Sequence[CheckpointSample], *,
+                         within: float) -> Verdict:
+    """After the last failed add, an add was acknowledged within ``within`` seconds and a
+    checkpoint was committed (the count rose past the one seen at that failure). Without a
+    failed add there is nothing it recovered from: it does not hold."""
+    failed = [c for c in calls if c.ack is not Ack.ACKED]
+    if not failed:
+        return Verdict.over("recovered_after_heal", 0, held=False, detail="no add failed")
+    last = max(c.end for c in failed)
+    acked = [c.t for c in calls if c.ack is Ack.ACKED and c.t >= last]
+    at_failure = max((s.checkpoints for s in samples if s.t <= last), default=0)
+    committed = max((s.checkpoints for s in samples), default=0) - at_failure
+    gap = min(acked) - last if acked else float("inf")
+    return Verdict.over("recovered_after_heal", len(failed), held=gap <= within and committed > 0,
+                        detail=f"the first add acknowledged after the last failure ({last:.2f} s) came "
+                               f"{gap:.2f} s later (bound {within:g} s); {max(committed, 0)} checkpoints "
+                               "committed since")
+
+
+class FailingCheckpointParams(Params):
+    """``failing-checkpoint-disk``'s ``[params]``."""
+
+    #: A checkpoint every this many adds: the add that takes it fails when it fails.
+    every_n: int = 10
+    #: Seconds any add may take: a failing disk must fail a call, never hang it.
+    call_bound: float = 3.0
+    #: Seconds from the last failed add to the next acknowledged one.
+    recover_within: float = 2.0
+    #: False plants an actor that answers a failed add as acknowledged (a silent OK).
+    report_failures: bool = True
+    #: ``"wal"`` logs each add in the same folder: the first add the disk fails can be neither
+    #: logged nor undone, and the actor refuses every later add, without the disk's errno and
+    #: after the heal too, until it restarts: failure_reported and recovered_after_heal are red there.
+    durability: Literal["policy", "wal"] = "policy"
+
+
+class FailingCheckpointDisk(Workload):
+    """A policy counter whose checkpoint folder answers EIO: it reports the failures, never
+    commits a half checkpoint, keeps what it had, and recovers when the disk is healed."""
+
+    BASELINE = True  # the fault-free twin: failure_reported, recovered_after_heal, last_good_kept miss there
+    INVARIANTS = ("failure_reported", "no_half_checkpoint", "last_good_kept", "recovered_after_heal",
+                  "nothing_acknowledged_lost")
+    Params = FailingCheckpointParams
+    WRITER = "driver"
+
+    def setup(self) -> None:
+        import ray
+
+        self.p = self.ctx.params_as(FailingCheckpointParams)
+        self.actor = _counter(self.ctx, "counter", cls=ReportingCounter, durability=self.p.durability,
+                              every_n=self.p.every_n, report_failures=self.p.report_failures)
+        self.history = History()
+        self.calls: list[DiskCall] = []
+        self.samples: list[CheckpointSample] = []
+        self.folders: list[FolderCheck] = []
+        ray.get(self.actor.get.remote(), timeout=CALL_TIMEOUT)  # the run's time is for calls
+
+    def step(self) -> bool:
+        import ray
+
+        call = self._add(len(self.calls))
+        self.calls.append(call)
+        self.ctx.point("add_seconds", call.seconds)
+        stats = ray.get(self.actor.checkpoint_stats.remote(), timeout=CALL_TIMEOUT)
+        self.samples.append(CheckpointSample(self.ctx.elapsed(), stats.checkpoints))
+        if call.ack is Ack.ACKED and len(self.calls) > 1 and self.calls[-2].ack is not Ack.ACKED:
+            # The folders as the fault left them, before later checkpoints prune them.
+            self.folders += ray.get(self.actor.committed_folders.remote(), timeout=CALL_TIMEOUT)
+        self.ctx.count("adds")
+        return True
+
+    def _add(self, seq: int) -> DiskCall:
+        """One keyed add, recorded in the history (a call that raised is of unknown fate)."""
+        import ray
+
+        self.history.invoke((self.WRITER, seq), self.WRITER)
+        start = time.monotonic()
+        try:
+            reply = ray.get(self.actor.add_reported.remote(1, writer_id=self.WRITER, seq=seq),
+                            timeout=2 * self.p.call_bound)
+        except Exception as exc:  # noqa: BLE001 - a timeout or a dead actor: applied or not
+            reply = AddReply(Ack.UNKNOWN, 0, f"{type(exc).__name__}: {exc}"[:300])
+        took = time.monotonic() - start
+        self.history.complete((self.WRITER, seq), _OP_STATUS[reply.ack])
+        return DiskCall(seq, round(self.ctx.elapsed() - took, 3), took, reply.ack, reply.errno)
+
+    def probe(self) -> str:
+        import ray
+
+        return f"counter {ray.get(self.actor.get.remote(), timeout=5)}"
+
+    def invariants(self) -> list[Verdict]:
+        import ray
+
+        confirmed = self.ctx.injections(FaultKind.FAILING_DISK)
+        since = min(confirmed) if confirmed else None
+        self.folders += ray.get(self.actor.committed_folders.remote(), timeout=CALL_TIMEOUT)
+        # Policy durability loses the adds since the last checkpoint by design: one on demand
+        # first, so that the crash judges what the store kept, not the policy's window.
+        ray.get(self.actor.checkpoint.remote(), timeout=CALL_TIMEOUT)
+        ray.kill(self.actor, no_restart=False)  # a crash: what is on disk is all it has
+        value, applied = ray.get([self.actor.get.remote(), self.actor.applied_seqs.remote(self.WRITER)],
+                                 timeout=CALL_TIMEOUT)
+        return [failure_reported(self.calls, since=since, bound=self.p.call_bound),
+                no_half_checkpoint(self.folders),
+                last_good_kept(self.calls, applied, since=since),
+                recovered_after_heal(self.calls, self.samples, within=self.p.recover_within),
+                kept("nothing_acknowledged_lost", self.WRITER, value, self.history.ops(), applied)]
+
+    def call_bounds(self) -> dict[str, float]:
+        return {"step": 2 * self.p.call_bound + 2 * CALL_TIMEOUT}
+
+    def teardown(self) -> None:
+        import ray
+
+        ray.kill(self.actor)
+
+
+DISK_WORKLOADS: dict[str, type[Workload]] = {"slow-checkpoint-disk": SlowCheckpointDisk,
+                                             "failing-checkpoint-disk": FailingCheckpointDisk}

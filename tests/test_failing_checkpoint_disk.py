@@ -1,0 +1,155 @@
+"""failing-checkpoint-disk: each invariant's verdict function held on a run's shape and red on a
+planted one (Ray-free), the errno read off a failure's causes, and the scenario itself on Ray
+(slow tier) with its fault-free twin."""
+
+from __future__ import annotations
+
+import errno
+import os
+from dataclasses import replace
+
+import pytest
+
+from chaos import FaultKind
+from chaos._faults import FailingDisk, FaultStatus
+from chaos._fusefs import fuse_mounts_left
+from chaos.cluster import ClusterHandle
+from chaos.errors import CheckpointError
+from scenarios import load_scenario, run_scenario
+from scenarios.model._records import RunLabel, RunStatus
+from scenarios.workloads._disk import (
+    CheckpointSample,
+    DiskCall,
+    FolderCheck,
+    cause_errno,
+    failure_reported,
+    last_good_kept,
+    no_half_checkpoint,
+    recovered_after_heal,
+)
+from scenarios.workloads._surface import Ack
+
+EIO = errno.EIO
+
+
+def _run_shape() -> list[DiskCall]:
+    """Adds of a few ms every 0.01 s; the disk fails from 2.0 s to 5.0 s (confirmed at 2.05 s),
+    and every add from the first due checkpoint on fails naming EIO until the heal."""
+    calls = []
+    for i in range(800):
+        t = i * 0.01
+        failing = 2.05 <= t < 5.0
+        calls.append(DiskCall(i, t, 0.004, Ack.UNKNOWN if failing else Ack.ACKED, EIO if failing else 0))
+    return calls
+
+
+CALLS = _run_shape()
+SINCE = 2.05
+SAMPLES = [CheckpointSample(c.t, (c.seq // 10) if c.t < 2.0 else 20 if c.t < 5.0 else 20 + (c.seq - 500) // 10)
+           for c in CALLS]
+
+
+def test_failure_reported_holds_on_named_failures_and_breaks_on_silence_hangs_and_other_errors() -> None:
+    assert failure_reported(CALLS, since=SINCE, bound=3.0).held
+    # The fault-free twin: no failing disk confirmed, no add failed.
+    twin = [DiskCall(c.seq, c.t, c.seconds, Ack.ACKED) for c in CALLS]
+    assert not failure_reported(twin, since=None, bound=3.0).held
+    # A silent actor: failed adds answered as acknowledged while the disk failed.
+    silent = [*CALLS[:300], DiskCall(300, 3.0, 0.004, Ack.ACKED), *CALLS[301:]]
+    verdict = failure_reported(silent, since=SINCE, bound=3.0)
+    assert not verdict.held and "1 were acknowledged between" in verdict.detail
+    # A failure that named no disk error (a dead actor, a timeout).
+    unnamed = [*CALLS[:300], DiskCall(300, 3.0, 0.004, Ack.UNKNOWN, 0), *CALLS[301:]]
+    assert not failure_reported(unnamed, since=SINCE, bound=3.0).held
+    # A hang: an add that waited on the disk past the bound.
+    hung = [*CALLS[:300], DiskCall(300, 3.0, 3.5, Ack.UNKNOWN, EIO), *CALLS[301:]]
+    verdict = failure_reported(hung, since=SINCE, bound=3.0)
+    assert not verdict.held and "1 took over 3 s" in verdict.detail
+    # Failures only before the fault was confirmed: not the fault's.
+    assert not failure_reported(CALLS, since=6.0, bound=3.0).held
+
+
+def test_no_half_checkpoint_holds_on_whole_folders_and_breaks_on_one_that_is_not() -> None:
+    whole = [FolderCheck(seq, True) for seq in (3, 4, 5, 52, 53, 54)]
+    assert no_half_checkpoint(whole).held
+    verdict = no_half_checkpoint([*whole, FolderCheck(6, False)])
+    assert not verdict.held and "not whole: [6]" in verdict.detail
+    assert not no_half_checkpoint([]).held  # nothing read back: nothing checked
+
+
+def test_last_good_kept_holds_when_every_add_before_the_fault_is_restored() -> None:
+    acked = {c.seq for c in CALLS if c.ack is Ack.ACKED}
+    assert last_good_kept(CALLS, acked, since=SINCE).held
+    verdict = last_good_kept(CALLS, acked - {17}, since=SINCE)
+    assert not verdict.held and "lost seqs [17]" in verdict.detail
+    # Losing an add after the fault is not this verdict's (nothing_acknowledged_lost judges it).
+    assert last_good_kept(CALLS, acked - {700}, since=SINCE).held
+    assert not last_good_kept(CALLS, acked, since=None).held  # no fault: nothing kept across it
+
+
+def test_recovered_after_heal_holds_when_adds_and_checkpoints_resume_and_breaks_when_they_do_not() -> None:
+    assert recovered_after_heal(CALLS, SAMPLES, within=2.0).held
+    # Still failing to the end (an actor that needs a restart to serve again).
+    stuck = [DiskCall(c.seq, c.t, c.seconds, Ack.UNKNOWN, EIO) if c.t >= 2.05 else c for c in CALLS]
+    verdict = recovered_after_heal(stuck, SAMPLES, within=2.0)
+    assert not verdict.held and "came inf s later" in verdict.detail
+    # Adds acknowledged again, but no checkpoint committed after the heal.
+    flat = [CheckpointSample(s.t, min(s.checkpoints, 20)) for s in SAMPLES]
+    verdict = recovered_after_heal(CALLS, flat, within=2.0)
+    assert not verdict.held and "0 checkpoints committed since" in verdict.detail
+    # Acknowledged again only 2.5 s after the last failure.
+    late = [c for c in CALLS if not (5.0 <= c.t < 7.5)]
+    assert not recovered_after_heal(late, SAMPLES, within=2.0).held
+    # The fault-free twin: nothing failed, nothing recovered from.
+    assert not recovered_after_heal([DiskCall(c.seq, c.t, c.seconds, Ack.ACKED) for c in CALLS], SAMPLES,
+                                    within=2.0).held
+
+
+def test_the_errno_is_read_off_a_failures_causes() -> None:
+    try:
+        try:
+            raise OSError(EIO, "Input/output error")
+        except OSError as exc:
+            raise CheckpointError("add() was applied but the checkpoint failed") from exc
+    except CheckpointError as exc:
+        assert cause_errno(exc) == EIO
+    assert cause_errno(CheckpointError("no cause")) == 0
+    looped = RuntimeError("a")
+    looped.__context__ = looped
+    assert cause_errno(looped) == 0
+
+
+def test_the_scenario_aims_eio_at_the_counters_folder_for_three_seconds() -> None:
+    scenario = load_scenario("failing-checkpoint-disk")
+    (entry,) = scenario.schedule.entries
+    assert scenario.storage_faultfs and entry.fault == FailingDisk("$STORAGE", seconds=3, errno="EIO",
+                                                                   glob="/counter/*")
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="needs /dev/fuse")
+def test_the_scenario_holds_on_a_failing_disk_and_its_fault_free_twin_misses_the_failure(
+        ray_cluster: ClusterHandle) -> None:
+    mounted = fuse_mounts_left()
+    baseline, chaos = run_scenario(load_scenario("failing-checkpoint-disk"), address=ray_cluster.address,
+                                   baseline=True)
+    assert chaos.label is RunLabel.CHAOS and not chaos.deviated, (chaos.error, chaos.verdicts, chaos.faults)
+    (fault,) = chaos.faults
+    assert fault.kind is FaultKind.FAILING_DISK and fault.status is FaultStatus.INJECTED
+    assert baseline.label is RunLabel.BASELINE and baseline.status is RunStatus.COMPLETED
+    assert {v.name for v in baseline.verdicts if not v.held} == {
+        "failure_reported", "recovered_after_heal", "last_good_kept"}, baseline.verdicts
+    assert fuse_mounts_left() == mounted, "a run's fault filesystem is still mounted"
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.deep
+@pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="needs /dev/fuse")
+def test_an_actor_that_answers_failed_adds_as_acknowledged_breaks_failure_reported(
+        ray_cluster: ClusterHandle) -> None:
+    silent = replace(load_scenario("failing-checkpoint-disk"), params={"report_failures": False})
+    (chaos,) = run_scenario(silent, address=ray_cluster.address, baseline=False)
+    assert chaos.faults[0].status is FaultStatus.INJECTED, chaos.faults
+    assert {v.name for v in chaos.verdicts if not v.held} >= {"failure_reported"}, chaos.verdicts
