@@ -29,6 +29,7 @@ from actors import _codec, _wal
 from actors import _failpoints as fp
 from actors._codec import StateTree
 from actors._dedupe import CALL_KEYS, WriterSeqs
+from actors._fence import Fence
 from actors._store import CheckpointInfo, CheckpointRetried, CheckpointStore
 from chaos._errors import CheckpointError, InvalidConfig, MutationNotLogged
 from chaos._failpoint import failpoint
@@ -84,6 +85,12 @@ class CheckpointConfig:
             then exit as before: ``"policy"`` durability then loses nothing to a graceful stop.
             For actors whose mutations run on the main thread (sync actors); an async actor's
             run on its event loop's thread, where Python cannot take signals.
+        fence: on a filesystem storage, let one incarnation at a time commit: each restart
+            takes the next incarnation number, and an older incarnation still running (its
+            node cut off by a partition, then declared dead and replaced) has every later
+            mutation refused with ``Superseded`` instead of writing over its replacement's
+            log and checkpoints. Costs a ``flock`` and a small read per mutation; turn it off
+            only on a filesystem without ``flock``. Remote (fsspec) storage is not fenced.
     """
 
     storage: str
@@ -97,13 +104,14 @@ class CheckpointConfig:
     incremental: bool = False
     full_every: int = 8
     checkpoint_on_sigterm: bool = False
+    fence: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.storage, str) or not self.storage:
             raise InvalidConfig(f"`storage` must be a directory or URL, got {self.storage!r}")
         _validate_choice("checkpoint policy", self.policy, get_args(Policy))
         _validate_choice("durability", self.durability, get_args(Durability))
-        for flag in ("incremental", "checkpoint_on_sigterm"):
+        for flag in ("incremental", "checkpoint_on_sigterm", "fence"):
             if not isinstance(getattr(self, flag), bool):
                 raise InvalidConfig(f"`{flag}` must be True or False, got {getattr(self, flag)!r}")
         for name in ("every_n", "keep", "fsync_every", "full_every"):
@@ -603,6 +611,7 @@ class _Checkpointer:
                 f"WAL durability needs a POSIX filesystem, got storage {config.storage!r}; "
                 "use a local or shared mounted directory, or durability='policy'"
             )
+        self.fence = Fence(self.store.root) if config.fence and self.store.is_local else None
         self.writer: _wal.WalWriter | None = None
         self.since, self.records, self.count = 0, 0, 0
         self.last_seq, self.last_time, self.deltas = 0, clock(), 0
@@ -616,6 +625,9 @@ class _Checkpointer:
         """Restore (``restore``) or commit the initial state; ``over_old``: a fresh start may
         bury the checkpoints already in the storage."""
         start = time.perf_counter()
+        if self.fence is not None:
+            # First: from here on no older incarnation commits, so what is restored stays whole.
+            self.fence.take()
         if not restore:
             if not over_old:
                 self._refuse_old_checkpoints()
@@ -698,7 +710,15 @@ class _Checkpointer:
             clock=self.clock,
         )
 
+    def fenced(self) -> contextlib.AbstractContextManager[None]:
+        """Hold the storage for a commit (refused once a later incarnation started)."""
+        return self.fence.held() if self.fence is not None else contextlib.nullcontext()
+
     def after_mutation(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        with self.fenced():  # a superseded incarnation acknowledges nothing, logs nothing
+            self._after_mutation(name, args, kwargs)
+
+    def _after_mutation(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if self.diverged:
             raise MutationNotLogged(self.diverged, undone=False)
         if self.writer is not None:
@@ -790,7 +810,9 @@ class _Checkpointer:
         return False
 
     def checkpoint(self, *, full: bool = False) -> CheckpointInfo:
-        with _lock_of(self.owner):  # no mutation may slip between the snapshot and the log rotation
+        # No mutation may slip between the snapshot and the log rotation, and no newer
+        # incarnation may have started: its checkpoints are not to be written over.
+        with _lock_of(self.owner), self.fenced():
             return self._checkpoint(full=full)
 
     def _checkpoint(self, *, full: bool) -> CheckpointInfo:

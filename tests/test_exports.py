@@ -68,7 +68,7 @@ SUBMODULES = {
     "chaos.testing": {"ActorChaosMachine"},
     "actors.checkpoint": {
         "FAILPOINTS", "FORMAT_VERSION", "ActorFailpoint", "CheckpointInfo", "CheckpointRetried", "CheckpointStats",
-        "CheckpointStore", "CheckpointWarning", "LoadedCheckpoint", "RestartUnknown", "StorageNotFresh",
+        "CheckpointStore", "CheckpointWarning", "LoadedCheckpoint", "RestartUnknown", "StorageNotFresh", "Superseded",
     },
     "actors.replay": {"EmptyBufferError", "ReplayActorStats", "ReplayStats", "SchemaError"},
     "actors.param_server": {"GradientError", "PushResult", "ServerStats", "StaleGradientError", "VersionTimeout"},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import shutil
 from typing import Any
 
 import pytest
@@ -119,7 +120,9 @@ def test_state_round_trips_with_optimizer_state(storage: str) -> None:
     for seq in range(3):
         ps.push(grads(seq + 1), worker_id="w", seq=seq, base_version=seq)
     ps.checkpoint()
-    restored = ParameterServer(LINEAR, checkpoint=CheckpointConfig(storage=storage, every_n=1000),
+    # Restored from a copy: a restore from the same storage would supersede `ps` (the fence).
+    shutil.copytree(storage, f"{storage}-copy")
+    restored = ParameterServer(LINEAR, checkpoint=CheckpointConfig(storage=f"{storage}-copy", every_n=1000),
                                optimizer="Adam", optimizer_kwargs={"lr": 0.05}, restore="always")
     assert restored.digest() == ps.digest()
     assert restored.version() == 3
