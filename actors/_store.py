@@ -16,6 +16,7 @@ still load.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
@@ -345,6 +346,8 @@ class CheckpointStore:
 
         Raises:
             CheckpointFormatError: the newest readable folder has a newer format version.
+            StorageUnreachable: a folder could not be read (an I/O error, not damage): skipping
+                it would restore an older state, or none, and bury the newer ones.
         """
         skipped: list[int] = []
         for seq in reversed(self.seqs()):
@@ -372,7 +375,11 @@ class CheckpointStore:
             return manifest, self._read_payload(folder, manifest.files)
         except CheckpointFormatError:
             raise
-        except Exception as exc:  # noqa: BLE001 - any unreadable folder is skipped, never trusted
+        except OSError as exc:
+            _raise_if_unreadable(exc, folder)
+            warnings.warn(f"skipping checkpoint {folder}: {exc}", CheckpointWarning, stacklevel=2)
+            return None
+        except Exception as exc:  # noqa: BLE001 - any damaged folder is skipped, never trusted
             warnings.warn(f"skipping checkpoint {folder}: {exc}", CheckpointWarning, stacklevel=2)
             return None
 
@@ -383,7 +390,10 @@ class CheckpointStore:
             return self._read_manifest(self.folder(seq), seq).parent
         except CheckpointFormatError:
             raise
-        except (OSError, ValueError, CheckpointError):
+        except OSError as exc:
+            _raise_if_unreadable(exc, self.folder(seq))
+            return None
+        except (ValueError, CheckpointError):
             return None
 
     def _read_manifest(self, folder: str, seq: int) -> Manifest:
@@ -450,11 +460,14 @@ class CheckpointStore:
         temporary folders."""
         seqs = self.seqs()
         needed: set[int] = set()
-        for seq in seqs[-self.keep:]:
-            node: int | None = seq
-            while node is not None and node not in needed:
-                needed.add(node)
-                node = self._parent(node)
+        try:
+            for seq in seqs[-self.keep:]:
+                node: int | None = seq
+                while node is not None and node not in needed:
+                    needed.add(node)
+                    node = self._parent(node)
+        except StorageUnreachable:
+            return  # a kept delta's parent unknown: delete nothing now, prune at the next save
         for seq in seqs:
             if seq not in needed:
                 self.fs.rm(self.folder(seq), recursive=True)
@@ -462,6 +475,19 @@ class CheckpointStore:
         for path in self.fs.ls(self.root, detail=False):
             if path.rstrip("/").rsplit("/", 1)[-1].startswith(_TMP_PREFIX):
                 self.fs.rm(path, recursive=True)
+
+
+#: What a folder that is not there (or half there) raises: damage, skipped. Any other OSError
+#: (EIO, EACCES, a timeout) says the storage did not answer, not that the folder is bad.
+_ABSENT = (errno.ENOENT, errno.ENOTDIR)
+
+
+def _raise_if_unreadable(exc: OSError, folder: str) -> None:
+    if exc.errno is not None and exc.errno not in _ABSENT:
+        raise StorageUnreachable(
+            f"checkpoint {folder} could not be read ({exc}): an I/O error, not damage, so the restore "
+            "stops here rather than restore an older state or none (and bury the newer one at the "
+            "next checkpoint). Fix the storage; the actor restores once it reads again") from exc
 
 
 def _map_local(path: str, size: int) -> np.ndarray | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import gc
 import json
 import os
@@ -624,3 +625,24 @@ def test_a_log_record_round_trips_as_a_typed_call_and_a_foreign_one_is_refused()
         LoggedCall.decode(encode({"m": 5, "a": [], "k": {}}))
     with pytest.raises(CheckpointError, match="holds method None"):
         LoggedCall.decode(encode({"x": 1}))
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="needs /dev/fuse")
+def test_a_prune_that_cannot_read_a_kept_delta_deletes_nothing() -> None:
+    """EIO on the newest delta's manifest: its parent is unknown, not absent. Skipping it as
+    damage deleted the full checkpoint the delta needs; the prune now waits for a readable disk."""
+    from chaos.disks import fault_filesystem
+
+    with fault_filesystem() as fs:
+        store = CheckpointStore(os.path.join(fs.mount, "ckpt"), keep=1)
+        store.save({"n": np.arange(3)})
+        store.save({"n": np.arange(1)}, parent=1)
+        fs.fail(errno.EIO, glob="*ckpt-0000000002/manifest.json")
+        store.prune()
+        assert store.seqs() == [1, 2]
+        with pytest.raises(StorageUnreachable, match="an I/O error, not damage"):
+            store.load_latest()
+        fs.heal()
+        store.prune()
+        assert store.seqs() == [1, 2]  # the delta needs its parent: both kept, now known
+        assert store.load_latest() is not None
