@@ -199,13 +199,14 @@ class AddReply:
 @dataclass(frozen=True, slots=True)
 class DiskCall:
     """One keyed add as the driver saw it: its seq, when it started (seconds into the run),
-    how long it took, how it ended and the errno its failure named (0: none)."""
+    how long it took, how it ended, the errno its failure named (0: none) and the failure in words."""
 
     seq: int
     t: float
     seconds: float
     ack: Ack
     errno: int = 0
+    error: str = ""
 
     @property
     def end(self) -> float:
@@ -277,7 +278,9 @@ def failure_reported(calls: Sequence[DiskCall], *, since: float | None, bound: f
               f"{len(unnamed)} failed naming none, {len(hung)} took over {bound:g} s, {len(silent)} were "
               f"acknowledged between the first and the last failure")
     if unnamed:
-        detail += f" (first unnamed at {unnamed[0].t:.2f} s: {unnamed[0].ack})"
+        detail += f" (first unnamed at {unnamed[0].t:.2f} s: {unnamed[0].error or unnamed[0].ack})"
+    elif named:
+        detail += f"; the first: {named[0].error[:160]}"
     return Verdict.over("failure_reported", len(calls), held=bool(named) and not (unnamed or hung or silent),
                         detail=detail)
 
@@ -386,7 +389,7 @@ class FailingCheckpointDisk(Workload):
             reply = AddReply(Ack.UNKNOWN, 0, f"{type(exc).__name__}: {exc}"[:300])
         took = time.monotonic() - start
         self.history.complete((self.WRITER, seq), _OP_STATUS[reply.ack])
-        return DiskCall(seq, round(self.ctx.elapsed() - took, 3), took, reply.ack, reply.errno)
+        return DiskCall(seq, round(self.ctx.elapsed() - took, 3), took, reply.ack, reply.errno, reply.error)
 
     def probe(self) -> str:
         import ray
