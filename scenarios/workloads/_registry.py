@@ -99,5 +99,6 @@ def _builtin() -> dict[str, type[Workload]]:
     from scenarios.workloads._builtin import WORKLOADS  # heavy (Ray's libraries); only when asked
     from scenarios.workloads._disk import DISK_WORKLOADS
     from scenarios.workloads._lossy import LOSSY_WORKLOADS
+    from scenarios.workloads._partition_head import PARTITION_HEAD_WORKLOADS
 
-    return {**WORKLOADS, **DISK_WORKLOADS, **LOSSY_WORKLOADS}
+    return {**WORKLOADS, **DISK_WORKLOADS, **LOSSY_WORKLOADS, **PARTITION_HEAD_WORKLOADS}
