@@ -30,7 +30,7 @@ from actors import _failpoints as fp
 from actors._codec import StateTree
 from actors._dedupe import CALL_KEYS, WriterSeqs
 from actors._fence import Fence
-from actors._store import CheckpointInfo, CheckpointRetried, CheckpointStore
+from actors._store import CheckpointInfo, CheckpointRetried, CheckpointStore, CommittedNotSynced
 from chaos._errors import CheckpointError, InvalidConfig, MutationNotLogged
 from chaos._failpoint import failpoint
 
@@ -820,11 +820,18 @@ class _Checkpointer:
         if self.config.incremental and not full and self.last_seq and \
                 self.deltas < self.config.full_every - 1:
             delta = self.owner.delta_state_dict()
-        if delta is None:
-            info, self.deltas = self.store.save(self._wrap(self.owner.state_dict())), 0
-        else:
-            info = self.store.save(self._wrap(delta), parent=self.last_seq)
-            self.deltas += 1
+        try:
+            info = self.store.save(self._wrap(self.owner.state_dict() if delta is None else delta),
+                                   parent=None if delta is None else self.last_seq)
+        except CommittedNotSynced as exc:
+            # Renamed into place, so a restart restores it: the log must roll to it all the
+            # same, or what is acknowledged next lands in a segment that restore skips.
+            self._committed(exc.info)
+            raise
+        return self._committed(info)
+
+    def _committed(self, info: CheckpointInfo) -> CheckpointInfo:
+        self.deltas = 0 if info.parent is None else self.deltas + 1
         self.owner.mark_checkpointed()
         self.last_seq, self.last_time, self.since = info.seq, self.clock(), 0
         self.count += 1

@@ -16,6 +16,7 @@ still load.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import hashlib
 import io
@@ -40,8 +41,17 @@ from actors._codec import StateTree
 from chaos._errors import CheckpointError, CheckpointFormatError, StorageUnreachable
 from chaos._failpoint import failpoint
 
-__all__ = ["FORMAT_VERSION", "CheckpointInfo", "CheckpointRetried", "CheckpointStore", "CheckpointWarning", "FileMeta",
-           "LoadedCheckpoint", "Manifest"]
+__all__ = [
+    "FORMAT_VERSION",
+    "CheckpointInfo",
+    "CheckpointRetried",
+    "CheckpointStore",
+    "CheckpointWarning",
+    "CommittedNotSynced",
+    "FileMeta",
+    "LoadedCheckpoint",
+    "Manifest",
+]
 
 FORMAT_VERSION = 2  # 2: CRC-32 per file (1: sha256)
 _PREFIX = "ckpt-"
@@ -66,6 +76,16 @@ class CheckpointWarning(UserWarning):
 class CheckpointRetried(CheckpointWarning):
     """A checkpoint after a mutation failed (a full disk, say); the write-ahead log holds the
     call, and the checkpoint is tried again after the next mutation."""
+
+
+class CommittedNotSynced(OSError):
+    """The checkpoint folder was renamed into place (committed: a restart restores it) but
+    what follows failed (the directory's fsync, the prune): a power loss may still drop it.
+    ``info`` is the committed checkpoint's; the caller must treat it as the newest."""
+
+    def __init__(self, info: CheckpointInfo, cause: Exception) -> None:
+        super().__init__(getattr(cause, "errno", None), f"checkpoint {info.path} committed, but {cause}")
+        self.info = info
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,12 +279,15 @@ class CheckpointStore:
         _fsync_dir(tmp)  # the files' names, not only their bytes, before the folder is committed
         final = self.folder(seq)
         self.fs.mv(tmp, final, recursive=True)
-        failpoint(fp.CHECKPOINT_RENAMED)
-        _fsync_dir(self.root)
-        failpoint(fp.CHECKPOINT_PRUNE)
-        self.prune()
-        nbytes = sum(meta.size for meta in files.values())
-        return CheckpointInfo(seq, final, nbytes, time.perf_counter() - start, parent)
+        info = CheckpointInfo(seq, final, sum(meta.size for meta in files.values()), 0.0, parent)
+        try:
+            failpoint(fp.CHECKPOINT_RENAMED)
+            _fsync_dir(self.root)
+            failpoint(fp.CHECKPOINT_PRUNE)
+            self.prune()
+        except Exception as exc:  # after the rename: committed all the same, and the caller must know it
+            raise CommittedNotSynced(info, exc) from exc
+        return dataclasses.replace(info, seconds=time.perf_counter() - start)
 
     def _write_tmp(self, tmp: str, seq: int, tree: StateTree, parent: int | None) -> dict[str, FileMeta]:
         files = self._write_payload(tmp, tree)

@@ -646,3 +646,32 @@ def test_a_prune_that_cannot_read_a_kept_delta_deletes_nothing() -> None:
         store.prune()
         assert store.seqs() == [1, 2]  # the delta needs its parent: both kept, now known
         assert store.load_latest() is not None
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="needs /dev/fuse")
+def test_a_checkpoint_that_fails_after_its_rename_still_rolls_the_log(tmp_path: Path) -> None:
+    """The folder is committed once renamed: a restart restores it and replays the log from it.
+    An error after the rename (the directory's fsync, the prune) must not leave the log in the
+    segment before it, where an add acknowledged later (while the next checkpoint fails on a
+    failing disk) would be skipped by that restore."""
+    from actors import CheckpointedCounter
+    from actors.checkpoint import CheckpointRetried
+    from chaos.disks import fault_filesystem
+    from chaos.failpoints import FailAction, Failpoint, FailpointPlan, armed
+
+    with fault_filesystem() as fs:
+        storage = os.path.join(fs.mount, "ckpt")
+        counter = CheckpointedCounter(storage, durability="wal", every_n=5, restore="never")
+        for seq in range(4):
+            counter.add(writer_id="w", seq=seq)
+        plan = FailpointPlan((Failpoint(name="checkpoint.prune.before", action=FailAction.ERROR),),
+                             evidence_dir=str(tmp_path / "evidence"))
+        with armed(plan), pytest.warns(CheckpointRetried, match="committed, but"):
+            counter.add(writer_id="w", seq=4)  # its checkpoint is renamed into place, then fails
+        fs.fail(errno.EIO, glob="*tmp-ckpt*")  # the next checkpoint fails before its commit
+        with pytest.warns(CheckpointRetried, match="Input/output error"):
+            for seq in range(5, 10):  # acknowledged: in the log, not in a checkpoint
+                counter.add(writer_id="w", seq=seq)
+        fs.heal()
+        restored = CheckpointedCounter(storage, durability="wal", every_n=5, restore="always")
+        assert restored.applied_seqs("w") == list(range(10))
