@@ -18,7 +18,7 @@ from chaos._faults import FailingDisk, FaultStatus
 from chaos._fusefs import fuse_mounts_left
 from chaos.cluster import ClusterHandle
 from chaos.disks import fault_filesystem
-from chaos.errors import CheckpointError
+from chaos.errors import CheckpointError, StorageUnreachable
 from scenarios import load_scenario, run_scenario
 from scenarios.model._records import RunLabel, RunStatus
 from scenarios.workloads._disk import (
@@ -131,8 +131,6 @@ def test_the_scenario_aims_eio_at_the_counters_folder_for_three_seconds() -> Non
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="needs /dev/fuse")
-@pytest.mark.xfail(strict=True, reason="CheckpointStore.load skips a folder it cannot read (EIO) as it skips a "
-                   "damaged one, and a restore that skipped every folder starts from the initial state")
 def test_a_restart_while_no_checkpoint_can_be_read_fails_rather_than_starting_empty() -> None:
     with fault_filesystem() as fs:
         storage = os.path.join(fs.mount, "counter")
@@ -144,8 +142,9 @@ def test_a_restart_while_no_checkpoint_can_be_read_fails_rather_than_starting_em
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", CheckpointWarning)
                 restarted = CheckpointedCounter(storage, every_n=5, restore="always")
-        except (CheckpointError, OSError):
-            return  # refused: Ray restarts it again, and once the disk answers it restores
+        except StorageUnreachable as exc:
+            assert "an I/O error, not damage" in str(exc)
+            return  # refused: the restart fails loudly, and once the disk answers it restores
         assert restarted.value == 20, restarted.restore_info  # the newest checkpoint's, or nothing
 
 

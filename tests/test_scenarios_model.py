@@ -17,12 +17,12 @@ from scenarios.runner import SteadyState
 from scenarios.runner._run import _recovery, aim_memory_faults, steady_verdicts
 
 BUILTINS = ["async-actor", "bandwidth-starved", "dqn-cartpole", "drain-preemption", "env-worker-kill",
-            "env-worker-kill-no-retries", "full-disk", "gcs-restart", "lossy-network", "lost-objects",
-            "memory-pressure", "node-loss", "node-unresponsive", "open-files", "owner-death",
-            "parameter-server-crash", "partition-worker", "placement-group", "redis-loss", "replay-crash-loop",
-            "replay-crash-loop-beyond", "rllib-ppo-cartpole", "rpc-failures", "rpc-failures-no-retries",
-            "slow-checkpoint-disk", "starvation", "straggler", "train-torch-ddp", "train-torch-ddp-no-retries",
-            "tune-trials"]
+            "env-worker-kill-no-retries", "failing-checkpoint-disk", "full-disk", "gcs-restart",
+            "lossy-network", "lost-objects", "memory-pressure", "node-loss", "node-unresponsive",
+            "open-files", "owner-death", "parameter-server-crash", "partition-head", "partition-worker",
+            "placement-group", "redis-loss", "replay-crash-loop", "replay-crash-loop-beyond",
+            "rllib-ppo-cartpole", "rpc-failures", "rpc-failures-no-retries", "slow-checkpoint-disk",
+            "starvation", "straggler", "train-torch-ddp", "train-torch-ddp-no-retries", "tune-trials"]
 #: Built-ins whose faults are set up with the cluster, not scheduled (Ray's RPC failure knob).
 NO_SCHEDULE = {"rpc-failures", "rpc-failures-no-retries"}
 #: Built-ins whose workload drives its own faults (Redis's, which the engine does not schedule).
