@@ -13,6 +13,7 @@ from chaos._net_faults import drop_table, loss_probes
 from chaos.engine import fault_from_dict, fault_to_dict
 from chaos.errors import InvalidFaultSpec
 from scenarios.model._scenario import ScenarioError, load_scenario
+from scenarios.workloads._network import LogLine, superseded_writes
 
 
 @pytest.mark.parametrize("fault", [
@@ -96,3 +97,21 @@ def test_a_lab_listing_that_fails_is_a_leftover_not_a_clean_bill(
     found = network_leftovers()
     assert found and all(line.startswith("unlisted: `ip ") for line in found if "ip " in line), found
     assert any("cannot open netns dir" in line for line in found), found
+
+
+def _line(kind: str, pid: int, at: float) -> LogLine:
+    return LogLine(kind, pid, 0 if kind == "write" else -1, at)
+
+
+def test_a_write_by_an_incarnation_after_its_replacement_started_is_superseded() -> None:
+    lines = [_line("start", 1, 0.0), _line("write", 1, 1.0), _line("start", 2, 2.0),
+             _line("write", 2, 3.0), _line("write", 1, 2.5), _line("tick", 1, 4.0)]
+    assert superseded_writes(lines) == [_line("write", 1, 2.5), _line("tick", 1, 4.0)]
+
+
+def test_writes_before_the_replacement_started_and_by_the_replacement_are_not() -> None:
+    lines = [_line("start", 1, 0.0), _line("write", 1, 1.9), _line("start", 2, 2.0), _line("write", 2, 2.1),
+             _line("start", 3, 5.0), _line("write", 3, 6.0)]
+    assert superseded_writes(lines) == []
+    # An incarnation two generations back is superseded by the first replacement already.
+    assert superseded_writes([*lines, _line("write", 1, 3.0)]) == [_line("write", 1, 3.0)]
