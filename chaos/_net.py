@@ -167,6 +167,9 @@ class NetLab:
     _stop: threading.Event = field(default_factory=threading.Event)
     _next_table: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    #: How each worker node was started (its ``ray start`` command and environment), so that
+    #: a node Ray declared dead can start again as a new node (``rejoin``).
+    started_with: dict[int, tuple[list[str], dict[str, str]]] = field(default_factory=dict)
 
     @property
     def nodes(self) -> tuple[NetNode, ...]:

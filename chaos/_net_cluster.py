@@ -19,7 +19,7 @@ from chaos._errors import InvalidConfig
 from chaos._net import NetLab, NetNode, _enter, _kill_namespace
 from chaos._wait import wait_until
 
-__all__ = ["join_workers", "kill_workers", "map_node_ids", "worker_environment"]
+__all__ = ["join_workers", "kill_workers", "map_node_ids", "rejoin", "worker_environment"]
 
 #: Seconds the worker nodes' ``ray start`` may take, all of them at once, on a busy host.
 START_TIMEOUT = 120.0
@@ -56,20 +56,53 @@ def join_workers(lab: NetLab, address: str, *, num_cpus: int, store: int,
     """
     environment = worker_environment(env)
     for node in lab.workers:
-        namespace = node.namespace
-        assert namespace is not None
-        command = _start_command(node, address, num_cpus, store, resources[node.index])
-        proc = subprocess.Popen(command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, preexec_fn=functools.partial(_enter, namespace))
-        try:
-            output, _ = proc.communicate(timeout=START_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            output = _rest_of(proc)
-        if proc.returncode != 0:
-            tail = "\n".join(output.strip().splitlines()[-8:])
-            raise InvalidConfig(f"the Ray node in {node.label} did not start (`ray start` exited "
-                                f"{proc.returncode}):\n{tail}")
+        lab.started_with[node.index] = (_start_command(node, address, num_cpus, store, resources[node.index]),
+                                        environment)
+        _start(lab, node)
+
+
+def _start(lab: NetLab, node: NetNode) -> None:
+    """Run the node's ``ray start`` in its namespace, as ``join_workers`` first did."""
+    namespace = node.namespace
+    assert namespace is not None
+    command, environment = lab.started_with[node.index]
+    proc = subprocess.Popen(command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, preexec_fn=functools.partial(_enter, namespace))
+    try:
+        output, _ = proc.communicate(timeout=START_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        output = _rest_of(proc)
+    if proc.returncode != 0:
+        tail = "\n".join(output.strip().splitlines()[-8:])
+        raise InvalidConfig(f"the Ray node in {node.label} did not start (`ray start` exited "
+                            f"{proc.returncode}):\n{tail}")
+
+
+def rejoin(lab: NetLab, node: NetNode, *, timeout: float = 60.0) -> str:
+    """Start a worker node again, as a new Ray node in the same namespace and address: what is
+    left of the old one (Ray declared it dead; its processes outlive that) is killed first.
+    Returns the new node's id, which replaces the old one's in ``lab.node_ids``.
+
+    Raises:
+        InvalidConfig: ``ray start`` failed.
+        HangError: the new node was not alive within ``timeout``.
+    """
+    import ray
+
+    old = {nid for nid, n in lab.node_ids.items() if n == node}
+    _kill_namespace(lab, node)
+    _start(lab, node)
+
+    def joined() -> str:
+        return next((str(row["NodeID"]) for row in ray.nodes() if row.get("Alive") and str(row["NodeID"]) not in old
+                     and row.get("NodeManagerAddress") == node.address), "")
+
+    new = wait_until(joined, timeout=timeout, interval=0.2, what=f"{node.label} alive again as a new node")
+    for nid in old:
+        del lab.node_ids[nid]
+    lab.node_ids[new] = node
+    return new
 
 
 def _rest_of(proc: subprocess.Popen[str]) -> str:
