@@ -41,9 +41,12 @@ DEATHS = {A: 14.5, B: 14.8}  # 8.5 and 8.8 s into the long cut
 ALIVE_AT_END = {HEAD: "ALIVE", A: "DEAD", B: "DEAD"}
 
 
+WORKERS = frozenset({A, B})  # the worker nodes the workload knows: every cut must cut them all
+
+
 def _call(at: float, ended: float | None, *, actor: str = "w0", node: str = A,
-          outcome: CallOutcome = CallOutcome.OK) -> Call:
-    return Call(actor, int(at * 10), at, ended, outcome, node, 100)
+          outcome: CallOutcome = CallOutcome.OK, pid: int = 100) -> Call:
+    return Call(actor, int(at * 10), at, ended, outcome, node, pid)
 
 
 #: Calls made before, during and after each cut, answered as a good run's were.
@@ -55,8 +58,9 @@ GOOD_TASKS = [HeadTask(t / 2, 0.02, CallOutcome.OK) for t in range(40)]
 
 def _judge(*, windows: list[CutWindow] = CUTS, deaths: dict[str, float] = DEATHS,
            calls: list[Call] = GOOD_CALLS) -> dict[str, bool]:
-    return {"short": short_cut_tolerated(windows, deaths, calls, bound=BOUND, settle=5.0, now=20.0).held,
-            "long": long_cut_declared(windows, deaths, bound=BOUND, within=15.0, now=20.0).held,
+    return {"short": short_cut_tolerated(windows, deaths, calls, workers=WORKERS, bound=BOUND, settle=5.0,
+                                         now=20.0).held,
+            "long": long_cut_declared(windows, deaths, workers=WORKERS, bound=BOUND, within=15.0, now=20.0).held,
             "after": actors_answer_after(calls, windows, ALIVE_AT_END, actors=["w0", "w1"], bound=BOUND,
                                          now=20.0).held}
 
@@ -108,9 +112,37 @@ def test_short_cut_tolerated_is_red_for_a_death_a_late_or_failed_call_or_no_shor
     assert not _judge(calls=failed)["short"]
     assert not _judge(calls=[*GOOD_CALLS, _call(2.0, None, outcome=CallOutcome.PENDING)])["short"]
     assert not _judge(windows=[LONG])["short"]
-    idle = short_cut_tolerated(CUTS, DEATHS, [c for c in GOOD_CALLS if not SHORT.covers(c.at)], bound=BOUND,
-                               settle=5.0, now=20.0)
+    idle = short_cut_tolerated(CUTS, DEATHS, [c for c in GOOD_CALLS if not SHORT.covers(c.at)], workers=WORKERS,
+                               bound=BOUND, settle=5.0, now=20.0)
     assert not idle.held and "nothing to check" in idle.detail  # no call met the short cut
+
+
+def test_short_cut_tolerated_is_red_for_a_call_answered_by_a_new_process_or_from_an_uncut_node() -> None:
+    # Each in time (2.5 s after a heal at 3 s), as a good run's calls are; only where differs.
+    for moved in (_call(2.0, 3.5, pid=200), _call(2.0, 3.5, node=HEAD), _call(2.0, 3.5, node=HEAD, pid=200)):
+        red = short_cut_tolerated(CUTS, DEATHS, [*GOOD_CALLS, moved], workers=WORKERS, bound=BOUND, settle=5.0,
+                                  now=20.0)
+        assert not red.held and "pre-cut process on a cut node: 1 (first: w0" in red.detail, moved
+    # A writer never answered before the cut: nothing says its answer came from where it was.
+    unknown = [*GOOD_CALLS, _call(2.0, 3.5, actor="w1", node=B)]
+    assert not _judge(calls=unknown)["short"]
+    before = [*GOOD_CALLS, _call(0.6, 0.61, actor="w1", node=B, pid=300),
+              _call(2.0, 3.5, actor="w1", node=B, pid=300)]
+    assert _judge(calls=before)["short"]
+
+
+def test_the_cut_verdicts_are_red_when_a_worker_node_was_not_cut() -> None:
+    one = [CutWindow(1.0, 3.0, frozenset({A})), CutWindow(6.0, 18.0, frozenset({A}))]
+    short = short_cut_tolerated(one, {A: 14.5}, GOOD_CALLS, workers=WORKERS, bound=BOUND, settle=5.0, now=20.0)
+    long = long_cut_declared(one, {A: 14.5}, workers=WORKERS, bound=BOUND, within=15.0, now=20.0)
+    for red in (short, long):
+        assert not red.held and f"worker nodes not cut: {B[:12]}" in red.detail, red
+    # Only the short cut, or only the long one, spared a worker.
+    assert _judge(windows=[one[0], LONG]) == {"short": False, "long": True, "after": True}
+    assert _judge(windows=[SHORT, one[1]], deaths={A: 14.5})["long"] is False
+    c = "c" * 56  # a third worker no cut touched
+    third = long_cut_declared(CUTS, DEATHS, workers=WORKERS | {c}, bound=BOUND, within=15.0, now=20.0)
+    assert not third.held and f"worker nodes not cut: {c[:12]}" in third.detail
 
 
 def test_a_death_of_the_long_cut_is_not_blamed_on_the_short_one() -> None:

@@ -12,9 +12,10 @@ run (when each began and ended, on which nodes), not what the schedule meant.
 Every verdict is a pure function of what was recorded (cut windows, node deaths, calls, head
 tasks, the nodes' states at the end), tested Ray-free with fabricated observations:
 
-- ``short_cut_tolerated``: no node declared dead for the short cut; every call made during it
-  answered, from where it was, within ``settle`` seconds of the heal.
-- ``long_cut_declared``: every node of the long cut declared dead within ``detect_within``.
+- ``short_cut_tolerated``: the short cut cut every worker; no node declared dead for it; every
+  call made during it answered within ``settle`` seconds of the heal, from the cut node and by
+  the process its writer had before the cut.
+- ``long_cut_declared``: the long cut cut every worker, each declared dead within ``detect_within``.
 - ``head_kept_serving``: tasks on the head ran throughout, during both cuts too, none slower
   than ``head_within``.
 - ``actors_answer_after``: after the long cut, each writer answers from a node that is alive.
@@ -200,11 +201,34 @@ def _deaths_of(windows: Sequence[CutWindow], i: int, deaths: Mapping[str, float]
     return {n: t for n, t in deaths.items() if n in windows[i].nodes and windows[i].start <= t < until}
 
 
+def _uncut(window: CutWindow, workers: frozenset[str]) -> str:
+    """The detail's words for the worker nodes ``window`` did not cut ("" when it cut them all):
+    a cut that spared a worker is not a cut of every worker from the head."""
+    spared = workers - window.nodes
+    return f"; worker nodes not cut: {_names(spared)}" if spared else ""
+
+
+def _before(calls: Sequence[Call], start: float) -> dict[str, tuple[str, int]]:
+    """Where each writer answered from (node, pid) last before ``start``: its last call answered
+    before then."""
+    answered = sorted((c for c in calls if c.outcome is CallOutcome.OK and c.ended is not None and c.ended < start),
+                      key=lambda c: c.ended or 0.0)
+    return {c.actor: (c.node, c.pid) for c in answered}
+
+
+def _moved(during: Sequence[Call], before: Mapping[str, tuple[str, int]], nodes: frozenset[str]) -> list[Call]:
+    """The answered calls of ``during`` not answered by their writer's pre-cut process on a cut
+    node (a new incarnation, or a writer that was not where the cut was)."""
+    return [c for c in during if c.outcome is CallOutcome.OK
+            and (c.node not in nodes or before.get(c.actor) != (c.node, c.pid))]
+
+
 def short_cut_tolerated(windows: Sequence[CutWindow], deaths: Mapping[str, float], calls: Sequence[Call], *,
-                        bound: float, settle: float, now: float) -> Verdict:
-    """``short_cut_tolerated``: a cut shorter than the health check's ``bound`` was seen; no node
-    was declared dead from its start until ``bound`` after its heal (or the next cut's start);
-    every call made during it answered, within ``settle`` seconds of the heal."""
+                        workers: frozenset[str], bound: float, settle: float, now: float) -> Verdict:
+    """``short_cut_tolerated``: a cut shorter than the health check's ``bound`` of every node of
+    ``workers`` was seen; no node was declared dead from its start until ``bound`` after its heal
+    (or the next cut's start); every call made during it answered within ``settle`` seconds of the
+    heal, from the cut node and by the process its writer had before the cut."""
     short = _short(windows, bound, now)
     if short is None:
         return Verdict("short_cut_tolerated", False, f"no cut shorter than {bound:g} s was seen "
@@ -215,18 +239,25 @@ def short_cut_tolerated(windows: Sequence[CutWindow], deaths: Mapping[str, float
     declared = [n for n, t in deaths.items() if short.start <= t < until]
     during = [c for c in calls if short.covers(c.at)]
     late = [c for c in during if c.outcome is not CallOutcome.OK or c.ended is None or c.ended > short.end + settle]
+    moved = _moved(during, _before(calls, short.start), short.nodes)
     last = max((c.ended for c in during if c.ended is not None), default=short.end)
-    return Verdict.over("short_cut_tolerated", len(during), held=not declared and not late,
-                        detail=f"cut {short.length(now):.1f} s (nodes {_names(short.nodes)}); declared dead by "
-                               f"{until:.1f} s: {_names(declared)}; {len(during)} calls made during it, "
-                               f"not answered within {settle:g} s of the heal: {len(late)}; the last answered "
-                               f"{last - short.end:.1f} s after the heal")
+    spared = _uncut(short, workers)
+    return Verdict.over("short_cut_tolerated", len(during), held=not declared and not late and not moved
+                        and not spared,
+                        detail=f"cut {short.length(now):.1f} s (nodes {_names(short.nodes)}{spared}); declared "
+                               f"dead by {until:.1f} s: {_names(declared)}; {len(during)} calls made during it, "
+                               f"not answered within {settle:g} s of the heal: {len(late)}; answered elsewhere "
+                               f"than by the writer's pre-cut process on a cut node: {len(moved)}"
+                               + (f" (first: {moved[0].actor} pid {moved[0].pid} on {moved[0].node[:12]})"
+                                  if moved else "")
+                               + f"; the last answered {last - short.end:.1f} s after the heal")
 
 
-def long_cut_declared(windows: Sequence[CutWindow], deaths: Mapping[str, float], *, bound: float,
-                      within: float, now: float) -> Verdict:
-    """``long_cut_declared``: a cut at least the health check's ``bound`` long was seen, and
-    every node it cut was declared dead within ``within`` seconds of its start (not before)."""
+def long_cut_declared(windows: Sequence[CutWindow], deaths: Mapping[str, float], *, workers: frozenset[str],
+                      bound: float, within: float, now: float) -> Verdict:
+    """``long_cut_declared``: a cut of every node of ``workers`` at least the health check's
+    ``bound`` long was seen, and every node it cut was declared dead within ``within`` seconds of
+    its start (not before)."""
     long = _long(windows, bound, now)
     if long is None:
         return Verdict("long_cut_declared", False, f"no cut of {bound:g} s or more was seen "
@@ -234,9 +265,10 @@ def long_cut_declared(windows: Sequence[CutWindow], deaths: Mapping[str, float],
     took = {n: deaths[n] - long.start for n in long.nodes if n in deaths}
     bad = [n for n in long.nodes if not 0 <= took.get(n, -1.0) <= within]
     shown = ", ".join(f"{n[:12]} {t:.1f} s" for n, t in sorted(took.items())) or "none"
-    return Verdict.over("long_cut_declared", len(long.nodes), held=not bad,
-                        detail=f"cut {long.length(now):.1f} s; declared dead after the cut's start: {shown} "
-                               f"(bound {within:g} s); not in the bound: {_names(bad)}")
+    spared = _uncut(long, workers)
+    return Verdict.over("long_cut_declared", len(long.nodes), held=not bad and not spared,
+                        detail=f"cut {long.length(now):.1f} s{spared}; declared dead after the cut's start: "
+                               f"{shown} (bound {within:g} s); not in the bound: {_names(bad)}")
 
 
 def head_kept_serving(tasks: Sequence[HeadTask], windows: Sequence[CutWindow], *, within: float) -> Verdict:
@@ -393,7 +425,8 @@ class PartitionHead(Workload):
         self.params = self.ctx.params_as(PartitionHeadParams)
         self.lab = lab_of(self.ctx.address)
         os.makedirs(self.ctx.storage, exist_ok=True)
-        self.writers = [self._writer(f"w{i}", node) for i, node in enumerate(_worker_nodes())]
+        self.workers = frozenset(_worker_nodes())  # the nodes every cut must cut
+        self.writers = [self._writer(f"w{i}", node) for i, node in enumerate(sorted(self.workers))]
         head = NodeAffinitySchedulingStrategy(self.lab.id_of(self.lab.head), soft=False)
         self.task = ray.remote(num_cpus=0, max_retries=0)(_stall).options(scheduling_strategy=head)
         ray.get(self.task.remote(0.0, False), timeout=CALL_TIMEOUT)  # its worker started before time zero
@@ -515,8 +548,10 @@ class PartitionHead(Workload):
         windows, now, p = cut_windows(samples), self.ctx.elapsed(), self.params
         deaths, states = dict(self.watch.dead_at), _states(self.ctx.address)
         self._figures(windows, deaths, now)
-        return [short_cut_tolerated(windows, deaths, self.calls, bound=p.health_check, settle=p.settle, now=now),
-                long_cut_declared(windows, deaths, bound=p.health_check, within=p.detect_within, now=now),
+        return [short_cut_tolerated(windows, deaths, self.calls, workers=self.workers, bound=p.health_check,
+                                    settle=p.settle, now=now),
+                long_cut_declared(windows, deaths, workers=self.workers, bound=p.health_check,
+                                  within=p.detect_within, now=now),
                 head_kept_serving(self.tasks, windows, within=p.head_within),
                 actors_answer_after(self.calls, windows, states, actors=[w.name for w in self.writers],
                                     bound=p.health_check, now=now),
