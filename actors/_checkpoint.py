@@ -29,7 +29,7 @@ from actors import _codec, _wal
 from actors import _failpoints as fp
 from actors._codec import StateTree
 from actors._dedupe import CALL_KEYS, WriterSeqs
-from actors._fence import Fence
+from actors._fence import Fence, Superseded
 from actors._store import CheckpointInfo, CheckpointRetried, CheckpointStore, CommittedNotSynced
 from chaos._errors import CheckpointError, InvalidConfig, MutationNotLogged
 from chaos._failpoint import failpoint
@@ -223,13 +223,19 @@ def _writers(owner: object) -> WriterSeqs:
 
 def _seen(owner: object, name: str, kwargs: Mapping[str, Any]) -> bool:
     """Whether an idempotent call was applied before (counted as a repeat); validates its key
-    before anything runs."""
+    before anything runs. A repeat is answered as applied only by an incarnation that may
+    still commit: a superseded or diverged one recorded seqs its log never got."""
     writer_id, seq = kwargs.get("writer_id"), kwargs.get("seq")
     if writer_id is None or seq is None:
         raise InvalidConfig(
             f"{type(owner).__name__}.{name}() is an idempotent mutation: pass writer_id= and seq= "
             f"(got writer_id={writer_id!r}, seq={seq!r}); actors.Writer numbers a caller's calls")
-    return _writers(owner).is_repeat(writer_id, seq)
+    if not _writers(owner).is_repeat(writer_id, seq):
+        return False
+    checkpointer = owner.__dict__.get("_raychaos_checkpointer")
+    if checkpointer is not None:
+        checkpointer.refuse_if_stale()
+    return True
 
 
 def _sync_mutation(method: F, idempotent: bool) -> Callable[..., Any]:
@@ -625,12 +631,12 @@ class _Checkpointer:
         """Restore (``restore``) or commit the initial state; ``over_old``: a fresh start may
         bury the checkpoints already in the storage."""
         start = time.perf_counter()
+        if not restore and not over_old:
+            self._refuse_old_checkpoints()  # before the fence: a refused start supersedes nothing
         if self.fence is not None:
-            # First: from here on no older incarnation commits, so what is restored stays whole.
+            # Then: from here on no older incarnation commits, so what is restored stays whole.
             self.fence.take()
         if not restore:
-            if not over_old:
-                self._refuse_old_checkpoints()
             self.checkpoint()
             return self.restore_info
         loaded = self.store.load_latest()
@@ -714,8 +720,19 @@ class _Checkpointer:
         """Hold the storage for a commit (refused once a later incarnation started)."""
         return self.fence.held() if self.fence is not None else contextlib.nullcontext()
 
+    def refuse_if_stale(self) -> None:
+        """Raise what a mutation would meet now: this incarnation superseded, or diverged."""
+        if self.fence is not None and self.fence.refused:
+            raise Superseded(self.fence.refused)
+        if self.diverged:
+            raise MutationNotLogged(self.diverged, undone=False)
+
     def after_mutation(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        with self.fenced():  # a superseded incarnation acknowledges nothing, logs nothing
+        with contextlib.ExitStack() as held:
+            try:
+                held.enter_context(self.fenced())  # a superseded incarnation acknowledges nothing
+            except OSError as exc:  # the fence unreadable: the call cannot be committed, undo it
+                self._undo(name, exc)
             self._after_mutation(name, args, kwargs)
 
     def _after_mutation(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -792,6 +809,9 @@ class _Checkpointer:
         it the call's durability was this checkpoint, and the caller must hear it failed."""
         try:
             self.checkpoint()
+        except CommittedNotSynced as exc:  # committed: a restart restores it; a power loss may not
+            warnings.warn(f"checkpoint after {name}() committed, but not synced ({exc}): a power loss "
+                          "may drop it", CheckpointRetried, stacklevel=3)
         except OSError as exc:
             if self.config.durability != "wal":
                 raise CheckpointError(f"{name}() was applied but the checkpoint the policy takes "

@@ -57,7 +57,7 @@ class Fence:
         if created:
             _fsync_dir(root)  # the file itself must survive a power loss, not only its bytes
         self._mine = b""
-        self._depth = 0
+        self._depth, self._locked = 0, False
         self._lock = threading.RLock()  # one flock per process: nested and threaded holds share it
 
     def take(self) -> int:
@@ -96,6 +96,13 @@ class Fence:
         try:
             if self._depth == 1:
                 fcntl.flock(self._fd, fcntl.LOCK_SH)
+                self._locked = True
+            elif not self._locked:
+                # A signal handler (SIGTERM's checkpoint) run while this thread waits for the
+                # lock: committing now would not hold it. Refused: the stop goes on without it.
+                raise CheckpointError(f"a commit under {self.root} is waiting for the incarnation lock (a "
+                                      "replacement may be starting): nothing is committed from a signal "
+                                      "handler meanwhile")
             self._check()
         except BaseException:
             self.__exit__()
@@ -104,6 +111,7 @@ class Fence:
     def __exit__(self, *exc: object) -> None:
         self._depth -= 1
         if self._depth == 0:
+            self._locked = False
             fcntl.flock(self._fd, fcntl.LOCK_UN)
         self._lock.release()
 

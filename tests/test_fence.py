@@ -6,15 +6,16 @@ planted variant) an add it acknowledged after its replacement started is lost.""
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 from typing import Any
 
 import pytest
 
-from actors import CheckpointConfig, CheckpointedCounter
+from actors import Checkpointable, CheckpointConfig, CheckpointedCounter, mutation
 from actors._fence import FENCE_FILE, Fence
-from actors.checkpoint import Superseded
-from chaos.errors import CheckpointError, InvalidConfig
+from actors.checkpoint import StorageNotFresh, Superseded
+from chaos.errors import CheckpointError, InvalidConfig, MutationNotLogged
 
 
 class UnfencedCounter(CheckpointedCounter):
@@ -81,13 +82,77 @@ def test_a_replacement_waits_for_a_commit_in_flight(tmp_path: Any) -> None:
         pass
 
 
-def test_nested_and_threaded_holds_share_one_lock(tmp_path: Any) -> None:
+def test_an_inner_hold_released_keeps_the_outer_holds_lock(tmp_path: Any) -> None:
     fence = Fence(str(tmp_path))
     fence.take()
-    with fence.held(), fence.held():
+    started = threading.Event()
+
+    def replace() -> None:
+        Fence(str(tmp_path)).take()
+        started.set()
+
+    with fence.held():
+        with fence.held():
+            pass
+        threading.Thread(target=replace, daemon=True).start()
+        assert not started.wait(0.3)  # bounded: a replacement that got in here fails the test
+    assert started.wait(10.0)
+
+
+def test_a_commit_from_a_signal_handler_while_the_lock_is_awaited_is_refused(tmp_path: Any) -> None:
+    """As SIGTERM's checkpoint would run inside a commit that waits for the lock: refused,
+    since it would commit without holding it."""
+    fence = Fence(str(tmp_path))
+    fence.take()
+    fence._depth = 1  # the state of a thread whose flock is still waiting
+    with pytest.raises(CheckpointError, match="waiting for the incarnation lock"), fence.held():
         pass
-    # The inner release did not release the outer hold's lock early, and all is released now.
-    assert Fence(str(tmp_path)).take() == 2
+
+
+class Keyed(Checkpointable):
+    """An actor whose adds are idempotent through @mutation(idempotent=True)."""
+
+    def __init__(self, storage: str, restore: str) -> None:
+        self.n = 0
+        self.enable_checkpointing(CheckpointConfig(storage=storage, durability="wal"),
+                                  restore=restore)  # type: ignore[arg-type]
+
+    def state_dict(self) -> Any:
+        return {"n": self.n}
+
+    def load_state_dict(self, state: Any) -> None:
+        self.n = int(state["n"])
+
+    @mutation(idempotent=True)
+    def add(self, *, writer_id: str, seq: int) -> int:
+        self.n += 1
+        return self.n
+
+
+def test_a_refused_call_retried_is_refused_again_not_answered_as_a_repeat(tmp_path: Any) -> None:
+    old = Keyed(str(tmp_path), "never")
+    Keyed(str(tmp_path), "always")
+    with pytest.raises(Superseded):
+        old.add(writer_id="w", seq=0)
+    with pytest.raises(Superseded):  # its seq was recorded before the refusal: still no answer
+        old.add(writer_id="w", seq=0)
+
+
+def test_a_fence_that_cannot_be_read_undoes_the_call(tmp_path: Any) -> None:
+    actor = counter(str(tmp_path), restore="never")
+    adds(actor, range(2))
+    os.close(actor.__dict__["_raychaos_checkpointer"].fence._fd)  # its reads now fail (EBADF)
+    with pytest.raises(MutationNotLogged, match="undone"):
+        actor.add(writer_id="w", seq=2)
+    assert actor.get() == 2
+
+
+def test_a_refused_first_start_supersedes_nothing(tmp_path: Any) -> None:
+    running = counter(str(tmp_path), restore="never")
+    adds(running, range(2))
+    with pytest.raises(StorageNotFresh):
+        counter(str(tmp_path), restore="auto")  # a second first start over its storage
+    adds(running, range(2, 4))  # the running incarnation still commits
 
 
 def test_an_incarnation_file_that_is_not_a_number_is_refused_with_the_fix(tmp_path: Any) -> None:
