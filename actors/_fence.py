@@ -4,8 +4,9 @@ Ray restarts an actor when its node is declared dead, but a node cut off by a pa
 not dead: its worker runs on, and Ray 2.60 does not stop it. After the heal it can still run
 calls delivered late (measured: see the page "Ray under partitions"), and without a fence it
 would append to the write-ahead log its replacement is appending to, or commit a checkpoint
-over the replacement's. The fence makes that impossible on a POSIX filesystem shared by the
-incarnations (a local directory, an NFS mount), with one file, ``incarnation``:
+over the replacement's. The fence makes that impossible where the incarnations share one
+kernel's filesystem (the nodes of one host; every write of a process reaches it at once), with
+one file, ``incarnation``:
 
 - each incarnation, when it starts, takes the next incarnation number: under an exclusive
   ``flock`` of the file it reads the number in it, writes the number plus one in its place
@@ -17,6 +18,9 @@ incarnations (a local directory, an NFS mount), with one file, ``incarnation``:
 
 A later incarnation's start waits for a commit in flight, and a commit begun after that start
 reads the new number: no write of a superseded incarnation lands after its replacement started.
+On a network filesystem (NFS) that ordering holds only as far as its locks and caches go: a
+client cut off keeps the log records it buffered (WAL appends are fsynced in batches) and may
+write them back after its replacement started.
 """
 
 from __future__ import annotations
