@@ -87,7 +87,8 @@ slow: $(STAMP) browser redis fuse net
 	@$(MAKE) --no-print-directory leakcheck
 
 # What make slow shows once, shown again (a second shrink, a second route to a cluster, the
-# library plants that measure Ray's own behaviour): about 11 minutes here, not in CI.
+# library plants that measure Ray's own behaviour, the real planted split brains): about 15
+# minutes here, not in CI.
 deep: $(STAMP) browser redis fuse net
 	$(PY) -m pytest -m deep --durations=10 $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory leakcheck
@@ -103,7 +104,7 @@ docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 # The suite's own properties ten times deeper (examples and steps), the Ray failpoint sweep in
-# full: about 20 min here.
+# full, the partition property over twenty schedules: about 25 min here.
 thorough: $(STAMP)
 	$(PY) -m pytest -m property --hypothesis-profile=thorough --hypothesis-show-statistics \
 		-p no:cacheprovider $(PYTEST_ARGS)
