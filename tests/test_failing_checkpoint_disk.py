@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
+import pathlib
 import warnings
 from dataclasses import replace
 
@@ -26,10 +27,12 @@ from scenarios.workloads._disk import (
     DiskCall,
     FolderCheck,
     cause_errno,
+    covered_by_last_checkpoint,
     failure_reported,
     last_good_kept,
     no_half_checkpoint,
     recovered_after_heal,
+    stored_seqs,
 )
 from scenarios.workloads._surface import Ack
 
@@ -37,13 +40,20 @@ EIO = errno.EIO
 
 
 def _run_shape() -> list[DiskCall]:
-    """Adds of a few ms every 0.01 s; the disk fails from 2.0 s to 5.0 s (confirmed at 2.05 s),
-    and every add from the first due checkpoint on fails naming EIO until the heal."""
+    """Adds of a few ms every 0.01 s, a checkpoint every 10 (the first start commits checkpoint
+    1); the disk fails from 2.0 s to 5.0 s (confirmed at 2.05 s), and every add from the first
+    due checkpoint on fails naming EIO until the heal, the checkpoints pending; the first add
+    after the heal commits checkpoint 22."""
     calls = []
     for i in range(800):
         t = i * 0.01
-        failing = 2.05 <= t < 5.0
-        calls.append(DiskCall(i, t, 0.004, Ack.UNKNOWN if failing else Ack.ACKED, EIO if failing else 0))
+        if t < 2.05:
+            calls.append(DiskCall(i, t, 0.004, Ack.ACKED, checkpoint=1 + min(i + 1, 200) // 10,
+                                  pending=i - 199 if i >= 200 else (i + 1) % 10))
+        elif t < 5.0:
+            calls.append(DiskCall(i, t, 0.004, Ack.UNKNOWN, EIO, checkpoint=21, pending=i - 199))
+        else:
+            calls.append(DiskCall(i, t, 0.004, Ack.ACKED, checkpoint=22 + (i - 500) // 10, pending=(i - 500) % 10))
     return calls
 
 
@@ -51,26 +61,43 @@ CALLS = _run_shape()
 SINCE = 2.05
 SAMPLES = [CheckpointSample(c.t, (c.seq // 10) if c.t < 2.0 else 20 if c.t < 5.0 else 20 + (c.seq - 500) // 10)
            for c in CALLS]
+#: The store once the fault was over: checkpoints 20 and 21 from before it, 22 from the first
+#: add after the heal, each holding the adds up to the one that committed it.
+STORED: dict[int, frozenset[int] | None] = {20: frozenset(range(190)), 21: frozenset(range(200)),
+                                             22: frozenset(range(501))}
 
 
 def test_failure_reported_holds_on_named_failures_and_breaks_on_silence_hangs_and_other_errors() -> None:
-    assert failure_reported(CALLS, since=SINCE, bound=3.0).held
+    assert failure_reported(CALLS, since=SINCE, bound=3.0, every_n=10).held
     # The fault-free twin: no failing disk confirmed, no add failed.
-    twin = [DiskCall(c.seq, c.t, c.seconds, Ack.ACKED) for c in CALLS]
-    assert not failure_reported(twin, since=None, bound=3.0).held
+    twin = [replace(c, ack=Ack.ACKED, errno=0) for c in CALLS]
+    assert not failure_reported(twin, since=None, bound=3.0, every_n=10).held
     # A silent actor: failed adds answered as acknowledged while the disk failed.
-    silent = [*CALLS[:300], DiskCall(300, 3.0, 0.004, Ack.ACKED), *CALLS[301:]]
-    verdict = failure_reported(silent, since=SINCE, bound=3.0)
-    assert not verdict.held and "1 were acknowledged between" in verdict.detail
+    silent = [*CALLS[:300], replace(CALLS[300], ack=Ack.ACKED, errno=0), *CALLS[301:]]
+    verdict = failure_reported(silent, since=SINCE, bound=3.0, every_n=10)
+    assert not verdict.held and "1 were acknowledged silently" in verdict.detail
     # A failure that named no disk error (a dead actor, a timeout).
-    unnamed = [*CALLS[:300], DiskCall(300, 3.0, 0.004, Ack.UNKNOWN, 0), *CALLS[301:]]
-    assert not failure_reported(unnamed, since=SINCE, bound=3.0).held
+    unnamed = [*CALLS[:300], replace(CALLS[300], errno=0), *CALLS[301:]]
+    assert not failure_reported(unnamed, since=SINCE, bound=3.0, every_n=10).held
     # A hang: an add that waited on the disk past the bound.
-    hung = [*CALLS[:300], DiskCall(300, 3.0, 3.5, Ack.UNKNOWN, EIO), *CALLS[301:]]
-    verdict = failure_reported(hung, since=SINCE, bound=3.0)
+    hung = [*CALLS[:300], replace(CALLS[300], seconds=3.5), *CALLS[301:]]
+    verdict = failure_reported(hung, since=SINCE, bound=3.0, every_n=10)
     assert not verdict.held and "1 took over 3 s" in verdict.detail
     # Failures only before the fault was confirmed: not the fault's.
-    assert not failure_reported(CALLS, since=6.0, bound=3.0).held
+    assert not failure_reported(CALLS, since=6.0, bound=3.0, every_n=10).held
+
+
+def test_failure_reported_breaks_on_adds_acknowledged_after_the_last_failure_while_checkpoints_are_dropped() -> None:
+    # Failures reported from 2.05 s to 3.0 s, then acknowledged while the checkpoints they need
+    # are dropped silently until the heal at 5.0 s: the silence outlasts the last failure.
+    quiet = [replace(c, ack=Ack.ACKED, errno=0) if 3.0 <= c.t < 5.0 else c for c in CALLS]
+    verdict = failure_reported(quiet, since=SINCE, bound=3.0, every_n=10)
+    assert not verdict.held and "200 were acknowledged silently" in verdict.detail, verdict.detail
+    assert "first at 3.00 s, 101 adds pending after it" in verdict.detail
+    # Acknowledged after the last failure with its checkpoint committed: not silent.
+    healed = [replace(c, ack=Ack.ACKED, errno=0, checkpoint=22, pending=0) if 3.0 <= c.t < 5.0 else c
+              for c in CALLS]
+    assert failure_reported(healed, since=SINCE, bound=3.0, every_n=10).held
 
 
 def test_no_half_checkpoint_holds_on_whole_folders_and_breaks_on_one_that_is_not() -> None:
@@ -81,20 +108,44 @@ def test_no_half_checkpoint_holds_on_whole_folders_and_breaks_on_one_that_is_not
     assert not no_half_checkpoint([]).held  # nothing read back: nothing checked
 
 
-def test_last_good_kept_holds_when_every_add_before_the_fault_is_restored() -> None:
-    acked = {c.seq for c in CALLS if c.ack is Ack.ACKED}
-    assert last_good_kept(CALLS, acked, since=SINCE).held
-    verdict = last_good_kept(CALLS, acked - {17}, since=SINCE)
+def test_last_good_kept_holds_when_the_last_checkpoint_before_the_fault_survived_it_whole() -> None:
+    assert covered_by_last_checkpoint(CALLS, since=SINCE) == (21, list(range(200)))
+    verdict = last_good_kept(CALLS, STORED, since=SINCE)
+    assert verdict.held and "checkpoint 21" in verdict.detail and "holds 200 of the 200" in verdict.detail
+    # Missing an add it covered.
+    verdict = last_good_kept(CALLS, {**STORED, 21: STORED[21] - {17}}, since=SINCE)
     assert not verdict.held and "lost seqs [17]" in verdict.detail
-    # Losing an add after the fault is not this verdict's (nothing_acknowledged_lost judges it).
-    assert last_good_kept(CALLS, acked - {700}, since=SINCE).held
-    assert not last_good_kept(CALLS, acked, since=None).held  # no fault: nothing kept across it
+    # Present but no longer loading.
+    verdict = last_good_kept(CALLS, {**STORED, 21: None}, since=SINCE)
+    assert not verdict.held and "did not load" in verdict.detail
+    # Adds after it (pending when the disk failed) are not this verdict's: nothing_acknowledged_lost's.
+    assert last_good_kept(CALLS, {**STORED, 22: STORED[22] - {203}}, since=SINCE).held
+    assert not last_good_kept(CALLS, None, since=SINCE).held  # the store was not read
+    assert not last_good_kept(CALLS, STORED, since=None).held  # no fault: nothing kept across it
+
+
+def test_last_good_kept_breaks_when_a_failing_save_deleted_the_last_checkpoint_before_the_fault() -> None:
+    # A failing save that removed checkpoint 21: the first add after the heal commits 22 from
+    # memory, which holds every add (as the final restore would): the fault's loss must still show.
+    deleted = {seq: seqs for seq, seqs in STORED.items() if seq != 21}
+    verdict = last_good_kept(CALLS, deleted, since=SINCE)
+    assert not verdict.held and "checkpoint 21, the last before the fault, is gone" in verdict.detail, verdict.detail
+
+
+def test_the_store_is_read_back_as_each_checkpoints_seqs_of_the_writer(tmp_path: pathlib.Path) -> None:
+    counter = CheckpointedCounter(str(tmp_path / "counter"), every_n=10)
+    for seq in range(25):
+        counter.add(1, writer_id="driver", seq=seq)
+    assert stored_seqs(str(tmp_path / "counter"), "driver") == {1: frozenset(), 2: frozenset(range(10)),
+                                                                 3: frozenset(range(20))}
+    (tmp_path / "counter" / "ckpt-0000000003" / "manifest.json").write_text("{")  # a damaged folder
+    assert stored_seqs(str(tmp_path / "counter"), "driver")[3] is None
 
 
 def test_recovered_after_heal_holds_when_adds_and_checkpoints_resume_and_breaks_when_they_do_not() -> None:
     assert recovered_after_heal(CALLS, SAMPLES, within=2.0).held
     # Still failing to the end (an actor that needs a restart to serve again).
-    stuck = [DiskCall(c.seq, c.t, c.seconds, Ack.UNKNOWN, EIO) if c.t >= 2.05 else c for c in CALLS]
+    stuck = [replace(c, ack=Ack.UNKNOWN, errno=EIO) if c.t >= 2.05 else c for c in CALLS]
     verdict = recovered_after_heal(stuck, SAMPLES, within=2.0)
     assert not verdict.held and "came inf s later" in verdict.detail
     # Adds acknowledged again, but no checkpoint committed after the heal.

@@ -13,11 +13,13 @@ misses it).
 ``failing-checkpoint-disk``: a counter of ``durability = "policy"`` (a checkpoint every
 ``every_n`` adds, the call failing when its checkpoint fails) whose whole checkpoint folder
 answers ``EIO``. Adds that need a checkpoint fail with the disk's errno named, none hangs and
-none is acknowledged while the disk fails (``failure_reported``); every committed folder,
-read as the fault left it and at the end, is whole (``no_half_checkpoint``); after a crash
-at the end every add acknowledged before the fault is restored (``last_good_kept``), and
-every acknowledged one (``nothing_acknowledged_lost``, after a checkpoint on demand: the
-policy's window is not what is judged); adds are acknowledged again soon after the heal and
+none is acknowledged while the disk fails or without the checkpoint it needed
+(``failure_reported``); every committed folder, read as the fault left it and at the end, is
+whole (``no_half_checkpoint``); the checkpoint committed last before the fault is still in the
+store once the fault is over, loads, and holds every add acknowledged up to its commit
+(``last_good_kept``, read before the checkpoint on demand at the end); after that checkpoint
+and a crash every acknowledged add is restored (``nothing_acknowledged_lost``: the policy's
+window is not what is judged); adds are acknowledged again soon after the heal and
 a checkpoint commits (``recovered_after_heal``).
 """
 
@@ -26,8 +28,8 @@ from __future__ import annotations
 import errno
 import time
 import warnings
-from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from actors import CheckpointedCounter
@@ -40,8 +42,8 @@ from scenarios.workloads._surface import _OP_STATUS, Ack, Ledger, _counter, kept
 
 __all__ = ["DISK_ERRNOS", "DISK_WORKLOADS", "AddReply", "Call", "CheckpointSample", "DiskCall", "FailingCheckpointDisk",
            "FolderCheck", "ReportingCounter", "SlowCheckpointDisk", "cause_errno", "checkpoint_age_bounded",
-           "failure_reported", "kept_serving", "last_good_kept", "no_half_checkpoint", "oldest_checkpoint_age",
-           "recovered_after_heal", "slowed_by_disk"]
+           "covered_by_last_checkpoint", "failure_reported", "kept_serving", "last_good_kept", "no_half_checkpoint",
+           "oldest_checkpoint_age", "recovered_after_heal", "slowed_by_disk", "stored_seqs"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,7 +201,9 @@ class AddReply:
 @dataclass(frozen=True, slots=True)
 class DiskCall:
     """One keyed add as the driver saw it: its seq, when it started (seconds into the run),
-    how long it took, how it ended, the errno its failure named (0: none) and the failure in words."""
+    how long it took, how it ended, the errno its failure named (0: none) and the failure in words;
+    then the actor's checkpointing right after it: the newest committed checkpoint's seq
+    (``checkpoint``, 0: none) and the adds applied since it (``pending``)."""
 
     seq: int
     t: float
@@ -207,6 +211,8 @@ class DiskCall:
     ack: Ack
     errno: int = 0
     error: str = ""
+    checkpoint: int = 0
+    pending: int = 0
 
     @property
     def end(self) -> float:
@@ -263,20 +269,27 @@ class ReportingCounter(CheckpointedCounter):
             return [FolderCheck(seq, store.load(seq) is not None) for seq in store.seqs()]
 
 
-def failure_reported(calls: Sequence[DiskCall], *, since: float | None, bound: float,
+def failure_reported(calls: Sequence[DiskCall], *, since: float | None, bound: float, every_n: int,
                      errnos: Collection[int] = DISK_ERRNOS) -> Verdict:
     """Adds failed on the failing disk with its errno named: some add that ended ``since`` (the
     fault's confirmation) or later did, every failed add did, none took over ``bound`` seconds,
-    and none was acknowledged between the first failure and the last (no silent OK while the
-    disk failed). ``since`` None: no failing disk was confirmed, so none was reported."""
+    and none was acknowledged silently: between the first failure and the last, or with the
+    checkpoint it needed not committed (``every_n`` or more adds pending after it, which under
+    the policy only a failed checkpoint leaves: this holds up to the heal, whenever the
+    failures stop being reported). ``since`` None: no failing disk was confirmed, so none was
+    reported."""
     failed = [c for c in calls if c.ack is not Ack.ACKED]
     named = [c for c in failed if since is not None and c.end >= since and c.errno in errnos]
     unnamed = [c for c in failed if c.errno not in errnos]
     hung = [c for c in calls if c.seconds > bound]
-    silent = [c for c in calls if c.ack is Ack.ACKED and failed and failed[0].t < c.t < failed[-1].t]
+    silent = [c for c in calls if c.ack is Ack.ACKED and (c.pending >= every_n or
+                                                         (failed and failed[0].t < c.t < failed[-1].t))]
     detail = (f"{len(named)} of {len(calls)} adds failed naming the disk's errno after it failed; "
               f"{len(unnamed)} failed naming none, {len(hung)} took over {bound:g} s, {len(silent)} were "
-              f"acknowledged between the first and the last failure")
+              f"acknowledged silently (between the first and the last failure, or without the checkpoint "
+              f"they needed)")
+    if silent:
+        detail += f" (first at {silent[0].t:.2f} s, {silent[0].pending} adds pending after it)"
     if unnamed:
         detail += f" (first unnamed at {unnamed[0].t:.2f} s: {unnamed[0].error or unnamed[0].ack})"
     elif named:
@@ -293,15 +306,65 @@ def no_half_checkpoint(folders: Sequence[FolderCheck]) -> Verdict:
                                + (f"; not whole: {bad}" if bad else ""))
 
 
-def last_good_kept(calls: Sequence[DiskCall], applied: Collection[int], *, since: float | None) -> Verdict:
-    """Every add acknowledged before the fault's confirmation (``since``) is in the restored
-    counter (``applied``: its seqs). ``since`` None: no fault, nothing to keep across it."""
-    before = [c for c in calls if since is not None and c.ack is Ack.ACKED and c.end < since]
-    held = set(applied)
-    lost = [c.seq for c in before if c.seq not in held]
-    return Verdict.over("last_good_kept", len(before), held=not lost,
-                        detail=f"{len(before) - len(lost)} of {len(before)} adds acknowledged before the fault "
-                               f"restored" + (f"; lost seqs {lost[:5]}" if lost else ""))
+def covered_by_last_checkpoint(calls: Sequence[DiskCall], *, since: float | None) -> tuple[int, list[int]]:
+    """The checkpoint committed last before the fault's confirmation (``since``; 0: none) and
+    the adds acknowledged up to the one that committed it: what that checkpoint holds."""
+    before = [c for c in calls if since is not None and c.end < since and c.checkpoint]
+    if not before:
+        return 0, []
+    last = max(c.checkpoint for c in before)
+    committer = next(c.seq for c in calls if c.checkpoint == last)
+    return last, [c.seq for c in calls if c.ack is Ack.ACKED and c.seq <= committer]
+
+
+def last_good_kept(calls: Sequence[DiskCall], stored: Mapping[int, Collection[int] | None] | None, *,
+                   since: float | None) -> Verdict:
+    """The checkpoint committed last before the fault (``since``: its confirmation) survived it:
+    the store, read once the fault was over and before any checkpoint on demand (``stored``:
+    each folder's seq to the writer's seqs in it, None when it did not load), still holds it,
+    it loads, and every add acknowledged up to its commit is in it. ``stored`` None: the store
+    was not read; ``since`` None: no fault, nothing kept across it."""
+    seq, covered = covered_by_last_checkpoint(calls, since=since)
+    if not seq or stored is None:
+        why = "no fault confirmed" if since is None else "no checkpoint committed before the fault" if not seq \
+            else "the store was not read after the fault"
+        return Verdict.over("last_good_kept", len(covered), held=False, detail=why)
+    if seq not in stored:
+        return Verdict.over("last_good_kept", len(covered), held=False,
+                            detail=f"checkpoint {seq}, the last before the fault, is gone: the store held "
+                                   f"{sorted(stored)}")
+    inside = stored[seq]
+    kept_seqs = set(inside or ())
+    lost = [s for s in covered if s not in kept_seqs]
+    return Verdict.over("last_good_kept", len(covered), held=inside is not None and not lost,
+                        detail=f"checkpoint {seq}, the last before the fault, " + (
+                            "did not load" if inside is None else
+                            f"holds {len(covered) - len(lost)} of the {len(covered)} adds acknowledged up to "
+                            f"its commit") + (f"; lost seqs {lost[:5]}" if inside is not None and lost else ""))
+
+
+def stored_seqs(url: str, writer: str) -> dict[int, frozenset[int] | None]:
+    """Each committed checkpoint folder under ``url`` to the seqs of ``writer`` its counter
+    state holds (None: it did not load, or could not be read; none when the storage cannot be
+    opened or listed)."""
+    from actors.checkpoint import CheckpointStore
+
+    try:
+        store = CheckpointStore(url)
+        seqs = store.seqs()
+    except OSError:  # the storage still fails: it holds nothing that can be kept
+        return {}
+    found: dict[int, frozenset[int] | None] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CheckpointWarning)  # an unusable folder is the finding
+        for seq in seqs:
+            try:
+                loaded = store.load(seq)
+            except OSError:  # StorageUnreachable: unreadable still, so not kept either
+                loaded = None
+            runs = loaded[1].get("applied", {}).get(writer, []) if loaded is not None else None
+            found[seq] = None if runs is None else frozenset(s for lo, hi in runs for s in range(lo, hi + 1))
+    return found
 
 
 def recovered_after_heal(calls: Sequence[DiskCall], samples: Sequence[CheckpointSample], *,
@@ -356,23 +419,27 @@ class FailingCheckpointDisk(Workload):
         self.p = self.ctx.params_as(FailingCheckpointParams)
         self.actor = _counter(self.ctx, "counter", cls=ReportingCounter, durability=self.p.durability,
                               every_n=self.p.every_n, report_failures=self.p.report_failures)
+        self.url = f"{self.ctx.storage}/counter"
         self.history = History()
         self.calls: list[DiskCall] = []
         self.samples: list[CheckpointSample] = []
         self.folders: list[FolderCheck] = []
+        self.stored: dict[int, frozenset[int] | None] | None = None  # the store once the fault was over
         ray.get(self.actor.get.remote(), timeout=CALL_TIMEOUT)  # the run's time is for calls
 
     def step(self) -> bool:
         import ray
 
         call = self._add(len(self.calls))
-        self.calls.append(call)
-        self.ctx.point("add_seconds", call.seconds)
         stats = ray.get(self.actor.checkpoint_stats.remote(), timeout=CALL_TIMEOUT)
+        self.calls.append(replace(call, checkpoint=stats.last_seq, pending=stats.mutations_since_checkpoint))
+        self.ctx.point("add_seconds", call.seconds)
         self.samples.append(CheckpointSample(self.ctx.elapsed(), stats.checkpoints))
         if call.ack is Ack.ACKED and len(self.calls) > 1 and self.calls[-2].ack is not Ack.ACKED:
             # The folders as the fault left them, before later checkpoints prune them.
             self.folders += ray.get(self.actor.committed_folders.remote(), timeout=CALL_TIMEOUT)
+            if self.stored is None:
+                self.stored = stored_seqs(self.url, self.WRITER)
         self.ctx.count("adds")
         return True
 
@@ -402,15 +469,17 @@ class FailingCheckpointDisk(Workload):
         confirmed = self.ctx.injections(FaultKind.FAILING_DISK)
         since = min(confirmed) if confirmed else None
         self.folders += ray.get(self.actor.committed_folders.remote(), timeout=CALL_TIMEOUT)
+        if self.stored is None:  # no add acknowledged after a failure: the store as it is now
+            self.stored = stored_seqs(self.url, self.WRITER)
         # Policy durability loses the adds since the last checkpoint by design: one on demand
         # first, so that the crash judges what the store kept, not the policy's window.
         ray.get(self.actor.checkpoint.remote(), timeout=CALL_TIMEOUT)
         ray.kill(self.actor, no_restart=False)  # a crash: what is on disk is all it has
         value, applied = ray.get([self.actor.get.remote(), self.actor.applied_seqs.remote(self.WRITER)],
                                  timeout=CALL_TIMEOUT)
-        return [failure_reported(self.calls, since=since, bound=self.p.call_bound),
+        return [failure_reported(self.calls, since=since, bound=self.p.call_bound, every_n=self.p.every_n),
                 no_half_checkpoint(self.folders),
-                last_good_kept(self.calls, applied, since=since),
+                last_good_kept(self.calls, self.stored, since=since),
                 recovered_after_heal(self.calls, self.samples, within=self.p.recover_within),
                 kept("nothing_acknowledged_lost", self.WRITER, value, self.history.ops(), applied)]
 
