@@ -30,8 +30,15 @@ from actors import _failpoints as fp
 from actors._codec import StateTree
 from actors._dedupe import CALL_KEYS, WriterSeqs
 from actors._fence import Fence, Superseded
-from actors._store import CheckpointInfo, CheckpointRetried, CheckpointStore, CommittedNotSynced
-from chaos._errors import CheckpointError, InvalidConfig, MutationNotLogged
+from actors._store import (
+    CheckpointInfo,
+    CheckpointRetried,
+    CheckpointStore,
+    CheckpointWarning,
+    CommittedNotSynced,
+    LoadedCheckpoint,
+)
+from chaos._errors import CheckpointError, InvalidConfig, MutationNotLogged, StorageUnreachable
 from chaos._failpoint import failpoint
 
 __all__ = [
@@ -639,7 +646,7 @@ class _Checkpointer:
         if not restore:
             self.checkpoint()
             return self.restore_info
-        loaded = self.store.load_latest()
+        loaded = self._load_latest()
         if loaded is not None:
             self._load(loaded.seq, loaded.chain)
         failpoint(fp.RESTORE_LOADED)
@@ -648,6 +655,22 @@ class _Checkpointer:
         self.restore_info = RestoreInfo(True, self.last_seq, replayed, time.perf_counter() - start,
                                         skipped, torn)
         return self.restore_info
+
+    def _load_latest(self) -> LoadedCheckpoint | None:
+        """The newest checkpoint that restores. Under the WAL one the storage cannot read is
+        passed over when an older one restores and the log from it on is all there: replaying
+        that log gives what the unreadable one held. Otherwise the restore stops."""
+        try:
+            return self.store.load_latest()
+        except StorageUnreachable as exc:
+            if self.config.durability != "wal":
+                raise
+            older = self.store.load_latest(skip_unreadable=True)
+            if older is None or older.seq not in _wal.segment_seqs(self.store.root):
+                raise
+            warnings.warn(f"restoring checkpoint {older.seq} and the log after it, since {exc}",
+                          CheckpointWarning, stacklevel=2)
+            return older
 
     def _refuse_old_checkpoints(self) -> None:
         """A first start must not commit its initial state as the newest checkpoint over

@@ -364,8 +364,12 @@ class CheckpointStore:
         seqs = self.seqs()
         return seqs[-1] + 1 if seqs else 1
 
-    def load_latest(self) -> LoadedCheckpoint | None:
+    def load_latest(self, *, skip_unreadable: bool = False) -> LoadedCheckpoint | None:
         """The newest checkpoint that restores, or None when none does.
+
+        Args:
+            skip_unreadable: pass over a folder the storage cannot read, as over a damaged one
+                (for a caller whose log restores what it held).
 
         Raises:
             CheckpointFormatError: the newest readable folder has a newer format version.
@@ -374,24 +378,25 @@ class CheckpointStore:
         """
         skipped: list[int] = []
         for seq in reversed(self.seqs()):
-            chain = self._chain(seq)
+            chain = self._chain(seq, skip_unreadable)
             if chain is not None:
                 return LoadedCheckpoint(seq, chain, tuple(skipped))
             skipped.append(seq)
         return None
 
-    def _chain(self, seq: int) -> list[Any] | None:
-        loaded = self.load(seq)
+    def _chain(self, seq: int, skip_unreadable: bool = False) -> list[Any] | None:
+        loaded = self.load(seq, skip_unreadable=skip_unreadable)
         if loaded is None:
             return None
         manifest, tree = loaded
         if manifest.parent is None:
             return [tree]
-        below = self._chain(manifest.parent)
+        below = self._chain(manifest.parent, skip_unreadable)
         return None if below is None else [*below, tree]
 
-    def load(self, seq: int) -> tuple[Manifest, StateTree] | None:
-        """Manifest and tree of checkpoint ``seq``, or None (with a warning) when it is not valid."""
+    def load(self, seq: int, *, skip_unreadable: bool = False) -> tuple[Manifest, StateTree] | None:
+        """Manifest and tree of checkpoint ``seq``, or None (with a warning) when it is not valid
+        (or, with ``skip_unreadable``, cannot be read)."""
         folder = self.folder(seq)
         try:
             manifest = self._read_manifest(folder, seq)
@@ -399,7 +404,8 @@ class CheckpointStore:
         except CheckpointFormatError:
             raise
         except OSError as exc:
-            _raise_if_unreadable(exc, folder)
+            if not skip_unreadable:
+                _raise_if_unreadable(exc, folder)
             warnings.warn(f"skipping checkpoint {folder}: {exc}", CheckpointWarning, stacklevel=2)
             return None
         except Exception as exc:  # noqa: BLE001 - any damaged folder is skipped, never trusted

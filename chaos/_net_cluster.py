@@ -99,9 +99,10 @@ def rejoin(lab: NetLab, node: NetNode, *, timeout: float = 60.0) -> str:
                      and row.get("NodeManagerAddress") == node.address), "")
 
     new = wait_until(joined, timeout=timeout, interval=0.2, what=f"{node.label} alive again as a new node")
-    for nid in old:
-        del lab.node_ids[nid]
-    lab.node_ids[new] = node
+    with lab._lock:  # the lab's own lock: map_node_ids and the faults read node_ids too
+        for nid in old:
+            del lab.node_ids[nid]
+        lab.node_ids[new] = node
     return new
 
 

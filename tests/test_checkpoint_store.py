@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import gc
 import json
@@ -9,7 +10,9 @@ import os
 import pickle
 import re
 import time
+import warnings
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -675,3 +678,42 @@ def test_a_checkpoint_that_fails_after_its_rename_still_rolls_the_log(tmp_path: 
         fs.heal()
         restored = CheckpointedCounter(storage, durability="wal", every_n=5, restore="always")
         assert restored.applied_seqs("w") == list(range(10))
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="needs /dev/fuse")
+@pytest.mark.parametrize("case", ["wal", "policy", "wal without the older log"])
+def test_an_unreadable_newest_checkpoint_is_passed_over_only_where_the_log_restores_it(case: str) -> None:
+    """EIO on the newest folder alone (a bad sector): under the WAL the older checkpoint and the
+    log after it hold everything, and the restore goes on (warned); under policy durability, or
+    with the older checkpoint's log gone, the older one would lose what the newest held, and the
+    restore stops."""
+    from actors import CheckpointedCounter
+    from actors._wal import segment_name
+
+    durability = case.split()[0]
+    with fault_filesystem_mount() as (fs, storage):
+        counter = CheckpointedCounter(storage, durability=durability, every_n=5,  # type: ignore[arg-type]
+                                      restore="never")
+        for seq in range(12):
+            counter.add(writer_id="w", seq=seq)
+        newest = CheckpointStore(storage).seqs()[-1]
+        if "without" in case:
+            os.remove(os.path.join(storage, segment_name(newest - 1)))
+        fs.fail(errno.EIO, glob=f"*ckpt-{newest:010d}*")
+        if case != "wal":
+            with pytest.raises(StorageUnreachable, match="an I/O error, not damage"), warnings.catch_warnings():
+                warnings.simplefilter("ignore", CheckpointWarning)  # the folder skipped on the way
+                CheckpointedCounter(storage, durability=durability, every_n=5, restore="always")  # type: ignore[arg-type]
+            return
+        with pytest.warns(CheckpointWarning) as warned:  # the folder skipped, and why the restore goes on
+            restored = CheckpointedCounter(storage, durability=durability, every_n=5, restore="always")
+        assert any(f"restoring checkpoint {newest - 1} and the log after it" in str(w.message) for w in warned)
+        assert restored.applied_seqs("w") == list(range(12)) and restored.restore_info.skipped == (newest,)
+
+
+@contextlib.contextmanager
+def fault_filesystem_mount() -> Iterator[tuple[Any, str]]:
+    from chaos.disks import fault_filesystem
+
+    with fault_filesystem() as fs:
+        yield fs, os.path.join(fs.mount, "ckpt")
