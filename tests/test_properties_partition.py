@@ -178,15 +178,23 @@ def _where(example: Example) -> str:
 
 
 def _run_schedule(chaos: Chaos, example: Example, schedule: list[Cut]) -> None:
-    """Each cut in turn on the counter's node; one not healed is held until the last ends."""
+    """Each cut in turn on the counter's node; one not healed is held until the last ends. A cut
+    of a node a held cut already isolates is not applied: its heal could not be confirmed (the
+    held cut still drops the probe), and the node is cut already."""
     with contextlib.ExitStack() as held:
+        isolated: set[str] = set()
         for cut in schedule:
             threading.Event().wait(cut.after)  # the schedule's own gap, not a synchronisation
-            fault = Partition(seconds=LONG if cut.long else SHORT, target=NodeTarget(node_id=_where(example)),
+            node = _where(example)
+            if node in isolated:
+                example.events.append(f"{cut} not applied: a held cut isolates its node already")
+                continue
+            fault = Partition(seconds=LONG if cut.long else SHORT, target=NodeTarget(node_id=node),
                               peers=cut.peers, direction=cut.direction)  # type: ignore[arg-type]
             try:
                 with contextlib.ExitStack() as this:
                     (this if cut.healed else held).enter_context(chaos.inject(fault))
+                    isolated |= set() if cut.healed else {node}
                     example.events.append(f"{cut} on {fault.target.label()}")
                     threading.Event().wait(fault.seconds)  # the cut's length: the fault itself
             except TargetNotFound:  # the counter's last node is dead and it answers from none yet
