@@ -62,22 +62,26 @@ def test_without_the_fence_an_add_the_old_incarnation_acknowledged_is_lost(tmp_p
     assert 3 not in restored.applied_seqs("w")
 
 
-def test_a_replacement_waits_for_a_commit_in_flight(tmp_path: Any) -> None:
-    old = Fence(str(tmp_path))
-    old.take()
+def replacement(root: str) -> threading.Event:
+    """Start a replacement incarnation over ``root`` in a thread; set once it took its number."""
     started = threading.Event()
 
     def replace() -> None:
-        Fence(str(tmp_path)).take()
+        Fence(root).take()
         started.set()
 
+    threading.Thread(target=replace, daemon=True).start()
+    return started
+
+
+def test_a_replacement_waits_for_a_commit_in_flight(tmp_path: Any) -> None:
+    old = Fence(str(tmp_path))
+    old.take()
     with old.held():
-        thread = threading.Thread(target=replace, daemon=True)
-        thread.start()
+        started = replacement(str(tmp_path))
         # Bounded: a replacement that got through while the commit holds the fence fails here.
         assert not started.wait(0.3)
     assert started.wait(10.0)
-    thread.join(timeout=10.0)
     with pytest.raises(Superseded), old.held():
         pass
 
@@ -85,16 +89,10 @@ def test_a_replacement_waits_for_a_commit_in_flight(tmp_path: Any) -> None:
 def test_an_inner_hold_released_keeps_the_outer_holds_lock(tmp_path: Any) -> None:
     fence = Fence(str(tmp_path))
     fence.take()
-    started = threading.Event()
-
-    def replace() -> None:
-        Fence(str(tmp_path)).take()
-        started.set()
-
     with fence.held():
         with fence.held():
             pass
-        threading.Thread(target=replace, daemon=True).start()
+        started = replacement(str(tmp_path))
         assert not started.wait(0.3)  # bounded: a replacement that got in here fails the test
     assert started.wait(10.0)
 

@@ -97,12 +97,19 @@ def test_the_runs_storage_is_mounted_through_a_fault_filesystem_and_unmounted_af
 @pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="needs /dev/fuse")
 def test_the_scenario_holds_on_a_slow_disk_and_its_fault_free_twin_misses_the_slowdown(
         ray_cluster: ClusterHandle) -> None:
+    missed = twin_misses(ray_cluster, "slow-checkpoint-disk", FaultKind.SLOW_DISK)
+    assert missed == {"slowed_by_disk"}
+
+
+def twin_misses(ray_cluster: ClusterHandle, name: str, kind: FaultKind) -> set[str]:
+    """Run the disk scenario ``name`` and its fault-free twin: the chaos run holds every verdict
+    with its one fault injected, the twin completes, no mount is left. Returns the verdicts the
+    twin failed (the fault's traces it missed)."""
     mounted = fuse_mounts_left()
-    baseline, chaos = run_scenario(load_scenario("slow-checkpoint-disk"), address=ray_cluster.address,
-                                   baseline=True)
+    baseline, chaos = run_scenario(load_scenario(name), address=ray_cluster.address, baseline=True)
     assert chaos.label is RunLabel.CHAOS and not chaos.deviated, (chaos.error, chaos.verdicts, chaos.faults)
     (fault,) = chaos.faults
-    assert fault.kind is FaultKind.SLOW_DISK and fault.status is FaultStatus.INJECTED
+    assert fault.kind is kind and fault.status is FaultStatus.INJECTED
     assert baseline.label is RunLabel.BASELINE and baseline.status is RunStatus.COMPLETED
-    assert {v.name for v in baseline.verdicts if not v.held} == {"slowed_by_disk"}, baseline.verdicts
     assert fuse_mounts_left() == mounted, "a run's fault filesystem is still mounted"
+    return {v.name for v in baseline.verdicts if not v.held}
