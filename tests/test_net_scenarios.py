@@ -7,13 +7,24 @@ check turns ``dead_node_detected`` red."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from chaos._net import network_missing
+from chaos import wait_until
+from chaos._net import network_leftovers, network_missing
+from chaos.cluster import ray_processes
+from chaos.journal import read_journal
+from conftest import default_sigint
 from scenarios import run_scenario
 from scenarios.model._records import RunLabel, Verdict
 from scenarios.model._scenario import load_scenario
+
+RAYCHAOS = str(Path(sys.executable).parent / "raychaos")
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.usefixtures("no_shared_cluster"),
               pytest.mark.skipif(bool(network_missing()), reason="the network lab needs root, nft, ip and tc")]
@@ -40,6 +51,7 @@ def test_partition_worker_holds_its_invariants_and_its_twin_misses_the_partition
     assert "writes by a superseded incarnation" in verdicts["no_superseded_write"].detail
     # The fault-free twin, on a cluster of its own: every trace of the partition is missing.
     assert not twin["dead_node_detected"].held and not twin["actors_moved"].held, twin
+    assert not twin["no_rejoin"].held, twin  # no node declared dead: nothing to judge, not held
     assert twin["nothing_acknowledged_lost"].held, twin
 
 
@@ -50,3 +62,27 @@ def test_a_planted_split_brain_and_a_tight_bound_are_caught() -> None:
     verdicts = _runs({"background_writes": True, "detect_within": 0.5}, baseline=False)[RunLabel.CHAOS]
     assert not verdicts["no_superseded_write"].held, verdicts
     assert not verdicts["dead_node_detected"].held, verdicts
+
+
+def test_ctrl_c_during_a_partition_heals_it_and_leaves_no_network_and_no_ray_behind(tmp_path: Path) -> None:
+    """A network scenario interrupted mid-cut: the cut is healed and journaled, the run ends
+    `interrupted` (exit 130), and no namespace, link, bridge, table or Ray process is left."""
+    report = tmp_path / "r"
+    journal = report / "journal.jsonl"
+    proc = subprocess.Popen([RAYCHAOS, "run", "partition-worker", "--no-baseline", "--report", str(report)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, preexec_fn=default_sigint)
+    try:
+        wait_until(lambda: journal.exists() and any(e.kind == "inject" for e in read_journal(str(journal))),
+                   timeout=180, what="the partition's injection")
+        assert network_leftovers(), "the lab should be up before Ctrl-C"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 130, err[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert network_leftovers() == []
+    wait_until(lambda: not ray_processes(), timeout=30, what="every Ray process of the run to exit")
+    events = list(read_journal(str(journal)))
+    assert "heal" in [e.kind for e in events] and events[-1].kind == "end" and events[-1].outcome == "interrupted"
