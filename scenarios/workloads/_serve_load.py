@@ -1,0 +1,165 @@
+"""A bounded HTTP load on loopback: a constant request rate, a timeout per request, an end
+time it keeps by itself, and a record of every request (when it was sent, what came back,
+how long it took).
+
+Each request opens its own connection (no keep-alive), so a proxy that stops listening shows
+as refused connections rather than as errors on a connection opened before it went.
+"""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from enum import StrEnum
+
+from chaos.errors import InvalidConfig
+
+__all__ = ["Failure", "HttpLoad", "Request", "classify"]
+
+#: Seconds past a request's timeout its thread may take to return: the socket's timeout
+#: bounds each read, and the record is written after it.
+JOIN_SLACK = 2.0
+
+
+class Failure(StrEnum):
+    """Why a request got no HTTP answer."""
+
+    TIMEOUT = "timeout"  #: no answer within the request's timeout
+    REFUSED = "refused"  #: nothing listened on the port (a proxy restarting)
+    RESET = "reset"  #: the connection was closed or reset before a whole answer came
+    HUNG = "hung"  #: still open when the load ended, past its timeout and the slack
+    OTHER = "other"  #: any other OS error (its type name is the request's ``detail``)
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One request of the load and what came of it."""
+
+    sent: float  #: seconds from the load's start to the request's connect
+    latency: float  #: seconds until its answer or its failure
+    status: int | None = None  #: the HTTP status, None when no answer came
+    failure: Failure | None = None  #: why no answer came
+    detail: str = ""
+
+    def ok(self, timeout: float) -> bool:
+        """Answered 200 within ``timeout`` seconds."""
+        return self.status == 200 and self.latency <= timeout
+
+    def ended(self) -> float:
+        return self.sent + self.latency
+
+
+def classify(exc: BaseException) -> Failure:
+    """The :class:`Failure` a request's exception stands for."""
+    if isinstance(exc, TimeoutError | socket.timeout):
+        return Failure.TIMEOUT
+    if isinstance(exc, ConnectionRefusedError):
+        return Failure.REFUSED
+    if isinstance(exc, ConnectionError | http.client.RemoteDisconnected | http.client.IncompleteRead):
+        return Failure.RESET
+    return Failure.OTHER
+
+
+def _validate_positive(name: str, value: float) -> float:
+    if not value > 0:
+        raise InvalidConfig(f"`{name}` must be positive, got {value!r}; give seconds (or requests per second) > 0")
+    return value
+
+
+class HttpLoad:
+    """``rate`` GET requests a second to ``http://host:port/path`` for ``duration`` seconds.
+
+    :meth:`start` returns at once; the load stops sending at its end time by itself (or at
+    :meth:`stop`), and :meth:`join` waits, bounded, for the requests still out. A request
+    sent late because every thread was busy is recorded at the time it was really sent.
+    """
+
+    def __init__(self, host: str, port: int, *, rate: float, duration: float, timeout: float,
+                 path: str = "/", clock: Callable[[], float] = time.monotonic) -> None:
+        self.host, self.port, self.path = host, port, path
+        self.rate = _validate_positive("rate", rate)
+        self.duration = _validate_positive("duration", duration)
+        self.timeout = _validate_positive("timeout", timeout)
+        self.clock = clock
+        self.started = 0.0
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._records: list[Request] = []
+        self._out: dict[int, float] = {}  # request number -> sent, while it is out
+        self._futures: list[Future[None]] = []
+        # Enough threads for every request a timeout can keep out at this rate, and one more.
+        self._pool = ThreadPoolExecutor(max_workers=int(rate * timeout) + 2, thread_name_prefix="serve-load")
+        self._dispatcher = threading.Thread(target=self._dispatch, daemon=True, name="serve-load-dispatch")
+
+    def start(self) -> HttpLoad:
+        self.started = self.clock()
+        self._dispatcher.start()
+        return self
+
+    def stop(self) -> None:
+        """Send no more requests (those out finish or time out)."""
+        self._stop.set()
+
+    def done(self) -> bool:
+        """The load sent its last request (its end time came, or it was stopped)."""
+        return not self._dispatcher.is_alive()
+
+    def _dispatch(self) -> None:
+        n, end = 0, self.started + self.duration
+        while True:
+            due = self.started + n / self.rate
+            if due >= end or self._stop.wait(max(0.0, due - self.clock())):
+                return
+            with self._lock:
+                self._out[n] = due - self.started  # out from now: a request still queued at the end is hung too
+            self._futures.append(self._pool.submit(self._one, n))
+            n += 1
+
+    def _one(self, n: int) -> None:
+        sent = self.clock() - self.started
+        with self._lock:
+            self._out[n] = sent
+        record = self._send(sent)
+        with self._lock:
+            if self._out.pop(n, None) is not None:  # not yet written off as hung by join
+                self._records.append(record)
+
+    def _send(self, sent: float) -> Request:
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        start = self.clock()
+        try:
+            conn.request("GET", self.path)
+            response = conn.getresponse()
+            response.read()
+            return Request(sent, self.clock() - start, status=response.status)
+        except Exception as exc:  # noqa: BLE001 - every failure is a record of the load
+            return Request(sent, self.clock() - start, failure=classify(exc), detail=type(exc).__name__)
+        finally:
+            conn.close()
+
+    def join(self) -> list[Request]:
+        """Wait for the load's end and its last requests (at most its timeout and
+        :data:`JOIN_SLACK` past its end time), and return every request sorted by sent time.
+        A request still out then is recorded :attr:`Failure.HUNG`."""
+        self._dispatcher.join(timeout=max(0.0, self.started + self.duration - self.clock()) + JOIN_SLACK)
+        self._stop.set()
+        self._pool.shutdown(wait=False)
+        wait(self._futures, timeout=self.timeout + JOIN_SLACK)
+        return self._close()
+
+    def _close(self) -> list[Request]:
+        with self._lock:
+            now = self.clock() - self.started
+            self._records += [Request(sent, now - sent, failure=Failure.HUNG) for sent in self._out.values()]
+            self._out.clear()
+            return sorted(self._records, key=lambda r: r.sent)
+
+    def requests(self) -> list[Request]:
+        """The requests that have ended so far, sorted by sent time."""
+        with self._lock:
+            return sorted(self._records, key=lambda r: r.sent)

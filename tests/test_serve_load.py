@@ -1,0 +1,106 @@
+"""The HTTP load generator against a tiny local http.server (Ray-free): the rate is held,
+the timeout enforced, the load stops by itself, and no thread or socket outlives it."""
+
+from __future__ import annotations
+
+import itertools
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from chaos.errors import InvalidConfig
+from scenarios.workloads._serve_load import Failure, HttpLoad, classify
+
+RELEASE = threading.Event()  # the slow path's answer waits for it (or its own bound)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        if self.path == "/slow":
+            RELEASE.wait(5.0)
+        code = 500 if self.path == "/fail" else 200
+        self.send_response(code)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@contextmanager
+def _server() -> Iterator[int]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        RELEASE.set()
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+        RELEASE.clear()
+
+
+def _load_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("serve-load")]
+
+
+def test_rate_held_and_every_request_recorded() -> None:
+    with _server() as port:
+        started = time.monotonic()
+        got = HttpLoad("127.0.0.1", port, rate=40, duration=1.5, timeout=1.0).start().join()
+        took = time.monotonic() - started
+    assert len(got) == 60  # 40/s for 1.5 s, sent on the schedule, none dropped
+    assert all(r.status == 200 and r.ok(1.0) for r in got)
+    gaps = [b.sent - a.sent for a, b in itertools.pairwise(got)]
+    assert max(gaps) < 0.1 and abs(sum(gaps) / len(gaps) - 1 / 40) < 0.005
+    assert took < 1.5 + 1.0  # it stopped by itself at its end time
+
+
+def test_timeout_enforced_and_status_kept() -> None:
+    with _server() as port:
+        slow = HttpLoad("127.0.0.1", port, rate=10, duration=0.5, timeout=0.3, path="/slow").start().join()
+        failed = HttpLoad("127.0.0.1", port, rate=10, duration=0.3, timeout=0.3, path="/fail").start().join()
+    assert slow and all(r.failure is Failure.TIMEOUT and 0.25 < r.latency < 0.6 for r in slow)
+    assert not any(r.ok(0.3) for r in slow)
+    assert failed and all(r.status == 500 and r.failure is None and not r.ok(0.3) for r in failed)
+
+
+def test_refused_when_nothing_listens() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, not listening: the connect is refused
+        got = HttpLoad("127.0.0.1", port, rate=20, duration=0.3, timeout=0.5).start().join()
+    assert got and {r.failure for r in got} == {Failure.REFUSED}
+
+
+def test_stop_ends_early_and_nothing_leaks() -> None:
+    before = {t.ident for t in threading.enumerate()}
+    with _server() as port:
+        load = HttpLoad("127.0.0.1", port, rate=20, duration=30, timeout=0.5).start()
+        time.sleep(0.3)  # the load runs a while before it is stopped
+        load.stop()
+        got = load.join()
+        assert load.done()
+    assert 0 < len(got) < 20
+    leaked = [t for t in _load_threads() if t.ident not in before and t.is_alive()]
+    for t in leaked:
+        t.join(timeout=2)
+    assert not [t for t in leaked if t.is_alive()]
+
+
+def test_classify_and_validation() -> None:
+    assert classify(TimeoutError()) is Failure.TIMEOUT
+    assert classify(ConnectionRefusedError()) is Failure.REFUSED
+    assert classify(ConnectionResetError()) is Failure.RESET
+    assert classify(OSError("x")) is Failure.OTHER
+    with pytest.raises(InvalidConfig, match="`rate` must be positive"):
+        HttpLoad("127.0.0.1", 1, rate=0, duration=1, timeout=1)
