@@ -1,0 +1,135 @@
+"""The verdicts of a Ray Serve app under faults, as pure functions of the load's requests.
+
+Times are seconds into the run: a request's ``sent``, a fault's injection. Each verdict is
+built with :meth:`Verdict.over`, so one over no request does not hold.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from scenarios.model._records import Verdict
+from scenarios.workloads._serve_load import Failure, Request
+
+__all__ = ["DOCUMENTED_ERRORS", "ServeFault", "Window", "availability_verdict", "error_of",
+           "errors_documented_verdict", "no_hang_verdict", "p99", "recovered_verdict", "recovery_time"]
+
+#: What a failed request ended with: an HTTP status other than 200, or why no answer came.
+ErrorKind = int | Failure
+
+
+class ServeFault(StrEnum):
+    """Which of a Serve app's processes a fault hit."""
+
+    REPLICA = "replica"  #: a deployment's replica (``ServeReplica:<app>:<deployment>``)
+    CONTROLLER = "controller"  #: the ``ServeController``
+    PROXY = "proxy"  #: the HTTP proxy (``ProxyActor``), one per node
+    NODE = "node"  #: a whole worker node with replicas on it
+
+
+#: The errors each fault may cost, as Ray Serve 2.60 was measured to answer on 2 cores
+#: (20 requests/s, 2 s timeout, fresh connection per request): a killed replica of two cost
+#: none (the proxy sent its requests to the other), of one the requests waited at the proxy
+#: until the controller's new replica served (6.5 s: timeouts); a killed controller cost none
+#: (proxies and replicas serve without it); a killed proxy refused connections until the
+#: controller started a new one (26 s), and reset the one request it was answering.
+DOCUMENTED_ERRORS: Mapping[ServeFault, frozenset[ErrorKind]] = {
+    ServeFault.REPLICA: frozenset({Failure.TIMEOUT}),
+    ServeFault.CONTROLLER: frozenset(),
+    ServeFault.PROXY: frozenset({Failure.REFUSED, Failure.RESET}),
+    ServeFault.NODE: frozenset({Failure.TIMEOUT, Failure.RESET}),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """Seconds into the run, ``start`` included, ``end`` excluded."""
+
+    start: float
+    end: float
+
+    def holds(self, t: float) -> bool:
+        return self.start <= t < self.end
+
+
+def error_of(request: Request) -> ErrorKind | None:
+    """What a request failed with (None: answered 200)."""
+    if request.failure is not None:
+        return request.failure
+    return request.status if request.status != 200 else None
+
+
+def p99(latencies: Sequence[float]) -> float:
+    """The 99th percentile (nearest rank) of ``latencies``; NaN for none."""
+    if not latencies:
+        return math.nan
+    ranked = sorted(latencies)
+    return ranked[max(0, math.ceil(0.99 * len(ranked)) - 1)]
+
+
+def availability_verdict(requests: Iterable[Request], during: Window, *, objective: float,
+                         timeout: float) -> Verdict:
+    """``availability``: of the requests sent while the faults acted (``during``), the share
+    answered 200 within ``timeout`` is at least ``objective``."""
+    seen = [r for r in requests if during.holds(r.sent)]
+    ok = sum(r.ok(timeout) for r in seen)
+    share = ok / len(seen) if seen else 0.0
+    return Verdict.over("availability", len(seen), held=share >= objective,
+                        detail=f"{ok} of {len(seen)} requests sent in {during.start:.1f}-{during.end:.1f} s "
+                        f"answered 200 within {timeout:g} s ({share:.1%}; objective {objective:.1%})")
+
+
+def recovery_time(requests: Sequence[Request], fault_at: float, *, bound: float, timeout: float,
+                  window: float = 1.0) -> float | None:
+    """Seconds from ``fault_at`` to the start of the first ``window`` of requests (sliding by a
+    quarter of it) that are all answered 200 within ``timeout`` with a p99 latency at most
+    ``bound``; None when no such window starts before the last request."""
+    later = [r for r in requests if r.sent >= fault_at]
+    start = fault_at
+    while later and start <= later[-1].sent:
+        inside = [r for r in later if start <= r.sent < start + window]
+        if inside and all(r.ok(timeout) for r in inside) and p99([r.latency for r in inside]) <= bound:
+            return start - fault_at
+        start += window / 4
+    return None
+
+
+def recovered_verdict(requests: Sequence[Request], faults_at: Sequence[float], *, baseline_p99: float,
+                      factor: float, slack: float, within: float, timeout: float) -> Verdict:
+    """``recovered_to_baseline``: after each fault, within ``within`` s, a second of requests
+    all served with a p99 at most ``baseline_p99 * factor + slack`` (the fault-free run's p99)."""
+    bound = baseline_p99 * factor + slack
+    if math.isnan(bound):
+        return Verdict.over("recovered_to_baseline", 0, held=False, detail="no baseline p99 to recover to")
+    times = [recovery_time(requests, t, bound=bound, timeout=timeout) for t in faults_at]
+    late = [t for t in times if t is None or t > within]
+    text = ", ".join("never" if t is None else f"{t:.2f} s" for t in times)
+    return Verdict.over("recovered_to_baseline", len(times), held=not late,
+                        detail=f"after each fault: {text or 'no fault'} (bound {within:g} s; p99 at most "
+                        f"{bound * 1000:.0f} ms: baseline {baseline_p99 * 1000:.0f} ms x{factor:g} + "
+                        f"{slack * 1000:.0f} ms)")
+
+
+def no_hang_verdict(requests: Sequence[Request], *, timeout: float, grace: float) -> Verdict:
+    """``no_request_hung``: every request ended (answered or failed) within ``timeout`` and
+    ``grace`` seconds; one the load wrote off as hung, or that took longer, breaks it."""
+    hung = [r for r in requests if r.failure is Failure.HUNG or r.latency > timeout + grace]
+    longest = max((r.latency for r in requests), default=0.0)
+    return Verdict.over("no_request_hung", len(requests), held=not hung,
+                        detail=f"{len(hung)} of {len(requests)} requests ran past {timeout + grace:g} s "
+                        f"(longest {longest:.2f} s)")
+
+
+def errors_documented_verdict(requests: Iterable[Request], faults: Iterable[ServeFault]) -> Verdict:
+    """``errors_documented``: every failed request failed with an error one of the run's
+    faults documents (:data:`DOCUMENTED_ERRORS`); a run without faults documents none."""
+    allowed: frozenset[ErrorKind] = frozenset().union(*(DOCUMENTED_ERRORS[f] for f in faults))
+    seen = list(requests)
+    errors = [e for e in map(error_of, seen) if e is not None]
+    odd = sorted({str(e) for e in errors if e not in allowed})
+    return Verdict.over("errors_documented", len(seen), held=not odd,
+                        detail=f"{len(errors)} failed requests; not documented for this run's faults: "
+                        f"{', '.join(odd) or 'none'} (documented: {', '.join(sorted(map(str, allowed))) or 'none'})")

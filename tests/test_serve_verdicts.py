@@ -1,0 +1,80 @@
+"""The Serve verdicts on fabricated requests (Ray-free): each holds on a good history and
+breaks on the bad one it is there to catch."""
+
+from __future__ import annotations
+
+import math
+
+from scenarios.workloads._serve_load import Failure, Request
+from scenarios.workloads._serve_verdicts import (
+    ServeFault,
+    Window,
+    availability_verdict,
+    errors_documented_verdict,
+    no_hang_verdict,
+    p99,
+    recovered_verdict,
+    recovery_time,
+)
+
+TIMEOUT = 2.0
+
+
+def _steady(seconds: float, *, latency: float = 0.01, rate: int = 20) -> list[Request]:
+    return [Request(i / rate, latency, status=200) for i in range(int(seconds * rate))]
+
+
+def _outage(reqs: list[Request], start: float, end: float, failure: Failure) -> list[Request]:
+    return [Request(r.sent, TIMEOUT if failure is Failure.TIMEOUT else 0.001, failure=failure)
+            if start <= r.sent < end else r for r in reqs]
+
+
+def test_availability_holds_and_breaks() -> None:
+    reqs = _steady(10)
+    during = Window(3, 8)
+    assert availability_verdict(reqs, during, objective=0.99, timeout=TIMEOUT).held
+    down = _outage(reqs, 3, 3.5, Failure.TIMEOUT)  # 10 of 100 failed: 90 %
+    verdict = availability_verdict(down, during, objective=0.99, timeout=TIMEOUT)
+    assert not verdict.held and "90.0%" in verdict.detail
+    assert availability_verdict(down, during, objective=0.9, timeout=TIMEOUT).held
+    slow = [Request(r.sent, 2.5, status=200) if r.sent >= 5 else r for r in reqs]  # 200s past the timeout
+    assert not availability_verdict(slow, during, objective=0.99, timeout=TIMEOUT).held
+    assert not availability_verdict(reqs, Window(20, 30), objective=0.0, timeout=TIMEOUT).held  # none seen
+
+
+def test_recovery_time_and_verdict() -> None:
+    reqs = _outage(_steady(10), 3, 5, Failure.REFUSED)
+    assert recovery_time(reqs, 3.0, bound=0.05, timeout=TIMEOUT) == 2.0
+    assert recovered_verdict(reqs, [3.0], baseline_p99=0.01, factor=2, slack=0.0, within=3,
+                             timeout=TIMEOUT).held
+    assert not recovered_verdict(reqs, [3.0], baseline_p99=0.01, factor=2, slack=0.0, within=1.5,
+                                 timeout=TIMEOUT).held
+    slower = [Request(r.sent, 0.5, status=200) if r.sent >= 5 else r for r in reqs]  # served, never as fast
+    verdict = recovered_verdict(slower, [3.0], baseline_p99=0.01, factor=2, slack=0.0, within=3, timeout=TIMEOUT)
+    assert not verdict.held and "never" in verdict.detail
+    assert not recovered_verdict(reqs, [3.0], baseline_p99=math.nan, factor=2, slack=0, within=3,
+                                 timeout=TIMEOUT).held
+    assert not recovered_verdict(reqs, [], baseline_p99=0.01, factor=2, slack=0, within=3, timeout=TIMEOUT).held
+
+
+def test_no_hang() -> None:
+    reqs = _steady(2)
+    assert no_hang_verdict(reqs, timeout=TIMEOUT, grace=0.5).held
+    assert not no_hang_verdict([*reqs, Request(1.0, 2.6, status=200)], timeout=TIMEOUT, grace=0.5).held
+    assert not no_hang_verdict([*reqs, Request(1.0, 0.1, failure=Failure.HUNG)], timeout=TIMEOUT, grace=0.5).held
+
+
+def test_errors_documented() -> None:
+    refused = _outage(_steady(5), 2, 3, Failure.REFUSED)
+    assert errors_documented_verdict(refused, [ServeFault.PROXY]).held
+    assert not errors_documented_verdict(refused, [ServeFault.CONTROLLER]).held
+    assert not errors_documented_verdict(refused, []).held
+    served_500 = [*_steady(1), Request(1.0, 0.01, status=500)]
+    verdict = errors_documented_verdict(served_500, [ServeFault.REPLICA])
+    assert not verdict.held and "500" in verdict.detail
+    assert errors_documented_verdict(_steady(1), []).held
+
+
+def test_p99() -> None:
+    assert p99([float(i) for i in range(1, 101)]) == 99.0
+    assert math.isnan(p99([]))
