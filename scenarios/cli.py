@@ -183,9 +183,26 @@ def _fail(problem: str) -> NoReturn:
               help="write journal.jsonl, summary.json, junit.xml and report.html here")
 @click.option("--baseline/--no-baseline", default=None,
               help="also run the same seed without faults (default: as the scenario's workload says)")
+@click.option("--job", "job", default=None, metavar="COMMAND",
+              help="run COMMAND (your script, e.g. 'python train.py') as a Ray job under SCENARIO, an "
+              "attack-style schedule file, and once without faults; the current directory travels with it")
+@click.option("--max-slowdown", type=float, default=3.0, show_default=True,
+              help="with --job: the run under faults may take at most this many times the fault-free run")
+@click.option("--job-timeout", type=float, default=None,
+              help="with --job: seconds each job may run before it is stopped and fails (default: 600 "
+              "for the fault-free run, 10 times its time, at least 60, for the run under faults)")
+@click.option("--probe", "shell_probes", multiple=True, metavar="COMMAND",
+              help="with --job: a shell command that passes (exit 0) while the job is healthy; repeatable")
+@click.option("--probe-python", "python_probes", multiple=True, metavar="MODULE:FUNCTION",
+              help="with --job: a callable that passes unless it raises or returns False; repeatable")
 def run(scenario: str | None, seed: int, duration: float | None, address: str | None, nodes: int | None,
-        report_dir: str | None, baseline: bool | None) -> None:
+        report_dir: str | None, baseline: bool | None, job: str | None, max_slowdown: float,
+        job_timeout: float | None, shell_probes: tuple[str, ...], python_probes: tuple[str, ...]) -> None:
     """Run SCENARIO (a built-in name or a TOML file) and check its invariants.
+
+    With --job, SCENARIO is an attack-style schedule file run against your command as a Ray
+    job, judged by job_succeeded, within_ratio (against the same command without faults;
+    RAYCHAOS_SEED is the same in both) and fault_seen (Ray restarted what was killed).
 
     Without SCENARIO it lists the built-ins and starts nothing; the flagship is
     `raychaos run dqn-cartpole` (`make run` in a checkout)."""
@@ -197,6 +214,12 @@ def run(scenario: str | None, seed: int, duration: float | None, address: str | 
     if address and nodes:
         _fail(f"--address {address!r} and --nodes {nodes} exclude each other: an existing cluster "
               "has the nodes it has; drop one")
+    if job is not None:
+        _run_job(scenario, job, seed=seed, duration=duration, address=address, nodes=nodes, report_dir=report_dir,
+                 baseline=baseline, max_slowdown=max_slowdown, job_timeout=job_timeout,
+                 probes=_probe_params(shell_probes, python_probes))
+    if shell_probes or python_probes:
+        _fail("--probe and --probe-python judge a job: give --job 'COMMAND' (a scenario's workload has its own probe)")
     try:
         loaded = load_scenario(scenario, seed=seed, duration=duration)
     except ScenarioError as exc:
@@ -251,6 +274,38 @@ def attack(schedule: str, address: str, shell_probes: tuple[str, ...], python_pr
     _execute(loaded, seed=seed, address=address, report_dir=report_dir, baseline=False, agent_timeout=agent_timeout)
 
 
+def _probe_params(shell_probes: Sequence[str], python_probes: Sequence[str]) -> list[dict[str, str]]:
+    """The probes as the attack and job workloads take them; a Python probe without ':' refused."""
+    bad = [p for p in python_probes if ":" not in p]
+    if bad:
+        _fail(f"--probe-python {bad[0]!r}: use MODULE:FUNCTION, e.g. myapp.health:check")
+    return [{"kind": "shell", "spec": p} for p in shell_probes] + [{"kind": "python", "spec": p} for p in python_probes]
+
+
+def _run_job(schedule: str, command: str, *, seed: int, duration: float | None, address: str | None,
+             nodes: int | None, report_dir: str | None, baseline: bool | None, max_slowdown: float,
+             job_timeout: float | None, probes: list[dict[str, str]]) -> NoReturn:
+    """``run --job``: the schedule file against the command as a Ray job, after its fault-free run."""
+    import os
+    import tempfile
+
+    from scenarios.model._scenario import ScenarioError
+    from scenarios.workloads._job import load_job
+
+    if baseline is False:
+        _fail("--no-baseline with --job: within_ratio times the job against its fault-free run; drop --no-baseline")
+    with tempfile.TemporaryDirectory(prefix="raychaos-job-") as tmp:
+        try:
+            loaded = load_job(schedule, command=command, working_dir=os.getcwd(), handoff=f"{tmp}/baseline.json",
+                              max_slowdown=max_slowdown, job_timeout=job_timeout, probes=probes, seed=seed,
+                              duration=duration, embedded=address is None)
+        except ScenarioError as exc:
+            _fail(str(exc))
+        _execute(loaded if nodes is None else loaded.with_nodes(nodes), seed=seed, address=address,
+                 report_dir=report_dir, baseline=True)
+    raise AssertionError("_execute exits")  # pragma: no cover
+
+
 @main.command()
 @click.argument("journal", type=click.Path(exists=True, dir_okay=False))
 @click.option("--report", "report_dir", type=click.Path(file_okay=False), default=None)
@@ -279,7 +334,7 @@ def replay(journal: str, report_dir: str | None, address: str | None) -> None:
 
 
 def _execute(scenario: Scenario, *, seed: int, address: str | None, report_dir: str | None,
-             baseline: bool | None, agent_timeout: float = 30.0) -> None:
+             baseline: bool | None, agent_timeout: float = 30.0) -> NoReturn:
     from chaos._preflight import ClusterUnfit
     from chaos.errors import InvalidConfig
     from scenarios.model._needs import missing_extra

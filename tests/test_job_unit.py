@@ -1,0 +1,120 @@
+"""`raychaos run --job`: its verdicts on fabricated records, and its refusals of bad input
+(nothing started). Ray-free."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from scenarios.cli import EXIT_BAD_INPUT, main
+from scenarios.model._scenario import ScenarioError
+from scenarios.workloads._job import (
+    JOB_WORKLOAD,
+    ActorSighting,
+    JobEnd,
+    JobRecord,
+    fault_seen,
+    job_succeeded,
+    load_job,
+    within_ratio,
+)
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+OK = JobRecord(JobEnd.SUCCEEDED, 30.0, "raysubmit_a")
+
+
+def _sighted(at: float, *actors: tuple[str, bool, int]) -> list[ActorSighting]:
+    return [ActorSighting(at, actor_id, alive, restarts) for actor_id, alive, restarts in actors]
+
+
+def test_job_succeeded_only_on_succeeded() -> None:
+    assert job_succeeded(OK).held
+    for end in (JobEnd.FAILED, JobEnd.STOPPED, JobEnd.TIMED_OUT):
+        verdict = job_succeeded(JobRecord(end, 5.0, "raysubmit_b", "Traceback: boom"))
+        assert not verdict.held and end.value in verdict.detail and "boom" in verdict.detail
+    assert not job_succeeded(None).held
+
+
+def test_within_ratio_bounds_the_slowdown() -> None:
+    assert within_ratio(JobRecord(JobEnd.SUCCEEDED, 89.0, "f"), OK, ratio=3.0).held
+    slow = within_ratio(JobRecord(JobEnd.SUCCEEDED, 91.0, "f"), OK, ratio=3.0)
+    assert not slow.held and "3.03x" in slow.detail
+
+
+def test_within_ratio_fails_closed_without_two_successes() -> None:
+    failed, stopped_late = JobRecord(JobEnd.FAILED, 1.0, "x"), JobRecord(JobEnd.TIMED_OUT, 600.0, "y")
+    assert not within_ratio(OK, None, ratio=3.0).held
+    assert not within_ratio(OK, stopped_late, ratio=3.0).held  # a failed twin's time compares nothing
+    assert not within_ratio(failed, OK, ratio=3.0).held  # fast because it failed: not within
+    assert not within_ratio(None, OK, ratio=3.0).held
+
+
+def test_fault_seen_by_a_replacement_or_a_restart() -> None:
+    before = _sighted(1.0, ("w1", True, 0), ("w2", True, 0))
+    replaced = before + _sighted(3.0, ("w1", False, 0), ("w2", False, 0), ("w3", True, 0))
+    assert fault_seen([2.0], replaced).held
+    restarted = before + _sighted(3.0, ("w1", True, 1), ("w2", True, 0))
+    assert fault_seen([2.0], restarted).held
+
+
+def test_fault_seen_red_when_nothing_came_back() -> None:
+    before = _sighted(1.0, ("w1", True, 0), ("w2", True, 0))
+    dead = before + _sighted(3.0, ("w1", False, 0), ("w2", True, 0))  # the survivor is no answer
+    verdict = fault_seen([2.0], dead)
+    assert not verdict.held and "no actor of the targets restarted or replaced" in verdict.detail
+
+
+def test_fault_seen_fails_closed() -> None:
+    assert not fault_seen([], _sighted(1.0, ("w1", True, 0))).held  # no kill landed
+    assert not fault_seen([2.0], _sighted(3.0, ("w9", True, 0))).held  # nothing seen alive before it
+    # A replacement seen before the kill does not answer it: only what comes after counts.
+    early = _sighted(1.0, ("w1", True, 0)) + _sighted(1.5, ("w1", True, 0), ("w2", True, 0))
+    assert not fault_seen([2.0], early + _sighted(3.0, ("w2", True, 0))).held
+    # Every kill must be answered, not one of them.
+    one = _sighted(1.0, ("w1", True, 0)) + _sighted(3.0, ("w2", True, 0)) + _sighted(5.0, ("w2", False, 0))
+    assert not fault_seen([2.0, 4.0], one).held
+
+
+def test_load_job_builds_the_job_scenario(tmp_path: Path) -> None:
+    scenario = load_job(str(EXAMPLES / "train" / "schedule.toml"), command="python train.py",
+                        working_dir=str(tmp_path), handoff=str(tmp_path / "b.json"))
+    assert scenario.workload == JOB_WORKLOAD
+    assert scenario.invariants == ("job_succeeded", "within_ratio", "fault_seen")
+    assert scenario.params["kill_targets"] == [{"kind": "actor", "actor_id": None, "name": None,
+                                                "namespace": None, "class_name": "RayTrainWorker",
+                                                "pick": "one"}]
+    assert str(Path(sys.executable).parent) == str(scenario.params["path"]).split(os.pathsep)[0]
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["--job", " "], "--job = ' ': is empty"),
+    (["--job", "python t.py", "--max-slowdown", "1"], "--max-slowdown = 1.0: must be above 1"),
+    (["--job", "python t.py", "--job-timeout", "0"], "--job-timeout = 0.0: must be a positive"),
+    (["--job", "python t.py", "--no-baseline"], "--no-baseline with --job"),
+    (["--probe", "true"], "--probe and --probe-python judge a job"),
+])
+def test_bad_options_refused_before_anything_starts(args: list[str], said: str) -> None:
+    result = CliRunner().invoke(main, ["run", str(EXAMPLES / "train" / "schedule.toml"), *args])
+    assert result.exit_code == EXIT_BAD_INPUT, result.output
+    assert said in result.output
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ('duration = 5\nworkload = "x"\n[[faults]]\nat = 1\nkind = "kill"\n'
+     'target = { kind = "actor", class_name = "A" }\n', "workload = 'x': not for a job's schedule"),
+    ('duration = 5\n[[faults]]\nat = 1\nkind = "kill"\ntarget = { kind = "worker" }\n',
+     "faults = 'a random busy worker': a job's schedule needs kills of actors"),
+    ('duration = 5\n[[faults]]\nat = 1\nkind = "pause"\nseconds = 1\n'
+     'target = { kind = "actor", class_name = "A" }\n', "faults = 'no kill'"),
+])
+def test_schedules_that_are_not_a_jobs_refused(tmp_path: Path, text: str, said: str) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ScenarioError, match="problem"):
+        load_job(str(path), command="python t.py", working_dir=str(tmp_path), handoff=str(tmp_path / "b"))
+    result = CliRunner().invoke(main, ["run", "--job", "python t.py", str(path)])
+    assert result.exit_code == EXIT_BAD_INPUT and said in result.output, result.output
