@@ -1,0 +1,68 @@
+"""Hunt for Ray bugs: generated programs under faults, for a given time, on a cluster of its
+own; prints the failure classes found and the feature/fault statistics table.
+
+    python benchmarks/hunt.py --minutes 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import Counter
+
+from hypothesis import HealthCheck, event, given, settings, target
+
+from chaos import local_cluster
+from scenarios.hunt import Program, Verdict, programs, run_program
+from scenarios.hunt._stats import fault_labels, features
+
+
+def hunt(minutes: float, *, nodes: int) -> tuple[Counter[str], dict[str, Verdict], int]:
+    """Run generated programs until ``minutes`` pass; returns the label counts, the first
+    verdict of each failure class and how many programs ran."""
+    stats: Counter[str] = Counter()
+    classes: dict[str, Verdict] = {}
+    ran = 0
+    end = time.monotonic() + minutes * 60
+    with local_cluster(nodes=nodes, log_to_driver=False) as cluster:
+
+        @settings(max_examples=25, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+        @given(program=programs())
+        def one(program: Program) -> None:
+            nonlocal ran
+            if time.monotonic() > end:
+                return
+            verdict = run_program(program, address=cluster.address)
+            ran += 1
+            for label in sorted(features(program) | fault_labels(verdict)):
+                event(label)
+                stats[label] += 1
+            target(verdict.slowest, label="slowest get (s)")
+            for failure in verdict.failures:
+                classes.setdefault(failure.signature.label(), verdict)
+                stats[f"failure: {failure.signature.label()}"] += 1
+
+        while time.monotonic() < end:
+            one()
+    return stats, classes, ran
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--nodes", type=int, default=1)
+    args = parser.parse_args()
+    started = time.monotonic()
+    stats, classes, ran = hunt(args.minutes, nodes=args.nodes)
+    print(f"\n{ran} programs in {(time.monotonic() - started) / 60:.1f} min; {len(classes)} failure classes")
+    print("\n| feature or fault | programs |\n|---|---|")
+    for label, count in sorted(stats.items()):
+        if not label.startswith("failure: "):
+            print(f"| {label} | {count} |")
+    print("\nfailure classes (first program of each, replayable):")
+    for label, verdict in classes.items():
+        print(f"\n## {label}  ({stats['failure: ' + label]} steps)\n{verdict.report()}")
+
+
+if __name__ == "__main__":
+    main()

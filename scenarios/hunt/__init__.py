@@ -1,0 +1,50 @@
+"""Hunt: small generated Ray programs under faults drawn into the same example, judged by an
+oracle that computes each value directly and allows only the exceptions a table documents.
+
+A program is a list of steps over named values (:class:`Put`, :class:`Task`, :class:`Actor`,
+:class:`Call`, :class:`Stream`, :class:`Wait`, :class:`Cancel`) and the :class:`Fault` records
+drawn into it; :func:`programs` generates them, :func:`run_program` runs one on the connected
+cluster and returns its :class:`Verdict`, whose failures are classified by :class:`Signature`.
+A verdict's ``report()`` prints the program as a replayable ``run_program(Program(...))``.
+"""
+
+from scenarios.hunt._model import (
+    Actor,
+    Arg,
+    Call,
+    Cancel,
+    Fault,
+    FaultKind,
+    Program,
+    Put,
+    StepKind,
+    Stream,
+    Task,
+    Wait,
+)
+from scenarios.hunt._oracle import TABLE, ErrorKind, Seen, Signature, Situation
+from scenarios.hunt._run import Verdict, run_program
+from scenarios.hunt._strategies import programs
+
+__all__ = [
+    "TABLE",
+    "Actor",
+    "Arg",
+    "Call",
+    "Cancel",
+    "ErrorKind",
+    "Fault",
+    "FaultKind",
+    "Program",
+    "Put",
+    "Seen",
+    "Signature",
+    "Situation",
+    "StepKind",
+    "Stream",
+    "Task",
+    "Verdict",
+    "Wait",
+    "programs",
+    "run_program",
+]

@@ -1,0 +1,163 @@
+"""The program model: a program is a list of steps over named values (each step's value is
+named by its index), plus the faults drawn into it. Pure data: nothing here imports Ray."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class StepKind(enum.Enum):
+    """What a step does; its value is named by the step's index."""
+
+    PUT = "put"  # the driver's ray.put
+    TASK = "task"  # a task over earlier values
+    ACTOR = "actor"  # an actor whose constructor takes earlier values
+    CALL = "call"  # a method of an earlier actor over earlier values
+    STREAM = "stream"  # a streaming generator, consumed partly or fully
+    WAIT = "wait"  # ray.wait over earlier refs
+    CANCEL = "cancel"  # a task that runs until cancelled (or a short bound), cancelled at once
+
+
+class FaultKind(enum.Enum):
+    """A fault drawn into a program; OWNER_DEATH is an actor kill of an actor that owns refs."""
+
+    KILL_WORKER = "kill_worker"  # SIGKILL the worker of a task while it runs
+    KILL_ACTOR = "kill_actor"  # SIGKILL an actor's process
+    OWNER_DEATH = "owner_death"  # SIGKILL an actor that has put objects the program holds
+
+
+@dataclass(frozen=True, slots=True)
+class Arg:
+    """An earlier step's value passed on: as a top-level argument (Ray resolves it) or
+    ``nested`` in a list (the callee borrows the ref and gets it itself)."""
+
+    source: int
+    nested: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Put:
+    """``ray.put(const)`` by the driver."""
+
+    const: int
+    kind: StepKind = StepKind.PUT
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """A task returning ``const + sum(args)``, or, ``boxed``, a list holding a ref it put.
+    ``flaky``: raises ValueError on its first attempt (``retry_exceptions`` decides a retry)."""
+
+    const: int
+    args: tuple[Arg, ...] = ()
+    max_retries: int = 0
+    retry_exceptions: bool = False
+    flaky: bool = False
+    boxed: bool = False
+    kind: StepKind = StepKind.TASK
+
+
+@dataclass(frozen=True, slots=True)
+class Actor:
+    """An actor whose base is ``const + sum(args)`` (its constructor gets the args)."""
+
+    const: int
+    args: tuple[Arg, ...] = ()
+    max_restarts: int = 0
+    max_task_retries: int = 0
+    kind: StepKind = StepKind.ACTOR
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """A method of the actor made by step ``actor``: ``base + const + sum(args)``, or,
+    ``boxed``, a list holding a ref the actor put (the actor owns it)."""
+
+    actor: int
+    const: int
+    args: tuple[Arg, ...] = ()
+    boxed: bool = False
+    kind: StepKind = StepKind.CALL
+
+
+@dataclass(frozen=True, slots=True)
+class Stream:
+    """A generator yielding ``const + sum(args) + i`` for i < count; the driver takes ``take``."""
+
+    const: int
+    count: int
+    take: int
+    args: tuple[Arg, ...] = ()
+    kind: StepKind = StepKind.STREAM
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """``ray.wait`` over earlier refs with ``num_returns`` and ``timeout`` (None: unbounded)."""
+
+    sources: tuple[int, ...]
+    num_returns: int
+    timeout: float | None
+    fetch_local: bool = True
+    kind: StepKind = StepKind.WAIT
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """A task that runs until cancelled (or :data:`CANCEL_HOLD` seconds, then returns
+    ``const``), cancelled at once with ``force``."""
+
+    const: int
+    force: bool = False
+    kind: StepKind = StepKind.CANCEL
+
+
+Step = Put | Task | Actor | Call | Stream | Wait | Cancel
+#: Steps whose value is a ref the driver (or a callee) can get.
+GETTABLE = (StepKind.PUT, StepKind.TASK, StepKind.CALL, StepKind.CANCEL)
+#: Steps during which the driver blocks: a fault on a held step must land before them.
+BLOCKING = (StepKind.STREAM, StepKind.WAIT)
+#: How long a cancelled task runs when its cancel never lands (then it returns its value).
+CANCEL_HOLD = 3.0
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """A fault on step ``victim``, landing once step ``after`` has been submitted.
+
+    KILL_WORKER: ``victim`` is a task, held running until the kill. KILL_ACTOR / OWNER_DEATH:
+    ``victim`` is an actor step (no call in flight) or a call (held in flight at the kill)."""
+
+    kind: FaultKind
+    victim: int
+    after: int
+
+
+@dataclass(frozen=True, slots=True)
+class Program:
+    """Steps over named values and the faults drawn into the same example."""
+
+    steps: tuple[Step, ...]
+    faults: tuple[Fault, ...] = ()
+
+    def held(self) -> frozenset[int]:
+        """Steps held running until their fault lands (so the fault finds them in flight)."""
+        return frozenset(f.victim for f in self.faults if self.steps[f.victim].kind is not StepKind.ACTOR)
+
+    def depends(self, index: int) -> frozenset[int]:
+        """The steps ``index`` waits for, transitively: its args, its actor, and the calls
+        queued before it on that actor (an actor runs its calls in order)."""
+        step, found = self.steps[index], set()
+        direct = {a.source for a in getattr(step, "args", ())} | set(getattr(step, "sources", ()))
+        if isinstance(step, Call):
+            direct |= {step.actor} | {i for i, s in enumerate(self.steps[:index])
+                                      if isinstance(s, Call) and s.actor == step.actor}
+        for d in direct:
+            found |= {d} | self.depends(d)
+        return frozenset(found)
+
+    def actor_of(self, fault: Fault) -> int:
+        """The actor step a KILL_ACTOR / OWNER_DEATH fault kills."""
+        step = self.steps[fault.victim]
+        return step.actor if isinstance(step, Call) else fault.victim

@@ -1,0 +1,298 @@
+"""The oracle: each step's value computed directly, the exceptions the landed faults may cause
+(a table), and the verdict on what a run observed, classified by signature. Pure Python."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from scenarios.hunt._model import (
+    Actor,
+    Arg,
+    Call,
+    Cancel,
+    Fault,
+    FaultKind,
+    Program,
+    Put,
+    Step,
+    StepKind,
+    Stream,
+    Task,
+    Wait,
+)
+
+
+class ErrorKind(enum.Enum):
+    """An exception a ray.get may raise, by its root cause (RayTaskError wrappers peeled)."""
+
+    WORKER_CRASHED = "WorkerCrashedError"
+    ACTOR_DIED = "ActorDiedError"
+    ACTOR_UNAVAILABLE = "ActorUnavailableError"
+    OWNER_DIED = "OwnerDiedError"
+    TASK_CANCELLED = "TaskCancelledError"
+    VALUE_ERROR = "ValueError"  # the program's own flaky task
+
+
+class Situation(enum.Enum):
+    """Where a step stands to a landed fault (or to the program's own cancel)."""
+
+    KILLED_TASK = "a task whose worker was SIGKILLed, its retries spent"
+    OWNED_BY_KILLED = "a ref put by a process that was SIGKILLed"
+    CALL_OF_DEAD_ACTOR = "a call of a SIGKILLed actor that may not restart"
+    CALL_WITHOUT_RETRIES = "a call in flight or queued at a SIGKILL of its restartable actor, max_task_retries=0"
+    CALL_OF_FAILED_ACTOR = "a call of an actor whose constructor's argument failed"
+    CANCELLED = "a task cancelled with ray.cancel"
+
+
+#: Which exception Ray documents for each situation (fault → situation → exception):
+#: kill_worker → KILLED_TASK, OWNED_BY_KILLED; kill_actor → CALL_OF_DEAD_ACTOR,
+#: CALL_WITHOUT_RETRIES, CALL_OF_FAILED_ACTOR; owner_death → OWNED_BY_KILLED too; the program's
+#: own ray.cancel → CANCELLED (and OWNED_BY_KILLED with force=True). Anything else is a finding.
+TABLE: dict[Situation, frozenset[ErrorKind]] = {
+    Situation.KILLED_TASK: frozenset({ErrorKind.WORKER_CRASHED}),
+    Situation.OWNED_BY_KILLED: frozenset({ErrorKind.OWNER_DIED}),
+    Situation.CALL_OF_DEAD_ACTOR: frozenset({ErrorKind.ACTOR_DIED, ErrorKind.ACTOR_UNAVAILABLE}),
+    Situation.CALL_WITHOUT_RETRIES: frozenset({ErrorKind.ACTOR_DIED, ErrorKind.ACTOR_UNAVAILABLE}),
+    Situation.CALL_OF_FAILED_ACTOR: frozenset({ErrorKind.ACTOR_DIED}),
+    Situation.CANCELLED: frozenset({ErrorKind.TASK_CANCELLED}),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What a step may end in: ``value`` (None: it must raise) or one of ``errors``."""
+
+    value: int | tuple[int, ...] | None
+    errors: frozenset[ErrorKind] = frozenset()
+
+    def may(self, situation: Situation) -> Outcome:
+        return Outcome(self.value, self.errors | TABLE[situation])
+
+    def must(self, errors: frozenset[ErrorKind]) -> Outcome:
+        return Outcome(None, self.errors | errors)
+
+
+def expect(program: Program, landed: Sequence[Fault]) -> list[Outcome | None]:
+    """Each step's outcome, given the faults that landed (None for a WAIT: checked apart)."""
+    out: list[Outcome | None] = []
+    for index, step in enumerate(program.steps):
+        out.append(_expect_step(program, index, step, landed, out))
+    return out
+
+
+def _expect_step(program: Program, index: int, step: Step, landed: Sequence[Fault],
+                 out: list[Outcome | None]) -> Outcome | None:
+    if isinstance(step, Put):
+        return Outcome(step.const)
+    if isinstance(step, Task):
+        return _task(program, index, step, landed, _args(step.args, out))
+    if isinstance(step, Actor):
+        return _actor(step, _args(step.args, out))
+    if isinstance(step, Call):
+        return _call(program, index, step, landed, out)
+    if isinstance(step, Stream):
+        return _shifted(_args(step.args, out), step.const, step.take)
+    if isinstance(step, Cancel):
+        return Outcome(step.const).may(Situation.CANCELLED)
+    assert isinstance(step, Wait)
+    return None
+
+
+def _args(args: tuple[Arg, ...], out: list[Outcome | None]) -> Outcome:
+    """The args' sum, or the errors any of them may raise (a failed arg fails its consumer,
+    whichever way it was passed: Ray's resolution or the callee's own ray.get)."""
+    outcomes = [out[a.source] for a in args]
+    errors = frozenset().union(*(o.errors for o in outcomes if o is not None))
+    values = [o.value for o in outcomes if o is not None]
+    if any(not isinstance(v, int) for v in values):
+        return Outcome(None, errors)
+    return Outcome(sum(v for v in values if isinstance(v, int)), errors)
+
+
+def _shifted(args: Outcome, const: int, take: int) -> Outcome:
+    if not isinstance(args.value, int):
+        return args
+    return Outcome(tuple(args.value + const + i for i in range(take)), args.errors)
+
+
+def _task(program: Program, index: int, step: Task, landed: Sequence[Fault], args: Outcome) -> Outcome:
+    if not isinstance(args.value, int):
+        return args
+    result = Outcome(args.value + step.const, args.errors)
+    killed = any(f.kind is FaultKind.KILL_WORKER and f.victim == index for f in landed)
+    failed = attempts(step.max_retries, step.retry_exceptions, killed=killed, flaky=step.flaky)
+    if failed is not None:
+        result = result.must(TABLE[Situation.KILLED_TASK] if failed is ErrorKind.WORKER_CRASHED
+                             else frozenset({failed}))
+    if step.boxed and _worker_killed_after(program, index, landed):
+        result = result.may(Situation.OWNED_BY_KILLED)
+    return result
+
+
+def attempts(max_retries: int, retry_exceptions: bool, *, killed: bool, flaky: bool) -> ErrorKind | None:
+    """How a task's attempts end: its first attempt killed (if ``killed``), then a ValueError
+    on the first attempt that runs (if ``flaky``); each failure spends a retry if it may."""
+    budget = max_retries
+    if killed:
+        if budget == 0:
+            return ErrorKind.WORKER_CRASHED
+        budget -= 1
+    if flaky and (not retry_exceptions or budget == 0):
+        return ErrorKind.VALUE_ERROR
+    return None
+
+
+def _worker_killed_after(program: Program, index: int, landed: Sequence[Fault]) -> bool:
+    """May the worker that ran task ``index`` (and owns what it put) have been killed since?
+    Workers are reused: any later worker kill may hit it, a force cancel too."""
+    kills = any(f.kind is FaultKind.KILL_WORKER and f.after >= index and f.victim != index for f in landed)
+    forced = any(isinstance(s, Cancel) and s.force for s in program.steps[index + 1:])
+    return kills or forced
+
+
+def _actor(step: Actor, args: Outcome) -> Outcome:
+    if not isinstance(args.value, int):
+        return Outcome(None, args.errors | TABLE[Situation.CALL_OF_FAILED_ACTOR])
+    result = Outcome(args.value + step.const)
+    return result.may(Situation.CALL_OF_FAILED_ACTOR) if args.errors else result
+
+
+def _call(program: Program, index: int, step: Call, landed: Sequence[Fault],
+          out: list[Outcome | None]) -> Outcome:
+    actor, args = out[step.actor], _args(step.args, out)
+    assert actor is not None
+    if not isinstance(actor.value, int) or not isinstance(args.value, int):
+        return Outcome(None, actor.errors | args.errors)
+    result = Outcome(actor.value + args.value + step.const, actor.errors | args.errors)
+    spec = program.steps[step.actor]
+    assert isinstance(spec, Actor)
+    for fault in (f for f in landed if program.actor_of(f) == step.actor):
+        result = _call_under_kill(result, index, step, spec, fault)
+    return result
+
+
+def _call_under_kill(result: Outcome, index: int, step: Call, spec: Actor, fault: Fault) -> Outcome:
+    """A call of a killed actor: dead for good without restarts; at most once without task
+    retries; what it put before the kill is lost with its owner."""
+    hit = index > fault.after or index == fault.victim  # queued after, or in flight at the kill
+    if spec.max_restarts == 0:
+        return result.must(TABLE[Situation.CALL_OF_DEAD_ACTOR]) if hit else result.may(Situation.CALL_OF_DEAD_ACTOR)
+    if spec.max_task_retries == 0 and (hit or index <= fault.after):
+        result = result.may(Situation.CALL_WITHOUT_RETRIES)
+    if step.boxed and index <= fault.after and index != fault.victim:
+        result = result.may(Situation.OWNED_BY_KILLED)
+    return result
+
+
+# -- verdicts ---------------------------------------------------------------------------------
+
+
+class Seen(enum.Enum):
+    """What a step did that its outcome did not allow."""
+
+    WRONG_VALUE = "wrong value"
+    VALUE_NOT_ERROR = "a value where an error was due"
+    OUTSIDE_TABLE = "an exception outside the table"
+    HANG = "hang"
+    WAIT_CONTRACT = "ray.wait broke its contract"
+    DRIVER_CRASH = "the driver raised"
+    CLUSTER_UNUSABLE = "the cluster did not answer afterwards"
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """What a step ended in: a value, an exception (its kind if the table knows it, always its
+    type name), or nothing within the bound (``hung``)."""
+
+    value: int | tuple[int, ...] | None = None
+    error: ErrorKind | None = None
+    error_type: str = ""
+    hung: bool = False
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class WaitSeen:
+    """What a ray.wait returned, as indices into its sources."""
+
+    ready: tuple[int, ...]
+    not_ready: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Signature:
+    """A failure class: counted once however many programs show it."""
+
+    step: StepKind | None
+    faults: tuple[FaultKind, ...]
+    seen: Seen
+    detail: str = ""  # the exception's type name, when it is one
+
+    def label(self) -> str:
+        faults = "+".join(f.value for f in self.faults) or "no fault"
+        step = self.step.value if self.step else "program"
+        return f"{step} under {faults}: {self.seen.value}" + (f" ({self.detail})" if self.detail else "")
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """One step's failure: its class and what was expected and seen, for people."""
+
+    signature: Signature
+    step: int
+    message: str
+
+
+def judge_step(outcome: Outcome, seen: Observed) -> tuple[Seen, str] | None:
+    """None when ``seen`` is allowed by ``outcome``; else what was wrong and the type's name."""
+    if seen.hung:
+        return Seen.HANG, ""
+    if seen.error_type:
+        if seen.error is not None and seen.error in outcome.errors:
+            return None
+        return Seen.OUTSIDE_TABLE, seen.error_type
+    if outcome.value is None:
+        return Seen.VALUE_NOT_ERROR, ""
+    return None if seen.value == outcome.value else (Seen.WRONG_VALUE, "")
+
+
+def judge_wait(step: Wait, seen: WaitSeen) -> bool:
+    """Does a ray.wait's answer keep its contract? Input order kept, a partition of its
+    sources, at most ``num_returns`` ready, and exactly that many when it had no timeout
+    (every source ends: a failed ref counts as ready)."""
+    everything = list(range(len(step.sources)))
+    if sorted(seen.ready + seen.not_ready) != everything:
+        return False
+    if list(seen.ready) != sorted(seen.ready) or list(seen.not_ready) != sorted(seen.not_ready):
+        return False
+    if len(seen.ready) > step.num_returns:
+        return False
+    return step.timeout is not None or len(seen.ready) == step.num_returns
+
+
+def judge(program: Program, landed: Sequence[Fault],
+          seen: dict[int, Observed | WaitSeen]) -> list[Failure]:
+    """Every step the run observed against the oracle's outcome for it."""
+    faults = tuple(sorted({f.kind for f in landed}, key=lambda k: k.value))
+    failures = []
+    for index, outcome in enumerate(expect(program, landed)):
+        step, observed = program.steps[index], seen.get(index)
+        if observed is None:
+            continue
+        wrong = _judged(step, outcome, observed)
+        if wrong is not None:
+            what, detail = wrong
+            failures.append(Failure(Signature(step.kind, faults, what, detail), index,
+                                    f"step {index} {step}: expected {outcome}, saw {observed}"))
+    return failures
+
+
+def _judged(step: Step, outcome: Outcome | None, observed: Observed | WaitSeen) -> tuple[Seen, str] | None:
+    if isinstance(step, Wait):
+        if isinstance(observed, WaitSeen):
+            return None if judge_wait(step, observed) else (Seen.WAIT_CONTRACT, "")
+        return (Seen.HANG, "") if observed.hung else (Seen.OUTSIDE_TABLE, observed.error_type)
+    assert outcome is not None and isinstance(observed, Observed)
+    return judge_step(outcome, observed)

@@ -1,0 +1,323 @@
+"""Run a program on the connected Ray cluster with its faults, observe every step within a
+bound, and judge it against the oracle."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from scenarios.hunt._model import (
+    CANCEL_HOLD,
+    GETTABLE,
+    Actor,
+    Arg,
+    Call,
+    Cancel,
+    Fault,
+    FaultKind,
+    Program,
+    Put,
+    Step,
+    Stream,
+    Task,
+    Wait,
+)
+from scenarios.hunt._oracle import ErrorKind, Failure, Observed, Seen, Signature, WaitSeen, judge
+
+#: Seconds every get of a program shares: past it, what has not ended is a hang.
+BOUND = 30.0
+#: The least a get waits once the shared bound is spent (so one hang does not hide the rest).
+LAST_LOOK = 0.2
+#: Seconds a trivial task and a fresh actor have to answer after a program (a worker to start).
+PROBE_BOUND = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """One program's run: the faults that landed and missed, its failures, and the slowest
+    get (seconds: Hypothesis's target() steers towards long recoveries)."""
+
+    program: Program
+    landed: tuple[Fault, ...]
+    missed: tuple[Fault, ...]
+    failures: tuple[Failure, ...]
+    slowest: float
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def report(self) -> str:
+        """The failures and the program that replays them (its repr is a valid Program)."""
+        lines = [f"{f.signature.label()}: {f.message}" for f in self.failures]
+        return "\n".join([*lines, f"replay: run_program({self.program!r})"])
+
+
+@dataclass
+class Interpreter:
+    """Submits a program's steps in order, lands each fault once its step is submitted, then
+    gets every value. One per program run; its methods are the seams tests plant bugs in."""
+
+    program: Program
+    address: str
+    bound: float = BOUND
+    marks: str = ""
+    refs: dict[int, Any] = field(default_factory=dict)
+    seen: dict[int, Observed | WaitSeen] = field(default_factory=dict)
+    landed: list[Fault] = field(default_factory=list)
+    missed: list[Fault] = field(default_factory=list)
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+
+    def run(self) -> Verdict:
+        with tempfile.TemporaryDirectory(prefix="hunt-") as marks:
+            self.marks = marks
+            try:
+                failures = [*self._drive(), *self._observe_all()]
+            finally:
+                self._clean_up()
+            failures += self._cluster_usable()  # once what the program left running is cancelled
+        failures = [*judge(self.program, self.landed, self.seen), *failures]
+        slowest = max((o.seconds for o in self.seen.values() if isinstance(o, Observed)), default=0.0)
+        return Verdict(self.program, tuple(self.landed), tuple(self.missed), tuple(failures), slowest)
+
+    def _drive(self) -> list[Failure]:
+        """Submit every step and land every fault; a raise here is the driver crashing."""
+        try:
+            for index, step in enumerate(self.program.steps):
+                self.refs[index] = self.submit(index, step)
+                for fault in (f for f in self.program.faults if f.after == index):
+                    self.land(fault)
+        except Exception as exc:  # noqa: BLE001 - the driver must never raise: a finding
+            return [Failure(Signature(None, self._fault_kinds(), Seen.DRIVER_CRASH, type(exc).__name__),
+                            -1, f"the driver raised {exc!r}")]
+        return []
+
+    # -- submitting ------------------------------------------------------------------------
+
+    def submit(self, index: int, step: Step) -> Any:
+        import ray
+
+        if isinstance(step, Put):
+            return ray.put(step.const)
+        if isinstance(step, Task):
+            return self.submit_task(index, step)
+        if isinstance(step, Actor):
+            return self.submit_actor(step)
+        if isinstance(step, Call):
+            held = index in self.program.held()
+            return self.refs[step.actor].call.remote(index, step.const, self.marks, held, step.boxed,
+                                                     *self.args(step.args))
+        if isinstance(step, Stream):
+            return self.consume(index, step)
+        if isinstance(step, Wait):
+            return self.wait(index, step)
+        assert isinstance(step, Cancel)
+        return self.submit_cancel(step)
+
+    def args(self, args: tuple[Arg, ...]) -> list[Any]:
+        return [[self.refs[a.source]] if a.nested else self.refs[a.source] for a in args]
+
+    def submit_task(self, index: int, step: Task) -> Any:
+        from scenarios.hunt._remote import hunt_task, remote
+
+        held = index in self.program.held()
+        options = remote(hunt_task).options(max_retries=step.max_retries, retry_exceptions=step.retry_exceptions,
+                                    name=self.name(index), num_cpus=0 if held else 1)
+        return options.remote(index, step.const, self.marks, held, step.flaky, step.boxed, *self.args(step.args))
+
+    def submit_actor(self, step: Actor) -> Any:
+        from scenarios.hunt._remote import HuntActor, remote
+
+        options = remote(HuntActor).options(max_restarts=step.max_restarts, max_task_retries=step.max_task_retries,
+                                    num_cpus=0)
+        return options.remote(step.const, *self.args(step.args))
+
+    def submit_cancel(self, step: Cancel) -> Any:
+        import ray
+
+        from scenarios.hunt._remote import hunt_cancellable, remote
+
+        ref = remote(hunt_cancellable).options(max_retries=0, num_cpus=0).remote(step.const, CANCEL_HOLD)
+        ray.cancel(ref, force=step.force)
+        return ref
+
+    def consume(self, index: int, step: Stream) -> None:
+        """Take ``step.take`` items of a streaming generator; the rest are left unconsumed."""
+        from scenarios.hunt._remote import hunt_stream, remote
+
+        started = time.monotonic()
+        gen = remote(hunt_stream).options(num_returns="streaming").remote(step.const, step.count, *self.args(step.args))
+        items: list[int] = []
+        try:
+            for _ in range(step.take):
+                items.append(self._get(next(gen), started))
+        except Exception as exc:  # noqa: BLE001 - judged against the table
+            self.seen[index] = observed_error(exc, started)
+            return
+        self.seen[index] = Observed(value=tuple(items), seconds=time.monotonic() - started)
+
+    def wait(self, index: int, step: Wait) -> None:
+        """ray.wait within the bound; with no timeout, fewer ready than asked is a hang."""
+        import ray
+
+        refs = [self.refs[s] for s in step.sources]
+        timeout = self.bound if step.timeout is None else step.timeout
+        ready, not_ready = ray.wait(refs, num_returns=step.num_returns, timeout=timeout,
+                                    fetch_local=step.fetch_local)
+        seen = WaitSeen(tuple(_positions(refs, ready)), tuple(_positions(refs, not_ready)))
+        short = step.timeout is None and len(seen.ready) < step.num_returns
+        self.seen[index] = Observed(hung=True, seconds=self.bound) if short else seen
+
+    def name(self, index: int) -> str:
+        return f"hunt-{self.run_id}-{index}"
+
+    # -- faults ----------------------------------------------------------------------------
+
+    def land(self, fault: Fault) -> None:
+        """Inject ``fault`` once its victim is in flight, then release the victim; a victim
+        that ended first (its args failed) or vanished makes the fault missed."""
+        from chaos import ActorTarget, Chaos, Kill, TaskTarget
+        from chaos.errors import ChaosError
+
+        held = fault.victim in self.program.held()
+        try:
+            if held and not self._started(fault.victim):
+                self.missed.append(fault)
+                return
+            target = (TaskTarget(self.name(fault.victim)) if fault.kind is FaultKind.KILL_WORKER
+                      else ActorTarget.of(self.refs[self.program.actor_of(fault)]))
+            Chaos(address=self.address).kill(Kill(target))
+            self.landed.append(fault)
+        except ChaosError:
+            self.missed.append(fault)
+        finally:
+            Path(self.marks, f"release-{fault.victim}").touch()
+
+    def _started(self, index: int) -> bool:
+        """Wait until the held step says it started (True) or its ref ended first (False)."""
+        import ray
+
+        from chaos import wait_until
+
+        marker, ref = Path(self.marks, f"started-{index}"), self.refs[index]
+
+        def decided() -> str | None:
+            if marker.exists():
+                return "started"
+            return "ended" if ray.wait([ref], timeout=0)[0] else None
+
+        return wait_until(decided, timeout=self.bound, interval=0.01, what=f"step {index} to start") == "started"
+
+    # -- observing -------------------------------------------------------------------------
+
+    def _observe_all(self) -> list[Failure]:
+        started = time.monotonic()
+        for index, step in enumerate(self.program.steps):
+            if step.kind in GETTABLE:
+                self.seen[index] = self.observe(index, step, started)
+        return []
+
+    def observe(self, index: int, step: Step, started: float) -> Observed:
+        """Get a step's value (and a boxed value's inner ref) within the shared bound."""
+        t0 = time.monotonic()
+        try:
+            value = self._get(self.refs[index], started)
+            if getattr(step, "boxed", False):
+                value = self._get(value[0], started)
+        except Exception as exc:  # noqa: BLE001 - judged against the table
+            return observed_error(exc, t0)
+        return Observed(value=value, seconds=time.monotonic() - t0)
+
+    def _get(self, ref: Any, started: float) -> Any:
+        import ray
+
+        return ray.get(ref, timeout=self.remaining(started))
+
+    def remaining(self, started: float) -> float:
+        return max(LAST_LOOK, self.bound - (time.monotonic() - started))
+
+    def _cluster_usable(self) -> list[Failure]:
+        """A trivial task and a fresh actor answer within :data:`PROBE_BOUND`."""
+        import ray
+
+        from scenarios.hunt._remote import HuntProbe, hunt_ping, remote
+
+        try:
+            probe = remote(HuntProbe).remote()
+            answers = ray.get([remote(hunt_ping).remote(7), probe.ping.remote(8)], timeout=PROBE_BOUND)
+            ray.kill(probe)
+        except Exception as exc:  # noqa: BLE001 - a finding, whatever it is
+            answers = [repr(exc)]
+        if answers == [7, 8]:
+            return []
+        return [Failure(Signature(None, self._fault_kinds(), Seen.CLUSTER_UNUSABLE), -1,
+                        f"a trivial task and actor answered {answers!r} within {PROBE_BOUND:g} s")]
+
+    def _fault_kinds(self) -> tuple[FaultKind, ...]:
+        return tuple(sorted({f.kind for f in self.landed}, key=lambda k: k.value))
+
+    def _clean_up(self) -> None:
+        """Release every held step, cancel what still runs, kill the program's actors."""
+        import ray
+
+        for index in self.program.held():
+            Path(self.marks, f"release-{index}").touch()
+        for index, step in enumerate(self.program.steps):
+            ref = self.refs.get(index)
+            if ref is None:
+                continue
+            try:
+                if isinstance(step, Actor):
+                    ray.kill(ref)
+                elif step.kind in GETTABLE and not ray.wait([ref], timeout=0)[0]:
+                    ray.cancel(ref, force=not isinstance(step, Call))
+            except Exception:  # noqa: BLE001 - best effort: the next program starts clean anyway
+                pass
+
+
+def _positions(refs: list[Any], subset: list[Any]) -> list[int]:
+    ids = [r.hex() for r in refs]
+    return [ids.index(r.hex()) for r in subset]
+
+
+def classify(exc: BaseException) -> ErrorKind | None:
+    """The table's kind of an exception, by its root cause (RayTaskError wrappers peeled);
+    None for anything the table does not know."""
+    from ray import exceptions as rx
+
+    cause: BaseException = exc
+    while isinstance(cause, rx.RayTaskError) and cause.cause is not None:
+        cause = cause.cause
+    kinds: list[tuple[type[BaseException], ErrorKind]] = [
+        (rx.WorkerCrashedError, ErrorKind.WORKER_CRASHED), (rx.ActorDiedError, ErrorKind.ACTOR_DIED),
+        (rx.ActorUnavailableError, ErrorKind.ACTOR_UNAVAILABLE), (rx.OwnerDiedError, ErrorKind.OWNER_DIED),
+        (rx.TaskCancelledError, ErrorKind.TASK_CANCELLED), (ValueError, ErrorKind.VALUE_ERROR)]
+    return next((kind for cls, kind in kinds if isinstance(cause, cls)), None)
+
+
+def root_name(exc: BaseException) -> str:
+    from ray.exceptions import RayTaskError
+
+    while isinstance(exc, RayTaskError) and exc.cause is not None:
+        exc = exc.cause
+    return type(exc).__name__
+
+
+def observed_error(exc: BaseException, started: float) -> Observed:
+    """A get's exception; the driver's own get timing out is a hang, not an exception (a
+    callee's timed-out get arrives wrapped, and is judged as an exception)."""
+    from ray.exceptions import GetTimeoutError, RayTaskError
+
+    seconds = time.monotonic() - started
+    if isinstance(exc, GetTimeoutError) and not isinstance(exc, RayTaskError):
+        return Observed(hung=True, seconds=seconds)
+    return Observed(error=classify(exc), error_type=root_name(exc), seconds=seconds)
+
+
+def run_program(program: Program, *, address: str, bound: float = BOUND) -> Verdict:
+    """Run ``program`` with its faults on the connected cluster at ``address``; judge it."""
+    return Interpreter(program, address, bound).run()

@@ -1,0 +1,115 @@
+"""Hypothesis strategies for small Ray programs with faults drawn into the same example."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import strategies as st
+
+from scenarios.hunt._model import (
+    BLOCKING,
+    GETTABLE,
+    Actor,
+    Arg,
+    Call,
+    Cancel,
+    Fault,
+    FaultKind,
+    Program,
+    Put,
+    Step,
+    StepKind,
+    Stream,
+    Task,
+    Wait,
+)
+
+#: The most steps a program has: each costs a worker or an actor on a small cluster.
+MAX_STEPS = 7
+
+
+def _args(draw: Any, steps: list[Step]) -> tuple[Arg, ...]:
+    sources = [i for i, s in enumerate(steps) if s.kind in GETTABLE]
+    if not sources:
+        return ()
+    chosen = draw(st.lists(st.sampled_from(sources), max_size=2, unique=True))
+    return tuple(Arg(i, draw(st.booleans())) for i in chosen)
+
+
+def _step(draw: Any, steps: list[Step]) -> Step:
+    actors = [i for i, s in enumerate(steps) if s.kind is StepKind.ACTOR]
+    gettable = [i for i, s in enumerate(steps) if s.kind in GETTABLE]
+    kinds = [StepKind.PUT, StepKind.TASK, StepKind.TASK, StepKind.ACTOR, StepKind.STREAM, StepKind.CANCEL]
+    kinds += [StepKind.CALL, StepKind.CALL] if actors else []
+    kinds += [StepKind.WAIT] if gettable else []
+    kind, const = draw(st.sampled_from(kinds)), draw(st.integers(0, 9))
+    if kind is StepKind.PUT:
+        return Put(const)
+    if kind is StepKind.TASK:
+        return Task(const, _args(draw, steps), draw(st.sampled_from([0, 0, 1, 2])), draw(st.booleans()),
+                    draw(st.booleans()), draw(st.booleans()))
+    if kind is StepKind.ACTOR:
+        return Actor(const, _args(draw, steps), draw(st.sampled_from([0, 1, -1])), draw(st.sampled_from([0, 1, -1])))
+    if kind is StepKind.CALL:
+        return Call(draw(st.sampled_from(actors)), const, _args(draw, steps), draw(st.booleans()))
+    if kind is StepKind.STREAM:
+        count = draw(st.integers(1, 4))
+        return Stream(const, count, draw(st.integers(0, count)), _args(draw, steps))
+    if kind is StepKind.WAIT:
+        sources = tuple(sorted(draw(st.lists(st.sampled_from(gettable), min_size=1, max_size=3, unique=True))))
+        return Wait(sources, draw(st.integers(1, len(sources))), draw(st.sampled_from([None, 0.0, 0.5])),
+                    draw(st.booleans()))
+    return Cancel(const, draw(st.booleans()))
+
+
+def _moment(draw: Any, steps: tuple[Step, ...], victim: int) -> int:
+    """After which step the fault lands: from its victim's submission up to the step before
+    the next one the driver blocks in (a held victim must be released before it)."""
+    limit = next((i - 1 for i in range(victim + 1, len(steps)) if steps[i].kind in BLOCKING), len(steps) - 1)
+    return int(draw(st.integers(victim, limit)))
+
+
+def _fault(draw: Any, program: Program) -> Fault | None:
+    """One more fault, on a victim no fault has yet (one fault per actor), whose wait does
+    not depend on another held step (it could not start before that one's fault)."""
+    steps, taken = program.steps, {program.actor_of(f) if f.kind is not FaultKind.KILL_WORKER else f.victim
+                                   for f in program.faults}
+    held = program.held()
+    candidates = [i for i, s in enumerate(steps)
+                  if s.kind in (StepKind.TASK, StepKind.ACTOR, StepKind.CALL)
+                  and (s.actor if isinstance(s, Call) else i) not in taken
+                  and not (program.depends(i) & held)]
+    if not candidates:
+        return None
+    victim = draw(st.sampled_from(candidates))
+    after = _moment(draw, steps, victim)
+    if steps[victim].kind is StepKind.TASK:
+        return Fault(FaultKind.KILL_WORKER, victim, after)
+    actor = steps[victim].actor if isinstance(steps[victim], Call) else victim
+    owns = any(isinstance(s, Call) and s.actor == actor and s.boxed and i <= after and i != victim
+               for i, s in enumerate(steps))
+    return Fault(FaultKind.OWNER_DEATH if owns else FaultKind.KILL_ACTOR, victim, after)
+
+
+def _no_held_dependents(program: Program) -> bool:
+    """No held victim waits on another held one (it could not start before that one's fault)."""
+    held = program.held()
+    return all(not (program.depends(i) & held) for i in held)
+
+
+@st.composite
+def programs(draw: Any, *, max_steps: int = MAX_STEPS, max_faults: int = 2) -> Program:
+    """Small Ray programs (2..``max_steps`` steps) and 1..``max_faults`` faults where the
+    program has a victim for one (a task, an actor or a call); ``max_faults=0``: none."""
+    steps: list[Step] = []
+    for _ in range(draw(st.integers(2, max_steps))):
+        steps.append(_step(draw, steps))
+    program = Program(tuple(steps))
+    for _ in range(draw(st.integers(min(1, max_faults), max_faults))):
+        fault = _fault(draw, program)
+        if fault is None:
+            break
+        candidate = Program(program.steps, (*program.faults, fault))
+        if _no_held_dependents(candidate):
+            program = candidate
+    return program

@@ -1,0 +1,133 @@
+"""The hunt's program model, oracle and classifier, without Ray: each value computed directly,
+each landed fault's exceptions from the table, and every verdict able to be false."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+
+from scenarios.hunt import (
+    TABLE,
+    Actor,
+    Arg,
+    Call,
+    Cancel,
+    ErrorKind,
+    Fault,
+    FaultKind,
+    Program,
+    Put,
+    Seen,
+    Signature,
+    Situation,
+    StepKind,
+    Stream,
+    Task,
+    Wait,
+    programs,
+)
+from scenarios.hunt._model import BLOCKING
+from scenarios.hunt._oracle import Observed, Outcome, WaitSeen, attempts, expect, judge, judge_step, judge_wait
+
+KILLED = frozenset({ErrorKind.WORKER_CRASHED})
+ACTOR_ERRORS = frozenset({ErrorKind.ACTOR_DIED, ErrorKind.ACTOR_UNAVAILABLE})
+
+
+def test_values_are_computed_directly_through_refs_boxes_actors_and_streams() -> None:
+    program = Program((Put(3), Task(4, (Arg(0),), boxed=True), Actor(1, (Arg(1, nested=True),)),
+                       Call(2, 2, (Arg(0),)), Stream(1, 4, 2, (Arg(3),))))
+    values = [o.value if o else None for o in expect(program, ())]
+    assert values == [3, 7, 8, 8 + 2 + 3, (14, 15)]
+
+
+def test_a_task_attempts_spend_retries_on_kills_and_on_retried_exceptions() -> None:
+    assert attempts(0, False, killed=True, flaky=False) is ErrorKind.WORKER_CRASHED
+    assert attempts(1, False, killed=True, flaky=False) is None
+    assert attempts(1, True, killed=True, flaky=True) is ErrorKind.VALUE_ERROR  # the kill spent it
+    assert attempts(2, True, killed=True, flaky=True) is None
+    assert attempts(3, False, killed=False, flaky=True) is ErrorKind.VALUE_ERROR  # not retried
+
+
+def test_a_killed_task_without_retries_fails_its_dependents_with_the_same_error() -> None:
+    program = Program((Task(1), Task(2, (Arg(0, nested=True),)), Task(3, (Arg(1),))),
+                      (Fault(FaultKind.KILL_WORKER, 0, 0),))
+    outcomes = expect(program, program.faults)
+    assert all(o == Outcome(None, KILLED) for o in outcomes)
+    assert expect(program, ())[2] == Outcome(6)  # the fault missed: plain values
+
+
+def test_a_worker_kill_may_lose_what_an_earlier_task_put_as_owner() -> None:
+    program = Program((Task(1, boxed=True), Task(2, max_retries=1)), (Fault(FaultKind.KILL_WORKER, 1, 1),))
+    boxed, killed = expect(program, program.faults)
+    assert boxed == Outcome(1, TABLE[Situation.OWNED_BY_KILLED]) and killed == Outcome(2)
+
+
+def test_calls_of_a_killed_actor_follow_its_restarts_and_task_retries() -> None:
+    def calls(restarts: int, retries: int) -> list[Outcome | None]:
+        program = Program((Actor(1, (), restarts, retries), Call(0, 1, boxed=True), Call(0, 2)),
+                          (Fault(FaultKind.OWNER_DEATH, 0, 1),))
+        return expect(program, program.faults)[1:]
+
+    assert calls(0, 0) == [Outcome(2, ACTOR_ERRORS), Outcome(None, ACTOR_ERRORS)]  # dead for good
+    assert calls(1, 0) == [Outcome(2, ACTOR_ERRORS | TABLE[Situation.OWNED_BY_KILLED]), Outcome(3, ACTOR_ERRORS)]
+    assert calls(1, -1) == [Outcome(2, TABLE[Situation.OWNED_BY_KILLED]), Outcome(3)]  # retried: values
+
+
+def test_an_actor_whose_constructor_argument_fails_fails_every_call() -> None:
+    program = Program((Task(0, flaky=True), Actor(1, (Arg(0),), max_restarts=1), Call(1, 1)))
+    assert expect(program, ())[2] == Outcome(None, frozenset({ErrorKind.VALUE_ERROR, ErrorKind.ACTOR_DIED}))
+
+
+def test_judging_a_step_catches_wrong_values_hangs_and_exceptions_outside_the_table() -> None:
+    may_crash = Outcome(5, KILLED)
+    assert judge_step(may_crash, Observed(value=5)) is None
+    assert judge_step(may_crash, Observed(error=ErrorKind.WORKER_CRASHED, error_type="WorkerCrashedError")) is None
+    assert judge_step(may_crash, Observed(value=6)) == (Seen.WRONG_VALUE, "")
+    assert judge_step(may_crash, Observed(hung=True)) == (Seen.HANG, "")
+    assert judge_step(may_crash, Observed(error_type="KeyError")) == (Seen.OUTSIDE_TABLE, "KeyError")
+    assert judge_step(may_crash, Observed(error=ErrorKind.OWNER_DIED, error_type="OwnerDiedError")) == (
+        Seen.OUTSIDE_TABLE, "OwnerDiedError")
+    assert judge_step(Outcome(None, KILLED), Observed(value=5)) == (Seen.VALUE_NOT_ERROR, "")
+
+
+def test_a_wait_keeps_its_contract_or_is_caught() -> None:
+    unbounded, bounded = Wait((0, 1, 2), 2, None), Wait((0, 1, 2), 2, 0.0)
+    assert judge_wait(unbounded, WaitSeen((0, 2), (1,)))
+    assert not judge_wait(unbounded, WaitSeen((0,), (1, 2)))  # fewer than asked without a timeout
+    assert judge_wait(bounded, WaitSeen((), (0, 1, 2)))
+    assert not judge_wait(bounded, WaitSeen((0, 1, 2), ()))  # more than num_returns
+    assert not judge_wait(bounded, WaitSeen((1,), (2, 0)))  # input order lost
+    assert not judge_wait(bounded, WaitSeen((1,), (2,)))  # a source dropped
+
+
+def test_failures_are_classified_once_per_signature() -> None:
+    program = Program((Put(1), Task(1, (Arg(0),)), Task(2, (Arg(0),)), Cancel(4)))
+    seen = {0: Observed(value=1), 1: Observed(value=9), 2: Observed(value=9),
+            3: Observed(error=ErrorKind.TASK_CANCELLED, error_type="TaskCancelledError")}
+    failures = judge(program, (), seen)
+    assert [f.step for f in failures] == [1, 2]
+    assert {f.signature for f in failures} == {Signature(StepKind.TASK, (), Seen.WRONG_VALUE)}
+    assert failures[0].signature.label() == "task under no fault: wrong value"
+
+
+@settings(max_examples=200, deadline=None)
+@given(program=programs())
+def test_generated_programs_can_always_land_their_faults(program: Program) -> None:
+    held = program.held()
+    for fault in program.faults:
+        assert fault.victim <= fault.after < len(program.steps)
+        if fault.victim in held:  # released before the driver blocks, never waiting on another held step
+            assert not any(s.kind in BLOCKING for s in program.steps[fault.victim + 1:fault.after + 1])
+            assert not program.depends(fault.victim) & held
+    assert len({program.actor_of(f) for f in program.faults if f.kind is not FaultKind.KILL_WORKER}) == len(
+        [f for f in program.faults if f.kind is not FaultKind.KILL_WORKER])
+    assert len(expect(program, program.faults)) == len(program.steps)
+
+
+@settings(max_examples=50, deadline=None)
+@given(program=programs())
+def test_an_owner_death_is_an_actor_kill_of_an_actor_that_put_what_the_program_holds(program: Program) -> None:
+    for fault in program.faults:
+        owns = any(isinstance(s, Call) and s.actor == program.actor_of(fault) and s.boxed
+                   and i <= fault.after and i != fault.victim for i, s in enumerate(program.steps))
+        if fault.kind is not FaultKind.KILL_WORKER:
+            assert (fault.kind is FaultKind.OWNER_DEATH) == owns

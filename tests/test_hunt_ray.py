@@ -1,0 +1,94 @@
+"""The hunt on real Ray: its oracle catches planted misbehaviour (a wrong value, a get that
+never returns, an exception outside the table), and generated programs under SIGKILLs of
+workers, actors and owners keep to the oracle (sampled here; deeper under make thorough)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import event, example, given, target
+
+from chaos.cluster import ClusterHandle
+from conftest import scaled
+from scenarios.hunt import (
+    Actor,
+    Arg,
+    Call,
+    Cancel,
+    Fault,
+    FaultKind,
+    Program,
+    Put,
+    Seen,
+    Stream,
+    Task,
+    Verdict,
+    Wait,
+    programs,
+    run_program,
+)
+from scenarios.hunt._remote import hunt_cancellable, hunt_task, remote
+from scenarios.hunt._run import Interpreter
+from scenarios.hunt._stats import fault_labels, features
+
+PLAIN = Program((Put(2), Task(3, (Arg(0),)), Task(1, (Arg(1, nested=True),))))
+
+
+class OffByOne(Interpreter):
+    """A planted interpreter bug: every task is submitted with its constant one too high."""
+
+    def submit_task(self, index: int, step: Task) -> Any:
+        return remote(hunt_task).remote(index, step.const + 1, self.marks, False, False, step.boxed,
+                                        *self.args(step.args))
+
+
+class Blocking(Interpreter):
+    """A planted task that blocks (for longer than the bound) instead of the program's."""
+
+    def submit_task(self, index: int, step: Task) -> Any:
+        return remote(hunt_cancellable).options(max_retries=0).remote(step.const, 60.0)
+
+
+class Raising(Interpreter):
+    """A planted task that raises IndexError (an empty list for an argument), which no fault explains."""
+
+    def submit_task(self, index: int, step: Task) -> Any:
+        return remote(hunt_task).options(max_retries=0).remote(index, step.const, self.marks, False, False,
+                                                               False, [])
+
+
+def seen(verdict: Verdict) -> set[tuple[Seen, str]]:
+    return {(f.signature.seen, f.signature.detail) for f in verdict.failures}
+
+
+def test_the_oracle_catches_planted_misbehaviour(ray_cluster: ClusterHandle) -> None:
+    assert run_program(PLAIN, address=ray_cluster.address).ok  # unplanted: green
+    assert seen(OffByOne(PLAIN, ray_cluster.address).run()) == {(Seen.WRONG_VALUE, "")}
+    blocked = Blocking(PLAIN, ray_cluster.address, bound=2.0).run()
+    assert seen(blocked) == {(Seen.HANG, "")} and [f.step for f in blocked.failures] == [1, 2]
+    assert seen(Raising(PLAIN, ray_cluster.address).run()) == {(Seen.OUTSIDE_TABLE, "IndexError")}
+
+
+# Every fault kind and the hardest features, in every CI run: a worker killed under a task with
+# and without retries (its dependents, a borrowed ref, a ref it put); an owner dying with refs
+# it put and calls in flight while it restarts; a dead actor's calls; waits and a stream after.
+@example(program=Program(
+    (Put(1), Task(2, (Arg(0),), max_retries=1, boxed=True), Task(3, (Arg(1, nested=True),)),
+     Task(4, (Arg(0),)), Wait((1, 2, 3), 3, None), Stream(1, 3, 2, (Arg(2),))),
+    (Fault(FaultKind.KILL_WORKER, 1, 3), Fault(FaultKind.KILL_WORKER, 3, 3))))
+@example(program=Program(
+    (Put(5), Actor(1, (Arg(0),), max_restarts=1, max_task_retries=-1), Call(1, 2, boxed=True),
+     Call(1, 3, (Arg(0, nested=True),)), Actor(0, (), 0, 0), Call(4, 1), Call(1, 1), Call(4, 2),
+     Cancel(7, force=True)),
+    (Fault(FaultKind.OWNER_DEATH, 3, 5), Fault(FaultKind.KILL_ACTOR, 4, 4))))
+@pytest.mark.property
+@pytest.mark.slow
+@scaled(12)
+@given(program=programs())
+def test_generated_programs_under_faults_keep_to_the_oracle(ray_cluster: ClusterHandle, program: Program) -> None:
+    verdict = run_program(program, address=ray_cluster.address)
+    for label in sorted(features(program) | fault_labels(verdict)):
+        event(label)
+    target(verdict.slowest, label="slowest get (s)")
+    assert verdict.ok, verdict.report()
