@@ -30,7 +30,7 @@ LOCK_ARGS ?=
 
 REPORT ?= report/dqn-cartpole
 
-.PHONY: install browser redis fuse net run test slow deep lint docs thorough mutants soak bench latency lock leakcheck clean
+.PHONY: install browser redis fuse net run test slow deep lint docs thorough mutants soak hunt bench latency lock leakcheck clean
 
 # constraints.txt pins every package the install resolves (see `make lock`); pyproject keeps
 # loose ranges for users.
@@ -120,6 +120,14 @@ mutants: $(STAMP)
 SOAK_SECONDS ?= 600
 soak: $(STAMP)
 	$(PY) benchmarks/soak.py --seconds $(SOAK_SECONDS)
+	@$(MAKE) --no-print-directory leakcheck
+
+# Generated Ray programs under worker, actor and owner SIGKILLs for HUNT_MINUTES (default 30)
+# on a cluster of its own: prints each failure class found (with the program that replays it)
+# and how many programs exercised each feature and fault.
+HUNT_MINUTES ?= 30
+hunt: $(STAMP)
+	$(PY) benchmarks/hunt.py --minutes $(HUNT_MINUTES)
 	@$(MAKE) --no-print-directory leakcheck
 
 # Fails when any Ray, Redis or paused process, or a namespace, link, bridge or nftables table

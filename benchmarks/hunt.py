@@ -13,15 +13,15 @@ from collections import Counter
 from hypothesis import HealthCheck, event, given, settings, target
 
 from chaos import local_cluster
-from scenarios.hunt import Program, Verdict, programs, run_program
+from scenarios.hunt import Program, ProgramVerdict, programs, run_program
 from scenarios.hunt._stats import fault_labels, features
 
 
-def hunt(minutes: float, *, nodes: int) -> tuple[Counter[str], dict[str, Verdict], int]:
+def hunt(minutes: float, *, nodes: int) -> tuple[Counter[str], dict[str, ProgramVerdict], int]:
     """Run generated programs until ``minutes`` pass; returns the label counts, the first
     verdict of each failure class and how many programs ran."""
     stats: Counter[str] = Counter()
-    classes: dict[str, Verdict] = {}
+    classes: dict[str, ProgramVerdict] = {}
     ran = 0
     end = time.monotonic() + minutes * 60
     with local_cluster(nodes=nodes, log_to_driver=False) as cluster:

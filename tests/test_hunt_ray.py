@@ -19,11 +19,11 @@ from scenarios.hunt import (
     Fault,
     FaultKind,
     Program,
+    ProgramVerdict,
     Put,
     Seen,
     Stream,
     Task,
-    Verdict,
     Wait,
     programs,
     run_program,
@@ -58,7 +58,7 @@ class Raising(Interpreter):
                                                                False, [])
 
 
-def seen(verdict: Verdict) -> set[tuple[Seen, str]]:
+def seen(verdict: ProgramVerdict) -> set[tuple[Seen, str]]:
     return {(f.signature.seen, f.signature.detail) for f in verdict.failures}
 
 

@@ -4,7 +4,7 @@ oracle that computes each value directly and allows only the exceptions a table 
 A program is a list of steps over named values (:class:`Put`, :class:`Task`, :class:`Actor`,
 :class:`Call`, :class:`Stream`, :class:`Wait`, :class:`Cancel`) and the :class:`Fault` records
 drawn into it; :func:`programs` generates them, :func:`run_program` runs one on the connected
-cluster and returns its :class:`Verdict`, whose failures are classified by :class:`Signature`.
+cluster and returns its :class:`ProgramVerdict`, whose failures are classified by :class:`Signature`.
 A verdict's ``report()`` prints the program as a replayable ``run_program(Program(...))``.
 """
 
@@ -23,7 +23,7 @@ from scenarios.hunt._model import (
     Wait,
 )
 from scenarios.hunt._oracle import TABLE, ErrorKind, Seen, Signature, Situation
-from scenarios.hunt._run import Verdict, run_program
+from scenarios.hunt._run import ProgramVerdict, run_program
 from scenarios.hunt._strategies import programs
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "Fault",
     "FaultKind",
     "Program",
+    "ProgramVerdict",
     "Put",
     "Seen",
     "Signature",
@@ -43,7 +44,6 @@ __all__ = [
     "StepKind",
     "Stream",
     "Task",
-    "Verdict",
     "Wait",
     "programs",
     "run_program",

@@ -37,7 +37,7 @@ PROBE_BOUND = 30.0
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class ProgramVerdict:
     """One program's run: the faults that landed and missed, its failures, and the slowest
     get (seconds: Hypothesis's target() steers towards long recoveries)."""
 
@@ -72,7 +72,7 @@ class Interpreter:
     missed: list[Fault] = field(default_factory=list)
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
 
-    def run(self) -> Verdict:
+    def run(self) -> ProgramVerdict:
         with tempfile.TemporaryDirectory(prefix="hunt-") as marks:
             self.marks = marks
             try:
@@ -82,7 +82,7 @@ class Interpreter:
             failures += self._cluster_usable()  # once what the program left running is cancelled
         failures = [*judge(self.program, self.landed, self.seen), *failures]
         slowest = max((o.seconds for o in self.seen.values() if isinstance(o, Observed)), default=0.0)
-        return Verdict(self.program, tuple(self.landed), tuple(self.missed), tuple(failures), slowest)
+        return ProgramVerdict(self.program, tuple(self.landed), tuple(self.missed), tuple(failures), slowest)
 
     def _drive(self) -> list[Failure]:
         """Submit every step and land every fault; a raise here is the driver crashing."""
@@ -318,6 +318,6 @@ def observed_error(exc: BaseException, started: float) -> Observed:
     return Observed(error=classify(exc), error_type=root_name(exc), seconds=seconds)
 
 
-def run_program(program: Program, *, address: str, bound: float = BOUND) -> Verdict:
+def run_program(program: Program, *, address: str, bound: float = BOUND) -> ProgramVerdict:
     """Run ``program`` with its faults on the connected cluster at ``address``; judge it."""
     return Interpreter(program, address, bound).run()

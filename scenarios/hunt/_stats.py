@@ -4,7 +4,7 @@ hunt's statistics table."""
 from __future__ import annotations
 
 from scenarios.hunt._model import Actor, Call, Cancel, Program, Stream, Task, Wait
-from scenarios.hunt._run import Verdict
+from scenarios.hunt._run import ProgramVerdict
 
 
 def features(program: Program) -> set[str]:
@@ -39,7 +39,7 @@ def _step_features(step: object) -> set[str]:
     return set()
 
 
-def fault_labels(verdict: Verdict) -> set[str]:
+def fault_labels(verdict: ProgramVerdict) -> set[str]:
     """Each fault kind that landed or missed, and calls in flight while their actor restarted."""
     labels = {f"fault landed: {f.kind.value}" for f in verdict.landed}
     labels |= {f"fault missed: {f.kind.value}" for f in verdict.missed}
