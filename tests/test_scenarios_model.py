@@ -20,7 +20,7 @@ BUILTINS = ["async-actor", "bandwidth-starved", "dqn-cartpole", "drain-preemptio
             "env-worker-kill-no-retries", "failing-checkpoint-disk", "full-disk", "gcs-restart",
             "lossy-network", "lost-objects", "memory-pressure", "node-loss", "node-unresponsive",
             "open-files", "owner-death", "parameter-server-crash", "partition-head", "partition-worker",
-            "placement-group", "redis-loss", "replay-crash-loop", "replay-crash-loop-beyond",
+            "placement-group", "power-loss", "redis-loss", "replay-crash-loop", "replay-crash-loop-beyond",
             "rllib-ppo-cartpole", "rpc-failures", "rpc-failures-no-retries", "slow-checkpoint-disk",
             "starvation", "straggler", "train-torch-ddp", "train-torch-ddp-no-retries", "tune-trials"]
 #: Built-ins whose faults are set up with the cluster, not scheduled (Ray's RPC failure knob).
