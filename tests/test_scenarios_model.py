@@ -22,7 +22,8 @@ BUILTINS = ["async-actor", "bandwidth-starved", "dqn-cartpole", "drain-preemptio
             "open-files", "owner-death", "parameter-server-crash", "partition-head", "partition-worker",
             "placement-group", "power-loss", "redis-loss", "replay-crash-loop", "replay-crash-loop-beyond",
             "rllib-ppo-cartpole", "rpc-failures", "rpc-failures-no-retries", "slow-checkpoint-disk",
-            "starvation", "straggler", "train-torch-ddp", "train-torch-ddp-no-retries", "tune-trials"]
+            "spill-disk-faults", "starvation", "straggler", "train-torch-ddp", "train-torch-ddp-no-retries",
+            "tune-trials"]
 #: Built-ins whose faults are set up with the cluster, not scheduled (Ray's RPC failure knob).
 NO_SCHEDULE = {"rpc-failures", "rpc-failures-no-retries"}
 #: Built-ins whose workload drives its own faults (Redis's, which the engine does not schedule).

@@ -3,7 +3,7 @@
 A need is one of: the raychaos extra its workload imports (``raychaos[rl]``), ``redis-server``
 (GCS fault tolerance starts one), ``root`` (a capped checkpoint storage is a tmpfs it mounts;
 nodes in network namespaces), ``nftables, iproute2`` (the network faults' tools),
-``raychaos[disk]`` and FUSE 3 (checkpoint storage on a fault filesystem), and several
+``raychaos[disk]`` and FUSE 3 (checkpoint storage or Ray's spill directory on a fault filesystem), and several
 embedded nodes (each is a raylet and its workers on this machine).
 """
 
@@ -27,7 +27,7 @@ def scenario_needs(scenario: Scenario, workload: type[Workload]) -> tuple[str, .
     needs += ["redis-server"] if scenario.gcs_fault_tolerance else []
     needs += ["root"] if scenario.storage_mb is not None or scenario.network else []
     needs += ["nftables, iproute2"] if scenario.network else []
-    needs += ["raychaos[disk]", "FUSE 3 (fuse3)"] if scenario.storage_faultfs else []
+    needs += ["raychaos[disk]", "FUSE 3 (fuse3)"] if scenario.storage_faultfs or scenario.spill_faultfs else []
     needs += [f"{scenario.nodes} nodes"] if scenario.nodes > 1 else []
     return tuple(needs)
 

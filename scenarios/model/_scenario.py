@@ -25,6 +25,7 @@ from chaos._schedule import ScheduledFault
 from chaos.engine import fault_from_dict
 from chaos.errors import InvalidConfig, InvalidFaultSpec
 from scenarios.model._records import Problem
+from scenarios.model._spill import SPILL, fault_or_spill, spill_kinds
 
 if TYPE_CHECKING:
     from scenarios.model._workload import Workload
@@ -98,6 +99,12 @@ FIELDS: dict[str, FieldSpec] = {f.name: f for f in (
               "(needs FUSE 3 and mfusepy: `pip install 'raychaos[disk]'`; over the tmpfs when `storage_mb` is "
               "set too), so that disk faults (`slow_disk`, `stall_disk`, `failing_disk`, `power_loss`) of "
               "`mount = \"$STORAGE\"` reach it.", False),
+    FieldSpec("spill_faultfs", "boolean", "Point Ray's object spilling (and its fallback allocation) of the "
+              "embedded cluster at a directory mounted through a fault filesystem for the whole run (needs "
+              "FUSE 3 and mfusepy), so that disk faults of `mount = \"$SPILL\"` reach it. Not with "
+              "`--address`.", False),
+    FieldSpec("object_store_mb", "integer", "Object store MiB per node of the embedded cluster (small, so "
+              "that objects spill).", 200, 80, 65536),
     FieldSpec("recovery_within", "number", "Seconds each fault has, from its heal, until the probe holds "
               "again (the `recovered_after_each_fault` verdict).", RECOVERY_WITHIN, 0.1, MAX_DURATION),
 )}
@@ -164,6 +171,11 @@ class Scenario:
     #: Mount each run's checkpoint storage through a fault filesystem (disk faults of
     #: ``mount = "$STORAGE"`` act on it).
     storage_faultfs: bool = False
+    #: Ray's object spilling directory on a fault filesystem mounted for the whole run (disk
+    #: faults of ``mount = "$SPILL"`` act on it).
+    spill_faultfs: bool = False
+    #: Object store MiB per node of the embedded cluster.
+    object_store_mb: int = 200
     #: Each embedded worker node in its own network namespace (``local_cluster(network=True)``).
     network: bool = False
     #: Seconds each fault has, from its heal, until the probe holds again: the bound of the
@@ -401,7 +413,8 @@ def _validate(source: str, data: dict[str, Any], seed: int,
         rpc_failures=_rpc_failures(c, nodes),
         storage_mb=c.spec(FIELDS["storage_mb"]) if "storage_mb" in data else None,
         recovery_within=float(c.spec(FIELDS["recovery_within"])), network=_network(c, nodes),
-        storage_faultfs=_storage_faultfs(c, schedule))
+        storage_faultfs=_storage_faultfs(c, schedule), spill_faultfs=_spill_faultfs(c, schedule),
+        object_store_mb=c.spec(FIELDS["object_store_mb"]))
     _some_fault(c, scenario, seed)
     _checks_something(c, scenario, workload_cls)
     if c.problems:
@@ -454,6 +467,17 @@ def _storage_faultfs(c: _Checker, schedule: Schedule) -> bool:
     if kinds and not faultfs:
         c.add("faults", ", ".join(kinds), f"a disk fault of mount = {STORAGE!r} acts on the run's storage through "
               "a fault filesystem: set storage_faultfs = true (or give the mount point of one)")
+    return faultfs
+
+
+def _spill_faultfs(c: _Checker, schedule: Schedule) -> bool:
+    """A disk fault of ``mount = "$SPILL"`` needs Ray's spill directory on a fault filesystem."""
+    faultfs = bool(c.get("spill_faultfs", bool, False, "must be true or false (true: Ray's object spilling "
+                         "directory mounted through a fault filesystem)"))
+    kinds = spill_kinds(schedule)
+    if kinds and not faultfs:
+        c.add("faults", ", ".join(kinds), f"a disk fault of mount = {SPILL!r} acts on Ray's spill directory "
+              "through a fault filesystem: set spill_faultfs = true")
     return faultfs
 
 
@@ -547,7 +571,7 @@ def _entry(c: _Checker, i: int, raw: object, duration: float) -> ScheduledFault 
         c.add(f"{where}.at", at, f"must be seconds in [0, duration={duration:g})")
         return None
     try:
-        return ScheduledFault(float(at), fault_from_dict(fields))
+        return ScheduledFault(float(at), fault_or_spill(fields))
     except (InvalidFaultSpec, TypeError) as exc:
         c.add(where, raw, str(exc))
         return None

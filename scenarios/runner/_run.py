@@ -46,6 +46,7 @@ from scenarios.model._scenario import AT_END_SLACK, Scenario, SteadyState, resol
 from scenarios.model._workload import Params, RunContext, Workload, validate_params
 from scenarios.runner._disk_storage import aim_disk_faults, storage_on_faultfs
 from scenarios.runner._interrupt import interrupt_once
+from scenarios.runner._spill_dir import spill_on_faultfs
 
 __all__ = ["CHECKED_NOTHING", "RECOVERED", "Progress", "at_end_schedule", "declared_verdicts", "recovery_verdicts",
            "run_scenario", "steady_verdicts", "undeclared_verdicts"]
@@ -126,7 +127,8 @@ def run_scenario(scenario: Scenario, *, seed: int = 0, address: str | None = Non
         scenario = replace(scenario, schedule=at_end_schedule(scenario.schedule, scenario.duration))
     with interrupt_once():
         scenario, oom_config = _with_oom_headroom(scenario, address)
-        with _cluster(scenario, address, oom_config) as (addr, knob), \
+        with spill_on_faultfs(scenario, address) as (scenario, spill_config), \
+                _cluster(scenario, address, {**oom_config, **spill_config}) as (addr, knob), \
                 tempfile.TemporaryDirectory(prefix="raychaos-") as tmp:
             if address is not None:  # a cluster someone else runs: refused now, not halfway through
                 preflight(scenario.schedule, address=addr, timeout=agent_timeout)
@@ -203,7 +205,7 @@ def _cluster(scenario: Scenario, address: str | None,
             handle = stack.enter_context(local_cluster(
                 nodes=scenario.nodes, num_cpus=scenario.num_cpus, system_config=config,
                 worker_resources={"worker": 100}, log_to_driver=False, redis_address=redis,
-                worker_env=env, network=scenario.network))
+                worker_env=env, network=scenario.network, object_store_mb=scenario.object_store_mb))
             yield handle.address, _Knob(scenario.rpc_failures, handle.temp_dir) if scenario.rpc_failures else None
         return
     if scenario.gcs_fault_tolerance or scenario.rpc_failures:
