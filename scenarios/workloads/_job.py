@@ -187,6 +187,7 @@ class Job(Workload):
         self.targets = [target_from_dict(t) for t in self.p.kill_targets]
         self.probes = probes_from(self.p.probes)
         self.record: JobRecord | None = None
+        self.job_id: str | None = None
         self.sightings: list[ActorSighting] = []
         self.probe_runs: list[ProbeRun] = []
 
@@ -196,7 +197,7 @@ class Job(Workload):
 
     def step(self) -> bool:
         started = time.monotonic()
-        job_id = self._submit()
+        job_id = self.job_id = self._submit()
         end, last_probe = None, 0.0
         while end is None and time.monotonic() - started < self.timeout:
             end = _RAY_ENDS.get(str(self.client.get_job_status(job_id)))
@@ -215,6 +216,13 @@ class Job(Workload):
             with open(self.p.handoff, "w", encoding="utf-8") as out:
                 out.write(self.record.to_json())
         return False
+
+    def teardown(self) -> None:
+        """A job still running (the run was interrupted or aborted) is stopped: it would outlive
+        the run on a cluster raychaos does not own."""
+        job_id = getattr(self, "job_id", None)  # None too when setup did not get that far
+        if job_id is not None and self.record is None:
+            self._stop(job_id)
 
     def _submit(self) -> str:
         env = {SEED_VARIABLE: str(self.ctx.seed), **({"PATH": self.p.path} if self.p.path else {})}
@@ -244,7 +252,11 @@ class Job(Workload):
         if not self.targets:
             return
         at = round(self.ctx.elapsed(), 3)
-        rows = list_actors(address=self.ctx.address, limit=10_000, detail=True, raise_on_missing_output=False)
+        try:
+            rows = list_actors(address=self.ctx.address, limit=10_000, detail=True, raise_on_missing_output=False)
+        except Exception:  # noqa: BLE001 - a listing missed is a sighting missed: fault_seen fails closed
+            self.ctx.count("State API listings failed")
+            return
         self.sightings += [ActorSighting(at, a.actor_id, a.state == "ALIVE", int(a.num_restarts or 0))
                            for a in rows if any(_matches(t, a) for t in self.targets)]
 
