@@ -13,10 +13,13 @@ from click.testing import CliRunner
 from scenarios.cli import EXIT_BAD_INPUT, main
 from scenarios.model._scenario import ScenarioError
 from scenarios.workloads._job import (
+    DEFAULT_JOB_TIMEOUT,
     JOB_WORKLOAD,
+    MIN_JOB_TIMEOUT,
     ActorSighting,
     JobEnd,
     JobRecord,
+    _job_timeout,
     fault_seen,
     job_succeeded,
     load_job,
@@ -118,3 +121,16 @@ def test_schedules_that_are_not_a_jobs_refused(tmp_path: Path, text: str, said: 
         load_job(str(path), command="python t.py", working_dir=str(tmp_path), handoff=str(tmp_path / "b"))
     result = CliRunner().invoke(main, ["run", "--job", "python t.py", str(path)])
     assert result.exit_code == EXIT_BAD_INPUT and said in result.output, result.output
+
+
+def test_the_job_timeout_follows_the_fault_free_run() -> None:
+    assert _job_timeout(42.0, OK, faults=True) == 42.0  # given: as given, in both runs
+    assert _job_timeout(None, OK, faults=True) == 300.0  # ten times the twin's 30 s
+    assert _job_timeout(None, JobRecord(JobEnd.SUCCEEDED, 2.0, "q"), faults=True) == MIN_JOB_TIMEOUT
+    assert _job_timeout(None, JobRecord(JobEnd.FAILED, 2.0, "q"), faults=True) == DEFAULT_JOB_TIMEOUT
+    assert _job_timeout(None, None, faults=False) == DEFAULT_JOB_TIMEOUT
+
+
+def test_the_twins_record_travels_whole(tmp_path: Path) -> None:
+    record = JobRecord(JobEnd.TIMED_OUT, 12.5, "raysubmit_z", "last line")
+    assert JobRecord.from_json(record.to_json()) == record
