@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from click.testing import CliRunner
 from scenarios.cli import EXIT_BAD_INPUT, main
 from scenarios.model._scenario import ScenarioError
 from scenarios.workloads._job import (
+    AGENT_PORT,
     DEFAULT_JOB_TIMEOUT,
     JOB_WORKLOAD,
     MIN_JOB_TIMEOUT,
@@ -20,6 +22,7 @@ from scenarios.workloads._job import (
     JobEnd,
     JobRecord,
     _job_timeout,
+    agent_port_taken,
     fault_seen,
     job_succeeded,
     load_job,
@@ -134,3 +137,13 @@ def test_the_job_timeout_follows_the_fault_free_run() -> None:
 def test_the_twins_record_travels_whole(tmp_path: Path) -> None:
     record = JobRecord(JobEnd.TIMED_OUT, 12.5, "raysubmit_z", "last line")
     assert JobRecord.from_json(record.to_json()) == record
+
+
+def test_a_taken_agent_port_refused_before_a_cluster_starts() -> None:
+    with socket.socket() as held:
+        if not agent_port_taken():  # else another Ray here holds it already: the same refusal
+            held.bind(("127.0.0.1", AGENT_PORT))
+            held.listen()
+        assert agent_port_taken()
+        result = CliRunner().invoke(main, ["run", "--job", "python t.py", str(EXAMPLES / "train" / "schedule.toml")])
+    assert result.exit_code == EXIT_BAD_INPUT and f"port {AGENT_PORT} is taken" in result.output, result.output

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -48,6 +49,8 @@ SEED_VARIABLE = "RAYCHAOS_SEED"
 TIMEOUT_FACTOR, MIN_JOB_TIMEOUT, DEFAULT_JOB_TIMEOUT = 10.0, 60.0, 600.0
 #: Seconds the dashboard's job agent has to accept a submission (it registers after the head starts).
 SUBMIT_PATIENCE = 60.0
+#: The port Ray's dashboard agent listens on by default; a job is submitted through the head's.
+AGENT_PORT = 52365
 STOP_PATIENCE = 30.0
 POLL = 0.5
 
@@ -233,7 +236,13 @@ class Job(Workload):
 
         # Right after a head starts its dashboard may have no job agent yet ("No available
         # agent to submit job, please try again later"): retried, bounded.
-        return wait_until(submit, timeout=SUBMIT_PATIENCE, interval=0.5, what="the job's submission")
+        try:
+            return wait_until(submit, timeout=SUBMIT_PATIENCE, interval=0.5, what="the job's submission")
+        except HangError as exc:
+            raise HangError(f"{exc}; the head's dashboard agent takes the jobs: it listens on port "
+                            f"{AGENT_PORT} unless the cluster was started with another "
+                            "--dashboard-agent-listen-port, and cannot when another Ray on the machine "
+                            "holds that port") from exc
 
     def _stop(self, job_id: str) -> JobEnd:
         """Stop a job past its bound and wait (bounded) until Ray says it ended."""
@@ -364,6 +373,17 @@ def load_job(path: str, *, command: str, working_dir: str, handoff: str, max_slo
         data["duration"] = duration
     scenario = _validate(source, data, seed, None)
     return _with_kill_targets(scenario)
+
+
+def agent_port_taken(port: int = AGENT_PORT) -> bool:
+    """Whether something on this machine listens on ``port``: an embedded cluster's dashboard
+    agent then cannot, and its jobs cannot be submitted (``ray.init`` has no option to move it)."""
+    with socket.socket() as sock:
+        try:
+            sock.bind(("0.0.0.0", port))
+        except OSError:
+            return True
+    return False
 
 
 def _path() -> str:
