@@ -139,7 +139,8 @@ def test_the_twins_record_travels_whole(tmp_path: Path) -> None:
     assert JobRecord.from_json(record.to_json()) == record
 
 
-def test_a_taken_agent_port_refused_before_a_cluster_starts() -> None:
+def test_a_taken_agent_port_refused_before_a_cluster_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("scenarios.workloads._job.AGENT_PORT_PATIENCE", 0.5)  # how long it waits: not the point
     with socket.socket() as held:
         if not agent_port_taken():  # else another Ray here holds it already: the same refusal
             held.bind(("127.0.0.1", AGENT_PORT))

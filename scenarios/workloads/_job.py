@@ -51,6 +51,8 @@ TIMEOUT_FACTOR, MIN_JOB_TIMEOUT, DEFAULT_JOB_TIMEOUT = 10.0, 60.0, 600.0
 SUBMIT_PATIENCE = 60.0
 #: The port Ray's dashboard agent listens on by default; a job is submitted through the head's.
 AGENT_PORT = 52365
+#: Seconds ``run --job`` waits for that port to be free before it refuses to start a cluster.
+AGENT_PORT_PATIENCE = 20.0
 STOP_PATIENCE = 30.0
 POLL = 0.5
 
@@ -375,9 +377,19 @@ def load_job(path: str, *, command: str, working_dir: str, handoff: str, max_slo
     return _with_kill_targets(scenario)
 
 
-def agent_port_taken(port: int = AGENT_PORT) -> bool:
-    """Whether something on this machine listens on ``port``: an embedded cluster's dashboard
-    agent then cannot, and its jobs cannot be submitted (``ray.init`` has no option to move it)."""
+def agent_port_taken(port: int = AGENT_PORT, *, patience: float = 0.0) -> bool:
+    """Whether something on this machine still listens on ``port`` after ``patience`` seconds
+    (the agent of a cluster torn down just before lingers a moment): an embedded cluster's
+    dashboard agent then cannot, and its jobs cannot be submitted (``ray.init`` has no option
+    to move it)."""
+    try:
+        wait_until(lambda: not _listened(port), timeout=patience, interval=0.25, what=f"port {port} free")
+    except HangError:
+        return True
+    return False
+
+
+def _listened(port: int) -> bool:
     with socket.socket() as sock:
         try:
             sock.bind(("0.0.0.0", port))
