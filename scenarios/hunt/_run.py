@@ -192,7 +192,7 @@ class Interpreter:
                       else ActorTarget.of(self.refs[self.program.actor_of(fault)]))
             Chaos(address=self.address).kill(Kill(target))
             self.landed.append(fault)
-        except ChaosError:
+        except ChaosError:  # nothing alive to kill (e.g. an actor whose constructor failed)
             self.missed.append(fault)
         finally:
             Path(self.marks, f"release-{fault.victim}").touch()

@@ -40,7 +40,7 @@ def _step(draw: Any, steps: list[Step]) -> Step:
     actors = [i for i, s in enumerate(steps) if s.kind is StepKind.ACTOR]
     gettable = [i for i, s in enumerate(steps) if s.kind in GETTABLE]
     kinds = [StepKind.PUT, StepKind.TASK, StepKind.TASK, StepKind.ACTOR, StepKind.STREAM, StepKind.CANCEL]
-    kinds += [StepKind.CALL, StepKind.CALL] if actors else []
+    kinds += [StepKind.CALL] * 4 if actors else []  # calls are where restarts and owners meet
     kinds += [StepKind.WAIT] if gettable else []
     kind, const = draw(st.sampled_from(kinds)), draw(st.integers(0, 9))
     if kind is StepKind.PUT:
