@@ -1,0 +1,52 @@
+"""The Ray Serve scenarios end to end on a real cluster: each passes with its fault-free
+twin, and a planted broken deployment (``make deep``) turns its verdicts red."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from chaos import FaultKind
+from chaos.cluster import ClusterHandle
+from chaos.engine import FaultStatus
+from scenarios import load_scenario, run_scenario
+from scenarios.model._records import RunLabel, RunResult, RunStatus
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+
+def _held(run: RunResult) -> dict[str, bool]:
+    return {v.name: v.held for v in run.verdicts}
+
+
+def test_serve_replica_kill_holds_beside_its_fault_free_twin(ray_cluster: ClusterHandle) -> None:
+    baseline, chaos = run_scenario(load_scenario("serve-replica-kill"), address=ray_cluster.address)
+    assert baseline.label is RunLabel.BASELINE and baseline.status is RunStatus.COMPLETED, baseline.error
+    assert chaos.label is RunLabel.CHAOS and not chaos.deviated, (chaos.error, chaos.verdicts, chaos.faults)
+    (fault,) = chaos.faults
+    assert fault.kind is FaultKind.KILL and fault.status is FaultStatus.INJECTED
+    assert chaos.metrics["requests"] >= 100 and baseline.metrics["served_share"] == 1.0
+    # The twin saw no fault: the verdicts about one do not hold there.
+    assert not _held(baseline)["availability"] and not _held(baseline)["recovered_to_baseline"]
+    assert _held(baseline)["no_request_hung"] and _held(baseline)["errors_documented"]
+
+
+@pytest.mark.deep
+def test_a_deployment_of_one_replica_turns_availability_and_recovery_red(ray_cluster: ClusterHandle) -> None:
+    scenario = load_scenario("serve-replica-kill")
+    scenario = replace(scenario, params={**scenario.params, "replicas": 1})
+    (chaos,) = run_scenario(scenario, address=ray_cluster.address, baseline=False)
+    assert chaos.status is RunStatus.COMPLETED, chaos.error
+    red = {name for name, held in _held(chaos).items() if not held}
+    # Requests wait at the proxy while no replica serves: timeouts, documented for a replica's loss.
+    assert red == {"availability", "recovered_to_baseline"}, chaos.verdicts
+
+
+def test_serve_controller_kill_holds_beside_its_fault_free_twin(ray_cluster: ClusterHandle) -> None:
+    baseline, chaos = run_scenario(load_scenario("serve-controller-kill"), address=ray_cluster.address)
+    assert baseline.status is RunStatus.COMPLETED, baseline.error
+    assert not chaos.deviated, (chaos.error, chaos.verdicts, chaos.faults)
+    (fault,) = chaos.faults
+    assert fault.kind is FaultKind.KILL and fault.status is FaultStatus.INJECTED
+    assert chaos.metrics["served_share"] == 1.0  # the proxy and replicas served without their controller
