@@ -1,0 +1,75 @@
+"""The examples users copy, each run as `raychaos run --job` under its schedule on an embedded
+cluster: with the script's fault tolerance on it passes (exit 0); with it off
+(``EXAMPLE_NO_FT=1``: ``max_failures=0``) it exits 1 naming the broken verdict.
+
+make slow runs one example each way (Tune with fault tolerance, Train without); make deep runs
+the other two, to keep CI's time."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from scenarios.cli import EXIT_DEVIATED
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+RAYCHAOS = Path(sys.executable).parent / "raychaos"
+#: Seconds one CLI run (cluster, fault-free job, job under faults, teardown) may take.
+RUN_BOUND = 540
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+
+def _run_job(example: str, command: str, report: Path, *, fault_tolerance: bool) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "EXAMPLE_NO_FT": "0" if fault_tolerance else "1"}
+    return subprocess.run([str(RAYCHAOS), "run", "--job", command, "schedule.toml", "--report", str(report)],
+                          cwd=EXAMPLES / example, env=env, capture_output=True, text=True, timeout=RUN_BOUND,
+                          check=False)
+
+
+def _verdicts(report: Path) -> dict[str, bool]:
+    """The run under faults' verdicts, from the report's summary."""
+    summary = json.loads((report / "summary.json").read_text(encoding="utf-8"))
+    chaos = next(r for r in summary["runs"] if r["label"] == "chaos")
+    return {v["name"]: v["held"] for v in chaos["verdicts"]}
+
+
+def _passes(example: str, command: str, report: Path) -> None:
+    out = _run_job(example, command, report, fault_tolerance=True)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    assert _verdicts(report) == {"job_succeeded": True, "within_ratio": True, "fault_seen": True}
+
+
+def _fails_without_fault_tolerance(example: str, command: str, report: Path) -> None:
+    out = _run_job(example, command, report, fault_tolerance=False)
+    assert out.returncode == EXIT_DEVIATED, out.stdout[-4000:] + out.stderr[-2000:]
+    verdicts = _verdicts(report)
+    assert verdicts["job_succeeded"] is False and verdicts["fault_seen"] is False, verdicts
+    assert "job_succeeded" in out.stdout and "BROKEN" in out.stdout
+
+
+@pytest.mark.timeout(RUN_BOUND + 30)
+def test_tune_example_survives_a_killed_trial(tmp_path: Path) -> None:
+    _passes("tune", "python tune_search.py", tmp_path)
+
+
+@pytest.mark.timeout(RUN_BOUND + 30)
+def test_train_example_without_fault_tolerance_fails_job_succeeded(tmp_path: Path) -> None:
+    _fails_without_fault_tolerance("train", "python train.py", tmp_path)
+
+
+@pytest.mark.deep
+@pytest.mark.timeout(RUN_BOUND + 30)
+def test_train_example_survives_a_killed_worker(tmp_path: Path) -> None:
+    _passes("train", "python train.py", tmp_path)
+
+
+@pytest.mark.deep
+@pytest.mark.timeout(RUN_BOUND + 30)
+def test_tune_example_without_fault_tolerance_fails_job_succeeded(tmp_path: Path) -> None:
+    _fails_without_fault_tolerance("tune", "python tune_search.py", tmp_path)
