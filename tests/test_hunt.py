@@ -131,3 +131,11 @@ def test_an_owner_death_is_an_actor_kill_of_an_actor_that_put_what_the_program_h
                    and i <= fault.after and i != fault.victim for i, s in enumerate(program.steps))
         if fault.kind is not FaultKind.KILL_WORKER:
             assert (fault.kind is FaultKind.OWNER_DEATH) == owns
+
+
+@settings(max_examples=100, deadline=None)
+@given(program=programs())
+def test_a_program_prints_as_the_python_that_replays_it(program: Program) -> None:
+    names = {name: globals()[name] for name in ("Actor", "Arg", "Call", "Cancel", "Fault", "FaultKind", "Program",
+                                               "Put", "Stream", "Task", "Wait")}
+    assert eval(repr(program), names) == program  # the point: a report is replayable

@@ -4,7 +4,7 @@ named by its index), plus the faults drawn into it. Pure data: nothing here impo
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 class StepKind(enum.Enum):
@@ -26,6 +26,9 @@ class FaultKind(enum.Enum):
     KILL_ACTOR = "kill_actor"  # SIGKILL an actor's process
     OWNER_DEATH = "owner_death"  # SIGKILL an actor that has put objects the program holds
 
+    def __repr__(self) -> str:  # a program's repr is the Python that replays it
+        return f"FaultKind.{self.name}"
+
 
 @dataclass(frozen=True, slots=True)
 class Arg:
@@ -41,7 +44,7 @@ class Put:
     """``ray.put(const)`` by the driver."""
 
     const: int
-    kind: StepKind = StepKind.PUT
+    kind: StepKind = field(default=StepKind.PUT, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +58,7 @@ class Task:
     retry_exceptions: bool = False
     flaky: bool = False
     boxed: bool = False
-    kind: StepKind = StepKind.TASK
+    kind: StepKind = field(default=StepKind.TASK, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +69,7 @@ class Actor:
     args: tuple[Arg, ...] = ()
     max_restarts: int = 0
     max_task_retries: int = 0
-    kind: StepKind = StepKind.ACTOR
+    kind: StepKind = field(default=StepKind.ACTOR, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +81,7 @@ class Call:
     const: int
     args: tuple[Arg, ...] = ()
     boxed: bool = False
-    kind: StepKind = StepKind.CALL
+    kind: StepKind = field(default=StepKind.CALL, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +92,7 @@ class Stream:
     count: int
     take: int
     args: tuple[Arg, ...] = ()
-    kind: StepKind = StepKind.STREAM
+    kind: StepKind = field(default=StepKind.STREAM, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +103,7 @@ class Wait:
     num_returns: int
     timeout: float | None
     fetch_local: bool = True
-    kind: StepKind = StepKind.WAIT
+    kind: StepKind = field(default=StepKind.WAIT, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +113,7 @@ class Cancel:
 
     const: int
     force: bool = False
-    kind: StepKind = StepKind.CANCEL
+    kind: StepKind = field(default=StepKind.CANCEL, repr=False)
 
 
 Step = Put | Task | Actor | Call | Stream | Wait | Cancel
