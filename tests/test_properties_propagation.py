@@ -186,7 +186,7 @@ def stuck_report(pending: list[Any], refs: list[Any], nodes: list[Node], root: P
 
 def cancel_and_find_lost(refs: list[Any], nodes: list[Node], root: Path) -> dict[int, Any]:
     """Cancel the cancel nodes at once, as a user would. Ray 2.60 can lose such a cancel on a
-    busy machine (README, "What the properties found"; benchmarks/repro_cancel_race.py): the
+    busy machine (README, "What the properties found"; findings/cancel_lost_under_load.py): the
     task runs on. Such a node must be named CANCEL_LOST by the watchdog; it is then released
     and its outcome observed. Returns those outcomes by node index."""
     victims = {i: ref for i, (ref, node) in enumerate(zip(refs, nodes)) if node.kind in ("cancel", "cancel_force")}

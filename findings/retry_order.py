@@ -7,7 +7,7 @@ order than they were submitted. Ray documents this ("the task execution order is
 guaranteed when task retries occur"); so raychaos's writer table keeps a set of seqs per
 writer with a reorder window, not a high-water mark (``actors/_dedupe.py``).
 
-    .venv/bin/python benchmarks/repro_retry_order.py [rounds]
+    python findings/retry_order.py [rounds]
 """
 
 from __future__ import annotations
@@ -48,14 +48,15 @@ def one_round(root: str) -> list[int]:
 
 def main() -> None:
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 5
-    ray.init(include_dashboard=False)
+    ray.init(include_dashboard=False, log_to_driver=False)
     try:
+        print(f"Ray {ray.__version__}")
         reordered = 0
         for i in range(rounds):
             order = one_round(tempfile.mkdtemp(prefix="retry-order-"))
             reordered += order != sorted(order)
             print(f"round {i}: executed in order {order}")
-        print(f"{reordered} of {rounds} rounds ran the retried calls out of submission order")
+        print(f"REPRODUCED {reordered} of {rounds}: the retried calls ran out of submission order")
     finally:
         ray.shutdown()
 

@@ -1,7 +1,7 @@
-"""Reproduces the propagation property's one flake, on its own: a ``ray.cancel`` that is lost.
+"""Standalone reproduction: a ``ray.cancel`` lost under load (a property's one flake, on its own).
 
-``python benchmarks/repro_cancel_race.py [--rounds N] [--load K]`` starts an embedded cluster
-and, N times, submits one of the task graphs on which the property flaked — a task that polls
+``python findings/cancel_lost_under_load.py [--rounds N] [--load K] [--graph I]`` starts Ray
+and, N times per graph, submits one of the task graphs on which the property flaked — a task that polls
 for a release file (the property's ``cancel`` node), next to an actor whose process exits in
 its call and a task depending on them — calls ``ray.cancel`` on the polling task at once,
 and waits up to 10 s for it. ``--load K`` keeps K busy processes running meanwhile, as a
@@ -10,7 +10,7 @@ full test suite does on a 2-core machine (the flake showed up only under load).
 A round ends ``cancelled`` (``TaskCancelledError``, what Ray documents for a cancelled
 task), or ``lost``: 10 s after the cancel the task is still RUNNING (the State API says so,
 and its Python code has started), as if never cancelled. Prints a table per graph, and
-every lost round's evidence. Leaves no Ray process behind.
+every lost round's evidence. Leaves no Ray process behind. Ray alone: no raychaos.
 """
 
 from __future__ import annotations
@@ -24,14 +24,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import ray
 from ray.exceptions import RayError, TaskCancelledError
-from rich.console import Console
-from rich.table import Table
-
-from chaos import local_cluster
 
 PENDING_FOR = 10.0
 #: (name, [(kind, deps, max_retries)], index of the node to cancel, force) as the property ran them.
@@ -114,18 +108,22 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--load", type=int, default=2, help="busy processes running meanwhile")
+    parser.add_argument("--graph", type=int, choices=range(len(GRAPHS)), action="append",
+                        help="run only this graph (repeatable; default: all)")
     parser.add_argument("--verbose", action="store_true", help="print every round as it ends")
     args = parser.parse_args()
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.load)]
-    table = Table(title=f"ray.cancel at once after submit, {args.rounds} rounds per graph, "
-                        f"{args.load} busy processes (Ray {ray.__version__})")
-    for col in ("graph", "cancel", "cancelled", "lost (RUNNING 10 s later)", "other"):
-        table.add_column(col)
+    print(f"ray.cancel at once after submit, {args.rounds} rounds per graph, {args.load} busy processes "
+          f"(Ray {ray.__version__})")
+    rows: list[str] = ["| graph | cancel | cancelled | lost (RUNNING 10 s later) | other |", "|---|---|---:|---:|---:|"]
     lost_lines: list[str] = []
+    total_lost = 0
+    ray.init(num_cpus=4, log_to_driver=False)
     try:
-        with local_cluster(num_cpus=4, log_to_driver=False), \
-                tempfile.TemporaryDirectory(prefix="raychaos-cancel-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="finding-cancel-") as tmp:
             for g, (name, graph, victim, force) in enumerate(GRAPHS):
+                if args.graph and g not in args.graph:
+                    continue
                 outcomes = []
                 for r in range(args.rounds):
                     start = time.monotonic()
@@ -135,16 +133,20 @@ def main() -> int:
                           f"({time.monotonic() - start:.1f} s)", flush=True)
                 counts = Counter("lost" if lost is not None else o for o, lost in outcomes)
                 lost_lines += [f"{name}: lost: {lost}" for _, lost in outcomes if lost is not None]
-                table.add_row(name, "force=True" if force else "force=False", str(counts["cancelled"]),
-                              str(counts["lost"]), str(args.rounds - counts["cancelled"] - counts["lost"]))
+                rows.append(f"| {name} | force={force} | {counts['cancelled']} | {counts['lost']} | "
+                            f"{args.rounds - counts['cancelled'] - counts['lost']} |")
+                total_lost += counts["lost"]
                 print(name, dict(counts), flush=True)
     finally:
+        ray.shutdown()
         for hog in hogs:
             hog.kill()
             hog.wait(timeout=10)
-    Console().print(table)
+    print("\n".join(rows))
     for line in lost_lines:
         print(line)
+    ran = args.rounds * len(args.graph or GRAPHS)
+    print(f"REPRODUCED {total_lost} of {ran}: the cancelled task was still RUNNING {PENDING_FOR:g} s later")
     return 0
 
 
