@@ -161,8 +161,9 @@ class SpillParams(Params):
     #: Seconds a read must take for the run to have met the slow disk (a restore here took
     #: 0.02 s on the bare mount, 0.75 s with 20 ms per read).
     slowed_at_least: float = 0.3
-    #: Seconds each object may take to read back once the faults are healed.
-    heal_bound: float = 5.0
+    #: Seconds each object may take to read back once the faults are healed (an object read
+    #: while the disk failed for 5 s came back more than 5 s after the heal here).
+    heal_bound: float = 20.0
     #: Seconds between reads (the fault filesystem serves every restore on a 2-core host).
     read_every: float = 0.1
 
