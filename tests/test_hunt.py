@@ -39,6 +39,14 @@ def test_values_are_computed_directly_through_refs_boxes_actors_and_streams() ->
     assert values == [3, 7, 8, 8 + 2 + 3, (14, 15)]
 
 
+def test_a_stream_taken_from_fails_with_its_argument_and_one_never_taken_from_cannot() -> None:
+    program = Program((Task(1, flaky=True), Stream(2, 3, 1, (Arg(0),)), Stream(2, 3, 0, (Arg(0),))),
+                      (Fault(FaultKind.KILL_WORKER, 0, 0),))
+    taken, untouched = expect(program, program.faults)[1:]
+    assert taken == Outcome(None, frozenset({ErrorKind.WORKER_CRASHED}))
+    assert untouched == Outcome(())
+
+
 def test_a_task_attempts_spend_retries_on_kills_and_on_retried_exceptions() -> None:
     assert attempts(0, False, killed=True, flaky=False) is ErrorKind.WORKER_CRASHED
     assert attempts(1, False, killed=True, flaky=False) is None

@@ -112,6 +112,9 @@ def _args(args: tuple[Arg, ...], out: list[Outcome | None]) -> Outcome:
 
 
 def _shifted(args: Outcome, const: int, take: int) -> Outcome:
+    """The items a stream's driver takes; taking none gets nothing, so nothing can fail."""
+    if take == 0:
+        return Outcome(())
     if not isinstance(args.value, int):
         return args
     return Outcome(tuple(args.value + const + i for i in range(take)), args.errors)
