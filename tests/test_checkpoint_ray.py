@@ -142,7 +142,9 @@ def test_an_add_with_a_writer_but_no_seq_is_refused(ray_cluster: ClusterHandle, 
 
 @pytest.mark.slow  # make test's budget: kill_node and the node-loss plant cover a node's death there
 @pytest.mark.multinode
-@pytest.mark.parametrize("durability", ["policy", "wal"])
+# policy: make deep (the node-loss and drain-preemption scenarios restore policy counters on
+# another node in make slow)
+@pytest.mark.parametrize("durability", [pytest.param("policy", marks=pytest.mark.deep), "wal"])
 def test_counter_restarts_on_another_node_when_its_node_is_removed(
     ray_multinode_cluster: ClusterHandle, storage: str, durability: str
 ) -> None:

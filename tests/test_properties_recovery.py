@@ -130,10 +130,11 @@ def test_replay_buffer_recovers(ray_cluster: ClusterHandle, durability: str) -> 
 
 
 @pytest.mark.property
-# Both in the slow tier (make test's budget; torch's import makes each restart seconds long):
-# the replay buffer's machine, the server's own Ray tests and its plant stay in make test.
+# The slow tier (make test's budget; torch's import makes each restart seconds long): the
+# replay buffer's machine, the server's own Ray tests and its plant stay in make test; policy
+# durability, whose restore the buffer's policy machine already shows, is make deep's.
 @pytest.mark.slow
-@pytest.mark.parametrize("durability", ["policy", "wal"])
+@pytest.mark.parametrize("durability", [pytest.param("policy", marks=pytest.mark.deep), "wal"])
 def test_parameter_server_recovers(ray_cluster: ClusterHandle, durability: str) -> None:
     machine = type(f"PS{durability}", (PSMachine,), {"durability": durability})
     run_state_machine_as_test(machine, settings=SERVER)

@@ -238,10 +238,11 @@ def test_ray_library_scenarios_on_their_own_cluster(name: str, tmp_path: Path) -
     pytest.param("train-torch-ddp", ('"matches_fault_free", "no_hang"]',
                                      '"matches_fault_free", "no_hang", "no_reported_epoch_redone"]'),
                  {"no_reported_epoch_redone"}, marks=pytest.mark.deep),
-    # Ray Tune's fault tolerance off: a killed trial ends in error; the others finish.
-    ("tune-trials", ("[[faults]]\nat = 3\n", "[params]\nmax_failures = 0\n\n[[faults]]\nat = 3\n"),
-     {"experiment_finishes", "trial_failure_recovered", "no_iteration_lost", "resumed_from_latest_checkpoint",
-      "results_table_complete"}),
+    # Ray Tune's fault tolerance off: a killed trial ends in error; the others finish (make
+    # deep: make slow shows a library's fault tolerance switched off once, with Train's).
+    pytest.param("tune-trials", ("[[faults]]\nat = 3\n", "[params]\nmax_failures = 0\n\n[[faults]]\nat = 3\n"),
+                 {"experiment_finishes", "trial_failure_recovered", "no_iteration_lost",
+                  "resumed_from_latest_checkpoint", "results_table_complete"}, marks=pytest.mark.deep),
     # ...and on where the scenario expects it off: the kill is absorbed, no error surfaces.
     pytest.param("train-torch-ddp-no-retries", ("max_failures = 0", "max_failures = 2"), {"failure_surfaces"},
                  marks=pytest.mark.deep),
