@@ -49,7 +49,7 @@ DEPLOY_TIMEOUT = 60.0
 
 class ServeParams(Params):
     #: What the scenario's faults hit: the errors they may cost follow from it.
-    fault: Literal["replica", "controller", "proxy", "node"] = "replica"
+    fault: Literal["replica", "controller", "proxy"] = "replica"
     #: Replicas of the deployment.
     replicas: int = 2
     #: Requests per second, and each one's timeout in seconds.

@@ -27,7 +27,6 @@ class ServeFault(StrEnum):
     REPLICA = "replica"  #: a deployment's replica (``ServeReplica:<app>:<deployment>``)
     CONTROLLER = "controller"  #: the ``ServeController``
     PROXY = "proxy"  #: the HTTP proxy (``ProxyActor``), one per node
-    NODE = "node"  #: a whole worker node with replicas on it
 
 
 #: The errors each fault may cost, as Ray Serve 2.60 was measured to answer on 2 cores
@@ -40,7 +39,6 @@ DOCUMENTED_ERRORS: Mapping[ServeFault, frozenset[ErrorKind]] = {
     ServeFault.REPLICA: frozenset({Failure.TIMEOUT}),
     ServeFault.CONTROLLER: frozenset(),
     ServeFault.PROXY: frozenset({Failure.REFUSED, Failure.RESET}),
-    ServeFault.NODE: frozenset({Failure.TIMEOUT, Failure.RESET}),
 }
 
 
