@@ -18,7 +18,7 @@ from scenarios.model._workload import Extra, Workload
 __all__ = ["EXTRA_MODULES", "missing_extra", "scenario_needs"]
 
 #: The modules each extra brings that its workloads import (``chaos._extras.import_extra``).
-EXTRA_MODULES: Mapping[Extra, tuple[str, ...]] = {"rl": ("torch", "gymnasium"), "apps": ("torch",)}
+EXTRA_MODULES: Mapping[Extra, tuple[str, ...]] = {"rl": ("torch", "gymnasium"), "apps": ("torch", "starlette")}
 
 
 def scenario_needs(scenario: Scenario, workload: type[Workload]) -> tuple[str, ...]:
