@@ -11,11 +11,13 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from scenarios.cli import EXIT_DEVIATED
+from scenarios.workloads._job import AGENT_PORT, agent_port_taken
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 RAYCHAOS = Path(sys.executable).parent / "raychaos"
@@ -23,6 +25,15 @@ RAYCHAOS = Path(sys.executable).parent / "raychaos"
 RUN_BOUND = 540
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+
+@pytest.fixture(autouse=True)
+def _agent_port_free() -> None:
+    """Each run's embedded cluster needs the dashboard agent's port, which the cluster of the
+    test before may hold a while after its teardown: waited for (bounded), the wait printed."""
+    start = time.monotonic()
+    assert not agent_port_taken(patience=90.0), f"port {AGENT_PORT} still taken after 90 s"
+    print(f"port {AGENT_PORT} free after {time.monotonic() - start:.1f} s")
 
 
 def _run_job(example: str, command: str, report: Path, *, fault_tolerance: bool) -> subprocess.CompletedProcess[str]:
@@ -33,9 +44,12 @@ def _run_job(example: str, command: str, report: Path, *, fault_tolerance: bool)
 
 
 def _verdicts(report: Path) -> dict[str, bool]:
-    """The run under faults' verdicts, from the report's summary."""
+    """The run under faults' verdicts, from the report's summary (their details printed: the
+    figures `pytest -s` shows)."""
     summary = json.loads((report / "summary.json").read_text(encoding="utf-8"))
     chaos = next(r for r in summary["runs"] if r["label"] == "chaos")
+    for v in chaos["verdicts"]:
+        print(f"{v['name']}: {v['held']}: {v['detail'][:300]}")
     return {v["name"]: v["held"] for v in chaos["verdicts"]}
 
 

@@ -52,7 +52,7 @@ SUBMIT_PATIENCE = 60.0
 #: The port Ray's dashboard agent listens on by default; a job is submitted through the head's.
 AGENT_PORT = 52365
 #: Seconds ``run --job`` waits for that port to be free before it refuses to start a cluster.
-AGENT_PORT_PATIENCE = 20.0
+AGENT_PORT_PATIENCE = 60.0
 STOP_PATIENCE = 30.0
 POLL = 0.5
 
