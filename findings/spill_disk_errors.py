@@ -62,7 +62,7 @@ def main(mode: str) -> None:
             print(f"{mode}:", [read(r, c, 2) for r, c in zip(refs[:4], crcs)], flush=True)
             if mode == "enospc":
                 print("put past the full store ...", flush=True)
-                refs += [ray.put(np.zeros(SIZE, dtype=np.uint8)) for _ in range(8)]
+                refs += [ray.put(np.zeros(SIZE, dtype=np.uint8)) for _ in range(2 * N)]  # 256 MiB
             fs.heal()
             print("healed:", [read(r, c, 10) for r, c in zip(refs, crcs)], flush=True)
         finally:
