@@ -67,23 +67,23 @@ def _fails_without_fault_tolerance(example: str, command: str, report: Path) -> 
     assert "job_succeeded" in out.stdout and "BROKEN" in out.stdout
 
 
-@pytest.mark.timeout(RUN_BOUND + 30)
+@pytest.mark.timeout(RUN_BOUND + 120)
 def test_tune_example_survives_a_killed_trial(tmp_path: Path) -> None:
     _passes("tune", "python tune_search.py", tmp_path)
 
 
-@pytest.mark.timeout(RUN_BOUND + 30)
+@pytest.mark.timeout(RUN_BOUND + 120)
 def test_train_example_without_fault_tolerance_fails_job_succeeded(tmp_path: Path) -> None:
     _fails_without_fault_tolerance("train", "python train.py", tmp_path)
 
 
 @pytest.mark.deep
-@pytest.mark.timeout(RUN_BOUND + 30)
+@pytest.mark.timeout(RUN_BOUND + 120)
 def test_train_example_survives_a_killed_worker(tmp_path: Path) -> None:
     _passes("train", "python train.py", tmp_path)
 
 
 @pytest.mark.deep
-@pytest.mark.timeout(RUN_BOUND + 30)
+@pytest.mark.timeout(RUN_BOUND + 120)
 def test_tune_example_without_fault_tolerance_fails_job_succeeded(tmp_path: Path) -> None:
     _fails_without_fault_tolerance("tune", "python tune_search.py", tmp_path)
