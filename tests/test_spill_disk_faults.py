@@ -111,7 +111,8 @@ def test_spill_mount_is_parsed_aimed_and_refused_without_spill_faultfs() -> None
     others = Schedule((*scenario.schedule.entries, ScheduledFault(9, SlowDisk(STORAGE, seconds=1))))
     aimed = [e.fault for e in aim_spill_faults(others, "/run/spill").entries]
     assert aimed == [SlowDisk("/run/spill", seconds=3, latency=0.02, ops=("read",)),
-                     FailingDisk("/run/spill", seconds=3.5, glob="/ray_spilled_objects_*"), SlowDisk(STORAGE, seconds=1)]
+                     FailingDisk("/run/spill", seconds=3.5, glob="/ray_spilled_objects_*"),
+                     SlowDisk(STORAGE, seconds=1)]
     with pytest.raises(InvalidFaultSpec, match="only disk faults"):
         fault_or_spill({"kind": "fill_disk", "path": "/x", "seconds": 1, "mount": SPILL})
     text = scenario_text().replace("spill_faultfs = true", "spill_faultfs = false")
