@@ -53,7 +53,7 @@ def train_loop(config: dict) -> None:
 
 
 def one_round(root: str) -> int:
-    """How many reported checkpoints the restart did not see (0: it resumed from the latest)."""
+    """The epoch the restarted worker started at (``KILL_AT + 1``: it resumed from the latest)."""
     log = os.path.join(root, "log.jsonl")
     trainer = TorchTrainer(
         train_loop, train_loop_config={"marker": os.path.join(root, "killed"), "log": log},
@@ -63,8 +63,7 @@ def one_round(root: str) -> int:
     trainer.fit()
     with open(log) as f:
         starts = [json.loads(line)["attempt_starts_at_epoch"] for line in f]
-    resumed_at = starts[-1]
-    return KILL_AT + 1 - resumed_at
+    return starts[-1]
 
 
 def main() -> None:
@@ -74,10 +73,11 @@ def main() -> None:
         print(f"Ray {ray.__version__}; a report every {EPOCH:g} s, the worker killed after reporting epoch {KILL_AT}")
         lost_rounds = 0
         for i in range(rounds):
-            lost = one_round(tempfile.mkdtemp(prefix="finding-train-"))
+            resumed_at = one_round(tempfile.mkdtemp(prefix="finding-train-"))
+            lost = KILL_AT + 1 - resumed_at
             lost_rounds += lost > 0
-            print(f"round {i}: resumed {lost} epoch(s) before the last reported checkpoint "
-                  f"(epoch {KILL_AT}); those epochs ran again", flush=True)
+            print(f"round {i}: the restart got epoch {resumed_at - 1}'s checkpoint, {lost} behind the last "
+                  f"reported (epoch {KILL_AT}): epochs {resumed_at}..{KILL_AT} ran again", flush=True)
         print(f"REPRODUCED {lost_rounds} of {rounds}: the restart did not resume from the latest reported checkpoint")
     finally:
         ray.shutdown()
