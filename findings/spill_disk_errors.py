@@ -21,7 +21,6 @@ from __future__ import annotations
 import errno
 import json
 import sys
-import tempfile
 import time
 import zlib
 
@@ -45,7 +44,7 @@ def read(ref: ray.ObjectRef, crc: int, timeout: float) -> str:
 
 
 def main(mode: str) -> None:
-    with fault_filesystem(tempfile.mkdtemp(prefix="spill-")) as fs:
+    with fault_filesystem() as fs:  # a fresh directory, removed after
         spilling = json.dumps({"type": "filesystem", "params": {"directory_path": fs.mount}})
         ray.init(num_cpus=1, object_store_memory=80 * MIB, include_dashboard=False, log_to_driver=True,
                  _system_config={**TEST_SYSTEM_CONFIG, "object_spilling_config": spilling})
