@@ -100,5 +100,9 @@ def _builtin() -> dict[str, type[Workload]]:
     from scenarios.workloads._disk import DISK_WORKLOADS
     from scenarios.workloads._lossy import LOSSY_WORKLOADS
     from scenarios.workloads._partition_head import PARTITION_HEAD_WORKLOADS
+    from scenarios.workloads._power_loss import POWER_LOSS_WORKLOADS
+    from scenarios.workloads._serve import SERVE_WORKLOADS
+    from scenarios.workloads._spill import SPILL_WORKLOADS
 
-    return {**WORKLOADS, **DISK_WORKLOADS, **LOSSY_WORKLOADS, **PARTITION_HEAD_WORKLOADS}
+    return {**WORKLOADS, **DISK_WORKLOADS, **LOSSY_WORKLOADS, **PARTITION_HEAD_WORKLOADS, **POWER_LOSS_WORKLOADS,
+            **SPILL_WORKLOADS, **SERVE_WORKLOADS}
