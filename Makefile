@@ -151,7 +151,7 @@ lock:
 		.lock-venv/bin/pip install --quiet pip-tools==$(PIP_TOOLS_VERSION))
 	printf '%s\n' $(PINS) > .lock-venv/pins.txt
 	CUSTOM_COMPILE_COMMAND="make lock" .lock-venv/bin/pip-compile --quiet --strip-extras \
-		--allow-unsafe --no-emit-index-url --no-emit-find-links --extra bench --extra test --extra apps --extra rl --extra lint --extra fast --extra docs \
+		--allow-unsafe --no-emit-index-url --no-emit-find-links --extra bench --extra test --extra apps --extra rl --extra lint --extra fast --extra docs --extra disk \
 		-c .lock-venv/pins.txt $(LOCK_ARGS) \
 		-o constraints.txt pyproject.toml
 

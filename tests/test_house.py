@@ -106,12 +106,12 @@ def test_the_actors_use_only_the_shared_ground_of_chaos() -> None:
 
 
 def test_the_scenarios_show_their_parts() -> None:
-    """The model, the runner, the workloads, the lessons and the reports each have a folder,
+    """The model, the runner, the workloads, the lessons, the reports and the hunt each have a folder,
     and nothing of them lies loose beside the public modules."""
     loose = {p.name for p in (ROOT / "scenarios").glob("*.py")}
     assert loose == {"__init__.py", "cli.py"}
     parts = {p.parent.name for p in (ROOT / "scenarios").glob("*/__init__.py")}
-    assert parts == {"model", "runner", "workloads", "lessons", "reports"}
+    assert parts == {"model", "runner", "workloads", "lessons", "reports", "hunt"}
     page = (ROOT / "docs" / "how-to" / "contributing.md").read_text(encoding="utf-8")
     assert all(f"scenarios/{part}/" in page for part in parts), "the contributing page's tree is stale"
 
