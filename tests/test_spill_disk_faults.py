@@ -62,24 +62,44 @@ def test_gets_bounded_breaks_on_a_read_past_its_bound() -> None:
     assert not gets_bounded([], bound=3.0).held
 
 
-def test_slowed_by_disk_needs_a_correct_slow_read_after_the_slow_disk_was_confirmed() -> None:
-    assert slowed_by_disk(READS, at_least=0.3, since=0.2).held
+def test_slowed_by_disk_needs_a_correct_slow_read_while_the_slow_disk_was_on() -> None:
+    assert slowed_by_disk(READS, at_least=0.3, since=0.2, until=7.0).held
     twin = [replace(r, seconds=0.02, outcome=C) for r in READS]  # the fault-free twin
-    verdict = slowed_by_disk(twin, at_least=0.3, since=0.2)
-    assert not verdict.held and "0 of 110 reads returned the value after >= 0.3 s" in verdict.detail
-    assert not slowed_by_disk(READS, at_least=0.3, since=None).held  # no slow disk confirmed
-    assert not slowed_by_disk(READS, at_least=0.3, since=11.0).held  # slow reads all before it
+    verdict = slowed_by_disk(twin, at_least=0.3, since=0.2, until=7.0)
+    assert not verdict.held and "0 of the 57 reads started in [0.20, 7.00) s" in verdict.detail
+    assert not slowed_by_disk(READS, at_least=0.3, since=None, until=7.0).held  # no slow disk confirmed
+    assert not slowed_by_disk(READS, at_least=0.3, since=11.0, until=14.0).held  # slow reads all before it
     timed_out = [replace(r, outcome=T) if r.seconds >= 0.3 else r for r in READS]
-    assert not slowed_by_disk(timed_out, at_least=0.3, since=0.2).held  # slow, but never completed
+    assert not slowed_by_disk(timed_out, at_least=0.3, since=0.2, until=7.0).held  # slow, but never completed
 
 
-def test_failing_disk_met_needs_a_read_without_a_value_after_the_failing_disk_was_confirmed() -> None:
-    assert failing_disk_met(READS, since=7.1).held
+def test_slowed_by_disk_counts_no_slow_read_after_its_window() -> None:
+    # The slow disk missed every restore (all fast while it was on); restores are slow again
+    # after the failing disk heals, and after the slow disk's own heal: neither is the slow disk.
+    missed = [replace(r, seconds=0.02) if r.t < 7 else r for r in READS]
+    after_failing = [*missed, Read(3, 11.0, 0.75, C)]
+    assert not slowed_by_disk(after_failing, at_least=0.3, since=1.0, until=7.0).held
+    after_own_heal = [*missed, Read(3, 5.5, 0.75, C)]
+    assert not slowed_by_disk(after_own_heal, at_least=0.3, since=1.0, until=5.0).held
+    assert slowed_by_disk(after_own_heal, at_least=0.3, since=1.0, until=6.0).held  # within: counted
+
+
+def test_failing_disk_met_needs_a_read_without_a_value_while_the_failing_disk_was_on() -> None:
+    assert failing_disk_met(READS, since=7.1, until=12.0).held
     twin = [replace(r, seconds=0.02, outcome=C) for r in READS]
-    verdict = failing_disk_met(twin, since=7.1)
+    verdict = failing_disk_met(twin, since=7.1, until=12.0)
     assert not verdict.held and "0 of the" in verdict.detail
-    assert not failing_disk_met(READS, since=None).held
-    assert not failing_disk_met(READS, since=12.5).held  # every failure ended before the confirmation
+    assert not failing_disk_met(READS, since=None, until=12.0).held
+    assert not failing_disk_met(READS, since=12.5, until=16.0).held  # every failure ended before the confirmation
+
+
+def test_failing_disk_met_counts_no_failed_read_after_its_heal_and_a_bound() -> None:
+    # The failing disk missed every restore (all correct while it was on); a read timed out
+    # long after its heal (10 s) and a read's bound (2 s): not this disk's doing.
+    missed = [replace(r, seconds=0.02, outcome=C, error="") for r in READS]
+    late = [*missed, Read(5, 12.5, 2.0, T, "GetTimeoutError")]
+    assert not failing_disk_met(late, since=7.1, until=12.0).held
+    assert failing_disk_met(late, since=7.1, until=15.0).held  # within: counted
 
 
 def test_restored_after_heal_needs_every_object_back_whole_within_its_bound() -> None:

@@ -11,11 +11,12 @@ recorded (when, how long, how it ended). The verdicts are pure functions of thos
   failed raised a documented error (Ray's ``GetTimeoutError`` at its bound, the
   ``ObjectLostError`` family, ``OutOfDiskError``, ``ObjectStoreFullError``);
 - ``gets_bounded``: no read took longer than its bound (and a little slack);
-- ``slowed_by_disk``: some read after the slow disk's confirmation took ``slowed_at_least``:
-  the slow disk reached the restores (its fault-free twin misses it);
-- ``failing_disk_met``: some read after the failing disk's confirmation returned no value (Ray
-  2.60 retries a restore that failed and the read waits out its bound): the failing disk
-  reached the restores (its twin misses it);
+- ``slowed_by_disk``: some read while the slow disk was on (from its confirmation, less a
+  read's bound, until its heal or the failing disk's start) took ``slowed_at_least`` and
+  returned the value: the slow disk reached the restores (its fault-free twin misses it);
+- ``failing_disk_met``: some read ending while the failing disk was on (from its confirmation
+  until its heal and a read's bound) returned no value (Ray 2.60 retries a restore that failed
+  and the read waits out its bound): the failing disk reached the restores (its twin misses it);
 - ``restored_after_heal``: once every fault is healed, every object reads back with the value
   put, each within ``heal_bound``.
 
@@ -109,27 +110,31 @@ def gets_bounded(reads: Sequence[Read], *, bound: float) -> Verdict:
     return Verdict.over("gets_bounded", len(reads), held=bool(reads) and not late, detail=detail)
 
 
-def slowed_by_disk(reads: Sequence[Read], *, at_least: float, since: float | None) -> Verdict:
-    """Some read that started ``since`` (the slow disk's confirmation, less a read's bound) or
-    later took ``at_least`` seconds and returned the value: a restore met the slow disk and
-    completed. ``since`` None: no slow disk was confirmed, so none did."""
-    slow = [r for r in reads if since is not None and r.t >= since and r.seconds >= at_least
-            and r.outcome is ReadOutcome.CORRECT]
-    slowest = max((r.seconds for r in reads if r.outcome is ReadOutcome.CORRECT), default=0.0)
-    return Verdict.over("slowed_by_disk", len(reads), held=bool(slow),
-                        detail=f"{len(slow)} of {len(reads)} reads returned the value after >= {at_least:g} s "
-                               f"(slowest correct read {slowest:.2f} s)"
-                               + ("" if since is not None else "; no slow disk was confirmed"))
+def slowed_by_disk(reads: Sequence[Read], *, at_least: float, since: float | None, until: float) -> Verdict:
+    """Some read that started in [``since``, ``until``) took ``at_least`` seconds and returned
+    the value: a restore met the slow disk and completed. ``since`` is the slow disk's
+    confirmation less a read's bound; ``until`` its heal, or the failing disk's start if that
+    came first (restores stay slow after a failing disk heals, and that is not this disk).
+    ``since`` None: no slow disk was confirmed, so none did."""
+    window = [r for r in reads if since is not None and since <= r.t < until]
+    slow = [r for r in window if r.seconds >= at_least and r.outcome is ReadOutcome.CORRECT]
+    slowest = max((r.seconds for r in window if r.outcome is ReadOutcome.CORRECT), default=0.0)
+    detail = (f"{len(slow)} of the {len(window)} reads started in [{since:.2f}, {until:.2f}) s returned the value "
+              f"after >= {at_least:g} s (slowest correct read there {slowest:.2f} s)" if since is not None
+              else "no slow disk was confirmed")
+    return Verdict.over("slowed_by_disk", len(reads), held=bool(slow), detail=detail)
 
 
-def failing_disk_met(reads: Sequence[Read], *, since: float | None) -> Verdict:
-    """Some read that ended ``since`` (the failing disk's confirmation) or later returned no
-    value: the failing disk reached the restores. ``since`` None: none was confirmed."""
-    after = [r for r in reads if since is not None and r.t + r.seconds >= since]
-    failed = [r for r in after if r.outcome is not ReadOutcome.CORRECT]
-    detail = f"{len(failed)} of the {len(after)} reads ending after the failing disk was confirmed " \
-             f"returned no value ({_tally(failed)})" if since is not None else "no failing disk was confirmed"
-    return Verdict.over("failing_disk_met", len(after), held=bool(failed), detail=detail)
+def failing_disk_met(reads: Sequence[Read], *, since: float | None, until: float) -> Verdict:
+    """Some read that ended in [``since``, ``until``) returned no value: the failing disk
+    reached the restores. ``since`` is the failing disk's confirmation, ``until`` its heal and
+    a read's bound (a read that fails later is not this disk's). ``since`` None: none was
+    confirmed."""
+    window = [r for r in reads if since is not None and since <= r.t + r.seconds < until]
+    failed = [r for r in window if r.outcome is not ReadOutcome.CORRECT]
+    detail = (f"{len(failed)} of the {len(window)} reads ending in [{since:.2f}, {until:.2f}) s returned no value "
+              f"({_tally(failed)})" if since is not None else "no failing disk was confirmed")
+    return Verdict.over("failing_disk_met", len(window), held=bool(failed), detail=detail)
 
 
 def restored_after_heal(reads: Sequence[Read], *, objects: int, bound: float) -> Verdict:
@@ -182,6 +187,7 @@ class SpillDiskFaults(Workload):
 
         self.p = self.ctx.params_as(SpillParams)
         self.reads: list[Read] = []
+        self.settled_at: float | None = None  # when every fault was healed, seconds into the run
         self.refs: list[Any] = []
         self.crcs: list[int] = []
         for i in range(self.p.objects):  # past the store's size: Ray spills the oldest
@@ -208,6 +214,8 @@ class SpillDiskFaults(Workload):
         return Read(index, round(self.ctx.elapsed() - took, 3), took, outcome, error)
 
     def step(self) -> bool:
+        if self.settled_at is None and self.ctx.faults_settled.is_set():
+            self.settled_at = self.ctx.elapsed()
         read = self._read(len(self.reads) % self.p.objects, timeout=self.p.get_timeout)
         self.reads.append(read)
         self.ctx.point("read_seconds", read.seconds)
@@ -224,12 +232,17 @@ class SpillDiskFaults(Workload):
     def invariants(self) -> list[Verdict]:
         slow = self.ctx.injections(FaultKind.SLOW_DISK)
         failing = self.ctx.injections(FaultKind.FAILING_DISK)
+        # The runner tells a workload when a fault is confirmed, not when it heals: every fault
+        # had healed once the faults settled (or by now), so that is each window's end.
+        healed = self.ctx.elapsed() if self.settled_at is None else self.settled_at
         after = [self._read(i, timeout=self.p.heal_bound) for i in range(self.p.objects)]
         return [no_wrong_value([*self.reads, *after]),
                 gets_bounded(self.reads, bound=self.p.get_timeout + self.p.slack),
                 slowed_by_disk(self.reads, at_least=self.p.slowed_at_least,
-                               since=min(slow) - self.p.get_timeout if slow else None),
-                failing_disk_met(self.reads, since=min(failing) if failing else None),
+                               since=min(slow) - self.p.get_timeout if slow else None,
+                               until=min([healed, *failing])),
+                failing_disk_met(self.reads, since=min(failing) if failing else None,
+                                 until=healed + self.p.get_timeout),
                 restored_after_heal(after, objects=self.p.objects, bound=self.p.heal_bound)]
 
     def call_bounds(self) -> dict[str, float]:
