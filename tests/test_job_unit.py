@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from scenarios.cli import EXIT_BAD_INPUT, main
 from scenarios.model._scenario import ScenarioError
 from scenarios.workloads._job import (
+    _REFERENCE,
     AGENT_PORT,
     DEFAULT_JOB_TIMEOUT,
     JOB_WORKLOAD,
@@ -21,9 +22,11 @@ from scenarios.workloads._job import (
     ActorSighting,
     JobEnd,
     JobRecord,
+    KilledActors,
     _job_timeout,
     agent_port_taken,
     fault_seen,
+    job_seconds,
     job_succeeded,
     load_job,
     within_ratio,
@@ -33,8 +36,15 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 OK = JobRecord(JobEnd.SUCCEEDED, 30.0, "raysubmit_a")
 
 
-def _sighted(at: float, *actors: tuple[str, bool, int]) -> list[ActorSighting]:
-    return [ActorSighting(at, actor_id, alive, restarts) for actor_id, alive, restarts in actors]
+JOB, OTHER_JOB = "01000000", "02000000"
+
+
+def _sighted(at: float, *actors: tuple[str, bool, int], cls: str = "Worker", job: str = JOB) -> list[ActorSighting]:
+    return [ActorSighting(at, actor_id, alive, restarts, cls, job) for actor_id, alive, restarts in actors]
+
+
+def _killed(at: float, *actor_ids: str) -> list[KilledActors]:
+    return [KilledActors(at, actor_ids)]
 
 
 def test_job_succeeded_only_on_succeeded() -> None:
@@ -61,28 +71,89 @@ def test_within_ratio_fails_closed_without_two_successes() -> None:
 
 def test_fault_seen_by_a_replacement_or_a_restart() -> None:
     before = _sighted(1.0, ("w1", True, 0), ("w2", True, 0))
-    replaced = before + _sighted(3.0, ("w1", False, 0), ("w2", False, 0), ("w3", True, 0))
-    assert fault_seen([2.0], replaced).held
+    replaced = before + _sighted(3.0, ("w1", False, 0), ("w2", True, 0), ("w3", True, 0))
+    assert fault_seen(_killed(2.0, "w1"), replaced, job_id=JOB).held
     restarted = before + _sighted(3.0, ("w1", True, 1), ("w2", True, 0))
-    assert fault_seen([2.0], restarted).held
+    assert fault_seen(_killed(2.0, "w1"), restarted, job_id=JOB).held
+    # Train replaces its whole worker group: new ids for all, as many alive as before.
+    regrouped = before + _sighted(3.0, ("w1", False, 0), ("w2", False, 0), ("w3", True, 0), ("w4", True, 0))
+    assert fault_seen(_killed(2.0, "w1"), regrouped, job_id=JOB).held
+    # A listing between the kill and its confirmation (at 2.0) shows it dead already.
+    confirmed_late = before + _sighted(1.8, ("w1", False, 0), ("w2", True, 0)) + _sighted(3.0, ("w1", True, 1))
+    assert fault_seen(_killed(2.0, "w1"), confirmed_late, job_id=JOB).held
 
 
 def test_fault_seen_red_when_nothing_came_back() -> None:
     before = _sighted(1.0, ("w1", True, 0), ("w2", True, 0))
     dead = before + _sighted(3.0, ("w1", False, 0), ("w2", True, 0))  # the survivor is no answer
-    verdict = fault_seen([2.0], dead)
-    assert not verdict.held and "no actor of the targets restarted or replaced" in verdict.detail
+    verdict = fault_seen(_killed(2.0, "w1"), dead, job_id=JOB)
+    assert not verdict.held and "neither restarted nor replaced" in verdict.detail
+    unchanged = before + _sighted(3.0, ("w1", True, 0), ("w2", True, 0))  # alive, no restart: not killed
+    assert not fault_seen(_killed(2.0, "w1"), unchanged, job_id=JOB).held
+
+
+def test_fault_seen_red_on_another_trials_new_actor() -> None:
+    """The killed trial is not brought back: a trial that ends and a new one that starts in its
+    slot leave fewer of the class alive than before the kill. It is no answer."""
+    before = _sighted(1.0, ("t1", True, 0), ("t2", True, 0), cls="Trainable")
+    after = _sighted(3.0, ("t1", False, 0), ("t2", False, 0), ("t3", True, 0), cls="Trainable")
+    verdict = fault_seen(_killed(2.0, "t1"), before + after, job_id=JOB)
+    assert not verdict.held and "Trainable t1 neither restarted nor replaced (2 alive" in verdict.detail
+
+
+def test_fault_seen_red_on_another_jobs_restarting_worker() -> None:
+    """On --address another job's actor of the class restarting is not this job's answer."""
+    before = _sighted(1.0, ("w1", True, 0)) + _sighted(1.0, ("x1", True, 0), job=OTHER_JOB)
+    after = _sighted(3.0, ("w1", False, 0)) + _sighted(3.0, ("x1", True, 1), ("x2", True, 0), job=OTHER_JOB)
+    assert not fault_seen(_killed(2.0, "w1"), before + after, job_id=JOB).held
+    # A different class of this job (not the killed one's) coming up is no answer either.
+    other_class = _sighted(3.0, ("w1", False, 0)) + _sighted(3.0, ("c1", True, 0), cls="Coordinator")
+    assert not fault_seen(_killed(2.0, "w1"), _sighted(1.0, ("w1", True, 0)) + other_class, job_id=JOB).held
 
 
 def test_fault_seen_fails_closed() -> None:
-    assert not fault_seen([], _sighted(1.0, ("w1", True, 0))).held  # no kill landed
-    assert not fault_seen([2.0], _sighted(3.0, ("w9", True, 0))).held  # nothing seen alive before it
+    restarted = _sighted(1.0, ("w1", True, 0)) + _sighted(3.0, ("w1", True, 1))
+    assert fault_seen(_killed(2.0, "w1"), restarted, job_id=JOB).held  # the control: all below differ by one thing
+    assert not fault_seen([], restarted, job_id=JOB).held  # no kill landed
+    assert not fault_seen(_killed(2.0, "w1"), restarted, job_id=None).held  # whose actors: unknown
+    assert not fault_seen(_killed(2.0), restarted, job_id=JOB).held  # whom it killed: unknown
+    assert not fault_seen(_killed(2.0, "w9"), restarted, job_id=JOB).held  # the killed one never seen
+    assert not fault_seen(_killed(0.5, "w1"), restarted, job_id=JOB).held  # nothing listed before it
     # A replacement seen before the kill does not answer it: only what comes after counts.
     early = _sighted(1.0, ("w1", True, 0)) + _sighted(1.5, ("w1", True, 0), ("w2", True, 0))
-    assert not fault_seen([2.0], early + _sighted(3.0, ("w2", True, 0))).held
+    assert not fault_seen(_killed(2.0, "w1"), early + _sighted(3.0, ("w2", True, 0)), job_id=JOB).held
     # Every kill must be answered, not one of them.
     one = _sighted(1.0, ("w1", True, 0)) + _sighted(3.0, ("w2", True, 0)) + _sighted(5.0, ("w2", False, 0))
-    assert not fault_seen([2.0, 4.0], one).held
+    assert not fault_seen(_killed(2.0, "w1") + _killed(4.0, "w2"), one, job_id=JOB).held
+
+
+def test_the_job_is_timed_by_rays_own_times() -> None:
+    """A twin that waited 20 s for the dashboard's agent and ran 10 s is a 10 s baseline: an
+    80 s job under faults is then 8x, past a 3x bound (from the submission call it read 2.67x)."""
+    assert job_seconds(1_000, 11_000, fallback=30.0) == 10.0
+    twin = JobRecord(JobEnd.SUCCEEDED, job_seconds(1_000, 11_000, fallback=30.0), "t")
+    faulty = JobRecord(JobEnd.SUCCEEDED, job_seconds(50_000, 130_000, fallback=80.5), "f")
+    verdict = within_ratio(faulty, twin, ratio=3.0)
+    assert not verdict.held and "8.00x" in verdict.detail
+    assert job_seconds(None, 11_000, fallback=12.5) == 12.5  # Ray has not both times: the clock's
+    assert job_seconds(11_000, None, fallback=12.5) == 12.5
+
+
+def test_the_twin_misses_the_fault_verdicts_and_only_the_chaos_run_decides() -> None:
+    from scenarios.model._records import RunLabel, RunResult, RunStatus, Verdict
+    from scenarios.reports._files import junit, summary
+
+    assert [(v.name, v.held, v.detail) for v in _REFERENCE] == [
+        ("within_ratio", False, "fault-free run: no fault to see"),
+        ("fault_seen", False, "fault-free run: no fault to see")]
+    twin = RunResult("job-s", RunLabel.BASELINE, 0, RunStatus.COMPLETED, 10.0,
+                     (Verdict("job_succeeded", True, "ok", 1), *_REFERENCE), (), (), ())
+    chaos = RunResult("job-s", RunLabel.CHAOS, 0, RunStatus.COMPLETED, 20.0,
+                      tuple(Verdict(n, True, "ok", 1) for n in ("job_succeeded", "within_ratio", "fault_seen")),
+                      (), (), ())
+    assert summary([twin, chaos])["deviated"] is False
+    suites = {s.get("name"): s.get("failures") for s in junit([twin, chaos])}
+    assert suites == {"job-s[baseline]": "2", "job-s[chaos]": "0"}
 
 
 def test_load_job_builds_the_job_scenario(tmp_path: Path) -> None:

@@ -711,6 +711,10 @@ class _RunObserver(ScheduleObserver):
 
     def injected(self, index: int, entry: ScheduledFault, injection: Injection) -> None:
         self.ctx.injected_fault(entry.kind)
+        # A workload judging Ray's answer to a kill (the job's fault_seen) needs whom it killed.
+        told = getattr(self.workload.workload, "actors_killed", None)
+        if entry.kind is FaultKind.KILL and callable(told):
+            told(tuple(p.actor_id for p in injection.processes if p.actor_id))
 
     def settled(self, outcome: FaultOutcome) -> FaultOutcome:
         entry, target = outcome.entry, outcome.entry.target_label

@@ -8,9 +8,10 @@ a small JSON file (``params.handoff``): each run is its own :class:`Job` instanc
 
 Verdicts, each a pure function of records (:func:`job_succeeded`, :func:`within_ratio`,
 :func:`fault_seen`): the job under faults succeeded; it took at most ``max_slowdown`` times the
-fault-free run; every kill the schedule made was answered by Ray bringing the killed actor back
-(the same actor with more restarts, or a new actor of its kind: what Train and Tune do), as the
-State API showed while the job ran. Optional probes are judged as ``raychaos attack`` judges them.
+fault-free run (each timed by Ray's record of the job); every actor the schedule killed was
+answered by Ray within this job (the same actor with more restarts, or a new actor of its class
+with as many of the class alive as before: what Train and Tune do), as the State API showed
+while the job ran. Optional probes are judged as ``raychaos attack`` judges them.
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ from scenarios.model._scenario import _ATTACK_FIELDS, Scenario, ScenarioError, _
 from scenarios.model._workload import Params, Workload
 from scenarios.workloads._attack import ProbeRun, probes_from, recovered
 
-__all__ = ["ActorSighting", "Job", "JobEnd", "JobRecord", "fault_seen", "job_succeeded", "load_job",
-           "within_ratio"]
+__all__ = ["ActorSighting", "Job", "JobEnd", "JobRecord", "KilledActors", "fault_seen", "job_seconds",
+           "job_succeeded", "load_job", "within_ratio"]
 
 #: The workload as scenario files name it: a ``module:Class`` path, so no registry entry is needed.
 JOB_WORKLOAD = "scenarios.workloads._job:Job"
@@ -90,12 +91,24 @@ class JobRecord:
 
 @dataclass(frozen=True, slots=True)
 class ActorSighting:
-    """An actor matching a kill target as one State API listing showed it, ``at`` seconds in."""
+    """An actor matching a kill target as one State API listing showed it, ``at`` seconds in:
+    its class and the job (hex id) that owns it, so a kill is judged by its own job's actors."""
 
     at: float
     actor_id: str
     alive: bool
     restarts: int
+    class_name: str = ""
+    job_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class KilledActors:
+    """One injected kill: when it was confirmed (seconds in) and the actors it killed (empty when
+    the runner could not say: ``fault_seen`` then fails closed)."""
+
+    at: float
+    actor_ids: tuple[str, ...]
 
 
 # -- verdicts: pure functions of records ------------------------------------------------------
@@ -125,30 +138,51 @@ def within_ratio(faulty: JobRecord | None, baseline: JobRecord | None, *, ratio:
                    f"without: {slowdown:.2f}x (bound {ratio:g}x)", 1)
 
 
-def fault_seen(kills: Sequence[float], sightings: Sequence[ActorSighting]) -> Verdict:
-    """Every kill (its time in seconds) was answered by Ray: after it, an actor matching the
-    schedule's kill targets is alive that was not alive at the last listing before it, or one
-    that was is alive with more restarts. Fails closed: no kill landed, or none was seen alive
-    before its kill (what was killed, then, is unknown)."""
+def fault_seen(kills: Sequence[KilledActors], sightings: Sequence[ActorSighting], *, job_id: str | None) -> Verdict:
+    """Every kill was answered by Ray within this job (``job_id``; other jobs' actors are not
+    its answer): after it, each killed actor is alive again with more restarts, or a listing
+    shows an actor of its class not seen before the kill while as many of that class are alive
+    as were before it (what Train and Tune do: a new actor takes the dead one's place). Fails
+    closed: no kill landed, the job's id is unknown, or a killed actor was not seen before."""
     if not kills:
         return Verdict("fault_seen", False, "no kill landed: nothing was restarted because nothing was killed", 0)
-    problems = [p for p in (_kill_answered(t, sightings) for t in kills) if p]
+    if not job_id:
+        return Verdict("fault_seen", False, "the job's id is unknown (its driver never started): "
+                       "no actor can be told to be its own", len(kills))
+    own = [s for s in sightings if s.job_id == job_id]
+    problems = [p for p in (_kill_answered(k, own) for k in kills) if p]
     return Verdict("fault_seen", not problems, "; ".join(problems) or
                    f"{len(kills)} kill(s), each followed by a restarted or replaced actor (State API)", len(kills))
 
 
-def _kill_answered(at: float, sightings: Sequence[ActorSighting]) -> str:
-    """"" when the kill at ``at`` was answered, else what was missing."""
-    listed = [s.at for s in sightings if s.at < at]
-    if not listed:
-        return f"kill at {at:.1f} s: no listing before it saw a target alive"
-    last = max(listed)
-    before = {s.actor_id: s.restarts for s in sightings if s.at == last and s.alive}
-    if not before:
-        return f"kill at {at:.1f} s: no target alive at the listing before it ({last:.1f} s)"
-    back = [s for s in sightings if s.at > at and s.alive and s.restarts > before.get(s.actor_id, -1)]
-    return "" if back else (f"kill at {at:.1f} s: no actor of the targets restarted or replaced after it "
-                            f"({len([s for s in sightings if s.at > at])} sightings after)")
+def _kill_answered(kill: KilledActors, sightings: Sequence[ActorSighting]) -> str:
+    """"" when every actor ``kill`` killed came back or was replaced, else what was missing."""
+    if not kill.actor_ids:
+        return f"kill at {kill.at:.1f} s: which actor it killed is unknown"
+    if not any(s.at < kill.at for s in sightings):
+        return f"kill at {kill.at:.1f} s: no listing of this job's actors before it"
+    return "; ".join(p for p in (_answered(kill.at, a, sightings) for a in kill.actor_ids) if p)
+
+
+def _answered(at: float, actor_id: str, sightings: Sequence[ActorSighting]) -> str:
+    """"" when ``actor_id``, killed at ``at``, came back or was replaced in some listing after it."""
+    # Its last listing alive: ``at`` is when the kill was confirmed, and a listing between the
+    # kill and its confirmation may show it dead already.
+    alive = [s for s in sightings if s.at < at and s.actor_id == actor_id and s.alive]
+    if not alive:
+        return f"kill at {at:.1f} s: its actor {actor_id[:12]} was never seen alive before it"
+    prior = max(alive, key=lambda s: s.at)
+    cls = prior.class_name
+    alive_before = sum(s.at == prior.at and s.alive and s.class_name == cls for s in sightings)
+    known = {s.actor_id for s in sightings if s.at <= prior.at}
+    for when in sorted({s.at for s in sightings if s.at > at}):
+        rows = [s for s in sightings if s.at == when and s.alive and s.class_name == cls]
+        if any(s.actor_id == actor_id and s.restarts > prior.restarts for s in rows):
+            return ""
+        if any(s.actor_id not in known for s in rows) and len(rows) >= alive_before:
+            return ""
+    return (f"kill at {at:.1f} s: {cls} {actor_id[:12]} neither restarted nor replaced ({alive_before} alive "
+            f"before it; no later listing had a new one with as many alive)")
 
 
 # -- the workload ------------------------------------------------------------------------------
@@ -193,6 +227,9 @@ class Job(Workload):
         self.probes = probes_from(self.p.probes)
         self.record: JobRecord | None = None
         self.job_id: str | None = None
+        #: The hex id of the job's driver (``get_job_info(...).job_id``): whose actors are its own.
+        self.ray_job_id: str | None = None
+        self.kills: list[KilledActors] = []
         self.sightings: list[ActorSighting] = []
         self.probe_runs: list[ProbeRun] = []
 
@@ -201,20 +238,24 @@ class Job(Workload):
                 "invariants": len(self.probes) * self.p.probe_timeout + 60.0}
 
     def step(self) -> bool:
-        started = time.monotonic()
         job_id = self.job_id = self._submit()
+        # The clock starts once the submission is taken: the wait for the dashboard's agent
+        # (longest on the twin's fresh cluster) is not the job's time.
+        started = time.monotonic()
         end, last_probe = None, 0.0
         while end is None and time.monotonic() - started < self.timeout:
             end = _RAY_ENDS.get(str(self.client.get_job_status(job_id)))
-            self._look()
+            self._look(job_id)
             if self.probes and time.monotonic() - last_probe >= self.p.every:
                 last_probe = time.monotonic()
                 self._probe_round()
             if end is None:
                 self.ctx.stop.wait(POLL)
-        seconds = time.monotonic() - started
         if end is None:
             end = self._stop(job_id)
+        info = self.client.get_job_info(job_id)
+        self.ray_job_id = self.ray_job_id or info.job_id
+        seconds = job_seconds(info.start_time, info.end_time, fallback=time.monotonic() - started)
         self.record = JobRecord(end, round(seconds, 3), job_id, self.client.get_job_logs(job_id)[-2000:])
         self.ctx.metric("job seconds", seconds)
         if not self.ctx.faults:
@@ -256,19 +297,27 @@ class Job(Workload):
             pass  # still reported as timed out: it did not end in its bound either way
         return JobEnd.TIMED_OUT
 
-    def _look(self) -> None:
+    def actors_killed(self, actor_ids: tuple[str, ...]) -> None:
+        """Called by the runner as each kill is confirmed: the actors it killed, ``fault_seen``'s
+        subject (any actor of the class would let another trial's or job's actor answer)."""
+        self.kills.append(KilledActors(round(self.ctx.elapsed(), 3), actor_ids))
+
+    def _look(self, submission_id: str) -> None:
         """One State API listing of the actors the schedule kills."""
         from ray.util.state import list_actors
 
         if not self.targets:
             return
+        if self.ray_job_id is None:  # None until the job's driver starts
+            self.ray_job_id = self.client.get_job_info(submission_id).job_id
         at = round(self.ctx.elapsed(), 3)
         try:
             rows = list_actors(address=self.ctx.address, limit=10_000, detail=True, raise_on_missing_output=False)
         except Exception:  # noqa: BLE001 - a listing missed is a sighting missed: fault_seen fails closed
             self.ctx.count("State API listings failed")
             return
-        self.sightings += [ActorSighting(at, a.actor_id, a.state == "ALIVE", int(a.num_restarts or 0))
+        self.sightings += [ActorSighting(at, a.actor_id, a.state == "ALIVE", int(a.num_restarts or 0),
+                                         _short(a.class_name), str(a.job_id or ""))
                            for a in rows if any(_matches(t, a) for t in self.targets)]
 
     def _probe_round(self) -> list[ProbeRun]:
@@ -285,7 +334,13 @@ class Job(Workload):
 
     def _fault_verdicts(self) -> list[Verdict]:
         return [within_ratio(self.record, self.baseline, ratio=self.p.max_slowdown),
-                fault_seen(self.ctx.injections(FaultKind.KILL), self.sightings)]
+                fault_seen(self._kills(), self.sightings, job_id=self.ray_job_id)]
+
+    def _kills(self) -> list[KilledActors]:
+        """The kills with their actors; one the context counted but the runner did not name
+        (it could not say whom it killed) is kept, with no actor: it fails closed."""
+        counted = self.ctx.injections(FaultKind.KILL)
+        return self.kills + [KilledActors(round(t, 3), ()) for t in counted[len(self.kills):]]
 
     def _probe_verdicts(self) -> list[Verdict]:
         final = self._probe_round()
@@ -297,9 +352,24 @@ class Job(Workload):
                              detail=f"{len(self.probe_runs)} probe runs; not recovered: {late[:3] or 'none'}")]
 
 
-#: The fault-free run's verdicts of what only a run under faults can show: it is their reference.
-_REFERENCE = [Verdict("within_ratio", True, "the fault-free run: what the run under faults is timed against", 1),
-              Verdict("fault_seen", True, "the fault-free run: no fault to see", 1)]
+#: The fault-free run's verdicts of what only a run under faults can show: not held, as other
+#: scenarios' twins miss their fault verdicts (the exit code reads the run under faults only).
+_REFERENCE = [Verdict("within_ratio", False, "fault-free run: no fault to see"),
+              Verdict("fault_seen", False, "fault-free run: no fault to see")]
+
+
+def job_seconds(start_ms: int | None, end_ms: int | None, *, fallback: float) -> float:
+    """How long the job ran, by Ray's own times of it (``JobInfo.start_time`` and ``end_time``,
+    ms: from the submission taken to its end, no wait for the agent); ``fallback`` (seconds
+    since the submission returned) when Ray has not both."""
+    if start_ms is None or end_ms is None or end_ms < start_ms:
+        return fallback
+    return (end_ms - start_ms) / 1000.0
+
+
+def _short(class_name: str | None) -> str:
+    """Ray's qualified class name as a target names it: "f.<locals>.Flock" is "Flock"."""
+    return str(class_name or "").rsplit(".", 1)[-1]
 
 
 def _matches(target: Any, row: Any) -> bool:
