@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -18,11 +17,15 @@ import pytest
 
 from scenarios.cli import EXIT_DEVIATED
 from scenarios.workloads._job import AGENT_PORT, agent_port_taken
+from tests.bounded_cli import Finished, run_bounded
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 RAYCHAOS = Path(sys.executable).parent / "raychaos"
 #: Seconds one CLI run (cluster, fault-free job, job under faults, teardown) may take.
 RUN_BOUND = 540
+#: Seconds a CLI interrupted at its bound has to heal, stop its job and its embedded cluster
+#: before it is killed with its process group (the marker's bound leaves room for both).
+INTERRUPT_GRACE = 90
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -36,11 +39,12 @@ def _agent_port_free() -> None:
     print(f"port {AGENT_PORT} free after {time.monotonic() - start:.1f} s")
 
 
-def _run_job(example: str, command: str, report: Path, *, fault_tolerance: bool) -> subprocess.CompletedProcess[str]:
+def _run_job(example: str, command: str, report: Path, *, fault_tolerance: bool) -> Finished:
     env = {**os.environ, "EXAMPLE_NO_FT": "0" if fault_tolerance else "1"}
-    return subprocess.run([str(RAYCHAOS), "run", "--job", command, "schedule.toml", "--report", str(report)],
-                          cwd=EXAMPLES / example, env=env, capture_output=True, text=True, timeout=RUN_BOUND,
-                          check=False)
+    out = run_bounded([str(RAYCHAOS), "run", "--job", command, "schedule.toml", "--report", str(report)],
+                      bound=RUN_BOUND, grace=INTERRUPT_GRACE, cwd=EXAMPLES / example, env=env)
+    assert not out.timed_out, f"over {RUN_BOUND} s, interrupted: {out.stdout[-4000:]}{out.stderr[-2000:]}"
+    return out
 
 
 def _verdicts(report: Path) -> dict[str, bool]:
