@@ -147,3 +147,19 @@ def test_a_program_prints_as_the_python_that_replays_it(program: Program) -> Non
     names = {name: globals()[name] for name in ("Actor", "Arg", "Call", "Cancel", "Fault", "FaultKind", "Program",
                                                "Put", "Stream", "Task", "Wait")}
     assert eval(repr(program), names) == program  # the point: a report is replayable
+
+
+def test_a_cancelled_task_that_returns_its_value_is_a_lost_cancel_named_apart() -> None:
+    program = Program((Cancel(4), Task(1, (Arg(0),)), Cancel(6, force=True)))
+    lost = judge(program, (), {0: Observed(value=4), 1: Observed(value=5), 2: Observed(value=6)})
+    assert [(f.step, f.signature) for f in lost] == [
+        (0, Signature(StepKind.CANCEL, (), Seen.CANCEL_LOST, "force=False")),
+        (2, Signature(StepKind.CANCEL, (), Seen.CANCEL_LOST, "force=True"))]  # its consumer: not again
+    held = {0: Observed(error=ErrorKind.TASK_CANCELLED, error_type="TaskCancelledError"),
+            1: Observed(error=ErrorKind.TASK_CANCELLED, error_type="TaskCancelledError"),
+            2: Observed(error=ErrorKind.WORKER_CRASHED, error_type="WorkerCrashedError")}  # documented for force
+    assert judge(program, (), held) == []
+    crashed = {**held, 0: Observed(error=ErrorKind.WORKER_CRASHED, error_type="WorkerCrashedError")}
+    assert [f.signature.seen for f in judge(program, (), crashed)] == [Seen.OUTSIDE_TABLE]  # not without force
+    wrong = judge(program, (), {**held, 0: Observed(value=5)})
+    assert [f.signature.seen for f in wrong] == [Seen.WRONG_VALUE]

@@ -44,12 +44,22 @@ class Situation(enum.Enum):
     CALL_WITHOUT_RETRIES = "a call in flight or queued at a SIGKILL of its restartable actor, max_task_retries=0"
     CALL_OF_FAILED_ACTOR = "a call of an actor whose constructor's argument failed"
     CANCELLED = "a task cancelled with ray.cancel"
+    FORCE_CANCELLED = "a task cancelled with ray.cancel(force=True)"
 
 
 #: Which exception Ray documents for each situation (fault → situation → exception):
 #: kill_worker → KILLED_TASK, OWNED_BY_KILLED; kill_actor → CALL_OF_DEAD_ACTOR,
 #: CALL_WITHOUT_RETRIES, CALL_OF_FAILED_ACTOR; owner_death → OWNED_BY_KILLED too; the program's
-#: own ray.cancel → CANCELLED (and OWNED_BY_KILLED with force=True). Anything else is a finding.
+#: own ray.cancel → CANCELLED, FORCE_CANCELLED (and OWNED_BY_KILLED with force=True). Anything
+#: else is a finding.
+#:
+#: A cancelled task must raise, never return its value: Ray's ray.cancel reference promises
+#: that a pending task "is cancelled and not executed", that a running one gets a
+#: KeyboardInterrupt (force=False) or exits at once (force=True), and that ray.get then raises
+#: TaskCancelledError ("WorkerCrashedError if force=True"). The hunt's cancelled task waits in
+#: short slices, so a cancel that lands ends it; one that returns its value was lost
+#: (Seen.CANCEL_LOST), as findings/cancel_lost_under_load.py and
+#: findings/cancel_ignored_when_sigint_ignored.py reproduce.
 TABLE: dict[Situation, frozenset[ErrorKind]] = {
     Situation.KILLED_TASK: frozenset({ErrorKind.WORKER_CRASHED}),
     Situation.OWNED_BY_KILLED: frozenset({ErrorKind.OWNER_DIED}),
@@ -57,6 +67,7 @@ TABLE: dict[Situation, frozenset[ErrorKind]] = {
     Situation.CALL_WITHOUT_RETRIES: frozenset({ErrorKind.ACTOR_DIED, ErrorKind.ACTOR_UNAVAILABLE}),
     Situation.CALL_OF_FAILED_ACTOR: frozenset({ErrorKind.ACTOR_DIED}),
     Situation.CANCELLED: frozenset({ErrorKind.TASK_CANCELLED}),
+    Situation.FORCE_CANCELLED: frozenset({ErrorKind.TASK_CANCELLED, ErrorKind.WORKER_CRASHED}),
 }
 
 
@@ -95,7 +106,9 @@ def _expect_step(program: Program, index: int, step: Step, landed: Sequence[Faul
     if isinstance(step, Stream):
         return _shifted(_args(step.args, out), step.const, step.take)
     if isinstance(step, Cancel):
-        return Outcome(step.const).may(Situation.CANCELLED)
+        # The value stays for its consumers (a lost cancel is judged once, on the Cancel step:
+        # see _judged); the step itself must raise.
+        return Outcome(step.const).may(Situation.FORCE_CANCELLED if step.force else Situation.CANCELLED)
     assert isinstance(step, Wait)
     return None
 
@@ -197,6 +210,7 @@ class Seen(enum.Enum):
 
     WRONG_VALUE = "wrong value"
     VALUE_NOT_ERROR = "a value where an error was due"
+    CANCEL_LOST = "a cancelled task returned its value (the cancel was lost)"
     OUTSIDE_TABLE = "an exception outside the table"
     HANG = "hang"
     WAIT_CONTRACT = "ray.wait broke its contract"
@@ -298,4 +312,6 @@ def _judged(step: Step, outcome: Outcome | None, observed: Observed | WaitSeen) 
             return None if judge_wait(step, observed) else (Seen.WAIT_CONTRACT, "")
         return (Seen.HANG, "") if observed.hung else (Seen.OUTSIDE_TABLE, observed.error_type)
     assert outcome is not None and isinstance(observed, Observed)
+    if isinstance(step, Cancel) and not observed.hung and not observed.error_type:
+        return (Seen.CANCEL_LOST, f"force={step.force}") if observed.value == step.const else (Seen.WRONG_VALUE, "")
     return judge_step(outcome, observed)

@@ -5,7 +5,9 @@ by :func:`remote` when a program first runs; workers import this module by name.
 from __future__ import annotations
 
 import os
+import signal
 import threading
+import time
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
@@ -17,6 +19,8 @@ from chaos import wait_until
 
 #: How long a held step waits for its fault (the driver releases it as soon as the fault lands).
 HOLD_BOUND = 60.0
+#: Seconds between the checks for a cancel in the cancellable task.
+CANCEL_SLICE = 0.05
 
 
 def resolve(value: Any) -> int:
@@ -75,10 +79,31 @@ def hunt_stream(const: int, count: int, *args: Any) -> Iterator[int]:
         yield base + i
 
 
-def hunt_cancellable(const: int, seconds: float) -> int:
-    # An Event's wait is interruptible: a cancel's KeyboardInterrupt lands at once.
-    threading.Event().wait(seconds)
+def hunt_cancellable(const: int, seconds: float, started: str = "") -> int:
+    """Wait ``seconds``, then return ``const``; a cancel's KeyboardInterrupt ends the wait within
+    :data:`CANCEL_SLICE`. ``started``, a path: touched once the wait is about to begin."""
+    interruptible()
+    if started:
+        Path(started).touch()
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        # Short waits: a cancel's interrupt was raised only once a wait returned (a 20 s wait
+        # ended 20 s after ray.cancel; Ray 2.60, 2026-12-04, this machine).
+        threading.Event().wait(min(CANCEL_SLICE, left))
     return const
+
+
+def interruptible() -> None:
+    """Give this worker Python's own SIGINT handler if it inherited SIGINT ignored.
+
+    Ray's non-force cancel of a running task raises KeyboardInterrupt through Python's SIGINT
+    handling, which does nothing while SIGINT is ignored; Ray's workers inherit the disposition
+    of whatever started the cluster, and a background job, ``nohup`` or a CI runner starts it
+    ignored (findings/cancel_ignored_when_sigint_ignored.py). Python installs this handler
+    itself in a process started with SIGINT at its default, so a cancel lost here is Ray's,
+    not the way the hunt was launched. Normal tasks run on the worker's main thread."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def hunt_ping(value: int) -> int:
