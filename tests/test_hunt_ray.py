@@ -4,11 +4,13 @@ workers, actors and owners keep to the oracle (sampled here; deeper under make t
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import event, example, given, target
+from hypothesis import event, given, target
 
+from chaos import wait_until
 from chaos.cluster import ClusterHandle
 from conftest import scaled
 from scenarios.hunt import (
@@ -33,6 +35,8 @@ from scenarios.hunt._run import Interpreter
 from scenarios.hunt._stats import fault_labels, features
 
 PLAIN = Program((Put(2), Task(3, (Arg(0),)), Task(1, (Arg(1, nested=True),))))
+#: PLAIN and a stream whose generator waits on task 1 before its first item.
+STREAMED = Program((*PLAIN.steps, Stream(0, 2, 1, (Arg(1, nested=True),))))
 
 
 class OffByOne(Interpreter):
@@ -65,23 +69,52 @@ def seen(verdict: ProgramVerdict) -> set[tuple[Seen, str]]:
 def test_the_oracle_catches_planted_misbehaviour(ray_cluster: ClusterHandle) -> None:
     assert run_program(PLAIN, address=ray_cluster.address).ok  # unplanted: green
     assert seen(OffByOne(PLAIN, ray_cluster.address).run()) == {(Seen.WRONG_VALUE, "")}
-    blocked = Blocking(PLAIN, ray_cluster.address, bound=2.0).run()
-    assert seen(blocked) == {(Seen.HANG, "")} and [f.step for f in blocked.failures] == [1, 2]
+    blocked = Blocking(STREAMED, ray_cluster.address, bound=2.0).run()  # the stream's next item never comes
+    assert seen(blocked) == {(Seen.HANG, "")} and [f.step for f in blocked.failures] == [1, 2, 3]
     assert seen(Raising(PLAIN, ray_cluster.address).run()) == {(Seen.OUTSIDE_TABLE, "IndexError")}
+
+
+def test_a_cancel_interrupts_a_running_task_whatever_sigint_the_cluster_inherited(
+        ray_cluster: ClusterHandle, tmp_path: Path) -> None:
+    """A non-force cancel of the hunt's task once it runs raises TaskCancelledError, also when
+    this suite (so its cluster's workers) was started with SIGINT ignored, as CI does."""
+    import ray
+    from ray.exceptions import TaskCancelledError
+
+    started = tmp_path / "started"
+    ref = remote(hunt_cancellable).options(max_retries=0, num_cpus=0).remote(4, 10.0, str(started))
+    try:
+        wait_until(started.exists, timeout=30, interval=0.01, what="the cancellable task to start")
+        ray.cancel(ref, force=False)
+        with pytest.raises(TaskCancelledError):
+            ray.get(ref, timeout=20)
+    finally:
+        ray.cancel(ref, force=True)
 
 
 # Every fault kind and the hardest features, in every CI run: a worker killed under a task with
 # and without retries (its dependents, a borrowed ref, a ref it put); an owner dying with refs
 # it put and calls in flight while it restarts; a dead actor's calls; waits and a stream after.
-@example(program=Program(
-    (Put(1), Task(2, (Arg(0),), max_retries=1, boxed=True), Task(3, (Arg(1, nested=True),)),
-     Task(4, (Arg(0),)), Wait((1, 2, 3), 3, None), Stream(1, 3, 2, (Arg(2),))),
-    (Fault(FaultKind.KILL_WORKER, 1, 3), Fault(FaultKind.KILL_WORKER, 3, 3))))
-@example(program=Program(
-    (Put(5), Actor(1, (Arg(0),), max_restarts=1, max_task_retries=-1), Call(1, 2, boxed=True),
-     Call(1, 3, (Arg(0, nested=True),)), Actor(0, (), 0, 0), Call(4, 1), Call(1, 1), Call(4, 2),
-     Cancel(7, force=True)),
-    (Fault(FaultKind.OWNER_DEATH, 3, 5), Fault(FaultKind.KILL_ACTOR, 4, 4))))
+EVERY_FAULT = [
+    Program((Put(1), Task(2, (Arg(0),), max_retries=1, boxed=True), Task(3, (Arg(1, nested=True),)),
+             Task(4, (Arg(0),)), Wait((1, 2, 3), 3, None), Stream(1, 3, 2, (Arg(2),))),
+            (Fault(FaultKind.KILL_WORKER, 1, 3), Fault(FaultKind.KILL_WORKER, 3, 3))),
+    Program((Put(5), Actor(1, (Arg(0),), max_restarts=1, max_task_retries=-1), Call(1, 2, boxed=True),
+             Call(1, 3, (Arg(0, nested=True),)), Actor(0, (), 0, 0), Call(4, 1), Call(1, 1), Call(4, 2),
+             Cancel(7, force=True)),
+            (Fault(FaultKind.OWNER_DEATH, 3, 5), Fault(FaultKind.KILL_ACTOR, 4, 4))),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("program", EVERY_FAULT, ids=["worker-kills", "owner-and-actor-kills"])
+def test_every_fault_kind_lands_and_keeps_to_the_oracle(ray_cluster: ClusterHandle, program: Program) -> None:
+    verdict = run_program(program, address=ray_cluster.address)
+    assert verdict.ok, verdict.report()
+    assert not verdict.missed, f"faults missed: {verdict.missed}"
+    assert sorted(f.kind.value for f in verdict.landed) == sorted(f.kind.value for f in program.faults)
+
+
 @pytest.mark.property
 @pytest.mark.slow
 @scaled(12)

@@ -154,11 +154,30 @@ class Interpreter:
         items: list[int] = []
         try:
             for _ in range(step.take):
-                items.append(self._get(next(gen), started))
+                ref = self.next_item(gen, started)
+                if ref is None:
+                    self.seen[index] = Observed(hung=True, seconds=time.monotonic() - started)
+                    return
+                items.append(self._get(ref, started))
         except Exception as exc:  # noqa: BLE001 - judged against the table
             self.seen[index] = observed_error(exc, started)
             return
         self.seen[index] = Observed(value=tuple(items), seconds=time.monotonic() - started)
+
+    def next_item(self, gen: Any, started: float) -> Any:
+        """The generator's next ref within the shared bound, or None when none came: Ray 2.60's
+        ``_next_sync`` returns a nil ref at its timeout, where ``next(gen)`` waits for ever. A
+        generator left waiting is cancelled (best effort) so it does not outlive the program."""
+        import ray
+
+        ref = gen._next_sync(timeout_s=self.remaining(started))
+        if not ref.is_nil():
+            return ref
+        try:
+            ray.cancel(gen, force=True)
+        except Exception:  # noqa: BLE001 - best effort: the hang is what is recorded
+            pass
+        return None
 
     def wait(self, index: int, step: Wait) -> None:
         """ray.wait within the bound; with no timeout, fewer ready than asked is a hang."""
