@@ -10,10 +10,17 @@ import pytest
 from chaos import FaultKind
 from chaos.cluster import ClusterHandle
 from chaos.engine import FaultStatus
+from chaos.errors import InvalidConfig
 from scenarios import load_scenario, run_scenario
 from scenarios.model._records import RunLabel, RunResult, RunStatus
+from scenarios.model._workload import RunContext
+from scenarios.workloads._serve import ServeApp, ServeParams, _free_port
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+
+def _red(run: RunResult) -> list[str]:
+    return [f"{v.name}: {v.detail}" for v in run.verdicts if not v.held]
 
 
 def _held(run: RunResult) -> dict[str, bool]:
@@ -23,12 +30,14 @@ def _held(run: RunResult) -> dict[str, bool]:
 def test_serve_replica_kill_holds_beside_its_fault_free_twin(ray_cluster: ClusterHandle) -> None:
     baseline, chaos = run_scenario(load_scenario("serve-replica-kill"), address=ray_cluster.address)
     assert baseline.label is RunLabel.BASELINE and baseline.status is RunStatus.COMPLETED, baseline.error
-    assert chaos.label is RunLabel.CHAOS and not chaos.deviated, (chaos.error, chaos.verdicts, chaos.faults)
+    assert chaos.label is RunLabel.CHAOS and not chaos.deviated, (chaos.error, _red(chaos), chaos.faults)
     (fault,) = chaos.faults
     assert fault.kind is FaultKind.KILL and fault.status is FaultStatus.INJECTED
     assert chaos.metrics["requests"] >= 100 and baseline.metrics["served_share"] == 1.0
     # The twin saw no fault: the verdicts about one do not hold there.
     assert not _held(baseline)["availability"] and not _held(baseline)["recovered_to_baseline"]
+    assert not _held(baseline)["replicas_restored"]
+    assert chaos.metrics.get("serve_shutdown_s") is not None
     assert _held(baseline)["no_request_hung"] and _held(baseline)["errors_documented"]
 
 
@@ -46,7 +55,27 @@ def test_a_deployment_of_one_replica_turns_availability_and_recovery_red(ray_clu
 def test_serve_controller_kill_holds_beside_its_fault_free_twin(ray_cluster: ClusterHandle) -> None:
     baseline, chaos = run_scenario(load_scenario("serve-controller-kill"), address=ray_cluster.address)
     assert baseline.status is RunStatus.COMPLETED, baseline.error
-    assert not chaos.deviated, (chaos.error, chaos.verdicts, chaos.faults)
+    assert not chaos.deviated, (chaos.error, _red(chaos), chaos.faults)
     (fault,) = chaos.faults
     assert fault.kind is FaultKind.KILL and fault.status is FaultStatus.INJECTED
     assert chaos.metrics["served_share"] == 1.0  # the proxy and replicas served without their controller
+
+
+def test_a_cluster_already_running_serve_is_refused_and_left_running(ray_cluster: ClusterHandle) -> None:
+    from ray import serve
+    from ray.util.state import list_actors
+
+    # The user's Serve: the workload must neither take it over nor shut it down.
+    serve.start(http_options={"host": "127.0.0.1", "port": _free_port()})
+    try:
+        ctx = RunContext(address=ray_cluster.address, namespace="raychaos", seed=0, params=ServeParams(),
+                         storage="", duration=5.0, faults=True)
+        app = ServeApp(ctx)
+        with pytest.raises(InvalidConfig, match=r"already runs Ray Serve.*ServeController.*embedded cluster"):
+            app.setup()
+        app.teardown()  # after a failed setup: no AttributeError, and no shutdown of a Serve it did not start
+        rows = list_actors(address=ray_cluster.address, filters=[("class_name", "=", "ServeController"),
+                                                                 ("state", "=", "ALIVE")], timeout=10)
+        assert len(rows) == 1 and "serve_shutdown_s" not in ctx.metrics
+    finally:
+        serve.shutdown()

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
+from chaos.errors import InvalidConfig
 from scenarios.workloads._serve_load import Failure, Request
 from scenarios.workloads._serve_verdicts import (
     ServeFault,
+    ServeSample,
     Window,
     availability_verdict,
     errors_documented_verdict,
@@ -15,6 +19,8 @@ from scenarios.workloads._serve_verdicts import (
     p99,
     recovered_verdict,
     recovery_time,
+    replicas_restored_verdict,
+    serve_fault_of,
 )
 
 TIMEOUT = 2.0
@@ -78,3 +84,39 @@ def test_errors_documented() -> None:
 def test_p99() -> None:
     assert p99([float(i) for i in range(1, 101)]) == 99.0
     assert math.isnan(p99([]))
+
+
+def _look(at: float, running: int | None = 2, new: int = 1, controller: bool = False) -> ServeSample:
+    return ServeSample(at, running, new, controller)
+
+
+def test_replicas_restored_holds_and_breaks() -> None:
+    replica = [(2.0, ServeFault.REPLICA)]
+    back = [_look(2.5, running=1, new=0), _look(4.0, running=2, new=1)]
+    verdict = replicas_restored_verdict(back, replica, replicas=2, within=5)
+    assert verdict.held and "restored 2.0 s after" in verdict.detail
+    # The survivor serves alone, or two RUNNING but none of them a replacement: not restored.
+    assert not replicas_restored_verdict([_look(4.0, running=1, new=0)], replica, replicas=2, within=5).held
+    assert not replicas_restored_verdict([_look(4.0, running=2, new=0)], replica, replicas=2, within=5).held
+    assert not replicas_restored_verdict([_look(9.0)], replica, replicas=2, within=5).held  # too late
+    assert not replicas_restored_verdict([_look(4.0, running=None)], replica, replicas=2, within=5).held
+    controller = [(2.0, ServeFault.CONTROLLER)]
+    assert replicas_restored_verdict([_look(3.0, new=0, controller=True)], controller, replicas=2, within=5).held
+    never = replicas_restored_verdict([_look(3.0, new=0)], controller, replicas=2, within=5)
+    assert not never.held and "never restored" in never.detail
+    assert not replicas_restored_verdict(back, [], replicas=2, within=5).held  # the fault-free twin
+
+
+def test_serve_fault_of_a_kill_target() -> None:
+    assert serve_fault_of("ServeReplica:raychaos:echo") is ServeFault.REPLICA
+    assert serve_fault_of("ServeController") is ServeFault.CONTROLLER
+    assert serve_fault_of("ProxyActor") is ServeFault.PROXY
+    with pytest.raises(InvalidConfig, match=r"'Buffer'.*aim the kill"):
+        serve_fault_of("Buffer")
+
+
+def test_errors_documented_refuses_an_unmeasured_fault() -> None:
+    reqs = _steady(2)
+    assert errors_documented_verdict(reqs, [ServeFault.REPLICA]).held
+    verdict = errors_documented_verdict(reqs, [ServeFault.REPLICA], unmeasured=["kill_node"])
+    assert not verdict.held and "kill_node" in verdict.detail

@@ -9,7 +9,12 @@ those records (:mod:`scenarios.workloads._serve_verdicts`).
 
 The fault-free twin runs first on the same cluster; the chaos run's recovery verdict reads
 the twin's p99 latency. Each run starts Serve on a free loopback port and shuts it down at
-teardown, so the twin's replicas do not serve the chaos run.
+teardown, so the twin's replicas do not serve the chaos run; a cluster already running Serve
+(one given by address) is refused, since the run would take over and shut down that Serve.
+
+Which of Serve's processes each kill hit is read from the State API (the replicas, controller
+and proxy that existed before the run, dead or restarted after it), not from the scenario's
+words: the errors a run may show follow from what it killed.
 """
 
 from __future__ import annotations
@@ -20,36 +25,43 @@ import statistics
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 from chaos import FaultKind
 from chaos._extras import import_extra
+from chaos.errors import InvalidConfig
 from scenarios.model._records import Verdict
 from scenarios.model._workload import Params, Workload
 from scenarios.workloads._serve_load import HttpLoad, Request
 from scenarios.workloads._serve_verdicts import (
     ServeFault,
+    ServeSample,
     Window,
     availability_verdict,
     errors_documented_verdict,
     no_hang_verdict,
     p99,
     recovered_verdict,
+    replicas_restored_verdict,
 )
 
 __all__ = ["SERVE_WORKLOADS", "ServeApp", "ServeParams"]
 
 APP, DEPLOYMENT, HOST = "raychaos", "echo", "127.0.0.1"
-#: The fault-free twin's p99 latency by cluster address, for the chaos run that follows it.
-_BASELINE_P99: dict[str, float] = {}
+REPLICA_CLASS, CONTROLLER_CLASS, PROXY_CLASS = f"ServeReplica:{APP}:{DEPLOYMENT}", "ServeController", "ProxyActor"
+#: The fault-free twin's p99 latency by (cluster address, seed, params), for the chaos run of
+#: the same experiment that follows it; that run takes it out, so none outlives its pair.
+_BASELINE_P99: dict[tuple[str, int, str], float] = {}
 _BASELINE_LOCK = threading.Lock()
 #: Seconds ``serve.run`` may take to deploy the app (measured 3-5 s here).
 DEPLOY_TIMEOUT = 60.0
+#: Seconds one State API listing or one ``serve.status()`` may take.
+LOOK_TIMEOUT = 10.0
+#: Seconds between two looks at Serve while its restoration is awaited.
+LOOK_EVERY = 0.5
 
 
 class ServeParams(Params):
-    #: What the scenario's faults hit: the errors they may cost follow from it.
-    fault: Literal["replica", "controller", "proxy"] = "replica"
     #: Replicas of the deployment.
     replicas: int = 2
     #: Requests per second, and each one's timeout in seconds.
@@ -64,6 +76,9 @@ class ServeParams(Params):
     p99_slack: float = 0.05
     #: Seconds past its timeout a request may take before it counts as hung.
     hang_grace: float = 0.5
+    #: Seconds after the last fault by which every replica is RUNNING again (a killed one
+    #: replaced, a killed controller back).
+    restore_within: float = 15.0
 
 
 class Echo:
@@ -85,23 +100,50 @@ class ServeApp(Workload):
     BASELINE = True
     EXTRA = "apps"
     Params = ServeParams
-    INVARIANTS = ("availability", "recovered_to_baseline", "no_request_hung", "errors_documented")
+    INVARIANTS = ("availability", "recovered_to_baseline", "no_request_hung", "errors_documented",
+                  "replicas_restored")
 
     def setup(self) -> None:
+        # First: a teardown after a failed setup reads these (and shuts down only a Serve it started).
+        self.load: HttpLoad | None = None
+        self.records: list[Request] | None = None
+        self.started_serve = False
+        self._pause = threading.Event()
         import_extra("starlette", extra="apps", needed_by="the serve workload (Ray Serve)")
         from ray import serve
 
         self.p = self.ctx.params_as(ServeParams)
+        self._refuse_running_serve()
         self.port = _free_port()
+        self.started_serve = True  # before start: a start that fails half-way is shut down too
         serve.start(http_options={"host": HOST, "port": self.port})
         app = serve.deployment(name=DEPLOYMENT, num_replicas=self.p.replicas,
                                ray_actor_options={"num_cpus": 0})(Echo)
         serve.run(app.bind(), name=APP, route_prefix="/")
-        self.load: HttpLoad | None = None
-        self.records: list[Request] | None = None
+        # Alive ones only: an earlier run's (the twin's) dead actors are listed too.
+        self.before = {c: {r.actor_id: r for r in self._actors(c) if r.state == "ALIVE"}
+                       for c in (REPLICA_CLASS, CONTROLLER_CLASS, PROXY_CLASS)}
+
+    def _refuse_running_serve(self) -> None:
+        """Serve already running here is someone else's: the run would reuse it, kill its
+        processes and shut it down at the end."""
+        alive = [r for r in self._actors(CONTROLLER_CLASS) if r.state == "ALIVE"]
+        if alive:
+            raise InvalidConfig(f"the cluster at {self.ctx.address} already runs Ray Serve (ServeController "
+                                f"actor {alive[0].actor_id}, ALIVE): the serve workload would take it over, kill "
+                                "its processes and shut it down; run the scenario on an embedded cluster "
+                                "(without --address), or serve.shutdown() that Serve first")
+
+    def _actors(self, class_name: str) -> list[Any]:
+        """The State API's rows of every actor of ``class_name``, dead ones too."""
+        from ray.util.state import list_actors
+
+        return list(list_actors(address=self.ctx.address, filters=[("class_name", "=", class_name)], detail=True,
+                                limit=10_000, timeout=LOOK_TIMEOUT, raise_on_missing_output=False))
 
     def call_bounds(self) -> dict[str, float]:
-        return {"setup": DEPLOY_TIMEOUT + 30.0, "teardown": 60.0, "invariants": self.p.timeout + 30.0}
+        return {"setup": DEPLOY_TIMEOUT + 30.0, "teardown": 60.0,
+                "invariants": self.p.timeout + self.p.restore_within + 3 * LOOK_TIMEOUT + 30.0}
 
     def step(self) -> bool:
         if self.load is None:  # time zero has passed: the load spans the run
@@ -121,27 +163,79 @@ class ServeApp(Workload):
         return self.records
 
     def _faults_at(self) -> list[float]:
-        return sorted(self.ctx.injections(FaultKind.KILL) + self.ctx.injections(FaultKind.KILL_NODE))
+        """When each fault was injected, of any kind (a kind but KILL is refused in judging)."""
+        return sorted(self.ctx.injected_at)
 
     def invariants(self) -> list[Verdict]:
         reqs, faults_at, p = self._requests(), self._faults_at(), self.p
         self._figures(reqs)
         if not self.ctx.faults:
             with _BASELINE_LOCK:
-                _BASELINE_P99[self.ctx.address] = p99([r.latency for r in reqs if r.ok(p.timeout)])
+                _BASELINE_P99[self._key()] = p99([r.latency for r in reqs if r.ok(p.timeout)])
+        killed = self._killed() if faults_at else []
+        samples = self._await_restored(faults_at, killed)
+        unmeasured = [k.value for k in self.ctx.injected if k is not FaultKind.KILL]
+        if len(killed) != len(self.ctx.injections(FaultKind.KILL)):
+            unmeasured.append(f"{len(self.ctx.injections(FaultKind.KILL))} kills, {len(killed)} of Serve's "
+                              f"processes seen dead or restarted ({', '.join(killed) or 'none'})")
         during = Window(faults_at[0], faults_at[-1] + p.recover_within) if faults_at else Window(0, 0)
         return [availability_verdict(reqs, during, objective=p.objective, timeout=p.timeout),
                 recovered_verdict(reqs, faults_at, baseline_p99=self._baseline_p99(reqs, faults_at),
                                   factor=p.p99_factor, slack=p.p99_slack, within=p.recover_within,
                                   timeout=p.timeout),
                 no_hang_verdict(reqs, timeout=p.timeout, grace=p.hang_grace),
-                errors_documented_verdict(reqs, [ServeFault(p.fault)] if faults_at else [])]
+                errors_documented_verdict(reqs, killed, unmeasured=unmeasured),
+                replicas_restored_verdict(samples, [(faults_at[-1], f) for f in killed],
+                                          replicas=p.replicas, within=p.restore_within)]
+
+    def _key(self) -> tuple[str, int, str]:
+        """The experiment a twin and its chaos run share: cluster, seed and params."""
+        return self.ctx.address, self.ctx.seed, self.p.model_dump_json()
+
+    def _killed(self) -> list[ServeFault]:
+        """One :class:`ServeFault` per death or restart of a Serve process that existed before
+        the run (a replica is replaced, not restarted: a new actor)."""
+        found: list[ServeFault] = []
+        for cls, fault in ((REPLICA_CLASS, ServeFault.REPLICA), (CONTROLLER_CLASS, ServeFault.CONTROLLER),
+                           (PROXY_CLASS, ServeFault.PROXY)):
+            now = {r.actor_id: r for r in self._actors(cls)}
+            for actor_id in self.before[cls]:
+                row = now.get(actor_id)
+                gone = row is None or row.state != "ALIVE"
+                restarts = int(row.num_restarts or 0) if row is not None else 0
+                found += [fault] * max(restarts, int(gone))  # one restarting is gone and restarted once
+        return found
+
+    def _look(self) -> ServeSample:
+        """Serve's state now: replicas RUNNING, replacements, the controller."""
+        replicas = [r for r in self._actors(REPLICA_CLASS) if r.state == "ALIVE"]
+        controllers = [r for r in self._actors(CONTROLLER_CLASS) if r.state == "ALIVE"]
+        restarted = any(int(r.num_restarts or 0) >= 1 or r.actor_id not in self.before[CONTROLLER_CLASS]
+                        for r in controllers)
+        return ServeSample(self.ctx.elapsed(), _running_replicas(),
+                           sum(r.actor_id not in self.before[REPLICA_CLASS] for r in replicas), restarted)
+
+    def _await_restored(self, faults_at: Sequence[float], killed: Sequence[ServeFault]) -> list[ServeSample]:
+        """Looks at Serve every :data:`LOOK_EVERY` s until one shows it whole again, or until
+        ``restore_within`` s past the last fault (none without a fault: nothing to restore)."""
+        if not faults_at:
+            return []
+        samples: list[ServeSample] = []
+        end = self.ctx.started + faults_at[-1] + self.p.restore_within
+        kills, controller = killed.count(ServeFault.REPLICA), ServeFault.CONTROLLER in killed
+        while True:
+            samples.append(self._look())
+            if samples[-1].restored(replicas=self.p.replicas, replica_kills=kills, controller_killed=controller) \
+                    or time.monotonic() >= end:
+                return samples
+            self._pause.wait(LOOK_EVERY)  # a poll's pace, never set: the run's stop has fired by now
 
     def _baseline_p99(self, reqs: Sequence[Request], faults_at: Sequence[float]) -> float:
-        """The twin's p99; without a twin (``--no-baseline``), this run's own before its first
-        fault (NaN when there is neither: the recovery verdict then does not hold)."""
+        """The twin's p99, taken out for this run; without a twin (``--no-baseline``), this
+        run's own before its first fault (NaN when there is neither: the recovery verdict then
+        does not hold)."""
         with _BASELINE_LOCK:
-            found = _BASELINE_P99.get(self.ctx.address)
+            found = _BASELINE_P99.pop(self._key(), None)
         if found is not None or not faults_at:
             return math.nan if found is None else found
         return p99([r.latency for r in reqs if r.sent < faults_at[0] and r.ok(self.p.timeout)])
@@ -165,12 +259,34 @@ class ServeApp(Workload):
     def teardown(self) -> None:
         from ray import serve
 
-        if self.load is not None:
-            self.load.stop()
-            self._requests()
-        started = time.monotonic()
-        serve.shutdown()  # the controller is detached: without this it would serve the next run
-        self.ctx.metric("serve_shutdown_s", time.monotonic() - started)
+        try:
+            load: HttpLoad | None = getattr(self, "load", None)
+            if load is not None:
+                load.stop()
+                self._requests()
+        finally:
+            if getattr(self, "started_serve", False):  # never a Serve this run did not start
+                started = time.monotonic()
+                serve.shutdown()  # the controller is detached: without this it would serve the next run
+                self.ctx.metric("serve_shutdown_s", time.monotonic() - started)
+
+
+def _running_replicas() -> int | None:
+    """The deployment's replicas RUNNING per ``serve.status()``, asked on a thread of its own:
+    it waits on the controller without a bound (None: no answer within :data:`LOOK_TIMEOUT`)."""
+    from ray import serve
+
+    answer: list[int] = []
+
+    def ask() -> None:
+        deployment = serve.status().applications[APP].deployments[DEPLOYMENT]
+        answer.append(sum(n for state, n in deployment.replica_states.items()
+                          if getattr(state, "value", state) == "RUNNING"))
+
+    thread = threading.Thread(target=ask, daemon=True, name="serve-status")
+    thread.start()
+    thread.join(LOOK_TIMEOUT)
+    return answer[0] if answer else None
 
 
 SERVE_WORKLOADS: dict[str, type[Workload]] = {"serve": ServeApp}

@@ -11,11 +11,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from chaos.errors import InvalidConfig
 from scenarios.model._records import Verdict
 from scenarios.workloads._serve_load import Failure, Request
 
-__all__ = ["DOCUMENTED_ERRORS", "ServeFault", "Window", "availability_verdict", "error_of",
-           "errors_documented_verdict", "no_hang_verdict", "p99", "recovered_verdict", "recovery_time"]
+__all__ = ["DOCUMENTED_ERRORS", "ServeFault", "ServeSample", "Window", "availability_verdict", "error_of",
+           "errors_documented_verdict", "no_hang_verdict", "p99", "recovered_verdict", "recovery_time",
+           "replicas_restored_verdict", "serve_fault_of"]
 
 #: What a failed request ended with: an HTTP status other than 200, or why no answer came.
 ErrorKind = int | Failure
@@ -27,6 +29,22 @@ class ServeFault(StrEnum):
     REPLICA = "replica"  #: a deployment's replica (``ServeReplica:<app>:<deployment>``)
     CONTROLLER = "controller"  #: the ``ServeController``
     PROXY = "proxy"  #: the HTTP proxy (``ProxyActor``), one per node
+
+
+def serve_fault_of(class_name: str) -> ServeFault:
+    """The :class:`ServeFault` a kill of an actor of ``class_name`` is.
+
+    Raises:
+        InvalidConfig: a class that is none of Serve's own (its errors are not measured).
+    """
+    if class_name.startswith("ServeReplica:"):
+        return ServeFault.REPLICA
+    found = {"ServeController": ServeFault.CONTROLLER, "ProxyActor": ServeFault.PROXY}.get(class_name)
+    if found is None:
+        raise InvalidConfig(f"the serve workload measured the errors of killing a replica, the controller or "
+                            f"the proxy, not an actor of class {class_name!r}; aim the kill at class "
+                            "'ServeReplica:<app>:<deployment>', 'ServeController' or 'ProxyActor'")
+    return found
 
 
 #: The errors each fault may cost, as Ray Serve 2.60 was measured to answer on 2 cores
@@ -121,13 +139,54 @@ def no_hang_verdict(requests: Sequence[Request], *, timeout: float, grace: float
                         f"(longest {longest:.2f} s)")
 
 
-def errors_documented_verdict(requests: Iterable[Request], faults: Iterable[ServeFault]) -> Verdict:
+def errors_documented_verdict(requests: Iterable[Request], faults: Iterable[ServeFault], *,
+                              unmeasured: Sequence[str] = ()) -> Verdict:
     """``errors_documented``: every failed request failed with an error one of the run's
-    faults documents (:data:`DOCUMENTED_ERRORS`); a run without faults documents none."""
+    faults documents (:data:`DOCUMENTED_ERRORS`); a run without faults documents none. A fault
+    of ``unmeasured`` (one no table documents, or a kill not seen to hit a Serve process)
+    breaks it: its errors cannot be judged (fail closed)."""
     allowed: frozenset[ErrorKind] = frozenset().union(*(DOCUMENTED_ERRORS[f] for f in faults))
     seen = list(requests)
     errors = [e for e in map(error_of, seen) if e is not None]
     odd = sorted({str(e) for e in errors if e not in allowed})
-    return Verdict.over("errors_documented", len(seen), held=not odd,
+    extra = f"; faults without a measured table: {', '.join(unmeasured)}" if unmeasured else ""
+    return Verdict.over("errors_documented", len(seen), held=not odd and not unmeasured,
                         detail=f"{len(errors)} failed requests; not documented for this run's faults: "
-                        f"{', '.join(odd) or 'none'} (documented: {', '.join(sorted(map(str, allowed))) or 'none'})")
+                        f"{', '.join(odd) or 'none'} (documented: {', '.join(sorted(map(str, allowed))) or 'none'})"
+                        f"{extra}")
+
+
+@dataclass(frozen=True, slots=True)
+class ServeSample:
+    """Serve's processes as one look saw them, ``at`` seconds into the run."""
+
+    at: float
+    running: int | None  #: replicas RUNNING per ``serve.status()``; None: it did not answer in time
+    new_replicas: int  #: ALIVE replica actors that did not exist before the run (replacements)
+    controller_restarted: bool  #: a ServeController ALIVE that was restarted or is a new actor
+
+    def restored(self, *, replicas: int, replica_kills: int, controller_killed: bool) -> bool:
+        """Every replica declared RUNNING, each killed one replaced, a killed controller back."""
+        return (self.running == replicas and self.new_replicas >= replica_kills
+                and (self.controller_restarted or not controller_killed))
+
+
+def replicas_restored_verdict(samples: Sequence[ServeSample], faults: Sequence[tuple[float, ServeFault]], *,
+                              replicas: int, within: float) -> Verdict:
+    """``replicas_restored``: within ``within`` s of the last fault, one look at Serve shows the
+    declared ``replicas`` RUNNING, a new replica for each one killed, and a killed controller
+    ALIVE again; a run without faults has nothing restored (it does not hold)."""
+    if not faults:
+        return Verdict.over("replicas_restored", 0, held=False, detail="no fault: nothing to restore")
+    last = max(t for t, _ in faults)
+    kills = sum(f is ServeFault.REPLICA for _, f in faults)
+    controller = any(f is ServeFault.CONTROLLER for _, f in faults)
+    seen = [s for s in samples if last <= s.at <= last + within]
+    good = [s for s in seen if s.restored(replicas=replicas, replica_kills=kills, controller_killed=controller)]
+    found = f"restored {good[0].at - last:.1f} s after it" if good else "never restored"
+    latest = seen[-1] if seen else None
+    state = "no look" if latest is None else (f"last look: {latest.running} running, {latest.new_replicas} new, "
+                                              f"controller restarted: {latest.controller_restarted}")
+    return Verdict.over("replicas_restored", len(faults), held=bool(good),
+                        detail=f"{replicas} replicas declared, {kills} killed, controller killed: {controller}; "
+                        f"last fault at {last:.1f} s, {found} (bound {within:g} s; {state})")
