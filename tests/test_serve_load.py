@@ -23,6 +23,15 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         if self.path == "/slow":
             RELEASE.wait(5.0)
+        if self.path == "/trickle":  # every read gets a byte in time, the whole answer takes 1 s
+            self.send_response(200)
+            self.send_header("Content-Length", "20")
+            self.end_headers()
+            for _ in range(20):
+                self.wfile.write(b"x")
+                self.wfile.flush()
+                RELEASE.wait(0.05)
+            return
         code = 500 if self.path == "/fail" else 200
         self.send_response(code)
         self.send_header("Content-Length", "2")
@@ -104,3 +113,16 @@ def test_classify_and_validation() -> None:
     assert classify(OSError("x")) is Failure.OTHER
     with pytest.raises(InvalidConfig, match="`rate` must be positive"):
         HttpLoad("127.0.0.1", 1, rate=0, duration=1, timeout=1)
+
+
+def test_the_timeout_bounds_the_whole_request_not_each_read() -> None:
+    with _server() as port:
+        got = HttpLoad("127.0.0.1", port, rate=5, duration=0.2, timeout=0.4, path="/trickle").start().join()
+    assert got and all(r.failure is Failure.TIMEOUT and r.latency < 0.4 + 0.2 for r in got), got
+
+
+def test_requests_are_timed_from_their_due_time() -> None:
+    with _server() as port:
+        got = HttpLoad("127.0.0.1", port, rate=40, duration=0.5, timeout=1.0).start().join()
+    # On the schedule exactly: a request a busy pool sent late keeps its due time, the wait is latency.
+    assert [round(r.sent * 40, 6) for r in got] == [float(n) for n in range(20)]

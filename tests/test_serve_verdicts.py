@@ -120,3 +120,23 @@ def test_errors_documented_refuses_an_unmeasured_fault() -> None:
     assert errors_documented_verdict(reqs, [ServeFault.REPLICA]).held
     verdict = errors_documented_verdict(reqs, [ServeFault.REPLICA], unmeasured=["kill_node"])
     assert not verdict.held and "kill_node" in verdict.detail
+
+
+def test_the_twins_p99_reaches_only_its_own_chaos_run_once() -> None:
+    from scenarios.model._workload import RunContext
+    from scenarios.workloads import _serve
+
+    def app(seed: int, replicas: int = 2) -> _serve.ServeApp:
+        params = _serve.ServeParams(replicas=replicas)
+        made = _serve.ServeApp(RunContext(address="127.0.0.1:1", namespace="raychaos", seed=seed, params=params,
+                                          storage="", duration=6.0, faults=True))
+        made.p = params
+        return made
+
+    own = [Request(0.1, 0.5, status=200), Request(2.5, 0.01, status=200)]  # p99 before the fault at 2 s: 0.5
+    with _serve._BASELINE_LOCK:
+        _serve._BASELINE_P99[app(7)._key()] = 0.02
+    assert app(8)._baseline_p99(own, [2.0]) == 0.5  # another seed: not this twin's run
+    assert app(7, replicas=3)._baseline_p99(own, [2.0]) == 0.5  # other params: another experiment
+    assert app(7)._baseline_p99(own, [2.0]) == 0.02
+    assert app(7)._baseline_p99(own, [2.0]) == 0.5  # taken by its chaos run: it cannot reach a later one

@@ -43,6 +43,7 @@ from scenarios.workloads._serve_verdicts import (
     p99,
     recovered_verdict,
     replicas_restored_verdict,
+    serve_fault_of,
 )
 
 __all__ = ["SERVE_WORKLOADS", "ServeApp", "ServeParams"]
@@ -196,8 +197,8 @@ class ServeApp(Workload):
         """One :class:`ServeFault` per death or restart of a Serve process that existed before
         the run (a replica is replaced, not restarted: a new actor)."""
         found: list[ServeFault] = []
-        for cls, fault in ((REPLICA_CLASS, ServeFault.REPLICA), (CONTROLLER_CLASS, ServeFault.CONTROLLER),
-                           (PROXY_CLASS, ServeFault.PROXY)):
+        for cls in (REPLICA_CLASS, CONTROLLER_CLASS, PROXY_CLASS):
+            fault = serve_fault_of(cls)
             now = {r.actor_id: r for r in self._actors(cls)}
             for actor_id in self.before[cls]:
                 row = now.get(actor_id)

@@ -1,6 +1,7 @@
-"""A bounded HTTP load on loopback: a constant request rate, a timeout per request, an end
-time it keeps by itself, and a record of every request (when it was sent, what came back,
-how long it took).
+"""A bounded HTTP load on loopback: a constant request rate, a timeout per request (an overall
+deadline from the request's due time, not a bound on each socket read), an end time it keeps by
+itself, and a record of every request (when it was due, what came back, how long it took from
+its due time: a request that waited for a free thread counts the wait).
 
 Each request opens its own connection (no keep-alive), so a proxy that stops listening shows
 as refused connections rather than as errors on a connection opened before it went.
@@ -21,9 +22,11 @@ from chaos.errors import InvalidConfig
 
 __all__ = ["Failure", "HttpLoad", "Request", "classify"]
 
-#: Seconds past a request's timeout its thread may take to return: the socket's timeout
-#: bounds each read, and the record is written after it.
+#: Seconds past a request's deadline its thread may take to return (the last socket call
+#: is bounded by the deadline; the record is written after it).
 JOIN_SLACK = 2.0
+#: Bytes read from an answer's body at a time (each read bounded by what is left of the deadline).
+CHUNK = 65536
 
 
 class Failure(StrEnum):
@@ -40,8 +43,8 @@ class Failure(StrEnum):
 class Request:
     """One request of the load and what came of it."""
 
-    sent: float  #: seconds from the load's start to the request's connect
-    latency: float  #: seconds until its answer or its failure
+    sent: float  #: seconds from the load's start to the request's due time
+    latency: float  #: seconds from its due time until its answer or its failure
     status: int | None = None  #: the HTTP status, None when no answer came
     failure: Failure | None = None  #: why no answer came
     detail: str = ""
@@ -76,7 +79,8 @@ class HttpLoad:
 
     :meth:`start` returns at once; the load stops sending at its end time by itself (or at
     :meth:`stop`), and :meth:`join` waits, bounded, for the requests still out. A request
-    sent late because every thread was busy is recorded at the time it was really sent.
+    sent late because every thread was busy is recorded at its due time, and the wait counts in
+    its latency and against its deadline (a constant-rate client's view: queueing is latency).
     """
 
     def __init__(self, host: str, port: int, *, rate: float, duration: float, timeout: float,
@@ -117,30 +121,44 @@ class HttpLoad:
                 return
             with self._lock:
                 self._out[n] = due - self.started  # out from now: a request still queued at the end is hung too
-            self._futures.append(self._pool.submit(self._one, n))
+            self._futures.append(self._pool.submit(self._one, n, due))
             n += 1
 
-    def _one(self, n: int) -> None:
-        sent = self.clock() - self.started
+    def _one(self, n: int, due: float) -> None:
         with self._lock:
-            self._out[n] = sent
-        record = self._send(sent)
+            if n not in self._out:  # written off as hung by join while it queued: send nothing
+                return
+        record = self._send(due)
         with self._lock:
             if self._out.pop(n, None) is not None:  # not yet written off as hung by join
                 self._records.append(record)
 
-    def _send(self, sent: float) -> Request:
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
-        start = self.clock()
+    def _send(self, due: float) -> Request:
+        deadline = due + self.timeout
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=self._left(deadline))
         try:
+            conn.connect()
+            sock = conn.sock  # kept: the connection lets go of it once a closing answer starts
             conn.request("GET", self.path)
+            sock.settimeout(self._left(deadline))
             response = conn.getresponse()
-            response.read()
-            return Request(sent, self.clock() - start, status=response.status)
+            while True:  # chunk by chunk: a body that trickles in cannot outlast the deadline
+                sock.settimeout(self._left(deadline))
+                if not response.read1(CHUNK):  # one socket read at most
+                    break
+            self._left(deadline)  # an answer completed past the deadline is a timeout
+            return Request(due - self.started, self.clock() - due, status=response.status)
         except Exception as exc:  # noqa: BLE001 - every failure is a record of the load
-            return Request(sent, self.clock() - start, failure=classify(exc), detail=type(exc).__name__)
+            return Request(due - self.started, self.clock() - due, failure=classify(exc), detail=type(exc).__name__)
         finally:
             conn.close()
+
+    def _left(self, deadline: float) -> float:
+        """Seconds left before ``deadline``; raises TimeoutError when none are."""
+        left = deadline - self.clock()
+        if left <= 0:
+            raise TimeoutError(f"request deadline passed {-left:.3f} s ago")
+        return left
 
     def join(self) -> list[Request]:
         """Wait for the load's end and its last requests (at most its timeout and
@@ -148,8 +166,8 @@ class HttpLoad:
         A request still out then is recorded :attr:`Failure.HUNG`."""
         self._dispatcher.join(timeout=max(0.0, self.started + self.duration - self.clock()) + JOIN_SLACK)
         self._stop.set()
-        self._pool.shutdown(wait=False)
         wait(self._futures, timeout=self.timeout + JOIN_SLACK)
+        self._pool.shutdown(wait=False, cancel_futures=True)  # one still queued now is never sent
         return self._close()
 
     def _close(self) -> list[Request]:
