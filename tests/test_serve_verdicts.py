@@ -140,3 +140,18 @@ def test_the_twins_p99_reaches_only_its_own_chaos_run_once() -> None:
     assert app(7, replicas=3)._baseline_p99(own, [2.0]) == 0.5  # other params: another experiment
     assert app(7)._baseline_p99(own, [2.0]) == 0.02
     assert app(7)._baseline_p99(own, [2.0]) == 0.5  # taken by its chaos run: it cannot reach a later one
+
+
+def test_the_serve_workload_refuses_a_fault_without_a_measured_table() -> None:
+    from chaos import ActorTarget, Kill, KillNode, NodeTarget
+    from chaos._schedule import ScheduledFault
+    from scenarios.workloads._serve import ServeApp
+
+    measured = [ScheduledFault(2, Kill(ActorTarget(class_name=c)))
+                for c in ("ServeReplica:raychaos:echo", "ServeController", "ProxyActor")]
+    assert ServeApp.schedule_problems(measured) == []
+    odd = [ScheduledFault(2, KillNode(NodeTarget())), ScheduledFault(3, Kill(ActorTarget(class_name="Buffer"))),
+           ScheduledFault(4, Kill(ActorTarget(name="echo")))]
+    problems = ServeApp.schedule_problems(odd)
+    assert [p.field for p in problems] == ["faults[0].kind", "faults[1].target.class_name", "faults[2].target"]
+    assert problems[0].value == "kill_node" and "'Buffer'" in problems[1].fix

@@ -27,10 +27,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from chaos import FaultKind
+from chaos import ActorTarget, FaultKind
 from chaos._extras import import_extra
+from chaos._schedule import ScheduledFault
 from chaos.errors import InvalidConfig
-from scenarios.model._records import Verdict
+from scenarios.model._records import Problem, Verdict
 from scenarios.model._workload import Params, Workload
 from scenarios.workloads._serve_load import HttpLoad, Request
 from scenarios.workloads._serve_verdicts import (
@@ -103,6 +104,27 @@ class ServeApp(Workload):
     Params = ServeParams
     INVARIANTS = ("availability", "recovered_to_baseline", "no_request_hung", "errors_documented",
                   "replicas_restored")
+
+    @classmethod
+    def schedule_problems(cls, entries: Sequence[ScheduledFault]) -> list[Problem]:
+        """Every fault of ``entries`` whose errors no table documents: a kind but a kill (a
+        node's kill has no measured table), or a kill of an actor none of Serve's own classes."""
+        problems: list[Problem] = []
+        for i, entry in enumerate(entries):
+            target = getattr(entry.fault, "target", None)
+            if entry.kind is not FaultKind.KILL:
+                problems.append(Problem(f"faults[{i}].kind", entry.kind.value, "the serve workload measured the "
+                                        "errors of kills only; use kind = \"kill\" of a Serve actor"))
+            elif not isinstance(target, ActorTarget) or target.class_name is None:
+                problems.append(Problem(f"faults[{i}].target", str(target), "name Serve's actor by its class: "
+                                        "class_name = 'ServeReplica:<app>:<deployment>', 'ServeController' or "
+                                        "'ProxyActor'"))
+            else:
+                try:
+                    serve_fault_of(target.class_name)
+                except InvalidConfig as exc:
+                    problems.append(Problem(f"faults[{i}].target.class_name", target.class_name, str(exc)))
+        return problems
 
     def setup(self) -> None:
         # First: a teardown after a failed setup reads these (and shuts down only a Serve it started).
