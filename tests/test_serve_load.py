@@ -19,8 +19,12 @@ from scenarios.workloads._serve_load import Failure, HttpLoad, classify
 RELEASE = threading.Event()  # the slow path's answer waits for it (or its own bound)
 
 
+HITS: list[str] = []  # every request the server saw, by path
+
+
 class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
+        HITS.append(self.path)
         if self.path == "/slow":
             RELEASE.wait(5.0)
         if self.path == "/trickle":  # every read gets a byte in time, the whole answer takes 1 s
@@ -126,3 +130,11 @@ def test_requests_are_timed_from_their_due_time() -> None:
         got = HttpLoad("127.0.0.1", port, rate=40, duration=0.5, timeout=1.0).start().join()
     # On the schedule exactly: a request a busy pool sent late keeps its due time, the wait is latency.
     assert [round(r.sent * 40, 6) for r in got] == [float(n) for n in range(20)]
+
+
+def test_a_request_written_off_while_it_queued_is_never_sent() -> None:
+    with _server() as port:
+        load = HttpLoad("127.0.0.1", port, rate=1, duration=0.1, timeout=0.5, path="/never")
+        load.started = time.monotonic()
+        load._one(3, load.started)  # not out: join wrote it off (or never dispatched it)
+    assert "/never" not in HITS and load.requests() == []
