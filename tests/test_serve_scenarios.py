@@ -23,6 +23,12 @@ def _red(run: RunResult) -> list[str]:
     return [f"{v.name}: {v.detail}" for v in run.verdicts if not v.held]
 
 
+def _say(run: RunResult) -> None:
+    """The chaos run's verdicts, for the figures the Serve page quotes (``pytest -s``)."""
+    for v in run.verdicts:
+        print(f"{run.scenario} {v.name}: {v.detail}")
+
+
 def _held(run: RunResult) -> dict[str, bool]:
     return {v.name: v.held for v in run.verdicts}
 
@@ -30,6 +36,7 @@ def _held(run: RunResult) -> dict[str, bool]:
 def test_serve_replica_kill_holds_beside_its_fault_free_twin(ray_cluster: ClusterHandle) -> None:
     baseline, chaos = run_scenario(load_scenario("serve-replica-kill"), address=ray_cluster.address)
     assert baseline.label is RunLabel.BASELINE and baseline.status is RunStatus.COMPLETED, baseline.error
+    _say(chaos)
     assert chaos.label is RunLabel.CHAOS and not chaos.deviated, (chaos.error, _red(chaos), chaos.faults)
     (fault,) = chaos.faults
     assert fault.kind is FaultKind.KILL and fault.status is FaultStatus.INJECTED
@@ -55,6 +62,7 @@ def test_a_deployment_of_one_replica_turns_availability_and_recovery_red(ray_clu
 def test_serve_controller_kill_holds_beside_its_fault_free_twin(ray_cluster: ClusterHandle) -> None:
     baseline, chaos = run_scenario(load_scenario("serve-controller-kill"), address=ray_cluster.address)
     assert baseline.status is RunStatus.COMPLETED, baseline.error
+    _say(chaos)
     assert not chaos.deviated, (chaos.error, _red(chaos), chaos.faults)
     (fault,) = chaos.faults
     assert fault.kind is FaultKind.KILL and fault.status is FaultStatus.INJECTED

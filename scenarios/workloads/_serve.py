@@ -80,7 +80,7 @@ class ServeParams(Params):
     hang_grace: float = 0.5
     #: Seconds after the last fault by which every replica is RUNNING again (a killed one
     #: replaced, a killed controller back).
-    restore_within: float = 15.0
+    restore_within: float = 20.0
 
 
 class Echo:
