@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from conftest import default_sigint
+
 
 @dataclass(frozen=True, slots=True)
 class Finished:
@@ -27,7 +29,8 @@ def run_bounded(args: Sequence[str], *, bound: float, grace: float, cwd: Path | 
     """``args`` run for at most ``bound`` seconds; past it SIGINT to its process group, up to
     ``grace`` seconds to clean up, then SIGKILL to the group."""
     with subprocess.Popen(list(args), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, start_new_session=True) as cmd:
+                          text=True, start_new_session=True,
+                          preexec_fn=default_sigint) as cmd:  # a background job's SIGINT is ignored
         try:
             out, err = cmd.communicate(timeout=bound)
             return Finished(cmd.returncode, out, err)

@@ -4,6 +4,7 @@ one that does not end in its grace is killed with everything it started. Ray-fre
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -43,3 +44,17 @@ def test_a_command_deaf_to_the_interrupt_is_killed_with_what_it_started(tmp_path
     done = run_bounded([sys.executable, "-c", SCRIPT, str(tmp_path / "m"), "ignore"], bound=2.0, grace=1.0)
     child = int(done.stdout.split()[0])
     assert done.timed_out and done.returncode < 0 and _gone(child), (done, os.getpid())
+
+
+def test_a_suite_started_with_sigint_ignored_still_interrupts_its_command(tmp_path: Path) -> None:
+    """A background job (`make test &`) or a CI runner ignores SIGINT, and a child would inherit
+    that: Python then installs no KeyboardInterrupt handler and the interrupt does nothing."""
+    marker = tmp_path / "interrupted"
+    script = ("import sys, time\ntry:\n    time.sleep(600)\nexcept KeyboardInterrupt:\n"
+              "    open(sys.argv[1], 'w').write('interrupted')\n")
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        done = run_bounded([sys.executable, "-c", script, str(marker)], bound=1.0, grace=10.0)
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert done.timed_out and marker.exists(), done
