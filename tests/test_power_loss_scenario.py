@@ -187,6 +187,7 @@ def test_policy_durability_loses_the_acknowledged_writes_after_its_last_checkpoi
 
 @pytest.mark.ray
 @pytest.mark.slow
+@pytest.mark.deep  # make slow runs the scenario with its twin (below)
 @needs_fuse
 def test_the_flagships_actors_keep_every_acknowledged_write_through_a_power_loss(
         ray_cluster: ClusterHandle) -> None:
@@ -220,12 +221,17 @@ def test_a_log_fsynced_only_at_checkpoints_loses_acknowledged_writes_to_the_powe
 
 @pytest.mark.ray
 @pytest.mark.slow
-@pytest.mark.deep
 @needs_fuse
 def test_the_fault_free_twin_misses_the_power_loss_and_keeps_everything(ray_cluster: ClusterHandle) -> None:
+    mounted = fuse_mounts_left()
     baseline, chaos = run_scenario(load_scenario("power-loss"), address=ray_cluster.address, baseline=True)
     assert baseline.label is RunLabel.BASELINE and baseline.status is RunStatus.COMPLETED, baseline.error
-    assert chaos.label is RunLabel.CHAOS and all(v.held for v in chaos.verdicts), \
-        [v for v in chaos.verdicts if not v.held]
+    assert chaos.label is RunLabel.CHAOS and not chaos.deviated and all(v.held for v in chaos.verdicts), \
+        (chaos.error, [v for v in chaos.verdicts if not v.held], chaos.faults)
+    assert [f.status for f in chaos.faults] == [FaultStatus.INJECTED] * 5, chaos.faults
+    kinds = [f.kind for f in sorted(chaos.faults, key=lambda f: f.confirmed or 0.0)]
+    assert kinds[2] is FaultKind.POWER_LOSS, chaos.faults  # confirmed after both pauses, before both kills
+    assert set(load_scenario("power-loss").invariants) <= {v.name for v in chaos.verdicts}
+    assert fuse_mounts_left() == mounted, "the run's fault filesystem is still mounted"
     missed = {v.name for v in baseline.verdicts if not v.held}
     assert missed == {"restored_after_power_loss", "both_answer_again", "stopped_at_power_loss"}, baseline.verdicts
