@@ -16,7 +16,8 @@ import pytest
 FINDINGS = sorted((Path(__file__).resolve().parents[1] / "findings").glob("*.py"))
 OURS = {"chaos", "scenarios", "actors", "pytest", "hypothesis", "conftest", "tests", "benchmarks"}
 #: Findings that need a filesystem that fails on demand: raychaos's fault filesystem, nothing else.
-NEEDS_FAULT_FS = {"spill_disk_errors.py": {"chaos.disks", "chaos.cluster"}}
+NEEDS_FAULT_FS = {name: {"chaos.disks", "chaos.cluster"}
+                  for name in ("spill_disk_errors.py", "spill_restore_interrupted.py")}
 
 
 def imported_modules(path: Path) -> set[str]:
