@@ -81,9 +81,9 @@ test: $(STAMP) browser redis fuse net
 	@$(MAKE) --no-print-directory leakcheck
 
 # The end-to-end tier (CI runs it after `make test`): the flagship and its report, scenarios
-# on their own clusters, the broken actors caught and shrunk. It prints its ten slowest tests.
+# on their own clusters, the broken actors caught and shrunk. It prints its 25 slowest tests.
 slow: $(STAMP) browser redis fuse net
-	$(PY) -m pytest -m "slow and not deep" --durations=10 $(PYTEST_ARGS)
+	$(PY) -m pytest -m "slow and not deep" --durations=25 $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory leakcheck
 
 # What make slow shows once, shown again (a second shrink, a second route to a cluster, the

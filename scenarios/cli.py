@@ -290,7 +290,7 @@ def _run_job(schedule: str, command: str, *, seed: int, duration: float | None, 
     import tempfile
 
     from scenarios.model._scenario import ScenarioError
-    from scenarios.workloads._job import AGENT_PORT, AGENT_PORT_PATIENCE, agent_port_taken, load_job
+    from scenarios.workloads._job import AGENT_PORT, AGENT_PORT_PATIENCE, agent_port_taken, load_job, port_holder
 
     if baseline is False:
         _fail("--no-baseline with --job: within_ratio times the job against its fault-free run; drop --no-baseline")
@@ -302,7 +302,8 @@ def _run_job(schedule: str, command: str, *, seed: int, duration: float | None, 
         except ScenarioError as exc:
             _fail(str(exc))
         if address is None and agent_port_taken(patience=AGENT_PORT_PATIENCE):
-            _fail(f"port {AGENT_PORT} is taken on this machine (another Ray cluster's dashboard agent?): the "
+            _fail(f"port {AGENT_PORT} is taken on this machine by {port_holder()} (another Ray cluster's "
+                  "dashboard agent?): the "
                   "embedded cluster's agent, which takes its jobs, could not listen there; stop that cluster "
                   "(`ray stop`) or run against it with --address")
         _execute(loaded if nodes is None else loaded.with_nodes(nodes), seed=seed, address=address,

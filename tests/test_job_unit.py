@@ -213,9 +213,11 @@ def test_the_twins_record_travels_whole(tmp_path: Path) -> None:
 def test_a_taken_agent_port_refused_before_a_cluster_starts(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("scenarios.workloads._job.AGENT_PORT_PATIENCE", 0.5)  # how long it waits: not the point
     with socket.socket() as held:
-        if not agent_port_taken():  # else another Ray here holds it already: the same refusal
+        ours = not agent_port_taken()  # else another Ray here holds it already: the same refusal
+        if ours:
             held.bind(("127.0.0.1", AGENT_PORT))
             held.listen()
         assert agent_port_taken()
         result = CliRunner().invoke(main, ["run", "--job", "python t.py", str(EXAMPLES / "train" / "schedule.toml")])
     assert result.exit_code == EXIT_BAD_INPUT and f"port {AGENT_PORT} is taken" in result.output, result.output
+    assert not ours or f"by pid {os.getpid()} (" in " ".join(result.output.split()), result.output  # who holds it

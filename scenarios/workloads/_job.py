@@ -459,6 +459,28 @@ def agent_port_taken(port: int = AGENT_PORT, *, patience: float = 0.0) -> bool:
     return False
 
 
+def port_holder(port: int = AGENT_PORT) -> str:
+    """Who listens on ``port`` here (``pid 123 (ray::DashboardAgent)``), for a refusal to name
+    what to stop; ``unknown`` when no process lists it (another namespace, or it just ended)."""
+    import psutil
+
+    try:
+        pids = {c.pid for c in psutil.net_connections(kind="tcp")
+                if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid}
+    except psutil.Error:
+        return "unknown"
+    return ", ".join(f"pid {pid} ({_process_name(pid)})" for pid in sorted(pids)) or "unknown"
+
+
+def _process_name(pid: int) -> str:
+    import psutil
+
+    try:
+        return " ".join(psutil.Process(pid).cmdline())[:80] or psutil.Process(pid).name()
+    except psutil.Error:
+        return "ended"
+
+
 def _listened(port: int) -> bool:
     with socket.socket() as sock:
         try:
