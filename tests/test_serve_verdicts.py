@@ -4,6 +4,7 @@ breaks on the bad one it is there to catch."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -155,3 +156,17 @@ def test_the_serve_workload_refuses_a_fault_without_a_measured_table() -> None:
     problems = ServeApp.schedule_problems(odd)
     assert [p.field for p in problems] == ["faults[0].kind", "faults[1].target.class_name", "faults[2].target"]
     assert problems[0].value == "kill_node" and "'Buffer'" in problems[1].fix
+
+
+def test_load_scenario_refuses_a_fault_the_serve_workload_cannot_judge(tmp_path: Path) -> None:
+    from scenarios import ScenarioError, load_scenario
+
+    path = tmp_path / "node.toml"
+    path.write_text('workload = "serve"\nduration = 6\n[[faults]]\nat = 2\nkind = "kill_node"\n'
+                    'target = { kind = "node" }\n', encoding="utf-8")
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(str(path))
+    (problem,) = caught.value.problems
+    assert (problem.field, problem.value) == ("faults[0].kind", "kill_node")
+    assert 'use kind = "kill"' in problem.fix and "faults[0].kind = 'kill_node'" in str(caught.value)
+    load_scenario("serve-replica-kill")  # a kill of a replica is judged: loaded

@@ -385,6 +385,9 @@ def _validate(source: str, data: dict[str, Any], seed: int,
     nodes = c.spec(FIELDS["nodes"])
     invariants = _invariants(c, workload_cls)
     schedule = _schedule(c, seed, duration)
+    refusals = getattr(workload_cls, "schedule_problems", None)
+    if refusals is not None:  # a fault the workload cannot judge: refused before anything runs
+        c.problems.extend(refusals(schedule.entries))
     heal = c.get("heal", str, "after_each", "must be a string")
     if heal not in get_args(HealStrategy):
         c.add("heal", heal, f"use one of {', '.join(get_args(HealStrategy))}")
