@@ -285,7 +285,7 @@ class Job(Workload):
             raise HangError(f"{exc}; the head's dashboard agent takes the jobs: it listens on port "
                             f"{AGENT_PORT} unless the cluster was started with another "
                             "--dashboard-agent-listen-port, and cannot when another Ray on the machine "
-                            "holds that port") from exc
+                            f"holds that port (held now by {port_holder()})") from exc
 
     def _stop(self, job_id: str) -> JobEnd:
         """Stop a job past its bound and wait (bounded) until Ray says it ended."""
