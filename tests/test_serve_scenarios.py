@@ -3,7 +3,9 @@ twin, and a planted broken deployment (``make deep``) turns its verdicts red."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -87,3 +89,37 @@ def test_a_cluster_already_running_serve_is_refused_and_left_running(ray_cluster
         assert len(rows) == 1 and "serve_shutdown_s" not in ctx.metrics
     finally:
         serve.shutdown()
+
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "serve"
+
+
+@pytest.fixture
+def in_the_example(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The example's folder as the user runs it: the current directory, its ``app`` module
+    imported afresh (EXAMPLE_NO_FT is read at import)."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "app", raising=False)
+    monkeypatch.chdir(EXAMPLE)
+
+
+@pytest.mark.usefixtures("in_the_example")
+def test_the_serve_example_holds_beside_its_fault_free_twin(ray_cluster: ClusterHandle) -> None:
+    baseline, chaos = run_scenario(load_scenario("serve-app.toml"), address=ray_cluster.address)
+    assert baseline.status is RunStatus.COMPLETED and baseline.metrics["served_share"] == 1.0, baseline.error
+    _say(chaos)
+    assert not chaos.deviated, (chaos.error, _red(chaos), chaos.faults)
+    (fault,) = chaos.faults
+    assert fault.kind is FaultKind.KILL and fault.status is FaultStatus.INJECTED
+
+
+@pytest.mark.deep
+@pytest.mark.usefixtures("in_the_example")
+def test_the_serve_example_without_fault_tolerance_turns_availability_red(ray_cluster: ClusterHandle,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EXAMPLE_NO_FT", "1")
+    (chaos,) = run_scenario(load_scenario("serve-app.toml"), address=ray_cluster.address, baseline=False)
+    assert chaos.status is RunStatus.COMPLETED, chaos.error
+    _say(chaos)
+    red = {name for name, held in _held(chaos).items() if not held}
+    assert red == {"availability", "recovered_to_baseline"}, chaos.verdicts

@@ -4,6 +4,7 @@ breaks on the bad one it is there to catch."""
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 
 import pytest
@@ -170,3 +171,47 @@ def test_load_scenario_refuses_a_fault_the_serve_workload_cannot_judge(tmp_path:
     assert (problem.field, problem.value) == ("faults[0].kind", "kill_node")
     assert 'use kind = "kill"' in problem.fix and "faults[0].kind = 'kill_node'" in str(caught.value)
     load_scenario("serve-replica-kill")  # a kill of a replica is judged: loaded
+
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "serve"
+
+
+def test_the_serve_example_loads_from_its_folder(monkeypatch: pytest.MonkeyPatch) -> None:
+    from scenarios import load_scenario
+
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the loader puts the current directory on it
+    monkeypatch.chdir(EXAMPLE)
+    scenario = load_scenario("serve-app.toml")
+    assert scenario.params["app"] == "app:app" and scenario.workload == "serve"
+
+
+@pytest.mark.parametrize(("app", "field_fix"), [
+    ("app", "is not 'module:attribute'"),
+    ("app:", "is not 'module:attribute'"),
+    ("no_such_serve_module:app", "module 'no_such_serve_module' of 'no_such_serve_module:app' is not found"),
+])
+def test_a_serve_app_that_cannot_be_found_is_refused_at_load_time(tmp_path: Path, app: str, field_fix: str) -> None:
+    from scenarios import ScenarioError, load_scenario
+
+    path = tmp_path / "bad.toml"
+    path.write_text(f'workload = "serve"\nduration = 6\n[params]\napp = "{app}"\n[[faults]]\nat = 2\nkind = "kill"\n'
+                    'target = { kind = "actor", class_name = "ServeController" }\n', encoding="utf-8")
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(str(path))
+    (problem,) = caught.value.problems
+    assert (problem.field, problem.value) == ("params.app", app)
+    assert field_fix in problem.fix, problem.fix
+
+
+def test_a_serve_app_attribute_that_is_no_application_is_refused_at_setup(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from scenarios.workloads._serve import _application
+
+    (tmp_path / "not_an_app_mod.py").write_text("app = 42\n", encoding="utf-8")
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InvalidConfig, match=r"not_an_app_mod.app is 42, not a Serve application.*MyDeployment.bind"):
+        _application("not_an_app_mod:app", replicas=2)
+    (tmp_path / "raising_app_mod.py").write_text("raise RuntimeError('no model file')\n", encoding="utf-8")
+    with pytest.raises(InvalidConfig, match=r"importing 'raising_app_mod' raised RuntimeError: no model file"):
+        _application("raising_app_mod:app", replicas=2)

@@ -1,9 +1,11 @@
 """The ``serve`` workload: a Ray Serve app under a constant HTTP load on loopback while its
 processes are killed, judged against the same load's fault-free run.
 
-The app is one deployment, ``echo`` of the application ``raychaos``, so its replicas are
-actors of class ``ServeReplica:raychaos:echo`` (a fault names them by that class), its
-controller ``ServeController`` and its proxy ``ProxyActor``. Every request of the load is
+The app is the user's own (``app = "module:attribute"`` in the params: a Serve application,
+as ``serve run`` takes it) or the built-in one, a deployment ``echo``; it runs as the
+application ``raychaos``, so the replicas of its deployment ``D`` are actors of class
+``ServeReplica:raychaos:D`` (a fault names them by that class), its controller
+``ServeController`` and its proxy ``ProxyActor``. Every request of the load is
 recorded (:mod:`scenarios.workloads._serve_load`) and the verdicts are pure functions of
 those records (:mod:`scenarios.workloads._serve_verdicts`).
 
@@ -19,13 +21,19 @@ words: the errors a run may show follow from what it killed.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import math
+import os
 import socket
 import statistics
+import sys
 import threading
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from pydantic import field_validator
 
 from chaos import ActorTarget, FaultKind
 from chaos._extras import import_extra
@@ -50,11 +58,14 @@ from scenarios.workloads._serve_verdicts import (
 __all__ = ["SERVE_WORKLOADS", "ServeApp", "ServeParams"]
 
 APP, DEPLOYMENT, HOST = "raychaos", "echo", "127.0.0.1"
-REPLICA_CLASS, CONTROLLER_CLASS, PROXY_CLASS = f"ServeReplica:{APP}:{DEPLOYMENT}", "ServeController", "ProxyActor"
+CONTROLLER_CLASS, PROXY_CLASS = "ServeController", "ProxyActor"
+#: What an ``app`` param must look like (tests match it).
+APP_FORM = "'module:attribute' naming a Serve application (Deployment.bind()) or a deployment"
 #: The fault-free twin's p99 latency by (cluster address, seed, params), for the chaos run of
 #: the same experiment that follows it; that run takes it out, so none outlives its pair.
 _BASELINE_P99: dict[tuple[str, int, str], float] = {}
 _BASELINE_LOCK = threading.Lock()
+T = TypeVar("T")
 #: Seconds ``serve.run`` may take to deploy the app (measured 3-5 s here).
 DEPLOY_TIMEOUT = 60.0
 #: Seconds one State API listing or one ``serve.status()`` may take.
@@ -64,7 +75,12 @@ LOOK_EVERY = 0.5
 
 
 class ServeParams(Params):
-    #: Replicas of the deployment.
+    #: The Serve application to run, ``module:attribute`` as ``serve run`` takes it (imported
+    #: with the current directory on ``sys.path``); empty: the built-in ``echo`` deployment.
+    app: str = ""
+    #: The path every request GETs (a query string too: ``/?text=a+b``).
+    path: str = "/"
+    #: Replicas of the built-in deployment (a user's app declares its own).
     replicas: int = 2
     #: Requests per second, and each one's timeout in seconds.
     rate: float = 20.0
@@ -81,6 +97,32 @@ class ServeParams(Params):
     #: Seconds after the last fault by which every replica is RUNNING again (a killed one
     #: replaced, a killed controller back).
     restore_within: float = 20.0
+
+    @field_validator("app")
+    @classmethod
+    def _app_found(cls, value: str) -> str:
+        """At load time, without running the user's module: its form, and that it exists."""
+        if not value:
+            return value
+        module, _, attr = value.partition(":")
+        if not module or not attr.isidentifier():
+            raise ValueError(f"{value!r} is not {APP_FORM}; e.g. app = \"app:app\" for `app = Summer.bind()` "
+                             "in app.py")
+        if _module_spec(module) is None:
+            raise ValueError(f"module {module!r} of {value!r} is not found on sys.path (the current directory "
+                             f"{os.getcwd()!r} is on it); run from the app's directory or install it")
+        return value
+
+
+def _module_spec(module: str) -> Any:
+    """``module``'s import spec (None: not found), with the current directory on ``sys.path``
+    as ``python -m`` has it. A dotted name's packages are imported; the module is not."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        return importlib.util.find_spec(module)
+    except (ImportError, ValueError):  # a parent package missing or broken
+        return None
 
 
 class Echo:
@@ -140,12 +182,21 @@ class ServeApp(Workload):
         self.port = _free_port()
         self.started_serve = True  # before start: a start that fails half-way is shut down too
         serve.start(http_options={"host": HOST, "port": self.port})
-        app = serve.deployment(name=DEPLOYMENT, num_replicas=self.p.replicas,
-                               ray_actor_options={"num_cpus": 0})(Echo)
-        serve.run(app.bind(), name=APP, route_prefix="/")
+        serve.run(_application(self.p.app, replicas=self.p.replicas), name=APP, route_prefix="/")
+        self.replica_classes, self.declared = self._deployed()
         # Alive ones only: an earlier run's (the twin's) dead actors are listed too.
         self.before = {c: {r.actor_id: r for r in self._actors(c) if r.state == "ALIVE"}
-                       for c in (REPLICA_CLASS, CONTROLLER_CLASS, PROXY_CLASS)}
+                       for c in (*self.replica_classes, CONTROLLER_CLASS, PROXY_CLASS)}
+
+    def _deployed(self) -> tuple[list[str], int]:
+        """The replicas' actor class of each deployment of the app, and the replicas declared:
+        those RUNNING once ``serve.run`` returned (it returns when the app is RUNNING)."""
+        deployments = _serve_status(lambda status: status.applications[APP].deployments)
+        if deployments is None:
+            raise InvalidConfig(f"serve.status() gave no answer within {LOOK_TIMEOUT:g} s of deploying the app; "
+                                "the Serve controller is overloaded or dead: run with fewer processes on the node")
+        running = sum(_running(d) for d in deployments.values())
+        return [f"ServeReplica:{APP}:{name}" for name in sorted(deployments)], running
 
     def _refuse_running_serve(self) -> None:
         """Serve already running here is someone else's: the run would reuse it, kill its
@@ -171,7 +222,7 @@ class ServeApp(Workload):
     def step(self) -> bool:
         if self.load is None:  # time zero has passed: the load spans the run
             self.load = HttpLoad(HOST, self.port, rate=self.p.rate, duration=max(0.5, self.ctx.remaining()),
-                                 timeout=self.p.timeout).start()
+                                 timeout=self.p.timeout, path=self.p.path).start()
         self.ctx.stop.wait(0.2)  # the load runs on its own threads; the runner's loop only waits
         return not self.load.done()
 
@@ -209,7 +260,7 @@ class ServeApp(Workload):
                 no_hang_verdict(reqs, timeout=p.timeout, grace=p.hang_grace),
                 errors_documented_verdict(reqs, killed, unmeasured=unmeasured),
                 replicas_restored_verdict(samples, [(faults_at[-1], f) for f in killed],
-                                          replicas=p.replicas, within=p.restore_within)]
+                                          replicas=self.declared, within=p.restore_within)]
 
     def _key(self) -> tuple[str, int, str]:
         """The experiment a twin and its chaos run share: cluster, seed and params."""
@@ -219,7 +270,7 @@ class ServeApp(Workload):
         """One :class:`ServeFault` per death or restart of a Serve process that existed before
         the run (a replica is replaced, not restarted: a new actor)."""
         found: list[ServeFault] = []
-        for cls in (REPLICA_CLASS, CONTROLLER_CLASS, PROXY_CLASS):
+        for cls in self.before:
             fault = serve_fault_of(cls)
             now = {r.actor_id: r for r in self._actors(cls)}
             for actor_id in self.before[cls]:
@@ -231,12 +282,13 @@ class ServeApp(Workload):
 
     def _look(self) -> ServeSample:
         """Serve's state now: replicas RUNNING, replacements, the controller."""
-        replicas = [r for r in self._actors(REPLICA_CLASS) if r.state == "ALIVE"]
+        replaced = sum(r.state == "ALIVE" and r.actor_id not in self.before[c]
+                       for c in self.replica_classes for r in self._actors(c))
         controllers = [r for r in self._actors(CONTROLLER_CLASS) if r.state == "ALIVE"]
         restarted = any(int(r.num_restarts or 0) >= 1 or r.actor_id not in self.before[CONTROLLER_CLASS]
                         for r in controllers)
-        return ServeSample(self.ctx.elapsed(), _running_replicas(),
-                           sum(r.actor_id not in self.before[REPLICA_CLASS] for r in replicas), restarted)
+        running = _serve_status(lambda status: sum(_running(d) for d in status.applications[APP].deployments.values()))
+        return ServeSample(self.ctx.elapsed(), running, replaced, restarted)
 
     def _await_restored(self, faults_at: Sequence[float], killed: Sequence[ServeFault]) -> list[ServeSample]:
         """Looks at Serve every :data:`LOOK_EVERY` s until one shows it whole again, or until
@@ -294,17 +346,51 @@ class ServeApp(Workload):
                 self.ctx.metric("serve_shutdown_s", time.monotonic() - started)
 
 
-def _running_replicas() -> int | None:
-    """The deployment's replicas RUNNING per ``serve.status()``, asked on a thread of its own:
-    it waits on the controller without a bound (None: no answer within :data:`LOOK_TIMEOUT`)."""
+def _application(spec: str, *, replicas: int) -> Any:
+    """The Serve application to deploy: the one ``spec`` names, else the built-in ``echo``.
+
+    Raises:
+        InvalidConfig: ``spec``'s module fails to import, or its attribute is no Serve app.
+    """
+    from ray import cloudpickle, serve
+
+    if not spec:
+        return serve.deployment(name=DEPLOYMENT, num_replicas=replicas, ray_actor_options={"num_cpus": 0})(Echo).bind()
+    name, _, attr = spec.partition(":")
+    _module_spec(name)  # the current directory on sys.path, as at load time
+    try:
+        module = importlib.import_module(name)
+    except Exception as exc:  # the user's module may raise anything at import
+        raise InvalidConfig(f"app {spec!r}: importing {name!r} raised {type(exc).__name__}: {exc}; fix the module "
+                            f"(python -c 'import {name}' shows the same)") from exc
+    # By value: Serve's controller starts the replicas, and they need not find the user's module.
+    cloudpickle.register_pickle_by_value(module)
+    found = getattr(module, attr, None)
+    if isinstance(found, serve.Deployment):
+        found = found.bind()
+    if not isinstance(found, serve.Application):
+        raise InvalidConfig(f"app {spec!r}: {name}.{attr} is {found!r}, not a Serve application; give "
+                            f"{APP_FORM} (in {name}.py: `{attr} = MyDeployment.bind()`)")
+    return found
+
+
+def _running(deployment: Any) -> int:
+    """A deployment's replicas RUNNING, from its ``serve.status()`` entry."""
+    return sum(n for state, n in deployment.replica_states.items() if getattr(state, "value", state) == "RUNNING")
+
+
+def _serve_status(read: Callable[[Any], T]) -> T | None:
+    """``read(serve.status())``, asked on a thread of its own: it waits on the controller
+    without a bound (None: no answer within :data:`LOOK_TIMEOUT`, or the app not listed)."""
     from ray import serve
 
-    answer: list[int] = []
+    answer: list[T] = []
 
     def ask() -> None:
-        deployment = serve.status().applications[APP].deployments[DEPLOYMENT]
-        answer.append(sum(n for state, n in deployment.replica_states.items()
-                          if getattr(state, "value", state) == "RUNNING"))
+        try:
+            answer.append(read(serve.status()))
+        except KeyError:  # the app is gone from the status (its controller lost it)
+            pass
 
     thread = threading.Thread(target=ask, daemon=True, name="serve-status")
     thread.start()
