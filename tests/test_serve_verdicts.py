@@ -188,9 +188,9 @@ def test_the_serve_example_loads_from_its_folder(monkeypatch: pytest.MonkeyPatch
 @pytest.mark.parametrize(("app", "field_fix"), [
     ("app", "is not 'module:attribute'"),
     ("app:", "is not 'module:attribute'"),
-    ("no_such_serve_module:app", "module 'no_such_serve_module' of 'no_such_serve_module:app' is not found"),
+    ("my-app:app", "is not 'module:attribute'"),
 ])
-def test_a_serve_app_that_cannot_be_found_is_refused_at_load_time(tmp_path: Path, app: str, field_fix: str) -> None:
+def test_a_serve_app_of_the_wrong_form_is_refused_at_load_time(tmp_path: Path, app: str, field_fix: str) -> None:
     from scenarios import ScenarioError, load_scenario
 
     path = tmp_path / "bad.toml"
@@ -203,7 +203,7 @@ def test_a_serve_app_that_cannot_be_found_is_refused_at_load_time(tmp_path: Path
     assert field_fix in problem.fix, problem.fix
 
 
-def test_a_serve_app_attribute_that_is_no_application_is_refused_at_setup(tmp_path: Path,
+def test_a_serve_app_not_found_or_no_application_is_refused_at_setup(tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     from scenarios.workloads._serve import _application
 
@@ -215,3 +215,5 @@ def test_a_serve_app_attribute_that_is_no_application_is_refused_at_setup(tmp_pa
     (tmp_path / "raising_app_mod.py").write_text("raise RuntimeError('no model file')\n", encoding="utf-8")
     with pytest.raises(InvalidConfig, match=r"importing 'raising_app_mod' raised RuntimeError: no model file"):
         _application("raising_app_mod:app", replicas=2)
+    with pytest.raises(InvalidConfig, match=r"No module named 'no_such_serve_mod'.*current directory.*app's folder"):
+        _application("no_such_serve_mod:app", replicas=2)

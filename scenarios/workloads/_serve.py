@@ -22,7 +22,6 @@ words: the errors a run may show follow from what it killed.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import math
 import os
 import socket
@@ -100,29 +99,14 @@ class ServeParams(Params):
 
     @field_validator("app")
     @classmethod
-    def _app_found(cls, value: str) -> str:
-        """At load time, without running the user's module: its form, and that it exists."""
-        if not value:
-            return value
+    def _app_form(cls, value: str) -> str:
+        """At load time, its form only: the module is looked up at setup, from the directory
+        the run starts in (a scenario file is loaded from anywhere, e.g. to check it)."""
         module, _, attr = value.partition(":")
-        if not module or not attr.isidentifier():
-            raise ValueError(f"{value!r} is not {APP_FORM}; e.g. app = \"app:app\" for `app = Summer.bind()` "
+        if value and not (all(p.isidentifier() for p in module.split(".")) and attr.isidentifier()):
+            raise ValueError(f"{value!r} is not {APP_FORM}; e.g. app = \"app:app\" for `app = MyDeployment.bind()` "
                              "in app.py")
-        if _module_spec(module) is None:
-            raise ValueError(f"module {module!r} of {value!r} is not found on sys.path (the current directory "
-                             f"{os.getcwd()!r} is on it); run from the app's directory or install it")
         return value
-
-
-def _module_spec(module: str) -> Any:
-    """``module``'s import spec (None: not found), with the current directory on ``sys.path``
-    as ``python -m`` has it. A dotted name's packages are imported; the module is not."""
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        return importlib.util.find_spec(module)
-    except (ImportError, ValueError):  # a parent package missing or broken
-        return None
 
 
 class Echo:
@@ -357,9 +341,13 @@ def _application(spec: str, *, replicas: int) -> Any:
     if not spec:
         return serve.deployment(name=DEPLOYMENT, num_replicas=replicas, ray_actor_options={"num_cpus": 0})(Echo).bind()
     name, _, attr = spec.partition(":")
-    _module_spec(name)  # the current directory on sys.path, as at load time
+    if os.getcwd() not in sys.path:  # as `python -m` and `serve run` have it: the user's modules, from here
+        sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        raise InvalidConfig(f"app {spec!r}: {exc} (sys.path has the current directory, {os.getcwd()!r}); run from "
+                            "the app's folder, or install its package") from exc
     except Exception as exc:  # the user's module may raise anything at import
         raise InvalidConfig(f"app {spec!r}: importing {name!r} raised {type(exc).__name__}: {exc}; fix the module "
                             f"(python -c 'import {name}' shows the same)") from exc
