@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from chaos.errors import InvalidConfig
+from scenarios.model._records import RunLabel, RunResult, RunStatus
 from scenarios.workloads._serve_load import Failure, Request
 from scenarios.workloads._serve_verdicts import (
     ServeFault,
@@ -217,3 +218,40 @@ def test_a_serve_app_not_found_or_no_application_is_refused_at_setup(tmp_path: P
         _application("raising_app_mod:app", replicas=2)
     with pytest.raises(InvalidConfig, match=r"No module named 'no_such_serve_mod'.*current directory.*app's folder"):
         _application("no_such_serve_mod:app", replicas=2)
+
+
+def _run(label: RunLabel, reqs: list[Request]) -> RunResult:
+    from scenarios.workloads._serve import per_second
+
+    series = {name: tuple(points) for name, points in per_second(reqs, timeout=TIMEOUT).items()}
+    return RunResult("serve-app", label, 0, RunStatus.COMPLETED, 4.0, (), (), (), (), series=series)
+
+
+def test_the_report_draws_a_serve_run_per_second_beside_its_twin() -> None:
+    from scenarios.reports._files import summary
+    from scenarios.reports._html import render_html
+    from scenarios.workloads._serve import SERIES
+
+    # The second from 2 s: 10 requests time out, the other 10 answered in 300 ms.
+    hit = [Request(2 + i / 20, 2.0, failure=Failure.TIMEOUT) if i < 10 else Request(2 + i / 20, 0.3, status=200)
+           for i in range(20)]
+    chaos = [r for r in _steady(4.0) if not 2 <= r.sent < 3] + hit
+    baseline, run = _run(RunLabel.BASELINE, _steady(4.0)), _run(RunLabel.CHAOS, chaos)
+    assert run.series["requests/s"] == ((0.0, 20.0), (1.0, 20.0), (2.0, 20.0), (3.0, 20.0))
+    assert run.series["errors/s"][2] == (2.0, 10.0) and run.series["served/s"][2] == (2.0, 10.0)
+    assert run.series["p50_ms"][2] == (2.0, 300.0) and run.series["p99_ms"][2] == (2.0, 300.0)
+    assert baseline.series["p99_ms"][2] == (2.0, 10.0) and baseline.series["errors/s"][2] == (2.0, 0.0)
+    panels = {p.split("'", 1)[0]: p for p in render_html([baseline, run]).split("data-series='")[1:]}
+    for name in SERIES:
+        assert "data-run='baseline'" in panels[name] and "data-run='chaos'" in panels[name], name
+    runs = summary([baseline, run])["runs"]
+    assert isinstance(runs, list) and runs[1]["series"]["p99_ms"][2] == [2.0, 300.0]
+
+
+def test_a_second_without_an_answer_has_no_latency_point() -> None:
+    from scenarios.workloads._serve import per_second
+
+    lost = [Request(1 + i / 20, 2.0, failure=Failure.TIMEOUT) for i in range(20)]
+    series = per_second(_steady(1.0) + lost, timeout=TIMEOUT)
+    assert series["errors/s"] == [(0.0, 0.0), (1.0, 20.0)]
+    assert [t for t, _ in series["p99_ms"]] == [0.0]  # a gap, not a latency of zero

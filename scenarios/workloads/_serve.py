@@ -54,7 +54,7 @@ from scenarios.workloads._serve_verdicts import (
     serve_fault_of,
 )
 
-__all__ = ["SERVE_WORKLOADS", "ServeApp", "ServeParams"]
+__all__ = ["SERIES", "SERVE_WORKLOADS", "ServeApp", "ServeParams", "per_second"]
 
 APP, DEPLOYMENT, HOST = "raychaos", "echo", "127.0.0.1"
 CONTROLLER_CLASS, PROXY_CLASS = "ServeController", "ProxyActor"
@@ -300,20 +300,14 @@ class ServeApp(Workload):
         return p99([r.latency for r in reqs if r.sent < faults_at[0] and r.ok(self.p.timeout)])
 
     def _figures(self, reqs: Sequence[Request]) -> None:
-        """Summary figures and per-second series for the report."""
+        """Summary figures, and per-second series for the report (beside the twin's)."""
         ok = [r.latency for r in reqs if r.ok(self.p.timeout)]
         self.ctx.metric("requests", len(reqs))
         self.ctx.metric("served_share", len(ok) / len(reqs) if reqs else 0.0)
         if ok:
             self.ctx.metric("p50_ms", statistics.median(ok) * 1000)
             self.ctx.metric("p99_ms", p99(ok) * 1000)
-        by_second: dict[int, list[Request]] = {}
-        for r in reqs:
-            by_second.setdefault(int(r.sent), []).append(r)
-        self.ctx.series["served/s"] = [(float(s), float(sum(r.ok(self.p.timeout) for r in rs)))
-                                       for s, rs in sorted(by_second.items())]
-        self.ctx.series["errors/s"] = [(float(s), float(sum(not r.ok(self.p.timeout) for r in rs)))
-                                       for s, rs in sorted(by_second.items())]
+        self.ctx.series.update(per_second(reqs, timeout=self.p.timeout))
 
     def teardown(self) -> None:
         from ray import serve
@@ -328,6 +322,29 @@ class ServeApp(Workload):
                 started = time.monotonic()
                 serve.shutdown()  # the controller is detached: without this it would serve the next run
                 self.ctx.metric("serve_shutdown_s", time.monotonic() - started)
+
+
+#: The report's per-second series of a Serve run, by name.
+SERIES = ("requests/s", "served/s", "errors/s", "p50_ms", "p99_ms")
+
+
+def per_second(reqs: Sequence[Request], *, timeout: float) -> dict[str, list[tuple[float, float]]]:
+    """Each second of the run (by when its requests were sent): the requests sent, those
+    answered 200 within ``timeout``, the others, and the p50 and p99 latency in ms of those
+    answered (no latency point for a second that had none answered: a gap, not a zero)."""
+    by_second: dict[int, list[Request]] = {}
+    for r in reqs:
+        by_second.setdefault(int(r.sent), []).append(r)
+    series: dict[str, list[tuple[float, float]]] = {name: [] for name in SERIES}
+    for second, rs in sorted(by_second.items()):
+        t, ok = float(second), [r.latency for r in rs if r.ok(timeout)]
+        series["requests/s"].append((t, float(len(rs))))
+        series["served/s"].append((t, float(len(ok))))
+        series["errors/s"].append((t, float(len(rs) - len(ok))))
+        if ok:
+            series["p50_ms"].append((t, statistics.median(ok) * 1000))
+            series["p99_ms"].append((t, p99(ok) * 1000))
+    return series
 
 
 def _application(spec: str, *, replicas: int) -> Any:
