@@ -16,6 +16,10 @@ from chaos import local_cluster
 from scenarios.hunt import Program, ProgramVerdict, programs, run_program
 from scenarios.hunt._stats import fault_labels, features
 
+#: The hunt's object store (MiB): small, so object-store pressure fills it past capacity (and
+#: frees it) in 1.1 s. It spills to Ray's default directory, under the cluster's temp dir.
+STORE_MB = 96
+
 
 def hunt(minutes: float, *, nodes: int) -> tuple[Counter[str], dict[str, ProgramVerdict], int]:
     """Run generated programs until ``minutes`` pass; returns the label counts, the first
@@ -24,7 +28,7 @@ def hunt(minutes: float, *, nodes: int) -> tuple[Counter[str], dict[str, Program
     classes: dict[str, ProgramVerdict] = {}
     ran = 0
     end = time.monotonic() + minutes * 60
-    with local_cluster(nodes=nodes, log_to_driver=False) as cluster:
+    with local_cluster(nodes=nodes, object_store_mb=STORE_MB, log_to_driver=False) as cluster:
 
         @settings(max_examples=25, deadline=None, database=None, suppress_health_check=list(HealthCheck))
         @given(program=programs())

@@ -3,7 +3,7 @@ each landed fault's exceptions from the table, and every verdict able to be fals
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import find, given, settings
 
 from scenarios.hunt import (
     TABLE,
@@ -27,6 +27,12 @@ from scenarios.hunt import (
 )
 from scenarios.hunt._model import BLOCKING
 from scenarios.hunt._oracle import Observed, Outcome, WaitSeen, attempts, expect, judge, judge_step, judge_wait
+from scenarios.hunt._pressure import Pressure
+from scenarios.hunt._run import ProgramVerdict
+from scenarios.hunt._stats import fault_labels
+
+PRESSURE = FaultKind.OBJECT_STORE_PRESSURE
+STORE_FULL = frozenset({ErrorKind.OBJECT_STORE_FULL})
 
 KILLED = frozenset({ErrorKind.WORKER_CRASHED})
 ACTOR_ERRORS = frozenset({ErrorKind.ACTOR_DIED, ErrorKind.ACTOR_UNAVAILABLE})
@@ -126,19 +132,18 @@ def test_generated_programs_can_always_land_their_faults(program: Program) -> No
         if fault.victim in held:  # released before the driver blocks, never waiting on another held step
             assert not any(s.kind in BLOCKING for s in program.steps[fault.victim + 1:fault.after + 1])
             assert not program.depends(fault.victim) & held
-    assert len({program.actor_of(f) for f in program.faults if f.kind is not FaultKind.KILL_WORKER}) == len(
-        [f for f in program.faults if f.kind is not FaultKind.KILL_WORKER])
+    assert len({program.actor_of(f) for f in program.faults if f.kind.kills_actor}) == len(
+        [f for f in program.faults if f.kind.kills_actor])
     assert len(expect(program, program.faults)) == len(program.steps)
 
 
 @settings(max_examples=50, deadline=None)
 @given(program=programs())
 def test_an_owner_death_is_an_actor_kill_of_an_actor_that_put_what_the_program_holds(program: Program) -> None:
-    for fault in program.faults:
+    for fault in (f for f in program.faults if f.kind.kills_actor):
         owns = any(isinstance(s, Call) and s.actor == program.actor_of(fault) and s.boxed
                    and i <= fault.after and i != fault.victim for i, s in enumerate(program.steps))
-        if fault.kind is not FaultKind.KILL_WORKER:
-            assert (fault.kind is FaultKind.OWNER_DEATH) == owns
+        assert (fault.kind is FaultKind.OWNER_DEATH) == owns
 
 
 @settings(max_examples=100, deadline=None)
@@ -163,3 +168,52 @@ def test_a_cancelled_task_that_returns_its_value_is_a_lost_cancel_named_apart() 
     assert [f.signature.seen for f in judge(program, (), crashed)] == [Seen.OUTSIDE_TABLE]  # not without force
     wrong = judge(program, (), {**held, 0: Observed(value=5)})
     assert [f.signature.seen for f in wrong] == [Seen.WRONG_VALUE]
+
+
+def test_the_strategy_draws_object_store_pressure() -> None:
+    pressed = find(programs(), lambda p: any(f.kind is PRESSURE for f in p.faults),
+                   settings=settings(max_examples=500, database=None))
+    assert any(f.kind is PRESSURE for f in pressed.faults)
+
+
+@settings(max_examples=200, deadline=None)
+@given(program=programs())
+def test_object_store_pressure_falls_on_a_stored_value_once_a_program_and_holds_nothing(program: Program) -> None:
+    pressures = [f for f in program.faults if f.kind is PRESSURE]
+    assert len(pressures) <= 1
+    for fault in pressures:
+        victim = program.steps[fault.victim]
+        assert isinstance(victim, Put) or (isinstance(victim, Task) and victim.boxed)
+        assert fault.victim <= fault.after < len(program.steps)
+        assert fault.victim not in program.held()
+        assert sum(f.victim == fault.victim for f in program.faults) == 1  # no other fault on it
+
+
+def test_under_pressure_spilled_values_read_back_and_only_refs_put_meanwhile_may_be_refused() -> None:
+    program = Program((Put(3), Task(1, (Arg(0),), boxed=True), Actor(0), Call(2, 2, boxed=True),
+                       Task(4, boxed=True), Put(5)), (Fault(PRESSURE, 0, 3),))
+    outcomes = expect(program, program.faults)
+    assert outcomes[0] == Outcome(3)  # spilled: restored, no error allowed
+    assert outcomes[1] == Outcome(4, STORE_FULL) and outcomes[3] == Outcome(2, STORE_FULL)
+    assert outcomes[4] == Outcome(4) and outcomes[5] == Outcome(5)  # after the pressure was freed
+    lost = Observed(error_type="ObjectLostError")
+    assert judge_step(outcomes[0], lost) == (Seen.OUTSIDE_TABLE, "ObjectLostError")
+    full = Observed(error=ErrorKind.OBJECT_STORE_FULL, error_type="ObjectStoreFullError")
+    assert judge_step(outcomes[1], full) is None and judge_step(outcomes[4], full) is not None
+    assert expect(program, ())[1] == Outcome(4)  # the pressure missed: plain values
+
+
+def test_a_pressure_lands_only_when_the_store_was_overfilled_and_spilled() -> None:
+    mib = 1024 * 1024
+    assert Pressure(capacity=200 * mib, pressed=256 * mib, spilled=160 * mib).landed
+    assert not Pressure(capacity=200 * mib, pressed=256 * mib, spilled=0).landed  # nothing spilled
+    assert not Pressure(capacity=200 * mib, pressed=192 * mib, spilled=16 * mib).landed  # never over capacity
+    assert not Pressure(capacity=0, pressed=16 * mib, spilled=16 * mib).landed  # no store read
+
+
+def test_the_statistics_count_object_store_pressure() -> None:
+    program = Program((Put(1), Task(2, (Arg(0),))), (Fault(PRESSURE, 0, 1),))
+    landed = ProgramVerdict(program, program.faults, (), (), 0.0)
+    missed = ProgramVerdict(program, (), program.faults, (), 0.0)
+    assert fault_labels(landed) == {"fault landed: object_store_pressure"}
+    assert fault_labels(missed) == {"fault missed: object_store_pressure"}

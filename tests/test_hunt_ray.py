@@ -1,6 +1,6 @@
 """The hunt on real Ray: its oracle catches planted misbehaviour (a wrong value, a get that
 never returns, an exception outside the table), and generated programs under SIGKILLs of
-workers, actors and owners keep to the oracle (sampled here; deeper under make thorough)."""
+workers, actors and owners and object-store pressure keep to the oracle (sampled here; deeper under make thorough)."""
 
 from __future__ import annotations
 
@@ -103,11 +103,16 @@ EVERY_FAULT = [
              Call(1, 3, (Arg(0, nested=True),)), Actor(0, (), 0, 0), Call(4, 1), Call(1, 1), Call(4, 2),
              Cancel(7, force=True)),
             (Fault(FaultKind.OWNER_DEATH, 3, 5), Fault(FaultKind.KILL_ACTOR, 4, 4))),
+    # The store filled past capacity while a put, a task's and an actor's refs are in it (and
+    # the task's and the call's may be made during it): spilled, then read back by tasks and gets.
+    Program((Put(3), Task(1, (Arg(0, nested=True),), boxed=True), Actor(0, (Arg(0),)),
+             Call(2, 2, (Arg(1, nested=True),), boxed=True), Task(4, (Arg(0),)), Wait((0, 1, 3), 3, None)),
+            (Fault(FaultKind.OBJECT_STORE_PRESSURE, 0, 3),)),
 ]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("program", EVERY_FAULT, ids=["worker-kills", "owner-and-actor-kills"])
+@pytest.mark.parametrize("program", EVERY_FAULT, ids=["worker-kills", "owner-and-actor-kills", "store-pressure"])
 def test_every_fault_kind_lands_and_keeps_to_the_oracle(ray_cluster: ClusterHandle, program: Program) -> None:
     verdict = run_program(program, address=ray_cluster.address)
     assert verdict.ok, verdict.report()

@@ -25,6 +25,16 @@ class FaultKind(enum.Enum):
     KILL_WORKER = "kill_worker"  # SIGKILL the worker of a task while it runs
     KILL_ACTOR = "kill_actor"  # SIGKILL an actor's process
     OWNER_DEATH = "owner_death"  # SIGKILL an actor that has put objects the program holds
+    OBJECT_STORE_PRESSURE = "object_store_pressure"  # fill the store past capacity: it spills
+
+    @property
+    def kills_actor(self) -> bool:
+        return self in (FaultKind.KILL_ACTOR, FaultKind.OWNER_DEATH)
+
+    @property
+    def holds(self) -> bool:
+        """Does its victim wait running until it lands? Pressure's victim is a value, not a process."""
+        return self is not FaultKind.OBJECT_STORE_PRESSURE
 
     def __repr__(self) -> str:  # a program's repr is the Python that replays it
         return f"FaultKind.{self.name}"
@@ -130,7 +140,9 @@ class Fault:
     """A fault on step ``victim``, landing once step ``after`` has been submitted.
 
     KILL_WORKER: ``victim`` is a task, held running until the kill. KILL_ACTOR / OWNER_DEATH:
-    ``victim`` is an actor step (no call in flight) or a call (held in flight at the kill)."""
+    ``victim`` is an actor step (no call in flight) or a call (held in flight at the kill).
+    OBJECT_STORE_PRESSURE: ``victim`` is a value in the object store (a put, or a task's boxed
+    ref), not held: the store is filled past its capacity, so Ray spills what it holds."""
 
     kind: FaultKind
     victim: int
@@ -146,7 +158,8 @@ class Program:
 
     def held(self) -> frozenset[int]:
         """Steps held running until their fault lands (so the fault finds them in flight)."""
-        return frozenset(f.victim for f in self.faults if self.steps[f.victim].kind is not StepKind.ACTOR)
+        return frozenset(f.victim for f in self.faults
+                         if f.kind.holds and self.steps[f.victim].kind is not StepKind.ACTOR)
 
     def depends(self, index: int) -> frozenset[int]:
         """The steps ``index`` waits for, transitively: its args, its actor, and the calls
@@ -162,5 +175,6 @@ class Program:
 
     def actor_of(self, fault: Fault) -> int:
         """The actor step a KILL_ACTOR / OWNER_DEATH fault kills."""
+        assert fault.kind.kills_actor, f"{fault.kind!r} kills no actor"
         step = self.steps[fault.victim]
         return step.actor if isinstance(step, Call) else fault.victim

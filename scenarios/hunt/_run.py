@@ -202,6 +202,9 @@ class Interpreter:
         from chaos import ActorTarget, Chaos, Kill, TaskTarget
         from chaos.errors import ChaosError
 
+        if fault.kind is FaultKind.OBJECT_STORE_PRESSURE:
+            self.press(fault)
+            return
         held = fault.victim in self.program.held()
         try:
             if held and not self._started(fault.victim):
@@ -215,6 +218,16 @@ class Interpreter:
             self.missed.append(fault)
         finally:
             Path(self.marks, f"release-{fault.victim}").touch()
+
+    def press(self, fault: Fault) -> None:
+        """Fill the object store past capacity; landed only if the store says it spilled."""
+        from scenarios.hunt._pressure import press
+
+        try:
+            landed = press(self.address).landed
+        except Exception:  # noqa: BLE001 - fail closed: e.g. ObjectStoreFullError on a pressure put
+            landed = False
+        (self.landed if landed else self.missed).append(fault)
 
     def _started(self, index: int) -> bool:
         """Wait until the held step says it started (True) or its ref ended first (False)."""
@@ -314,7 +327,8 @@ def classify(exc: BaseException) -> ErrorKind | None:
     kinds: list[tuple[type[BaseException], ErrorKind]] = [
         (rx.WorkerCrashedError, ErrorKind.WORKER_CRASHED), (rx.ActorDiedError, ErrorKind.ACTOR_DIED),
         (rx.ActorUnavailableError, ErrorKind.ACTOR_UNAVAILABLE), (rx.OwnerDiedError, ErrorKind.OWNER_DIED),
-        (rx.TaskCancelledError, ErrorKind.TASK_CANCELLED), (ValueError, ErrorKind.VALUE_ERROR)]
+        (rx.TaskCancelledError, ErrorKind.TASK_CANCELLED), (rx.ObjectStoreFullError, ErrorKind.OBJECT_STORE_FULL),
+        (ValueError, ErrorKind.VALUE_ERROR)]
     return next((kind for cls, kind in kinds if isinstance(cause, cls)), None)
 
 

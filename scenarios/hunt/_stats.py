@@ -45,7 +45,7 @@ def fault_labels(verdict: ProgramVerdict) -> set[str]:
     labels |= {f"fault missed: {f.kind.value}" for f in verdict.missed}
     program = verdict.program
     for fault in verdict.landed:
-        actor = program.steps[program.actor_of(fault)] if fault.kind.value != "kill_worker" else None
+        actor = program.steps[program.actor_of(fault)] if fault.kind.kills_actor else None
         if isinstance(actor, Actor) and actor.max_restarts != 0 and any(
                 isinstance(s, Call) and (i > fault.after or i == fault.victim)
                 for i, s in enumerate(program.steps)):

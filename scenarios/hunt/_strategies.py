@@ -70,11 +70,37 @@ def _moment(draw: Any, steps: tuple[Step, ...], victim: int) -> int:
 
 
 def _fault(draw: Any, program: Program) -> Fault | None:
-    """One more fault, on a victim no fault has yet (one fault per actor), whose wait does
-    not depend on another held step (it could not start before that one's fault)."""
-    steps, taken = program.steps, {program.actor_of(f) if f.kind is not FaultKind.KILL_WORKER else f.victim
-                                   for f in program.faults}
-    held = program.held()
+    """One more fault: object-store pressure on a stored value now and then (one a program:
+    each fills the whole store), else a kill."""
+    if draw(st.integers(0, 3)) == 0 and (fault := _pressure(draw, program)) is not None:
+        return fault
+    return _kill(draw, program)
+
+
+def _taken(program: Program) -> set[int]:
+    """The victims faults have already: an actor kill's actor, else the victim step."""
+    return {program.actor_of(f) if f.kind.kills_actor else f.victim for f in program.faults}
+
+
+def _pressure(draw: Any, program: Program) -> Fault | None:
+    """Pressure on a value the object store holds: a put, or the ref a boxed task put (a small
+    task return lives in its owner's memory, never in the store), at any later moment."""
+    steps = program.steps
+    if any(f.kind is FaultKind.OBJECT_STORE_PRESSURE for f in program.faults):
+        return None
+    taken = _taken(program)
+    candidates = [i for i, s in enumerate(steps)
+                  if (isinstance(s, Put) or (isinstance(s, Task) and s.boxed)) and i not in taken]
+    if not candidates:
+        return None
+    victim = draw(st.sampled_from(candidates))
+    return Fault(FaultKind.OBJECT_STORE_PRESSURE, victim, draw(st.integers(victim, len(steps) - 1)))
+
+
+def _kill(draw: Any, program: Program) -> Fault | None:
+    """A kill of a victim no fault has yet (one fault per actor), whose wait does not depend
+    on another held step (it could not start before that one's fault)."""
+    steps, taken, held = program.steps, _taken(program), program.held()
     candidates = [i for i, s in enumerate(steps)
                   if s.kind in (StepKind.TASK, StepKind.ACTOR, StepKind.CALL)
                   and (s.actor if isinstance(s, Call) else i) not in taken
@@ -100,7 +126,7 @@ def _no_held_dependents(program: Program) -> bool:
 @st.composite
 def programs(draw: Any, *, max_steps: int = MAX_STEPS, max_faults: int = 2) -> Program:
     """Small Ray programs (2..``max_steps`` steps) and 1..``max_faults`` faults where the
-    program has a victim for one (a task, an actor or a call); ``max_faults=0``: none."""
+    program has a victim for one (a task, an actor, a call or a stored value); ``max_faults=0``: none."""
     steps: list[Step] = []
     for _ in range(draw(st.integers(2, max_steps))):
         steps.append(_step(draw, steps))
