@@ -6,9 +6,10 @@ running tasks and actors go on. A GCS that is not started again (nobody restarts
 KubeRay; one that exited on its own after its Redis connection dropped, or was killed by the
 kernel because the thread that forked it ended) takes the driver with it: the driver's core
 worker exits the process from a background thread, so the driver's own code, even blocked in a
-``ray.get`` with a timeout, never sees an exception and no ``finally`` of it runs. Ray's
-documentation says raylets and workers exit when the GCS is not back in time; it does not say the
-driver is ended the same way.
+``ray.get`` with a timeout, never sees an exception and no ``finally`` of it runs. Ray's GCS
+fault tolerance page says running tasks and actors stay alive while the GCS recovers; its KubeRay
+page says that without fault tolerance the head dies ``RAY_gcs_rpc_server_reconnect_timeout_s``
+after the GCS. Neither says the driver's process is ended from within, with nothing to catch.
 
 Each round runs in its own process: Debian's ``redis-server`` on a free port, ``ray.init`` with
 ``RAY_REDIS_ADDRESS`` set, a task run, the GCS SIGKILLed (``Node.kill_gcs_server``) and left
