@@ -174,6 +174,7 @@ def write_until(stop: threading.Event, done: list[int]) -> None:
 
 
 def one_round(case: str, folder: str) -> str:
+    """The round in this process: Redis, Ray on it, a named actor, the fault, what followed."""
     server = Redis(folder)
     os.environ["RAY_REDIS_ADDRESS"] = f"127.0.0.1:{server.port}"  # Ray's GCS fault tolerance
     import ray
@@ -184,26 +185,39 @@ def one_round(case: str, folder: str) -> str:
     counter = ray.remote(num_cpus=0, max_restarts=-1)(Counter).options(name="counter", lifetime="detached").remote()
     ray.get(counter.add.remote(), timeout=60)
     (gcs,) = [info.process for info in node.all_processes[ray_constants.PROCESS_TYPE_GCS_SERVER]]
-    stop, writes = threading.Event(), []
-    writer = threading.Thread(target=write_until, args=(stop, writes), daemon=True)
-    if case == "idle_timeout_busy":
-        writer.start()
-    did, heal = fault_steps(case, server, gcs.pid)
-    gone = watch(gcs, heal)
-    stop.set()
-    busy = f" ({len(writes)} writes to the GCS meanwhile)" if writes else ""
-    line = f"{did}{busy}; " + (f"the GCS exited {gone:.2f} s after the fault" if gone is not None
-                         else f"the GCS still runs {WATCH:g} s after the fault")
-    line += f"; Redis up with {redis(server.port, 'DBSIZE')} keys; GCS's last fatal line: " \
-            f"{last_fatal(node.get_logs_dir_path())!r}"
+    gone, line = fault_and_watch(case, server, gcs)
+    line += f"; GCS's last fatal line: {last_fatal(node.get_logs_dir_path())!r}"
     if gone is not None:
         node.kill_gcs_server(check_alive=False)  # clears Ray's record of the exited process
         node.start_gcs_server()  # from the main thread, which lives on: the kernel leaves it be
-    named = ray.get(counter.add.remote(), timeout=SETTLE)
+    return f"{'exited' if gone is not None else 'running'}: {line}; {serves(restarted=gone is not None)}"
+
+
+def fault_and_watch(case: str, server: Redis, gcs: subprocess.Popen[bytes]) -> tuple[float | None, str]:
+    """Inject the case's fault (with writes to the GCS throughout for ``idle_timeout_busy``) and
+    watch the GCS; returns when it exited (None: it ran on) and what was seen."""
+    stop, writes = threading.Event(), []
+    if case == "idle_timeout_busy":
+        threading.Thread(target=write_until, args=(stop, writes), daemon=True).start()
+    did, heal = fault_steps(case, server, gcs.pid)
+    try:
+        gone = watch(gcs, heal)
+    finally:
+        stop.set()
+    busy = f" ({len(writes)} writes to the GCS meanwhile)" if writes else ""
+    fate = f"the GCS exited {gone:.2f} s after the fault" if gone is not None else \
+        f"the GCS still runs {WATCH:g} s after the fault"
+    return gone, f"{did}{busy}; {fate}; Redis up with {redis(server.port, 'DBSIZE')} keys"
+
+
+def serves(*, restarted: bool) -> str:
+    """Whether the cluster serves: the named actor answers with its state, a new actor answers."""
+    import ray
+
+    named = ray.get(ray.get_actor("counter").add.remote(), timeout=SETTLE)
     fresh = ray.get(ray.remote(num_cpus=0)(Counter).remote().add.remote(), timeout=SETTLE)
-    return f"{'exited' if gone is not None else 'running'}: {line}; " \
-           f"{'started again, ' if gone is not None else ''}the named actor answered {named} (2: its state kept), " \
-           f"a new actor answered {fresh}"
+    again = "started again, " if restarted else ""
+    return f"{again}the named actor answered {named} (2: its state kept), a new actor answered {fresh}"
 
 
 def kill_session(sid: int) -> None:
