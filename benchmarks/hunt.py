@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, event, given, settings, target
 
 from chaos import local_cluster
 from scenarios.hunt import Program, ProgramVerdict, programs, run_program
+from scenarios.hunt._run import HUNT_NODE
 from scenarios.hunt._stats import fault_labels, features
 
 #: The hunt's object store (MiB): small, so object-store pressure fills it past capacity (and
@@ -21,14 +22,16 @@ from scenarios.hunt._stats import fault_labels, features
 STORE_MB = 96
 
 
-def hunt(minutes: float, *, nodes: int) -> tuple[Counter[str], dict[str, ProgramVerdict], int]:
-    """Run generated programs until ``minutes`` pass; returns the label counts, the first
-    verdict of each failure class and how many programs ran."""
+def hunt(minutes: float) -> tuple[Counter[str], dict[str, ProgramVerdict], int]:
+    """Run generated programs until ``minutes`` pass, on a head and one removable node (where
+    node removals land); returns the label counts, the first verdict of each failure class and
+    how many programs ran."""
     stats: Counter[str] = Counter()
     classes: dict[str, ProgramVerdict] = {}
     ran = 0
     end = time.monotonic() + minutes * 60
-    with local_cluster(nodes=nodes, object_store_mb=STORE_MB, log_to_driver=False) as cluster:
+    with local_cluster(nodes=2, object_store_mb=STORE_MB, worker_resources={HUNT_NODE: 100.0},
+                       log_to_driver=False) as cluster:
 
         @settings(max_examples=25, deadline=None, database=None, suppress_health_check=list(HealthCheck))
         @given(program=programs())
@@ -36,7 +39,7 @@ def hunt(minutes: float, *, nodes: int) -> tuple[Counter[str], dict[str, Program
             nonlocal ran
             if time.monotonic() > end:
                 return
-            verdict = run_program(program, address=cluster.address)
+            verdict = run_program(program, address=cluster.address, cluster=cluster.cluster)
             ran += 1
             for label in sorted(features(program) | fault_labels(verdict)):
                 event(label)
@@ -54,10 +57,9 @@ def hunt(minutes: float, *, nodes: int) -> tuple[Counter[str], dict[str, Program
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=30.0)
-    parser.add_argument("--nodes", type=int, default=1)
     args = parser.parse_args()
     started = time.monotonic()
-    stats, classes, ran = hunt(args.minutes, nodes=args.nodes)
+    stats, classes, ran = hunt(args.minutes)
     print(f"\n{ran} programs in {(time.monotonic() - started) / 60:.1f} min; {len(classes)} failure classes")
     print("\n| feature or fault | programs |\n|---|---|")
     for label, count in sorted(stats.items()):

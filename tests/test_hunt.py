@@ -217,3 +217,36 @@ def test_the_statistics_count_object_store_pressure() -> None:
     missed = ProgramVerdict(program, (), program.faults, (), 0.0)
     assert fault_labels(landed) == {"fault landed: object_store_pressure"}
     assert fault_labels(missed) == {"fault missed: object_store_pressure"}
+
+
+REMOVAL = FaultKind.NODE_REMOVAL
+NODE_ERRORS = frozenset({ErrorKind.NODE_DIED, ErrorKind.WORKER_CRASHED})
+
+
+def test_the_strategy_draws_node_removal() -> None:
+    removed = find(programs(), lambda p: any(f.kind is REMOVAL for f in p.faults),
+                   settings=settings(max_examples=500, database=None))
+    assert any(f.kind is REMOVAL for f in removed.faults)
+
+
+@settings(max_examples=200, deadline=None)
+@given(program=programs())
+def test_a_node_removal_falls_on_a_held_task_once_a_program(program: Program) -> None:
+    removals = [f for f in program.faults if f.kind is REMOVAL]
+    assert len(removals) <= 1  # the cluster has one removable node
+    for fault in removals:
+        assert isinstance(program.steps[fault.victim], Task) and fault.victim in program.held()
+
+
+def test_a_task_on_a_removed_node_fails_its_dependents_or_runs_again_with_retries_left() -> None:
+    def outcomes(retries: int) -> list[Outcome | None]:
+        program = Program((Task(1, max_retries=retries), Task(2, (Arg(0, nested=True),))),
+                          (Fault(REMOVAL, 0, 1),))
+        return expect(program, program.faults)
+
+    assert outcomes(0) == [Outcome(None, NODE_ERRORS), Outcome(None, NODE_ERRORS)]
+    assert outcomes(1) == [Outcome(1), Outcome(3)]
+    removed = Observed(error=ErrorKind.NODE_DIED, error_type="NodeDiedError")
+    assert judge_step(outcomes(0)[0], removed) is None and judge_step(outcomes(1)[0], removed) is not None
+    killed = Program((Task(1),), (Fault(FaultKind.KILL_WORKER, 0, 0),))
+    assert judge_step(expect(killed, killed.faults)[0], removed) == (Seen.OUTSIDE_TABLE, "NodeDiedError")

@@ -26,6 +26,7 @@ class FaultKind(enum.Enum):
     KILL_ACTOR = "kill_actor"  # SIGKILL an actor's process
     OWNER_DEATH = "owner_death"  # SIGKILL an actor that has put objects the program holds
     OBJECT_STORE_PRESSURE = "object_store_pressure"  # fill the store past capacity: it spills
+    NODE_REMOVAL = "node_removal"  # remove the node a task is pinned to while it runs; add another
 
     @property
     def kills_actor(self) -> bool:
@@ -142,7 +143,9 @@ class Fault:
     KILL_WORKER: ``victim`` is a task, held running until the kill. KILL_ACTOR / OWNER_DEATH:
     ``victim`` is an actor step (no call in flight) or a call (held in flight at the kill).
     OBJECT_STORE_PRESSURE: ``victim`` is a value in the object store (a put, or a task's boxed
-    ref), not held: the store is filled past its capacity, so Ray spills what it holds."""
+    ref), not held: the store is filled past its capacity, so Ray spills what it holds.
+    NODE_REMOVAL: ``victim`` is a task pinned to the cluster's one removable node, held running
+    until that node is removed (a replacement is added at once, so a retry has somewhere to run)."""
 
     kind: FaultKind
     victim: int

@@ -33,6 +33,7 @@ class ErrorKind(enum.Enum):
     OWNER_DIED = "OwnerDiedError"
     TASK_CANCELLED = "TaskCancelledError"
     OBJECT_STORE_FULL = "ObjectStoreFullError"
+    NODE_DIED = "NodeDiedError"
     VALUE_ERROR = "ValueError"  # the program's own flaky task
 
 
@@ -40,6 +41,7 @@ class Situation(enum.Enum):
     """Where a step stands to a landed fault (or to the program's own cancel)."""
 
     KILLED_TASK = "a task whose worker was SIGKILLed, its retries spent"
+    TASK_ON_REMOVED_NODE = "a task whose node was removed while it ran, its retries spent"
     OWNED_BY_KILLED = "a ref put by a process that was SIGKILLed"
     CALL_OF_DEAD_ACTOR = "a call of a SIGKILLed actor that may not restart"
     CALL_WITHOUT_RETRIES = "a call in flight or queued at a SIGKILL of its restartable actor, max_task_retries=0"
@@ -54,7 +56,13 @@ class Situation(enum.Enum):
 #: kill_worker → KILLED_TASK, OWNED_BY_KILLED; kill_actor → CALL_OF_DEAD_ACTOR,
 #: CALL_WITHOUT_RETRIES, CALL_OF_FAILED_ACTOR; owner_death → OWNED_BY_KILLED too; the program's
 #: own ray.cancel → CANCELLED, FORCE_CANCELLED (and OWNED_BY_KILLED with force=True);
-#: object_store_pressure → SPILLED, MADE_UNDER_PRESSURE. Anything else is a finding.
+#: object_store_pressure → SPILLED, MADE_UNDER_PRESSURE; node_removal → TASK_ON_REMOVED_NODE
+#: (with retries left the task runs again on the replacement node, and returns its value).
+#: Anything else is a finding.
+#:
+#: A task whose node died raises NodeDiedError ("the node is either dead or unreachable", as
+#: measured here); its worker's end may be seen first, a WorkerCrashedError, also documented for
+#: a task whose worker died unexpectedly.
 #:
 #: Spilling is transparent: Ray's object-spilling guide says objects are spilled to external
 #: storage once the store is full and restored when needed, so a spilled value must read back
@@ -71,6 +79,7 @@ class Situation(enum.Enum):
 #: findings/cancel_ignored_when_sigint_ignored.py reproduce.
 TABLE: dict[Situation, frozenset[ErrorKind]] = {
     Situation.KILLED_TASK: frozenset({ErrorKind.WORKER_CRASHED}),
+    Situation.TASK_ON_REMOVED_NODE: frozenset({ErrorKind.NODE_DIED, ErrorKind.WORKER_CRASHED}),
     Situation.OWNED_BY_KILLED: frozenset({ErrorKind.OWNER_DIED}),
     Situation.CALL_OF_DEAD_ACTOR: frozenset({ErrorKind.ACTOR_DIED, ErrorKind.ACTOR_UNAVAILABLE}),
     Situation.CALL_WITHOUT_RETRIES: frozenset({ErrorKind.ACTOR_DIED, ErrorKind.ACTOR_UNAVAILABLE}),
@@ -157,10 +166,11 @@ def _task(program: Program, index: int, step: Task, landed: Sequence[Fault], arg
         return args
     result = Outcome(args.value + step.const, args.errors)
     killed = any(f.kind is FaultKind.KILL_WORKER and f.victim == index for f in landed)
-    failed = attempts(step.max_retries, step.retry_exceptions, killed=killed, flaky=step.flaky)
+    removed = any(f.kind is FaultKind.NODE_REMOVAL and f.victim == index for f in landed)
+    failed = attempts(step.max_retries, step.retry_exceptions, killed=killed or removed, flaky=step.flaky)
     if failed is not None:
-        result = result.must(TABLE[Situation.KILLED_TASK] if failed is ErrorKind.WORKER_CRASHED
-                             else frozenset({failed}))
+        crash = TABLE[Situation.TASK_ON_REMOVED_NODE if removed else Situation.KILLED_TASK]
+        result = result.must(crash if failed is ErrorKind.WORKER_CRASHED else frozenset({failed}))
     if step.boxed and _worker_killed_after(program, index, landed):
         result = result.may(Situation.OWNED_BY_KILLED)
     return result

@@ -34,6 +34,14 @@ BOUND = 30.0
 LAST_LOOK = 0.2
 #: Seconds a trivial task and a fresh actor have to answer after a program (a worker to start).
 PROBE_BOUND = 30.0
+#: The custom resource of the one node a node removal removes (only its victims ask for it).
+HUNT_NODE = "hunt_node"
+#: The resource the head of a ``local_cluster`` of several nodes has: every other step asks for it.
+HEAD = "rc_head"
+#: Seconds the replacement of a removed node has to join.
+NODE_BOUND = 60.0
+#: The replacement node's object store (bytes): small, as the hunt's own.
+REPLACEMENT_STORE = 96 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +73,7 @@ class Interpreter:
     program: Program
     address: str
     bound: float = BOUND
+    cluster: Any = None  # a ray.cluster_utils.Cluster with one HUNT_NODE worker: node removals land
     marks: str = ""
     refs: dict[int, Any] = field(default_factory=dict)
     seen: dict[int, Observed | WaitSeen] = field(default_factory=dict)
@@ -126,14 +135,15 @@ class Interpreter:
 
         held = index in self.program.held()
         options = remote(hunt_task).options(max_retries=step.max_retries, retry_exceptions=step.retry_exceptions,
-                                    name=self.name(index), num_cpus=0 if held else 1)
+                                    name=self.name(index), num_cpus=0 if held else 1,
+                                    resources=self.placement(index))
         return options.remote(index, step.const, self.marks, held, step.flaky, step.boxed, *self.args(step.args))
 
     def submit_actor(self, step: Actor) -> Any:
         from scenarios.hunt._remote import HuntActor, remote
 
         options = remote(HuntActor).options(max_restarts=step.max_restarts, max_task_retries=step.max_task_retries,
-                                    num_cpus=0)
+                                    num_cpus=0, resources=self.placement(-1))
         return options.remote(step.const, *self.args(step.args))
 
     def submit_cancel(self, step: Cancel) -> Any:
@@ -141,7 +151,8 @@ class Interpreter:
 
         from scenarios.hunt._remote import hunt_cancellable, remote
 
-        ref = remote(hunt_cancellable).options(max_retries=0, num_cpus=0).remote(step.const, CANCEL_HOLD)
+        ref = remote(hunt_cancellable).options(max_retries=0, num_cpus=0, resources=self.placement(-1)).remote(
+            step.const, CANCEL_HOLD)
         ray.cancel(ref, force=step.force)
         return ref
 
@@ -150,7 +161,8 @@ class Interpreter:
         from scenarios.hunt._remote import hunt_stream, remote
 
         started = time.monotonic()
-        gen = remote(hunt_stream).options(num_returns="streaming").remote(step.const, step.count, *self.args(step.args))
+        gen = remote(hunt_stream).options(num_returns="streaming", resources=self.placement(index)).remote(
+            step.const, step.count, *self.args(step.args))
         items: list[int] = []
         try:
             for _ in range(step.take):
@@ -191,6 +203,14 @@ class Interpreter:
         short = step.timeout is None and len(seen.ready) < step.num_returns
         self.seen[index] = Observed(hung=True, seconds=self.bound) if short else seen
 
+    def placement(self, index: int) -> dict[str, float]:
+        """On a cluster with a removable node: a node removal's victim runs there, every other
+        step on the head (so only the victim dies with the node)."""
+        if self.cluster is None:
+            return {}
+        removed = any(f.kind is FaultKind.NODE_REMOVAL and f.victim == index for f in self.program.faults)
+        return {HUNT_NODE: 0.01} if removed else {HEAD: 0.001}
+
     def name(self, index: int) -> str:
         return f"hunt-{self.run_id}-{index}"
 
@@ -210,6 +230,9 @@ class Interpreter:
             if held and not self._started(fault.victim):
                 self.missed.append(fault)
                 return
+            if fault.kind is FaultKind.NODE_REMOVAL:
+                (self.landed if self.remove_node() else self.missed).append(fault)
+                return
             target = (TaskTarget(self.name(fault.victim)) if fault.kind is FaultKind.KILL_WORKER
                       else ActorTarget.of(self.refs[self.program.actor_of(fault)]))
             Chaos(address=self.address).kill(Kill(target))
@@ -218,6 +241,20 @@ class Interpreter:
             self.missed.append(fault)
         finally:
             Path(self.marks, f"release-{fault.victim}").touch()
+
+    def remove_node(self) -> bool:
+        """Remove the cluster's one HUNT_NODE node at once (its raylet and workers SIGKILLed),
+        then add a replacement with the same resource; False (missed) without such a node."""
+        nodes = list(self.cluster.worker_nodes) if self.cluster is not None else []
+        if len(nodes) != 1:
+            return False
+        try:
+            self.cluster.remove_node(nodes[0], allow_graceful=False)  # asserts its processes are gone
+        except Exception:  # noqa: BLE001 - fail closed: a removal not confirmed is missed
+            return False
+        self.cluster.add_node(num_cpus=1, object_store_memory=REPLACEMENT_STORE, resources={HUNT_NODE: 100.0})
+        self.cluster.wait_for_nodes(timeout=NODE_BOUND)
+        return True
 
     def press(self, fault: Fault) -> None:
         """Fill the object store past capacity; landed only if the store says it spilled."""
@@ -328,6 +365,7 @@ def classify(exc: BaseException) -> ErrorKind | None:
         (rx.WorkerCrashedError, ErrorKind.WORKER_CRASHED), (rx.ActorDiedError, ErrorKind.ACTOR_DIED),
         (rx.ActorUnavailableError, ErrorKind.ACTOR_UNAVAILABLE), (rx.OwnerDiedError, ErrorKind.OWNER_DIED),
         (rx.TaskCancelledError, ErrorKind.TASK_CANCELLED), (rx.ObjectStoreFullError, ErrorKind.OBJECT_STORE_FULL),
+        (rx.NodeDiedError, ErrorKind.NODE_DIED),
         (ValueError, ErrorKind.VALUE_ERROR)]
     return next((kind for cls, kind in kinds if isinstance(cause, cls)), None)
 
@@ -351,6 +389,9 @@ def observed_error(exc: BaseException, started: float) -> Observed:
     return Observed(error=classify(exc), error_type=root_name(exc), seconds=seconds)
 
 
-def run_program(program: Program, *, address: str, bound: float = BOUND) -> ProgramVerdict:
-    """Run ``program`` with its faults on the connected cluster at ``address``; judge it."""
-    return Interpreter(program, address, bound).run()
+def run_program(program: Program, *, address: str, bound: float = BOUND, cluster: Any = None) -> ProgramVerdict:
+    """Run ``program`` with its faults on the connected cluster at ``address``; judge it.
+    ``cluster``: its ``ray.cluster_utils.Cluster`` with one worker node holding :data:`HUNT_NODE`
+    (``local_cluster(nodes=2, worker_resources={HUNT_NODE: 100})``), where node removals land;
+    without it they are missed."""
+    return Interpreter(program, address, bound, cluster).run()

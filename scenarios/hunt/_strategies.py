@@ -110,7 +110,9 @@ def _kill(draw: Any, program: Program) -> Fault | None:
     victim = draw(st.sampled_from(candidates))
     after = _moment(draw, steps, victim)
     if steps[victim].kind is StepKind.TASK:
-        return Fault(FaultKind.KILL_WORKER, victim, after)
+        removed = any(f.kind is FaultKind.NODE_REMOVAL for f in program.faults)  # one node to remove
+        kinds = [FaultKind.KILL_WORKER] * 3 + ([] if removed else [FaultKind.NODE_REMOVAL])
+        return Fault(draw(st.sampled_from(kinds)), victim, after)
     actor = steps[victim].actor if isinstance(steps[victim], Call) else victim
     owns = any(isinstance(s, Call) and s.actor == actor and s.boxed and i <= after and i != victim
                for i, s in enumerate(steps))

@@ -1,0 +1,38 @@
+"""The hunt's node removal on a cluster of its own (a head and one removable node): a task
+pinned to the node is held running until the node is removed, a replacement joins at once, and
+the program keeps to the oracle (NodeDiedError without retries, the value with them)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from chaos.cluster import ClusterHandle, local_cluster
+from scenarios.hunt import Arg, Fault, FaultKind, Program, Put, Task, Wait, run_program
+from scenarios.hunt._run import HUNT_NODE
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.deep]
+
+
+def removal(retries: int) -> Program:
+    """A removed task (boxed: the ref it put dies with its node) read by a borrower, a task
+    beside it and a wait; then the head's steps go on."""
+    return Program((Put(1), Task(2, (Arg(0),), max_retries=retries, boxed=True), Task(3, (Arg(1, nested=True),)),
+                    Task(4, (Arg(0),)), Wait((1, 2, 3), 3, None)),
+                   (Fault(FaultKind.NODE_REMOVAL, 1, 3),))
+
+
+@pytest.fixture(scope="module")
+def removable(no_shared_cluster: None) -> Iterator[ClusterHandle]:
+    with local_cluster(nodes=2, object_store_mb=96, worker_resources={HUNT_NODE: 100.0},
+                       log_to_driver=False) as handle:
+        yield handle
+
+
+@pytest.mark.parametrize("retries", [0, 1], ids=["no-retries", "a-retry"])
+def test_a_node_removal_lands_and_keeps_to_the_oracle(removable: ClusterHandle, retries: int) -> None:
+    program = removal(retries)
+    verdict = run_program(program, address=removable.address, cluster=removable.cluster)
+    assert verdict.ok, verdict.report()
+    assert list(verdict.landed) == list(program.faults), f"faults missed: {verdict.missed}"
