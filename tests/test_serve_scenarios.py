@@ -123,3 +123,59 @@ def test_the_serve_example_without_fault_tolerance_turns_availability_red(ray_cl
     _say(chaos)
     red = {name for name, held in _held(chaos).items() if not held}
     assert red == {"availability", "recovered_to_baseline"}, chaos.verdicts
+
+
+def _rc_node(index: int) -> str:
+    """The id of the live worker node that has the harness's ``rc_node<index>`` resource."""
+    import ray
+
+    return next(n["NodeID"] for n in ray.nodes() if n["Alive"] and f"rc_node{index}" in n["Resources"])
+
+
+def _replace_lost_workers(handle: ClusterHandle) -> None:
+    """The shared 3-node cluster whole again: each dead worker's bookkeeping dropped and a node
+    with its ``rc_node<i>`` resource started in its place (later tests pick nodes by it)."""
+    import ray
+
+    alive = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    held = {r for n in ray.nodes() if n["Alive"] for r in n["Resources"]}
+    cluster = handle.cluster
+    for node in [n for n in cluster.worker_nodes if n.node_id not in alive]:
+        cluster.remove_node(node, allow_graceful=False)
+    for i in [i for i in range(1, handle.nodes) if f"rc_node{i}" not in held]:
+        cluster.add_node(num_cpus=1, resources={"worker": 100.0, f"rc_node{i}": 1.0})
+    cluster.wait_for_nodes(timeout=60)
+
+
+def test_serve_node_loss_holds_beside_its_fault_free_twin(ray_multinode_cluster: ClusterHandle) -> None:
+    try:
+        baseline, chaos = run_scenario(load_scenario("serve-node-loss"), address=ray_multinode_cluster.address)
+    finally:
+        _replace_lost_workers(ray_multinode_cluster)
+    assert baseline.status is RunStatus.COMPLETED and baseline.metrics["served_share"] == 1.0, baseline.error
+    _say(chaos)
+    assert not chaos.deviated, (chaos.error, _red(chaos), chaos.faults)
+    (fault,) = chaos.faults
+    assert fault.kind is FaultKind.KILL_NODE and fault.status is FaultStatus.INJECTED
+    # One replica on each worker node: whichever died, it took one with it.
+    assert baseline.metrics["replica_nodes"] == chaos.metrics["replica_nodes"] == 2
+
+
+@pytest.mark.deep
+def test_replicas_on_the_lost_node_only_turn_availability_red(ray_multinode_cluster: ClusterHandle) -> None:
+    from chaos import KillNode, NodeTarget
+    from chaos._schedule import Schedule, ScheduledFault
+
+    scenario = load_scenario("serve-node-loss")
+    # Both replicas on worker node 1, and node 1 the one that dies: no replica survives it.
+    scenario = replace(scenario, params={**scenario.params, "replica_resources": {"rc_node1": 0.5}},
+                       schedule=Schedule((ScheduledFault(3.0, KillNode(NodeTarget(_rc_node(1)))),), None))
+    try:
+        (chaos,) = run_scenario(scenario, address=ray_multinode_cluster.address, baseline=False)
+    finally:
+        _replace_lost_workers(ray_multinode_cluster)
+    assert chaos.status is RunStatus.COMPLETED, chaos.error
+    _say(chaos)
+    assert chaos.metrics["replica_nodes"] == 1
+    red = {name for name, held in _held(chaos).items() if not held}
+    assert {"availability", "recovered_to_baseline", "replicas_restored"} <= red, chaos.verdicts

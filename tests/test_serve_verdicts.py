@@ -146,32 +146,36 @@ def test_the_twins_p99_reaches_only_its_own_chaos_run_once() -> None:
 
 
 def test_the_serve_workload_refuses_a_fault_without_a_measured_table() -> None:
-    from chaos import ActorTarget, Kill, KillNode, NodeTarget
+    from chaos import ActorTarget, Kill, KillNode, NodeTarget, Pause
     from chaos._schedule import ScheduledFault
     from scenarios.workloads._serve import ServeApp
 
     measured = [ScheduledFault(2, Kill(ActorTarget(class_name=c)))
                 for c in ("ServeReplica:raychaos:echo", "ServeController", "ProxyActor")]
-    assert ServeApp.schedule_problems(measured) == []
-    odd = [ScheduledFault(2, KillNode(NodeTarget())), ScheduledFault(3, Kill(ActorTarget(class_name="Buffer"))),
-           ScheduledFault(4, Kill(ActorTarget(name="echo")))]
+    assert ServeApp.schedule_problems([*measured, ScheduledFault(3, KillNode(NodeTarget()))]) == []
+    odd = [ScheduledFault(2, KillNode(NodeTarget(allow_head=True))),
+           ScheduledFault(3, Kill(ActorTarget(class_name="Buffer"))), ScheduledFault(4, Kill(ActorTarget(name="echo"))),
+           ScheduledFault(5, Pause(ActorTarget(class_name="ServeController"), seconds=1.0))]
     problems = ServeApp.schedule_problems(odd)
-    assert [p.field for p in problems] == ["faults[0].kind", "faults[1].target.class_name", "faults[2].target"]
-    assert problems[0].value == "kill_node" and "'Buffer'" in problems[1].fix
+    assert [p.field for p in problems] == ["faults[0].kind", "faults[1].target.class_name", "faults[2].target",
+                                           "faults[3].kind"]
+    assert problems[0].value == "kill_node" and "'Buffer'" in problems[1].fix and problems[3].value == "pause"
+    assert 'kind = "kill_node" of a worker node' in problems[3].fix
 
 
 def test_load_scenario_refuses_a_fault_the_serve_workload_cannot_judge(tmp_path: Path) -> None:
     from scenarios import ScenarioError, load_scenario
 
-    path = tmp_path / "node.toml"
-    path.write_text('workload = "serve"\nduration = 6\n[[faults]]\nat = 2\nkind = "kill_node"\n'
-                    'target = { kind = "node" }\n', encoding="utf-8")
+    path = tmp_path / "pause.toml"
+    path.write_text('workload = "serve"\nduration = 6\n[[faults]]\nat = 2\nkind = "pause"\nseconds = 1\n'
+                    'target = { kind = "actor", class_name = "ServeController" }\n', encoding="utf-8")
     with pytest.raises(ScenarioError) as caught:
         load_scenario(str(path))
     (problem,) = caught.value.problems
-    assert (problem.field, problem.value) == ("faults[0].kind", "kill_node")
-    assert 'use kind = "kill"' in problem.fix and "faults[0].kind = 'kill_node'" in str(caught.value)
+    assert (problem.field, problem.value) == ("faults[0].kind", "pause")
+    assert 'use kind = "kill"' in problem.fix and "faults[0].kind = 'pause'" in str(caught.value)
     load_scenario("serve-replica-kill")  # a kill of a replica is judged: loaded
+    assert load_scenario("serve-node-loss").nodes == 3  # so is a worker node's loss
 
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "serve"

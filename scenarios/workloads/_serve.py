@@ -29,12 +29,12 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 
-from chaos import ActorTarget, FaultKind
+from chaos import ActorTarget, FaultKind, NodeTarget
 from chaos._extras import import_extra
 from chaos._schedule import ScheduledFault
 from chaos.errors import InvalidConfig
@@ -81,6 +81,9 @@ class ServeParams(Params):
     path: str = "/"
     #: Replicas of the built-in deployment (a user's app declares its own).
     replicas: int = 2
+    #: Custom resources each replica of the built-in deployment asks for, e.g. ``{ worker = 1 }``
+    #: to keep them off the head (the embedded worker nodes have ``worker`` and ``rc_node<i>``).
+    replica_resources: dict[str, float] = Field(default_factory=dict)
     #: Requests per second, and each one's timeout in seconds.
     rate: float = 20.0
     timeout: float = 2.0
@@ -91,6 +94,11 @@ class ServeParams(Params):
     #: The recovered p99 may be the twin's times this, plus ``p99_slack`` seconds.
     p99_factor: float = 3.0
     p99_slack: float = 0.05
+    #: Seconds Ray may take to declare a lost node dead (the embedded cluster's GCS health
+    #: check: 3 missed checks 1 s apart, each with a 2 s timeout). A node loss is confirmed only
+    #: then, so the availability window opens this long before its confirmation: the node may
+    #: have died that early, and the requests of that time are the ones it hit.
+    node_detected_within: float = 5.0
     #: Seconds past its timeout a request may take before it counts as hung.
     hang_grace: float = 0.5
     #: Seconds after the last fault by which every replica is RUNNING again (a killed one
@@ -133,14 +141,17 @@ class ServeApp(Workload):
 
     @classmethod
     def schedule_problems(cls, entries: Sequence[ScheduledFault]) -> list[Problem]:
-        """Every fault of ``entries`` whose errors no table documents: a kind but a kill (a
-        node's kill has no measured table), or a kill of an actor none of Serve's own classes."""
+        """Every fault of ``entries`` whose errors no table documents: a kind but a kill or a
+        worker node's loss, or a kill of an actor none of Serve's own classes."""
         problems: list[Problem] = []
         for i, entry in enumerate(entries):
             target = getattr(entry.fault, "target", None)
+            if entry.kind is FaultKind.KILL_NODE and isinstance(target, NodeTarget) and not target.allow_head:
+                continue  # a worker node's loss: measured (the head's would end the cluster)
             if entry.kind is not FaultKind.KILL:
                 problems.append(Problem(f"faults[{i}].kind", entry.kind.value, "the serve workload measured the "
-                                        "errors of kills only; use kind = \"kill\" of a Serve actor"))
+                                        "errors of kills and of a worker node's loss only; use kind = \"kill\" of "
+                                        "a Serve actor, or kind = \"kill_node\" of a worker node"))
             elif not isinstance(target, ActorTarget) or target.class_name is None:
                 problems.append(Problem(f"faults[{i}].target", str(target), "name Serve's actor by its class: "
                                         "class_name = 'ServeReplica:<app>:<deployment>', 'ServeController' or "
@@ -165,12 +176,20 @@ class ServeApp(Workload):
         self._refuse_running_serve()
         self.port = _free_port()
         self.started_serve = True  # before start: a start that fails half-way is shut down too
-        serve.start(http_options={"host": HOST, "port": self.port})
-        serve.run(_application(self.p.app, replicas=self.p.replicas), name=APP, route_prefix="/")
+        # The head's proxy only: Serve binds every proxy's port with SO_REUSEPORT
+        # (serve/_private/http_util.py), so on nodes of one machine (an embedded cluster) the
+        # EveryNode default puts a proxy of each node on the same port and the kernel spreads
+        # the load's connections over them: a worker node's loss would be a proxy's loss too.
+        serve.start(proxy_location="HeadOnly", http_options={"host": HOST, "port": self.port})
+        app = _application(self.p.app, replicas=self.p.replicas, resources=self.p.replica_resources)
+        serve.run(app, name=APP, route_prefix="/")
         self.replica_classes, self.declared = self._deployed()
         # Alive ones only: an earlier run's (the twin's) dead actors are listed too.
         self.before = {c: {r.actor_id: r for r in self._actors(c) if r.state == "ALIVE"}
                        for c in (*self.replica_classes, CONTROLLER_CLASS, PROXY_CLASS)}
+        self.nodes_before = self._alive_nodes()
+        homes = {r.node_id for c in self.replica_classes for r in self.before[c].values()}
+        self.ctx.metric("replica_nodes", len(homes))
 
     def _deployed(self) -> tuple[list[str], int]:
         """The replicas' actor class of each deployment of the app, and the replicas declared:
@@ -198,6 +217,13 @@ class ServeApp(Workload):
 
         return list(list_actors(address=self.ctx.address, filters=[("class_name", "=", class_name)], detail=True,
                                 limit=10_000, timeout=LOOK_TIMEOUT, raise_on_missing_output=False))
+
+    def _alive_nodes(self) -> set[str]:
+        """The ids of the cluster's nodes the GCS lists ALIVE."""
+        from ray.util.state import list_nodes
+
+        return {n.node_id for n in list_nodes(address=self.ctx.address, filters=[("state", "=", "ALIVE")],
+                                              limit=10_000, timeout=LOOK_TIMEOUT, raise_on_missing_output=False)}
 
     def call_bounds(self) -> dict[str, float]:
         return {"setup": DEPLOY_TIMEOUT + 30.0, "teardown": 60.0,
@@ -232,11 +258,10 @@ class ServeApp(Workload):
                 _BASELINE_P99[self._key()] = p99([r.latency for r in reqs if r.ok(p.timeout)])
         killed = self._killed() if faults_at else []
         samples = self._await_restored(faults_at, killed)
-        unmeasured = [k.value for k in self.ctx.injected if k is not FaultKind.KILL]
-        if len(killed) != len(self.ctx.injections(FaultKind.KILL)):
-            unmeasured.append(f"{len(self.ctx.injections(FaultKind.KILL))} kills, {len(killed)} of Serve's "
-                              f"processes seen dead or restarted ({', '.join(killed) or 'none'})")
-        during = Window(faults_at[0], faults_at[-1] + p.recover_within) if faults_at else Window(0, 0)
+        unmeasured = self._unmeasured(killed) if faults_at else []
+        killed += [ServeFault.NODE] * len(self.ctx.injections(FaultKind.KILL_NODE))
+        during = Window(self._first_acting(faults_at), faults_at[-1] + p.recover_within) if faults_at \
+            else Window(0, 0)
         return [availability_verdict(reqs, during, objective=p.objective, timeout=p.timeout),
                 recovered_verdict(reqs, faults_at, baseline_p99=self._baseline_p99(reqs, faults_at),
                                   factor=p.p99_factor, slack=p.p99_slack, within=p.recover_within,
@@ -245,6 +270,30 @@ class ServeApp(Workload):
                 errors_documented_verdict(reqs, killed, unmeasured=unmeasured),
                 replicas_restored_verdict(samples, [(faults_at[-1], f) for f in killed],
                                           replicas=self.declared, within=p.restore_within)]
+
+    def _first_acting(self, faults_at: Sequence[float]) -> float:
+        """When the first fault may have begun to act: its confirmation, or for a node's loss
+        (confirmed once Ray declares the node dead) ``node_detected_within`` s before it."""
+        first = faults_at[0]
+        if first in self.ctx.injections(FaultKind.KILL_NODE):
+            first -= self.p.node_detected_within
+        return max(0.0, first)
+
+    def _unmeasured(self, killed: Sequence[ServeFault]) -> list[str]:
+        """The run's faults whose errors cannot be judged: a kind no table documents, or kills
+        and node losses that do not add up to the Serve processes seen dead or restarted (a
+        kill that missed, or a lost node none of Serve's processes ran on: fail closed)."""
+        found = [k.value for k in self.ctx.injected if k not in (FaultKind.KILL, FaultKind.KILL_NODE)]
+        lost = self.nodes_before - self._alive_nodes()
+        on_lost = sum(r.node_id in lost for rows in self.before.values() for r in rows.values())
+        kills, node_kills = len(self.ctx.injections(FaultKind.KILL)), len(self.ctx.injections(FaultKind.KILL_NODE))
+        if len(killed) != kills + on_lost:
+            found.append(f"{kills} kills and {len(lost)} lost nodes with {on_lost} of Serve's processes, "
+                         f"{len(killed)} of them seen dead or restarted ({', '.join(killed) or 'none'})")
+        if node_kills and (len(lost) != node_kills or not on_lost):
+            found.append(f"{node_kills} node kills, {len(lost)} nodes lost since setup, with {on_lost} of "
+                         "Serve's processes on them (a node's loss is judged only when it takes a replica)")
+        return found
 
     def _key(self) -> tuple[str, int, str]:
         """The experiment a twin and its chaos run share: cluster, seed and params."""
@@ -347,8 +396,9 @@ def per_second(reqs: Sequence[Request], *, timeout: float) -> dict[str, list[tup
     return series
 
 
-def _application(spec: str, *, replicas: int) -> Any:
-    """The Serve application to deploy: the one ``spec`` names, else the built-in ``echo``.
+def _application(spec: str, *, replicas: int, resources: Mapping[str, float] | None = None) -> Any:
+    """The Serve application to deploy: the one ``spec`` names, else the built-in ``echo``
+    (``replicas`` of it, each asking for the custom ``resources``).
 
     Raises:
         InvalidConfig: ``spec``'s module fails to import, or its attribute is no Serve app.
@@ -356,7 +406,8 @@ def _application(spec: str, *, replicas: int) -> Any:
     from ray import cloudpickle, serve
 
     if not spec:
-        return serve.deployment(name=DEPLOYMENT, num_replicas=replicas, ray_actor_options={"num_cpus": 0})(Echo).bind()
+        options = {"num_cpus": 0, "resources": dict(resources or {})}
+        return serve.deployment(name=DEPLOYMENT, num_replicas=replicas, ray_actor_options=options)(Echo).bind()
     name, _, attr = spec.partition(":")
     if os.getcwd() not in sys.path:  # as `python -m` and `serve run` have it: the user's modules, from here
         sys.path.insert(0, os.getcwd())

@@ -29,6 +29,7 @@ class ServeFault(StrEnum):
     REPLICA = "replica"  #: a deployment's replica (``ServeReplica:<app>:<deployment>``)
     CONTROLLER = "controller"  #: the ``ServeController``
     PROXY = "proxy"  #: the HTTP proxy (``ProxyActor``), one per node
+    NODE = "node"  #: a worker node lost (``kill_node``) with the replicas on it
 
 
 def serve_fault_of(class_name: str) -> ServeFault:
@@ -52,11 +53,15 @@ def serve_fault_of(class_name: str) -> ServeFault:
 #: none (the proxy sent its requests to the other), of one the requests waited at the proxy
 #: until the controller's new replica served (6.5 s: timeouts); a killed controller cost none
 #: (proxies and replicas serve without it); a killed proxy refused connections until the
-#: controller started a new one (26 s), and reset the one request it was answering.
+#: controller started a new one (26 s), and reset the one request it was answering. A worker
+#: node lost with one of two replicas (3 nodes, the proxy on the head) cost none: the proxy's
+#: router found the lost replica unavailable and answered its requests late from the other; a
+#: node's replicas count as killed replicas besides, so their timeouts are documented too.
 DOCUMENTED_ERRORS: Mapping[ServeFault, frozenset[ErrorKind]] = {
     ServeFault.REPLICA: frozenset({Failure.TIMEOUT}),
     ServeFault.CONTROLLER: frozenset(),
     ServeFault.PROXY: frozenset({Failure.REFUSED, Failure.RESET}),
+    ServeFault.NODE: frozenset(),
 }
 
 
