@@ -4,6 +4,7 @@ breaks on the bad one it is there to catch."""
 from __future__ import annotations
 
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -184,7 +185,7 @@ EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "serve"
 def test_the_serve_example_loads_from_its_folder(monkeypatch: pytest.MonkeyPatch) -> None:
     from scenarios import load_scenario
 
-    monkeypatch.setattr(sys, "path", list(sys.path))  # the loader puts the current directory on it
+    monkeypatch.setattr(sys, "path", list(sys.path))  # loading checks the form only; nothing may stay on it
     monkeypatch.chdir(EXAMPLE)
     scenario = load_scenario("serve-app.toml")
     assert scenario.params["app"] == "app:app" and scenario.workload == "serve"
@@ -259,3 +260,47 @@ def test_a_second_without_an_answer_has_no_latency_point() -> None:
     series = per_second(_steady(1.0) + lost, timeout=TIMEOUT)
     assert series["errors/s"] == [(0.0, 0.0), (1.0, 20.0)]
     assert [t for t, _ in series["p99_ms"]] == [0.0]  # a gap, not a latency of zero
+
+
+def test_an_app_is_imported_afresh_each_run_and_leaves_sys_path_as_it_was(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from ray import serve
+
+    from scenarios.workloads._serve import _application
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    before = list(sys.path)
+    source = ("from ray import serve\n@serve.deployment(num_replicas={n})\nclass D:\n"
+              "    def __call__(self, request): return 'ok'\napp = D.bind()\n")
+    (tmp_path / "fresh_app_mod.py").write_text(source.format(n=2), encoding="utf-8")
+    first = _application("fresh_app_mod:app", replicas=2)
+    (tmp_path / "fresh_app_mod.py").write_text(source.format(n=1), encoding="utf-8")
+    os.utime(tmp_path / "fresh_app_mod.py", (1, 1))  # else a same-second rewrite may reuse the bytecode
+    second = _application("fresh_app_mod:app", replicas=2)
+    assert isinstance(second, serve.Application) and sys.path == before
+    assert [first._bound_deployment.num_replicas, second._bound_deployment.num_replicas] == [2, 1]
+
+
+def test_a_missing_dependency_of_an_app_is_named_as_such(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from scenarios.workloads._serve import _application
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    (tmp_path / "needs_dep_mod.py").write_text("import no_such_dep_xyz\n", encoding="utf-8")
+    with pytest.raises(InvalidConfig, match=r"needs 'no_such_dep_xyz', which is not installed"):
+        _application("needs_dep_mod:app", replicas=2)
+
+
+@pytest.mark.parametrize("path", ["?text=a", "/a b"])
+def test_a_request_path_that_is_no_route_is_refused_at_load_time(tmp_path: Path, path: str) -> None:
+    from scenarios import ScenarioError, load_scenario
+
+    scenario = tmp_path / "bad.toml"
+    scenario.write_text(f'workload = "serve"\nduration = 6\n[params]\npath = {path!r}\n[[faults]]\nat = 2\n'
+                        'kind = "kill"\ntarget = { kind = "actor", class_name = "ServeController" }\n',
+                        encoding="utf-8")
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(str(scenario))
+    (problem,) = caught.value.problems
+    assert problem.field == "params.path" and "is not a route" in problem.fix, problem

@@ -105,6 +105,14 @@ class ServeParams(Params):
     #: replaced, a killed controller back).
     restore_within: float = 20.0
 
+    @field_validator("path")
+    @classmethod
+    def _path_form(cls, value: str) -> str:
+        if not value.startswith("/") or any(c.isspace() or not c.isprintable() for c in value):
+            raise ValueError(f"{value!r} is not a route; give one starting with '/' and without spaces "
+                             "(a query string too, URL-encoded: \"/?text=a+b\")")
+        return value
+
     @field_validator("app")
     @classmethod
     def _app_form(cls, value: str) -> str:
@@ -333,7 +341,7 @@ class ServeApp(Workload):
         kills, controller = killed.count(ServeFault.REPLICA), ServeFault.CONTROLLER in killed
         while True:
             samples.append(self._look())
-            if samples[-1].restored(replicas=self.p.replicas, replica_kills=kills, controller_killed=controller) \
+            if samples[-1].restored(replicas=self.declared, replica_kills=kills, controller_killed=controller) \
                     or time.monotonic() >= end:
                 return samples
             self._pause.wait(LOOK_EVERY)  # a poll's pace, never set: the run's stop has fired by now
@@ -409,16 +417,7 @@ def _application(spec: str, *, replicas: int, resources: Mapping[str, float] | N
         options = {"num_cpus": 0, "resources": dict(resources or {})}
         return serve.deployment(name=DEPLOYMENT, num_replicas=replicas, ray_actor_options=options)(Echo).bind()
     name, _, attr = spec.partition(":")
-    if os.getcwd() not in sys.path:  # as `python -m` and `serve run` have it: the user's modules, from here
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        raise InvalidConfig(f"app {spec!r}: {exc} (sys.path has the current directory, {os.getcwd()!r}); run from "
-                            "the app's folder, or install its package") from exc
-    except Exception as exc:  # the user's module may raise anything at import
-        raise InvalidConfig(f"app {spec!r}: importing {name!r} raised {type(exc).__name__}: {exc}; fix the module "
-                            f"(python -c 'import {name}' shows the same)") from exc
+    module = _import_fresh(name, spec)
     # By value: Serve's controller starts the replicas, and they need not find the user's module.
     cloudpickle.register_pickle_by_value(module)
     found = getattr(module, attr, None)
@@ -428,6 +427,35 @@ def _application(spec: str, *, replicas: int, resources: Mapping[str, float] | N
         raise InvalidConfig(f"app {spec!r}: {name}.{attr} is {found!r}, not a Serve application; give "
                             f"{APP_FORM} (in {name}.py: `{attr} = MyDeployment.bind()`)")
     return found
+
+
+def _import_fresh(name: str, spec: str) -> Any:
+    """Module ``name`` imported as `serve run` does, from the current directory, which leaves
+    ``sys.path`` again after; imported afresh when an earlier run in this process imported it
+    (else a changed app, or another folder's module of the same name, would be the one judged).
+
+    Raises:
+        InvalidConfig: the module (or one it imports) is missing, or its import raised.
+    """
+    here = os.getcwd()
+    added = here not in sys.path
+    if added:
+        sys.path.insert(0, here)
+    try:
+        sys.modules.pop(name, None)
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        ours = exc.name is None or name == exc.name or name.startswith(f"{exc.name}.")
+        raise InvalidConfig(f"app {spec!r}: {exc} (sys.path has the current directory, {here!r}); run from "
+                            "the app's folder, or install its package" if ours else
+                            f"app {spec!r}: importing {name!r} needs {exc.name!r}, which is not installed; "
+                            f"install it (pip install it where the driver and the replicas run)") from exc
+    except Exception as exc:  # the user's module may raise anything at import
+        raise InvalidConfig(f"app {spec!r}: importing {name!r} raised {type(exc).__name__}: {exc}; fix the module "
+                            f"(python -c 'import {name}' shows the same)") from exc
+    finally:
+        if added and here in sys.path:
+            sys.path.remove(here)
 
 
 def _running(deployment: Any) -> int:
