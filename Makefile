@@ -122,8 +122,8 @@ soak: $(STAMP)
 	$(PY) benchmarks/soak.py --seconds $(SOAK_SECONDS)
 	@$(MAKE) --no-print-directory leakcheck
 
-# Generated Ray programs under worker, actor and owner SIGKILLs for HUNT_MINUTES (default 30)
-# on a cluster of its own: prints each failure class found (with the program that replays it)
+# Generated Ray programs under worker, actor and owner SIGKILLs, object-store pressure and node
+# removal, for HUNT_MINUTES (default 30) on a cluster of its own (a head and one removable node): prints each failure class found (with the program that replays it)
 # and how many programs exercised each feature and fault.
 HUNT_MINUTES ?= 30
 hunt: $(STAMP)
