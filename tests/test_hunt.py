@@ -154,6 +154,38 @@ def test_a_program_prints_as_the_python_that_replays_it(program: Program) -> Non
     assert eval(repr(program), names) == program  # the point: a report is replayable
 
 
+def _borrows_from_own_actor(program: Program) -> bool:
+    """A call that borrows (a nested arg) a ref waiting on a call of its own actor."""
+    return any(isinstance(s, Call) and any(a.nested and program.waits_on_actor(a.source, s.actor) for a in s.args)
+               for s in program.steps)
+
+
+def _retries(program: Program, call: Call) -> bool:
+    actor = program.steps[call.actor]
+    return isinstance(actor, Actor) and actor.max_task_retries != 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(program=programs())
+def test_a_call_of_a_retrying_actor_never_borrows_what_waits_on_that_actor(program: Program) -> None:
+    """Ray may run such an actor's calls out of order once a retry occurs (actors/task-orders):
+    a later call, started first, would wait inside for one queued behind it (a program's deadlock)."""
+    for step in (s for s in program.steps if isinstance(s, Call) and _retries(program, s)):
+        assert not any(a.nested and program.waits_on_actor(a.source, step.actor) for a in step.args), program
+
+
+def test_an_actor_that_does_not_retry_may_still_be_given_its_own_earlier_results() -> None:
+    ordered = find(programs(), _borrows_from_own_actor, settings=settings(max_examples=2000, database=None))
+    assert all(not _retries(ordered, s) for s in ordered.steps
+               if isinstance(s, Call) and any(a.nested and ordered.waits_on_actor(a.source, s.actor) for a in s.args))
+
+
+def test_a_step_waits_on_an_actor_through_its_calls_and_whatever_depends_on_them() -> None:
+    program = Program((Actor(0), Call(0, 1), Task(2, (Arg(1),)), Put(3), Actor(1), Call(4, 2, (Arg(2),))))
+    assert [program.waits_on_actor(i, 0) for i in range(6)] == [False, True, True, False, False, True]
+    assert [program.waits_on_actor(i, 4) for i in range(6)] == [False] * 5 + [True]
+
+
 def test_a_cancelled_task_that_returns_its_value_is_a_lost_cancel_named_apart() -> None:
     program = Program((Cancel(4), Task(1, (Arg(0),)), Cancel(6, force=True)))
     lost = judge(program, (), {0: Observed(value=4), 1: Observed(value=5), 2: Observed(value=6)})
@@ -168,6 +200,18 @@ def test_a_cancelled_task_that_returns_its_value_is_a_lost_cancel_named_apart() 
     assert [f.signature.seen for f in judge(program, (), crashed)] == [Seen.OUTSIDE_TABLE]  # not without force
     wrong = judge(program, (), {**held, 0: Observed(value=5)})
     assert [f.signature.seen for f in wrong] == [Seen.WRONG_VALUE]
+
+
+def test_only_a_lost_cancel_is_a_known_finding_and_it_is_still_reported() -> None:
+    program = Program((Cancel(4, force=True), Task(1, (Arg(0),))))
+    failures = judge(program, (), {0: Observed(value=4), 1: Observed(hung=True, seconds=30.0)})
+    verdict = ProgramVerdict(program, (), (), tuple(failures), 30.0)
+    assert not verdict.ok and [f.signature.seen for f in verdict.new] == [Seen.HANG]
+    assert "a cancelled task returned its value (the cancel was lost) (force=True): step 0" in verdict.report()
+    assert "[known: findings/cancel_lost_under_load.py]" in verdict.report().splitlines()[0]
+    assert "[known" not in verdict.report().splitlines()[1]
+    wrong = judge(program, (), {0: Observed(value=5), 1: Observed(value=5)})
+    assert [f.signature.seen for f in ProgramVerdict(program, (), (), tuple(wrong), 0.0).new] == [Seen.WRONG_VALUE]
 
 
 def test_the_strategy_draws_object_store_pressure() -> None:

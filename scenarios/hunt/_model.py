@@ -164,6 +164,11 @@ class Program:
         return frozenset(f.victim for f in self.faults
                          if f.kind.holds and self.steps[f.victim].kind is not StepKind.ACTOR)
 
+    def waits_on_actor(self, index: int, actor: int) -> bool:
+        """Does step ``index``'s value wait on a call of ``actor`` (is one, or depends on one)?"""
+        waited = (self.steps[i] for i in {index} | self.depends(index))
+        return any(isinstance(s, Call) and s.actor == actor for s in waited)
+
     def depends(self, index: int) -> frozenset[int]:
         """The steps ``index`` waits for, transitively: its args, its actor, and the calls
         queued before it on that actor (an actor runs its calls in order)."""

@@ -36,6 +36,18 @@ def _args(draw: Any, steps: list[Step]) -> tuple[Arg, ...]:
     return tuple(Arg(i, draw(st.booleans())) for i in chosen)
 
 
+def _unordered_safe(steps: list[Step], actor: int, args: tuple[Arg, ...]) -> tuple[Arg, ...]:
+    """``args`` without a borrowed ref that waits on a call of ``actor`` when that actor retries
+    its calls. Ray documents that such an actor's calls may run out of order once a retry occurs
+    (actors/task-orders), and a restart retries: the call could run first and, single-threaded,
+    wait inside for one queued behind it. A deadlock of the program, not Ray's (docs/how-to/hunt.md)."""
+    retries = steps[actor]
+    if not isinstance(retries, Actor) or retries.max_task_retries == 0:
+        return args
+    program = Program(tuple(steps))
+    return tuple(a for a in args if not (a.nested and program.waits_on_actor(a.source, actor)))
+
+
 def _step(draw: Any, steps: list[Step]) -> Step:
     actors = [i for i, s in enumerate(steps) if s.kind is StepKind.ACTOR]
     gettable = [i for i, s in enumerate(steps) if s.kind in GETTABLE]
@@ -51,7 +63,8 @@ def _step(draw: Any, steps: list[Step]) -> Step:
     if kind is StepKind.ACTOR:
         return Actor(const, _args(draw, steps), draw(st.sampled_from([0, 1, -1])), draw(st.sampled_from([0, 1, -1])))
     if kind is StepKind.CALL:
-        return Call(draw(st.sampled_from(actors)), const, _args(draw, steps), draw(st.booleans()))
+        actor = draw(st.sampled_from(actors))
+        return Call(actor, const, _unordered_safe(steps, actor, _args(draw, steps)), draw(st.booleans()))
     if kind is StepKind.STREAM:
         count = draw(st.integers(1, 4))
         return Stream(const, count, draw(st.integers(0, count)), _args(draw, steps))
