@@ -60,14 +60,17 @@ def main() -> None:
     args = parser.parse_args()
     started = time.monotonic()
     stats, classes, ran = hunt(args.minutes)
-    print(f"\n{ran} programs in {(time.monotonic() - started) / 60:.1f} min; {len(classes)} failure classes")
+    new = [label for label, verdict in classes.items() if any(f.signature.label() == label for f in verdict.new)]
+    print(f"\n{ran} programs in {(time.monotonic() - started) / 60:.1f} min; {len(classes)} failure classes, "
+          f"{len(new)} not known (the rest reproduce under findings/)")
     print("\n| feature or fault | programs |\n|---|---|")
     for label, count in sorted(stats.items()):
         if not label.startswith("failure: "):
             print(f"| {label} | {count} |")
     print("\nfailure classes (first program of each, replayable):")
     for label, verdict in classes.items():
-        print(f"\n## {label}  ({stats['failure: ' + label]} steps)\n{verdict.report()}")
+        known = "" if label in new else ", known"
+        print(f"\n## {label}  ({stats['failure: ' + label]} steps{known})\n{verdict.report()}")
 
 
 if __name__ == "__main__":

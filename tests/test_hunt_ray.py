@@ -115,7 +115,7 @@ EVERY_FAULT = [
 @pytest.mark.parametrize("program", EVERY_FAULT, ids=["worker-kills", "owner-and-actor-kills", "store-pressure"])
 def test_every_fault_kind_lands_and_keeps_to_the_oracle(ray_cluster: ClusterHandle, program: Program) -> None:
     verdict = run_program(program, address=ray_cluster.address)
-    assert verdict.ok, verdict.report()
+    assert not verdict.new, verdict.report()  # a known finding (findings/) is reported, not failed on
     assert not verdict.missed, f"faults missed: {verdict.missed}"
     assert sorted(f.kind.value for f in verdict.landed) == sorted(f.kind.value for f in program.faults)
 
@@ -128,5 +128,7 @@ def test_generated_programs_under_faults_keep_to_the_oracle(ray_cluster: Cluster
     verdict = run_program(program, address=ray_cluster.address)
     for label in sorted(features(program) | fault_labels(verdict)):
         event(label)
+    for failure in verdict.failures:
+        event(f"failure: {failure.signature.label()}")
     target(verdict.slowest, label="slowest get (s)")
-    assert verdict.ok, verdict.report()
+    assert not verdict.new, verdict.report()

@@ -26,7 +26,7 @@ from scenarios.hunt._model import (
     Task,
     Wait,
 )
-from scenarios.hunt._oracle import ErrorKind, Failure, Observed, Seen, Signature, WaitSeen, judge
+from scenarios.hunt._oracle import ErrorKind, Failure, Observed, Seen, Signature, WaitSeen, judge, known_finding
 
 #: Seconds every get of a program shares: past it, what has not ended is a hang.
 BOUND = 30.0
@@ -59,10 +59,21 @@ class ProgramVerdict:
     def ok(self) -> bool:
         return not self.failures
 
+    @property
+    def new(self) -> tuple[Failure, ...]:
+        """The failures no known finding explains (see ``findings/``): what a hunt is for."""
+        return tuple(f for f in self.failures if known_finding(f) is None)
+
     def report(self) -> str:
-        """The failures and the program that replays them (its repr is a valid Program)."""
-        lines = [f"{f.signature.label()}: {f.message}" for f in self.failures]
+        """The failures (a known one with its reproduction) and the program that replays them
+        (its repr is a valid Program)."""
+        lines = [f"{f.signature.label()}: {f.message}" + _known_note(f) for f in self.failures]
         return "\n".join([*lines, f"replay: run_program({self.program!r})"])
+
+
+def _known_note(failure: Failure) -> str:
+    known = known_finding(failure)
+    return f" [known: {known.script}]" if known else ""
 
 
 @dataclass
