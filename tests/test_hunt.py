@@ -154,10 +154,10 @@ def test_a_program_prints_as_the_python_that_replays_it(program: Program) -> Non
     assert eval(repr(program), names) == program  # the point: a report is replayable
 
 
-def _borrows_from_own_actor(program: Program) -> bool:
-    """A call that borrows (a nested arg) a ref waiting on a call of its own actor."""
-    return any(isinstance(s, Call) and any(a.nested and program.waits_on_actor(a.source, s.actor) for a in s.args)
-               for s in program.steps)
+def _borrowing_from_own_actor(program: Program) -> list[Call]:
+    """The calls that borrow (a nested arg) a ref waiting on a call of their own actor."""
+    return [s for s in program.steps if isinstance(s, Call)
+            and any(a.nested and program.waits_on_actor(a.source, s.actor) for a in s.args)]
 
 
 def _retries(program: Program, call: Call) -> bool:
@@ -170,14 +170,13 @@ def _retries(program: Program, call: Call) -> bool:
 def test_a_call_of_a_retrying_actor_never_borrows_what_waits_on_that_actor(program: Program) -> None:
     """Ray may run such an actor's calls out of order once a retry occurs (actors/task-orders):
     a later call, started first, would wait inside for one queued behind it (a program's deadlock)."""
-    for step in (s for s in program.steps if isinstance(s, Call) and _retries(program, s)):
-        assert not any(a.nested and program.waits_on_actor(a.source, step.actor) for a in step.args), program
+    assert not [s for s in _borrowing_from_own_actor(program) if _retries(program, s)], program
 
 
 def test_an_actor_that_does_not_retry_may_still_be_given_its_own_earlier_results() -> None:
-    ordered = find(programs(), _borrows_from_own_actor, settings=settings(max_examples=2000, database=None))
-    assert all(not _retries(ordered, s) for s in ordered.steps
-               if isinstance(s, Call) and any(a.nested and ordered.waits_on_actor(a.source, s.actor) for a in s.args))
+    ordered = find(programs(), lambda p: bool(_borrowing_from_own_actor(p)),
+                   settings=settings(max_examples=2000, database=None))
+    assert all(not _retries(ordered, s) for s in _borrowing_from_own_actor(ordered))
 
 
 def test_a_step_waits_on_an_actor_through_its_calls_and_whatever_depends_on_them() -> None:
