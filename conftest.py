@@ -56,6 +56,14 @@ def scaled(examples: int, *, steps: int | None = None, **options: Any) -> settin
     return settings(**{**chosen, **options})
 
 
+def ci_sample(values: list[Any], *, keep: set[Any]) -> list[Any]:
+    """``values`` as test parameters, those not in ``keep`` marked ``deep``: CI's ``make slow``
+    runs the sample, ``make deep`` the rest (one of each kind keeps the tier within CI's budget)."""
+    missing = keep - set(values)
+    assert not missing, f"ci_sample: {sorted(missing)} kept but not among the values {values}"
+    return [v if v in keep else pytest.param(v, marks=pytest.mark.deep) for v in values]
+
+
 def default_sigint() -> None:
     """``preexec_fn`` for a child the test will Ctrl-C: a background job, ``nohup`` or a CI
     runner may have started this suite with SIGINT ignored, which the child would inherit

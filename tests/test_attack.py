@@ -178,6 +178,7 @@ def test_an_attack_on_a_program_raychaos_did_not_start(head: Head, tmp_path: Pat
 
 
 @pytest.mark.slow
+@pytest.mark.deep  # CI's budget: make slow attacks a program raychaos did not start
 def test_an_attack_submitted_as_a_ray_job(head: Head, tmp_path: Path) -> None:
     # A CI pipeline with no shell on the head: the attack is itself a job of the cluster.
     program, progress = _program(head.address, tmp_path, restarts=-1)

@@ -68,6 +68,7 @@ def test_the_sweep_samples_every_failpoint_durability_and_kind() -> None:
 
 
 @pytest.mark.slow  # make test's 10 minutes: the in-process sweep stays there
+@pytest.mark.deep  # CI's budget: make slow restores a Ray actor after a crash and a power loss (test_power_loss_ray.py)
 @pytest.mark.parametrize("case", CASES, ids=Case.label)
 def test_every_failpoint_recovers_on_ray(ray_cluster: ClusterHandle, case: Case, tmp_path: Path) -> None:
     storage, evidence = tmp_paths(tmp_path)

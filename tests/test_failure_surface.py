@@ -39,6 +39,7 @@ class Opener:
 
 
 @pytest.mark.slow  # make test's 10-minute budget (a fresh clone: 587 s wall with it)
+@pytest.mark.deep  # CI's budget: make slow runs the open-files scenario
 def test_an_open_file_limit_surfaces_emfile_through_ray_get_and_heals(
         ray_cluster: ClusterHandle, tmp_path: Any) -> None:
     chaos, opener = Chaos(address=ray_cluster.address), Opener.remote(str(tmp_path))
@@ -65,6 +66,7 @@ def disk() -> Iterator[str]:
 
 
 @pytest.mark.slow  # the in-process ENOSPC tests (tests/test_full_disk.py) stay in make test
+@pytest.mark.deep  # CI's budget: make slow runs the full-disk scenario
 def test_a_full_disk_fails_the_unlogged_add_loses_nothing_acknowledged_and_heals(
         ray_cluster: ClusterHandle, disk: str) -> None:
     counter = ray.remote(max_restarts=-1, max_task_retries=-1)(CheckpointedCounter).remote(
@@ -183,6 +185,7 @@ with redis_server() as redis, local_cluster(nodes=1, num_cpus=1, redis_address=r
 
 
 @pytest.mark.slow  # make test's 10 minutes (21 s); the gcs-restart scenario is there too
+@pytest.mark.deep  # CI's budget: make slow runs the gcs-restart scenario
 def test_a_gcs_restarted_by_a_thread_that_then_ends_keeps_serving() -> None:
     """Ray forks the GCS with PR_SET_PDEATHSIG, tied to the forking thread: healed from the
     schedule's thread, which ends after the last fault, the restarted GCS was SIGKILLed a

@@ -25,7 +25,7 @@ from chaos import ActorTarget, CpuHog, Kill, Schedule, TaskTarget, _watchdog, wa
 from chaos.cluster import ClusterHandle
 from chaos.errors import InvalidConfig
 from chaos.journal import read_journal
-from conftest import CALL_TIMEOUT
+from conftest import CALL_TIMEOUT, ci_sample
 from scenarios import RunResult, Scenario, Verdict, Workload, run_scenario
 from scenarios.model._workload import RunContext
 from scenarios.runner import SteadyState
@@ -616,15 +616,16 @@ def assert_idle_run_holds_nothing_about_itself(name: str, address: str) -> None:
     assert not [v for v in held if v.name not in CHECKS_BY_ITSELF or v.seen is not None], held
 
 
-@pytest.mark.slow  # 2 minutes of 16 runs on both clusters: make test's budget
-@pytest.mark.parametrize("name", sorted(set(WORKLOADS) - RUN_WITHOUT_STEPS - MULTINODE - OWN_CLUSTER))
+@pytest.mark.slow  # 2 minutes of 16 runs on both clusters: make test's budget; CI's: a sample
+@pytest.mark.parametrize("name", ci_sample(sorted(set(WORKLOADS) - RUN_WITHOUT_STEPS - MULTINODE - OWN_CLUSTER),
+                                          keep={"owner-death", "replay-crash-loop", "sampling"}))
 def test_a_run_that_did_nothing_holds_no_verdict_about_what_it_did(name: str, ray_cluster: ClusterHandle) -> None:
     assert_idle_run_holds_nothing_about_itself(name, ray_cluster.address)
 
 
 @pytest.mark.slow
 @pytest.mark.multinode
-@pytest.mark.parametrize("name", sorted(MULTINODE))
+@pytest.mark.parametrize("name", ci_sample(sorted(MULTINODE), keep={"node-loss"}))
 def test_a_run_on_worker_nodes_that_did_nothing_holds_no_verdict_about_what_it_did(
         name: str, ray_multinode_cluster: ClusterHandle) -> None:
     assert_idle_run_holds_nothing_about_itself(name, ray_multinode_cluster.address)

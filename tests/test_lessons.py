@@ -15,12 +15,15 @@ import pytest
 from click.testing import CliRunner
 
 from chaos.cluster import ClusterHandle
+from conftest import ci_sample
 from scenarios.cli import main
 from scenarios.lessons._catalog import Measure, find, lessons
 
 pytestmark = pytest.mark.ray
 OWN_CLUSTER = {"13-undeclared-gpu", "15-placement-groups"}
 SHARED = [item.id for item in lessons() if item.id not in OWN_CLUSTER]
+# CI's budget: make slow runs four lessons (a get, a restart, a retry, a timeout), make deep all.
+IN_CI = {"03-eager-get", "06-restarts-without-state", "11-no-timeout", "t2-max-retries-0"}
 
 
 def test_there_are_seventeen_pitfalls_and_two_tips() -> None:
@@ -79,6 +82,7 @@ def test_warm_up_gives_up_naming_the_count_when_workers_never_run_at_once(monkey
 
 
 @pytest.mark.slow
+@pytest.mark.deep  # CI's budget: make slow runs the lesson unloaded
 def test_the_eager_get_lesson_holds_on_a_loaded_machine(ray_cluster: ClusterHandle) -> None:
     """Lesson 03's fix wins by its margin with a CPU burner running beside the cluster.
 
@@ -96,7 +100,7 @@ def test_the_eager_get_lesson_holds_on_a_loaded_machine(ray_cluster: ClusterHand
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("lesson_id", SHARED)
+@pytest.mark.parametrize("lesson_id", ci_sample(SHARED, keep=IN_CI))
 def test_lesson_favours_the_fix(lesson_id: str, ray_cluster: ClusterHandle) -> None:
     result = CliRunner().invoke(main, ["explain", lesson_id, "--address", ray_cluster.address])
     assert result.exit_code == 0, result.output
@@ -105,6 +109,7 @@ def test_lesson_favours_the_fix(lesson_id: str, ray_cluster: ClusterHandle) -> N
 
 
 @pytest.mark.slow
+@pytest.mark.deep  # CI's budget: a cluster of its own for each
 @pytest.mark.parametrize("lesson_id", sorted(OWN_CLUSTER))
 def test_lesson_on_its_own_cluster_favours_the_fix(lesson_id: str) -> None:
     exe = Path(sys.executable).parent / "raychaos"

@@ -231,6 +231,7 @@ def _network_missing() -> list[str]:
 @pytest.mark.slow
 @pytest.mark.usefixtures("no_shared_cluster")
 @pytest.mark.skipif(bool(_network_missing()), reason="the network lab needs root, nft, ip and tc")
+@pytest.mark.deep  # CI's budget: make slow partitions a worker (partition-worker) beside its twin
 def test_partition_head_holds_its_invariants_and_its_twin_misses_the_cuts() -> None:
     from scenarios import run_scenario
     from scenarios.model._scenario import load_scenario

@@ -50,6 +50,7 @@ def test_every_puller_of_a_version_gets_the_same_ref_and_one_put(ray_cluster: Cl
 
 
 @pytest.mark.slow  # make test's budget on a slower day
+@pytest.mark.deep  # CI's budget
 def test_pull_waits_for_a_version_then_times_out(ray_cluster: ClusterHandle, storage: str) -> None:
     ps = start(storage)
     waiting = ps.pull.remote(1, timeout=20.0)
@@ -113,6 +114,7 @@ def test_sigkill_restores_checkpoint_or_pre_kill_state(ray_cluster: ClusterHandl
 
 
 @pytest.mark.slow
+@pytest.mark.deep  # CI's budget: the server's staleness and averaging are unit-tested in make test
 def test_staleness_and_sync_averaging_through_the_actor(ray_cluster: ClusterHandle, storage: str) -> None:
     stale = start(storage + "-stale", max_staleness=0)
     call(stale.push.remote(grads(1), worker_id="a", seq=0, base_version=0))

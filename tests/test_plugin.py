@@ -216,6 +216,7 @@ def test_a_failure_prints_the_journal(chaos):
 """
 
 
+@pytest.mark.slow  # make test's budget: 36 s of inner runs on a slow day (CI runs it in make slow)
 def test_the_chaos_marker_fails_closed(pytester: pytest.Pytester) -> None:
     """One child session (one cluster) for all the marker's cases; it leaves no Ray process."""
     pytester.makepyfile(test_chaos_marker=CHAOS_TESTS)
@@ -299,6 +300,7 @@ INJECT_LATENCY = 1.0
 
 
 @pytest.mark.slow
+@pytest.mark.deep  # CI's budget: the schedule's seeding is unit-tested in make test
 def test_the_same_chaos_seed_gives_the_same_journal(pytester: pytest.Pytester, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     pytester.makepyfile(test_seeded=SEEDED)

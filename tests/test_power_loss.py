@@ -277,6 +277,7 @@ def test_every_failpoint_recovers_after_a_power_loss(case: Case, mounted: FaultF
 
 
 @pytest.mark.slow
+@pytest.mark.deep  # CI's budget: make test runs the sampled sweep, make slow catches the plants with it
 @pytest.mark.parametrize("case", [c for c in all_cases() if c not in SAMPLED], ids=Case.label)
 def test_every_failpoint_recovers_after_a_power_loss_full(case: Case, mounted: FaultFS, tmp_path: Path) -> None:
     assert run_case(PowerCase(case), mounted, _evidence(tmp_path)).problems == []

@@ -310,6 +310,7 @@ def check_schedule(cluster: ClusterHandle, cls: type[FencedCounter], schedule: l
 # the old incarnation runs on (the split brain the fence is for).
 @example(schedule=[LONG_CUT])
 @scaled(2, phases=[Phase.explicit, Phase.generate])
+@pytest.mark.deep  # CI's budget: make slow partitions a worker (partition-worker) beside its twin
 def test_acknowledged_adds_survive_partitions_once_each_and_never_from_a_superseded_incarnation(
         cluster: ClusterHandle, schedule: list[Cut]) -> None:
     check_schedule(cluster, FencedCounter, schedule, must_refuse=schedule == [LONG_CUT])

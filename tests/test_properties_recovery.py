@@ -134,7 +134,8 @@ def test_replay_buffer_recovers(ray_cluster: ClusterHandle, durability: str) -> 
 # replay buffer's machine, the server's own Ray tests and its plant stay in make test; policy
 # durability, whose restore the buffer's policy machine already shows, is make deep's.
 @pytest.mark.slow
-@pytest.mark.parametrize("durability", [pytest.param("policy", marks=pytest.mark.deep), "wal"])
+@pytest.mark.deep  # CI's budget: make test runs the buffer's property, make slow the server's histories
+@pytest.mark.parametrize("durability", ["policy", "wal"])
 def test_parameter_server_recovers(ray_cluster: ClusterHandle, durability: str) -> None:
     machine = type(f"PS{durability}", (PSMachine,), {"durability": durability})
     run_state_machine_as_test(machine, settings=SERVER)

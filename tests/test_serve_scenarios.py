@@ -71,6 +71,7 @@ def test_serve_controller_kill_holds_beside_its_fault_free_twin(ray_cluster: Clu
     assert chaos.metrics["served_share"] == 1.0  # the proxy and replicas served without their controller
 
 
+@pytest.mark.deep  # CI's budget
 def test_a_cluster_already_running_serve_is_refused_and_left_running(ray_cluster: ClusterHandle) -> None:
     from ray import serve
     from ray.util.state import list_actors
