@@ -74,8 +74,9 @@ SUBMODULES = {
     "actors.param_server": {"GradientError", "PushResult", "ServerStats", "StaleGradientError", "VersionTimeout"},
     "actors.spare": {"SpareState", "SpareWorkerError", "spare_actor_env", "spare_job_env"},
     "scenarios.hunt": {
-        "TABLE", "Actor", "Arg", "Call", "Cancel", "ErrorKind", "Fault", "FaultKind", "Program", "ProgramVerdict",
-        "Put", "Seen", "Signature", "Situation", "StepKind", "Stream", "Task", "Wait", "programs", "run_program",
+        "TABLE", "Actor", "Arg", "Call", "Cancel", "ErrorKind", "Fault", "FaultKind", "Naming", "Program",
+        "ProgramVerdict", "Put", "Seen", "Signature", "Situation", "StepKind", "Stream", "Task", "Wait", "programs",
+        "run_program",
     },
     "scenarios.runner": {"DemoRow", "FaultRecord", "Probe", "Problem", "Sample", "SteadyState", "run_demo"},
 }

@@ -14,6 +14,7 @@ from scenarios.hunt import (
     ErrorKind,
     Fault,
     FaultKind,
+    Naming,
     Program,
     Put,
     Seen,
@@ -29,7 +30,7 @@ from scenarios.hunt._model import BLOCKING
 from scenarios.hunt._oracle import Observed, Outcome, WaitSeen, attempts, expect, judge, judge_step, judge_wait
 from scenarios.hunt._pressure import Pressure
 from scenarios.hunt._run import ProgramVerdict
-from scenarios.hunt._stats import fault_labels
+from scenarios.hunt._stats import fault_labels, features
 
 PRESSURE = FaultKind.OBJECT_STORE_PRESSURE
 STORE_FULL = frozenset({ErrorKind.OBJECT_STORE_FULL})
@@ -149,8 +150,8 @@ def test_an_owner_death_is_an_actor_kill_of_an_actor_that_put_what_the_program_h
 @settings(max_examples=100, deadline=None)
 @given(program=programs())
 def test_a_program_prints_as_the_python_that_replays_it(program: Program) -> None:
-    names = {name: globals()[name] for name in ("Actor", "Arg", "Call", "Cancel", "Fault", "FaultKind", "Program",
-                                               "Put", "Stream", "Task", "Wait")}
+    names = {name: globals()[name] for name in ("Actor", "Arg", "Call", "Cancel", "Fault", "FaultKind", "Naming",
+                                               "Program", "Put", "Stream", "Task", "Wait")}
     assert eval(repr(program), names) == program  # the point: a report is replayable
 
 
@@ -293,3 +294,47 @@ def test_a_task_on_a_removed_node_fails_its_dependents_or_runs_again_with_retrie
     assert judge_step(outcomes(0)[0], removed) is None and judge_step(outcomes(1)[0], removed) is not None
     killed = Program((Task(1),), (Fault(FaultKind.KILL_WORKER, 0, 0),))
     assert judge_step(expect(killed, killed.faults)[0], removed) == (Seen.OUTSIDE_TABLE, "NodeDiedError")
+
+
+def test_the_strategy_draws_named_and_detached_actors_with_calls_and_kills() -> None:
+    for naming in (Naming.NAMED, Naming.DETACHED):
+        def killed_while_named(p: Program, naming: Naming = naming) -> bool:
+            return any(f.kind.kills_actor and getattr(p.steps[p.actor_of(f)], "naming", None) is naming
+                       for f in p.faults) and any(isinstance(s, Call) for s in p.steps)
+
+        found = find(programs(), killed_while_named, settings=settings(max_examples=2000, database=None))
+        assert killed_while_named(found), found
+
+
+def test_the_statistics_name_named_and_detached_actors() -> None:
+    labels = features(Program((Actor(1, naming=Naming.NAMED), Actor(2, naming=Naming.DETACHED), Actor(3))))
+    assert {"actor: named (called through ray.get_actor)", "actor: detached (and named)"} <= labels
+    assert not {label for label in features(Program((Actor(3),))) if "named" in label}
+
+
+ACTOR_REMOVAL = FaultKind.ACTOR_NODE_REMOVAL
+
+
+def test_the_strategy_draws_the_removal_of_an_actors_node() -> None:
+    removed = find(programs(), lambda p: any(f.kind is ACTOR_REMOVAL for f in p.faults),
+                   settings=settings(max_examples=1000, database=None))
+    assert any(f.kind is ACTOR_REMOVAL for f in removed.faults)
+
+
+@settings(max_examples=200, deadline=None)
+@given(program=programs())
+def test_one_fault_a_program_takes_the_removable_node_and_an_actors_falls_on_an_actor(program: Program) -> None:
+    assert len([f for f in program.faults if f.kind.removes_node]) <= 1
+    for fault in (f for f in program.faults if f.kind is ACTOR_REMOVAL):
+        assert isinstance(program.steps[program.actor_of(fault)], Actor)
+
+
+def test_calls_of_an_actor_whose_node_was_removed_follow_its_restarts_as_a_kills_do() -> None:
+    def calls(restarts: int) -> tuple[Outcome, ...]:
+        program = Program((Actor(1, max_restarts=restarts, max_task_retries=-1), Call(0, 2), Call(0, 3)),
+                          (Fault(ACTOR_REMOVAL, 1, 1),))
+        return tuple(expect(program, program.faults)[1:])
+
+    dead, restarted = calls(0), calls(-1)
+    assert all(o is not None and o.value is None and o.errors == ACTOR_ERRORS for o in dead), dead  # in flight, after
+    assert restarted == (Outcome(3), Outcome(4)), restarted

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from chaos.cluster import ClusterHandle, local_cluster
-from scenarios.hunt import Arg, Fault, FaultKind, Program, Put, Task, Wait, run_program
+from scenarios.hunt import Actor, Arg, Call, Fault, FaultKind, Naming, Program, Put, Task, Wait, run_program
 from scenarios.hunt._run import HUNT_NODE
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.deep]
@@ -33,6 +33,19 @@ def removable(no_shared_cluster: None) -> Iterator[ClusterHandle]:
 @pytest.mark.parametrize("retries", [0, 1], ids=["no-retries", "a-retry"])
 def test_a_node_removal_lands_and_keeps_to_the_oracle(removable: ClusterHandle, retries: int) -> None:
     program = removal(retries)
+    verdict = run_program(program, address=removable.address, cluster=removable.cluster)
+    assert not verdict.new, verdict.report()
+    assert list(verdict.landed) == list(program.faults), f"faults missed: {verdict.missed}"
+
+
+@pytest.mark.parametrize("restarts", [0, -1], ids=["dies", "restarts"])
+def test_the_removal_of_an_actors_node_lands_and_keeps_to_the_oracle(removable: ClusterHandle, restarts: int) -> None:
+    """A named actor on the removable node, a call held in flight there and one queued behind it,
+    a boxed call's ref it owns: the node goes; without restarts every call raises, with them the
+    replacement node runs it again and the calls return their values."""
+    program = Program((Put(1), Actor(2, (Arg(0),), restarts, -1, Naming.NAMED), Call(1, 3, boxed=True),
+                       Call(1, 4), Call(1, 5), Task(6, (Arg(0),))),
+                      (Fault(FaultKind.ACTOR_NODE_REMOVAL, 3, 4),))
     verdict = run_program(program, address=removable.address, cluster=removable.cluster)
     assert not verdict.new, verdict.report()
     assert list(verdict.landed) == list(program.faults), f"faults missed: {verdict.missed}"

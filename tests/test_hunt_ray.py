@@ -20,6 +20,7 @@ from scenarios.hunt import (
     Cancel,
     Fault,
     FaultKind,
+    Naming,
     Program,
     ProgramVerdict,
     Put,
@@ -122,6 +123,21 @@ def test_every_fault_kind_lands_and_keeps_to_the_oracle(ray_cluster: ClusterHand
     assert not verdict.new, verdict.report()  # a known finding (findings/) is reported, not failed on
     assert not verdict.missed, f"faults missed: {verdict.missed}"
     assert sorted(f.kind.value for f in verdict.landed) == sorted(f.kind.value for f in program.faults)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("naming", [Naming.NAMED, Naming.DETACHED], ids=["named", "detached"])
+def test_named_and_detached_actors_called_by_name_keep_to_the_oracle_under_kills(
+        ray_cluster: ClusterHandle, naming: Naming) -> None:
+    """Calls through the handle ray.get_actor returned, a call held in flight at the kill and one
+    after it: the restarted actor answers both by its name; detached, it is killed afterwards."""
+    program = Program((Put(1), Actor(2, (Arg(0),), 1, -1, naming), Call(1, 3, (Arg(0, nested=True),)),
+                       Call(1, 4), Task(5, (Arg(2),))),
+                      (Fault(FaultKind.KILL_ACTOR, 2, 3),))
+    verdict = run_program(program, address=ray_cluster.address)
+    assert not verdict.new, verdict.report()
+    assert list(verdict.landed) == list(program.faults), f"faults missed: {verdict.missed}"
+    assert not verdict.failures, verdict.report()
 
 
 @pytest.mark.property

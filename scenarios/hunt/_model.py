@@ -27,10 +27,16 @@ class FaultKind(enum.Enum):
     OWNER_DEATH = "owner_death"  # SIGKILL an actor that has put objects the program holds
     OBJECT_STORE_PRESSURE = "object_store_pressure"  # fill the store past capacity: it spills
     NODE_REMOVAL = "node_removal"  # remove the node a task is pinned to while it runs; add another
+    ACTOR_NODE_REMOVAL = "actor_node_removal"  # remove the node an actor lives on; add another
 
     @property
     def kills_actor(self) -> bool:
-        return self in (FaultKind.KILL_ACTOR, FaultKind.OWNER_DEATH)
+        return self in (FaultKind.KILL_ACTOR, FaultKind.OWNER_DEATH, FaultKind.ACTOR_NODE_REMOVAL)
+
+    @property
+    def removes_node(self) -> bool:
+        """Does it take the cluster's one removable node (once a program)?"""
+        return self in (FaultKind.NODE_REMOVAL, FaultKind.ACTOR_NODE_REMOVAL)
 
     @property
     def holds(self) -> bool:
@@ -39,6 +45,18 @@ class FaultKind(enum.Enum):
 
     def __repr__(self) -> str:  # a program's repr is the Python that replays it
         return f"FaultKind.{self.name}"
+
+
+class Naming(enum.Enum):
+    """How an actor is known: by its creator's handle only, by a name its calls look it up by
+    (``ray.get_actor``), or by a name and detached from its creator's lifetime."""
+
+    ANONYMOUS = "anonymous"
+    NAMED = "named"
+    DETACHED = "detached"
+
+    def __repr__(self) -> str:
+        return f"Naming.{self.name}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,12 +92,14 @@ class Task:
 
 @dataclass(frozen=True, slots=True)
 class Actor:
-    """An actor whose base is ``const + sum(args)`` (its constructor gets the args)."""
+    """An actor whose base is ``const + sum(args)`` (its constructor gets the args); named or
+    detached, its calls go through the handle ``ray.get_actor`` returns for its name."""
 
     const: int
     args: tuple[Arg, ...] = ()
     max_restarts: int = 0
     max_task_retries: int = 0
+    naming: Naming = Naming.ANONYMOUS
     kind: StepKind = field(default=StepKind.ACTOR, repr=False)
 
 
@@ -145,7 +165,9 @@ class Fault:
     OBJECT_STORE_PRESSURE: ``victim`` is a value in the object store (a put, or a task's boxed
     ref), not held: the store is filled past its capacity, so Ray spills what it holds.
     NODE_REMOVAL: ``victim`` is a task pinned to the cluster's one removable node, held running
-    until that node is removed (a replacement is added at once, so a retry has somewhere to run)."""
+    until that node is removed (a replacement is added at once, so a retry has somewhere to run).
+    ACTOR_NODE_REMOVAL: as KILL_ACTOR, but the actor lives on the removable node and the whole
+    node is removed (raylet, workers, object store); a restart finds the replacement."""
 
     kind: FaultKind
     victim: int
@@ -182,7 +204,7 @@ class Program:
         return frozenset(found)
 
     def actor_of(self, fault: Fault) -> int:
-        """The actor step a KILL_ACTOR / OWNER_DEATH fault kills."""
+        """The actor step a KILL_ACTOR / OWNER_DEATH / ACTOR_NODE_REMOVAL fault kills."""
         assert fault.kind.kills_actor, f"{fault.kind!r} kills no actor"
         step = self.steps[fault.victim]
         return step.actor if isinstance(step, Call) else fault.victim

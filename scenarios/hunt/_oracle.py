@@ -57,7 +57,9 @@ class Situation(enum.Enum):
 #: CALL_WITHOUT_RETRIES, CALL_OF_FAILED_ACTOR; owner_death → OWNED_BY_KILLED too; the program's
 #: own ray.cancel → CANCELLED, FORCE_CANCELLED (and OWNED_BY_KILLED with force=True);
 #: object_store_pressure → SPILLED, MADE_UNDER_PRESSURE; node_removal → TASK_ON_REMOVED_NODE
-#: (with retries left the task runs again on the replacement node, and returns its value).
+#: (with retries left the task runs again on the replacement node, and returns its value);
+#: actor_node_removal → as kill_actor (Ray's actor fault-tolerance guide: an actor whose
+#: process or node died restarts up to max_restarts, else its calls raise ActorDiedError).
 #: Anything else is a finding.
 #:
 #: A task whose node died raises NodeDiedError ("the node is either dead or unreachable", as

@@ -19,6 +19,7 @@ from scenarios.hunt._model import (
     Cancel,
     Fault,
     FaultKind,
+    Naming,
     Program,
     Put,
     Step,
@@ -87,6 +88,8 @@ class Interpreter:
     cluster: Any = None  # a ray.cluster_utils.Cluster with one HUNT_NODE worker: node removals land
     marks: str = ""
     refs: dict[int, Any] = field(default_factory=dict)
+    #: A named actor's handle as ``ray.get_actor`` returned it: its calls go through it.
+    handles: dict[int, Any] = field(default_factory=dict)
     seen: dict[int, Observed | WaitSeen] = field(default_factory=dict)
     landed: list[Fault] = field(default_factory=list)
     missed: list[Fault] = field(default_factory=list)
@@ -126,11 +129,11 @@ class Interpreter:
         if isinstance(step, Task):
             return self.submit_task(index, step)
         if isinstance(step, Actor):
-            return self.submit_actor(step)
+            return self.submit_actor(index, step)
         if isinstance(step, Call):
             held = index in self.program.held()
-            return self.refs[step.actor].call.remote(index, step.const, self.marks, held, step.boxed,
-                                                     *self.args(step.args))
+            actor = self.handles.get(step.actor, self.refs[step.actor])
+            return actor.call.remote(index, step.const, self.marks, held, step.boxed, *self.args(step.args))
         if isinstance(step, Stream):
             return self.consume(index, step)
         if isinstance(step, Wait):
@@ -150,12 +153,21 @@ class Interpreter:
                                     resources=self.placement(index))
         return options.remote(index, step.const, self.marks, held, step.flaky, step.boxed, *self.args(step.args))
 
-    def submit_actor(self, step: Actor) -> Any:
+    def submit_actor(self, index: int, step: Actor) -> Any:
+        """The actor; named or detached, its calls' handle is the one its name looks up (Ray
+        registers a name as the actor is created, so the lookup finds it at once)."""
+        import ray
+
         from scenarios.hunt._remote import HuntActor, remote
 
+        named = {} if step.naming is Naming.ANONYMOUS else {"name": f"hunt-{self.run_id}-{index}"}
+        detached = {"lifetime": "detached"} if step.naming is Naming.DETACHED else {}
         options = remote(HuntActor).options(max_restarts=step.max_restarts, max_task_retries=step.max_task_retries,
-                                    num_cpus=0, resources=self.placement(-1))
-        return options.remote(step.const, *self.args(step.args))
+                                    num_cpus=0, resources=self.placement(index), **named, **detached)
+        actor = options.remote(step.const, *self.args(step.args))
+        if named:
+            self.handles[index] = ray.get_actor(named["name"])
+        return actor
 
     def submit_cancel(self, step: Cancel) -> Any:
         import ray
@@ -219,7 +231,9 @@ class Interpreter:
         step on the head (so only the victim dies with the node)."""
         if self.cluster is None:
             return {}
-        removed = any(f.kind is FaultKind.NODE_REMOVAL and f.victim == index for f in self.program.faults)
+        removed = any((f.kind is FaultKind.NODE_REMOVAL and f.victim == index)
+                      or (f.kind is FaultKind.ACTOR_NODE_REMOVAL and self.program.actor_of(f) == index)
+                      for f in self.program.faults)
         return {HUNT_NODE: 0.01} if removed else {HEAD: 0.001}
 
     def name(self, index: int) -> str:
@@ -241,7 +255,7 @@ class Interpreter:
             if held and not self._started(fault.victim):
                 self.missed.append(fault)
                 return
-            if fault.kind is FaultKind.NODE_REMOVAL:
+            if fault.kind.removes_node:
                 (self.landed if self.remove_node() else self.missed).append(fault)
                 return
             target = (TaskTarget(self.name(fault.victim)) if fault.kind is FaultKind.KILL_WORKER

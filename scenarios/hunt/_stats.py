@@ -3,7 +3,7 @@ hunt's statistics table."""
 
 from __future__ import annotations
 
-from scenarios.hunt._model import Actor, Call, Cancel, Program, Stream, Task, Wait
+from scenarios.hunt._model import Actor, Call, Cancel, Naming, Program, Stream, Task, Wait
 from scenarios.hunt._run import ProgramVerdict
 
 
@@ -26,7 +26,9 @@ def _step_features(step: object) -> set[str]:
     if isinstance(step, Actor):
         return {label for label, on in (("actor: refs as constructor arguments", bool(step.args)),
                                         ("actor: max_restarts != 0", step.max_restarts != 0),
-                                        ("actor: max_task_retries != 0", step.max_task_retries != 0)) if on}
+                                        ("actor: max_task_retries != 0", step.max_task_retries != 0),
+                                        ("actor: named (called through ray.get_actor)", step.naming is Naming.NAMED),
+                                        ("actor: detached (and named)", step.naming is Naming.DETACHED)) if on}
     if isinstance(step, Call):
         return {"call: returns a ref the actor put"} if step.boxed else set()
     if isinstance(step, Stream):

@@ -15,6 +15,7 @@ from scenarios.hunt._model import (
     Cancel,
     Fault,
     FaultKind,
+    Naming,
     Program,
     Put,
     Step,
@@ -61,7 +62,8 @@ def _step(draw: Any, steps: list[Step]) -> Step:
         return Task(const, _args(draw, steps), draw(st.sampled_from([0, 0, 1, 2])), draw(st.booleans()),
                     draw(st.booleans()), draw(st.booleans()))
     if kind is StepKind.ACTOR:
-        return Actor(const, _args(draw, steps), draw(st.sampled_from([0, 1, -1])), draw(st.sampled_from([0, 1, -1])))
+        return Actor(const, _args(draw, steps), draw(st.sampled_from([0, 1, -1])), draw(st.sampled_from([0, 1, -1])),
+                     draw(st.sampled_from(list(Naming))))
     if kind is StepKind.CALL:
         actor = draw(st.sampled_from(actors))
         return Call(actor, const, _unordered_safe(steps, actor, _args(draw, steps)), draw(st.booleans()))
@@ -123,13 +125,19 @@ def _kill(draw: Any, program: Program) -> Fault | None:
     victim = draw(st.sampled_from(candidates))
     after = _moment(draw, steps, victim)
     if steps[victim].kind is StepKind.TASK:
-        removed = any(f.kind is FaultKind.NODE_REMOVAL for f in program.faults)  # one node to remove
-        kinds = [FaultKind.KILL_WORKER] * 3 + ([] if removed else [FaultKind.NODE_REMOVAL])
+        kinds = [FaultKind.KILL_WORKER] * 3 + ([] if _removed(program) else [FaultKind.NODE_REMOVAL])
         return Fault(draw(st.sampled_from(kinds)), victim, after)
     actor = steps[victim].actor if isinstance(steps[victim], Call) else victim
     owns = any(isinstance(s, Call) and s.actor == actor and s.boxed and i <= after and i != victim
                for i, s in enumerate(steps))
-    return Fault(FaultKind.OWNER_DEATH if owns else FaultKind.KILL_ACTOR, victim, after)
+    kill = FaultKind.OWNER_DEATH if owns else FaultKind.KILL_ACTOR
+    kinds = [kill] * 3 + ([] if _removed(program) else [FaultKind.ACTOR_NODE_REMOVAL])
+    return Fault(draw(st.sampled_from(kinds)), victim, after)
+
+
+def _removed(program: Program) -> bool:
+    """Has a fault taken the cluster's one removable node already?"""
+    return any(f.kind.removes_node for f in program.faults)
 
 
 def _no_held_dependents(program: Program) -> bool:
