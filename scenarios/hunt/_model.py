@@ -193,7 +193,8 @@ class Program:
 
     def depends(self, index: int) -> frozenset[int]:
         """The steps ``index`` waits for, transitively: its args, its actor, and the calls
-        queued before it on that actor (an actor runs its calls in order)."""
+        queued before it on that actor (an actor runs its calls in order; one that retries its
+        calls may not once a retry occurs, which the generator keeps clear of: ``_unordered_safe``)."""
         step, found = self.steps[index], set()
         direct = {a.source for a in getattr(step, "args", ())} | set(getattr(step, "sources", ()))
         if isinstance(step, Call):
