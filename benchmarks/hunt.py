@@ -12,7 +12,7 @@ from collections import Counter
 
 from hypothesis import HealthCheck, event, given, settings, target
 
-from chaos import local_cluster
+from chaos.cluster import local_cluster, redis_server
 from scenarios.hunt import Program, ProgramVerdict, programs, run_program
 from scenarios.hunt._run import HUNT_NODE
 from scenarios.hunt._stats import fault_labels, features
@@ -24,22 +24,23 @@ STORE_MB = 96
 
 def hunt(minutes: float) -> tuple[Counter[str], dict[str, ProgramVerdict], int]:
     """Run generated programs until ``minutes`` pass, on a head and one removable node (where
-    node removals land); returns the label counts, the first verdict of each failure class and
+    node removals land) whose GCS keeps its tables on a Redis of its own (where GCS restarts
+    land); returns the label counts, the first verdict of each failure class and
     how many programs ran."""
     stats: Counter[str] = Counter()
     classes: dict[str, ProgramVerdict] = {}
     ran = 0
     end = time.monotonic() + minutes * 60
-    with local_cluster(nodes=2, object_store_mb=STORE_MB, worker_resources={HUNT_NODE: 100.0},
-                       log_to_driver=False) as cluster:
+    with redis_server() as redis, local_cluster(nodes=2, object_store_mb=STORE_MB, redis_address=redis,
+                                                worker_resources={HUNT_NODE: 100.0}, log_to_driver=False) as cluster:
 
         @settings(max_examples=25, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-        @given(program=programs())
+        @given(program=programs(gcs_restart=True))
         def one(program: Program) -> None:
             nonlocal ran
             if time.monotonic() > end:
                 return
-            verdict = run_program(program, address=cluster.address, cluster=cluster.cluster)
+            verdict = run_program(program, address=cluster.address, cluster=cluster.cluster, gcs_restart=True)
             ran += 1
             for label in sorted(features(program) | fault_labels(verdict)):
                 event(label)

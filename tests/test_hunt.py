@@ -338,3 +338,24 @@ def test_calls_of_an_actor_whose_node_was_removed_follow_its_restarts_as_a_kills
     dead, restarted = calls(0), calls(-1)
     assert all(o is not None and o.value is None and o.errors == ACTOR_ERRORS for o in dead), dead  # in flight, after
     assert restarted == (Outcome(3), Outcome(4)), restarted
+
+
+GCS = FaultKind.GCS_RESTART
+
+
+def test_gcs_restarts_are_drawn_only_where_asked_for_and_once_a_program() -> None:
+    drawn = find(programs(gcs_restart=True), lambda p: any(f.kind is GCS for f in p.faults),
+                 settings=settings(max_examples=1000, database=None))
+    assert len([f for f in drawn.faults if f.kind is GCS]) == 1
+    assert GCS not in drawn.held() and not GCS.holds
+
+
+@settings(max_examples=200, deadline=None)
+@given(program=programs())
+def test_a_program_for_a_cluster_without_redis_has_no_gcs_restart(program: Program) -> None:
+    assert not any(f.kind is GCS for f in program.faults)
+
+
+def test_a_gcs_restart_changes_no_outcome() -> None:
+    steps = (Put(1), Actor(2, (Arg(0),)), Call(1, 3), Task(4, (Arg(2),)))
+    assert expect(Program(steps, (Fault(GCS, 1, 2),)), (Fault(GCS, 1, 2),)) == expect(Program(steps), ())

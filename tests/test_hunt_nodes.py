@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from chaos.cluster import ClusterHandle, local_cluster
+from chaos.cluster import ClusterHandle, local_cluster, redis_server
 from scenarios.hunt import Actor, Arg, Call, Fault, FaultKind, Naming, Program, Put, Task, Wait, run_program
 from scenarios.hunt._run import HUNT_NODE
 
@@ -25,8 +25,9 @@ def removal(retries: int) -> Program:
 
 @pytest.fixture(scope="module")
 def removable(no_shared_cluster: None) -> Iterator[ClusterHandle]:
-    with local_cluster(nodes=2, object_store_mb=96, worker_resources={HUNT_NODE: 100.0},
-                       log_to_driver=False) as handle:
+    """A head and one removable node; the GCS keeps its tables on a Redis of its own."""
+    with redis_server() as redis, local_cluster(nodes=2, object_store_mb=96, worker_resources={HUNT_NODE: 100.0},
+                                                redis_address=redis, log_to_driver=False) as handle:
         yield handle
 
 
@@ -49,3 +50,14 @@ def test_the_removal_of_an_actors_node_lands_and_keeps_to_the_oracle(removable: 
     verdict = run_program(program, address=removable.address, cluster=removable.cluster)
     assert not verdict.new, verdict.report()
     assert list(verdict.landed) == list(program.faults), f"faults missed: {verdict.missed}"
+
+
+def test_a_gcs_restart_with_work_in_flight_lands_and_changes_no_outcome(removable: ClusterHandle) -> None:
+    """The GCS killed and started again while a task, an actor's calls and a stream run, before
+    an actor is created and a named one looked up: every value as without the restart."""
+    program = Program((Put(1), Actor(2, (Arg(0),), 1, -1), Call(1, 3), Task(4, (Arg(0),), boxed=True),
+                       Actor(5, (Arg(3, nested=True),), 0, 0, Naming.NAMED), Call(4, 6), Wait((2, 3, 5), 3, None)),
+                      (Fault(FaultKind.GCS_RESTART, 2, 3),))
+    verdict = run_program(program, address=removable.address, cluster=removable.cluster, gcs_restart=True)
+    assert list(verdict.landed) == list(program.faults), f"faults missed: {verdict.missed}"
+    assert not verdict.failures, verdict.report()

@@ -28,6 +28,7 @@ class FaultKind(enum.Enum):
     OBJECT_STORE_PRESSURE = "object_store_pressure"  # fill the store past capacity: it spills
     NODE_REMOVAL = "node_removal"  # remove the node a task is pinned to while it runs; add another
     ACTOR_NODE_REMOVAL = "actor_node_removal"  # remove the node an actor lives on; add another
+    GCS_RESTART = "gcs_restart"  # SIGKILL the GCS and start it again (it keeps its tables on Redis)
 
     @property
     def kills_actor(self) -> bool:
@@ -40,8 +41,9 @@ class FaultKind(enum.Enum):
 
     @property
     def holds(self) -> bool:
-        """Does its victim wait running until it lands? Pressure's victim is a value, not a process."""
-        return self is not FaultKind.OBJECT_STORE_PRESSURE
+        """Does its victim wait running until it lands? Pressure's victim is a value, not a
+        process; a GCS restart's is the step it follows, whatever that step still runs."""
+        return self not in (FaultKind.OBJECT_STORE_PRESSURE, FaultKind.GCS_RESTART)
 
     def __repr__(self) -> str:  # a program's repr is the Python that replays it
         return f"FaultKind.{self.name}"
@@ -167,7 +169,11 @@ class Fault:
     NODE_REMOVAL: ``victim`` is a task pinned to the cluster's one removable node, held running
     until that node is removed (a replacement is added at once, so a retry has somewhere to run).
     ACTOR_NODE_REMOVAL: as KILL_ACTOR, but the actor lives on the removable node and the whole
-    node is removed (raylet, workers, object store); a restart finds the replacement."""
+    node is removed (raylet, workers, object store); a restart finds the replacement.
+    GCS_RESTART: the GCS is SIGKILLed and started again once step ``after`` is submitted, while
+    the steps before it may still run; ``victim`` is the step it was drawn for, not held. On a
+    cluster whose GCS keeps its tables on Redis it changes no step's outcome (Ray's GCS fault
+    tolerance guide: tasks, actors and objects stay; what needs the GCS waits for it)."""
 
     kind: FaultKind
     victim: int

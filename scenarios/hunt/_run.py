@@ -39,6 +39,8 @@ PROBE_BOUND = 30.0
 HUNT_NODE = "hunt_node"
 #: The resource the head of a ``local_cluster`` of several nodes has: every other step asks for it.
 HEAD = "rc_head"
+#: Seconds a GCS restart keeps the GCS down before starting it again.
+GCS_DOWN = 0.5
 #: Seconds the replacement of a removed node has to join.
 NODE_BOUND = 60.0
 #: The replacement node's object store (bytes): small, as the hunt's own.
@@ -86,6 +88,7 @@ class Interpreter:
     address: str
     bound: float = BOUND
     cluster: Any = None  # a ray.cluster_utils.Cluster with one HUNT_NODE worker: node removals land
+    gcs_restart: bool = False  # the cluster's GCS keeps its tables on Redis: GCS restarts land
     marks: str = ""
     refs: dict[int, Any] = field(default_factory=dict)
     #: A named actor's handle as ``ray.get_actor`` returned it: its calls go through it.
@@ -250,6 +253,9 @@ class Interpreter:
         if fault.kind is FaultKind.OBJECT_STORE_PRESSURE:
             self.press(fault)
             return
+        if fault.kind is FaultKind.GCS_RESTART:
+            (self.landed if self.restart_gcs() else self.missed).append(fault)
+            return
         held = fault.victim in self.program.held()
         try:
             if held and not self._started(fault.victim):
@@ -279,6 +285,20 @@ class Interpreter:
             return False
         self.cluster.add_node(num_cpus=1, object_store_memory=REPLACEMENT_STORE, resources={HUNT_NODE: 100.0})
         self.cluster.wait_for_nodes(timeout=NODE_BOUND)
+        return True
+
+    def restart_gcs(self) -> bool:
+        """SIGKILL the GCS and start it again (:class:`chaos.KillGcs`, confirmed answering with
+        its nodes alive); False (missed) unless the run was told its GCS keeps its tables on Redis."""
+        from chaos import Chaos, KillGcs
+
+        if not self.gcs_restart:
+            return False
+        try:
+            with Chaos(address=self.address).inject(KillGcs(seconds=GCS_DOWN)):
+                pass
+        except Exception:  # noqa: BLE001 - fail closed: a restart not confirmed is missed
+            return False
         return True
 
     def press(self, fault: Fault) -> None:
@@ -414,9 +434,12 @@ def observed_error(exc: BaseException, started: float) -> Observed:
     return Observed(error=classify(exc), error_type=root_name(exc), seconds=seconds)
 
 
-def run_program(program: Program, *, address: str, bound: float = BOUND, cluster: Any = None) -> ProgramVerdict:
+def run_program(program: Program, *, address: str, bound: float = BOUND, cluster: Any = None,
+                gcs_restart: bool = False) -> ProgramVerdict:
     """Run ``program`` with its faults on the connected cluster at ``address``; judge it.
     ``cluster``: its ``ray.cluster_utils.Cluster`` with one worker node holding :data:`HUNT_NODE`
     (``local_cluster(nodes=2, worker_resources={HUNT_NODE: 100})``), where node removals land;
-    without it they are missed."""
-    return Interpreter(program, address, bound, cluster).run()
+    without it they are missed. ``gcs_restart``: this process started the cluster with its GCS on
+    Redis (``local_cluster(redis_address=...)``), so GCS restarts land; without it they are missed
+    (a GCS killed without Redis would take the cluster with it)."""
+    return Interpreter(program, address, bound, cluster, gcs_restart).run()

@@ -84,12 +84,23 @@ def _moment(draw: Any, steps: tuple[Step, ...], victim: int) -> int:
     return int(draw(st.integers(victim, limit)))
 
 
-def _fault(draw: Any, program: Program) -> Fault | None:
+def _fault(draw: Any, program: Program, *, gcs_restart: bool) -> Fault | None:
     """One more fault: object-store pressure on a stored value now and then (one a program:
-    each fills the whole store), else a kill."""
+    each fills the whole store), a GCS restart (one a program) where asked for, else a kill."""
     if draw(st.integers(0, 3)) == 0 and (fault := _pressure(draw, program)) is not None:
         return fault
+    if gcs_restart and draw(st.integers(0, 3)) == 0 and (fault := _gcs(draw, program)) is not None:
+        return fault
     return _kill(draw, program)
+
+
+def _gcs(draw: Any, program: Program) -> Fault | None:
+    """A GCS restart after any step (drawn for that step, landing once it or a later one is
+    submitted), once a program."""
+    if any(f.kind is FaultKind.GCS_RESTART for f in program.faults):
+        return None
+    victim = draw(st.integers(0, len(program.steps) - 1))
+    return Fault(FaultKind.GCS_RESTART, victim, draw(st.integers(victim, len(program.steps) - 1)))
 
 
 def _taken(program: Program) -> set[int]:
@@ -147,15 +158,17 @@ def _no_held_dependents(program: Program) -> bool:
 
 
 @st.composite
-def programs(draw: Any, *, max_steps: int = MAX_STEPS, max_faults: int = 2) -> Program:
+def programs(draw: Any, *, max_steps: int = MAX_STEPS, max_faults: int = 2, gcs_restart: bool = False) -> Program:
     """Small Ray programs (2..``max_steps`` steps) and 1..``max_faults`` faults where the
-    program has a victim for one (a task, an actor, a call or a stored value); ``max_faults=0``: none."""
+    program has a victim for one (a task, an actor, a call or a stored value); ``max_faults=0``: none.
+    ``gcs_restart``: GCS restarts are drawn too (for a cluster whose GCS keeps its tables on
+    Redis: :func:`run_program`'s ``gcs_restart``)."""
     steps: list[Step] = []
     for _ in range(draw(st.integers(2, max_steps))):
         steps.append(_step(draw, steps))
     program = Program(tuple(steps))
     for _ in range(draw(st.integers(min(1, max_faults), max_faults))):
-        fault = _fault(draw, program)
+        fault = _fault(draw, program, gcs_restart=gcs_restart)
         if fault is None:
             break
         candidate = Program(program.steps, (*program.faults, fault))
