@@ -129,11 +129,13 @@ soak: $(STAMP)
 	$(PY) benchmarks/soak.py --seconds $(SOAK_SECONDS)
 	@$(MAKE) --no-print-directory leakcheck
 
-# Generated Ray programs under worker, actor and owner SIGKILLs, object-store pressure and node
-# removal, for HUNT_MINUTES (default 30) on a cluster of its own (a head and one removable node): prints each failure class found (with the program that replays it)
-# and how many programs exercised each feature and fault.
+# Generated Ray programs under worker, actor and owner SIGKILLs, object-store pressure, the
+# removal of a task's or an actor's node and GCS restarts, for HUNT_MINUTES (default 30) on a
+# cluster of its own (a head and one removable node, its GCS on a Redis of its own): prints each
+# failure class found (with the program that replays it) and how many programs exercised each
+# feature and fault.
 HUNT_MINUTES ?= 30
-hunt: $(STAMP)
+hunt: $(STAMP) redis bytecode
 	$(PY) benchmarks/hunt.py --minutes $(HUNT_MINUTES)
 	@$(MAKE) --no-print-directory leakcheck
 
