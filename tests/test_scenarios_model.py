@@ -22,7 +22,7 @@ BUILTINS = ["async-actor", "bandwidth-starved", "dqn-cartpole", "drain-preemptio
             "open-files", "owner-death", "parameter-server-crash", "partition-head", "partition-worker",
             "placement-group", "power-loss", "redis-loss", "replay-crash-loop", "replay-crash-loop-beyond",
             "rllib-ppo-cartpole", "rpc-failures", "rpc-failures-no-retries", "serve-controller-kill",
-            "serve-node-loss", "serve-replica-kill", "slow-checkpoint-disk",
+            "serve-node-loss", "serve-proxy-kill", "serve-replica-kill", "slow-checkpoint-disk",
             "spill-disk-faults", "starvation", "straggler", "train-torch-ddp", "train-torch-ddp-no-retries",
             "tune-trials"]
 #: Built-ins whose faults are set up with the cluster, not scheduled (Ray's RPC failure knob).

@@ -180,3 +180,25 @@ def test_replicas_on_the_lost_node_only_turn_availability_red(ray_multinode_clus
     assert chaos.metrics["replica_nodes"] == 1
     red = {name for name, held in _held(chaos).items() if not held}
     assert {"availability", "recovered_to_baseline", "replicas_restored"} <= red, chaos.verdicts
+
+
+def test_serve_proxy_kill_holds_beside_its_fault_free_twin(ray_multinode_cluster: ClusterHandle) -> None:
+    baseline, chaos = run_scenario(load_scenario("serve-proxy-kill"), address=ray_multinode_cluster.address)
+    assert baseline.status is RunStatus.COMPLETED and baseline.metrics["served_share"] == 1.0, baseline.error
+    _say(chaos)
+    assert not chaos.deviated, (chaos.error, _red(chaos), chaos.faults)
+    (fault,) = chaos.faults
+    assert fault.kind is FaultKind.KILL and fault.status is FaultStatus.INJECTED
+    assert not _held(baseline)["availability"] and not _held(baseline)["replicas_restored"]
+
+
+@pytest.mark.deep
+def test_a_single_proxy_turns_availability_and_recovery_red(ray_cluster: ClusterHandle) -> None:
+    scenario = load_scenario("serve-proxy-kill")
+    scenario = replace(scenario, params={**scenario.params, "proxy_location": "HeadOnly"})
+    (chaos,) = run_scenario(scenario, address=ray_cluster.address, baseline=False)
+    assert chaos.status is RunStatus.COMPLETED, chaos.error
+    _say(chaos)
+    red = {name for name, held in _held(chaos).items() if not held}
+    # The only proxy's port refuses connections until the controller starts a new proxy.
+    assert {"availability", "recovered_to_baseline"} <= red and "errors_documented" not in red, chaos.verdicts

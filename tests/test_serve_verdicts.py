@@ -111,6 +111,21 @@ def test_replicas_restored_holds_and_breaks() -> None:
     assert not replicas_restored_verdict(back, [], replicas=2, within=5).held  # the fault-free twin
 
 
+def test_a_killed_proxy_is_restored_only_once_as_many_proxies_are_alive_as_before() -> None:
+    proxy = [(3.0, ServeFault.PROXY)]
+    back, short = ServeSample(4.0, 2, 0, False, 3), ServeSample(4.0, 2, 0, False, 2)
+    assert replicas_restored_verdict([short, ServeSample(6.0, 2, 0, False, 3)], proxy, replicas=2, within=5,
+                                     proxies=3).held
+    verdict = replicas_restored_verdict([short], proxy, replicas=2, within=5, proxies=3)
+    assert not verdict.held and "3 proxies to be back" in verdict.detail and "2 proxies alive" in verdict.detail
+    # Without a proxy's kill, the proxies' count is not asked for.
+    assert replicas_restored_verdict([short], [(3.0, ServeFault.CONTROLLER)], replicas=2, within=5, proxies=3).held \
+        is False  # the controller is not back in this look
+    assert replicas_restored_verdict([ServeSample(4.0, 2, 0, True, 2)], [(3.0, ServeFault.CONTROLLER)], replicas=2,
+                                     within=5, proxies=3).held
+    assert back.restored(replicas=2, replica_kills=0, controller_killed=False, proxies=3)
+
+
 def test_serve_fault_of_a_kill_target() -> None:
     assert serve_fault_of("ServeReplica:raychaos:echo") is ServeFault.REPLICA
     assert serve_fault_of("ServeController") is ServeFault.CONTROLLER

@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import Field, field_validator
 
@@ -102,8 +102,12 @@ class ServeParams(Params):
     #: Seconds past its timeout a request may take before it counts as hung.
     hang_grace: float = 0.5
     #: Seconds after the last fault by which every replica is RUNNING again (a killed one
-    #: replaced, a killed controller back).
+    #: replaced, a killed controller back, a killed proxy's node with a proxy again).
     restore_within: float = 20.0
+    #: Where Serve runs its HTTP proxies: the head only, or every node. Serve binds each proxy's
+    #: port with ``SO_REUSEPORT``, so on an embedded cluster (nodes of one machine) every node's
+    #: proxy listens on the same port and the kernel spreads the load's connections over them.
+    proxy_location: Literal["HeadOnly", "EveryNode"] = "HeadOnly"
 
     @field_validator("path")
     @classmethod
@@ -184,11 +188,12 @@ class ServeApp(Workload):
         self._refuse_running_serve()
         self.port = _free_port()
         self.started_serve = True  # before start: a start that fails half-way is shut down too
-        # The head's proxy only: Serve binds every proxy's port with SO_REUSEPORT
-        # (serve/_private/http_util.py), so on nodes of one machine (an embedded cluster) the
+        # The head's proxy only by default: Serve binds every proxy's port with SO_REUSEPORT
+        # (serve/_private/http_util.py), so on nodes of one machine (an embedded cluster) its
         # EveryNode default puts a proxy of each node on the same port and the kernel spreads
         # the load's connections over them: a worker node's loss would be a proxy's loss too.
-        serve.start(proxy_location="HeadOnly", http_options={"host": HOST, "port": self.port})
+        # serve-proxy-kill asks for EveryNode: its proxies are what it kills.
+        serve.start(proxy_location=self.p.proxy_location, http_options={"host": HOST, "port": self.port})
         app = _application(self.p.app, replicas=self.p.replicas, resources=self.p.replica_resources)
         serve.run(app, name=APP, route_prefix="/")
         self.replica_classes, self.declared = self._deployed()
@@ -277,7 +282,8 @@ class ServeApp(Workload):
                 no_hang_verdict(reqs, timeout=p.timeout, grace=p.hang_grace),
                 errors_documented_verdict(reqs, killed, unmeasured=unmeasured),
                 replicas_restored_verdict(samples, [(faults_at[-1], f) for f in killed],
-                                          replicas=self.declared, within=p.restore_within)]
+                                          replicas=self.declared, within=p.restore_within,
+                                          proxies=len(self.before[PROXY_CLASS]))]
 
     def _first_acting(self, faults_at: Sequence[float]) -> float:
         """When the first fault may have begun to act: its confirmation, or for a node's loss
@@ -329,7 +335,8 @@ class ServeApp(Workload):
         restarted = any(int(r.num_restarts or 0) >= 1 or r.actor_id not in self.before[CONTROLLER_CLASS]
                         for r in controllers)
         running = _serve_status(lambda status: sum(_running(d) for d in status.applications[APP].deployments.values()))
-        return ServeSample(self.ctx.elapsed(), running, replaced, restarted)
+        proxies = sum(r.state == "ALIVE" for r in self._actors(PROXY_CLASS))
+        return ServeSample(self.ctx.elapsed(), running, replaced, restarted, proxies)
 
     def _await_restored(self, faults_at: Sequence[float], killed: Sequence[ServeFault]) -> list[ServeSample]:
         """Looks at Serve every :data:`LOOK_EVERY` s until one shows it whole again, or until
@@ -339,10 +346,11 @@ class ServeApp(Workload):
         samples: list[ServeSample] = []
         end = self.ctx.started + faults_at[-1] + self.p.restore_within
         kills, controller = killed.count(ServeFault.REPLICA), ServeFault.CONTROLLER in killed
+        proxies = len(self.before[PROXY_CLASS]) if ServeFault.PROXY in killed else 0
         while True:
             samples.append(self._look())
-            if samples[-1].restored(replicas=self.declared, replica_kills=kills, controller_killed=controller) \
-                    or time.monotonic() >= end:
+            if samples[-1].restored(replicas=self.declared, replica_kills=kills, controller_killed=controller,
+                                    proxies=proxies) or time.monotonic() >= end:
                 return samples
             self._pause.wait(LOOK_EVERY)  # a poll's pace, never set: the run's stop has fired by now
 

@@ -169,29 +169,36 @@ class ServeSample:
     running: int | None  #: replicas RUNNING per ``serve.status()``; None: it did not answer in time
     new_replicas: int  #: ALIVE replica actors that did not exist before the run (replacements)
     controller_restarted: bool  #: a ServeController ALIVE that was restarted or is a new actor
+    proxies: int = 0  #: ProxyActors ALIVE
 
-    def restored(self, *, replicas: int, replica_kills: int, controller_killed: bool) -> bool:
-        """Every replica declared RUNNING, each killed one replaced, a killed controller back."""
+    def restored(self, *, replicas: int, replica_kills: int, controller_killed: bool, proxies: int = 0) -> bool:
+        """Every replica declared RUNNING, each killed one replaced, a killed controller back,
+        and at least ``proxies`` proxies ALIVE (those of before the run, once one was killed)."""
         return (self.running == replicas and self.new_replicas >= replica_kills
-                and (self.controller_restarted or not controller_killed))
+                and (self.controller_restarted or not controller_killed) and self.proxies >= proxies)
 
 
 def replicas_restored_verdict(samples: Sequence[ServeSample], faults: Sequence[tuple[float, ServeFault]], *,
-                              replicas: int, within: float) -> Verdict:
+                              replicas: int, within: float, proxies: int = 0) -> Verdict:
     """``replicas_restored``: within ``within`` s of the last fault, one look at Serve shows the
-    declared ``replicas`` RUNNING, a new replica for each one killed, and a killed controller
-    ALIVE again; a run without faults has nothing restored (it does not hold)."""
+    declared ``replicas`` RUNNING, a new replica for each one killed, a killed controller ALIVE
+    again, and, once a proxy was killed, ``proxies`` proxies ALIVE (as many as before the run);
+    a run without faults has nothing restored (it does not hold)."""
     if not faults:
         return Verdict.over("replicas_restored", 0, held=False, detail="no fault: nothing to restore")
     last = max(t for t, _ in faults)
     kills = sum(f is ServeFault.REPLICA for _, f in faults)
     controller = any(f is ServeFault.CONTROLLER for _, f in faults)
+    proxies = proxies if any(f is ServeFault.PROXY for _, f in faults) else 0
     seen = [s for s in samples if last <= s.at <= last + within]
-    good = [s for s in seen if s.restored(replicas=replicas, replica_kills=kills, controller_killed=controller)]
+    good = [s for s in seen if s.restored(replicas=replicas, replica_kills=kills, controller_killed=controller,
+                                          proxies=proxies)]
     found = f"restored {good[0].at - last:.1f} s after it" if good else "never restored"
     latest = seen[-1] if seen else None
     state = "no look" if latest is None else (f"last look: {latest.running} running, {latest.new_replicas} new, "
-                                              f"controller restarted: {latest.controller_restarted}")
+                                              f"controller restarted: {latest.controller_restarted}, "
+                                              f"{latest.proxies} proxies alive")
     return Verdict.over("replicas_restored", len(faults), held=bool(good),
-                        detail=f"{replicas} replicas declared, {kills} killed, controller killed: {controller}; "
+                        detail=f"{replicas} replicas declared, {kills} killed, controller killed: {controller}"
+                        + (f", {proxies} proxies to be back" if proxies else "") + "; "
                         f"last fault at {last:.1f} s, {found} (bound {within:g} s; {state})")
