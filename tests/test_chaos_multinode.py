@@ -18,7 +18,8 @@ from chaos.cluster import ClusterHandle
 from chaos.errors import InvalidFaultSpec
 from conftest import CALL_TIMEOUT, scaled
 
-pytestmark = pytest.mark.multinode
+# make test's budget: the 3-node cluster starts in make slow only (its tests there use it too).
+pytestmark = [pytest.mark.multinode, pytest.mark.slow]
 
 
 @ray.remote(max_restarts=-1, max_task_retries=-1, resources={"worker": 1})

@@ -58,7 +58,25 @@ def run_case(case: Case, root: Path, *, broken: bool = False) -> list[str]:
     return problems + [f"{case.label()}: the final restore warned: {w}" for w in warned]
 
 
-@pytest.mark.parametrize("case", list(all_cases()), ids=Case.label)
+def one_per_failpoint() -> list[Case]:
+    """A case of every failpoint, rotating through each one's durabilities, kinds and skips."""
+    by_point: dict[str, list[Case]] = {}
+    for case in all_cases():
+        by_point.setdefault(case.point, []).append(case)
+    return [cases[i % len(cases)] for i, cases in enumerate(by_point.values())]
+
+
+SAMPLE = one_per_failpoint()
+
+
+def test_make_tests_sample_has_every_failpoint_durability_and_kind() -> None:
+    assert {c.point for c in SAMPLE} == {c.point for c in all_cases()}
+    assert {c.durability for c in SAMPLE} == {"policy", "wal"} and {c.incremental for c in SAMPLE} == {False, True}
+
+
+# make test's budget: a case of every failpoint there, every case in make slow.
+@pytest.mark.parametrize("case", [c if c in SAMPLE else pytest.param(c, marks=pytest.mark.slow) for c in all_cases()],
+                         ids=Case.label)
 def test_every_failpoint_recovers(case: Case, tmp_path: Path) -> None:
     assert run_case(case, tmp_path) == []
 

@@ -371,6 +371,7 @@ class PlantedNodeLoss(BlocksOnce, WORKLOADS["node-loss"]):  # type: ignore[misc]
 
 
 @pytest.mark.multinode
+@pytest.mark.slow  # make test's budget: the 3-node cluster starts in make slow only
 def test_every_node_loss_invariant_can_break(ray_multinode_cluster: ClusterHandle) -> None:
     # Its tasks need workers on the worker nodes, started cold there (on a loaded machine tasks 2
     # and 3 need not end within the run, and a 1 s drain left the planted error unseen). The drain waits

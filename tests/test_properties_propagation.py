@@ -235,6 +235,7 @@ def hold_then_release(refs: list[Any], nodes: list[Node], held: list[bool], root
                 Node("actor_flaky_exit", (), 0, False), Node("cancel_force", (), 1, False),
                 Node("final", (1,), 0, False)])
 @pytest.mark.property
+@pytest.mark.slow  # make test's budget (42 s there on a slow day): the max_retries=0 property stays
 @scaled(10)
 @given(nodes=graphs())
 def test_failures_propagate_as_predicted(ray_cluster: ClusterHandle, tmp_path_factory: Any,
