@@ -19,6 +19,7 @@ SUITES = {
 }
 
 
+@pytest.mark.slow  # make test's budget: 14 s of suites run in subprocesses
 @pytest.mark.parametrize(("suite", "outcome"), [
     ("passes", mutants.Outcome.SURVIVED), ("fails", mutants.Outcome.CAUGHT),
     ("hangs", mutants.Outcome.TIMED_OUT), ("breaks", mutants.Outcome.BROKEN)])

@@ -43,11 +43,11 @@ def _assert_held(report: Path, output: str) -> dict:
     return chaos_run
 
 
-@pytest.mark.parametrize("name", ["env-worker-kill", "replay-crash-loop", "owner-death",
+@pytest.mark.parametrize("name", ["env-worker-kill",
                                   # the slow tier (make test's budget): their plants stay in make test
                                   *(pytest.param(n, marks=pytest.mark.slow) for n in (
-                                      "env-worker-kill-no-retries", "replay-crash-loop-beyond", "straggler",
-                                      "parameter-server-crash", "starvation")),
+                                      "replay-crash-loop", "owner-death", "env-worker-kill-no-retries",
+                                      "replay-crash-loop-beyond", "straggler", "parameter-server-crash", "starvation")),
                                   pytest.param("async-actor", marks=pytest.mark.slow)])
 def test_builtin_scenario_holds_its_invariants(name: str, ray_cluster: ClusterHandle, tmp_path: Path) -> None:
     # Short runs; the parameter server's second kill waits for its first restart (torch's import).
