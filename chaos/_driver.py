@@ -66,6 +66,10 @@ class ScheduleObserver:
         """How long to keep ``entry``'s fault before healing it (``stop`` cuts it short)."""
         return float(getattr(entry.fault, "seconds", 0.0))
 
+    def injecting(self, index: int, entry: ScheduledFault) -> None:
+        """The fault's time came and it is injected next (a last look at what it will hit);
+        if it raises, the fault fails with that error and is not injected."""
+
     def injected(self, index: int, entry: ScheduledFault, injection: Any) -> None:
         """The fault took effect (confirmed); it is held next."""
 
@@ -150,6 +154,7 @@ def _one(chaos: Any, index: int, entry: ScheduledFault, stop: threading.Event, s
             turn=began, at=entry.at, most=MAX_CONCURRENT_FAULTS)))
     rng = random.Random(f"{getattr(chaos, 'seed', 0)}/{index}")
     try:
+        observer.injecting(index, entry)
         with chaos.inject(entry.fault, at=entry.at, rng=rng) as injection:
             confirmed = clock() - start  # a fault's effect can come well after its start
             observer.injected(index, entry, injection)

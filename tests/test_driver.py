@@ -240,3 +240,26 @@ def test_a_fault_thread_that_raises_outside_its_fault_still_leaves_its_outcome()
     assert [(o.status, o.error) for o in outcomes] == [
         (FaultStatus.FAILED, "the fault's thread raised OSError: clock unreadable")] * 2
     assert sorted(observer.seen) == [(0, FaultStatus.FAILED), (1, FaultStatus.FAILED)]
+
+
+def test_the_observer_looks_before_each_fault_is_injected_and_a_look_that_raises_fails_only_its_fault() -> None:
+    order: list[str] = []
+
+    class Engine(ScriptedEngine):
+        @contextmanager
+        def inject(self, fault: Any, *, at: float, rng: random.Random) -> Iterator[str]:
+            order.append(f"inject {fault.target.name}")
+            with super().inject(fault, at=at, rng=rng) as injection:
+                yield injection
+
+    class Looking(ScheduleObserver):
+        def injecting(self, index: int, entry: Any) -> None:
+            order.append(f"look {entry.fault.target.name}")
+            if entry.fault.target.name == "blind":
+                raise RuntimeError("no listing")
+
+    outcomes = run_schedule(Engine(), Schedule.explicit([(0.0, kill("ok")), (0.05, kill("blind"))]),
+                            observer=Looking())
+    assert order == ["look ok", "inject ok", "look blind"]
+    assert [o.status for o in outcomes] == [FaultStatus.INJECTED, FaultStatus.FAILED]
+    assert outcomes[1].error == "RuntimeError: no listing"

@@ -709,6 +709,13 @@ class _RunObserver(ScheduleObserver):
             return self.ctx.remaining()
         return float(getattr(entry.fault, "seconds", 0.0))
 
+    def injecting(self, index: int, entry: ScheduledFault) -> None:
+        # A workload judging Ray's answer to a kill looks at its targets once more: the kill's
+        # actor may have started after its last look (a slow machine's Tune trial did).
+        look = getattr(self.workload.workload, "before_kill", None)
+        if entry.kind is FaultKind.KILL and callable(look):
+            look()
+
     def injected(self, index: int, entry: ScheduledFault, injection: Injection) -> None:
         self.ctx.injected_fault(entry.kind)
         # A workload judging Ray's answer to a kill (the job's fault_seen) needs whom it killed.

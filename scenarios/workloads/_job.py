@@ -297,6 +297,18 @@ class Job(Workload):
             pass  # still reported as timed out: it did not end in its bound either way
         return JobEnd.TIMED_OUT
 
+    def before_kill(self) -> None:
+        """Called by the runner right before each kill: a listing of the actors it may hit, so
+        the one it kills was seen alive before it (listings a second apart, each taking seconds on
+        a loaded machine, missed a Tune trial that started just before its kill)."""
+        job_id = getattr(self, "job_id", None)
+        if job_id is None:
+            return
+        try:
+            self._look(job_id)
+        except Exception:  # noqa: BLE001 - a look missed fails fault_seen closed, never the kill
+            self.ctx.count("State API listings failed")
+
     def actors_killed(self, actor_ids: tuple[str, ...]) -> None:
         """Called by the runner as each kill is confirmed: the actors it killed, ``fault_seen``'s
         subject (any actor of the class would let another trial's or job's actor answer)."""
