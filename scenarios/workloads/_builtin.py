@@ -260,6 +260,9 @@ class _WorkerNodeTasks(_Tasks):
         self.on_node = [ray.remote(self.task_function).options(
             max_retries=self.retries, num_cpus=0.5, resources=self.resources,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=True)) for node in _worker_nodes()]
+        # A worker process waiting on each node before time zero: on a slow machine the first
+        # attempts on a node were still waiting for theirs when the node died, and none ran there.
+        ray.get([task.remote(0, 1) for task in self.on_node], timeout=CALL_TIMEOUT)
 
     def _submit(self, index: int) -> Any:
         if not self.on_node:
