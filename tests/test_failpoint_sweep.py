@@ -74,9 +74,9 @@ def test_make_tests_sample_has_every_failpoint_durability_and_kind() -> None:
     assert {c.durability for c in SAMPLE} == {"policy", "wal"} and {c.incremental for c in SAMPLE} == {False, True}
 
 
-# make test's budget: a case of every failpoint there, every case in make slow.
-@pytest.mark.parametrize("case", [c if c in SAMPLE else pytest.param(c, marks=pytest.mark.slow) for c in all_cases()],
-                         ids=Case.label)
+# make test's budget: a case of every failpoint there, every case in make deep (CI's budget).
+@pytest.mark.parametrize("case", [c if c in SAMPLE else pytest.param(c, marks=[pytest.mark.slow, pytest.mark.deep])
+                                  for c in all_cases()], ids=Case.label)
 def test_every_failpoint_recovers(case: Case, tmp_path: Path) -> None:
     assert run_case(case, tmp_path) == []
 

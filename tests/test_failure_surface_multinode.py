@@ -71,7 +71,7 @@ def counter_on(node: str, storage: str, *, graceful: bool) -> Any:
         storage, durability="policy", every_n=1000, checkpoint_on_sigterm=graceful)
 
 
-@pytest.mark.deep  # CI's budget: make slow runs the drain-preemption scenario and its plant
+@pytest.mark.deep  # CI's budget: make slow runs the drain-preemption scenario
 def test_a_preempted_node_loses_nothing_of_an_actor_that_checkpoints_on_sigterm(
         ray_multinode_cluster: ClusterHandle, tmp_path: Any) -> None:
     address = ray_multinode_cluster.address

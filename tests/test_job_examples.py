@@ -4,7 +4,7 @@ cluster: with the script's fault tolerance on it passes (exit 0); with it off
 
 make slow runs the Tune example with its fault tolerance (the exit-0 path end to end); make deep
 runs the other three, to keep CI's time (the exit-1 path is pinned in make test on recorded jobs,
-and Train's fault tolerance switched off by the train-torch-ddp scenario's plant in make slow)."""
+and Train's fault tolerance switched off by the train-torch-ddp scenario's plant in make deep)."""
 
 from __future__ import annotations
 

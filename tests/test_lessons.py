@@ -22,8 +22,8 @@ from scenarios.lessons._catalog import Measure, find, lessons
 pytestmark = pytest.mark.ray
 OWN_CLUSTER = {"13-undeclared-gpu", "15-placement-groups"}
 SHARED = [item.id for item in lessons() if item.id not in OWN_CLUSTER]
-# CI's budget: make slow runs four lessons (a get, a restart, a retry, a timeout), make deep all.
-IN_CI = {"03-eager-get", "06-restarts-without-state", "11-no-timeout", "t2-max-retries-0"}
+# CI's budget: make slow runs two lessons (a get, a restart), make deep all.
+IN_CI = {"03-eager-get", "06-restarts-without-state"}
 
 
 def test_there_are_seventeen_pitfalls_and_two_tips() -> None:

@@ -176,6 +176,7 @@ BREAK = settings(max_examples=10, stateful_step_count=3, deadline=None, derandom
 
 
 @pytest.mark.slow
+@pytest.mark.deep  # CI's budget: 266 s in CI's slow tier on 2026-12-04; make thorough shrinks too
 # Its search and shrink start a few dozen real actors and restart them: 283 s on 2026-12-02's
 # slower afternoon, against the suite's 300 s bound, which it then crossed in CI (a timeout
 # mid-shrink reads as Flaky).
@@ -224,7 +225,7 @@ class BrokenPSMachine(PSMachine):
 
 
 @pytest.mark.slow
-@pytest.mark.deep  # make slow shrinks the buffer's planted bug; this second shrink is two more minutes
+@pytest.mark.deep  # a second shrink, two more minutes (the buffer's is in make deep too: CI's budget)
 def test_a_parameter_server_that_applies_duplicates_is_caught_and_shrunk(
         ray_cluster: ClusterHandle) -> None:
     with pytest.raises(AssertionError, match=r"actor state .* != model") as excinfo:

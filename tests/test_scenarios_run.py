@@ -95,7 +95,8 @@ def _run_embedded(args: list[str], timeout: float) -> subprocess.CompletedProces
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["memory-pressure", "node-loss"])
+# memory-pressure in make deep: CI's budget (the flagship's run holds a memory fault).
+@pytest.mark.parametrize("name", [pytest.param("memory-pressure", marks=pytest.mark.deep), "node-loss"])
 def test_scenarios_with_their_own_cluster(name: str, tmp_path: Path) -> None:
     out = _run_embedded([name, "--report", str(tmp_path)], timeout=240)
     _assert_held(tmp_path, out.stdout + out.stderr)
@@ -155,10 +156,11 @@ def test_os_limit_and_full_disk_scenarios_hold_and_fail_closed_without_their_fau
 @pytest.mark.slow
 # node-unresponsive in make deep: make slow's frozen-node test (test_failure_surface_multinode.py)
 # shows the same detection, move and no-rejoin on the shared cluster in a third of the time.
-# placement-group and rpc-failures-no-retries in make deep too: CI's budget.
+# placement-group, lost-objects (its property runs in make slow) and rpc-failures-no-retries in
+# make deep too: CI's budget.
 @pytest.mark.parametrize("name", ci_sample(["gcs-restart", "node-unresponsive", "drain-preemption", "lost-objects",
                                             "placement-group", "rpc-failures", "rpc-failures-no-retries"],
-                                           keep={"gcs-restart", "drain-preemption", "lost-objects", "rpc-failures"}))
+                                           keep={"gcs-restart", "drain-preemption", "rpc-failures"}))
 def test_failure_surface_scenarios_on_their_own_cluster(name: str, tmp_path: Path) -> None:
     out = _run_embedded([name, "--report", str(tmp_path)], timeout=300)
     run = _assert_held(tmp_path, out.stdout + out.stderr)
@@ -183,9 +185,11 @@ def _broken_variant(tmp_path: Path, name: str, edit: tuple[str, str]) -> Path:
     pytest.param("node-unresponsive",
                  ('"nothing_acknowledged_lost"]', '"nothing_acknowledged_lost", "old_incarnations_gone"]'),
                  "old_incarnations_gone", marks=pytest.mark.deep),
-    # Without the SIGTERM hook, policy durability loses what came after the last checkpoint.
-    ("drain-preemption", ('target = { kind = "node" }', 'target = { kind = "node" }\n\n[params]\ngraceful = false'),
-     "drained_actor_lost_nothing"),
+    # Without the SIGTERM hook, policy durability loses what came after the last checkpoint
+    # (make deep: CI's budget).
+    pytest.param("drain-preemption", ('target = { kind = "node" }',
+                                      'target = { kind = "node" }\n\n[params]\ngraceful = false'),
+                 "drained_actor_lost_nothing", marks=pytest.mark.deep),
     # Without retries, a dropped reply is an error the caller sees: not every value returns.
     # (make deep: CI's budget; the fault-free twins of make slow show the rpc verdicts false.)
     pytest.param("rpc-failures-no-retries", ('invariants = ["errors_surface", "no_hang"]',
@@ -220,10 +224,10 @@ def test_a_ray_tune_experiment_survives_a_killed_trial_on_the_session_cluster(
 
 
 @pytest.mark.slow
-# CI's budget: make slow runs Train's (Tune's example runs under a kill in tests/test_job_examples.py);
-# make deep Tune's and RLlib's too.
-@pytest.mark.parametrize("name", ci_sample(["train-torch-ddp", "train-torch-ddp-no-retries", "tune-trials",
-                                            "rllib-ppo-cartpole"], keep={"train-torch-ddp"}))
+# CI's budget (Train's took 178 s there): make deep runs them; make slow runs Tune's example under
+# a kill (tests/test_job_examples.py) and a short Tune run on the session's cluster (below).
+@pytest.mark.deep
+@pytest.mark.parametrize("name", ["train-torch-ddp", "train-torch-ddp-no-retries", "tune-trials", "rllib-ppo-cartpole"])
 def test_ray_library_scenarios_on_their_own_cluster(name: str, tmp_path: Path) -> None:
     out = _run_embedded([name, "--report", str(tmp_path)], timeout=400)
     run = _assert_held(tmp_path, out.stdout + out.stderr)
@@ -248,7 +252,7 @@ def test_ray_library_scenarios_on_their_own_cluster(name: str, tmp_path: Path) -
                                      '"matches_fault_free", "no_hang", "no_reported_epoch_redone"]'),
                  {"no_reported_epoch_redone"}, marks=pytest.mark.deep),
     # Ray Tune's fault tolerance off: a killed trial ends in error; the others finish (make
-    # deep: make slow shows a library's fault tolerance switched off once, with Train's).
+    # deep, as Train's).
     pytest.param("tune-trials", ("[[faults]]\nat = 3\n", "[params]\nmax_failures = 0\n\n[[faults]]\nat = 3\n"),
                  {"experiment_finishes", "trial_failure_recovered", "no_iteration_lost",
                   "resumed_from_latest_checkpoint", "results_table_complete"}, marks=pytest.mark.deep),

@@ -80,8 +80,10 @@ def test_errors_documented() -> None:
     assert not errors_documented_verdict(refused, [ServeFault.CONTROLLER]).held
     assert not errors_documented_verdict(refused, []).held
     served_500 = [*_steady(1), Request(1.0, 0.01, status=500)]
-    verdict = errors_documented_verdict(served_500, [ServeFault.REPLICA])
+    assert errors_documented_verdict(served_500, [ServeFault.REPLICA]).held  # ReplicaUnavailableError
+    verdict = errors_documented_verdict(served_500, [ServeFault.CONTROLLER])
     assert not verdict.held and "500" in verdict.detail
+    assert not errors_documented_verdict([*_steady(1), Request(1.0, 0.01, status=503)], [ServeFault.REPLICA]).held
     assert errors_documented_verdict(_steady(1), []).held
 
 
