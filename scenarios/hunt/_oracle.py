@@ -224,12 +224,12 @@ def _call_under_kill(result: Outcome, index: int, step: Call, spec: Actor, fault
     """A call of a killed actor: dead for good without restarts; at most once without task
     retries; what it put before the kill is lost with its owner."""
     hit = index > fault.after or index == fault.victim  # queued after, or in flight at the kill
+    if step.boxed and index <= fault.after and index != fault.victim:  # restarts or not
+        result = result.may(Situation.OWNED_BY_KILLED)
     if spec.max_restarts == 0:
         return result.must(TABLE[Situation.CALL_OF_DEAD_ACTOR]) if hit else result.may(Situation.CALL_OF_DEAD_ACTOR)
     if spec.max_task_retries == 0 and (hit or index <= fault.after):
         result = result.may(Situation.CALL_WITHOUT_RETRIES)
-    if step.boxed and index <= fault.after and index != fault.victim:
-        result = result.may(Situation.OWNED_BY_KILLED)
     return result
 
 
