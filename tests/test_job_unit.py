@@ -83,6 +83,18 @@ def test_fault_seen_by_a_replacement_or_a_restart() -> None:
     assert fault_seen(_killed(2.0, "w1"), confirmed_late, job_id=JOB).held
 
 
+def test_a_trial_killed_while_its_actor_was_being_created_is_judged_as_one_alive() -> None:
+    """A Tune trial's actor still running its constructor (PENDING_CREATION) when the kill hit
+    its process: seen there, then replaced by a new one with as many alive as there were."""
+    creating = [ActorSighting(1.0, "t1", False, 0, "ImplicitFunc", JOB, creating=True),
+                *_sighted(1.0, ("t2", True, 0), cls="ImplicitFunc")]
+    replaced = _sighted(3.0, ("t1", False, 0), ("t2", True, 0), ("t3", True, 0), cls="ImplicitFunc")
+    assert fault_seen(_killed(2.0, "t1"), creating + replaced, job_id=JOB).held
+    # ...but not replaced (the survivor alone after it): red, as for an actor seen alive.
+    alone = _sighted(3.0, ("t1", False, 0), ("t2", True, 0), cls="ImplicitFunc")
+    assert not fault_seen(_killed(2.0, "t1"), creating + alone, job_id=JOB).held
+
+
 def test_fault_seen_red_when_nothing_came_back() -> None:
     before = _sighted(1.0, ("w1", True, 0), ("w2", True, 0))
     dead = before + _sighted(3.0, ("w1", False, 0), ("w2", True, 0))  # the survivor is no answer

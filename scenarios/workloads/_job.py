@@ -100,6 +100,13 @@ class ActorSighting:
     restarts: int
     class_name: str = ""
     job_id: str = ""
+    #: PENDING_CREATION: its worker process runs its constructor (a kill can hit it there).
+    creating: bool = False
+
+    @property
+    def there(self) -> bool:
+        """Alive, or being created: a process a kill can hit."""
+        return self.alive or self.creating
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,12 +175,14 @@ def _answered(at: float, actor_id: str, sightings: Sequence[ActorSighting]) -> s
     """"" when ``actor_id``, killed at ``at``, came back or was replaced in some listing after it."""
     # Its last listing alive: ``at`` is when the kill was confirmed, and a listing between the
     # kill and its confirmation may show it dead already.
-    alive = [s for s in sightings if s.at < at and s.actor_id == actor_id and s.alive]
+    # Being created counts: on a slower machine a Tune trial's actor was still running its
+    # constructor when the kill hit its process.
+    alive = [s for s in sightings if s.at < at and s.actor_id == actor_id and s.there]
     if not alive:
-        return f"kill at {at:.1f} s: its actor {actor_id[:12]} was never seen alive before it"
+        return f"kill at {at:.1f} s: its actor {actor_id[:12]} was never seen alive (or being created) before it"
     prior = max(alive, key=lambda s: s.at)
     cls = prior.class_name
-    alive_before = sum(s.at == prior.at and s.alive and s.class_name == cls for s in sightings)
+    alive_before = sum(s.at == prior.at and s.there and s.class_name == cls for s in sightings)
     known = {s.actor_id for s in sightings if s.at <= prior.at}
     for when in sorted({s.at for s in sightings if s.at > at}):
         rows = [s for s in sightings if s.at == when and s.alive and s.class_name == cls]
@@ -329,7 +338,7 @@ class Job(Workload):
             self.ctx.count("State API listings failed")
             return
         self.sightings += [ActorSighting(at, a.actor_id, a.state == "ALIVE", int(a.num_restarts or 0),
-                                         _short(a.class_name), str(a.job_id or ""))
+                                         _short(a.class_name), str(a.job_id or ""), a.state == "PENDING_CREATION")
                            for a in rows if any(_matches(t, a) for t in self.targets)]
 
     def _probe_round(self) -> list[ProbeRun]:
