@@ -3,7 +3,7 @@ each landed fault's exceptions from the table, and every verdict able to be fals
 
 from __future__ import annotations
 
-from hypothesis import find, given, settings
+from hypothesis import Phase, find, given, settings
 
 from scenarios.hunt import (
     TABLE,
@@ -37,6 +37,8 @@ STORE_FULL = frozenset({ErrorKind.OBJECT_STORE_FULL})
 
 KILLED = frozenset({ErrorKind.WORKER_CRASHED})
 ACTOR_ERRORS = frozenset({ErrorKind.ACTOR_DIED, ErrorKind.ACTOR_UNAVAILABLE})
+#: For "the strategy draws X": the first example found, not shrunk (shrinking only costs time here).
+DRAWN = settings(max_examples=2000, database=None, phases=[Phase.generate])
 
 
 def test_values_are_computed_directly_through_refs_boxes_actors_and_streams() -> None:
@@ -177,8 +179,7 @@ def test_a_call_of_a_retrying_actor_never_borrows_what_waits_on_that_actor(progr
 
 
 def test_an_actor_that_does_not_retry_may_still_be_given_its_own_earlier_results() -> None:
-    ordered = find(programs(), lambda p: bool(_borrowing_from_own_actor(p)),
-                   settings=settings(max_examples=2000, database=None))
+    ordered = find(programs(), lambda p: bool(_borrowing_from_own_actor(p)), settings=DRAWN)
     assert all(not _retries(ordered, s) for s in _borrowing_from_own_actor(ordered))
 
 
@@ -217,8 +218,7 @@ def test_only_a_lost_cancel_is_a_known_finding_and_it_is_still_reported() -> Non
 
 
 def test_the_strategy_draws_object_store_pressure() -> None:
-    pressed = find(programs(), lambda p: any(f.kind is PRESSURE for f in p.faults),
-                   settings=settings(max_examples=500, database=None))
+    pressed = find(programs(), lambda p: any(f.kind is PRESSURE for f in p.faults), settings=DRAWN)
     assert any(f.kind is PRESSURE for f in pressed.faults)
 
 
@@ -270,8 +270,7 @@ NODE_ERRORS = frozenset({ErrorKind.NODE_DIED, ErrorKind.WORKER_CRASHED})
 
 
 def test_the_strategy_draws_node_removal() -> None:
-    removed = find(programs(), lambda p: any(f.kind is REMOVAL for f in p.faults),
-                   settings=settings(max_examples=500, database=None))
+    removed = find(programs(), lambda p: any(f.kind is REMOVAL for f in p.faults), settings=DRAWN)
     assert any(f.kind is REMOVAL for f in removed.faults)
 
 
@@ -304,7 +303,7 @@ def test_the_strategy_draws_named_and_detached_actors_with_calls_and_kills() -> 
             return any(f.kind.kills_actor and getattr(p.steps[p.actor_of(f)], "naming", None) is naming
                        for f in p.faults) and any(isinstance(s, Call) for s in p.steps)
 
-        found = find(programs(), killed_while_named, settings=settings(max_examples=2000, database=None))
+        found = find(programs(max_steps=4), killed_while_named, settings=DRAWN)
         assert killed_while_named(found), found
 
 
@@ -318,8 +317,7 @@ ACTOR_REMOVAL = FaultKind.ACTOR_NODE_REMOVAL
 
 
 def test_the_strategy_draws_the_removal_of_an_actors_node() -> None:
-    removed = find(programs(), lambda p: any(f.kind is ACTOR_REMOVAL for f in p.faults),
-                   settings=settings(max_examples=1000, database=None))
+    removed = find(programs(max_steps=4), lambda p: any(f.kind is ACTOR_REMOVAL for f in p.faults), settings=DRAWN)
     assert any(f.kind is ACTOR_REMOVAL for f in removed.faults)
 
 
@@ -346,8 +344,7 @@ GCS = FaultKind.GCS_RESTART
 
 
 def test_gcs_restarts_are_drawn_only_where_asked_for_and_once_a_program() -> None:
-    drawn = find(programs(gcs_restart=True), lambda p: any(f.kind is GCS for f in p.faults),
-                 settings=settings(max_examples=1000, database=None))
+    drawn = find(programs(gcs_restart=True), lambda p: any(f.kind is GCS for f in p.faults), settings=DRAWN)
     assert len([f for f in drawn.faults if f.kind is GCS]) == 1
     assert GCS not in drawn.held() and not GCS.holds
 
