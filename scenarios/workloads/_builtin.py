@@ -28,6 +28,9 @@ __all__ = ["WORKLOADS"]
 
 #: The steady-state probe's task (a copy of ``sample_env`` under the harness's own name).
 PROBE_TASK = "raychaos_probe"
+#: The task that starts a worker process on each worker node before time zero (node-loss): its
+#: attempts are not the workload's, and never evidence that a node's loss reached the workload.
+WARM_UP_TASK = "raychaos_warm_up"
 
 
 def sample_env(index: int, steps: int) -> int:
@@ -262,7 +265,10 @@ class _WorkerNodeTasks(_Tasks):
             scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=True)) for node in _worker_nodes()]
         # A worker process waiting on each node before time zero: on a slow machine the first
         # attempts on a node were still waiting for theirs when the node died, and none ran there.
-        ray.get([task.remote(0, 1) for task in self.on_node], timeout=CALL_TIMEOUT)
+        warm = ray.remote(by_value(sample_env, WARM_UP_TASK))
+        ray.get([warm.options(num_cpus=0.5, resources=self.resources,
+                              scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=True)).remote(0, 1)
+                 for node in _worker_nodes()], timeout=CALL_TIMEOUT)
 
     def _submit(self, index: int) -> Any:
         if not self.on_node:
@@ -530,8 +536,8 @@ class _NodeLoss(_WorkerNodeTasks):
 
 
 def _attempts_on(address: str, nodes: set[str]) -> int:
-    """How many of this job's plain task attempts (the harness's probe aside) ran on ``nodes``,
-    per the State API."""
+    """How many of this job's plain task attempts (the harness's probe and warm-up aside) ran on
+    ``nodes``, per the State API."""
     import ray
     from ray.util.state import list_tasks
 
@@ -540,7 +546,7 @@ def _attempts_on(address: str, nodes: set[str]) -> int:
     rows = list_tasks(address=address, filters=[("job_id", "=", ray.get_runtime_context().get_job_id()),
                                                 ("type", "=", "NORMAL_TASK")],
                       limit=10_000, raise_on_missing_output=False, timeout=CALL_TIMEOUT)
-    return sum(row.node_id in nodes and row.name != PROBE_TASK for row in rows)
+    return sum(row.node_id in nodes and row.name not in (PROBE_TASK, WARM_UP_TASK) for row in rows)
 
 
 def task_evidence(verdict: Verdict, attempts_on_dead: int) -> Verdict:
