@@ -35,6 +35,18 @@ def _held(run: RunResult) -> dict[str, bool]:
     return {v.name: v.held for v in run.verdicts}
 
 
+def _one_kill_held_beside_its_twin(scenario: str, address: str) -> tuple[RunResult, RunResult]:
+    """``scenario`` and its fault-free twin: the twin served every request, the chaos run held
+    every verdict, and its one fault, a kill, was injected."""
+    baseline, chaos = run_scenario(load_scenario(scenario), address=address)
+    assert baseline.status is RunStatus.COMPLETED and baseline.metrics["served_share"] == 1.0, baseline.error
+    _say(chaos)
+    assert not chaos.deviated, (chaos.error, _red(chaos), chaos.faults)
+    (fault,) = chaos.faults
+    assert fault.kind is FaultKind.KILL and fault.status is FaultStatus.INJECTED
+    return baseline, chaos
+
+
 def test_serve_replica_kill_holds_beside_its_fault_free_twin(ray_cluster: ClusterHandle) -> None:
     baseline, chaos = run_scenario(load_scenario("serve-replica-kill"), address=ray_cluster.address)
     assert baseline.label is RunLabel.BASELINE and baseline.status is RunStatus.COMPLETED, baseline.error
@@ -106,12 +118,7 @@ def in_the_example(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.usefixtures("in_the_example")
 def test_the_serve_example_holds_beside_its_fault_free_twin(ray_cluster: ClusterHandle) -> None:
-    baseline, chaos = run_scenario(load_scenario("serve-app.toml"), address=ray_cluster.address)
-    assert baseline.status is RunStatus.COMPLETED and baseline.metrics["served_share"] == 1.0, baseline.error
-    _say(chaos)
-    assert not chaos.deviated, (chaos.error, _red(chaos), chaos.faults)
-    (fault,) = chaos.faults
-    assert fault.kind is FaultKind.KILL and fault.status is FaultStatus.INJECTED
+    _one_kill_held_beside_its_twin("serve-app.toml", ray_cluster.address)
 
 
 @pytest.mark.deep
@@ -183,12 +190,7 @@ def test_replicas_on_the_lost_node_only_turn_availability_red(ray_multinode_clus
 
 
 def test_serve_proxy_kill_holds_beside_its_fault_free_twin(ray_multinode_cluster: ClusterHandle) -> None:
-    baseline, chaos = run_scenario(load_scenario("serve-proxy-kill"), address=ray_multinode_cluster.address)
-    assert baseline.status is RunStatus.COMPLETED and baseline.metrics["served_share"] == 1.0, baseline.error
-    _say(chaos)
-    assert not chaos.deviated, (chaos.error, _red(chaos), chaos.faults)
-    (fault,) = chaos.faults
-    assert fault.kind is FaultKind.KILL and fault.status is FaultStatus.INJECTED
+    baseline, _ = _one_kill_held_beside_its_twin("serve-proxy-kill", ray_multinode_cluster.address)
     assert not _held(baseline)["availability"] and not _held(baseline)["replicas_restored"]
 
 
