@@ -3,6 +3,8 @@ each landed fault's exceptions from the table, and every verdict able to be fals
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from hypothesis import Phase, find, given, settings
 
 from scenarios.hunt import (
@@ -358,3 +360,15 @@ def test_a_program_for_a_cluster_without_redis_has_no_gcs_restart(program: Progr
 def test_a_gcs_restart_changes_no_outcome() -> None:
     steps = (Put(1), Actor(2, (Arg(0),)), Call(1, 3), Task(4, (Arg(2),)))
     assert expect(Program(steps, (Fault(GCS, 1, 2),)), (Fault(GCS, 1, 2),)) == expect(Program(steps), ())
+
+
+def test_a_gcs_restart_or_an_actors_node_removal_that_cannot_land_is_missed(tmp_path: Path) -> None:
+    """Fail closed: without a run told its GCS is on Redis, or without a removable node, the
+    fault is missed (never killed blind: a GCS without Redis would take the cluster with it)."""
+    from scenarios.hunt._run import Interpreter
+
+    program = Program((Actor(1), Call(0, 2)), (Fault(GCS, 0, 1), Fault(ACTOR_REMOVAL, 0, 1)))
+    interpreter = Interpreter(program, "127.0.0.1:1", marks=str(tmp_path))  # no cluster, no Redis
+    for fault in program.faults:
+        interpreter.land(fault)
+    assert interpreter.missed == list(program.faults) and not interpreter.landed
