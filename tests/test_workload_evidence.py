@@ -196,3 +196,16 @@ def test_node_gone_at_deadline_checks_the_node_and_the_time() -> None:
             ([6.5], {workers[1]: 0.4}, "seen dead -6.1 s")):  # long before the drain ended
         verdict = gone_verdict(drained, dead_at, workers, 5.0)
         assert not verdict.held and why in verdict.detail, verdict
+
+
+def test_the_harness_probe_and_warm_up_on_a_dead_node_are_no_evidence_of_the_workload() -> None:
+    from types import SimpleNamespace
+
+    from scenarios.workloads._builtin import PROBE_TASK, WARM_UP_TASK, attempts_among
+
+    def row(node: str, name: str) -> SimpleNamespace:
+        return SimpleNamespace(node_id=node, name=name)
+
+    harness = [row("dead", PROBE_TASK), row("dead", WARM_UP_TASK), row("alive", "sample_env")]
+    assert attempts_among(harness, {"dead"}) == 0
+    assert attempts_among([*harness, row("dead", "sample_env")], {"dead"}) == 1

@@ -546,6 +546,12 @@ def _attempts_on(address: str, nodes: set[str]) -> int:
     rows = list_tasks(address=address, filters=[("job_id", "=", ray.get_runtime_context().get_job_id()),
                                                 ("type", "=", "NORMAL_TASK")],
                       limit=10_000, raise_on_missing_output=False, timeout=CALL_TIMEOUT)
+    return attempts_among(rows, nodes)
+
+
+def attempts_among(rows: Any, nodes: set[str]) -> int:
+    """How many of the State API's task ``rows`` ran on ``nodes``, the harness's own probe and
+    warm-up aside (neither is evidence that a node's loss reached the workload)."""
     return sum(row.node_id in nodes and row.name not in (PROBE_TASK, WARM_UP_TASK) for row in rows)
 
 
