@@ -260,15 +260,15 @@ class _WorkerNodeTasks(_Tasks):
 
         super().setup()
         # Soft: a retry after the node's death runs on a node that is alive.
+        places = [NodeAffinitySchedulingStrategy(node, soft=True) for node in _worker_nodes()]
         self.on_node = [ray.remote(self.task_function).options(
-            max_retries=self.retries, num_cpus=0.5, resources=self.resources,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=True)) for node in _worker_nodes()]
+            max_retries=self.retries, num_cpus=0.5, resources=self.resources, scheduling_strategy=place)
+            for place in places]
         # A worker process waiting on each node before time zero: on a slow machine the first
         # attempts on a node were still waiting for theirs when the node died, and none ran there.
         warm = ray.remote(by_value(sample_env, WARM_UP_TASK))
-        ray.get([warm.options(num_cpus=0.5, resources=self.resources,
-                              scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=True)).remote(0, 1)
-                 for node in _worker_nodes()], timeout=CALL_TIMEOUT)
+        ray.get([warm.options(num_cpus=0.5, resources=self.resources, scheduling_strategy=place).remote(0, 1)
+                 for place in places], timeout=CALL_TIMEOUT)
 
     def _submit(self, index: int) -> Any:
         if not self.on_node:
