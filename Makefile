@@ -81,23 +81,27 @@ net:
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 		--no-install-recommends nftables iproute2)
 
+# When pytest fails: what the Ray clusters it left behind logged last (a driver that Ray ended
+# abruptly leaves its clusters' folders), then pytest's own exit code.
+POSTMORTEM = { rc=$$?; $(PY) -m chaos.postmortem; exit $$rc; }
+
 # The suite under Hypothesis's `ci` profile (pyproject's addopts), but the end-to-end runs
 # marked slow: within 8 minutes here. It prints its 15 slowest tests.
 test: $(STAMP) browser redis fuse net bytecode
-	$(PY) -m pytest -m "not slow" --durations=15 $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow" --durations=15 $(PYTEST_ARGS) || $(POSTMORTEM)
 	@$(MAKE) --no-print-directory leakcheck
 
 # The end-to-end tier (CI runs it after `make test`): the flagship and its report, scenarios
 # on their own clusters, the broken actors caught and shrunk. It prints its 25 slowest tests.
 slow: $(STAMP) browser redis fuse net bytecode
-	$(PY) -m pytest -m "slow and not deep" --durations=25 $(PYTEST_ARGS)
+	$(PY) -m pytest -m "slow and not deep" --durations=25 $(PYTEST_ARGS) || $(POSTMORTEM)
 	@$(MAKE) --no-print-directory leakcheck
 
 # What make slow shows once, shown again (a second shrink, a second route to a cluster, the
 # library plants that measure Ray's own behaviour, the real planted split brains): about 15
 # minutes here, not in CI.
 deep: $(STAMP) browser redis fuse net bytecode
-	$(PY) -m pytest -m deep --durations=10 $(PYTEST_ARGS)
+	$(PY) -m pytest -m deep --durations=10 $(PYTEST_ARGS) || $(POSTMORTEM)
 	@$(MAKE) --no-print-directory leakcheck
 
 # ruff over the checkout (rules in pyproject), mypy --strict on chaos/, actors/, scenarios/.

@@ -134,6 +134,34 @@ def head_of(address: str) -> _Head:
     return _Head(_HEADS[address])
 
 
+def head_down(address: str) -> list[str]:
+    """The head processes (GCS server, raylet) of the cluster at ``address``, started by this
+    process, that have exited or are stopped, each as ``gcs_server pid N exited with code C``;
+    [] while they run or when another process started that cluster. A driver outlives an
+    unreachable GCS by Ray's reconnect timeout (60 s) and then exits with nothing printed:
+    this names the loss when it happens."""
+    from ray._private import ray_constants
+
+    node = _HEADS.get(address)
+    if node is None:
+        return []
+    down = []
+    for kind in (ray_constants.PROCESS_TYPE_GCS_SERVER, ray_constants.PROCESS_TYPE_RAYLET):
+        for info in node.all_processes.get(kind, []):
+            if (code := info.process.poll()) is not None:
+                down.append(f"{kind} pid {info.process.pid} exited with code {code}")
+            elif _stopped(info.process.pid):
+                down.append(f"{kind} pid {info.process.pid} is stopped (SIGSTOP) and was not resumed")
+    return down
+
+
+def _stopped(pid: int) -> bool:
+    try:
+        return bool(psutil.Process(pid).status() == psutil.STATUS_STOPPED)
+    except psutil.Error:
+        return False
+
+
 def _is_ray(proc: psutil.Process) -> bool:
     try:
         text = proc.name() + " " + " ".join(proc.cmdline())

@@ -78,6 +78,21 @@ class RayHarness:
         self._stack = stack
         return self.handle
 
+    def lost_head(self) -> str | None:
+        """What of this cluster's head has exited or is stopped (its GCS or raylet), with the last severe
+        lines of the head's logs; then the cluster is closed, for the next test to start
+        another. None while the head runs (or no cluster is up)."""
+        if self.handle is None:
+            return None
+        from chaos._cluster import head_down
+        from chaos.postmortem import report
+
+        if not (down := head_down(self.handle.address)):
+            return None
+        logs = report(self.handle.temp_dir, last=5)[1:]
+        self.close()
+        return "; ".join(down) + ("\n" + "\n".join(logs) if logs else "")
+
     def close(self) -> None:
         stack, self._stack, self.handle = self._stack, None, None
         if stack is not None:
@@ -250,6 +265,17 @@ def _fail_unless_applied(run: ChaosRun, outcomes: list[Any]) -> None:
     except FaultsNotApplied as exc:
         pytest.fail(f"{exc}\nLengthen the test body, fix the target, or pass strict=False to "
                     "@pytest.mark.chaos to accept faults that did not happen.", pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
+    """Fail the test during which the shared cluster's GCS or head raylet died, naming what
+    exited: else the driver (this process) would exit 60 s later, mid-way through another test,
+    with nothing printed. The next test gets a fresh cluster."""
+    yield
+    harness = item.config.stash.get(_HARNESS, None)
+    if harness is not None and (lost := harness.lost_head()):
+        pytest.fail(f"raychaos: the shared Ray cluster's head died during this test: {lost}", pytrace=False)
 
 
 @pytest.fixture

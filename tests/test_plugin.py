@@ -109,6 +109,40 @@ def test_hang(ray_cluster):
     assert not alive, f"left running after Ctrl-C: {[p.pid for p in alive]}"
 
 
+LOST_HEAD = """
+import os, signal, ray
+from chaos import wait_until
+from chaos._cluster import head_down, head_of
+
+@ray.remote
+def one():
+    return 1
+
+def test_kills_the_gcs(ray_cluster):
+    os.kill(head_of(ray_cluster.address).gcs_pid(), signal.SIGKILL)
+    wait_until(lambda: head_down(ray_cluster.address), timeout=10, what="the GCS's exit to be seen")
+
+def test_not_ray_at_all():
+    pass
+
+def test_a_later_test_gets_a_cluster(ray_cluster):
+    assert ray.get(one.remote(), timeout=60) == 1
+"""
+
+
+@pytest.mark.slow  # two clusters started in a child pytest (~25 s)
+def test_a_test_during_which_the_shared_clusters_gcs_died_fails_naming_it(pytester: pytest.Pytester) -> None:
+    """Unnamed, the GCS's loss ends the driver 60 s later (exit code 1, mid-way through some
+    other test, nothing printed): the test it died in errors at teardown, naming what exited
+    and the head's last severe log lines, and the next test gets a fresh cluster."""
+    pytester.makepyfile(test_lost_head=LOST_HEAD)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=240)
+    result.assert_outcomes(passed=3, errors=1)
+    result.stdout.fnmatch_lines(["*ERROR at teardown of test_kills_the_gcs*",
+                                 "*the shared Ray cluster's head died during this test: gcs_server pid * "
+                                 "exited with code -9*"])
+
+
 # -- the chaos fixture and marker: fail closed --------------------------------------------------
 
 EXAMPLE = MARKER_HELP.split("Example: ", 1)[1]
