@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, event, given, settings, target
 
 from chaos.cluster import local_cluster, redis_server
 from scenarios.hunt import Program, ProgramVerdict, programs, run_program
-from scenarios.hunt._run import HUNT_NODE
+from scenarios.hunt._rpc import add_rpc_node
+from scenarios.hunt._run import HUNT_NODE, NODE_BOUND, REPLACEMENT_STORE
 from scenarios.hunt._stats import fault_labels, features
 
 #: The hunt's object store (MiB): small, so object-store pressure fills it past capacity (and
@@ -23,24 +24,26 @@ STORE_MB = 96
 
 
 def hunt(minutes: float) -> tuple[Counter[str], dict[str, ProgramVerdict], int]:
-    """Run generated programs until ``minutes`` pass, on a head and one removable node (where
-    node removals land) whose GCS keeps its tables on a Redis of its own (where GCS restarts
-    land); returns the label counts, the first verdict of each failure class and
-    how many programs ran."""
+    """Run generated programs until ``minutes`` pass, on a head, one removable node (where
+    node removals land) and one node whose processes fail RPCs (where RPC failures land), whose
+    GCS keeps its tables on a Redis of its own (where GCS restarts land); returns the label
+    counts, the first verdict of each failure class and how many programs ran."""
     stats: Counter[str] = Counter()
     classes: dict[str, ProgramVerdict] = {}
     ran = 0
     end = time.monotonic() + minutes * 60
     with redis_server() as redis, local_cluster(nodes=2, object_store_mb=STORE_MB, redis_address=redis,
                                                 worker_resources={HUNT_NODE: 100.0}, log_to_driver=False) as cluster:
+        add_rpc_node(cluster.cluster, object_store_bytes=REPLACEMENT_STORE, bound=NODE_BOUND)
 
         @settings(max_examples=25, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-        @given(program=programs(gcs_restart=True))
+        @given(program=programs(gcs_restart=True, rpc_failures=True))
         def one(program: Program) -> None:
             nonlocal ran
             if time.monotonic() > end:
                 return
-            verdict = run_program(program, address=cluster.address, cluster=cluster.cluster, gcs_restart=True)
+            verdict = run_program(program, address=cluster.address, cluster=cluster.cluster, gcs_restart=True,
+                                  rpc_failures=True)
             ran += 1
             for label in sorted(features(program) | fault_labels(verdict)):
                 event(label)

@@ -362,13 +362,126 @@ def test_a_gcs_restart_changes_no_outcome() -> None:
     assert expect(Program(steps, (Fault(GCS, 1, 2),)), (Fault(GCS, 1, 2),)) == expect(Program(steps), ())
 
 
-def test_a_gcs_restart_or_an_actors_node_removal_that_cannot_land_is_missed(tmp_path: Path) -> None:
+def test_a_gcs_restart_or_a_node_removal_that_cannot_land_is_missed(tmp_path: Path) -> None:
     """Fail closed: without a run told its GCS is on Redis, or without a removable node, the
     fault is missed (never killed blind: a GCS without Redis would take the cluster with it)."""
     from scenarios.hunt._run import Interpreter
 
-    program = Program((Actor(1), Call(0, 2)), (Fault(GCS, 0, 1), Fault(ACTOR_REMOVAL, 0, 1)))
+    program = Program((Actor(1), Call(0, 2), Task(3)),
+                      (Fault(GCS, 0, 1), Fault(ACTOR_REMOVAL, 0, 1), Fault(OBJECT_REMOVAL, 2, 2)))
     interpreter = Interpreter(program, "127.0.0.1:1", marks=str(tmp_path))  # no cluster, no Redis
     for fault in program.faults:
         interpreter.land(fault)
     assert interpreter.missed == list(program.faults) and not interpreter.landed
+
+
+OBJECT_REMOVAL = FaultKind.OBJECT_NODE_REMOVAL
+LOST = frozenset({ErrorKind.OBJECT_LOST})
+
+
+def test_the_strategy_draws_the_removal_of_the_node_holding_a_tasks_return() -> None:
+    removed = find(programs(), lambda p: any(f.kind is OBJECT_REMOVAL for f in p.faults), settings=DRAWN)
+    assert any(f.kind is OBJECT_REMOVAL for f in removed.faults)
+
+
+@settings(max_examples=200, deadline=None)
+@given(program=programs())
+def test_an_object_node_removal_falls_on_a_task_it_does_not_hold_and_that_waits_on_nothing_held(
+        program: Program) -> None:
+    for fault in (f for f in program.faults if f.kind is OBJECT_REMOVAL):
+        assert isinstance(program.steps[fault.victim], Task) and fault.victim not in program.held()
+        assert not program.depends(fault.victim) & program.held()  # it ends before its fault lands
+        assert program.stored_on_node() == {fault.victim}
+
+
+def test_a_return_lost_with_its_node_is_rebuilt_while_an_attempt_is_left() -> None:
+    def outcomes(task: Task) -> list[Outcome | None]:
+        program = Program((task, Task(2, (Arg(0, nested=True),))), (Fault(OBJECT_REMOVAL, 0, 0),))
+        return expect(program, program.faults)
+
+    assert outcomes(Task(1, max_retries=0)) == [Outcome(1, LOST), Outcome(3, LOST)]  # lost, or a copy was left
+    assert outcomes(Task(1, max_retries=1)) == [Outcome(1), Outcome(3)]  # lineage reconstruction
+    assert outcomes(Task(1, max_retries=1, retry_exceptions=True, flaky=True))[0] == Outcome(1, LOST)  # spent
+    boxed = outcomes(Task(1, max_retries=2, boxed=True))[0]
+    assert boxed == Outcome(1, TABLE[Situation.OWNED_BY_KILLED])  # its put died with the node
+    lost = Observed(error=ErrorKind.OBJECT_LOST, error_type="ObjectReconstructionFailedMaxAttemptsExceededError")
+    rebuilt = outcomes(Task(1, max_retries=1))[0]
+    assert rebuilt is not None and judge_step(rebuilt, lost) == (
+        Seen.OUTSIDE_TABLE, "ObjectReconstructionFailedMaxAttemptsExceededError")
+    failed_first = Program((Task(1),), (Fault(FaultKind.KILL_WORKER, 0, 0), Fault(OBJECT_REMOVAL, 0, 0)))
+    assert expect(failed_first, failed_first.faults)[0] == Outcome(None, KILLED)  # no stored value to lose
+
+
+def test_the_statistics_count_an_object_node_removal() -> None:
+    program = Program((Task(1),), (Fault(OBJECT_REMOVAL, 0, 0),))
+    assert fault_labels(ProgramVerdict(program, program.faults, (), (), 0.0)) == {"fault landed: object_node_removal"}
+
+
+RPC = FaultKind.RPC_FAILURES
+
+
+def test_rpc_failures_are_drawn_only_where_asked_for_once_a_program_on_a_victim_of_their_own() -> None:
+    drawn = find(programs(rpc_failures=True), lambda p: any(f.kind is RPC for f in p.faults), settings=DRAWN)
+    (fault,) = [f for f in drawn.faults if f.kind is RPC]
+    assert drawn.steps[fault.victim].kind in (StepKind.TASK, StepKind.STREAM, StepKind.ACTOR, StepKind.CALL)
+    assert fault.after == fault.victim and not RPC.holds and not RPC.removes_node and not RPC.kills_actor
+    others = [f for f in drawn.faults if f is not fault]
+    assert not {f.victim for f in others} & drawn.on_rpc_node()
+
+
+@settings(max_examples=200, deadline=None)
+@given(program=programs(rpc_failures=True))
+def test_no_other_fault_falls_on_what_runs_on_the_node_failing_rpcs(program: Program) -> None:
+    on_node = program.on_rpc_node()
+    assert len([f for f in program.faults if f.kind is RPC]) <= 1
+    for fault in (f for f in program.faults if f.kind is not RPC):
+        hit = program.actor_of(fault) if fault.kind.kills_actor else fault.victim
+        assert hit not in on_node, (fault, on_node)
+
+
+@settings(max_examples=100, deadline=None)
+@given(program=programs())
+def test_a_program_for_a_cluster_without_the_node_has_no_rpc_failures(program: Program) -> None:
+    assert not any(f.kind is RPC for f in program.faults)
+
+
+def test_rpc_failures_change_no_outcome_and_put_an_actor_with_its_calls_on_the_node() -> None:
+    steps = (Put(1), Actor(2, (Arg(0),), 1, -1), Call(1, 3), Task(4, (Arg(2),)), Stream(1, 2, 2, (Arg(3),)))
+    for victim in (1, 2, 3, 4):
+        program = Program(steps, (Fault(RPC, victim, victim),))
+        assert expect(program, program.faults) == expect(Program(steps), ())
+        assert program.on_rpc_node() == {1 if victim == 2 else victim}
+
+
+def test_rpc_failures_land_only_when_the_node_injected_some_while_the_program_ran(tmp_path: Path) -> None:
+    """Fail closed: without the node, or when its processes injected nothing, they are missed."""
+    from scenarios.hunt._rpc import Injections
+    from scenarios.hunt._run import Interpreter
+
+    program = Program((Task(1),), (Fault(RPC, 0, 0),))
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "raylet.out").write_text("[I] Inject RPC request failure for X.grpc_client.Y\n")
+    without = Interpreter(program, "", rpc_failures=True)
+    without._judge_rpc_failures(None)  # no node: no count
+    assert without.missed == list(program.faults) and not without.landed
+    idle = Injections.from_now(str(logs))  # what was there before the program is not counted
+    quiet = Interpreter(program, "", rpc_failures=True)
+    quiet._judge_rpc_failures(idle)
+    assert quiet.missed == list(program.faults) and not quiet.landed
+    with open(logs / "python-core-worker-ab_12.log", "w") as log:
+        log.write("[I] Inject RPC response failure for A.grpc_client.B\n[I] Inject RPC request fai")  # half a line
+    landed = Interpreter(program, "", rpc_failures=True)
+    landed._judge_rpc_failures(idle)
+    assert landed.landed == list(program.faults)
+    assert idle.since() == 0  # each whole line counted once; the half line waits for its end
+
+
+def test_what_runs_on_the_node_failing_rpcs_is_placed_there_only_on_a_cluster_with_it() -> None:
+    from scenarios.hunt._rpc import HUNT_RPC
+    from scenarios.hunt._run import HEAD, Interpreter
+
+    program = Program((Task(1), Task(2)), (Fault(RPC, 1, 1),))
+    with_node = Interpreter(program, "", cluster=object(), rpc_failures=True)
+    assert [with_node.placement(i) for i in (0, 1)] == [{HEAD: 0.001}, {HUNT_RPC: 0.01}]
+    assert Interpreter(program, "", cluster=object()).placement(1) == {HEAD: 0.001}

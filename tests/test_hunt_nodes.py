@@ -1,6 +1,8 @@
-"""The hunt's node removal on a cluster of its own (a head and one removable node): a task
-pinned to the node is held running until the node is removed, a replacement joins at once, and
-the program keeps to the oracle (NodeDiedError without retries, the value with them)."""
+"""The hunt's node faults on a cluster of its own (a head, one removable node, and one node whose
+processes fail RPCs): a task pinned to the removable node is held running until the node is
+removed, a replacement joins at once, and the program keeps to the oracle (NodeDiedError
+without retries, the value with them); a return whose only copy was there is rebuilt; what runs
+on the node failing RPCs returns every value."""
 
 from __future__ import annotations
 
@@ -9,8 +11,9 @@ from collections.abc import Iterator
 import pytest
 
 from chaos.cluster import ClusterHandle, local_cluster, redis_server
-from scenarios.hunt import Actor, Arg, Call, Fault, FaultKind, Naming, Program, Put, Task, Wait, run_program
-from scenarios.hunt._run import HUNT_NODE
+from scenarios.hunt import Actor, Arg, Call, Fault, FaultKind, Naming, Program, Put, Stream, Task, Wait, run_program
+from scenarios.hunt._rpc import add_rpc_node
+from scenarios.hunt._run import HUNT_NODE, NODE_BOUND, REPLACEMENT_STORE
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.deep]
 
@@ -25,9 +28,10 @@ def removal(retries: int) -> Program:
 
 @pytest.fixture(scope="module")
 def removable(no_shared_cluster: None) -> Iterator[ClusterHandle]:
-    """A head and one removable node; the GCS keeps its tables on a Redis of its own."""
+    """A head, one removable node and one failing RPCs; the GCS keeps its tables on a Redis of its own."""
     with redis_server() as redis, local_cluster(nodes=2, object_store_mb=96, worker_resources={HUNT_NODE: 100.0},
                                                 redis_address=redis, log_to_driver=False) as handle:
+        add_rpc_node(handle.cluster, object_store_bytes=REPLACEMENT_STORE, bound=NODE_BOUND)
         yield handle
 
 
@@ -60,4 +64,40 @@ def test_a_gcs_restart_with_work_in_flight_lands_and_changes_no_outcome(removabl
                       (Fault(FaultKind.GCS_RESTART, 2, 3),))
     verdict = run_program(program, address=removable.address, cluster=removable.cluster, gcs_restart=True)
     assert list(verdict.landed) == list(program.faults), f"faults missed: {verdict.missed}"
+    assert not verdict.failures, verdict.report()
+
+
+@pytest.mark.parametrize("retries", [0, 1], ids=["no-retries", "a-retry"])
+def test_the_removal_of_the_node_holding_a_return_lands_and_keeps_to_the_oracle(
+        removable: ClusterHandle, retries: int) -> None:
+    """A finished task's big return, its only copy on the removable node, then the node goes:
+    with a retry left lineage reconstruction runs the task again (every value, exactly); without,
+    the get may raise ObjectLostError, and its borrower with it."""
+    program = Program((Put(1), Task(2, (Arg(0),), max_retries=retries), Task(3, (Arg(1, nested=True),))),
+                      (Fault(FaultKind.OBJECT_NODE_REMOVAL, 1, 1),))
+    verdict = run_program(program, address=removable.address, cluster=removable.cluster)
+    assert list(verdict.landed) == list(program.faults), f"faults missed: {verdict.missed}"
+    assert not verdict.new, verdict.report()
+    if retries:
+        assert not verdict.failures, verdict.report()
+
+
+RPC_VICTIMS = {
+    "task": Program((Put(1), Task(2, (Arg(0, nested=True),), boxed=True), Task(3, (Arg(1),))),
+                    (Fault(FaultKind.RPC_FAILURES, 1, 1),)),
+    "stream": Program((Put(1), Task(2, (Arg(0),)), Stream(3, 4, 4, (Arg(1, nested=True),))),
+                      (Fault(FaultKind.RPC_FAILURES, 2, 2),)),
+    "actor": Program((Put(1), Actor(2, (Arg(0, nested=True),), 1, -1), Call(1, 3, boxed=True), Call(1, 4, (Arg(0),)),
+                      Task(5, (Arg(2),))),
+                     (Fault(FaultKind.RPC_FAILURES, 1, 1),)),
+}
+
+
+@pytest.mark.parametrize("victim", list(RPC_VICTIMS))
+def test_what_runs_on_the_node_failing_rpcs_returns_every_value(removable: ClusterHandle, victim: str) -> None:
+    """A borrowed ref and a boxed return, a stream's items reported back, an actor's calls: the
+    node's processes fail a share of their RPCs all along; Ray retries, and nothing changes."""
+    program = RPC_VICTIMS[victim]
+    verdict = run_program(program, address=removable.address, cluster=removable.cluster, rpc_failures=True)
+    assert list(verdict.landed) == list(program.faults), f"no RPC failure was injected: {verdict.missed}"
     assert not verdict.failures, verdict.report()

@@ -28,7 +28,9 @@ class FaultKind(enum.Enum):
     OBJECT_STORE_PRESSURE = "object_store_pressure"  # fill the store past capacity: it spills
     NODE_REMOVAL = "node_removal"  # remove the node a task is pinned to while it runs; add another
     ACTOR_NODE_REMOVAL = "actor_node_removal"  # remove the node an actor lives on; add another
+    OBJECT_NODE_REMOVAL = "object_node_removal"  # remove the node holding a task's return, its only copy
     GCS_RESTART = "gcs_restart"  # SIGKILL the GCS and start it again (it keeps its tables on Redis)
+    RPC_FAILURES = "rpc_failures"  # run the victim on the node whose processes fail a share of their RPCs
 
     @property
     def kills_actor(self) -> bool:
@@ -37,13 +39,15 @@ class FaultKind(enum.Enum):
     @property
     def removes_node(self) -> bool:
         """Does it take the cluster's one removable node (once a program)?"""
-        return self in (FaultKind.NODE_REMOVAL, FaultKind.ACTOR_NODE_REMOVAL)
+        return self in (FaultKind.NODE_REMOVAL, FaultKind.ACTOR_NODE_REMOVAL, FaultKind.OBJECT_NODE_REMOVAL)
 
     @property
     def holds(self) -> bool:
-        """Does its victim wait running until it lands? Pressure's victim is a value, not a
-        process; a GCS restart's is the step it follows, whatever that step still runs."""
-        return self not in (FaultKind.OBJECT_STORE_PRESSURE, FaultKind.GCS_RESTART)
+        """Does its victim wait running until it lands? Pressure's and an object node removal's
+        victim is a value, not a process; a GCS restart's is the step it follows, whatever that
+        step still runs."""
+        return self not in (FaultKind.OBJECT_STORE_PRESSURE, FaultKind.GCS_RESTART, FaultKind.OBJECT_NODE_REMOVAL,
+                            FaultKind.RPC_FAILURES)
 
     def __repr__(self) -> str:  # a program's repr is the Python that replays it
         return f"FaultKind.{self.name}"
@@ -170,10 +174,20 @@ class Fault:
     until that node is removed (a replacement is added at once, so a retry has somewhere to run).
     ACTOR_NODE_REMOVAL: as KILL_ACTOR, but the actor lives on the removable node and the whole
     node is removed (raylet, workers, object store); a restart finds the replacement.
+    OBJECT_NODE_REMOVAL: ``victim`` is a task pinned to the removable node whose return is too
+    big to be inlined (Ray stores it in that node's object store, its only copy); once it has
+    finished, the node is removed. A get must find the value again by lineage reconstruction
+    (the task runs again on the replacement) while the task has retries left.
     GCS_RESTART: the GCS is SIGKILLed and started again once step ``after`` is submitted, while
     the steps before it may still run; ``victim`` is the step it was drawn for, not held. On a
     cluster whose GCS keeps its tables on Redis it changes no step's outcome (Ray's GCS fault
-    tolerance guide: tasks, actors and objects stay; what needs the GCS waits for it)."""
+    tolerance guide: tasks, actors and objects stay; what needs the GCS waits for it).
+    RPC_FAILURES: ``victim`` (a task, a stream, or an actor with its calls) runs on the node
+    whose processes were started with Ray's RPC failure knob for every method (``*``): a share
+    of their requests and replies fail, some while the server still runs them. It lands when
+    that node's processes injected failures while the program ran; ``after`` is its victim.
+    Ray retries its RPCs (its own chaos tests inject failures into every RPC), so it changes no
+    step's outcome."""
 
     kind: FaultKind
     victim: int
@@ -191,6 +205,19 @@ class Program:
         """Steps held running until their fault lands (so the fault finds them in flight)."""
         return frozenset(f.victim for f in self.faults
                          if f.kind.holds and self.steps[f.victim].kind is not StepKind.ACTOR)
+
+    def on_rpc_node(self) -> frozenset[int]:
+        """Steps that run on the node failing RPCs: an RPC_FAILURES victim (an actor for a call)."""
+        found = set()
+        for fault in (f for f in self.faults if f.kind is FaultKind.RPC_FAILURES):
+            step = self.steps[fault.victim]
+            found.add(step.actor if isinstance(step, Call) else fault.victim)
+        return frozenset(found)
+
+    def stored_on_node(self) -> frozenset[int]:
+        """Tasks whose return is made big and kept on the removable node (an object node
+        removal's victims)."""
+        return frozenset(f.victim for f in self.faults if f.kind is FaultKind.OBJECT_NODE_REMOVAL)
 
     def waits_on_actor(self, index: int, actor: int) -> bool:
         """Does step ``index``'s value wait on a call of ``actor`` (is one, or depends on one)?"""

@@ -34,6 +34,7 @@ class ErrorKind(enum.Enum):
     TASK_CANCELLED = "TaskCancelledError"
     OBJECT_STORE_FULL = "ObjectStoreFullError"
     NODE_DIED = "NodeDiedError"
+    OBJECT_LOST = "ObjectLostError"  # and its subclasses but OwnerDiedError (reconstruction failed)
     VALUE_ERROR = "ValueError"  # the program's own flaky task
 
 
@@ -42,6 +43,7 @@ class Situation(enum.Enum):
 
     KILLED_TASK = "a task whose worker was SIGKILLed, its retries spent"
     TASK_ON_REMOVED_NODE = "a task whose node was removed while it ran, its retries spent"
+    OBJECT_ON_REMOVED_NODE = "a task's return whose only copy was on a removed node, its retries spent"
     OWNED_BY_KILLED = "a ref put by a process that was SIGKILLed"
     CALL_OF_DEAD_ACTOR = "a call of a SIGKILLed actor that may not restart"
     CALL_WITHOUT_RETRIES = "a call in flight or queued at a SIGKILL of its restartable actor, max_task_retries=0"
@@ -59,7 +61,11 @@ class Situation(enum.Enum):
 #: object_store_pressure → SPILLED, MADE_UNDER_PRESSURE; node_removal → TASK_ON_REMOVED_NODE
 #: (with retries left the task runs again on the replacement node, and returns its value);
 #: actor_node_removal → as kill_actor (Ray's actor fault-tolerance guide: an actor whose
-#: process or node died restarts up to max_restarts, else its calls raise ActorDiedError).
+#: process or node died restarts up to max_restarts, else its calls raise ActorDiedError);
+#: object_node_removal → OBJECT_ON_REMOVED_NODE, and OWNED_BY_KILLED for what the task put
+#: (Ray's object fault-tolerance guide: a lost object is recovered by lineage reconstruction,
+#: re-executing its task, up to the task's max_retries; past them ray.get raises an
+#: ObjectLostError, ObjectReconstructionFailedMaxAttemptsExceededError among them).
 #: Anything else is a finding.
 #:
 #: A task whose node died raises NodeDiedError ("the node is either dead or unreachable", as
@@ -82,6 +88,7 @@ class Situation(enum.Enum):
 TABLE: dict[Situation, frozenset[ErrorKind]] = {
     Situation.KILLED_TASK: frozenset({ErrorKind.WORKER_CRASHED}),
     Situation.TASK_ON_REMOVED_NODE: frozenset({ErrorKind.NODE_DIED, ErrorKind.WORKER_CRASHED}),
+    Situation.OBJECT_ON_REMOVED_NODE: frozenset({ErrorKind.OBJECT_LOST}),
     Situation.OWNED_BY_KILLED: frozenset({ErrorKind.OWNER_DIED}),
     Situation.CALL_OF_DEAD_ACTOR: frozenset({ErrorKind.ACTOR_DIED, ErrorKind.ACTOR_UNAVAILABLE}),
     Situation.CALL_WITHOUT_RETRIES: frozenset({ErrorKind.ACTOR_DIED, ErrorKind.ACTOR_UNAVAILABLE}),
@@ -175,7 +182,20 @@ def _task(program: Program, index: int, step: Task, landed: Sequence[Fault], arg
         result = result.must(crash if failed is ErrorKind.WORKER_CRASHED else frozenset({failed}))
     if step.boxed and _worker_killed_after(program, index, landed):
         result = result.may(Situation.OWNED_BY_KILLED)
+    if any(f.kind is FaultKind.OBJECT_NODE_REMOVAL and f.victim == index for f in landed):
+        result = _lost_with_node(result, step)
     return result
+
+
+def _lost_with_node(result: Outcome, step: Task) -> Outcome:
+    """A finished task's return lost with its node: re-executed while an attempt is left (the
+    first attempt, and a flaky one's retry, spent theirs), else lost; what it put died with it."""
+    if not isinstance(result.value, int):
+        return result  # it failed before the removal: its error is no stored object
+    left = step.max_retries - (1 if step.flaky and step.retry_exceptions else 0)
+    if left <= 0:
+        result = result.may(Situation.OBJECT_ON_REMOVED_NODE)
+    return result.may(Situation.OWNED_BY_KILLED) if step.boxed else result
 
 
 def attempts(max_retries: int, retry_exceptions: bool, *, killed: bool, flaky: bool) -> ErrorKind | None:

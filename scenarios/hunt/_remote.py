@@ -51,13 +51,16 @@ def boxed(value: int, box: bool) -> Any:
     return [ray.put(value)] if box else value
 
 
-def hunt_task(index: int, const: int, marks: str, held: bool, flaky: bool, box: bool, *args: Any) -> Any:
+def hunt_task(index: int, const: int, marks: str, held: bool, flaky: bool, box: bool, *args: Any,
+              pad: int = 0) -> Any:
+    """``pad`` > 0: the value is returned as ``[value, pad zero bytes]`` (:func:`resolve` reads
+    it), too big for Ray to inline: it lives in this node's object store."""
     total = const + sum(resolve(a) for a in args)
     if held:
         hold(marks, index)
     if flaky and first_attempt(marks, index):
         raise ValueError(f"step {index}: first attempt")
-    return boxed(total, box)
+    return [boxed(total, box), bytes(pad)] if pad else boxed(total, box)
 
 
 class HuntActor:

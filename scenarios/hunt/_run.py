@@ -28,6 +28,7 @@ from scenarios.hunt._model import (
     Wait,
 )
 from scenarios.hunt._oracle import ErrorKind, Failure, Observed, Seen, Signature, WaitSeen, judge, known_finding
+from scenarios.hunt._rpc import HUNT_RPC, Injections
 
 #: Seconds every get of a program shares: past it, what has not ended is a hang.
 BOUND = 30.0
@@ -45,6 +46,9 @@ GCS_DOWN = 0.5
 NODE_BOUND = 60.0
 #: The replacement node's object store (bytes): small, as the hunt's own.
 REPLACEMENT_STORE = 96 * 1024 * 1024
+#: Bytes an object node removal's victim pads its return with: past Ray's 100 KiB inline
+#: limit (``max_direct_call_object_size``), so the value lives in its node's object store.
+STORED_PAD = 256 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +93,7 @@ class Interpreter:
     bound: float = BOUND
     cluster: Any = None  # a ray.cluster_utils.Cluster with one HUNT_NODE worker: node removals land
     gcs_restart: bool = False  # the cluster's GCS keeps its tables on Redis: GCS restarts land
+    rpc_failures: bool = False  # the cluster has a HUNT_RPC node (see _rpc.add_rpc_node): RPC failures land
     marks: str = ""
     refs: dict[int, Any] = field(default_factory=dict)
     #: A named actor's handle as ``ray.get_actor`` returned it: its calls go through it.
@@ -99,6 +104,7 @@ class Interpreter:
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
 
     def run(self) -> ProgramVerdict:
+        injections = self._injections()
         with tempfile.TemporaryDirectory(prefix="hunt-") as marks:
             self.marks = marks
             try:
@@ -106,6 +112,7 @@ class Interpreter:
             finally:
                 self._clean_up()
             failures += self._cluster_usable()  # once what the program left running is cancelled
+        self._judge_rpc_failures(injections)
         failures = [*judge(self.program, self.landed, self.seen), *failures]
         slowest = max((o.seconds for o in self.seen.values() if isinstance(o, Observed)), default=0.0)
         return ProgramVerdict(self.program, tuple(self.landed), tuple(self.missed), tuple(failures), slowest)
@@ -154,7 +161,9 @@ class Interpreter:
         options = remote(hunt_task).options(max_retries=step.max_retries, retry_exceptions=step.retry_exceptions,
                                     name=self.name(index), num_cpus=0 if held else 1,
                                     resources=self.placement(index))
-        return options.remote(index, step.const, self.marks, held, step.flaky, step.boxed, *self.args(step.args))
+        pad = {"pad": STORED_PAD} if index in self.program.stored_on_node() else {}
+        return options.remote(index, step.const, self.marks, held, step.flaky, step.boxed, *self.args(step.args),
+                              **pad)
 
     def submit_actor(self, index: int, step: Actor) -> Any:
         """The actor; named or detached, its calls' handle is the one its name looks up (Ray
@@ -234,10 +243,12 @@ class Interpreter:
         step on the head (so only the victim dies with the node)."""
         if self.cluster is None:
             return {}
-        removed = any((f.kind is FaultKind.NODE_REMOVAL and f.victim == index)
+        removed = any((f.kind in (FaultKind.NODE_REMOVAL, FaultKind.OBJECT_NODE_REMOVAL) and f.victim == index)
                       or (f.kind is FaultKind.ACTOR_NODE_REMOVAL and self.program.actor_of(f) == index)
                       for f in self.program.faults)
-        return {HUNT_NODE: 0.01} if removed else {HEAD: 0.001}
+        if removed:
+            return {HUNT_NODE: 0.01}
+        return {HUNT_RPC: 0.01} if self.rpc_failures and index in self.program.on_rpc_node() else {HEAD: 0.001}
 
     def name(self, index: int) -> str:
         return f"hunt-{self.run_id}-{index}"
@@ -255,6 +266,12 @@ class Interpreter:
             return
         if fault.kind is FaultKind.GCS_RESTART:
             (self.landed if self.restart_gcs() else self.missed).append(fault)
+            return
+        if fault.kind is FaultKind.RPC_FAILURES:
+            return  # its node fails RPCs all along: landed or missed once the program has run
+        if fault.kind is FaultKind.OBJECT_NODE_REMOVAL:
+            stored = self.cluster is not None and self._stored(fault.victim)  # no removable node: missed
+            (self.landed if stored and self.remove_node() else self.missed).append(fault)
             return
         held = fault.victim in self.program.held()
         try:
@@ -276,7 +293,8 @@ class Interpreter:
     def remove_node(self) -> bool:
         """Remove the cluster's one HUNT_NODE node at once (its raylet and workers SIGKILLed),
         then add a replacement with the same resource; False (missed) without such a node."""
-        nodes = list(self.cluster.worker_nodes) if self.cluster is not None else []
+        nodes = [n for n in (self.cluster.worker_nodes if self.cluster is not None else ())
+                 if HUNT_NODE in (n._ray_params.resources or {})]  # not the HUNT_RPC node
         if len(nodes) != 1:
             return False
         try:
@@ -311,6 +329,27 @@ class Interpreter:
             landed = False
         (self.landed if landed else self.missed).append(fault)
 
+    def _injections(self) -> Injections | None:
+        """The count of RPC failures the HUNT_RPC node injects, from now; None without that node."""
+        if not self.rpc_failures or self.cluster is None:
+            return None
+        return Injections.from_now(self.cluster.head_node.get_logs_dir_path())
+
+    def _judge_rpc_failures(self, injections: Injections | None) -> None:
+        """RPC_FAILURES landed if the node's processes injected failures while the program ran;
+        missed without that node or without a failure (fail closed: an idle knob tested nothing)."""
+        faults = [f for f in self.program.faults if f.kind is FaultKind.RPC_FAILURES]
+        injected = injections.since() if injections is not None and faults else 0
+        (self.landed if injected else self.missed).extend(faults)
+
+    def _stored(self, index: int) -> bool:
+        """Wait (bounded) until task ``index`` has finished, its return left where it was made
+        (``fetch_local=False``); False (the fault is missed) if it did not finish in time."""
+        import ray
+
+        ready, _ = ray.wait([self.refs[index]], timeout=self.bound, fetch_local=False)
+        return bool(ready)
+
     def _started(self, index: int) -> bool:
         """Wait until the held step says it started (True) or its ref ended first (False)."""
         import ray
@@ -340,6 +379,8 @@ class Interpreter:
         t0 = time.monotonic()
         try:
             value = self._get(self.refs[index], started)
+            if index in self.program.stored_on_node():
+                value = value[0]  # [value, padding]
             if getattr(step, "boxed", False):
                 value = self._get(value[0], started)
         except Exception as exc:  # noqa: BLE001 - judged against the table
@@ -410,7 +451,7 @@ def classify(exc: BaseException) -> ErrorKind | None:
         (rx.WorkerCrashedError, ErrorKind.WORKER_CRASHED), (rx.ActorDiedError, ErrorKind.ACTOR_DIED),
         (rx.ActorUnavailableError, ErrorKind.ACTOR_UNAVAILABLE), (rx.OwnerDiedError, ErrorKind.OWNER_DIED),
         (rx.TaskCancelledError, ErrorKind.TASK_CANCELLED), (rx.ObjectStoreFullError, ErrorKind.OBJECT_STORE_FULL),
-        (rx.NodeDiedError, ErrorKind.NODE_DIED),
+        (rx.NodeDiedError, ErrorKind.NODE_DIED), (rx.ObjectLostError, ErrorKind.OBJECT_LOST),
         (ValueError, ErrorKind.VALUE_ERROR)]
     return next((kind for cls, kind in kinds if isinstance(cause, cls)), None)
 
@@ -435,11 +476,13 @@ def observed_error(exc: BaseException, started: float) -> Observed:
 
 
 def run_program(program: Program, *, address: str, bound: float = BOUND, cluster: Any = None,
-                gcs_restart: bool = False) -> ProgramVerdict:
+                gcs_restart: bool = False, rpc_failures: bool = False) -> ProgramVerdict:
     """Run ``program`` with its faults on the connected cluster at ``address``; judge it.
     ``cluster``: its ``ray.cluster_utils.Cluster`` with one worker node holding :data:`HUNT_NODE`
     (``local_cluster(nodes=2, worker_resources={HUNT_NODE: 100})``), where node removals land;
     without it they are missed. ``gcs_restart``: this process started the cluster with its GCS on
     Redis (``local_cluster(redis_address=...)``), so GCS restarts land; without it they are missed
-    (a GCS killed without Redis would take the cluster with it)."""
-    return Interpreter(program, address, bound, cluster, gcs_restart).run()
+    (a GCS killed without Redis would take the cluster with it). ``rpc_failures``: ``cluster``
+    also has the node :func:`scenarios.hunt._rpc.add_rpc_node` adds, where RPC_FAILURES victims
+    run; without it they are missed."""
+    return Interpreter(program, address, bound, cluster, gcs_restart, rpc_failures).run()

@@ -84,14 +84,32 @@ def _moment(draw: Any, steps: tuple[Step, ...], victim: int) -> int:
     return int(draw(st.integers(victim, limit)))
 
 
-def _fault(draw: Any, program: Program, *, gcs_restart: bool) -> Fault | None:
+def _fault(draw: Any, program: Program, *, gcs_restart: bool, rpc_failures: bool) -> Fault | None:
     """One more fault: object-store pressure on a stored value now and then (one a program:
-    each fills the whole store), a GCS restart (one a program) where asked for, else a kill."""
+    each fills the whole store), a GCS restart and RPC failures (one a program each) where
+    asked for, else a kill."""
     if draw(st.integers(0, 3)) == 0 and (fault := _pressure(draw, program)) is not None:
         return fault
     if gcs_restart and draw(st.integers(0, 3)) == 0 and (fault := _gcs(draw, program)) is not None:
         return fault
+    if rpc_failures and draw(st.integers(0, 3)) == 0 and (fault := _rpc(draw, program)) is not None:
+        return fault
     return _kill(draw, program)
+
+
+def _rpc(draw: Any, program: Program) -> Fault | None:
+    """RPC failures under a task, a stream, or an actor and its calls (drawn on the actor or
+    one of its calls) that no other fault has, once a program."""
+    if any(f.kind is FaultKind.RPC_FAILURES for f in program.faults):
+        return None
+    steps, taken = program.steps, _taken(program)
+    candidates = [i for i, s in enumerate(steps)
+                  if s.kind in (StepKind.TASK, StepKind.STREAM, StepKind.ACTOR, StepKind.CALL)
+                  and (s.actor if isinstance(s, Call) else i) not in taken]
+    if not candidates:
+        return None
+    victim = draw(st.sampled_from(candidates))
+    return Fault(FaultKind.RPC_FAILURES, victim, victim)
 
 
 def _gcs(draw: Any, program: Program) -> Fault | None:
@@ -104,8 +122,9 @@ def _gcs(draw: Any, program: Program) -> Fault | None:
 
 
 def _taken(program: Program) -> set[int]:
-    """The victims faults have already: an actor kill's actor, else the victim step."""
-    return {program.actor_of(f) if f.kind.kills_actor else f.victim for f in program.faults}
+    """The victims faults have already: an actor kill's actor, what runs on the node failing
+    RPCs (a step there is no other fault's: it would be placed on two nodes), else the victim step."""
+    return {program.actor_of(f) if f.kind.kills_actor else f.victim for f in program.faults} | program.on_rpc_node()
 
 
 def _pressure(draw: Any, program: Program) -> Fault | None:
@@ -136,7 +155,8 @@ def _kill(draw: Any, program: Program) -> Fault | None:
     victim = draw(st.sampled_from(candidates))
     after = _moment(draw, steps, victim)
     if steps[victim].kind is StepKind.TASK:
-        kinds = [FaultKind.KILL_WORKER] * 3 + ([] if _removed(program) else [FaultKind.NODE_REMOVAL])
+        removals = [] if _removed(program) else [FaultKind.NODE_REMOVAL, FaultKind.OBJECT_NODE_REMOVAL]
+        kinds = [FaultKind.KILL_WORKER] * 3 + removals
         return Fault(draw(st.sampled_from(kinds)), victim, after)
     actor = steps[victim].actor if isinstance(steps[victim], Call) else victim
     owns = any(isinstance(s, Call) and s.actor == actor and s.boxed and i <= after and i != victim
@@ -152,23 +172,26 @@ def _removed(program: Program) -> bool:
 
 
 def _no_held_dependents(program: Program) -> bool:
-    """No held victim waits on another held one (it could not start before that one's fault)."""
+    """No held victim, nor a task whose end an object node removal waits for, waits on a held
+    step (it could not start, or end, before that one's fault)."""
     held = program.held()
-    return all(not (program.depends(i) & held) for i in held)
+    return all(not (program.depends(i) & held) for i in held | program.stored_on_node())
 
 
 @st.composite
-def programs(draw: Any, *, max_steps: int = MAX_STEPS, max_faults: int = 2, gcs_restart: bool = False) -> Program:
+def programs(draw: Any, *, max_steps: int = MAX_STEPS, max_faults: int = 2, gcs_restart: bool = False,
+             rpc_failures: bool = False) -> Program:
     """Small Ray programs (2..``max_steps`` steps) and 1..``max_faults`` faults where the
     program has a victim for one (a task, an actor, a call or a stored value); ``max_faults=0``: none.
     ``gcs_restart``: GCS restarts are drawn too (for a cluster whose GCS keeps its tables on
-    Redis: :func:`run_program`'s ``gcs_restart``)."""
+    Redis: :func:`run_program`'s ``gcs_restart``). ``rpc_failures``: RPC failures are drawn too
+    (for a cluster with the node that fails them: :func:`run_program`'s ``rpc_failures``)."""
     steps: list[Step] = []
     for _ in range(draw(st.integers(2, max_steps))):
         steps.append(_step(draw, steps))
     program = Program(tuple(steps))
     for _ in range(draw(st.integers(min(1, max_faults), max_faults))):
-        fault = _fault(draw, program, gcs_restart=gcs_restart)
+        fault = _fault(draw, program, gcs_restart=gcs_restart, rpc_failures=rpc_failures)
         if fault is None:
             break
         candidate = Program(program.steps, (*program.faults, fault))
