@@ -146,6 +146,8 @@ def head_down(address: str) -> list[str]:
     if node is None:
         return []
     down = []
+    if ray_constants.PROCESS_TYPE_GCS_SERVER not in node.all_processes:  # Ray forgets a GCS it killed
+        down.append("gcs_server was killed and not started again")
     for kind in (ray_constants.PROCESS_TYPE_GCS_SERVER, ray_constants.PROCESS_TYPE_RAYLET):
         for info in node.all_processes.get(kind, []):
             if (code := info.process.poll()) is not None:

@@ -125,22 +125,30 @@ def test_kills_the_gcs(ray_cluster):
 def test_not_ray_at_all():
     pass
 
+def test_kills_it_for_good_with_chaos(ray_cluster):
+    from chaos import Chaos, KillGcs
+    with Chaos(address=ray_cluster.address).inject(KillGcs(restart=False)):
+        pass
+
 def test_a_later_test_gets_a_cluster(ray_cluster):
     assert ray.get(one.remote(), timeout=60) == 1
 """
 
 
-@pytest.mark.slow  # two clusters started in a child pytest (~25 s)
+@pytest.mark.slow  # three clusters started in a child pytest (~60 s)
 def test_a_test_during_which_the_shared_clusters_gcs_died_fails_naming_it(pytester: pytest.Pytester) -> None:
     """Unnamed, the GCS's loss ends the driver 60 s later (exit code 1, mid-way through some
     other test, nothing printed): the test it died in errors at teardown, naming what exited
-    and the head's last severe log lines, and the next test gets a fresh cluster."""
+    (or that a KillGcs without restart took it) and the head's last severe log lines, and the
+    next test gets a fresh cluster."""
     pytester.makepyfile(test_lost_head=LOST_HEAD)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=240)
-    result.assert_outcomes(passed=3, errors=1)
+    result.assert_outcomes(passed=4, errors=2)
     result.stdout.fnmatch_lines(["*ERROR at teardown of test_kills_the_gcs*",
                                  "*the shared Ray cluster's head died during this test: gcs_server pid * "
-                                 "exited with code -9*"])
+                                 "exited with code -9*",
+                                 "*ERROR at teardown of test_kills_it_for_good_with_chaos*",
+                                 "*head died during this test: gcs_server was killed and not started again*"])
 
 
 # -- the chaos fixture and marker: fail closed --------------------------------------------------
