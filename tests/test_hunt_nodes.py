@@ -11,9 +11,23 @@ from collections.abc import Iterator
 import pytest
 
 from chaos.cluster import ClusterHandle, local_cluster, redis_server
-from scenarios.hunt import Actor, Arg, Call, Fault, FaultKind, Naming, Program, Put, Stream, Task, Wait, run_program
+from scenarios.hunt import (
+    Actor,
+    Arg,
+    Call,
+    ErrorKind,
+    Fault,
+    FaultKind,
+    Naming,
+    Program,
+    Put,
+    Stream,
+    Task,
+    Wait,
+    run_program,
+)
 from scenarios.hunt._rpc import add_rpc_node
-from scenarios.hunt._run import HUNT_NODE, NODE_BOUND, REPLACEMENT_STORE
+from scenarios.hunt._run import HUNT_NODE, NODE_BOUND, REPLACEMENT_STORE, Interpreter
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.deep]
 
@@ -75,11 +89,12 @@ def test_the_removal_of_the_node_holding_a_return_lands_and_keeps_to_the_oracle(
     the get may raise ObjectLostError, and its borrower with it."""
     program = Program((Put(1), Task(2, (Arg(0),), max_retries=retries), Task(3, (Arg(1, nested=True),))),
                       (Fault(FaultKind.OBJECT_NODE_REMOVAL, 1, 1),))
-    verdict = run_program(program, address=removable.address, cluster=removable.cluster)
+    interpreter = Interpreter(program, removable.address, cluster=removable.cluster)
+    verdict = interpreter.run()
     assert list(verdict.landed) == list(program.faults), f"faults missed: {verdict.missed}"
-    assert not verdict.new, verdict.report()
-    if retries:
-        assert not verdict.failures, verdict.report()
+    assert not verdict.failures, verdict.report()
+    lost = [i for i, seen in interpreter.seen.items() if getattr(seen, "error", None) is ErrorKind.OBJECT_LOST]
+    assert lost == ([] if retries else [1, 2]), interpreter.seen  # the only copy went: rebuilt, or lost for good
 
 
 RPC_VICTIMS = {

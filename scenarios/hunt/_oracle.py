@@ -34,7 +34,7 @@ class ErrorKind(enum.Enum):
     TASK_CANCELLED = "TaskCancelledError"
     OBJECT_STORE_FULL = "ObjectStoreFullError"
     NODE_DIED = "NodeDiedError"
-    OBJECT_LOST = "ObjectLostError"  # and its subclasses but OwnerDiedError (reconstruction failed)
+    OBJECT_LOST = "ObjectLostError"  # or a reconstruction failed for want of attempts (see _run._SPENT)
     VALUE_ERROR = "ValueError"  # the program's own flaky task
 
 
@@ -65,7 +65,7 @@ class Situation(enum.Enum):
 #: object_node_removal → OBJECT_ON_REMOVED_NODE, and OWNED_BY_KILLED for what the task put
 #: (Ray's object fault-tolerance guide: a lost object is recovered by lineage reconstruction,
 #: re-executing its task, up to the task's max_retries; past them ray.get raises an
-#: ObjectLostError, ObjectReconstructionFailedMaxAttemptsExceededError among them).
+#: ObjectReconstructionFailedError whose reason is MAX_ATTEMPTS_EXCEEDED or RETRIES_DISABLED).
 #: Anything else is a finding.
 #:
 #: A task whose node died raises NodeDiedError ("the node is either dead or unreachable", as
@@ -183,16 +183,18 @@ def _task(program: Program, index: int, step: Task, landed: Sequence[Fault], arg
     if step.boxed and _worker_killed_after(program, index, landed):
         result = result.may(Situation.OWNED_BY_KILLED)
     if any(f.kind is FaultKind.OBJECT_NODE_REMOVAL and f.victim == index for f in landed):
-        result = _lost_with_node(result, step)
+        result = _lost_with_node(result, index, step, landed)
     return result
 
 
-def _lost_with_node(result: Outcome, step: Task) -> Outcome:
+def _lost_with_node(result: Outcome, index: int, step: Task, landed: Sequence[Fault]) -> Outcome:
     """A finished task's return lost with its node: re-executed while an attempt is left (the
-    first attempt, and a flaky one's retry, spent theirs), else lost; what it put died with it."""
+    first attempt, a killed one and a flaky one's retry spent theirs), else lost; what it put
+    died with it."""
     if not isinstance(result.value, int):
         return result  # it failed before the removal: its error is no stored object
-    left = step.max_retries - (1 if step.flaky and step.retry_exceptions else 0)
+    killed = any(f.kind in (FaultKind.KILL_WORKER, FaultKind.NODE_REMOVAL) and f.victim == index for f in landed)
+    left = step.max_retries - (1 if killed else 0) - (1 if step.flaky and step.retry_exceptions else 0)
     if left <= 0:
         result = result.may(Situation.OBJECT_ON_REMOVED_NODE)
     return result.may(Situation.OWNED_BY_KILLED) if step.boxed else result

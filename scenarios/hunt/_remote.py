@@ -51,10 +51,17 @@ def boxed(value: int, box: bool) -> Any:
     return [ray.put(value)] if box else value
 
 
+def note_pid(marks: str, index: int) -> None:
+    """Say which process ran step ``index`` (its worker's log is where Ray's RPC failure knob
+    logs what it injected into that process's calls)."""
+    Path(marks, f"pid-{index}-{os.getpid()}").touch()
+
+
 def hunt_task(index: int, const: int, marks: str, held: bool, flaky: bool, box: bool, *args: Any,
               pad: int = 0) -> Any:
     """``pad`` > 0: the value is returned as ``[value, pad zero bytes]`` (:func:`resolve` reads
     it), too big for Ray to inline: it lives in this node's object store."""
+    note_pid(marks, index)
     total = const + sum(resolve(a) for a in args)
     if held:
         hold(marks, index)
@@ -70,13 +77,16 @@ class HuntActor:
         self.base = const + sum(resolve(a) for a in args)
 
     def call(self, index: int, const: int, marks: str, held: bool, box: bool, *args: Any) -> Any:
+        note_pid(marks, index)
         total = self.base + const + sum(resolve(a) for a in args)
         if held:
             hold(marks, index)
         return boxed(total, box)
 
 
-def hunt_stream(const: int, count: int, *args: Any) -> Iterator[int]:
+def hunt_stream(const: int, count: int, *args: Any, marks: str = "", index: int = -1) -> Iterator[int]:
+    if marks:
+        note_pid(marks, index)
     base = const + sum(resolve(a) for a in args)
     for i in range(count):
         yield base + i

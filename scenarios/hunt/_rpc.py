@@ -31,20 +31,21 @@ def add_rpc_node(cluster: Any, *, object_store_bytes: int, bound: float) -> None
 
 @dataclass
 class Injections:
-    """RPC failures Ray's knob logged under a logs folder since this count began, reading only
-    what each log file gained (a long hunt's logs grow to many megabytes)."""
+    """RPC failures Ray's knob logged into workers' logs under a logs folder since this count
+    began, reading only what each log gained (a long hunt's logs grow to many megabytes)."""
 
     logs: str
     offsets: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_now(cls, logs: str) -> Injections:
-        return cls(logs, {path: os.path.getsize(path) for path in _files(logs)})
+        return cls(logs, {path: size for path in _files(logs) if (size := _size(path)) is not None})
 
-    def since(self) -> int:
-        """Failures logged since the last call (or since :meth:`from_now`), in whole lines."""
+    def since(self, pids: set[int]) -> int:
+        """Failures the processes ``pids`` logged (in their worker logs, ``*_<pid>.log``) since
+        the last call or :meth:`from_now`, in whole lines."""
         count = 0
-        for path in _files(self.logs):
+        for path in (p for p in _files(self.logs) if _pid_of(p) in pids):
             start = self.offsets.get(path, 0)
             try:
                 with open(path, "rb") as log:
@@ -59,4 +60,17 @@ class Injections:
 
 
 def _files(logs: str) -> list[str]:
-    return [p for pattern in ("*.out", "*.err", "*.log") for p in glob.glob(os.path.join(logs, pattern))]
+    return glob.glob(os.path.join(logs, "python-core-worker-*.log"))
+
+
+def _pid_of(path: str) -> int | None:
+    """The pid in a worker log's name, ``python-core-worker-<worker id>_<pid>.log``."""
+    tail = os.path.basename(path).removesuffix(".log").rsplit("_", 1)[-1]
+    return int(tail) if tail.isdigit() else None
+
+
+def _size(path: str) -> int | None:
+    try:
+        return os.path.getsize(path)
+    except OSError:  # Ray's log monitor moved it to logs/old/ meanwhile: a dead worker's
+        return None

@@ -111,8 +111,8 @@ class Interpreter:
                 failures = [*self._drive(), *self._observe_all()]
             finally:
                 self._clean_up()
+            self._judge_rpc_failures(injections)  # before the probe: its failures carry the fault
             failures += self._cluster_usable()  # once what the program left running is cancelled
-        self._judge_rpc_failures(injections)
         failures = [*judge(self.program, self.landed, self.seen), *failures]
         slowest = max((o.seconds for o in self.seen.values() if isinstance(o, Observed)), default=0.0)
         return ProgramVerdict(self.program, tuple(self.landed), tuple(self.missed), tuple(failures), slowest)
@@ -197,7 +197,7 @@ class Interpreter:
 
         started = time.monotonic()
         gen = remote(hunt_stream).options(num_returns="streaming", resources=self.placement(index)).remote(
-            step.const, step.count, *self.args(step.args))
+            step.const, step.count, *self.args(step.args), marks=self.marks, index=index)
         items: list[int] = []
         try:
             for _ in range(step.take):
@@ -293,8 +293,7 @@ class Interpreter:
     def remove_node(self) -> bool:
         """Remove the cluster's one HUNT_NODE node at once (its raylet and workers SIGKILLed),
         then add a replacement with the same resource; False (missed) without such a node."""
-        nodes = [n for n in (self.cluster.worker_nodes if self.cluster is not None else ())
-                 if HUNT_NODE in (n._ray_params.resources or {})]  # not the HUNT_RPC node
+        nodes = self._removable()
         if len(nodes) != 1:
             return False
         try:
@@ -330,25 +329,46 @@ class Interpreter:
         (self.landed if landed else self.missed).append(fault)
 
     def _injections(self) -> Injections | None:
-        """The count of RPC failures the HUNT_RPC node injects, from now; None without that node."""
-        if not self.rpc_failures or self.cluster is None:
+        """The count of RPC failures injected from now on; None without the HUNT_RPC node or
+        without an RPC_FAILURES fault in the program."""
+        if not self.rpc_failures or self.cluster is None or not self.program.on_rpc_node():
             return None
         return Injections.from_now(self.cluster.head_node.get_logs_dir_path())
 
     def _judge_rpc_failures(self, injections: Injections | None) -> None:
-        """RPC_FAILURES landed if the node's processes injected failures while the program ran;
-        missed without that node or without a failure (fail closed: an idle knob tested nothing)."""
+        """RPC_FAILURES landed if Ray's knob injected failures into the calls of the very
+        processes that ran the victim (only the HUNT_RPC node's processes inject), while the
+        program ran; else missed (fail closed: a victim run elsewhere, or never, tested nothing)."""
         faults = [f for f in self.program.faults if f.kind is FaultKind.RPC_FAILURES]
-        injected = injections.since() if injections is not None and faults else 0
+        injected = injections.since(self._rpc_pids()) if injections is not None and faults else 0
         (self.landed if injected else self.missed).extend(faults)
+
+    def _rpc_pids(self) -> set[int]:
+        """The processes that ran a step placed on the HUNT_RPC node (an actor's: its calls')."""
+        on_node = self.program.on_rpc_node()
+        steps = {i for i, s in enumerate(self.program.steps)
+                 if i in on_node or (isinstance(s, Call) and s.actor in on_node)}
+        return {int(p.name.rsplit("-", 1)[1]) for i in steps for p in Path(self.marks).glob(f"pid-{i}-*")}
 
     def _stored(self, index: int) -> bool:
         """Wait (bounded) until task ``index`` has finished, its return left where it was made
-        (``fetch_local=False``); False (the fault is missed) if it did not finish in time."""
+        (``fetch_local=False``), then ask where its copies are: True only if the removable node
+        holds the only one, the padded value (a task that raised left a small error inlined
+        in its owner, and one another step already pulled has a second copy: missed)."""
         import ray
+        from ray.experimental import get_object_locations
 
-        ready, _ = ray.wait([self.refs[index]], timeout=self.bound, fetch_local=False)
-        return bool(ready)
+        ref, nodes = self.refs[index], self._removable()
+        ready, _ = ray.wait([ref], timeout=self.bound, fetch_local=False)
+        if not ready or len(nodes) != 1:
+            return False
+        where = get_object_locations([ref], timeout_ms=int(self.bound * 1000)).get(ref, {})
+        return where.get("node_ids") == [nodes[0].node_id] and (where.get("object_size") or 0) > STORED_PAD
+
+    def _removable(self) -> list[Any]:
+        """The cluster's nodes holding HUNT_NODE (one, or none without a cluster): not the HUNT_RPC one."""
+        nodes = self.cluster.worker_nodes if self.cluster is not None else ()
+        return [n for n in nodes if HUNT_NODE in (n._ray_params.resources or {})]
 
     def _started(self, index: int) -> bool:
         """Wait until the held step says it started (True) or its ref ended first (False)."""
@@ -401,9 +421,10 @@ class Interpreter:
 
         from scenarios.hunt._remote import HuntProbe, hunt_ping, remote
 
-        try:
-            probe = remote(HuntProbe).remote()
-            answers = ray.get([remote(hunt_ping).remote(7), probe.ping.remote(8)], timeout=PROBE_BOUND)
+        try:  # on the head: the probe asks whether the cluster answers, not the faulty nodes
+            probe = remote(HuntProbe).options(resources=self.placement(-1)).remote()
+            ping = remote(hunt_ping).options(resources=self.placement(-1)).remote(7)
+            answers = ray.get([ping, probe.ping.remote(8)], timeout=PROBE_BOUND)
             ray.kill(probe)
         except Exception as exc:  # noqa: BLE001 - a finding, whatever it is
             answers = [repr(exc)]
@@ -451,17 +472,42 @@ def classify(exc: BaseException) -> ErrorKind | None:
         (rx.WorkerCrashedError, ErrorKind.WORKER_CRASHED), (rx.ActorDiedError, ErrorKind.ACTOR_DIED),
         (rx.ActorUnavailableError, ErrorKind.ACTOR_UNAVAILABLE), (rx.OwnerDiedError, ErrorKind.OWNER_DIED),
         (rx.TaskCancelledError, ErrorKind.TASK_CANCELLED), (rx.ObjectStoreFullError, ErrorKind.OBJECT_STORE_FULL),
-        (rx.NodeDiedError, ErrorKind.NODE_DIED), (rx.ObjectLostError, ErrorKind.OBJECT_LOST),
-        (ValueError, ErrorKind.VALUE_ERROR)]
+        (rx.NodeDiedError, ErrorKind.NODE_DIED), (ValueError, ErrorKind.VALUE_ERROR)]
+    if _retries_spent(cause):
+        return ErrorKind.OBJECT_LOST
     return next((kind for cls, kind in kinds if isinstance(cause, cls)), None)
 
 
+#: Why a lost object's reconstruction may fail by Ray's documentation: its task's retries are
+#: spent (or were none). Its other reasons (a lineage evicted, a reference not found, ...) and
+#: ObjectLostError's other subclasses (a ref-counting assertion, a freed object) are findings.
+_SPENT = ("OBJECT_UNRECONSTRUCTABLE_MAX_ATTEMPTS_EXCEEDED", "OBJECT_UNRECONSTRUCTABLE_RETRIES_DISABLED")
+
+
+def _retries_spent(cause: BaseException) -> bool:
+    """A lost object Ray gave up on because its task had no attempt left (or plain ObjectLostError)."""
+    from ray import exceptions as rx
+
+    if type(cause) is rx.ObjectLostError:
+        return True
+    return isinstance(cause, rx.ObjectReconstructionFailedError) and _reason(cause) in _SPENT
+
+
+def _reason(exc: BaseException) -> str:
+    from ray.core.generated.common_pb2 import ErrorType
+
+    reason = getattr(exc, "reason", None)
+    return str(ErrorType.Name(reason)) if reason is not None else "UNKNOWN"
+
+
 def root_name(exc: BaseException) -> str:
-    from ray.exceptions import RayTaskError
+    """The root cause's type name; a failed reconstruction's with its reason, which decides."""
+    from ray.exceptions import ObjectReconstructionFailedError, RayTaskError
 
     while isinstance(exc, RayTaskError) and exc.cause is not None:
         exc = exc.cause
-    return type(exc).__name__
+    name = type(exc).__name__
+    return f"{name}[{_reason(exc)}]" if isinstance(exc, ObjectReconstructionFailedError) else name
 
 
 def observed_error(exc: BaseException, started: float) -> Observed:

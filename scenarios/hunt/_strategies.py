@@ -156,8 +156,9 @@ def _kill(draw: Any, program: Program) -> Fault | None:
     after = _moment(draw, steps, victim)
     if steps[victim].kind is StepKind.TASK:
         removals = [] if _removed(program) else [FaultKind.NODE_REMOVAL, FaultKind.OBJECT_NODE_REMOVAL]
-        kinds = [FaultKind.KILL_WORKER] * 3 + removals
-        return Fault(draw(st.sampled_from(kinds)), victim, after)
+        kind = draw(st.sampled_from([FaultKind.KILL_WORKER] * 3 + removals))
+        # Its value's only copy is lost once the task ends, before a later step pulls a second one.
+        return Fault(kind, victim, victim if kind is FaultKind.OBJECT_NODE_REMOVAL else after)
     actor = steps[victim].actor if isinstance(steps[victim], Call) else victim
     owns = any(isinstance(s, Call) and s.actor == actor and s.boxed and i <= after and i != victim
                for i, s in enumerate(steps))
