@@ -82,15 +82,20 @@ def test_a_cancel_interrupts_a_running_task_whatever_sigint_the_cluster_inherite
     import ray
     from ray.exceptions import TaskCancelledError
 
-    started = tmp_path / "started"
+    started, cancelled = tmp_path / "started", False
     ref = remote(hunt_cancellable).options(max_retries=0, num_cpus=0).remote(4, 10.0, str(started))
     try:
         wait_until(started.exists, timeout=30, interval=0.01, what="the cancellable task to start")
         ray.cancel(ref, force=False)
         with pytest.raises(TaskCancelledError):
             ray.get(ref, timeout=20)
+        cancelled = True
     finally:
-        ray.cancel(ref, force=True)
+        # Only a cancel that did not land is forced: ray.get raises TaskCancelledError before the
+        # task's reply arrives, and a force cancel in between crashes the driver (Ray 2.60:
+        # findings/force_cancel_after_cancel_crashes_driver.py).
+        if not cancelled:
+            ray.cancel(ref, force=True)
 
 
 # Every fault kind and the hardest features, in every CI run: a worker killed under a task with
