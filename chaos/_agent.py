@@ -597,23 +597,24 @@ def _answer(node_id: str, handle: Any, new: bool, deadline: float, bound: float)
 
     Raises:
         AgentMismatch: it answered another protocol, or has no ``protocol()`` (left alone).
-        AgentUnavailable: it did not start, or did not answer by ``deadline`` (the end of its
-            ``bound``; killed if new).
+        AgentUnavailable: it did not start, died, or did not answer by ``deadline`` (the end of
+            its ``bound``; killed if new): an OutOfMemoryError of Ray's memory monitor among them.
     """
     import ray
-    from ray.exceptions import GetTimeoutError, RayActorError
+    from ray.exceptions import GetTimeoutError, RayError
 
     name, wait = agent_name(node_id), max(0.1, deadline - time.monotonic())
     try:
         theirs: object = ray.get(handle.protocol.remote(), timeout=wait)
-    except (GetTimeoutError, RayActorError) as exc:
+    except AttributeError:  # an actor of that name without our protocol() method
+        theirs = "none (it has no protocol() method)"
+    except RayError as exc:  # it timed out, never started, or died (Ray's memory monitor included)
         if new:
             ray.kill(handle)  # never left to start later, unchecked and unowned
         why = (f"did not answer within {bound:g} s (an overloaded or frozen node, or one that cannot "
-               "start a worker process)" if isinstance(exc, GetTimeoutError) else f"did not start: {exc}")
+               "start a worker process)" if isinstance(exc, GetTimeoutError)
+               else f"did not answer: {type(exc).__name__}: {exc}")
         raise AgentUnavailable(f"node {node_id[:12]}: the chaos agent {why}"[:900], node_id=node_id) from None
-    except Exception as exc:  # noqa: BLE001 - an actor of that name without our protocol() method
-        theirs = f"none ({type(exc).__name__}: it has no protocol() method)"
     if theirs != PROTOCOL:
         raise AgentMismatch(
             f"node {node_id[:12]}: the chaos agent there (actor {name!r}, namespace {AGENT_NAMESPACE!r}) "
