@@ -20,10 +20,11 @@ pytest_plugins = ["pytester"]
 QUICKSTART = Path(__file__).resolve().parent.parent / "examples" / "quickstart" / "test_my_actor.py"
 
 #: Kills per test, one every SPACING seconds from 1 s into the body: the body runs for the whole
-#: schedule. At one a second, on a machine where a restart and the State API's look took longer,
-#: a kill found the actor still restarting after the one before for its 5 s and failed the
-#: test closed (CI, twice, 2026-12-04).
-KILLS, SPACING = 3, 2.5
+#: schedule. A kill's look waits up to 5 s (chaos._targets.PATIENCE) for an actor restarting from
+#: the kill before; kills closer than that overlap on a slow machine: at 2.5 s apart the first
+#: landed 1.8 s late, the second then found the actor restarting from the third as well, for its
+#: whole 5 s, and failed the test closed (CI, 2026-12-04). 6 s apart they never overlap.
+KILLS, SPACING = 3, 6.0
 
 PROJECT_TEST = '''
 import collections

@@ -102,8 +102,9 @@ RPC_VICTIMS = {
                     (Fault(FaultKind.RPC_FAILURES, 1, 1),)),
     "stream": Program((Put(1), Task(2, (Arg(0),)), Stream(3, 4, 4, (Arg(1, nested=True),))),
                       (Fault(FaultKind.RPC_FAILURES, 2, 2),)),
-    "actor": Program((Put(1), Actor(2, (Arg(0, nested=True),), 1, -1), Call(1, 3, boxed=True), Call(1, 4, (Arg(0),)),
-                      Task(5, (Arg(2),))),
+    # Each call borrows a ref (its worker asks the owner about it): RPCs of its own to fail.
+    "actor": Program((Put(1), Actor(2, (Arg(0, nested=True),), 1, -1), Call(1, 3, (Arg(0, nested=True),), boxed=True),
+                      Call(1, 4, (Arg(0, nested=True),)), Call(1, 5, (Arg(0, nested=True),)), Task(5, (Arg(2),))),
                      (Fault(FaultKind.RPC_FAILURES, 1, 1),)),
 }
 

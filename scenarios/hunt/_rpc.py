@@ -12,7 +12,7 @@ from typing import Any
 HUNT_RPC = "hunt_rpc"
 #: Percent of requests lost before they are sent, of replies lost after the server ran the
 #: call, and of calls failed while the server still runs them: each, on every method, unbounded.
-RPC_SHARE = 5
+RPC_SHARE = 10
 #: The line Ray 2.60's knob logs (INFO) for every failure it injects (see chaos.engine.rpc_failures_injected).
 _INJECTED = b"Inject RPC "
 
