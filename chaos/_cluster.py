@@ -28,6 +28,8 @@ from chaos._net import NetLab, network_lab, registered, require_network
 from chaos._net_cluster import join_workers, kill_workers, map_node_ids
 from chaos._wait import wait_until
 
+_log = logging.getLogger(__name__)
+
 __all__ = ["TEST_SYSTEM_CONFIG", "ClusterHandle", "local_cluster", "ray_processes", "reap"]
 
 #: Faster failure detection than Ray's defaults (5 s delay, 3 s period, 5 misses) yet
@@ -340,6 +342,7 @@ def _started(nodes: int, num_cpus: int, object_store_mb: int, config: dict[str, 
                 map_node_ids(lab, nodes=nodes)
         yield ClusterHandle(address=address, nodes=nodes, temp_dir=temp_dir, cluster=cluster, lab=lab)
     finally:
+        _revive_head(address)
         _HEADS.pop(address, None)
         if lab is not None:  # first: else the teardown waits out their reconnect attempts
             kill_workers(lab)
@@ -386,6 +389,45 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _revive_head(address: str) -> None:
+    """Resume a stopped head process and start a lost GCS again, so that the driver can
+    disconnect: ``ray.shutdown`` joins Ray's error-listener thread, whose first read from the
+    GCS has no deadline, and when the GCS died before that read the driver cannot disconnect
+    until Ray ends it, 60 s after the loss (findings/shutdown_blocked_when_gcs_gone.py). The
+    teardown that follows stops what this starts; a failed start is logged, not raised."""
+    from ray._private import ray_constants
+
+    node = _HEADS.get(address)
+    if node is None:
+        return
+    for kind in (ray_constants.PROCESS_TYPE_GCS_SERVER, ray_constants.PROCESS_TYPE_RAYLET):
+        for info in node.all_processes.get(kind, []):
+            if info.process.poll() is None and _stopped(info.process.pid):
+                os.kill(info.process.pid, signal.SIGCONT)
+    gcs = node.all_processes.get(ray_constants.PROCESS_TYPE_GCS_SERVER, [])
+    if gcs and all(info.process.poll() is None for info in gcs):
+        return
+    try:
+        if gcs:  # killed from outside: Ray still lists it
+            node.kill_gcs_server(check_alive=False)
+        # Not restart_gcs: without Redis the new GCS is another cluster, which only needs to
+        # answer (a wrong-cluster error ends the blocked read as well as a value would).
+        _GCS_PARENT.submit(node.start_gcs_server).result(timeout=GCS_RESTART_TIMEOUT)
+        wait_until(lambda: _listens(address), timeout=10, interval=0.05,
+                   what=f"the GCS started again at {address} to listen")
+    except Exception as exc:  # noqa: BLE001 - the teardown goes on; the driver may not outlive it
+        _log.warning("raychaos: could not start the lost GCS at %s before the teardown: %s", address, exc)
+
+
+def _listens(address: str) -> bool:
+    host, port = address.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=1).close()
+    except OSError:
+        return False
+    return True
 
 
 def _teardown(cluster: Any, temp_dir: str) -> None:

@@ -134,3 +134,34 @@ def test_another_sessions_worker_is_refused(ray_cluster: ClusterHandle) -> None:
         session.stdin.write("\n")
         session.stdin.flush()
         session.wait(timeout=120)
+
+
+@pytest.mark.slow
+def test_a_cluster_whose_gcs_died_before_the_drivers_first_read_still_tears_down() -> None:
+    """Ray's error-listener thread reads from the GCS once, without a deadline, when it starts;
+    a GCS that died before that read (a loaded machine schedules the thread late: held here)
+    left ``ray.shutdown`` joining the thread until Ray ended the driver, exit 1, 60 s after the
+    loss. The teardown starts the GCS again first, so the read ends and the driver lives."""
+    script = textwrap.dedent(f"""
+        import sys, threading, time
+        sys.path.insert(0, {ROOT!r})
+        import ray._private.worker as worker
+        from chaos import local_cluster
+        from chaos._cluster import head_of
+
+        held = threading.Event()
+        first_read = worker._internal_kv_get
+        def late_read(*args, **kwargs):
+            if threading.current_thread().name == "ray_listen_error_messages":
+                held.wait(timeout=30)
+            return first_read(*args, **kwargs)
+        worker._internal_kv_get = late_read
+        with local_cluster(nodes=1, log_to_driver=False) as cluster:
+            head_of(cluster.address).kill_gcs()
+            killed = time.monotonic()
+            held.set()
+        print(f"TORN DOWN {{time.monotonic() - killed:.1f}}", flush=True)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=150)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert float(out.stdout.split("TORN DOWN ")[1]) < 50, out.stdout  # well before Ray's 60 s end
