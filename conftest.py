@@ -42,6 +42,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.timeout(bound))
 
 
+def unheld(run: Any) -> str:
+    """A run's error, each verdict that did not hold and each fault, in full: an assertion
+    message that is not a string is cut to a few hundred characters."""
+    lines = [f"error: {run.error!r}"] + [f"NOT HELD {v.name}: {v.detail}" for v in run.verdicts if not v.held]
+    return "\n".join(lines + [f"fault: {f}" for f in run.faults])
+
+
 def scaled(examples: int, *, steps: int | None = None, **options: Any) -> settings:
     """Settings for one of this suite's properties: ``examples`` (and ``steps`` per stateful
     example) under Hypothesis's ``default`` or ``ci`` profile, scaled with the loaded profile

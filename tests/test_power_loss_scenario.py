@@ -19,6 +19,7 @@ from chaos._faults import FaultStatus
 from chaos._fusefs import FaultFS, fuse_mounts_left
 from chaos.cluster import ClusterHandle
 from chaos.disks import fault_filesystem
+from conftest import unheld
 from scenarios import load_scenario, run_scenario
 from scenarios.model._records import RunLabel, RunStatus, Verdict
 from scenarios.workloads._power_loss import (
@@ -98,7 +99,12 @@ def test_both_answer_again_breaks_when_one_actor_never_acknowledges_after_the_po
     verdict = both_answer_again(WRITES, since=POWER_LOSS_AT, within=8.0)
     assert verdict.held and "replay after 3.00 s" in verdict.detail  # the call in flight, retried
     silent = [w for w in WRITES if not (w.role is Role.PARAMS and w.end >= POWER_LOSS_AT)]
-    assert not both_answer_again(silent, since=POWER_LOSS_AT, within=8.0).held
+    verdict = both_answer_again(silent, since=POWER_LOSS_AT, within=8.0)
+    assert not verdict.held and "params never (no write of it ended after the power loss)" in verdict.detail
+    timed_out = [*silent, Write(Role.PARAMS, 9, 3.0, 20.0, Ack.UNKNOWN, False, "GetTimeoutError")]
+    verdict = both_answer_again(timed_out, since=POWER_LOSS_AT, within=8.0)
+    assert not verdict.held and "params never (1 writes ended after it; the first, seq 9 sent at 3.00 s, " \
+        "after 20.00 s: unknown GetTimeoutError)" in verdict.detail, verdict.detail
     assert not both_answer_again(WRITES, since=POWER_LOSS_AT, within=2.9).held
     assert not both_answer_again(WRITES, since=None, within=8.0).held  # the twin: no power loss
 
@@ -193,12 +199,11 @@ def test_the_flagships_actors_keep_every_acknowledged_write_through_a_power_loss
         ray_cluster: ClusterHandle) -> None:
     mounted = fuse_mounts_left()
     (run,) = run_scenario(load_scenario("power-loss"), address=ray_cluster.address, baseline=False)
-    assert run.label is RunLabel.CHAOS and not run.deviated, (run.error, [v for v in run.verdicts if not v.held],
-                                                              run.faults)
+    assert run.label is RunLabel.CHAOS and not run.deviated, unheld(run)
     assert [f.status for f in run.faults] == [FaultStatus.INJECTED] * 5, run.faults
     kinds = [f.kind for f in sorted(run.faults, key=lambda f: f.confirmed or 0.0)]
     assert kinds[2] is FaultKind.POWER_LOSS, run.faults  # confirmed after both pauses, before both kills
-    assert all(v.held for v in run.verdicts), [v for v in run.verdicts if not v.held]
+    assert all(v.held for v in run.verdicts), unheld(run)
     assert set(load_scenario("power-loss").invariants) <= {v.name for v in run.verdicts}
     assert fuse_mounts_left() == mounted, "the run's fault filesystem is still mounted"
 
@@ -227,7 +232,7 @@ def test_the_fault_free_twin_misses_the_power_loss_and_keeps_everything(ray_clus
     baseline, chaos = run_scenario(load_scenario("power-loss"), address=ray_cluster.address, baseline=True)
     assert baseline.label is RunLabel.BASELINE and baseline.status is RunStatus.COMPLETED, baseline.error
     assert chaos.label is RunLabel.CHAOS and not chaos.deviated and all(v.held for v in chaos.verdicts), \
-        (chaos.error, [v for v in chaos.verdicts if not v.held], chaos.faults)
+        unheld(chaos)
     assert [f.status for f in chaos.faults] == [FaultStatus.INJECTED] * 5, chaos.faults
     kinds = [f.kind for f in sorted(chaos.faults, key=lambda f: f.confirmed or 0.0)]
     assert kinds[2] is FaultKind.POWER_LOSS, chaos.faults  # confirmed after both pauses, before both kills

@@ -3,9 +3,10 @@ checkpoint storage on a fault filesystem (``storage_faultfs = true``), through a
 
 The actors are the dqn-cartpole flagship's (:class:`actors.ReplayBufferActor`,
 :class:`actors.ParameterServer` over its Q-network, Adam), under ``wal`` durability. The
-driver stands in for the training: each step adds a chunk of transitions (unique ids) to the
-buffer and pushes a gradient of the network's shapes to the server, both keyed
-(``writer_id``/``seq``), and records how each ended. The scenario's schedule does to the
+driver stands in for a collector and a learner, which write independently: each adds a chunk of
+transitions (unique ids) to the buffer or pushes a gradient of the network's shapes to the
+server as soon as its last write ended, keyed (``writer_id``/``seq``), and records how each
+ended. The scenario's schedule does to the
 actors what a machine losing power does: both are stopped (SIGSTOP), every write no fsync
 covered is dropped from their storage, then both are SIGKILLed and Ray restarts them from
 what the disk kept.
@@ -132,7 +133,7 @@ def restored_after_power_loss(restarts: Sequence[Restart], *, power_loss: float 
     through its write-ahead log (replayed records): what a run without the power loss lacks."""
     fresh = [r for r in restarts if r.pid_after != r.pid_before and r.restore.replayed > 0]
     said = "; ".join(f"{r.role}: pid {r.pid_before} -> {r.pid_after}, checkpoint {r.restore.seq}, "
-                     f"{r.restore.replayed} log records replayed" for r in restarts)
+                     f"{r.restore.replayed} log records replayed in {r.restore.seconds:.2f} s" for r in restarts)
     held = power_loss is not None and len(restarts) == len(Role) and len(fresh) == len(restarts)
     when = "no power loss confirmed" if power_loss is None else f"power loss confirmed at {power_loss:.2f} s"
     return Verdict.over("restored_after_power_loss", len(restarts), held=held, detail=f"{when}; {said}")
@@ -142,16 +143,28 @@ def both_answer_again(writes: Sequence[Write], *, since: float | None, within: f
     """Each actor acknowledged a write after ``since`` (the power loss), the first within
     ``within`` seconds of it; ``since`` None: no power loss, nothing answered again. The actors
     were stopped at the power loss and killed after it, so only their restarts answer then (the
-    first such answer is often a call in flight at the stop, which Ray retried)."""
+    first such answer is often a call in flight at the stop, which Ray retried). An actor that
+    never did is described by how its writes ending after ``since`` ended."""
     gaps: dict[Role, float] = {}
     for role in Role:
         ends = [w.end for w in writes if w.role is role and w.ack is Ack.ACKED and since is not None
                 and w.end >= since]
         gaps[role] = min(ends) - since if ends and since is not None else float("inf")
     worst = max(gaps.values())
-    said = ", ".join(f"{role} after {gap:.2f} s" for role, gap in gaps.items())
+    said = ", ".join(f"{role} after {gap:.2f} s" if gap != float("inf") else _unanswered(writes, role, since)
+                     for role, gap in gaps.items())
     return Verdict.over("both_answer_again", len(writes), held=since is not None and worst <= within,
                         detail=f"first write acknowledged after the power loss: {said} (bound {within:g} s)")
+
+
+def _unanswered(writes: Sequence[Write], role: Role, since: float | None) -> str:
+    """``params never``, with the writes that ended after ``since``: how many, the first's fate."""
+    after = [w for w in writes if w.role is role and since is not None and w.end >= since]
+    if not after:
+        return f"{role} never (no write of it ended after the power loss)"
+    first = min(after, key=lambda w: w.end)
+    return (f"{role} never ({len(after)} writes ended after it; the first, seq {first.seq} sent at "
+            f"{first.t:.2f} s, after {first.seconds:.2f} s: {first.ack.value} {first.error})")
 
 
 def stopped_at_power_loss(timeline: Timeline, writes: Sequence[Write]) -> Verdict:
@@ -219,6 +232,21 @@ def gradient(shapes: Mapping[str, tuple[int, ...]], rng: np.random.Generator) ->
     return {name: (1e-3 * rng.standard_normal(shape)).astype(np.float32) for name, shape in shapes.items()}
 
 
+#: Seconds a step waits for one of the writes in flight to end.
+STEP_WAIT = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    """A write sent and not yet recorded: to which actor, its seq, when it was sent."""
+
+    role: Role
+    seq: int
+    t: float
+    started: float
+    ref: Any
+
+
 class PowerLoss(Workload):
     """The flagship's buffer and server written to while their storage loses power: every
     acknowledged write is in the state they restore."""
@@ -243,29 +271,56 @@ class PowerLoss(Workload):
         self.shapes = {n: tuple(p.shape) for n, p in make_qnet().named_parameters()}
         self.rng = np.random.default_rng(self.ctx.seed)
         self.writes: list[Write] = []
-        self.seq = 0
+        self.pending: dict[Role, _Pending] = {}
+        self.seqs = dict.fromkeys(Role, 0)
         self.pids = dict(zip(Role, ray.get([self.buffer.pid.remote(), self.server.pid.remote()],
                                            timeout=CALL_TIMEOUT), strict=True))
 
     def step(self) -> bool:
-        seq, started, t = self.seq, time.monotonic(), round(self.ctx.elapsed(), 3)
-        refs = {Role.REPLAY: self.buffer.add.remote({"tid": tids(seq)}, writer_id="collector", seq=seq),
-                Role.PARAMS: self.server.push.remote(gradient(self.shapes, self.rng), worker_id="learner",
-                                                     seq=seq, base_version=seq)}
-        self.seq += 1
-        for role, ref in refs.items():
-            self.writes.append(self._answer(role, seq, t, started, ref))
-        self.ctx.count("writes", 2)
+        """Give each actor its next write once its last one ended, then wait (up to
+        ``STEP_WAIT``) for one to end. Apart, not one after the other: the actor restarted first
+        answers while the other is still down, as a collector does while its learner restarts."""
+        import ray
+
+        for role in Role:
+            if role not in self.pending:
+                self.pending[role] = self._send(role)
+        ray.wait([p.ref for p in self.pending.values()], num_returns=1, timeout=STEP_WAIT)
+        self._collect(drain=False)
         return True
 
-    def _answer(self, role: Role, seq: int, t: float, started: float, ref: Any) -> Write:
+    def _send(self, role: Role) -> _Pending:
+        seq, t = self.seqs[role], round(self.ctx.elapsed(), 3)
+        self.seqs[role] += 1
+        if role is Role.REPLAY:
+            ref = self.buffer.add.remote({"tid": tids(seq)}, writer_id="collector", seq=seq)
+        else:
+            ref = self.server.push.remote(gradient(self.shapes, self.rng), worker_id="learner", seq=seq,
+                                          base_version=seq)
+        return _Pending(role, seq, t, time.monotonic(), ref)
+
+    def _collect(self, *, drain: bool) -> None:
+        """Record each write that ended or ran out of its ``call_timeout`` (``drain``: every one,
+        each waited for up to what is left of its bound)."""
+        import ray
+
+        refs = [p.ref for p in self.pending.values()]
+        ready = {r.hex() for r in ray.wait(refs, num_returns=len(refs), timeout=0)[0]} if refs else set()
+        for role, sent in list(self.pending.items()):
+            if drain or sent.ref.hex() in ready or time.monotonic() - sent.started >= self.p.call_timeout:
+                self.writes.append(self._answer(sent))
+                self.ctx.count("writes")
+                del self.pending[role]
+
+    def _answer(self, sent: _Pending) -> Write:
         """How one write ended: acknowledged, failed by the actor, or of unknown fate."""
         import ray
         from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
+        role, seq, t, started = sent.role, sent.seq, sent.t, sent.started
         left = max(0.1, started + self.p.call_timeout - time.monotonic())
         try:
-            ray.get(ref, timeout=left)
+            ray.get(sent.ref, timeout=left)
         except RayTaskError as exc:  # the actor raised: Ray does not retry an application error
             return Write(role, seq, t, time.monotonic() - started, Ack.UNKNOWN, True, str(exc)[:300])
         except (GetTimeoutError, RayActorError) as exc:
@@ -281,6 +336,7 @@ class PowerLoss(Workload):
     def invariants(self) -> list[Verdict]:
         import ray
 
+        self._collect(drain=True)  # the writes still in flight when the run ended: their fate
         acked = [tids(w.seq) for w in self.writes if w.role is Role.REPLAY and w.ack is Ack.ACKED]
         acked_ids = np.concatenate(acked) if acked else np.empty(0, np.int64)
         # No column before the first add: the buffer learns its columns from it.
@@ -307,7 +363,7 @@ class PowerLoss(Workload):
         return found
 
     def call_bounds(self) -> dict[str, float]:
-        return {"step": 2 * self.p.call_timeout + CALL_TIMEOUT}
+        return {"step": STEP_WAIT + CALL_TIMEOUT}  # sends, a short wait, answers already there
 
     def teardown(self) -> None:
         import ray
