@@ -185,10 +185,27 @@ def _slow(fs: FaultFS, fault: SlowDisk, steps: Record, within: float, grace: flo
             raise _ineffective(steps, fault, f"the latency is still on after the heal: {fs.state().latency}")
         steps(DiskEvent("heal", fault, "latency off (read back from the fault filesystem)", None))
         return
-    after = _timed_op(op, fs.mount + f"/{_PROBE}-{uuid.uuid4().hex[:8]}")
+    after = _fastest_probe(op, fs, under=0.5 * fault.latency)
     if after >= 0.5 * fault.latency:
-        raise _ineffective(steps, fault, f"a probe {op} still took {after:.3f} s after the heal")
+        raise _ineffective(steps, fault, f"each of {HEAL_PROBES} probe {op}s still took {after:.3f} s "
+                                         "or more after the heal")
     steps(DiskEvent("heal", fault, f"latency off; a probe {op} took {after:.3f} s", after))
+
+
+#: Probes a heal may take to show a fast operation: one alone can be slow on a loaded machine
+#: (0.31 s for an fsync once, with a Ray cluster busy on both cores), while every one of them
+#: is slow while the latency is still on.
+HEAL_PROBES = 5
+
+
+def _fastest_probe(op: str, fs: FaultFS, *, under: float) -> float:
+    """Time ``op`` up to ``HEAL_PROBES`` times; the first time under ``under``, else the least."""
+    least = float("inf")
+    for _ in range(HEAL_PROBES):
+        least = min(least, _timed_op(op, fs.mount + f"/{_PROBE}-{uuid.uuid4().hex[:8]}"))
+        if least < under:
+            break
+    return least
 
 
 def _until(fault: SlowDisk | StallDisk | FailingDisk, within: float, grace: float) -> float:

@@ -192,6 +192,28 @@ def test_a_rollback_switches_a_held_disk_fault_off_at_once(fs: FaultFS) -> None:
     assert [e.kind for e in fault_events(chaos)] == ["inject", "heal"]
 
 
+@needs_fuse
+def test_a_slow_disk_whose_heal_leaves_the_latency_on_is_ineffective(fs: FaultFS,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The heal is confirmed by a fast probe, retried (one alone can be slow on a loaded
+    machine): a latency that stays on slows every retry, and the fault fails closed."""
+    heal = FaultFS.heal
+
+    def heal_but_the_latency(self: FaultFS, *kinds: str) -> None:
+        if rest := [k for k in kinds if k != "latency"]:  # none named would heal them all
+            heal(self, *rest)
+
+    monkeypatch.setattr(FaultFS, "heal", heal_but_the_latency)
+    events: list[DiskEvent] = []
+    try:
+        with pytest.raises(FaultIneffective, match="each of 5 probe fsyncs still took"), \
+                inject_disk(SlowDisk(fs.mount, seconds=0.1, latency=0.05), record=events.append):
+            pass
+    finally:
+        heal(fs, "latency")
+    assert [e.kind for e in events] == ["inject", "ineffective"], events
+
+
 # -- the filesystem's own deadline: ends the fault, and a driver still holding it fails -----------
 
 HELD = [SlowDisk("/mounted-later", seconds=0.3, latency=0.05),
