@@ -13,7 +13,7 @@ import psutil
 import pytest
 import ray
 
-from chaos import wait_until
+from chaos import HangError, wait_until
 from chaos.cluster import ClusterHandle
 from chaos.leakcheck import paused_processes
 from conftest import CALL_TIMEOUT
@@ -53,10 +53,23 @@ def test_a_pause_heals_even_when_its_driver_is_sigkilled(ray_cluster: ClusterHan
     finally:
         if driver.poll() is None:
             driver.kill()
-    wait_until(lambda: psutil.Process(pid).status() != psutil.STATUS_STOPPED, timeout=20,
-               what="the agent to resume the victim on its own deadline")
+    try:
+        wait_until(lambda: psutil.Process(pid).status() != psutil.STATUS_STOPPED, timeout=20,
+                   what="the agent to resume the victim on its own deadline")
+    except HangError as exc:
+        raise AssertionError(f"{exc}; {resumers(pid)}") from exc
     assert paused_processes() == []
     ray.kill(victim)
+
+
+def resumers(pid: int) -> str:
+    """What could have resumed ``pid``: the node's agents and the pause's healer, and their states."""
+    seen = []
+    for proc in psutil.process_iter(["pid", "cmdline", "status"]):
+        line = " ".join(proc.info["cmdline"] or [])
+        if ("chaos._healer" in line and str(pid) in line.split()) or "ChaosAgent" in line:
+            seen.append(f"pid {proc.info['pid']} {proc.info['status']}: {line[:160]}")
+    return "; ".join(seen) or "no agent and no healer process left"
 
 
 @pytest.mark.slow

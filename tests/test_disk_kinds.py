@@ -34,8 +34,9 @@ from chaos._wait import wait_until
 from scenarios import ScenarioError, load_scenario
 
 needs_fuse = pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="needs /dev/fuse")
-#: The grace the expiry tests give the filesystem's own deadline (DISK_GRACE is 5 s).
-GRACE = 0.2
+#: The grace the expiry tests give the filesystem's own deadline (DISK_GRACE is 5 s), and the
+#: confirmation's bound (5 s by default), which the deadline includes: each test waits for both.
+GRACE, CONFIRM = 0.2, 1.5
 
 
 @pytest.fixture(scope="module")
@@ -233,7 +234,7 @@ def test_a_disk_fault_held_past_its_seconds_ends_by_the_filesystems_deadline_and
     events: list[DiskEvent] = []
     fault = dataclasses.replace(held, mount=fs.mount)
     with pytest.raises(FaultIneffective, match=EXPIRED.split("{")[0]), \
-            inject_disk(fault, record=events.append, grace=GRACE):
+            inject_disk(fault, record=events.append, grace=GRACE, confirm_within=CONFIRM):
         # Held well past seconds + grace: the filesystem itself must end it (a driver gone).
         wait_until(lambda: switched_off(fs), timeout=10, what=f"the {fault.KIND} to end by its deadline")
     assert [e.kind for e in events] == ["inject", "ineffective"]
@@ -245,7 +246,7 @@ def test_a_disk_fault_held_past_its_seconds_ends_by_the_filesystems_deadline_and
 def test_a_stall_released_by_its_deadline_lets_the_blocked_operation_go_and_says_so(fs: FaultFS) -> None:
     done = threading.Event()
     fault = StallDisk(fs.mount, seconds=0.3, glob="/ckpt/*")
-    with pytest.raises(FaultIneffective, match="own deadline"), inject_disk(fault, grace=GRACE):
+    with pytest.raises(FaultIneffective, match="own deadline"), inject_disk(fault, grace=GRACE, confirm_within=CONFIRM):
         writer = threading.Thread(target=lambda: (open(f"{fs.mount}/ckpt/w", "wb").close(), done.set()))
         writer.start()
         assert done.wait(10), "a stall past its deadline still blocked a write"
