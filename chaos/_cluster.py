@@ -217,6 +217,10 @@ def local_cluster(
 ) -> Iterator[ClusterHandle]:
     """Start a fresh embedded Ray cluster, connect this driver to it, and tear it all down.
 
+    The teardown survives the head's loss: a GCS or head raylet left stopped is resumed and a
+    GCS that died is started again (an empty one, without Redis) before ``ray.shutdown``, which
+    could otherwise block until Ray ends this process 60 s after the loss.
+
     Args:
         nodes: 1 for a plain local instance; more for a head plus ``nodes - 1`` workers
             (each node gets ``num_cpus`` CPUs; the head an ``rc_head`` resource, worker ``i`` an
