@@ -81,6 +81,7 @@ def test_every_failpoint_recovers(case: Case, tmp_path: Path) -> None:
     assert run_case(case, tmp_path) == []
 
 
+@pytest.mark.slow  # 19 s: make test's 10-minute budget
 def test_a_store_that_renames_before_writing_is_caught_naming_the_failpoint(tmp_path: Path) -> None:
     """The planted bug (commit the folder, then write into it) passes every fault-free test;
     the sweep catches it at the points between the rename and the manifest, and only there."""

@@ -82,6 +82,7 @@ def test_a_write_without_a_reply_is_a_hang_not_a_pass(ray_cluster: ClusterHandle
     assert [op.status for op in history.ops()] == [OpStatus.INFO, OpStatus.INFO]
 
 
+@pytest.mark.slow  # 19 s: make test's 10-minute budget
 @given(seed=st.integers(0, 2**16))
 @scaled(2)
 def test_every_acknowledged_add_is_stored_once_under_random_kills(

@@ -67,6 +67,7 @@ def seen(verdict: ProgramVerdict) -> set[tuple[Seen, str]]:
     return {(f.signature.seen, f.signature.detail) for f in verdict.failures}
 
 
+@pytest.mark.slow  # 13 s: make test's 10-minute budget
 def test_the_oracle_catches_planted_misbehaviour(ray_cluster: ClusterHandle) -> None:
     assert run_program(PLAIN, address=ray_cluster.address).ok  # unplanted: green
     assert seen(OffByOne(PLAIN, ray_cluster.address).run()) == {(Seen.WRONG_VALUE, "")}

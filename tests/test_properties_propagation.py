@@ -362,6 +362,7 @@ def check_outcome(plan: Plan, index: int) -> None:
 
 @example(kinds=["straggler", "owner_killed", "infeasible", "ok"])  # every hard case, every run
 @pytest.mark.property
+@pytest.mark.slow  # 27 s: make test's 10-minute budget
 @scaled(4)
 @given(kinds=st.lists(st.sampled_from(["ok", "crash", "value_error", "infeasible", "straggler",
                                        "owner_killed"]), min_size=1, max_size=4))
