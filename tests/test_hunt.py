@@ -29,7 +29,18 @@ from scenarios.hunt import (
     programs,
 )
 from scenarios.hunt._model import BLOCKING
-from scenarios.hunt._oracle import Observed, Outcome, WaitSeen, attempts, expect, judge, judge_step, judge_wait
+from scenarios.hunt._oracle import (
+    Failure,
+    Observed,
+    Outcome,
+    WaitSeen,
+    attempts,
+    expect,
+    judge,
+    judge_step,
+    judge_wait,
+    known_finding,
+)
 from scenarios.hunt._pressure import Pressure
 from scenarios.hunt._run import ProgramVerdict
 from scenarios.hunt._stats import fault_labels, features
@@ -217,6 +228,16 @@ def test_only_a_lost_cancel_is_a_known_finding_and_it_is_still_reported() -> Non
     assert "[known" not in verdict.report().splitlines()[1]
     wrong = judge(program, (), {0: Observed(value=5), 1: Observed(value=5)})
     assert [f.signature.seen for f in ProgramVerdict(program, (), (), tuple(wrong), 0.0).new] == [Seen.WRONG_VALUE]
+
+
+def test_a_call_hang_is_known_only_under_a_gcs_restart_with_rpc_failures() -> None:
+    known = Signature(StepKind.CALL, (FaultKind.GCS_RESTART, FaultKind.RPC_FAILURES), Seen.HANG)
+    script = "findings/actor_call_hangs_after_gcs_restart_with_rpc_failures.py"
+    assert (found := known_finding(Failure(known, 5, "hung"))) is not None and found.script == script
+    for faults in ((FaultKind.GCS_RESTART,), (FaultKind.RPC_FAILURES,), (FaultKind.KILL_ACTOR,), ()):
+        assert known_finding(Failure(Signature(StepKind.CALL, faults, Seen.HANG), 5, "hung")) is None, faults
+    wrong = Signature(StepKind.CALL, known.faults, Seen.WRONG_VALUE)
+    assert known_finding(Failure(wrong, 5, "wrong")) is None
 
 
 def test_the_strategy_draws_object_store_pressure() -> None:
