@@ -406,10 +406,7 @@ def _revive_head(address: str) -> None:
     node = _HEADS.get(address)
     if node is None:
         return
-    for kind in (ray_constants.PROCESS_TYPE_GCS_SERVER, ray_constants.PROCESS_TYPE_RAYLET):
-        for info in node.all_processes.get(kind, []):
-            if info.process.poll() is None and _stopped(info.process.pid):
-                os.kill(info.process.pid, signal.SIGCONT)
+    _resume_stopped(node)
     gcs = node.all_processes.get(ray_constants.PROCESS_TYPE_GCS_SERVER, [])
     if gcs and all(info.process.poll() is None for info in gcs):
         return
@@ -423,6 +420,16 @@ def _revive_head(address: str) -> None:
                    what=f"the GCS started again at {address} to listen")
     except Exception as exc:  # noqa: BLE001 - the teardown goes on; the driver may not outlive it
         _log.warning("raychaos: could not start the lost GCS at %s before the teardown: %s", address, exc)
+
+
+def _resume_stopped(node: Any) -> None:
+    """SIGCONT the head's GCS and raylet where they are alive and stopped."""
+    from ray._private import ray_constants
+
+    for kind in (ray_constants.PROCESS_TYPE_GCS_SERVER, ray_constants.PROCESS_TYPE_RAYLET):
+        for info in node.all_processes.get(kind, []):
+            if info.process.poll() is None and _stopped(info.process.pid):
+                os.kill(info.process.pid, signal.SIGCONT)
 
 
 def _listens(address: str) -> bool:
