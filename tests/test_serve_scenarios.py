@@ -190,17 +190,48 @@ def test_replicas_on_the_lost_node_only_turn_availability_red(ray_multinode_clus
 
 
 def test_serve_proxy_kill_holds_beside_its_fault_free_twin(ray_multinode_cluster: ClusterHandle) -> None:
-    baseline, _ = _one_kill_held_beside_its_twin("serve-proxy-kill", ray_multinode_cluster.address)
+    baseline, chaos = _one_kill_held_beside_its_twin("serve-proxy-kill", ray_multinode_cluster.address)
     assert not _held(baseline)["availability"] and not _held(baseline)["replicas_restored"]
+    # One replica a node: two nodes with a replica, so a proxy on each (the head's among them
+    # or beside them), all ALIVE before the load began.
+    assert chaos.metrics["replica_nodes"] == 2 and chaos.metrics["proxies"] >= 2, chaos.metrics
+
+
+@pytest.mark.deep
+def test_replicas_spread_over_more_nodes_than_the_cluster_has_are_refused_before_serve_starts(
+        ray_cluster: ClusterHandle) -> None:
+    from ray.util.state import list_actors
+
+    # One node, two replicas, at most one a node: serve.run would wait for a second node.
+    (run,) = run_scenario(load_scenario("serve-proxy-kill"), address=ray_cluster.address, baseline=False)
+    assert run.status is RunStatus.ABORTED and "max_replicas_per_node = 1 need 2 nodes" in run.error, run.error
+    assert "has 1" in run.error
+    controllers = list_actors(address=ray_cluster.address, filters=[("class_name", "=", "ServeController"),
+                                                                    ("state", "=", "ALIVE")])
+    assert not controllers, controllers
 
 
 @pytest.mark.deep
 def test_a_single_proxy_turns_availability_and_recovery_red(ray_cluster: ClusterHandle) -> None:
     scenario = load_scenario("serve-proxy-kill")
-    scenario = replace(scenario, params={**scenario.params, "proxy_location": "HeadOnly"})
+    scenario = replace(scenario, params={**scenario.params, "proxy_location": "HeadOnly", "max_replicas_per_node": 0})
     (chaos,) = run_scenario(scenario, address=ray_cluster.address, baseline=False)
     assert chaos.status is RunStatus.COMPLETED, chaos.error
     _say(chaos)
     red = {name for name, held in _held(chaos).items() if not held}
     # The only proxy's port refuses connections until the controller starts a new proxy.
+    assert {"availability", "recovered_to_baseline"} <= red and "errors_documented" not in red, chaos.verdicts
+
+
+@pytest.mark.deep
+def test_both_replicas_on_the_head_leave_one_proxy_and_its_kill_turns_availability_red(
+        ray_multinode_cluster: ClusterHandle) -> None:
+    scenario = load_scenario("serve-proxy-kill")
+    # The spread undone and both replicas put on the head: Serve starts no worker node's proxy.
+    params = {**scenario.params, "max_replicas_per_node": 0, "replica_resources": {"rc_head": 0.5}}
+    (chaos,) = run_scenario(replace(scenario, params=params), address=ray_multinode_cluster.address, baseline=False)
+    assert chaos.status is RunStatus.COMPLETED, chaos.error
+    _say(chaos)
+    assert chaos.metrics["replica_nodes"] == 1 and chaos.metrics["proxies"] == 1, chaos.metrics
+    red = {name for name, held in _held(chaos).items() if not held}
     assert {"availability", "recovered_to_baseline"} <= red and "errors_documented" not in red, chaos.verdicts

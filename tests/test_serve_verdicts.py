@@ -128,6 +128,24 @@ def test_a_killed_proxy_is_restored_only_once_as_many_proxies_are_alive_as_befor
     assert back.restored(replicas=2, replica_kills=0, controller_killed=False, proxies=3)
 
 
+def test_an_everynode_serve_lacks_a_proxy_on_each_node_of_a_replica_or_the_controller_without_one() -> None:
+    from types import SimpleNamespace as Row
+
+    from scenarios.workloads._serve import CONTROLLER_CLASS, PROXY_CLASS, _proxyless
+
+    replica = "ServeReplica:raychaos:echo"
+    alive = {replica: {"r1": Row(node_id="n1"), "r2": Row(node_id="n2")},
+             CONTROLLER_CLASS: {"c": Row(node_id="head")}, PROXY_CLASS: {"p0": Row(node_id="head")}}
+    # The worker nodes' proxies start after serve.run returns: until then both are missing.
+    assert _proxyless(alive, [replica]) == {"n1", "n2"}
+    alive[PROXY_CLASS] |= {"p1": Row(node_id="n1"), "p2": Row(node_id="n2")}
+    assert _proxyless(alive, [replica]) == set()
+    # A node without a replica needs no proxy.
+    alive[replica] = {"r1": Row(node_id="n1")}
+    del alive[PROXY_CLASS]["p2"]
+    assert _proxyless(alive, [replica]) == set()
+
+
 def test_serve_fault_of_a_kill_target() -> None:
     assert serve_fault_of("ServeReplica:raychaos:echo") is ServeFault.REPLICA
     assert serve_fault_of("ServeController") is ServeFault.CONTROLLER

@@ -37,7 +37,7 @@ from pydantic import Field, field_validator
 from chaos import ActorTarget, FaultKind, NodeTarget
 from chaos._extras import import_extra
 from chaos._schedule import ScheduledFault
-from chaos.errors import InvalidConfig
+from chaos.errors import HangError, InvalidConfig
 from scenarios.model._records import Problem, Verdict
 from scenarios.model._workload import Params, Workload
 from scenarios.workloads._serve_load import HttpLoad, Request
@@ -84,6 +84,10 @@ class ServeParams(Params):
     #: Custom resources each replica of the built-in deployment asks for, e.g. ``{ worker = 1 }``
     #: to keep them off the head (the embedded worker nodes have ``worker`` and ``rc_node<i>``).
     replica_resources: dict[str, float] = Field(default_factory=dict)
+    #: At most this many replicas of the built-in deployment on one node (0: no bound). With
+    #: ``EveryNode`` proxies, Serve starts a proxy only on the head and on nodes holding a
+    #: replica: ``1`` spreads the replicas, so the app has a proxy on more than one node.
+    max_replicas_per_node: int = Field(default=0, ge=0)
     #: Requests per second, and each one's timeout in seconds.
     rate: float = 20.0
     timeout: float = 2.0
@@ -186,6 +190,7 @@ class ServeApp(Workload):
 
         self.p = self.ctx.params_as(ServeParams)
         self._refuse_running_serve()
+        self._refuse_unplaceable_spread()
         self.port = _free_port()
         self.started_serve = True  # before start: a start that fails half-way is shut down too
         # The head's proxy only by default: Serve binds every proxy's port with SO_REUSEPORT
@@ -194,15 +199,41 @@ class ServeApp(Workload):
         # the load's connections over them: a worker node's loss would be a proxy's loss too.
         # serve-proxy-kill asks for EveryNode: its proxies are what it kills.
         serve.start(proxy_location=self.p.proxy_location, http_options={"host": HOST, "port": self.port})
-        app = _application(self.p.app, replicas=self.p.replicas, resources=self.p.replica_resources)
+        app = _application(self.p.app, replicas=self.p.replicas, resources=self.p.replica_resources,
+                           per_node=self.p.max_replicas_per_node)
         serve.run(app, name=APP, route_prefix="/")
         self.replica_classes, self.declared = self._deployed()
-        # Alive ones only: an earlier run's (the twin's) dead actors are listed too.
-        self.before = {c: {r.actor_id: r for r in self._actors(c) if r.state == "ALIVE"}
-                       for c in (*self.replica_classes, CONTROLLER_CLASS, PROXY_CLASS)}
+        self.before = self._await_proxies()
         self.nodes_before = self._alive_nodes()
         homes = {r.node_id for c in self.replica_classes for r in self.before[c].values()}
         self.ctx.metric("replica_nodes", len(homes))
+
+    def _alive_serve_actors(self) -> dict[str, dict[str, Any]]:
+        """Serve's actors ALIVE now, by class (an earlier run's, the twin's, dead ones are
+        listed too)."""
+        return {c: {r.actor_id: r for r in self._actors(c) if r.state == "ALIVE"}
+                for c in (*self.replica_classes, CONTROLLER_CLASS, PROXY_CLASS)}
+
+    def _await_proxies(self) -> dict[str, dict[str, Any]]:
+        """Serve's actors once every node Serve puts a proxy on has one ALIVE (``serve.run``
+        returns when the replicas run; the controller starts their nodes' proxies after).
+
+        Raises:
+            HangError: a node with a replica or the controller has no proxy within
+                :data:`DEPLOY_TIMEOUT` s: the run would kill or judge proxies not yet there.
+        """
+        deadline = time.monotonic() + DEPLOY_TIMEOUT
+        while True:
+            alive = self._alive_serve_actors()
+            missing = _proxyless(alive, self.replica_classes) if self.p.proxy_location == "EveryNode" else set()
+            if not missing:
+                self.ctx.metric("proxies", len(alive[PROXY_CLASS]))
+                return alive
+            if time.monotonic() >= deadline:
+                raise HangError(f"Serve started no proxy within {DEPLOY_TIMEOUT:g} s on the nodes "
+                                f"{sorted(missing)}, which hold a replica or the controller (proxy_location "
+                                "= 'EveryNode'); give the cluster more CPU, or use proxy_location = 'HeadOnly'")
+            self._pause.wait(LOOK_EVERY)  # a poll's pace, never set
 
     def _deployed(self) -> tuple[list[str], int]:
         """The replicas' actor class of each deployment of the app, and the replicas declared:
@@ -223,6 +254,23 @@ class ServeApp(Workload):
                                 f"actor {alive[0].actor_id}, ALIVE): the serve workload would take it over, kill "
                                 "its processes and shut it down; run the scenario on an embedded cluster "
                                 "(without --address), or serve.shutdown() that Serve first")
+
+    def _refuse_unplaceable_spread(self) -> None:
+        """``max_replicas_per_node`` leaves room for every replica on the nodes that fit one,
+        or ``serve.run`` would wait for a node that never comes."""
+        from ray.util.state import list_nodes
+
+        per_node, need = self.p.max_replicas_per_node, self.p.replica_resources
+        if not per_node or self.p.app:
+            return
+        rows = list_nodes(address=self.ctx.address, filters=[("state", "=", "ALIVE")], detail=True,
+                          limit=10_000, timeout=LOOK_TIMEOUT, raise_on_missing_output=False)
+        fit = sum(all(n.resources_total.get(k, 0.0) >= v for k, v in need.items()) for n in rows)
+        if fit * per_node < self.p.replicas:
+            raise InvalidConfig(f"replicas = {self.p.replicas} with max_replicas_per_node = {per_node} need "
+                                f"{math.ceil(self.p.replicas / per_node)} nodes that fit a replica; the cluster at "
+                                f"{self.ctx.address} has {fit}: run on more nodes (nodes = ... for an embedded "
+                                "cluster), or raise max_replicas_per_node (0: no bound)")
 
     def _actors(self, class_name: str) -> list[Any]:
         """The State API's rows of every actor of ``class_name``, dead ones too."""
@@ -412,9 +460,18 @@ def per_second(reqs: Sequence[Request], *, timeout: float) -> dict[str, list[tup
     return series
 
 
-def _application(spec: str, *, replicas: int, resources: Mapping[str, float] | None = None) -> Any:
+def _proxyless(alive: Mapping[str, Mapping[str, Any]], replica_classes: Sequence[str]) -> set[str]:
+    """The nodes of ``alive``'s replicas and controller without an ALIVE proxy: those an
+    ``EveryNode`` Serve puts one on."""
+    homes = {r.node_id for c in (*replica_classes, CONTROLLER_CLASS) for r in alive[c].values()}
+    return homes - {r.node_id for r in alive[PROXY_CLASS].values()}
+
+
+def _application(spec: str, *, replicas: int, resources: Mapping[str, float] | None = None,
+                 per_node: int = 0) -> Any:
     """The Serve application to deploy: the one ``spec`` names, else the built-in ``echo``
-    (``replicas`` of it, each asking for the custom ``resources``).
+    (``replicas`` of it, each asking for the custom ``resources``, at most ``per_node`` on a
+    node when it is not 0).
 
     Raises:
         InvalidConfig: ``spec``'s module fails to import, or its attribute is no Serve app.
@@ -423,7 +480,9 @@ def _application(spec: str, *, replicas: int, resources: Mapping[str, float] | N
 
     if not spec:
         options = {"num_cpus": 0, "resources": dict(resources or {})}
-        return serve.deployment(name=DEPLOYMENT, num_replicas=replicas, ray_actor_options=options)(Echo).bind()
+        spread = {"max_replicas_per_node": per_node} if per_node else {}
+        return serve.deployment(name=DEPLOYMENT, num_replicas=replicas, ray_actor_options=options,
+                                **spread)(Echo).bind()
     name, _, attr = spec.partition(":")
     module = _import_fresh(name, spec)
     # By value: Serve's controller starts the replicas, and they need not find the user's module.
