@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -75,7 +76,14 @@ def _fails_without_fault_tolerance(example: str, command: str, report: Path) -> 
 
 @pytest.mark.timeout(RUN_BOUND + 120)
 def test_tune_example_survives_a_killed_trial(tmp_path: Path) -> None:
+    before = _tune_folders()
     _passes("tune", "python tune_search.py", tmp_path)
+    # Both runs' (the twin's and the one under faults') Tune results were removed after them.
+    assert _tune_folders() == before, sorted(_tune_folders() - before)
+
+
+def _tune_folders() -> set[Path]:
+    return set(Path(tempfile.gettempdir()).glob("example-tune-*"))
 
 
 @pytest.mark.deep

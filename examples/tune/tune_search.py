@@ -47,13 +47,17 @@ def objective(config: dict[str, float]) -> None:
 
 def main() -> int:
     seed = int(os.environ.get("RAYCHAOS_SEED", "0"))
-    max_failures = 0 if os.environ.get("EXAMPLE_NO_FT") == "1" else 3
+    with tempfile.TemporaryDirectory(prefix="example-tune-") as storage:  # the run's results, gone after
+        return _search(seed, storage, max_failures=0 if os.environ.get("EXAMPLE_NO_FT") == "1" else 3)
+
+
+def _search(seed: int, storage: str, *, max_failures: int) -> int:
     tuner = tune.Tuner(
         tune.with_resources(objective, {"cpu": 0.5}),
         param_space={"lr": tune.grid_search([0.1, 0.3]), "seed": seed},
         tune_config=tune.TuneConfig(metric="score", mode="max"),
         run_config=tune.RunConfig(
-            name=f"example-tune-{seed}", storage_path=tempfile.mkdtemp(prefix="example-tune-"),
+            name=f"example-tune-{seed}", storage_path=storage,
             checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
             failure_config=tune.FailureConfig(max_failures=max_failures)))
     results = tuner.fit()
@@ -63,7 +67,6 @@ def main() -> int:
     best = results.get_best_result()
     print(f"finished: best lr {best.config['lr']}, score {best.metrics['score']:.3f}")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
