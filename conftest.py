@@ -42,6 +42,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.timeout(bound))
 
 
+def open_under(folder: str | os.PathLike[str]) -> list[str]:
+    """The files under ``folder`` this process holds open, one path per descriptor: a leak
+    check that other tests' descriptors (closed by a garbage collection, opened by a
+    background thread) cannot move."""
+    root = os.path.realpath(folder) + os.sep
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # closed since it was listed (the listing's own descriptor among them)
+            continue
+        if target.startswith(root):
+            found.append(target)
+    return sorted(found)
+
+
 def unheld(run: Any) -> str:
     """A run's error, each verdict that did not hold and each fault, in full: an assertion
     message that is not a string is cut to a few hundred characters."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import gc
 import json
 import os
 import pickle
@@ -24,6 +23,7 @@ from actors import Checkpointable, CheckpointConfig, WriterSeqs, mutation
 from actors._checkpoint import CHOOSE_RESTORE, StorageNotFresh
 from actors.checkpoint import FORMAT_VERSION, CheckpointStore, CheckpointWarning
 from chaos.errors import CheckpointError, CheckpointFormatError, InvalidConfig, StorageUnreachable
+from conftest import open_under
 
 
 class Box(Checkpointable):
@@ -227,11 +227,10 @@ def test_arrays_up_to_one_mib_of_any_safetensors_dtype_share_one_file(tmp_path: 
 def test_checkpoints_leave_no_file_descriptor_open(tmp_path: Path) -> None:
     store = CheckpointStore(str(tmp_path), keep=1)
     store.save({"n": 0, "a": np.ones(3)})
-    gc.collect()  # earlier tests' actors hold their fence's files until collected
-    before = len(os.listdir("/proc/self/fd"))
+    before = open_under(tmp_path)
     for n in range(1, 4):
         store.save({"n": n, "a": np.ones(3)})
-    assert len(os.listdir("/proc/self/fd")) == before
+    assert open_under(tmp_path) == before == []
 
 
 def test_missing_manifest_falls_back(storage: str) -> None:
@@ -360,10 +359,10 @@ def test_auto_restore_refuses_a_first_start_over_old_checkpoints(storage: str) -
 def test_wal_checkpoints_leave_no_file_descriptor_open(storage: str) -> None:
     box = Box(storage, every_n=2, durability="wal")
     box.add(1)
-    before = len(os.listdir("/proc/self/fd"))
+    before = len(open_under(storage))
     for _ in range(8):
         box.add(1)  # four checkpoints, four log segments opened
-    assert len(os.listdir("/proc/self/fd")) == before
+    assert len(open_under(storage)) == before, open_under(storage)
 
 
 def test_foreign_files_in_the_storage_are_neither_checkpoints_nor_logs(storage: str) -> None:
