@@ -10,12 +10,14 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from click.testing import CliRunner
 
 from chaos import ActorTarget, CpuHog, FaultKind, Kill, NodeTarget, Pause, Schedule, ScheduledFault, TaskTarget
 from chaos.engine import FaultStatus
+from chaos.errors import InvalidConfig
 from scenarios import ScenarioError, Verdict, load_attack, load_scenario
 from scenarios.cli import main
 from scenarios.model._bounded import CallHang, bounded
@@ -436,6 +438,31 @@ def test_a_hook_that_waits_out_a_longer_deadline_gets_that_bound() -> None:
     workload.bounds = {**workload.bounds, **attack.call_bounds()}
     assert workload.bounds["probe"] >= 7 * 10.0 > CALL_BOUNDS["probe"]
     assert workload.bounds["step"] > workload.bounds["probe"]
+
+
+class _Bounds(_Quiet):
+    asked: ClassVar[dict[str, float]] = {}
+
+    def call_bounds(self) -> dict[str, float]:
+        return self.asked
+
+
+@pytest.mark.parametrize("asked", [{"setup": 90.0}, {"stpe": 5.0}, {"step": 0.0}, {"probe": float("nan")}])
+def test_a_bound_asked_for_setup_for_no_hook_or_not_positive_is_refused_naming_it(asked: dict[str, float]) -> None:
+    """call_bounds() is asked after setup: a setup bound there would be silently dropped."""
+    ctx, rec = _context(), _Recorder()
+    workload = _Bounded(type("Asking", (_Bounds,), {"asked": asked})(ctx), rec, ctx)
+    ((hook, seconds),) = asked.items()
+    with pytest.raises(InvalidConfig, match=rf"Asking.call_bounds\(\) gives '{hook}': {seconds!r}; give positive"):
+        workload.setup()
+    assert workload.bounds == CALL_BOUNDS
+
+
+def test_a_bound_asked_for_a_later_hook_replaces_the_runners() -> None:
+    ctx, rec = _context(), _Recorder()
+    workload = _Bounded(type("Asking", (_Bounds,), {"asked": {"invariants": 500.0}})(ctx), rec, ctx)
+    workload.setup()
+    assert workload.bounds == {**CALL_BOUNDS, "invariants": 500.0}
 
 
 def test_at_end_with_more_faults_than_can_be_held_at_once_is_refused(tmp_path: Path) -> None:

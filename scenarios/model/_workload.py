@@ -211,9 +211,9 @@ class Workload:
 
     def call_bounds(self) -> Mapping[str, float]:
         """Seconds a hook of this workload may take where the runner's defaults are too short
-        (by hook name: ``setup``, ``step``, ``probe``, ``invariants``, ``teardown``): a hook
-        that itself waits out a longer deadline must say so, or the runner aborts it first.
-        Called after ``setup``."""
+        (by hook name: ``step``, ``probe``, ``invariants``, ``teardown``): a hook that itself
+        waits out a longer deadline must say so, or the runner aborts it first. Called after
+        ``setup``, so setup's bound is always the runner's (300 s)."""
         return {}
 
     def teardown(self) -> None:

@@ -263,6 +263,23 @@ CALL_BOUNDS: Mapping[str, float] = {"setup": 300.0, "step": 120.0, "probe": 60.0
                                     "teardown": 60.0}
 
 
+def _hook_bounds(workload: Workload) -> Mapping[str, float]:
+    """``workload.call_bounds()``, each a hook asked for after setup with a positive bound.
+
+    Raises:
+        InvalidConfig: a name no hook has, ``setup`` (whose bound has passed when this is
+            asked), or a bound that is not a positive number of seconds.
+    """
+    bounds = workload.call_bounds()
+    later = sorted(set(CALL_BOUNDS) - {"setup"})
+    for hook, seconds in bounds.items():
+        if hook not in later or not seconds > 0:
+            raise InvalidConfig(f"{type(workload).__name__}.call_bounds() gives {hook!r}: {seconds!r}; give "
+                                f"positive seconds for hooks among {later} (setup's bound is the runner's "
+                                f"{CALL_BOUNDS['setup']:g} s: call_bounds() is asked after setup)")
+    return bounds
+
+
 class _Bounded:
     """The workload as the runner calls it: each hook with its deadline (``CALL_BOUNDS``).
 
@@ -294,7 +311,7 @@ class _Bounded:
     def setup(self) -> None:
         self._call("setup", self.workload.setup)
         self.set_up = True
-        self.bounds = {**self.bounds, **self.workload.call_bounds()}
+        self.bounds = {**self.bounds, **_hook_bounds(self.workload)}
 
     def step(self) -> bool:
         return self._call("step", self.workload.step)

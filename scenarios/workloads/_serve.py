@@ -287,7 +287,7 @@ class ServeApp(Workload):
                                               limit=10_000, timeout=LOOK_TIMEOUT, raise_on_missing_output=False)}
 
     def call_bounds(self) -> dict[str, float]:
-        return {"setup": DEPLOY_TIMEOUT + 30.0, "teardown": 60.0,
+        return {"teardown": 60.0,
                 "invariants": self.p.timeout + self.p.restore_within + 3 * LOOK_TIMEOUT + 30.0}
 
     def step(self) -> bool:
