@@ -8,16 +8,21 @@ PIP_VERSION      := 26.3
 UV_VERSION       := 0.13.9
 PIP_TOOLS_VERSION := 7.6.2
 # Who installs the lock: uv or pip. With uv the whole install took 56 s on a fresh clone here,
-# against 88 s with pip (cold caches both): a fresh machine's `make test` must fit in 10
+# against 88 s with pip (cold caches both, both compiling bytecode): a fresh machine's `make test` must fit in 10
 # minutes. uv does not read pip's configuration: pip's find-links (PIP_FIND_LINKS and
 # pip.conf's: where this machine keeps its CPU torch wheel) are passed on; for a private index
-# in pip.conf, `make install INSTALLER=pip`. uv compiles bytecode only when asked (pip does
-# unasked): without it, under PYTHONDONTWRITEBYTECODE (set here), every Ray worker imported ray
-# from source (1.3 s against 0.55 s): make test took 447 s against 320 s with bytecode.
+# in pip.conf, `make install INSTALLER=pip`.
+#
+# Bytecode is written as it is first imported, not compiled at install: this machine sets
+# PYTHONDONTWRITEBYTECODE, under which every Ray worker would import ray from source again
+# (1.3 s against 0.55 s), so make's recipes run without it. Compiling the whole venv up front
+# (uv's --compile-bytecode) took about 58 s here, for 15,473 modules of which a fresh clone's
+# make test imported 4,290; without it that make test took 460 s against 501 s (2026-12-05).
+unexport PYTHONDONTWRITEBYTECODE
 INSTALLER ?= uv
 ifeq ($(INSTALLER),uv)
 FIND_LINKS = $(sort $(PIP_FIND_LINKS) $(shell python3 -m pip config get global.find-links 2>/dev/null))
-INSTALL = $(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(PY) \
+INSTALL = $(VENV)/bin/uv pip install --quiet --python $(PY) \
 	$(foreach l,$(FIND_LINKS),--find-links $(l))
 else ifeq ($(INSTALLER),pip)
 INSTALL := $(PY) -m pip install --quiet
@@ -43,10 +48,11 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)
 
-# raychaos's own modules as bytecode: under PYTHONDONTWRITEBYTECODE (set here) Python reads
-# .pyc files but never writes them, so every Ray worker and CLI process the suite starts would
-# compile chaos/, actors/ and scenarios/ from source again (0.3 s a process here). Only what
-# changed is compiled again; a stale .pyc is never used (Python checks the source's time).
+# raychaos's own modules as bytecode, for processes started outside make: under
+# PYTHONDONTWRITEBYTECODE Python reads .pyc files but never writes them, so every Ray worker and
+# CLI process would compile chaos/, actors/ and scenarios/ from source again (0.3 s a process
+# here). Only what changed is compiled again; a stale .pyc is never used (Python checks the
+# source's time).
 bytecode: $(STAMP)
 	@$(PY) -m compileall -q chaos actors scenarios
 
