@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator, TypeAdapter, ValidationError
 
+from chaos._checker import Validity
 from chaos._errors import ChaosError
 from chaos._faults import Fault, FaultStatus, fault_from_dict, fault_to_dict
 from chaos._memory import MemoryOutcome
@@ -58,11 +59,13 @@ class PlannedFault(_Record):
 
 
 class VerdictEntry(_Record):
-    """An invariant's verdict as the run's ``end`` journals it."""
+    """An invariant's verdict as the run's ``end`` journals it: ``validity`` says what it
+    found (``held`` is true only when it held: an unknown or n/a verdict did not)."""
 
     name: str
     held: bool
     detail: str
+    validity: Validity | None = None  #: absent in journals written before it existed
 
 
 class Observed(_Record):

@@ -3,8 +3,9 @@ running program; the scenario file's schema; the lessons; the demo.
 
 Exit codes (``EXIT_CODES``, shown in ``raychaos --help``): 0 passed, 1 deviated (an invariant
 broke, a scheduled fault did not happen, the run aborted, or a lesson's fix did not win),
-2 bad input or refused (nothing started), 3 a lesson's measurement was too noisy to tell,
-130 interrupted (every fault healed first; an embedded cluster is torn down).
+2 bad input or refused (nothing started), 3 inconclusive (a verdict could not be judged, or a
+lesson's measurement was too noisy to tell), 130 interrupted (every fault healed first; an
+embedded cluster is torn down).
 """
 
 from __future__ import annotations
@@ -23,15 +24,21 @@ if TYPE_CHECKING:
     from scenarios.model._scenario import Scenario
 
 EXIT_DEVIATED, EXIT_BAD_INPUT, EXIT_NOISY, EXIT_INTERRUPTED = 1, 2, 3, 130
+#: A run with a verdict that could not be judged (unknown): not a pass, not a break. The same
+#: code as a lesson too noisy to tell: both say "inconclusive".
+EXIT_UNKNOWN = EXIT_NOISY
 #: Every exit code the commands use, as ``raychaos --help`` lists them.
 EXIT_CODES = f"""\b
 Exit codes:
   0    passed: every invariant held and every scheduled fault happened (explain: the
        fix won)
   {EXIT_DEVIATED}    deviated: an invariant broke, a scheduled fault did not happen or the run
-       aborted (explain: the fix did not win; demo: the WAL counter lost state)
+       aborted, in the run under faults or its fault-free twin (explain: the fix did not
+       win; demo: the WAL counter lost state)
   {EXIT_BAD_INPUT}    bad input or refused: the problems are printed one per line, nothing started
-  {EXIT_NOISY}    explain: the lesson's measurement was too noisy to tell mistake from fix
+  {EXIT_UNKNOWN}    inconclusive: nothing broke, but a verdict could not be judged (unknown: the
+       evidence it stands on is missing); explain: the lesson's measurement was too noisy to
+       tell mistake from fix
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C): every fault healed, an embedded cluster stopped"""
 
 
@@ -343,7 +350,6 @@ def _execute(scenario: Scenario, *, seed: int, address: str | None, report_dir: 
     from chaos._preflight import ClusterUnfit
     from chaos.errors import InvalidConfig
     from scenarios.model._needs import missing_extra
-    from scenarios.model._records import RunLabel
     from scenarios.model._scenario import resolve_workload
     from scenarios.reports._console import print_results, progress_display
     from scenarios.reports._files import write_reports
@@ -370,7 +376,14 @@ def _execute(scenario: Scenario, *, seed: int, address: str | None, report_dir: 
         write_reports(results, report_dir)
     print_results(results, report_dir)
     _print_unchecked(results)
-    sys.exit(EXIT_DEVIATED if any(r.deviated for r in results if r.label is RunLabel.CHAOS) else 0)
+    sys.exit(exit_code(results))
+
+
+def exit_code(results: Sequence[RunResult]) -> int:
+    """The exit code of a scenario's runs: what every report says of them (``outcome_of``)."""
+    from scenarios.model._records import Validity, outcome_of
+
+    return {Validity.HELD: 0, Validity.BROKEN: EXIT_DEVIATED}.get(outcome_of(results), EXIT_UNKNOWN)
 
 
 def _print_unchecked(results: Sequence[RunResult]) -> None:

@@ -30,7 +30,7 @@ class _CannotReachTheCluster(Workload):
         return "1 probe passed"
 
     def invariants(self) -> list[Verdict]:
-        return [Verdict("probes_pass_after_heal", True, "after the last heal: all 1 passed")]
+        return [Verdict.of("probes_pass_after_heal", True, "after the last heal: all 1 passed")]
 
 
 def _printed(result: RunResult) -> str:
@@ -51,7 +51,7 @@ def test_an_aborted_run_judges_nothing_and_shows_its_one_cause() -> None:
 
 
 def test_a_verdict_of_an_aborted_run_is_never_shown_held() -> None:
-    held, broke = Verdict("probes_recover", True, "5 probe runs, 0 failed"), Verdict("b", False, "broke")
+    held, broke = Verdict.of("probes_recover", True, "5 probe runs, 0 failed"), Verdict.of("b", False, "broke")
     aborted = RunResult("s", RunLabel.CHAOS, 0, RunStatus.ABORTED, 1.0, (held, broke), (), (), (), error=CAUSE)
     text = _printed(aborted)
     assert "held" not in text and "not judged (aborted)" in text and "BROKEN" in text

@@ -146,7 +146,7 @@ def test_messages_are_printed_literally_never_as_markup() -> None:
 
     said = "the dqn-cartpole workload needs torch; install it with pip install 'raychaos[rl]'"
     result = RunResult("dqn-cartpole", RunLabel.CHAOS, 0, RunStatus.ABORTED, 1.0,
-                       (Verdict("no_lost_transitions", False, f"[bold]{said}"),), (), (), (),
+                       (Verdict.of("no_lost_transitions", False, f"[bold]{said}"),), (), (), (),
                        error=f"MissingExtra: {said}")
     console = Console(record=True, width=400)
     print_results([result], None, console=console)

@@ -45,7 +45,7 @@ SUBMODULES = {
         "FAILPOINTS_ENV", "FailAction", "Failpoint", "FailpointPlan", "Firing", "arm", "armed", "disarm",
         "failpoint", "failpoint_env", "firings", "is_armed",
     },
-    "chaos.history": {"History", "Op", "OpStatus", "SetVerdict", "check_set", "drive_writers"},
+    "chaos.history": {"History", "Op", "OpStatus", "SetVerdict", "Validity", "check_set", "compose", "drive_writers"},
     "chaos.journal": {
         "EndEvent", "FaultEvent", "Journal", "JournalEvent", "JsonValue", "Observed", "PlannedFault",
         "RecoverEvent", "StartEvent", "VerdictEntry", "read_journal",

@@ -395,7 +395,7 @@ class Silent(Workload):
         return True
 
     def invariants(self) -> list[Verdict]:
-        return [Verdict("reported_twice", True, "first"), Verdict("reported_twice", True, "second")]
+        return [Verdict.of("reported_twice", True, "first"), Verdict.of("reported_twice", True, "second")]
 
 
 def test_a_declared_invariant_without_exactly_one_verdict_fails_the_run(ray_cluster: ClusterHandle) -> None:
@@ -407,7 +407,7 @@ def test_a_declared_invariant_without_exactly_one_verdict_fails_the_run(ray_clus
 
 
 def test_declared_verdicts_keeps_the_declared_order_and_drops_undeclared() -> None:
-    produced = [Verdict("b", True, ""), Verdict("extra", False, ""), Verdict("a", False, "x")]
+    produced = [Verdict.of("b", True, ""), Verdict.of("extra", False, ""), Verdict.of("a", False, "x")]
     assert [v.name for v in declared_verdicts(["a", "b"], produced)] == ["a", "b"]
 
 

@@ -154,7 +154,7 @@ def lose_power(fs: FaultFS, params: PowerLossParams, writes: int, *, power: bool
     stored = buffer.column("tid") if buffer.size() else np.empty(0, np.int64)
     return [no_lost_transitions(acked, stored), ps_version_matches_pushes(server.version(), done),
             restored_after_power_loss(restarts, power_loss=1.0),
-            Verdict("power_loss_cut_bytes", lost is not None and lost.bytes_cut > 0, f"{lost}")]
+            Verdict.of("power_loss_cut_bytes", lost is not None and lost.bytes_cut > 0, f"{lost}")]
 
 
 @needs_fuse

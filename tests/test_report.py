@@ -50,7 +50,7 @@ def run(label: str, *, faults: tuple[FaultRecord, ...] = (), slower: float = 1.0
     samples = tuple(Sample(t / 2, {"transitions": 100 * t * t / slower, "gradient_steps": 8 * t}, 2**30)
                     for t in range(41))
     series = {"eval_return": tuple((float(t), 10.0 * t / slower) for t in range(2, 20, 3))}
-    return RunResult("synthetic", label, 0, RunStatus.COMPLETED, 20.0, (Verdict("no_loss", True, "0 lost"),),
+    return RunResult("synthetic", label, 0, RunStatus.COMPLETED, 20.0, (Verdict.of("no_loss", True, "0 lost"),),
                      (Probe("after", 20.0, True, "ok"),), samples, faults,
                      {"solved_at_s": 14.8726, "best_return": 219.83, "peak_bytes": 3 * 2**20}, series)
 

@@ -160,7 +160,7 @@ def test_a_workload_without_a_probe_gets_no_held_steady_state() -> None:
 
 
 def test_undeclared_verdicts_are_kept_apart_not_dropped() -> None:
-    produced = [Verdict("a", True, "1"), Verdict("b", False, "2"), Verdict("c", True, "3")]
+    produced = [Verdict.of("a", True, "1"), Verdict.of("b", False, "2"), Verdict.of("c", True, "3")]
     assert [v.name for v in undeclared_verdicts(["a"], produced)] == ["b", "c"]
 
 
@@ -372,16 +372,17 @@ def test_the_reports_show_unjudged_verdicts_and_a_missing_probe() -> None:
     from scenarios.reports._files import junit, summary
     from scenarios.reports._html import render_html
 
-    run = RunResult("s", RunLabel.CHAOS, 0, RunStatus.COMPLETED, 1.0, (Verdict("a", True, "ok", 1),), (), (), (),
-                    unjudged=(Verdict("b", False, "broke here"),), probed=False)
+    run = RunResult("s", RunLabel.CHAOS, 0, RunStatus.COMPLETED, 1.0, (Verdict.of("a", True, "ok", 1),), (), (), (),
+                    unjudged=(Verdict.of("b", False, "broke here"),), probed=False)
     (runs,) = summary([run])["runs"]
-    assert runs["unjudged"] == [{"name": "b", "held": False, "detail": "broke here", "seen": None}]
+    assert runs["unjudged"] == [{"name": "b", "held": False, "validity": "broken", "detail": "broke here",
+                                 "seen": None, "measured": None}]
     assert runs["notes"] == [NO_PROBE_NOTE] and not run.deviated
     suite = junit([run]).find("testsuite")
     assert suite is not None and suite.get("skipped") == "2" and suite.get("failures") == "0"
     assert [c.get("name") for c in suite.iter("testcase") if c.find("skipped") is not None] == ["b", "steady state"]
     page = render_html([run])
-    assert "not judged (broke)" in page and NO_PROBE_NOTE in page
+    assert "not judged (BROKEN)" in page and NO_PROBE_NOTE in page
 
 
 class _NeverSetUp(Workload):
@@ -393,7 +394,7 @@ class _NeverSetUp(Workload):
         raise RuntimeError("the one cause")
 
     def invariants(self) -> list[Verdict]:
-        return [Verdict("counted", True, f"{self.acked} acked")]  # type: ignore[attr-defined]
+        return [Verdict.of("counted", True, f"{self.acked} acked")]  # type: ignore[attr-defined]
 
 
 def test_a_run_whose_setup_failed_judges_nothing_and_reports_its_one_cause() -> None:
@@ -411,7 +412,7 @@ class _Quiet(Workload):
     INVARIANTS = ("counted",)
 
     def invariants(self) -> list[Verdict]:
-        return [Verdict("counted", True, "1 counted")]
+        return [Verdict.of("counted", True, "1 counted")]
 
 
 def test_a_scenario_built_in_code_that_judges_nothing_fails() -> None:

@@ -244,7 +244,7 @@ def test_recovery_gives_up_on_a_failing_probe_once_the_run_stopped() -> None:
 
 
 def test_a_verdict_over_nothing_seen_does_not_hold() -> None:
-    assert Verdict.over("no_loss", 3, held=True, detail="3 adds") == Verdict("no_loss", True, "3 adds", seen=3)
+    assert Verdict.over("no_loss", 3, held=True, detail="3 adds") == Verdict.of("no_loss", True, "3 adds", seen=3)
     assert not Verdict.over("no_loss", 3, held=False, detail="3 adds").held
     vacuous = Verdict.over("no_loss", 0, held=True, detail="0 adds")
     assert (vacuous.held, vacuous.seen) == (False, 0) and vacuous.detail.endswith("0 adds"), vacuous

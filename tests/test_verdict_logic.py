@@ -95,7 +95,7 @@ def _record(status: FaultStatus = FaultStatus.INJECTED, *, start: float = 1.0, e
 
 def _result(*, status: RunStatus = RunStatus.COMPLETED, held: bool = True, fault: FaultStatus = FaultStatus.INJECTED,
             strict: bool = True) -> RunResult:
-    return RunResult("s", RunLabel.CHAOS, 0, status, 1.0, (Verdict("v", held, "d", 1),), (), (), (_record(fault),),
+    return RunResult("s", RunLabel.CHAOS, 0, status, 1.0, (Verdict.of("v", held, "d", 1),), (), (), (_record(fault),),
                      strict_faults=strict)
 
 
@@ -117,8 +117,8 @@ def test_the_runners_own_failures_abort_a_completed_run_but_not_an_interrupted_o
 # -- one verdict per declared invariant --------------------------------------------------------
 
 def test_each_declared_invariant_gets_exactly_its_own_verdict_in_declared_order() -> None:
-    produced = [Verdict("b", True, "b ok", 1), Verdict("a", False, "a broke", 1), Verdict("c", True, "c1", 1),
-                Verdict("c", True, "c2", 1), Verdict("extra", True, "not asked", 1)]
+    produced = [Verdict.of("b", True, "b ok", 1), Verdict.of("a", False, "a broke", 1), Verdict.of("c", True, "c1", 1),
+                Verdict.of("c", True, "c2", 1), Verdict.of("extra", True, "not asked", 1)]
     a, b, c, missing = declared_verdicts(["a", "b", "c", "d"], produced)
     assert (a, b) == (produced[1], produced[0])
     assert (c.name, c.held) == ("c", False) and c.detail == "2 verdicts for one invariant: True: c1; True: c2"
@@ -214,14 +214,14 @@ def test_a_drained_node_dead_exactly_at_the_bound_is_gone_in_time() -> None:
 def test_the_counters_verdict_counts_the_fewest_seen_and_needs_one_on_a_dead_node() -> None:
     from scenarios.workloads._builtin import counters_verdict
 
-    each = [Verdict("actor_state_recovered", True, "w0", 3), Verdict("actor_state_recovered", True, "w1", 5)]
+    each = [Verdict.of("actor_state_recovered", True, "w0", 3), Verdict.of("actor_state_recovered", True, "w1", 5)]
     held = counters_verdict(each, ["node-a-0123456789", "node-b"], {"node-a-0123456789"})
     assert (held.name, held.held, held.seen) == ("actor_state_recovered", True, 3)
     assert "'node-a-01234'" in held.detail  # node ids shortened to 12 characters
     assert "on a dead node: ['node-a-01234']" in held.detail
-    none_seen = counters_verdict([Verdict("actor_state_recovered", True, "w0", None)], ["a"], {"a"})
+    none_seen = counters_verdict([Verdict.of("actor_state_recovered", True, "w0", None)], ["a"], {"a"})
     assert none_seen.seen == 0
-    (only,) = [Verdict("x_recovered", False, "w0", 2)]
+    (only,) = [Verdict.of("x_recovered", False, "w0", 2)]
     assert counters_verdict([only], ["a"], {"a"}).name == "x_recovered"
     assert not counters_verdict([], ["a"], {"a"}).held and counters_verdict([], ["a"], {"a"}).seen == 0
     assert not counters_verdict(each, ["a", "b"], {"c"}).held  # no counter on the dead node

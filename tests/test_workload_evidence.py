@@ -86,17 +86,17 @@ def test_lost_objects_need_every_kind_on_the_dead_node() -> None:
 
 
 def test_node_loss_counters_need_one_on_the_dead_node() -> None:
-    kept = [Verdict("actor_state_recovered", True, "w0: 5 acknowledged", 5),
-            Verdict("actor_state_recovered", True, "w1: 5 acknowledged", 5)]
+    kept = [Verdict.of("actor_state_recovered", True, "w0: 5 acknowledged", 5),
+            Verdict.of("actor_state_recovered", True, "w1: 5 acknowledged", 5)]
     assert counters_verdict(kept, ["a", "b"], {"b"}).held
     missed = counters_verdict(kept, ["a", "b"], {"c"})  # the node that died held neither
     assert not missed.held and missed.detail.startswith("inconclusive: no counter lived on a node that died")
-    lost = [kept[0], Verdict("actor_state_recovered", False, "w1: 1 lost", 5)]
+    lost = [kept[0], Verdict.of("actor_state_recovered", False, "w1: 1 lost", 5)]
     assert not counters_verdict(lost, ["a", "b"], {"b"}).held
 
 
 def test_node_loss_task_verdicts_need_an_attempt_on_the_dead_node() -> None:
-    clean = Verdict("no_error_visible", True, "40 tasks ended; errors seen by the driver: none", 40)
+    clean = Verdict.of("no_error_visible", True, "40 tasks ended; errors seen by the driver: none", 40)
     assert task_evidence(clean, 3) == clean
     missed = task_evidence(clean, 0)
     assert not missed.held and missed.detail.startswith("inconclusive: no task attempt ran on a node that died")

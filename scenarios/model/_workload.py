@@ -178,6 +178,10 @@ class Workload:
     Params: ClassVar[type[_Params]] = _Params
     #: Also run the same seed without faults and report both side by side.
     BASELINE: ClassVar[bool] = False
+    #: The invariants only a run under faults can meet (the fault's traces: "the slow disk
+    #: slowed an add"). In the fault-free twin they are n/a, their measurement kept; one the
+    #: twin measured as held is no evidence of the fault, so the run under faults' is unknown.
+    FAULT_VERDICTS: ClassVar[tuple[str, ...]] = ()
     #: The extra whose packages it imports (None: the base install has them): ``raychaos list``
     #: shows it as a need, and ``raychaos run`` refuses before starting anything when it is missing.
     EXTRA: ClassVar[Extra | None] = None

@@ -17,7 +17,17 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from scenarios.model._records import RunResult, RunStatus, Verdict, seconds_text
+from scenarios.model._records import (
+    OUTCOME_WORDS,
+    VALIDITY_WORDS,
+    RunLabel,
+    RunResult,
+    RunStatus,
+    Validity,
+    Verdict,
+    outcome_of,
+    seconds_text,
+)
 from scenarios.model._scenario import Scenario
 from scenarios.model._workload import RunContext
 from scenarios.runner._run import Progress
@@ -62,6 +72,8 @@ def print_results(results: Sequence[RunResult], report_dir: str | None, *,
         if r.status is RunStatus.ABORTED and not r.verdicts:
             table.add_row("-", "[bold red]not judged[/]", "the run aborted: its cause is below")
         console.print(table)
+        if r.label is RunLabel.BASELINE and any(v.validity is Validity.NOT_APPLICABLE for v in r.verdicts):
+            console.print("n/a: a fault's trace, which the fault-free twin cannot show; its measurement is beside it")
         if r.faults:
             console.print(_faults(r))
         if r.missed_faults:
@@ -70,16 +82,25 @@ def print_results(results: Sequence[RunResult], report_dir: str | None, *,
                           f"not happen[/] ({verdict})")
         if r.error:
             console.print(f"[bold red]aborted:[/] {escape(r.error)}")
+    outcome = outcome_of(results)
+    console.print(f"[{_STYLE[outcome]}]{OUTCOME_WORDS[outcome]}[/]" + (
+        ": a verdict could not be judged (unknown): the run did not pass" if outcome is Validity.UNKNOWN else ""))
     if report_dir:
         console.print(f"report: {report_dir}/report.html (journal.jsonl, junit.xml, summary.json)", markup=False)
 
 
+#: Each validity's style in the tables.
+_STYLE = {Validity.HELD: "green", Validity.BROKEN: "bold red", Validity.UNKNOWN: "bold yellow",
+          Validity.NOT_APPLICABLE: "dim"}
+
+
 def _verdict(r: RunResult, v: Verdict) -> str:
-    """A verdict's cell. An aborted run's is never "held": its error is its one cause, and a
-    check that passed on a run that could not be trusted holds nothing."""
-    if not v.held:
-        return "[bold red]BROKEN[/]"
-    return "[bold red]not judged (aborted)[/]" if r.status is RunStatus.ABORTED else "[green]held[/]"
+    """A verdict's cell: held, BROKEN, UNKNOWN (not judged: never a pass) or n/a. An aborted
+    run's is never "held": its error is its one cause, and a check that passed on a run that
+    could not be trusted holds nothing."""
+    if v.held and r.status is RunStatus.ABORTED:
+        return "[bold red]not judged (aborted)[/]"
+    return f"[{_STYLE[v.validity]}]{VALIDITY_WORDS[v.validity]}[/]"
 
 
 def _faults(r: RunResult) -> Table:

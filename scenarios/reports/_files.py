@@ -11,14 +11,15 @@ from __future__ import annotations
 import json
 import os
 import platform
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict
 from xml.etree import ElementTree as ET
 
-from scenarios.model._records import NO_PROBE_NOTE, RunLabel, RunResult
+from scenarios.model._records import NO_PROBE_NOTE, VALIDITY_WORDS, RunResult, Validity, Verdict, outcome_of
 from scenarios.reports._html import render_html
 
-__all__ = ["summary", "write_reports"]
+__all__ = ["junit", "summary", "verdict_json", "write_reports"]
 
 def write_reports(results: Sequence[RunResult], report_dir: str) -> dict[str, str]:
     """Write summary.json, junit.xml and report.html into ``report_dir``; return their paths."""
@@ -33,20 +34,28 @@ def write_reports(results: Sequence[RunResult], report_dir: str) -> dict[str, st
 
 
 def summary(results: Sequence[RunResult]) -> dict[str, object]:
-    """Everything about the runs as plain JSON (the chaos run last)."""
-    return {"scenario": results[-1].scenario, "machine": _machine(),
-            "deviated": any(r.deviated for r in results if r.label is RunLabel.CHAOS),
-            "runs": [_run_summary(r) for r in results]}
+    """Everything about the runs as plain JSON (the chaos run last). ``outcome`` is the
+    scenario's (``held``, ``broken``, ``unknown``: what the exit code says); ``deviated`` is
+    true unless it held."""
+    outcome = outcome_of(results)
+    return {"scenario": results[-1].scenario, "machine": _machine(), "outcome": outcome.value,
+            "deviated": outcome is not Validity.HELD, "runs": [_run_summary(r) for r in results]}
+
+
+def verdict_json(v: Verdict) -> dict[str, object]:
+    """One verdict as JSON: ``held`` is true only when ``validity`` is ``held``."""
+    return {"name": v.name, "held": v.held, "validity": v.validity.value, "detail": v.detail, "seen": v.seen,
+            "measured": None if v.measured is None else v.measured.value}
 
 
 def _run_summary(r: RunResult) -> dict[str, object]:
     mttrs = [f.mttr for f in r.faults if f.mttr is not None]
-    return {"label": r.label, "seed": r.seed, "status": r.status, "deviated": r.deviated,
+    return {"label": r.label, "seed": r.seed, "status": r.status, "outcome": r.outcome.value, "deviated": r.deviated,
             "seconds": r.seconds, "error": r.error, "metrics": dict(r.metrics),
             "peak_rss_gib": round(r.peak_rss_bytes / 2**30, 3),
             "mttr_max_s": max(mttrs, default=None),
-            "verdicts": [asdict(v) for v in r.verdicts], "faults": [asdict(f) for f in r.faults],
-            "unjudged": [asdict(v) for v in r.unjudged],
+            "verdicts": [verdict_json(v) for v in r.verdicts], "faults": [asdict(f) for f in r.faults],
+            "unjudged": [verdict_json(v) for v in r.unjudged],
             "probed": r.probed, "notes": [] if r.probed else [NO_PROBE_NOTE],
             "probes": [asdict(p) for p in r.probes],
             "series": {k: [list(p) for p in v] for k, v in r.series.items()},
@@ -61,16 +70,19 @@ def _machine() -> dict[str, object]:
 
 
 def junit(results: Sequence[RunResult]) -> ET.Element:
-    """One testsuite per run: a testcase for the run, each fault and each verdict; a run
-    that did not complete, a fault that did not happen (strict) or a broken verdict fails."""
+    """One testsuite per run: a testcase for the run, each fault and each verdict. A run that
+    did not complete, a fault that did not happen (strict) or a broken verdict is a
+    ``failure``; an unknown verdict an ``error`` (it could not be judged: never a pass, never a
+    break); an n/a one and an undeclared one are ``skipped`` with the reason."""
     suites = ET.Element("testsuites", name="raychaos")
     for r in results:
         missed = r.missed_faults if r.strict_faults else ()
-        failures = sum(not v.held for v in r.verdicts) + (r.status != "completed") + len(missed)
-        skipped = len(r.unjudged) + (not r.probed)
+        counts = Counter(v.validity for v in r.verdicts)
+        failures = counts[Validity.BROKEN] + (r.status != "completed") + len(missed)
+        skipped = len(r.unjudged) + (not r.probed) + counts[Validity.NOT_APPLICABLE]
         suite = ET.SubElement(suites, "testsuite", name=f"{r.scenario}[{r.label}]",
-                              tests=str(len(r.verdicts) + len(r.faults) + 1 + skipped),
-                              failures=str(failures), skipped=str(skipped),
+                              tests=str(len(r.verdicts) + len(r.faults) + 1 + len(r.unjudged) + (not r.probed)),
+                              failures=str(failures), errors=str(counts[Validity.UNKNOWN]), skipped=str(skipped),
                               time=f"{r.seconds:.3f}")
         run_case = ET.SubElement(suite, "testcase", classname=r.scenario, name=f"run[{r.label}]")
         if r.status != "completed":
@@ -83,13 +95,22 @@ def junit(results: Sequence[RunResult]) -> ET.Element:
             else:
                 ET.SubElement(case, "system-out").text = f"{f.status}: {f.outcome}"
         for v in r.verdicts:
-            case = ET.SubElement(suite, "testcase", classname=r.scenario, name=v.name)
-            if not v.held:
-                ET.SubElement(case, "failure", message=v.detail).text = v.detail
-            else:
-                ET.SubElement(case, "system-out").text = v.detail
+            _verdict_case(ET.SubElement(suite, "testcase", classname=r.scenario, name=v.name), v)
         _unchecked(suite, r)
     return suites
+
+
+#: The JUnit element of each validity (None: the test case passed).
+_JUNIT = {Validity.HELD: None, Validity.BROKEN: "failure", Validity.UNKNOWN: "error",
+          Validity.NOT_APPLICABLE: "skipped"}
+
+
+def _verdict_case(case: ET.Element, v: Verdict) -> None:
+    element = _JUNIT[v.validity]
+    if element is None:
+        ET.SubElement(case, "system-out").text = v.detail
+        return
+    ET.SubElement(case, element, message=f"{VALIDITY_WORDS[v.validity]}: {v.detail}"[:1000]).text = v.detail
 
 
 def _unchecked(suite: ET.Element, r: RunResult) -> None:
@@ -97,7 +118,7 @@ def _unchecked(suite: ET.Element, r: RunResult) -> None:
     for v in r.unjudged:
         case = ET.SubElement(suite, "testcase", classname=r.scenario, name=v.name)
         ET.SubElement(case, "skipped", message="not declared by the scenario: not judged").text = (
-            f"{'held' if v.held else 'broke'}: {v.detail}")
+            f"{VALIDITY_WORDS[v.validity]}: {v.detail}")
     if not r.probed:
         case = ET.SubElement(suite, "testcase", classname=r.scenario, name="steady state")
         ET.SubElement(case, "skipped", message=NO_PROBE_NOTE)

@@ -15,7 +15,17 @@ from dataclasses import dataclass
 
 from chaos import FaultKind
 from chaos.engine import FaultStatus
-from scenarios.model._records import NO_PROBE_NOTE, FaultRecord, RunLabel, RunResult, seconds_text
+from scenarios.model._records import (
+    NO_PROBE_NOTE,
+    OUTCOME_WORDS,
+    VALIDITY_WORDS,
+    FaultRecord,
+    RunLabel,
+    RunResult,
+    Validity,
+    outcome_of,
+    seconds_text,
+)
 
 __all__ = ["render_html"]
 
@@ -39,6 +49,7 @@ _CSS = """body{font:14px system-ui,sans-serif;margin:24px;color:#222;max-width:1
 h1{font-size:22px}h2{font-size:18px;margin-top:28px}table{border-collapse:collapse;margin:8px 0}
 td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .held{color:#137333;font-weight:600}.broken{color:#b3261e;font-weight:600}
+.unknown{color:#a15c00;font-weight:600}.na{color:#777}
 svg{display:block;margin:4px 0 10px}svg text{font:11px system-ui,sans-serif;fill:#333}
 svg .panel-title{font-size:13px;font-weight:600}svg .axis line,svg .axis path{stroke:#888}
 svg .grid{stroke:#eee}svg .lane-name{font-size:11px}"""
@@ -57,10 +68,10 @@ def render_html(results: Sequence[RunResult]) -> str:
     """The whole page: verdict, metrics side by side, panels, fault lanes, then each run's tables."""
     chaos = results[-1]
     span = _span(results)
-    verdict = "DEVIATED" if chaos.deviated else "ALL INVARIANTS HELD"
+    outcome = outcome_of(results)
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>raychaos: {_e(chaos.scenario)}</title>",
              f"<style>{_CSS}</style></head><body><h1>raychaos — {_e(chaos.scenario)}</h1>",
-             f"<p id='overall' class='{'broken' if chaos.deviated else 'held'}'>{verdict}</p>",
+             f"<p id='overall' class='{_CLASS[outcome]}'>{OUTCOME_WORDS[outcome]}</p>",
              _metrics_table(results), "<h2>Timeline</h2>",
              *(_panel(s, span, chaos.faults) for s in series_of(results)), _lanes(chaos.faults, span)]
     for r in results:
@@ -271,10 +282,15 @@ def _faults_table(r: RunResult) -> str:
             f"<th>MTTR</th><th>outcome</th></tr>{rows}</table>")
 
 
+#: Each validity's CSS class.
+_CLASS = {Validity.HELD: "held", Validity.BROKEN: "broken", Validity.UNKNOWN: "unknown",
+          Validity.NOT_APPLICABLE: "na"}
+
+
 def _verdicts_table(r: RunResult) -> str:
-    rows = "".join(f"<tr class='verdict'><td>{_e(v.name)}</td><td class='{'held' if v.held else 'broken'}'>"
-                   f"{'held' if v.held else 'BROKEN'}</td><td>{_e(v.detail)}</td></tr>" for v in r.verdicts)
-    rows += "".join(f"<tr class='unjudged'><td>{_e(v.name)}</td><td>not judged ({'held' if v.held else 'broke'})"
+    rows = "".join(f"<tr class='verdict'><td>{_e(v.name)}</td><td class='{_CLASS[v.validity]}'>"
+                   f"{VALIDITY_WORDS[v.validity]}</td><td>{_e(v.detail)}</td></tr>" for v in r.verdicts)
+    rows += "".join(f"<tr class='unjudged'><td>{_e(v.name)}</td><td>not judged ({VALIDITY_WORDS[v.validity]})"
                     f"</td><td>not declared by the scenario: {_e(v.detail)}</td></tr>" for v in r.unjudged)
     error = f"<p class='broken'>{_e(r.error)}</p>" if r.error else ""
     return f"{error}<table class='verdicts'><tr><th>invariant</th><th>verdict</th><th>evidence</th></tr>{rows}</table>"

@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import psutil
@@ -41,7 +41,17 @@ from chaos.engine import FaultOutcome, FaultStatus, Injection, ScheduleObserver,
 from chaos.errors import InvalidConfig
 from chaos.journal import EndEvent, Journal, RecoverEvent, StartEvent, VerdictEntry
 from scenarios.model._bounded import CallHang, bounded
-from scenarios.model._records import FaultRecord, Phase, Probe, RunLabel, RunResult, RunStatus, Sample, Verdict
+from scenarios.model._records import (
+    FaultRecord,
+    Phase,
+    Probe,
+    RunLabel,
+    RunResult,
+    RunStatus,
+    Sample,
+    Validity,
+    Verdict,
+)
 from scenarios.model._scenario import AT_END_SLACK, Scenario, SteadyState, resolve_workload
 from scenarios.model._workload import Params, RunContext, Workload, validate_params
 from scenarios.runner._disk_storage import aim_disk_faults, storage_on_faultfs
@@ -56,7 +66,7 @@ RECOVERY_TIMEOUT = 60.0
 RECOVERED = "recovered_after_each_fault"
 #: The one verdict of a run that judged nothing (no declared invariant, no steady state, no
 #: recovery: a Scenario built in code, which load_scenario's refusal never saw): it fails.
-CHECKED_NOTHING = Verdict("something checked", False, "the run judged no invariant, steady state or recovery: "
+CHECKED_NOTHING = Verdict.of("something checked", False, "the run judged no invariant, steady state or recovery: "
                           "it checked nothing; declare invariants, or give the workload a probe")
 #: A fault's recovery text when the workload has no probe to measure it with.
 NO_PROBE_RECOVERY = "no probe: the workload has no steady-state probe, so recovery was not measured"
@@ -92,6 +102,8 @@ class _Run:
     storage: str
     embedded: bool
     knob: _Knob | None = None
+    #: The fault traces the fault-free twin met too (measured held): no evidence of the fault here.
+    twin_met: Mapping[str, str] = field(default_factory=dict)
 
 
 def run_scenario(scenario: Scenario, *, seed: int = 0, address: str | None = None,
@@ -134,12 +146,13 @@ def run_scenario(scenario: Scenario, *, seed: int = 0, address: str | None = Non
                 preflight(scenario.schedule, address=addr, timeout=agent_timeout)
             wants_baseline = workload_cls.BASELINE if baseline is None else baseline
             labels = ([RunLabel.BASELINE] if wants_baseline else []) + [RunLabel.CHAOS]
-            results = []
+            results: list[RunResult] = []
             for label in labels:
                 journal = _journal_path(report_dir, label)
                 with _storage(scenario, f"{tmp}/{label}") as storage:
                     run = _Run(_at_storage(scenario, storage), addr, seed, label, label is RunLabel.CHAOS,
-                               journal, storage, embedded=address is None, knob=knob)
+                               journal, storage, embedded=address is None, knob=knob,
+                               twin_met=twin_met(results))
                     results.append(_run_once(run, workload_cls, params, progress))
             return results
 
@@ -409,7 +422,8 @@ def _run_once(run: _Run, workload_cls: type[Workload], params: Params, progress:
         if rec.sampler is not None:
             rec.sampler.join(timeout=5)
         journal.record(EndEvent(outcome=status.value, seconds=ctx.elapsed(),
-                                verdicts=tuple(VerdictEntry(name=v.name, held=v.held, detail=v.detail)
+                                verdicts=tuple(VerdictEntry(name=v.name, held=v.held, detail=v.detail,
+                                                            validity=v.validity)
                                                for v in verdicts),
                                 faults=tuple(f.status for f in rec.faults)))
         journal.close()
@@ -524,14 +538,41 @@ def _conclude(run: _Run, workload: _Bounded, ctx: RunContext, rec: _Recorder,
             if _recovery_judged(run.scenario, workload):
                 verdicts += recovery_verdicts(rec.faults, within=run.scenario.recovery_within)
             verdicts = verdicts or [CHECKED_NOTHING]
+            fault_verdicts = type(workload.workload).FAULT_VERDICTS
+            verdicts = against_twin(verdicts, run.twin_met) if run.faults else twin_verdicts(verdicts, fault_verdicts)
     except Exception as exc:  # noqa: BLE001 - reported as a broken verdict, not a crash
-        verdicts.append(Verdict("invariants checked", False, f"{type(exc).__name__}: {exc}"))
+        verdicts.append(Verdict.of("invariants checked", False, f"{type(exc).__name__}: {exc}"))
     finally:
         try:
             workload.teardown()
         except Exception:  # noqa: BLE001 - teardown is best effort; the cluster goes next
             pass
     return verdicts, unjudged
+
+
+#: Why a fault's trace does not apply to the fault-free twin.
+FAULT_FREE = "a fault-free run cannot meet it (the fault-free twin, shown for comparison)"
+#: The steady-state check of the faults' span: a run without faults has none.
+DURING = "steady state during"
+
+
+def twin_verdicts(verdicts: Sequence[Verdict], fault_verdicts: Collection[str]) -> list[Verdict]:
+    """The fault-free twin's verdicts: each that only a run under faults can meet (the workload's
+    ``FAULT_VERDICTS``, and the steady state during faults) is n/a, its measurement kept."""
+    return [v.not_applicable(FAULT_FREE) if v.name in fault_verdicts or v.name == DURING else v for v in verdicts]
+
+
+def twin_met(results: Sequence[RunResult]) -> dict[str, str]:
+    """The fault traces the fault-free twin among ``results`` met too (by name, its evidence)."""
+    return {v.name: v.detail for r in results if r.label is RunLabel.BASELINE for v in r.verdicts
+            if v.measured is Validity.HELD}
+
+
+def against_twin(verdicts: Sequence[Verdict], met: Mapping[str, str]) -> list[Verdict]:
+    """The run under faults' verdicts, each fault trace the twin met too unknown instead of held:
+    a trace a run without the fault shows as well is no evidence that the fault left it."""
+    return [v.unless(f"the fault-free twin met it too ({met[v.name][:200]}): no evidence the fault left it")
+            if v.name in met else v for v in verdicts]
 
 
 def declared_verdicts(declared: Sequence[str], produced: Sequence[Verdict]) -> list[Verdict]:
@@ -545,10 +586,10 @@ def declared_verdicts(declared: Sequence[str], produced: Sequence[Verdict]) -> l
         if len(found) == 1:
             out.append(found[0])
         elif not found:
-            out.append(Verdict(name, False, "no verdict: the workload did not report this "
+            out.append(Verdict.of(name, False, "no verdict: the workload did not report this "
                                             "declared invariant, so it was never checked"))
         else:
-            out.append(Verdict(name, False, f"{len(found)} verdicts for one invariant: "
+            out.append(Verdict.of(name, False, f"{len(found)} verdicts for one invariant: "
                                             + "; ".join(f"{v.held}: {v.detail}" for v in found)))
     return out
 
@@ -574,7 +615,7 @@ def steady_verdicts(steady: SteadyState, probes: Sequence[Probe], *, has_probe: 
     during = [p for p in probes if p.phase == "during"]
     if steady.during_min > 0:
         share = sum(p.ok for p in during) / len(during) if during else 0.0
-        out.append(Verdict.over("steady state during", len(during), held=share >= steady.during_min,
+        out.append(Verdict.over(DURING, len(during), held=share >= steady.during_min,
                                 detail=f"{share:.0%} of {len(during)} probes held (need {steady.during_min:.0%}, "
                                 f"one every {steady.probe_every:g} s)"))
     return out

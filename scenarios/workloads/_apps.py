@@ -230,7 +230,7 @@ def resume_verdicts(journal: Sequence[Mapping[str, Any]], kills: Sequence[float]
     twice = sorted({e for e in ends if ends.count(e) > 1})
     where = f"restarts resumed at {unit}s {[r.resumed_at for r in found] or 'none'}"
     unseen = "" if taken or not ends else f"; no checkpoint was journaled as taken though {len(ends)} {unit}s ended"
-    return [Verdict(f"no_{unit}_lost", not lost and not skipped,
+    return [Verdict.of(f"no_{unit}_lost", not lost and not skipped,
                     f"{epochs} {unit}s; never ended: {lost or 'none'}; {where}, skipping ahead: {skipped or 'none'}"),
             Verdict.over("resumed_from_latest_checkpoint", len(found),
                          held=not stale and not unexplained and not unseen,
@@ -254,7 +254,7 @@ def _combined(name: str, parts: Mapping[str, Verdict]) -> Verdict:
     counted = [v.seen for v in parts.values() if v.seen is not None]
     held = all(v.held or v.seen == 0 for v in parts.values()) and (not counted or sum(counted) > 0)
     detail = "; ".join(f"{part}: {v.detail}" for part, v in parts.items())
-    return Verdict(name, held, detail, sum(counted) if counted else None)
+    return Verdict.of(name, held, detail, sum(counted) if counted else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,7 +364,7 @@ class _LibraryRun(Workload):
     def finished(self, name: str) -> Verdict:
         fit = self.fit
         ok = fit is not None and fit.error is None
-        return Verdict(name, ok, f"fit() returned after {fit.seconds:.1f} s" if fit and ok else
+        return Verdict.of(name, ok, f"fit() returned after {fit.seconds:.1f} s" if fit and ok else
                        f"fit() raised {type(fit.error).__name__}: {str(fit.error)[:200]}" if fit
                        else "fit() never ended")
 
@@ -377,7 +377,7 @@ class _LibraryRun(Workload):
 
     def no_hang(self) -> Verdict:
         fit = self.fit
-        return Verdict("no_hang", fit is not None, f"fit() ended after {fit.seconds:.1f} s" if fit
+        return Verdict.of("no_hang", fit is not None, f"fit() ended after {fit.seconds:.1f} s" if fit
                        else f"fit() had not ended {self.finish_within:g} s after the scenario's end")
 
 
@@ -402,6 +402,7 @@ class TrainDDP(_LibraryRun):
     ``max_failures=0`` the kill must surface as ``TrainingFailedError``, and nothing hangs."""
 
     BASELINE = True  # the fault-free twin: every trace of the fault must be missing there
+    FAULT_VERDICTS = ("worker_failure_recovered", "resumed_from_latest_checkpoint", "failure_surfaces")
     INVARIANTS = ("run_finishes", "worker_failure_recovered", "no_epoch_lost",
                   "resumed_from_latest_checkpoint", "no_reported_epoch_redone", "matches_fault_free",
                   "failure_surfaces", "no_hang")
@@ -442,13 +443,13 @@ class TrainDDP(_LibraryRun):
     def _recovered(self, journal: list[dict[str, Any]]) -> Verdict:
         pids = [r["pid"] for r in journal if r["event"] != TAKEN]
         attempts = sorted(set(pids), key=pids.index)
-        return Verdict("worker_failure_recovered", len(attempts) > 1,
+        return Verdict.of("worker_failure_recovered", len(attempts) > 1,
                        f"{len(attempts)} training attempts (rank 0 processes {attempts}); a second one "
                        "means a worker died mid-run and Ray Train started the group again")
 
     def _matches(self, fit: Fit | None) -> Verdict:
         if fit is None or fit.result is None or fit.result.checkpoint is None:
-            return Verdict("matches_fault_free", False, "no final checkpoint to compare")
+            return Verdict.of("matches_fault_free", False, "no final checkpoint to compare")
         from safetensors.numpy import load_file
 
         with fit.result.checkpoint.as_directory() as folder:
@@ -456,7 +457,7 @@ class TrainDDP(_LibraryRun):
         want = reference_weights(self.config["seed"], epochs=self.config["epochs"],
                                  steps=self.config["steps"], lr=self.config["lr"])
         gap = max(float(np.max(np.abs(got[k] - want[k]))) for k in want)
-        return Verdict("matches_fault_free", gap <= 1e-4,
+        return Verdict.of("matches_fault_free", gap <= 1e-4,
                        f"final weights differ from the reference run without Ray by at most {gap:.2e} "
                        "(tolerance 1e-4)")
 
@@ -464,7 +465,7 @@ class TrainDDP(_LibraryRun):
         from ray.train import TrainingFailedError
 
         error = fit.error if fit else None
-        return Verdict("failure_surfaces", isinstance(error, TrainingFailedError),
+        return Verdict.of("failure_surfaces", isinstance(error, TrainingFailedError),
                        f"fit() raised {type(error).__name__}: {str(error)[:200]}" if error else
                        "fit() raised nothing" if fit else "fit() never ended")
 
@@ -511,6 +512,7 @@ class TuneTrials(_LibraryRun):
     every trial with its right final score."""
 
     BASELINE = True  # the fault-free twin: every trace of the fault must be missing there
+    FAULT_VERDICTS = ("trial_failure_recovered", "resumed_from_latest_checkpoint")
     INVARIANTS = ("experiment_finishes", "trial_failure_recovered", "no_iteration_lost",
                   "resumed_from_latest_checkpoint", "no_reported_iteration_redone",
                   "results_table_complete", "no_hang")
@@ -547,7 +549,7 @@ class TuneTrials(_LibraryRun):
                             for t, records in per_trial.items()})
         attempts = {t: len({r["pid"] for r in records if r["event"] != TAKEN}) for t, records in per_trial.items()}
         return [self._finished(),
-                Verdict("trial_failure_recovered", any(n > 1 for n in attempts.values()),
+                Verdict.of("trial_failure_recovered", any(n > 1 for n in attempts.values()),
                         f"attempts per trial {attempts}; more than one means a trial's actor died and Tune "
                         "restored it"),
                 *resumed, self._table(), self.no_hang()]
@@ -558,18 +560,18 @@ class TuneTrials(_LibraryRun):
         errors = list(self.fit.result.errors) if verdict.held and self.fit and self.fit.result else []
         if not errors:
             return verdict
-        return Verdict("experiment_finishes", False, f"{verdict.detail}, but {len(errors)} trials ended in "
+        return Verdict.of("experiment_finishes", False, f"{verdict.detail}, but {len(errors)} trials ended in "
                        f"error: {[f'{type(e).__name__}: {str(e)[:120]}' for e in errors[:2]]}")
 
     def _table(self) -> Verdict:
         grid = self.fit.result if self.fit else None
         if grid is None:
-            return Verdict("results_table_complete", False, "no result grid")
+            return Verdict.of("results_table_complete", False, "no result grid")
         last = self.config["iterations"] - 1
         rows = {r.config["trial"]: (r.metrics.get("iteration"), r.metrics.get("score"), r.error) for r in grid}
         wrong = {t: row for t, row in rows.items() if row != (last, expected_score(t, last), None)}
         missing = sorted(set(range(self.trials)) - set(rows))
-        return Verdict("results_table_complete", not wrong and not missing,
+        return Verdict.of("results_table_complete", not wrong and not missing,
                        f"{len(rows)} of {self.trials} trials in the table; wrong rows (iteration, score, "
                        f"error): {wrong or 'none'}; missing: {missing or 'none'}")
 
@@ -651,6 +653,7 @@ class RllibPPO(Workload):
     the mean return still reaches its target."""
 
     BASELINE = True  # the fault-free twin: every trace of the fault must be missing there
+    FAULT_VERDICTS = ("runner_failure_recovered",)
     INVARIANTS = ("iterations_keep_completing", "runner_failure_recovered", "healthy_runners_restored",
                   "no_silent_empty_iteration", "return_reaches_target")
     RUNNERS = 2
@@ -745,17 +748,17 @@ class RllibPPO(Workload):
         for n, took in enumerate(recovery_times(its, sorted(kills), target=self.RUNNERS)):
             if took is not None:  # RLlib's MTTR: the fault until both runners are healthy again
                 self.ctx.metric(f"runners_restored_{n + 1}_s", took)
-        return [Verdict("iterations_keep_completing", bool(its) and not errors,
+        return [Verdict.of("iterations_keep_completing", bool(its) and not errors,
                         f"{len(its)} iterations; failed: {errors[:2] or 'none'}"),
-                Verdict("runner_failure_recovered", restarts > 0,
+                Verdict.of("runner_failure_recovered", restarts > 0,
                         f"RLlib restarted env runners {restarts} times"),
-                Verdict("healthy_runners_restored", bool(its) and not late and its[-1].healthy == self.RUNNERS,
+                Verdict.of("healthy_runners_restored", bool(its) and not late and its[-1].healthy == self.RUNNERS,
                         f"healthy at the end: {its[-1].healthy if its else 'n/a'} of {self.RUNNERS}; "
                         f"not restored within {self.bound:g} s: {late or 'none'}"),
-                Verdict("no_silent_empty_iteration", bool(its) and not silent,
+                Verdict.of("no_silent_empty_iteration", bool(its) and not silent,
                         f"iterations that sampled nothing with every runner reported healthy: {silent or 'none'}; "
                         f"fewest steps sampled: {min((i.sampled for i in its), default=0)}"),
-                Verdict("return_reaches_target", best >= self.target,
+                Verdict.of("return_reaches_target", best >= self.target,
                         f"best mean return of the last 10 iterations {best:.1f} (target {self.target:g})")]
 
     def teardown(self) -> None:

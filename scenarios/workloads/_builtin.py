@@ -185,7 +185,7 @@ class _Tasks(Workload):
                          detail=f"{len(self.done)} of {self.submitted} tasks ended; {len(hung)} still pending "
                          f"{self.drain_timeout:g} s after the run"),
             # Each kill was confirmed on a worker running this workload's task: one crash each.
-            Verdict("crashes_surface", 0 < len(crashes) == kills and len(crashes) == len(errors),
+            Verdict.of("crashes_surface", 0 < len(crashes) == kills and len(crashes) == len(errors),
                     f"{len(crashes)} WorkerCrashedError for {kills} kills at max_retries={self.retries}; "
                     f"errors: {kinds or 'none'}"),
             Verdict.over("no_error_visible", len(self.done), held=not errors,
@@ -200,7 +200,7 @@ class _Tasks(Workload):
         seen = list(self.ctx.memory_outcomes)
         others = new_oom_kills(self.oom_before, _oom_killed_attempts(self.ctx.address))
         fired = MemoryOutcome.OOM_KILLED in seen or bool(others)
-        return Verdict("memory_monitor_fired", fired,
+        return Verdict.of("memory_monitor_fired", fired,
                        f"memory faults ended: {', '.join(seen) or 'none healed'}; task attempts the "
                        f"monitor killed: {len(others)} ({', '.join(sorted(set(others))) or 'none'})")
 
@@ -332,11 +332,11 @@ class _CrashLoop(Workload):
         restarts = self._restarts()
         expected = min(kills, self.max_restarts)
         return [
-            Verdict("dies_after_max_restarts", alive != expect_death,
+            Verdict.of("dies_after_max_restarts", alive != expect_death,
                     f"{kills} kills, max_restarts={self.max_restarts}: {death}"),
-            self._lost_verdict() if alive else Verdict(
+            self._lost_verdict() if alive else Verdict.of(
                 "no_lost_transitions", False, f"the buffer is dead ({death}): nothing to read back"),
-            Verdict("recovers_within_max_restarts", restarts == expected and (alive or expect_death),
+            Verdict.of("recovers_within_max_restarts", restarts == expected and (alive or expect_death),
                     f"Ray restarted it {restarts} times for {kills} kills (expected {expected}, "
                     f"max_restarts={self.max_restarts}); {death}"),
         ]
@@ -487,7 +487,7 @@ class _Starvation(Workload):
         return [Verdict.over("starved_tasks_finish", len(self.refs), held=not report.stuck,
                              detail=f"{len(self.refs)} tasks, {len(report.stuck)} still pending {finish:g} s "
                              "after the heal"),
-                Verdict("infeasible_diagnosed", bool(named),
+                Verdict.of("infeasible_diagnosed", bool(named),
                         f"a request for {request:g} CPUs: {diagnosis[:240]}")]
 
 
@@ -560,7 +560,7 @@ def task_evidence(verdict: Verdict, attempts_on_dead: int) -> Verdict:
     that died: then the node loss never reached the tasks it claims to test."""
     if attempts_on_dead:
         return verdict
-    return Verdict(verdict.name, False, f"inconclusive: no task attempt ran on a node that died (State "
+    return Verdict.of(verdict.name, False, f"inconclusive: no task attempt ran on a node that died (State "
                    f"API); {verdict.detail}", verdict.seen)
 
 
@@ -573,8 +573,8 @@ def counters_verdict(each: list[Verdict], homes: list[str], dead: set[str]) -> V
               + "; ".join(v.detail for v in each))
     seen = min((v.seen or 0 for v in each), default=0)
     if not hit:
-        return Verdict(name, False, f"inconclusive: no counter lived on a node that died; {detail}", seen)
-    return Verdict(name, bool(each) and all(v.held for v in each), detail, seen)
+        return Verdict.of(name, False, f"inconclusive: no counter lived on a node that died; {detail}", seen)
+    return Verdict.of(name, bool(each) and all(v.held for v in each), detail, seen)
 
 
 class _Owner:
@@ -602,7 +602,7 @@ def owner_death_verdict(ended: list[BaseException | None], within: float, took: 
 
     names = [type(e).__name__ if e is not None else "value" for e in ended]
     seen = ", ".join(f"{k} ×{names.count(k)}" for k in sorted(set(names))) or "no refs"
-    return Verdict("owner_death_surfaces", bool(ended) and all(isinstance(e, OwnerDiedError) for e in ended),
+    return Verdict.of("owner_death_surfaces", bool(ended) and all(isinstance(e, OwnerDiedError) for e in ended),
                    f"ray.get on {len(ended)} of the dead owner's refs within {within:g} s: {seen} ({took:.2f} s)")
 
 

@@ -127,6 +127,7 @@ class SlowCheckpointDisk(Workload):
     checkpointing, and loses nothing acknowledged across a crash."""
 
     BASELINE = True  # the fault-free twin: slowed_by_disk must be missing there
+    FAULT_VERDICTS = ("slowed_by_disk",)
     INVARIANTS = ("kept_serving", "slowed_by_disk", "checkpoint_age_bounded", "nothing_acknowledged_lost")
     Params = SlowCheckpointParams
 
@@ -408,6 +409,7 @@ class FailingCheckpointDisk(Workload):
     commits a half checkpoint, keeps what it had, and recovers when the disk is healed."""
 
     BASELINE = True  # the fault-free twin: failure_reported, recovered_after_heal, last_good_kept miss there
+    FAULT_VERDICTS = ("failure_reported", "recovered_after_heal", "last_good_kept")
     INVARIANTS = ("failure_reported", "no_half_checkpoint", "last_good_kept", "recovered_after_heal",
                   "nothing_acknowledged_lost")
     Params = FailingCheckpointParams

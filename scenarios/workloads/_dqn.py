@@ -284,7 +284,7 @@ class DQNCartPole(Workload):
                          detail=f"{dupes} duplicated ids among {len(stored)} in the buffer"),
             Verdict.over("ps_version_matches_pushes", self.pushes, held=version == self.pushes,
                          detail=f"server version {version}, acknowledged pushes {self.pushes}"),
-            Verdict("reaches_target_return", self.best >= self.target,
+            Verdict.of("reaches_target_return", self.best >= self.target,
                     f"best mean return {self.best:.1f} over {EVAL_EPISODES} episodes (target {self.target:g})"),
         ]
 

@@ -124,9 +124,9 @@ class KilledActors:
 def job_succeeded(record: JobRecord | None) -> Verdict:
     """The job under faults ended ``SUCCEEDED`` (a job never submitted does not)."""
     if record is None:
-        return Verdict("job_succeeded", False, "no job ran: the run ended before its job was submitted")
+        return Verdict.of("job_succeeded", False, "no job ran: the run ended before its job was submitted")
     said = f"; its log ends: {record.log_tail[-300:]}" if record.end is not JobEnd.SUCCEEDED else ""
-    return Verdict("job_succeeded", record.end is JobEnd.SUCCEEDED,
+    return Verdict.of("job_succeeded", record.end is JobEnd.SUCCEEDED,
                    f"job {record.submission_id} {record.end.value} after {record.seconds:.1f} s{said}", 1)
 
 
@@ -136,12 +136,12 @@ def within_ratio(faulty: JobRecord | None, baseline: JobRecord | None, *, ratio:
     name = "within_ratio"
     if baseline is None or baseline.end is not JobEnd.SUCCEEDED:
         why = "did not run" if baseline is None else f"ended {baseline.end.value}"
-        return Verdict(name, False, f"no fault-free time to compare with: the fault-free run {why}")
+        return Verdict.of(name, False, f"no fault-free time to compare with: the fault-free run {why}")
     if faulty is None or faulty.end is not JobEnd.SUCCEEDED:
         why = "did not run" if faulty is None else f"ended {faulty.end.value}"
-        return Verdict(name, False, f"the run under faults {why}: no time to compare")
+        return Verdict.of(name, False, f"the run under faults {why}: no time to compare")
     slowdown = faulty.seconds / max(baseline.seconds, 1e-9)
-    return Verdict(name, slowdown <= ratio, f"{faulty.seconds:.1f} s under faults, {baseline.seconds:.1f} s "
+    return Verdict.of(name, slowdown <= ratio, f"{faulty.seconds:.1f} s under faults, {baseline.seconds:.1f} s "
                    f"without: {slowdown:.2f}x (bound {ratio:g}x)", 1)
 
 
@@ -152,13 +152,13 @@ def fault_seen(kills: Sequence[KilledActors], sightings: Sequence[ActorSighting]
     as were before it (what Train and Tune do: a new actor takes the dead one's place). Fails
     closed: no kill landed, the job's id is unknown, or a killed actor was not seen before."""
     if not kills:
-        return Verdict("fault_seen", False, "no kill landed: nothing was restarted because nothing was killed", 0)
+        return Verdict.of("fault_seen", False, "no kill landed: nothing was restarted because nothing was killed", 0)
     if not job_id:
-        return Verdict("fault_seen", False, "the job's id is unknown (its driver never started): "
+        return Verdict.of("fault_seen", False, "the job's id is unknown (its driver never started): "
                        "no actor can be told to be its own", len(kills))
     own = [s for s in sightings if s.job_id == job_id]
     problems = [p for p in (_kill_answered(k, own) for k in kills) if p]
-    return Verdict("fault_seen", not problems, "; ".join(problems) or
+    return Verdict.of("fault_seen", not problems, "; ".join(problems) or
                    f"{len(kills)} kill(s), each followed by a restarted or replaced actor (State API)", len(kills))
 
 
@@ -220,6 +220,7 @@ class Job(Workload):
     """The user's command as a Ray job; one ``step`` submits it and waits for its end."""
 
     INVARIANTS = JOB_INVARIANTS + PROBE_INVARIANTS
+    FAULT_VERDICTS = ("within_ratio", "fault_seen")
     DEFAULT_INVARIANTS = JOB_INVARIANTS
     Params = JobParams
 
@@ -373,10 +374,10 @@ class Job(Workload):
                              detail=f"{len(self.probe_runs)} probe runs; not recovered: {late[:3] or 'none'}")]
 
 
-#: The fault-free run's verdicts of what only a run under faults can show: not held, as other
-#: scenarios' twins miss their fault verdicts (the exit code reads the run under faults only).
-_REFERENCE = [Verdict("within_ratio", False, "fault-free run: no fault to see"),
-              Verdict("fault_seen", False, "fault-free run: no fault to see")]
+#: The fault-free run's verdicts of what only a run under faults can show: not judged there
+#: (the runner shows them as n/a: ``FAULT_VERDICTS``).
+_REFERENCE = [Verdict.unknown("within_ratio", "the fault-free run is what the run under faults is compared with"),
+              Verdict.unknown("fault_seen", "the fault-free run kills nothing")]
 
 
 def job_seconds(start_ms: int | None, end_ms: int | None, *, fallback: float) -> float:

@@ -466,6 +466,7 @@ class LossyNetwork(_Mover):
 
     Params = LossyNetworkParams
     INVARIANTS = ("no_task_hung", "results_correct", "transfers_finished", "transfers_met_loss")
+    FAULT_VERDICTS = ("transfers_met_loss",)
 
     def setup(self) -> None:
         self.params = self.ctx.params_as(LossyNetworkParams)
@@ -518,6 +519,7 @@ class BandwidthStarved(_Mover):
     # no_task_hung too: a transfer that hangs past the cap (not capped at both reads) is judged
     # by no other verdict.
     INVARIANTS = ("no_object_lost", "no_task_hung", "within_cap_bound", "slowed_by_cap", "results_correct")
+    FAULT_VERDICTS = ("slowed_by_cap", "within_cap_bound")
 
     def setup(self) -> None:
         self.params = self.ctx.params_as(BandwidthStarvedParams)

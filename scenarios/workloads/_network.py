@@ -128,6 +128,7 @@ class PartitionWorker(Workload):
     """An incarnation-tagged writer on each worker node; a partition cuts one node from the rest."""
 
     BASELINE = True  # the fault-free twin: every trace of the fault must be missing there
+    FAULT_VERDICTS = ("dead_node_detected", "actors_moved", "no_rejoin", "old_incarnations_gone")
     Params = PartitionWorkerParams
     INVARIANTS = ("dead_node_detected", "actors_moved", "no_rejoin", "old_incarnations_gone",
                   "nothing_acknowledged_lost", "no_superseded_write")
@@ -177,7 +178,7 @@ class PartitionWorker(Workload):
         dead = [self.watch.dead_at[w.home] for w in self._cut()]
         took = (min(dead) - cuts[0]) if cuts and dead else None
         # Dead before the cut is not the cut detected (the GCS's death time may be earlier).
-        return Verdict("dead_node_detected", took is not None and 0 <= took <= self.params.detect_within,
+        return Verdict.of("dead_node_detected", took is not None and 0 <= took <= self.params.detect_within,
                        f"the cut node declared dead {took:.1f} s after the cut (bound "
                        f"{self.params.detect_within:g} s)" if took is not None else
                        f"cuts at {cuts}; writers' nodes seen dead: {len(dead)}")
@@ -189,7 +190,7 @@ class PartitionWorker(Workload):
         now = ray.get([w.actor.node_id.remote() for w in cut], timeout=CALL_TIMEOUT) if cut else []
         states = _states(self.ctx.address)
         stranded = [n[:12] for n in now if states.get(n) != "ALIVE"]
-        return Verdict("actors_moved", bool(cut) and not stranded,
+        return Verdict.of("actors_moved", bool(cut) and not stranded,
                        f"writers on a dead node: {[w.name for w in cut]}; now on {[n[:12] for n in now]}; "
                        f"on a dead node still: {stranded or 'none'}")
 
@@ -197,21 +198,21 @@ class PartitionWorker(Workload):
         states = _states(self.ctx.address)
         dead = list(self.watch.dead_at)
         back = [n[:12] for n in dead if states.get(n) != "DEAD"]
-        return Verdict("no_rejoin", bool(dead) and not back,
+        return Verdict.of("no_rejoin", bool(dead) and not back,
                        f"nodes declared dead: {len(dead)}; alive again since: {back or 'none'}")
 
     def _old_gone(self) -> Verdict:
         nodes = [self.lab.node_ids[w.home] for w in self._cut() if w.home in self.lab.node_ids]
         if not nodes:
-            return Verdict("old_incarnations_gone", False, "no writer's node was declared dead")
+            return Verdict.of("old_incarnations_gone", False, "no writer's node was declared dead")
         try:
             wait_until(lambda: not any(self.lab.namespace_pids(n) for n in nodes), timeout=self.params.gone_within,
                        interval=0.2, what="the old node's processes to exit")
         except HangError:
             left = [p for n in nodes for p in self.lab.namespace_pids(n)]
-            return Verdict("old_incarnations_gone", False, f"{len(left)} processes of the old node still run "
+            return Verdict.of("old_incarnations_gone", False, f"{len(left)} processes of the old node still run "
                            f"{self.params.gone_within:g} s after the heal: {_names(left)}")
-        return Verdict("old_incarnations_gone", True, "no process of the old node is left after the heal")
+        return Verdict.of("old_incarnations_gone", True, "no process of the old node is left after the heal")
 
     def _kept(self) -> Verdict:
         found = [check_set(w.history.ops(), [(w.name, line.seq) for line in read_log(w.path)
@@ -228,7 +229,7 @@ class PartitionWorker(Workload):
         late = {name: superseded_writes(lines) for name, lines in logs.items()}
         restarted = [name for name, lines in logs.items() if sum(line.kind == "start" for line in lines) >= 2]
         first = next((lines[0] for lines in late.values() if lines), None)
-        return Verdict("no_superseded_write", bool(restarted) and not any(late.values()),
+        return Verdict.of("no_superseded_write", bool(restarted) and not any(late.values()),
                        f"writers restarted: {restarted or 'none'}; writes by a superseded incarnation after "
                        f"its replacement started: {sum(map(len, late.values()))}"
                        + (f" (first: pid {first.pid}, {first.kind})" if first else ""))

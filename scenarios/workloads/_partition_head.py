@@ -231,7 +231,7 @@ def short_cut_tolerated(windows: Sequence[CutWindow], deaths: Mapping[str, float
     heal, from the cut node and by the process its writer had before the cut."""
     short = _short(windows, bound, now)
     if short is None:
-        return Verdict("short_cut_tolerated", False, f"no cut shorter than {bound:g} s was seen "
+        return Verdict.of("short_cut_tolerated", False, f"no cut shorter than {bound:g} s was seen "
                        f"(cuts: {[round(w.length(now), 1) for w in windows]})")
     assert short.end is not None
     later = [w.start for w in windows if w.start > short.start]
@@ -260,7 +260,7 @@ def long_cut_declared(windows: Sequence[CutWindow], deaths: Mapping[str, float],
     its start (not before)."""
     long = _long(windows, bound, now)
     if long is None:
-        return Verdict("long_cut_declared", False, f"no cut of {bound:g} s or more was seen "
+        return Verdict.of("long_cut_declared", False, f"no cut of {bound:g} s or more was seen "
                        f"(cuts: {[round(w.length(now), 1) for w in windows]}); deaths: {len(deaths)}")
     took = {n: deaths[n] - long.start for n in long.nodes if n in deaths}
     bad = [n for n in long.nodes if not 0 <= took.get(n, -1.0) <= within]
@@ -291,7 +291,7 @@ def actors_answer_after(calls: Sequence[Call], windows: Sequence[CutWindow], sta
     the heal, from a node the GCS holds alive at the end and that the cut did not cut off."""
     long = _long(windows, bound, now)
     if long is None or long.end is None:
-        return Verdict("actors_answer_after", False, "no long cut that healed was seen")
+        return Verdict.of("actors_answer_after", False, "no long cut that healed was seen")
     end = long.end
     after = {a: [c for c in calls if c.actor == a and c.at >= end and c.outcome is CallOutcome.OK] for a in actors}
     where = {a: sorted({c.node for c in cs}) for a, cs in after.items()}
@@ -414,6 +414,7 @@ class PartitionHead(Workload):
     for shorter and then for longer than Ray's health check."""
 
     BASELINE = True  # the fault-free twin: every trace of the cuts must be missing there
+    FAULT_VERDICTS = ("short_cut_tolerated", "long_cut_declared", "actors_answer_after", "no_rejoin")
     Params = PartitionHeadParams
     INVARIANTS = ("short_cut_tolerated", "long_cut_declared", "head_kept_serving", "actors_answer_after",
                   "no_rejoin", "nothing_acknowledged_lost", "no_call_hung", "no_superseded_write")

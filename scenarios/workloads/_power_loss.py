@@ -252,6 +252,7 @@ class PowerLoss(Workload):
     acknowledged write is in the state they restore."""
 
     BASELINE = True  # the fault-free twin misses restored_after_power_loss and the power loss's order
+    FAULT_VERDICTS = ("restored_after_power_loss", "both_answer_again", "stopped_at_power_loss")
     EXTRA = "rl"
     INVARIANTS = ("no_lost_transitions", "no_duplicate_transitions", "ps_version_matches_pushes",
                   "restored_after_power_loss", "both_answer_again", "stopped_at_power_loss")

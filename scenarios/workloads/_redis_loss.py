@@ -197,6 +197,7 @@ class RedisLoss(Workload):
     connections dropped, and idle connections closed by a server timeout."""
 
     BASELINE = True  # the fault-free twin: every trace of the fault must be missing there
+    FAULT_VERDICTS = ("gcs_never_hung", "gcs_fate_as_documented", "recovered_after_heal", "actors_served_throughout")
     Params = RedisLossParams
     INVARIANTS = ("gcs_never_hung", "gcs_fate_as_documented", "recovered_after_heal",
                   "actors_served_throughout", "acknowledged_state_kept")

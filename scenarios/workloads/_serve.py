@@ -150,6 +150,7 @@ class ServeApp(Workload):
     """A Ray Serve deployment behind its HTTP proxy, under a constant loopback load."""
 
     BASELINE = True
+    FAULT_VERDICTS = ("availability", "recovered_to_baseline", "replicas_restored")
     EXTRA = "apps"
     Params = ServeParams
     INVARIANTS = ("availability", "recovered_to_baseline", "no_request_hung", "errors_documented",

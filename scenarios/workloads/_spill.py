@@ -178,6 +178,7 @@ class SpillDiskFaults(Workload):
     """Objects spilled to a faulty disk, read back while it is slow, while it fails, and after."""
 
     BASELINE = True  # the fault-free twin: slowed_by_disk and failing_disk_met must miss there
+    FAULT_VERDICTS = ("slowed_by_disk", "failing_disk_met")
     INVARIANTS = ("no_wrong_value", "gets_bounded", "slowed_by_disk", "failing_disk_met", "restored_after_heal")
     Params = SpillParams
 

@@ -206,6 +206,7 @@ class GcsRestart(Workload):
     the named actor is found again with every acknowledged add."""
 
     BASELINE = True  # the fault-free twin: every trace of the fault must be missing there
+    FAULT_VERDICTS = ("actor_served_during_outage", "pending_work_resumed")
     Params = GcsRestartParams
     INVARIANTS = ("actor_served_during_outage", "pending_work_resumed", "named_actor_found",
                   "nothing_acknowledged_lost")
@@ -255,11 +256,11 @@ class GcsRestart(Workload):
         right = sum(v == i * i for (i, _), v in zip(self.outage, values))
         wrong = [f"task {i}: {v}" for (i, _), v in zip(self.outage, values) if v != i * i]
         found, written = self._found(), ray.get(self.ledger.actor.get.remote(), timeout=CALL_TIMEOUT)
-        return [Verdict("actor_served_during_outage", self.served_down > 0,
+        return [Verdict.of("actor_served_during_outage", self.served_down > 0,
                         f"{self.served_down} actor calls answered while the GCS port was closed"
                         if self.served_down else "no call was answered while the GCS was down: "
                         "either no outage happened or the actor stopped serving"),
-                Verdict("pending_work_resumed", bool(values) and right == len(values),
+                Verdict.of("pending_work_resumed", bool(values) and right == len(values),
                         f"{right} of {len(values)} tasks submitted during the outage returned "
                         f"their value within {self.settle:g} s; others: {wrong[:3] or 'none'}"),
                 # By its count: after no acknowledged add, a fresh counter would look the same.
@@ -347,7 +348,7 @@ class _OnWorkerNodes(Workload):
     def _kept(self, name: str) -> Verdict:
         """One verdict over every counter: each must hold its acknowledged adds."""
         each = [ledger.verdict(name) for ledger in self.ledgers]
-        return Verdict(name, bool(each) and all(v.held for v in each), "; ".join(v.detail for v in each),
+        return Verdict.of(name, bool(each) and all(v.held for v in each), "; ".join(v.detail for v in each),
                        seen=min((v.seen or 0 for v in each), default=0))
 
     def _moved(self) -> Verdict:
@@ -357,7 +358,7 @@ class _OnWorkerNodes(Workload):
         now = ray.get([ledger.actor.node_id.remote() for ledger in self.ledgers], timeout=CALL_TIMEOUT)
         stranded = [n[:12] for n in now if states.get(n) != "ALIVE"]
         hit = [n[:12] for n in self.homes if n in self.watch.dead_at]  # the fault must hit one
-        return Verdict("actors_moved", not stranded and bool(hit),
+        return Verdict.of("actors_moved", not stranded and bool(hit),
                        f"counters were on {[n[:12] for n in self.homes]}, dead among them {hit or 'none'}; "
                        f"now on {[n[:12] for n in now]}; on a dead node: {stranded or 'none'}")
 
@@ -373,6 +374,7 @@ class Unresponsive(_OnWorkerNodes):
     counters restart elsewhere with every acknowledged add, and the thawed node never rejoins."""
 
     BASELINE = True  # the fault-free twin: every trace of the fault must be missing there
+    FAULT_VERDICTS = ("dead_node_detected", "actors_moved", "no_rejoin", "old_incarnations_gone")
     INVARIANTS = ("dead_node_detected", "actors_moved", "no_rejoin", "nothing_acknowledged_lost",
                   "old_incarnations_gone")
     Params = UnresponsiveParams
@@ -389,15 +391,15 @@ class Unresponsive(_OnWorkerNodes):
         rejoined = [n[:12] for n in dead if states.get(n) != "DEAD"]
         alive = [p for p in self.pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
         # Dead before the freeze is not the freeze detected (the GCS's death time may be earlier).
-        return [Verdict("dead_node_detected", took is not None and 0 <= took <= self.detect_within,
+        return [Verdict.of("dead_node_detected", took is not None and 0 <= took <= self.detect_within,
                         f"declared dead {took:.1f} s after the freeze (bound {self.detect_within:g} s)"
                         if took is not None else f"freezes at {frozen}, nodes seen dead: {len(dead)}"),
                 self._moved(),
-                Verdict("no_rejoin", bool(dead) and not rejoined,
+                Verdict.of("no_rejoin", bool(dead) and not rejoined,
                         f"nodes declared dead: {len(dead)}; alive again since: {rejoined or 'none'}"),
                 self._kept("nothing_acknowledged_lost"),
                 # One machine: the first incarnations' processes are visible here.
-                Verdict("old_incarnations_gone", not alive,
+                Verdict.of("old_incarnations_gone", not alive,
                         f"first incarnations' workers still running: {alive or 'none'}")]
 
     def teardown(self) -> None:
@@ -414,6 +416,7 @@ class Preemption(_OnWorkerNodes):
     durability and ``checkpoint_on_sigterm`` lose no acknowledged add."""
 
     BASELINE = True  # the fault-free twin: every trace of the fault must be missing there
+    FAULT_VERDICTS = ("node_gone_at_deadline", "actors_moved")
     INVARIANTS = ("node_gone_at_deadline", "actors_moved", "drained_actor_lost_nothing")
     DURABILITY = "policy"
     Params = PreemptionParams
@@ -434,10 +437,10 @@ def gone_verdict(drained: list[float], dead_at: Mapping[str, float], workers: li
     detail = (f"drains confirmed at {[round(t, 1) for t in drained]} s; nodes dead since: "
               f"{', '.join(f'{n[:12]} at {t:.1f} s' for n, t in gone) or 'none'} (bound: {within:g} s)")
     if len(drained) != 1 or len(gone) != 1:
-        return Verdict("node_gone_at_deadline", False, f"need one drain and one node dead; {detail}")
+        return Verdict.of("node_gone_at_deadline", False, f"need one drain and one node dead; {detail}")
     (node, died), = gone
     off, ours = died - drained[0], node in workers
-    return Verdict("node_gone_at_deadline", ours and abs(off) <= within,
+    return Verdict.of("node_gone_at_deadline", ours and abs(off) <= within,
                    f"{node[:12]} ({'a worker node of the run' if ours else 'not a worker node of the run'}) "
                    f"seen dead {off:+.1f} s from the drain's confirmation; {detail}")
 
@@ -466,6 +469,7 @@ class OpenFiles(Workload):
     which must reach the caller through ``ray.get`` as that OSError; once healed it opens again."""
 
     BASELINE = True  # the fault-free twin: every trace of the fault must be missing there
+    FAULT_VERDICTS = ("emfile_surfaces",)
     INVARIANTS = ("emfile_surfaces", "recovers_after_heal", "no_other_errors")
     opener_class: type = Opener
 
@@ -510,9 +514,9 @@ class OpenFiles(Workload):
             healed = True
         except Exception as exc:  # noqa: BLE001 - the verdict shows it
             after, healed = f"still failing after the heal: {type(exc).__name__}: {exc}"[:200], False
-        return [Verdict("emfile_surfaces", self.emfile > 0,
+        return [Verdict.of("emfile_surfaces", self.emfile > 0,
                         f"{self.emfile} calls raised OSError(EMFILE) through ray.get; {self.ok} succeeded"),
-                Verdict("recovers_after_heal", healed, after),
+                Verdict.of("recovers_after_heal", healed, after),
                 Verdict.over("no_other_errors", self.i, held=not self.other,
                              detail=f"{len(self.other)} of {self.i} calls raised another error: "
                              f"{self.other[:3] or 'none'}")]
@@ -531,6 +535,7 @@ class FullDisk(Workload):
     (undone), none acknowledged is lost across a restart, and adds succeed once space returns."""
 
     BASELINE = True  # the fault-free twin: every trace of the fault must be missing there
+    FAULT_VERDICTS = ("disk_full_surfaces", "recovers_when_space_returns")
     INVARIANTS = ("disk_full_surfaces", "nothing_acknowledged_lost", "recovers_when_space_returns")
     counter_class: type = CheckpointedCounter
 
@@ -558,10 +563,10 @@ class FullDisk(Workload):
         undone, refused = self.ledger.counts[Ack.UNDONE], last.get(Ack.UNDONE)
         recovered = refused is not None and last.get(Ack.ACKED, 0.0) > refused
         ray.kill(self.ledger.actor, no_restart=False)  # a crash: what is on disk is all it has
-        return [Verdict("disk_full_surfaces", undone > 0,
+        return [Verdict.of("disk_full_surfaces", undone > 0,
                         f"{undone} adds refused with MutationNotLogged (undone) while the disk was full"),
                 self.ledger.verdict("nothing_acknowledged_lost"),
-                Verdict("recovers_when_space_returns", recovered,
+                Verdict.of("recovers_when_space_returns", recovered,
                         "adds acknowledged again after the last refusal" if recovered
                         else "no add was acknowledged after the last refusal")]
 
@@ -667,10 +672,10 @@ def objects_verdict(made: list[Made], dead: set[str]) -> Verdict:
     detail = (f"{len(made)} objects, dead nodes {len(dead)}, on them {sum(hit.values())} "
               f"({', '.join(f'{k.value} {n}' for k, n in hit.items())}): {seen}; wrong: {wrong[:3] or 'none'}")
     if missing:
-        return Verdict("lost_objects_as_predicted", False,
+        return Verdict.of("lost_objects_as_predicted", False,
                        f"inconclusive: no {', '.join(missing)} object lived on a node that died, so no "
                        f"loss was tested; {detail}", seen=len(made))
-    return Verdict("lost_objects_as_predicted", not wrong, detail, seen=len(made))
+    return Verdict.of("lost_objects_as_predicted", not wrong, detail, seen=len(made))
 
 
 class LostObjectsParams(Params):
@@ -682,6 +687,7 @@ class LostObjects(Workload):
     each ``ray.get`` ends as the oracle predicts (rebuilt, or the documented error)."""
 
     BASELINE = True  # the fault-free twin: every trace of the fault must be missing there
+    FAULT_VERDICTS = ("lost_objects_as_predicted",)
     INVARIANTS = ("lost_objects_as_predicted",)
     Params = LostObjectsParams
 
@@ -772,6 +778,7 @@ class GroupLoss(Workload):
     can never be placed is named by the watchdog instead of hanging."""
 
     BASELINE = True  # the fault-free twin: every trace of the fault must be missing there
+    FAULT_VERDICTS = ("group_rescheduled",)
     INVARIANTS = ("group_rescheduled", "actors_restarted", "infeasible_group_named")
     Params = GroupLossParams
     member_class: type = Member
@@ -827,7 +834,7 @@ class GroupLoss(Workload):
         except Exception:  # noqa: BLE001 - the verdict shows the table
             ok = False
         table = placement_group_table(self.group)
-        return Verdict("group_rescheduled", ok,
+        return Verdict.of("group_rescheduled", ok,
                        f"bundles were on {[n[:12] for n in self.before]}, dead among them {hit or 'none'}; "
                        f"now {table['state']} on {[n[:12] for n in table['bundles_to_node_id'].values()]}")
 
@@ -837,8 +844,8 @@ class GroupLoss(Workload):
         try:
             nodes = ray.get([m.ping.remote() for m in self.members], timeout=self.recover)
         except Exception as exc:  # noqa: BLE001 - the verdict shows it
-            return Verdict("actors_restarted", False, f"{type(exc).__name__}: {exc}"[:200])
-        return Verdict("actors_restarted", True, f"both members answer, on {[n[:12] for n in nodes]}")
+            return Verdict.of("actors_restarted", False, f"{type(exc).__name__}: {exc}"[:200])
+        return Verdict.of("actors_restarted", True, f"both members answer, on {[n[:12] for n in nodes]}")
 
     def _infeasible_named(self) -> Verdict:
         from ray.util.placement_group import placement_group, remove_placement_group
@@ -849,7 +856,7 @@ class GroupLoss(Workload):
         finally:
             remove_placement_group(never)
         named = [s for s in stuck if s.kind is StuckCause.INFEASIBLE_GROUP]
-        return Verdict("infeasible_group_named", bool(named),
+        return Verdict.of("infeasible_group_named", bool(named),
                        (named or stuck)[0].cause[:240] if (named or stuck) else "it was placed: nothing to name")
 
     def teardown(self) -> None:
@@ -1055,8 +1062,8 @@ class RpcFailures(Workload):
         runs = ray.get(self.target.count.remote(), timeout=CALL_TIMEOUT)
         summary = f"{self.calls} calls, {self.ok} right values, {runs} runs, errors {self.errors or 'none'}"
         return [Verdict.over("results_correct", self.calls, held=self.ok == self.calls, detail=summary),
-                Verdict("retried_deliveries_seen", runs > self.calls, summary),
-                Verdict("errors_surface", bool(self.errors.get(UNAVAILABLE)), summary),
+                Verdict.of("retried_deliveries_seen", runs > self.calls, summary),
+                Verdict.of("errors_surface", bool(self.errors.get(UNAVAILABLE)), summary),
                 Verdict.over("no_hang", self.calls + bool(self.hung), held=not self.hung, detail=self.hung or summary)]
 
     def teardown(self) -> None:

@@ -43,8 +43,8 @@ class Spin(Workload):
     def invariants(self) -> list[Verdict]:
         answer = ray.get(self.counter.add.remote(), timeout=30)
         self.ctx.metric("calls_per_step", self.calls)
-        return [Verdict("answers_after_kills", answer >= 1, f"answered {answer}"),
-                Verdict("was_killed", self.ctx.kills() > 0, f"{self.ctx.kills()} kill(s) confirmed")]
+        return [Verdict.of("answers_after_kills", answer >= 1, f"answered {answer}"),
+                Verdict.of("was_killed", self.ctx.kills() > 0, f"{self.ctx.kills()} kill(s) confirmed")]
 
     def teardown(self) -> None:
         ray.kill(self.counter)
