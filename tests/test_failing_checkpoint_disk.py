@@ -20,6 +20,7 @@ from chaos.cluster import ClusterHandle
 from chaos.disks import fault_filesystem
 from chaos.errors import CheckpointError, StorageUnreachable
 from scenarios import load_scenario, run_scenario
+from scenarios.model._records import Validity
 from scenarios.workloads._disk import (
     CheckpointSample,
     DiskCall,
@@ -58,6 +59,8 @@ def _run_shape() -> list[DiskCall]:
 
 CALLS = _run_shape()
 SINCE = 2.05
+#: The failing disk's heal (5.0 s) and a call's bound.
+UNTIL = 8.0
 SAMPLES = [CheckpointSample(c.t, (c.seq // 10) if c.t < 2.0 else 20 if c.t < 5.0 else 20 + (c.seq - 500) // 10)
            for c in CALLS]
 #: The store once the fault was over: checkpoints 20 and 21 from before it, 22 from the first
@@ -67,36 +70,43 @@ STORED: dict[int, frozenset[int] | None] = {20: frozenset(range(190)), 21: froze
 
 
 def test_failure_reported_holds_on_named_failures_and_breaks_on_silence_hangs_and_other_errors() -> None:
-    assert failure_reported(CALLS, since=SINCE, bound=3.0, every_n=10).held
+    assert failure_reported(CALLS, since=SINCE, until=UNTIL, bound=3.0, every_n=10).held
     # The fault-free twin: no failing disk confirmed, no add failed.
     twin = [replace(c, ack=Ack.ACKED, errno=0) for c in CALLS]
-    assert not failure_reported(twin, since=None, bound=3.0, every_n=10).held
+    assert not failure_reported(twin, since=2.0, until=UNTIL, bound=3.0, every_n=10).held
     # A silent actor: failed adds answered as acknowledged while the disk failed.
     silent = [*CALLS[:300], replace(CALLS[300], ack=Ack.ACKED, errno=0), *CALLS[301:]]
-    verdict = failure_reported(silent, since=SINCE, bound=3.0, every_n=10)
+    verdict = failure_reported(silent, since=SINCE, until=UNTIL, bound=3.0, every_n=10)
     assert not verdict.held and "1 were acknowledged silently" in verdict.detail
     # A failure that named no disk error (a dead actor, a timeout).
     unnamed = [*CALLS[:300], replace(CALLS[300], errno=0), *CALLS[301:]]
-    assert not failure_reported(unnamed, since=SINCE, bound=3.0, every_n=10).held
+    assert not failure_reported(unnamed, since=SINCE, until=UNTIL, bound=3.0, every_n=10).held
     # A hang: an add that waited on the disk past the bound.
     hung = [*CALLS[:300], replace(CALLS[300], seconds=3.5), *CALLS[301:]]
-    verdict = failure_reported(hung, since=SINCE, bound=3.0, every_n=10)
+    verdict = failure_reported(hung, since=SINCE, until=UNTIL, bound=3.0, every_n=10)
     assert not verdict.held and "1 took over 3 s" in verdict.detail
     # Failures only before the fault was confirmed: not the fault's.
-    assert not failure_reported(CALLS, since=6.0, bound=3.0, every_n=10).held
+    assert not failure_reported(CALLS, since=6.0, until=9.0, bound=3.0, every_n=10).held
+    # Nor only after its heal and a call's bound: the window has an end. The rule without one
+    # took a failure of any later cause (a disk failing again, a dead actor with an errno) as this fault's.
+    late = [replace(c, ack=Ack.ACKED, errno=0, pending=0) for c in CALLS if c.t < 5.0]
+    late += [replace(c, t=c.t + 10.0) for c in CALLS[205:210]]  # EIO at 12.05 s and on
+    assert not failure_reported(late, since=SINCE, until=UNTIL, bound=3.0, every_n=10).held
+    # No failing disk confirmed: nothing to measure in, unknown (never held).
+    assert failure_reported(CALLS, since=None, until=0.0, bound=3.0, every_n=10).validity is Validity.UNKNOWN
 
 
 def test_failure_reported_breaks_on_adds_acknowledged_after_the_last_failure_while_checkpoints_are_dropped() -> None:
     # Failures reported from 2.05 s to 3.0 s, then acknowledged while the checkpoints they need
     # are dropped silently until the heal at 5.0 s: the silence outlasts the last failure.
     quiet = [replace(c, ack=Ack.ACKED, errno=0) if 3.0 <= c.t < 5.0 else c for c in CALLS]
-    verdict = failure_reported(quiet, since=SINCE, bound=3.0, every_n=10)
+    verdict = failure_reported(quiet, since=SINCE, until=UNTIL, bound=3.0, every_n=10)
     assert not verdict.held and "200 were acknowledged silently" in verdict.detail, verdict.detail
     assert "first at 3.00 s, 101 adds pending after it" in verdict.detail
     # Acknowledged after the last failure with its checkpoint committed: not silent.
     healed = [replace(c, ack=Ack.ACKED, errno=0, checkpoint=22, pending=0) if 3.0 <= c.t < 5.0 else c
               for c in CALLS]
-    assert failure_reported(healed, since=SINCE, bound=3.0, every_n=10).held
+    assert failure_reported(healed, since=SINCE, until=UNTIL, bound=3.0, every_n=10).held
 
 
 def test_no_half_checkpoint_holds_on_whole_folders_and_breaks_on_one_that_is_not() -> None:

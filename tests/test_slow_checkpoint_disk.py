@@ -16,11 +16,14 @@ from chaos._fusefs import fuse_mounts_left
 from chaos._schedule import ScheduledFault
 from chaos.cluster import ClusterHandle
 from scenarios import load_scenario, run_scenario
-from scenarios.model._records import RunLabel, RunStatus
+from scenarios.model._records import RunLabel, RunResult, RunStatus, Validity
+from scenarios.model._workload import FaultWindow
 from scenarios.runner._disk_storage import aim_disk_faults, storage_on_faultfs
+from scenarios.runner._run import against_twin, twin_met, twin_verdicts
 from scenarios.workloads._disk import (
     Call,
     CheckpointSample,
+    SlowCheckpointDisk,
     checkpoint_age_bounded,
     kept_serving,
     oldest_checkpoint_age,
@@ -44,14 +47,42 @@ def test_kept_serving_holds_on_slowed_calls_and_breaks_on_a_hung_or_failed_one()
     assert not kept_serving([], bound=5.0).held  # no add: nothing checked
 
 
+#: The slow disk's window in that shape: confirmed at 2.0 s, healed at 4.0 s.
+ON = [FaultWindow(FaultKind.SLOW_DISK, 2.0, 4.0)]
+
+
 def test_slowed_by_disk_holds_when_an_add_met_the_latency_and_breaks_on_a_fault_free_run() -> None:
-    assert slowed_by_disk(CALLS, at_least=0.15, since=1.5).held
+    assert slowed_by_disk(CALLS, at_least=0.15, windows=ON).held
     twin = [Call(c.t, 0.004, c.ack) for c in CALLS]  # the fault-free twin: no add slowed
-    verdict = slowed_by_disk(twin, at_least=0.15, since=1.5)
-    assert not verdict.held and "0 of 60 adds took >= 0.15 s" in verdict.detail
-    # Slow adds, but no slow disk confirmed (the twin on a busy host), or all before it: no fault bit.
-    assert not slowed_by_disk(CALLS, at_least=0.15, since=None).held
-    assert not slowed_by_disk(CALLS, at_least=0.15, since=4.5).held
+    planned = [FaultWindow(FaultKind.SLOW_DISK, 2.0, 4.0, planned=True)]  # measured over its own window
+    verdict = slowed_by_disk(twin, at_least=0.15, windows=planned)
+    assert not verdict.held and "0 of the 20 adds started in [2.00, 4.00) s took >= 0.15 s" in verdict.detail
+    # No slow disk confirmed: nothing to measure in (unknown, never held).
+    assert slowed_by_disk(CALLS, at_least=0.15, windows=[]).validity is Validity.UNKNOWN
+
+
+def test_slowed_by_disk_counts_only_adds_inside_the_faults_window() -> None:
+    """A busy host slows an add before the fault or after its heal: not the fault's trace. The
+    rule that took every add from a call's bound before the confirmation on, with no end, held
+    on either (the twin was red only for having no window at all)."""
+    before = [Call(c.t, 0.3 if c.t < 1.0 else 0.004, c.ack) for c in CALLS]  # slowed at 0-1 s
+    after = [Call(c.t, 0.3 if c.t >= 4.5 else 0.004, c.ack) for c in CALLS]  # slowed after the heal
+    assert not slowed_by_disk(before, at_least=0.15, windows=ON).held
+    assert not slowed_by_disk(after, at_least=0.15, windows=ON).held
+    # An add that started inside the window and was slowed there holds it, however long it took.
+    edge = [Call(c.t, 0.3 if abs(c.t - 3.9) < 1e-9 else 0.004, c.ack) for c in CALLS]
+    assert slowed_by_disk(edge, at_least=0.15, windows=ON).held
+
+
+def test_a_twin_slowed_in_the_same_window_makes_the_chaos_runs_slowdown_no_evidence() -> None:
+    """The twin measured by the same rule over its own planned window: when it is as slow there
+    (a loaded host), the chaos run's slow adds are no evidence of the disk: unknown."""
+    twin = slowed_by_disk(CALLS, at_least=0.15, windows=[FaultWindow(FaultKind.SLOW_DISK, 2.0, 4.0, planned=True)])
+    (na,) = twin_verdicts([twin], SlowCheckpointDisk.FAULT_VERDICTS)
+    assert na.validity is Validity.NOT_APPLICABLE and na.measured is Validity.HELD
+    twin_run = RunResult("slow-checkpoint-disk", RunLabel.BASELINE, 0, RunStatus.COMPLETED, 9.0, (na,), (), (), ())
+    (chaos,) = against_twin([slowed_by_disk(CALLS, at_least=0.15, windows=ON)], twin_met([twin_run]))
+    assert chaos.validity is Validity.UNKNOWN and "the fault-free twin met it too" in chaos.detail
 
 
 def test_the_oldest_checkpoint_age_runs_from_each_commit_seen_to_the_next_or_the_end() -> None:
@@ -112,4 +143,9 @@ def twin_misses(ray_cluster: ClusterHandle, name: str, kind: FaultKind) -> set[s
     assert fault.kind is kind and fault.status is FaultStatus.INJECTED
     assert baseline.label is RunLabel.BASELINE and baseline.status is RunStatus.COMPLETED
     assert fuse_mounts_left() == mounted, "a run's fault filesystem is still mounted"
-    return {v.name for v in baseline.verdicts if not v.held}
+    # The twin's fault traces are n/a, each measured over the schedule's window of its own run:
+    # never held there (else the chaos run's would be unknown, and it deviated above).
+    na = [v for v in baseline.verdicts if v.validity is Validity.NOT_APPLICABLE]
+    assert all(v.measured is not Validity.HELD for v in na), na
+    assert all(v.held for v in baseline.verdicts if v not in na), baseline.verdicts
+    return {v.name for v in na}

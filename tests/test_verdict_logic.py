@@ -251,3 +251,27 @@ def test_a_silent_process_is_given_up_at_its_deadline_not_at_its_exit() -> None:
     finally:
         proc.kill()
         proc.wait(timeout=10)
+
+
+def test_a_runs_fault_windows_are_confirmed_to_healed_and_the_twins_are_the_schedules_spans() -> None:
+    """A fault-bit verdict measures inside its fault's window; the fault-free twin, which
+    injects nothing, gets the schedule's own span of each fault, so the same measurement over
+    the same window of its own run says whether it shows the trace too."""
+    from chaos import FaultKind, Schedule, ScheduledFault
+    from chaos._faults import SlowDisk
+    from scenarios.model._workload import FaultWindow, Params, RunContext
+
+    plan = Schedule((ScheduledFault(2.0, SlowDisk("/m", seconds=5, latency=0.2)),))
+
+    def ctx(faults: bool) -> RunContext:
+        return RunContext(address="x", namespace="n", seed=0, params=Params(), storage="/s", duration=9.0,
+                          faults=faults, plan=plan)
+
+    twin, chaos = ctx(False), ctx(True)
+    assert twin.windows(FaultKind.SLOW_DISK) == [FaultWindow(FaultKind.SLOW_DISK, 2.0, 7.0, planned=True)]
+    assert chaos.windows(FaultKind.SLOW_DISK) == []  # nothing happened yet: no window
+    chaos.fault_settled(FaultWindow(FaultKind.SLOW_DISK, 2.3, 7.4))
+    assert chaos.windows(FaultKind.SLOW_DISK) == [FaultWindow(FaultKind.SLOW_DISK, 2.3, 7.4)]
+    assert chaos.windows(FaultKind.KILL) == [] and twin.windows(FaultKind.KILL) == []
+    window = FaultWindow(FaultKind.SLOW_DISK, 2.3, 7.4)
+    assert window.holds(2.3) and not window.holds(7.4)

@@ -5,16 +5,17 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, TypeVar, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from chaos import FaultKind
-from chaos.engine import MemoryOutcome
+from chaos import FaultKind, Schedule
+from chaos.engine import Injection, MemoryOutcome
 from chaos.errors import InvalidConfig
 from scenarios.model._records import Problem, Verdict
 
-__all__ = ["Extra", "Params", "RunContext", "Workload", "params_problems", "validate_params"]
+__all__ = ["Extra", "FaultWindow", "Params", "RunContext", "Workload", "params_problems", "validate_params"]
 
 CALL_TIMEOUT = 30.0
 #: An optional extra of raychaos (``pip install 'raychaos[rl]'``) a workload imports.
@@ -74,6 +75,24 @@ def validate_params(kind: type[P], raw: Mapping[str, Any], *, workload: str) -> 
     return kind.model_validate(dict(raw))
 
 
+@dataclass(frozen=True, slots=True)
+class FaultWindow:
+    """When a fault was on, seconds into the run: from its confirmation to its heal, and what it
+    hit and observed (``injection``). In the fault-free twin the schedule's own span of it
+    (``planned``: from its ``at`` for its ``seconds``), so that a verdict about the fault's
+    trace measures the twin over the same window of its own run."""
+
+    kind: FaultKind
+    start: float
+    end: float
+    planned: bool = False
+    injection: Injection | None = None
+
+    def holds(self, t: float) -> bool:
+        """``t`` falls in the window (its end excluded)."""
+        return self.start <= t < self.end
+
+
 class RunContext:
     """What a workload may use: the cluster, its options, a clock, counters and series.
 
@@ -82,9 +101,12 @@ class RunContext:
     """
 
     def __init__(self, *, address: str, namespace: str, seed: int, params: Params,
-                 storage: str, duration: float, faults: bool) -> None:
+                 storage: str, duration: float, faults: bool, plan: Schedule | None = None) -> None:
         self.address, self.namespace, self.seed = address, namespace, seed
         self.params, self.storage, self.faults = params, storage, faults
+        #: The scenario's schedule (in the fault-free twin too, which injects none of it).
+        self.plan = plan or Schedule(())
+        self._settled: list[FaultWindow] = []
         self.duration = duration
         self.started = time.monotonic()
         self.deadline = self.started + duration
@@ -137,6 +159,20 @@ class RunContext:
         """When each fault of ``kind`` was confirmed, seconds into the run."""
         with self._lock:
             return [t for k, t in zip(self.injected, self.injected_at) if k == kind]
+
+    def fault_settled(self, window: FaultWindow) -> None:
+        """A fault that happened was healed: its window (the runner calls this)."""
+        with self._lock:
+            self._settled.append(window)
+
+    def windows(self, kind: FaultKind) -> list[FaultWindow]:
+        """When each fault of ``kind`` was on, in the order they were: in a run under faults those
+        that happened, confirmed to healed; in the fault-free twin the schedule's planned spans."""
+        if self.faults:
+            with self._lock:
+                return sorted((w for w in self._settled if w.kind is kind), key=lambda w: w.start)
+        return [FaultWindow(kind, e.at, e.at + float(getattr(e.fault, "seconds", 0.0)), planned=True)
+                for e in self.plan.entries if e.kind is kind]
 
     def memory_outcome(self, outcome: MemoryOutcome) -> None:
         """How a memory fault ended (e.g. Ray's memory monitor killed the allocation)."""

@@ -53,7 +53,7 @@ from scenarios.model._records import (
     Verdict,
 )
 from scenarios.model._scenario import AT_END_SLACK, Scenario, SteadyState, resolve_workload
-from scenarios.model._workload import Params, RunContext, Workload, validate_params
+from scenarios.model._workload import FaultWindow, Params, RunContext, Workload, validate_params
 from scenarios.runner._disk_storage import aim_disk_faults, storage_on_faultfs
 from scenarios.runner._interrupt import interrupt_once
 from scenarios.runner._spill_dir import spill_on_faultfs
@@ -389,7 +389,7 @@ def _run_once(run: _Run, workload_cls: type[Workload], params: Params, progress:
     scenario = run.scenario
     ctx = RunContext(address=run.address, namespace="raychaos" if run.faults else "raychaos-baseline", seed=run.seed,
                      params=params, storage=run.storage, duration=scenario.duration,
-                     faults=run.faults)
+                     faults=run.faults, plan=scenario.schedule)
     journal = Journal(run.journal_path)
     chaos = Chaos(address=run.address, journal=journal, seed=run.seed)
     rec = _Recorder()
@@ -791,6 +791,8 @@ class _RunObserver(ScheduleObserver):
                                        outcome.confirmed, outcome.index))
             return outcome
         healed = self._heal_observed(outcome.injection)
+        confirmed = start if outcome.confirmed is None else outcome.confirmed
+        self.ctx.fault_settled(FaultWindow(entry.kind, confirmed, max(end, confirmed), injection=outcome.injection))
         judged = _recovery_judged(self.scenario, self.workload)
         mttr, recovered = _recovery(self.workload, self.ctx, start, within=self.scenario.recovery_within,
                                     give_up_at_stop=not judged, abandon=self.rec.interrupted)

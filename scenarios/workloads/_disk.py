@@ -37,7 +37,7 @@ from actors.checkpoint import CheckpointWarning
 from chaos import FaultKind, History
 from chaos.errors import CheckpointError, MutationNotLogged
 from scenarios.model._records import Verdict
-from scenarios.model._workload import CALL_TIMEOUT, Params, Workload
+from scenarios.model._workload import CALL_TIMEOUT, FaultWindow, Params, Workload
 from scenarios.workloads._surface import _OP_STATUS, Ack, Ledger, _counter, kept
 
 __all__ = ["DISK_ERRNOS", "DISK_WORKLOADS", "AddReply", "Call", "CheckpointSample", "DiskCall", "FailingCheckpointDisk",
@@ -75,14 +75,20 @@ def kept_serving(calls: Sequence[Call], *, bound: float) -> Verdict:
                                                                          if failed else ""))
 
 
-def slowed_by_disk(calls: Sequence[Call], *, at_least: float, since: float | None) -> Verdict:
-    """Some add that started ``since`` or later took ``at_least`` seconds: the slow disk reached
-    the actor's storage (``since`` None: no slow disk was confirmed, so none did; a hiccup of
-    the host before the fault is not the fault)."""
-    slow = [c for c in calls if since is not None and c.t >= since and c.seconds >= at_least]
-    slowest = max((c.seconds for c in calls), default=0.0)
-    return Verdict.over("slowed_by_disk", len(calls), held=bool(slow),
-                        detail=f"{len(slow)} of {len(calls)} adds took >= {at_least:g} s (slowest {slowest:.2f} s)")
+def slowed_by_disk(calls: Sequence[Call], *, at_least: float, windows: Sequence[FaultWindow]) -> Verdict:
+    """Some add that started while the slow disk was on (in one of ``windows``: confirmed to
+    healed; in the fault-free twin, the schedule's span of it) took ``at_least`` seconds: the
+    slow disk reached the actor's storage. Only adds inside a window count: a hiccup of the host
+    before or after the fault is not the fault. No window: nothing to measure in, unknown."""
+    if not windows:
+        return Verdict.unknown("slowed_by_disk", "no slow disk was on (none confirmed): no window to measure in")
+    inside = [c for c in calls if any(w.holds(c.t) for w in windows)]
+    slow = [c for c in inside if c.seconds >= at_least]
+    slowest = max((c.seconds for c in inside), default=0.0)
+    spans = ", ".join(f"[{w.start:.2f}, {w.end:.2f}) s" for w in windows)
+    return Verdict.over("slowed_by_disk", len(inside), held=bool(slow),
+                        detail=f"{len(slow)} of the {len(inside)} adds started in {spans} took >= {at_least:g} s "
+                               f"(slowest there {slowest:.2f} s)")
 
 
 def oldest_checkpoint_age(samples: Sequence[CheckpointSample], *, end: float) -> float:
@@ -163,16 +169,11 @@ class SlowCheckpointDisk(Workload):
 
         end = self.samples[-1].t if self.samples else 0.0
         verdicts = [kept_serving(self.calls, bound=self.p.call_bound),
-                    slowed_by_disk(self.calls, at_least=self.p.slowed_at_least, since=self._slowed_since()),
+                    slowed_by_disk(self.calls, at_least=self.p.slowed_at_least,
+                                   windows=self.ctx.windows(FaultKind.SLOW_DISK)),
                     checkpoint_age_bounded(self.samples, end=end, bound=self.p.age_bound)]
         ray.kill(self.ledger.actor, no_restart=False)  # a crash: what is on disk is all it has
         return [*verdicts, self.ledger.verdict("nothing_acknowledged_lost")]
-
-    def _slowed_since(self) -> float | None:
-        """From a call's bound before the first slow disk was confirmed (its probe took the
-        latency, and a call slowed with it started before), or None without one."""
-        confirmed = self.ctx.injections(FaultKind.SLOW_DISK)
-        return min(confirmed) - self.p.call_bound if confirmed else None
 
     def call_bounds(self) -> dict[str, float]:
         return {"step": 2 * self.p.call_bound + CALL_TIMEOUT}
@@ -270,22 +271,24 @@ class ReportingCounter(CheckpointedCounter):
             return [FolderCheck(seq, store.load(seq) is not None) for seq in store.seqs()]
 
 
-def failure_reported(calls: Sequence[DiskCall], *, since: float | None, bound: float, every_n: int,
+def failure_reported(calls: Sequence[DiskCall], *, since: float | None, until: float, bound: float, every_n: int,
                      errnos: Collection[int] = DISK_ERRNOS) -> Verdict:
-    """Adds failed on the failing disk with its errno named: some add that ended ``since`` (the
-    fault's confirmation) or later did, every failed add did, none took over ``bound`` seconds,
+    """Adds failed on the failing disk with its errno named: some add that ended in [``since``,
+    ``until``) (the fault's window: its confirmation to its heal and a call's bound; in the
+    fault-free twin, the schedule's span of it) did, every failed add did, none took over ``bound`` seconds,
     and none was acknowledged silently: between the first failure and the last, or with the
     checkpoint it needed not committed (``every_n`` or more adds pending after it, which under
     the policy only a failed checkpoint leaves: this holds up to the heal, whenever the
-    failures stop being reported). ``since`` None: no failing disk was confirmed, so none was
-    reported."""
+    failures stop being reported). ``since`` None: no failing disk was confirmed: unknown."""
+    if since is None:
+        return Verdict.unknown("failure_reported", "no failing disk was confirmed: no window to measure in")
     failed = [c for c in calls if c.ack is not Ack.ACKED]
-    named = [c for c in failed if since is not None and c.end >= since and c.errno in errnos]
+    named = [c for c in failed if since <= c.end < until and c.errno in errnos]
     unnamed = [c for c in failed if c.errno not in errnos]
     hung = [c for c in calls if c.seconds > bound]
     silent = [c for c in calls if c.ack is Ack.ACKED and (c.pending >= every_n or
                                                          (failed and failed[0].t < c.t < failed[-1].t))]
-    detail = (f"{len(named)} of {len(calls)} adds failed naming the disk's errno after it failed; "
+    detail = (f"{len(named)} of {len(calls)} adds failed naming the disk's errno in [{since:.2f}, {until:.2f}) s; "
               f"{len(unnamed)} failed naming none, {len(hung)} took over {bound:g} s, {len(silent)} were "
               f"acknowledged silently (between the first and the last failure, or without the checkpoint "
               f"they needed)")
@@ -468,8 +471,10 @@ class FailingCheckpointDisk(Workload):
     def invariants(self) -> list[Verdict]:
         import ray
 
-        confirmed = self.ctx.injections(FaultKind.FAILING_DISK)
-        since = min(confirmed) if confirmed else None
+        # The failing disk's window: confirmed to healed (in the fault-free twin, the schedule's span).
+        window = self.ctx.windows(FaultKind.FAILING_DISK)[:1]
+        since = window[0].start if window else None
+        until = window[0].end + self.p.call_bound if window else 0.0
         self.folders += ray.get(self.actor.committed_folders.remote(), timeout=CALL_TIMEOUT)
         if self.stored is None:  # no add acknowledged after a failure: the store as it is now
             self.stored = stored_seqs(self.url, self.WRITER)
@@ -479,7 +484,8 @@ class FailingCheckpointDisk(Workload):
         ray.kill(self.actor, no_restart=False)  # a crash: what is on disk is all it has
         value, applied = ray.get([self.actor.get.remote(), self.actor.applied_seqs.remote(self.WRITER)],
                                  timeout=CALL_TIMEOUT)
-        return [failure_reported(self.calls, since=since, bound=self.p.call_bound, every_n=self.p.every_n),
+        return [failure_reported(self.calls, since=since, until=until, bound=self.p.call_bound,
+                                 every_n=self.p.every_n),
                 no_half_checkpoint(self.folders),
                 last_good_kept(self.calls, self.stored, since=since),
                 recovered_after_heal(self.calls, self.samples, within=self.p.recover_within),

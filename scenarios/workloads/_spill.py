@@ -113,24 +113,28 @@ def gets_bounded(reads: Sequence[Read], *, bound: float) -> Verdict:
 def slowed_by_disk(reads: Sequence[Read], *, at_least: float, since: float | None, until: float) -> Verdict:
     """Some read that started in [``since``, ``until``) took ``at_least`` seconds and returned
     the value: a restore met the slow disk and completed. ``since`` is the slow disk's
-    confirmation less a read's bound; ``until`` its heal, or the failing disk's start if that
-    came first (restores stay slow after a failing disk heals, and that is not this disk).
-    ``since`` None: no slow disk was confirmed, so none did."""
-    window = [r for r in reads if since is not None and since <= r.t < until]
+    confirmation (in the fault-free twin, its planned start), ``until`` its heal, or the failing
+    disk's start if that came first (restores stay slow after a failing disk heals, and that is
+    not this disk). ``since`` None: no slow disk was on, nothing to measure in (unknown)."""
+    if since is None:
+        return Verdict.unknown("slowed_by_disk", "no slow disk was confirmed: no window to measure in")
+    window = [r for r in reads if since <= r.t < until]
     slow = [r for r in window if r.seconds >= at_least and r.outcome is ReadOutcome.CORRECT]
     slowest = max((r.seconds for r in window if r.outcome is ReadOutcome.CORRECT), default=0.0)
     detail = (f"{len(slow)} of the {len(window)} reads started in [{since:.2f}, {until:.2f}) s returned the value "
               f"after >= {at_least:g} s (slowest correct read there {slowest:.2f} s)" if since is not None
               else "no slow disk was confirmed")
-    return Verdict.over("slowed_by_disk", len(reads), held=bool(slow), detail=detail)
+    return Verdict.over("slowed_by_disk", len(window), held=bool(slow), detail=detail)
 
 
 def failing_disk_met(reads: Sequence[Read], *, since: float | None, until: float) -> Verdict:
     """Some read that ended in [``since``, ``until``) returned no value: the failing disk
-    reached the restores. ``since`` is the failing disk's confirmation, ``until`` its heal and
-    a read's bound (a read that fails later is not this disk's). ``since`` None: none was
-    confirmed."""
-    window = [r for r in reads if since is not None and since <= r.t + r.seconds < until]
+    reached the restores. ``since`` is the failing disk's confirmation (in the fault-free twin,
+    its planned start), ``until`` its heal and a read's bound (a read that fails later is not
+    this disk's). ``since`` None: none was confirmed, nothing to measure in (unknown)."""
+    if since is None:
+        return Verdict.unknown("failing_disk_met", "no failing disk was confirmed: no window to measure in")
+    window = [r for r in reads if since <= r.t + r.seconds < until]
     failed = [r for r in window if r.outcome is not ReadOutcome.CORRECT]
     detail = (f"{len(failed)} of the {len(window)} reads ending in [{since:.2f}, {until:.2f}) s returned no value "
               f"({_tally(failed)})" if since is not None else "no failing disk was confirmed")
@@ -188,7 +192,6 @@ class SpillDiskFaults(Workload):
 
         self.p = self.ctx.params_as(SpillParams)
         self.reads: list[Read] = []
-        self.settled_at: float | None = None  # when every fault was healed, seconds into the run
         self.refs: list[Any] = []
         self.crcs: list[int] = []
         for i in range(self.p.objects):  # past the store's size: Ray spills the oldest
@@ -215,8 +218,6 @@ class SpillDiskFaults(Workload):
         return Read(index, round(self.ctx.elapsed() - took, 3), took, outcome, error)
 
     def step(self) -> bool:
-        if self.settled_at is None and self.ctx.faults_settled.is_set():
-            self.settled_at = self.ctx.elapsed()
         read = self._read(len(self.reads) % self.p.objects, timeout=self.p.get_timeout)
         self.reads.append(read)
         self.ctx.point("read_seconds", read.seconds)
@@ -231,19 +232,17 @@ class SpillDiskFaults(Workload):
         return f"object {read.index} read back in {read.seconds:.2f} s"
 
     def invariants(self) -> list[Verdict]:
-        slow = self.ctx.injections(FaultKind.SLOW_DISK)
-        failing = self.ctx.injections(FaultKind.FAILING_DISK)
-        # The runner tells a workload when a fault is confirmed, not when it heals: every fault
-        # had healed once the faults settled (or by now), so that is each window's end.
-        healed = self.ctx.elapsed() if self.settled_at is None else self.settled_at
+        # Each fault's window: confirmed to healed (in the fault-free twin, the schedule's span).
+        slow = self.ctx.windows(FaultKind.SLOW_DISK)[:1]
+        failing = self.ctx.windows(FaultKind.FAILING_DISK)[:1]
         after = [self._read(i, timeout=self.p.heal_bound) for i in range(self.p.objects)]
         return [no_wrong_value([*self.reads, *after]),
                 gets_bounded(self.reads, bound=self.p.get_timeout + self.p.slack),
                 slowed_by_disk(self.reads, at_least=self.p.slowed_at_least,
-                               since=min(slow) - self.p.get_timeout if slow else None,
-                               until=min([healed, *failing])),
-                failing_disk_met(self.reads, since=min(failing) if failing else None,
-                                 until=healed + self.p.get_timeout),
+                               since=slow[0].start if slow else None,
+                               until=min([*(w.end for w in slow), *(w.start for w in failing)], default=0.0)),
+                failing_disk_met(self.reads, since=failing[0].start if failing else None,
+                                 until=failing[0].end + self.p.get_timeout if failing else 0.0),
                 restored_after_heal(after, objects=self.p.objects, bound=self.p.heal_bound)]
 
     def call_bounds(self) -> dict[str, float]:
