@@ -5,12 +5,18 @@ by a process on that node (no SSH, no shared PID namespace needed). Every signal
 checked by :func:`chaos._safety.check_target` first. Pauses are also guarded by a
 separate healer process with its own deadline, so a pause never outlives its bound even
 if the agent or the driver dies.
+
+An agent's identity is its :data:`PROTOCOL` and the hash of its code (:func:`code_hash`), and its
+name holds that hash: a driver finds and uses only an agent of its own code. It records the
+driver process that started it (:func:`driver_token`), and each fault it holds the driver that
+asked for it: a driver heals only its own faults, and kills only the agents it started.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import itertools
 import os
 import select
@@ -19,8 +25,10 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -31,18 +39,24 @@ from chaos._memory import MemoryProgress, read_progress
 from chaos._safety import check_target, raylet_of
 from chaos._wait import wait_until
 
-__all__ = ["AGENT_START_TIMEOUT", "PROTOCOL", "AgentMismatch", "AgentUnavailable", "ChaosAgent", "NodeFacts",
-           "PauseTicket", "agent_for", "check_agents", "start_agents", "stop_agents", "worker_title"]
+__all__ = ["AGENT_START_TIMEOUT", "PROTOCOL", "SHIPPED", "AgentIdentity", "AgentMismatch", "AgentUnavailable",
+           "ChaosAgent", "NodeFacts", "PauseTicket", "agent_for", "check_agents", "code_hash", "driver_token",
+           "start_agents", "stop_agents", "worker_title"]
 
 AGENT_NAMESPACE = "raychaos-agents"
-#: The agent's protocol: its methods, their arguments and results. A driver uses only an agent
-#: of its own protocol; change it with any of them.
+#: The agent's protocol: its methods, their arguments and results. Change it with any of them
+#: (the code's hash changes with every byte anyway; the number says what kind of change it was).
 PROTOCOL = 2
+#: The modules of ``chaos`` a node runs: the agent and what it imports, nothing else. They are
+#: the agent's package (:mod:`chaos._ship`) and, hashed, its code's identity (:func:`code_hash`).
+SHIPPED = ("_agent", "_disk", "_errors", "_healer", "_memory", "_safety", "_wait")
 #: Seconds a node's agent has to start and answer: the node unpacks the agent's package and
 #: starts a worker process for it first (about 1 s here).
 AGENT_START_TIMEOUT = 30.0
-#: What a refused agent's error says, for tests to match.
-MISMATCH = "this raychaos speaks protocol"
+#: What a refused agent's error says before this driver's own identity, for tests to match.
+MISMATCH = "this raychaos's agent is"
+#: Hex digits of the code's hash in an agent's name: agents of different code never share a name.
+NAME_HASH = 12
 STOP_TIMEOUT = 5.0
 _REPLY_S = 0.2  # a kill_node reply's head start over the raylet's SIGKILL, which ends this agent
 _STOPPED = (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
@@ -64,6 +78,7 @@ class _Pause:
     created: float  # the process's creation time: a reused pid is never signalled
     token: int
     healer: int  # pid of the healer process guarding the deadline
+    owner: str = ""  # the driver that asked for it (driver_token): its heal_all resumes it
     timer: threading.Timer | None = None
 
 
@@ -76,9 +91,24 @@ class PauseTicket:
     token: int
 
 
+@dataclass(frozen=True, slots=True)
+class AgentIdentity:
+    """Who an agent is: its :data:`PROTOCOL`, the hash of its code (:func:`code_hash`), and the
+    token of the driver process that started it (:func:`driver_token`; "" for none). A driver
+    uses an agent whose protocol and code are its own, whoever started it."""
+
+    protocol: int
+    code: str
+    owner: str = ""
+
+    def describe(self) -> str:
+        return f"protocol {self.protocol}, code {self.code[:NAME_HASH]}"
+
+
 class AgentMismatch(ChaosError, RuntimeError):
-    """The agent on a node speaks another protocol (another raychaos version started it): it is
-    refused before any use, and left alone (an attack of that version may be using it)."""
+    """The agent on a node runs other code than this driver's (another raychaos version, or a
+    changed checkout, started it; or the actor holding its name is not an agent): it is refused
+    before any use, and left alone (an attack of that code may be using it)."""
 
     def __init__(self, message: str, *, node_id: str) -> None:
         super().__init__(message)
@@ -106,18 +136,28 @@ class NodeFacts:
 
 
 class ChaosAgent:
-    """Runs on one node; every method acts on that node only."""
+    """Runs on one node; every method acts on that node only.
 
-    def __init__(self) -> None:
+    Args:
+        owner: the token of the driver process that starts it (:func:`driver_token`): only that
+            driver kills it. The faults it holds each keep the token of the driver that asked.
+    """
+
+    def __init__(self, owner: str = "") -> None:
+        self._owner = owner
         self._lock = threading.Lock()
         self._paused: dict[int, _Pause] = {}
         self._tokens = itertools.count(1)
-        self._hogs: list[subprocess.Popen[bytes]] = []
+        self._hogs: dict[subprocess.Popen[bytes], str] = {}  # each busy process, and who asked for it
         self._held: list[Any] = []
 
     def protocol(self) -> int:
         """This agent's :data:`PROTOCOL`: the one method every version keeps as it is."""
         return PROTOCOL
+
+    def identity(self) -> AgentIdentity:
+        """This agent's protocol, the hash of the code it runs, and the driver that started it."""
+        return AgentIdentity(protocol=PROTOCOL, code=code_hash(), owner=self._owner)
 
     def facts(self) -> NodeFacts:
         """What this node lets the agent do (see :class:`NodeFacts`)."""
@@ -186,19 +226,20 @@ class ChaosAgent:
         threading.Timer(_REPLY_S, _end_node, args=(raylet,)).start()
         return raylet.pid, killed
 
-    def freeze_node(self, seconds: float, *, workers: bool = False,
-                    driver_pids: tuple[int, ...] = ()) -> list[int]:
+    def freeze_node(self, seconds: float, *, workers: bool = False, driver_pids: tuple[int, ...] = (),
+                    owner: str = "") -> list[int]:
         """SIGSTOP this node's raylet (and with ``workers`` every worker under it, this agent
         aside) for ``seconds``, each confirmed in state T and resumed by this agent's timer and
         its healer alike; returns the pids, the raylet first. This agent keeps running: it is
-        what resumes them, though Ray may declare this node, and so this agent, dead."""
+        what resumes them, though Ray may declare this node, and so this agent, dead. Each
+        pause is ``owner``'s (see :meth:`pause`)."""
         raylet = raylet_of(os.getpid())
         others = [p.pid for p in raylet.children() if workers and p.pid != os.getpid()
                   and p.pid not in driver_pids and _status(p) not in _ENDED]
         frozen: list[int] = []
         try:
             for pid in (raylet.pid, *others):
-                self.pause(pid, seconds, driver_pids=driver_pids, allow_raylet=True)
+                self.pause(pid, seconds, driver_pids=driver_pids, allow_raylet=True, owner=owner)
                 frozen.append(pid)
         except BaseException:
             for pid in frozen:
@@ -248,14 +289,15 @@ class ChaosAgent:
         return unfill(ballast)
 
     def pause(self, pid: int, seconds: float, *, driver_pids: tuple[int, ...] = (),
-              allow_raylet: bool = False) -> PauseTicket:
+              allow_raylet: bool = False, owner: str = "") -> PauseTicket:
         """SIGSTOP ``pid`` for ``seconds``; returns once the process is seen stopped (state T).
 
         Its ``seconds`` count from that moment: this agent's timer resumes it then, and a
         separate healer process guards the same deadline (plus the confirmation's bound) in
         case this agent dies. Both belong to this pause only: resuming it retires them, so a
         stale timer or healer can never cut a later pause of the same process short; and a
-        heal given the returned ticket's token cannot either. Returns that ticket.
+        heal given the returned ticket's token cannot either. Returns that ticket. The pause
+        is ``owner``'s, the driver that asked: ``heal_all(owner=...)`` resumes only its own.
 
         Raises:
             FaultIneffective: the process exited, or was not seen stopped within
@@ -264,7 +306,7 @@ class ChaosAgent:
         proc = check_target(pid, agent_pid=os.getpid(), driver_pids=driver_pids,
                             allow_raylet=allow_raylet)
         entry = _Pause(proc.create_time(), next(self._tokens),
-                       _spawn_healer(pid, proc.create_time(), time.time() + seconds + STOP_TIMEOUT))
+                       _spawn_healer(pid, proc.create_time(), time.time() + seconds + STOP_TIMEOUT), owner)
         with self._lock:  # signals are sent under the lock: a resume's SIGCONT cannot overtake
             earlier, self._paused[pid] = self._paused.get(pid), entry
             proc.send_signal(signals.SIGSTOP)
@@ -316,9 +358,10 @@ class ChaosAgent:
         """Resume each of ``pids`` this agent paused; returns how many it resumed."""
         return sum(self.resume(pid) for pid in pids)
 
-    def cpu_hog(self, cores: int, seconds: float) -> list[int]:
+    def cpu_hog(self, cores: int, seconds: float, *, owner: str = "") -> list[int]:
         """Start ``cores`` busy-looping processes for at most ``seconds``; return their pids once
-        each is seen burning CPU (its CPU time advancing, measured).
+        each is seen burning CPU (its CPU time advancing, measured). They are ``owner``'s, the
+        driver that asked: ``stop_hogs(owner=...)`` stops only its own.
 
         Raises:
             FaultIneffective: a process did not start its loop, or burned no CPU, within
@@ -327,7 +370,7 @@ class ChaosAgent:
         procs = [subprocess.Popen([sys.executable, "-c", _HOG, repr(seconds)],
                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE) for _ in range(cores)]
         with self._lock:
-            self._hogs.extend(procs)
+            self._hogs.update(dict.fromkeys(procs, owner))
         try:
             deadline = time.monotonic() + HOG_CONFIRM
             for proc in procs:
@@ -337,14 +380,16 @@ class ChaosAgent:
             raise
         return [p.pid for p in procs]
 
-    def stop_hogs(self) -> int:
+    def stop_hogs(self, *, owner: str | None = None) -> int:
+        """Stop the busy processes ``owner`` asked for (every one without it); return how many."""
         with self._lock:
-            hogs = list(self._hogs)
+            hogs = [p for p, asked in self._hogs.items() if owner is None or asked == owner]
         return self._stop(hogs)
 
     def _stop(self, hogs: list[subprocess.Popen[bytes]]) -> int:
         with self._lock:
-            self._hogs = [p for p in self._hogs if p not in hogs]
+            for proc in hogs:
+                self._hogs.pop(proc, None)
         for proc in hogs:
             proc.kill()
             proc.wait(timeout=10)
@@ -352,14 +397,56 @@ class ChaosAgent:
                 proc.stdout.close()
         return len(hogs)
 
-    def heal_all(self) -> int:
-        """Resume every process this agent paused and stop every hog; return how many."""
+    def heal_all(self, *, owner: str | None = None) -> int:
+        """Resume the processes this agent paused and stop its hogs, for ``owner`` (the driver
+        that asked for them) or, without it, for everyone; return how many. Another driver's
+        faults are left to that driver's heal and to their own deadlines."""
         with self._lock:
-            paused = list(self._paused)
-        return sum(self.resume(pid) for pid in paused) + self.stop_hogs()
+            paused = [(pid, e.token) for pid, e in self._paused.items() if owner is None or e.owner == owner]
+        # Each pause by its token: one another driver made of the same process since is not ours.
+        return sum(self.resume(pid, token=token) for pid, token in paused) + self.stop_hogs(owner=owner)
 
 
-_AGENTS: dict[tuple[str, str], Any] = {}
+@dataclass(frozen=True, slots=True)
+class _Known:
+    """An agent this driver checked: its handle, and whether this driver started it (then it kills it)."""
+
+    handle: Any
+    ours: bool
+
+
+_AGENTS: dict[tuple[str, str], _Known] = {}
+
+
+def code_hash_of(folder: Path) -> str:
+    """The sha256 of the :data:`SHIPPED` modules in ``folder``: each one's name, length and bytes,
+    in that order (a fixed order: the same files hash the same anywhere)."""
+    digest = hashlib.sha256()
+    for module in SHIPPED:
+        data = (folder / f"{module}.py").read_bytes()
+        digest.update(f"{module}.py {len(data)}\n".encode())
+        digest.update(data)
+    return digest.hexdigest()
+
+
+@functools.cache
+def code_hash() -> str:
+    """The hash of the agent's code as this process has it, computed once: the driver hashes its
+    own ``chaos`` and an agent its shipped copy, byte-identical, so the two agree exactly when
+    the agent runs the code the driver ships."""
+    return code_hash_of(Path(__file__).parent)
+
+
+def driver_token() -> str:
+    """This process's token, made once per process: an agent records it as the driver that
+    started it, and each fault it holds as the driver that asked for it."""
+    return _token_of(os.getpid())
+
+
+@functools.cache
+def _token_of(pid: int) -> str:
+    # Keyed by pid: a forked child is another driver, never its parent's namesake.
+    return f"{pid}-{uuid.uuid4().hex}"
 
 
 def _confirm_burning(proc: subprocess.Popen[bytes], deadline: float) -> None:
@@ -563,7 +650,10 @@ def _control_problem() -> str:
 
 
 def agent_name(node_id: str) -> str:
-    return f"agent-{node_id[:16]}"
+    """The name of this code's agent on ``node_id``. It holds the code's hash, so agents of
+    different code (another raychaos version, a changed checkout) never share a name: each
+    driver finds only an agent of its own code, and none fights another over a name."""
+    return f"agent-{node_id[:16]}-{code_hash()[:NAME_HASH]}"
 
 
 @functools.cache
@@ -575,39 +665,44 @@ def _agent_class() -> Any:
 
 
 def _launch(node_id: str) -> tuple[Any, bool]:
-    """The agent of ``node_id``: one found there, or one started now; and whether it is new."""
+    """The agent of ``node_id``: one found there, or one started now, owned by this driver; and
+    whether this driver started it (then the handle is that very actor, and only that one)."""
     import ray
+    from ray.exceptions import ActorAlreadyExistsError
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from chaos._ship import agent_runtime_env
 
+    name = agent_name(node_id)
     try:
-        return ray.get_actor(agent_name(node_id), namespace=AGENT_NAMESPACE), False
+        return ray.get_actor(name, namespace=AGENT_NAMESPACE), False
     except ValueError:  # none there yet
         pass
-    return _agent_class().options(
-        name=agent_name(node_id), namespace=AGENT_NAMESPACE, get_if_exists=True,
-        lifetime="detached", num_cpus=0, max_concurrency=8, max_restarts=0, runtime_env=agent_runtime_env(),
-        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
-    ).remote(), True
+    try:  # not get_if_exists: it hides whether the handle is the actor this driver started
+        return _agent_class().options(
+            name=name, namespace=AGENT_NAMESPACE, lifetime="detached", num_cpus=0, max_concurrency=8,
+            max_restarts=0, runtime_env=agent_runtime_env(),
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
+        ).remote(owner=driver_token()), True
+    except ActorAlreadyExistsError:  # another driver started it just now
+        return ray.get_actor(name, namespace=AGENT_NAMESPACE), False
 
 
-def _answer(node_id: str, handle: Any, new: bool, deadline: float, bound: float) -> None:
-    """Return once the agent answered with this driver's :data:`PROTOCOL`.
+def _answer(node_id: str, handle: Any, new: bool, deadline: float, bound: float) -> AgentIdentity:
+    """The agent's identity, once it answered with this driver's protocol and code.
 
     Raises:
-        AgentMismatch: it answered another protocol, or has no ``protocol()`` (left alone).
+        AgentMismatch: it answered another identity, or has no ``identity()`` (left alone).
         AgentUnavailable: it did not start, died, or did not answer by ``deadline`` (the end of
             its ``bound``; killed if new): an OutOfMemoryError of Ray's memory monitor among them.
     """
     import ray
     from ray.exceptions import GetTimeoutError, RayError
 
-    name, wait = agent_name(node_id), max(0.1, deadline - time.monotonic())
     try:
-        theirs: object = ray.get(handle.protocol.remote(), timeout=wait)
-    except AttributeError:  # an actor of that name without our protocol() method
-        theirs = "none (it has no protocol() method)"
+        theirs: object = ray.get(handle.identity.remote(), timeout=max(0.1, deadline - time.monotonic()))
+    except AttributeError:  # an actor of that name without our identity() method
+        theirs = None
     except RayError as exc:  # it timed out, never started, or died (Ray's memory monitor included)
         if new:
             ray.kill(handle)  # never left to start later, unchecked and unowned
@@ -615,19 +710,36 @@ def _answer(node_id: str, handle: Any, new: bool, deadline: float, bound: float)
                "start a worker process)" if isinstance(exc, GetTimeoutError)
                else f"did not answer: {type(exc).__name__}: {exc}")
         raise AgentUnavailable(f"node {node_id[:12]}: the chaos agent {why}"[:900], node_id=node_id) from None
-    if theirs != PROTOCOL:
-        raise AgentMismatch(
-            f"node {node_id[:12]}: the chaos agent there (actor {name!r}, namespace {AGENT_NAMESPACE!r}) "
-            f"speaks protocol {theirs}, {MISMATCH} {PROTOCOL}: another raychaos version started it, so it "
-            f"is not used. Once no attack of that version runs, remove it: "
-            f"ray.kill(ray.get_actor({name!r}, namespace={AGENT_NAMESPACE!r}))", node_id=node_id)
+    return _checked(node_id, theirs)
+
+
+def _checked(node_id: str, theirs: object) -> AgentIdentity:
+    """The identity an agent answered (``theirs``; None: it has no ``identity()``), once it is
+    this driver's protocol and code, whichever driver started the agent.
+
+    Raises:
+        AgentMismatch: it is another identity, or none; naming both and the fix.
+    """
+    mine = AgentIdentity(protocol=PROTOCOL, code=code_hash())
+    if isinstance(theirs, AgentIdentity) and (theirs.protocol, theirs.code) == (mine.protocol, mine.code):
+        return theirs
+    said = (theirs.describe() if isinstance(theirs, AgentIdentity) else
+            "none (it has no identity() method: a raychaos from before code identities, or not an agent)"
+            if theirs is None else f"unreadable ({theirs!r:.80})")
+    name = agent_name(node_id)
+    raise AgentMismatch(
+        f"node {node_id[:12]}: the chaos agent there (actor {name!r}, namespace {AGENT_NAMESPACE!r}) is "
+        f"{said}; {MISMATCH} {mine.describe()}: it runs other code than this driver ships, so it is not "
+        f"used. Once no attack of that code runs, remove it: "
+        f"ray.kill(ray.get_actor({name!r}, namespace={AGENT_NAMESPACE!r}))", node_id=node_id)
 
 
 def check_agents(node_ids: list[str], *, timeout: float = AGENT_START_TIMEOUT
                  ) -> dict[str, AgentMismatch | AgentUnavailable | None]:
     """Start (or find) the agent of each node at once, and check each answers with this
-    driver's protocol within ``timeout``; returns each node's problem, or None. An agent that
-    answered is cached for :func:`agent_for` (and removed by :func:`stop_agents`)."""
+    driver's protocol and code within ``timeout``; returns each node's problem, or None. An
+    agent that answered is cached for :func:`agent_for` (and left by :func:`stop_agents`), with
+    whether this driver started it."""
     import ray
 
     gcs, deadline = ray.get_runtime_context().gcs_address, time.monotonic() + timeout
@@ -635,23 +747,24 @@ def check_agents(node_ids: list[str], *, timeout: float = AGENT_START_TIMEOUT
     problems: dict[str, AgentMismatch | AgentUnavailable | None] = dict.fromkeys(node_ids)
     for node, (handle, new) in launched.items():
         try:
-            _answer(node, handle, new, deadline, timeout)
-            _AGENTS[(gcs, node)] = handle
+            identity = _answer(node, handle, new, deadline, timeout)
+            _AGENTS[(gcs, node)] = _Known(handle=handle, ours=identity.owner == driver_token())
         except (AgentMismatch, AgentUnavailable) as exc:
             problems[node] = exc
     return problems
 
 
 def agent_for(node_id: str, *, timeout: float = AGENT_START_TIMEOUT) -> Any:
-    """The agent on ``node_id``, started on first use and checked to speak :data:`PROTOCOL`.
+    """The agent on ``node_id``, found or started on first use and checked to run this driver's
+    protocol and code (:class:`AgentIdentity`).
 
     Agents are detached, named actors: a pause's resume timer must survive the driver
     that asked for it, and the handle is cached because Ray ends an actor when its last
-    handle goes. :func:`stop_agents` removes them from a cluster this process did not start.
-    The node needs nothing installed: the agent's package travels with it (``chaos._ship``).
+    handle goes. :func:`stop_agents` removes those this process started from a cluster it did
+    not start. The node needs nothing installed: the agent's package travels with it (``chaos._ship``).
 
     Raises:
-        AgentMismatch: the node's agent was started by another raychaos version.
+        AgentMismatch: the actor under this code's agent's name runs other code.
         AgentUnavailable: no agent started and answered within ``timeout``.
     """
     import ray
@@ -661,7 +774,7 @@ def agent_for(node_id: str, *, timeout: float = AGENT_START_TIMEOUT) -> Any:
         problem = check_agents([node_id], timeout=timeout)[node_id]
         if problem is not None:
             raise problem
-    return _AGENTS[key]
+    return _AGENTS[key].handle
 
 
 def start_agents(*, timeout: float = AGENT_START_TIMEOUT) -> int:
@@ -670,7 +783,7 @@ def start_agents(*, timeout: float = AGENT_START_TIMEOUT) -> int:
     (about 0.8 s here).
 
     Raises:
-        AgentMismatch: a node's agent was started by another raychaos version (the first such).
+        AgentMismatch: the actor under a node's agent's name runs other code (the first such).
         AgentUnavailable: a node's agent did not start and answer within ``timeout``.
     """
     import ray
@@ -683,16 +796,19 @@ def start_agents(*, timeout: float = AGENT_START_TIMEOUT) -> int:
 
 
 def stop_agents(*, timeout: float = 30.0) -> int:
-    """Heal everything the agents of this cluster hold, then kill them; return how many."""
+    """Heal what this driver injected through the agents it used on this cluster, then kill those
+    it started; return how many it killed. An agent it found running (another driver's) runs on,
+    as do the faults other drivers hold through it: their drivers heal them, their deadlines end them."""
     import ray
 
     gcs = ray.get_runtime_context().gcs_address
-    mine = [(k, a) for k, a in _AGENTS.items() if k[0] == gcs]
-    for key, agent in mine:
+    used = [(k, known) for k, known in _AGENTS.items() if k[0] == gcs]
+    for key, known in used:
         try:
-            ray.get(agent.heal_all.remote(), timeout=timeout)
+            ray.get(known.handle.heal_all.remote(owner=driver_token()), timeout=timeout)
         except Exception:  # noqa: BLE001 - a dead node's agent has nothing left to heal
             pass
-        ray.kill(agent)
+        if known.ours:
+            ray.kill(known.handle)
         del _AGENTS[key]
-    return len(mine)
+    return sum(known.ours for _, known in used)

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from chaos._agent import agent_for, start_agents
+from chaos._agent import agent_for, driver_token, start_agents
 from chaos._cluster import head_of
 from chaos._disk_faults import DiskEvent, DiskInjection, inject_disk, switch_off
 from chaos._errors import FaultIneffective, HangError, InvalidFaultSpec, TargetNotFound, UnsafeTarget
@@ -386,7 +386,8 @@ def _pause(chaos: Chaos, fault: Pause, at: float | None, rng: random.Random) -> 
 def _pause_one(chaos: Chaos, fault: Pause, at: float | None, proc: RayProcess) -> int:
     """Pause ``proc``; returns the pause's token, which its heal must give."""
     agent = agent_for(proc.node_id)
-    ticket = chaos._call(agent.pause.remote(proc.pid, fault.seconds, driver_pids=chaos.driver_pids))
+    ticket = chaos._call(agent.pause.remote(proc.pid, fault.seconds, driver_pids=chaos.driver_pids,
+                                            owner=driver_token()))
     chaos._record("inject", fault, at, proc, "SIGSTOP; seen in state T", Observed(resume_by=ticket.deadline))
     return int(ticket.token)
 
@@ -403,12 +404,12 @@ def _resume_one(chaos: Chaos, fault: Pause, at: float | None, proc: RayProcess, 
 def _cpu(chaos: Chaos, fault: CpuHog, at: float | None, rng: random.Random) -> Iterator[Injection]:
     node = _node_of(chaos, fault.node, rng)
     agent = agent_for(node.node_id)
-    pids = chaos._call(agent.cpu_hog.remote(fault.cores, fault.seconds))
+    pids = chaos._call(agent.cpu_hog.remote(fault.cores, fault.seconds, owner=driver_token()))
     chaos._record("inject", fault, at, node, f"{len(pids)} busy processes, each seen burning CPU",
                   Observed(pids=tuple(pids)))
 
     def heal() -> None:
-        chaos._call(agent.stop_hogs.remote())
+        chaos._call(agent.stop_hogs.remote(owner=driver_token()))  # not another driver's, on a shared agent
         chaos._record("heal", fault, at, node, "busy processes stopped")
 
     with chaos._active_heal(heal):
@@ -637,7 +638,7 @@ def _freeze_node(chaos: Chaos, fault: FreezeNode, at: float | None,
     (node,) = resolve(fault.target, address=chaos.address, rng=rng)
     agent = agent_for(node.node_id)
     pids = chaos._call(agent.freeze_node.remote(fault.seconds, workers=fault.workers,
-                                                driver_pids=chaos.driver_pids))
+                                                driver_pids=chaos.driver_pids, owner=driver_token()))
     proc = RayProcess(pids[0], node.node_id, f"raylet of node {node.node_id[:12]}")
     chaos._record("inject", fault, at, proc, f"raylet and {len(pids) - 1} workers SIGSTOPped; "
                                              "each seen in state T", Observed(pids=tuple(pids)))

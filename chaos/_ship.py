@@ -24,10 +24,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
+# Defined beside the agent: an agent hashes the modules it was shipped as its code's identity.
+from chaos._agent import SHIPPED
+
 __all__ = ["SHIPPED", "agent_package", "agent_runtime_env"]
 
-#: The modules of ``chaos`` a node runs: the agent and what it imports, nothing else.
-SHIPPED = ("_agent", "_disk", "_errors", "_healer", "_memory", "_safety", "_wait")
 _INIT = '"""raychaos\'s chaos agent as shipped to a node: only the modules the agent imports."""\n'
 
 
