@@ -22,6 +22,8 @@ from scenarios.workloads._job import AGENT_PORT, agent_port_taken, port_holder
 from tests.bounded_cli import Finished, run_bounded
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+#: The jobs the suite plants mistakes in.
+JOBS = Path(__file__).resolve().parent / "jobs"
 RAYCHAOS = Path(sys.executable).parent / "raychaos"
 #: Seconds one CLI run (cluster, fault-free job, job under faults, teardown) may take.
 RUN_BOUND = 540
@@ -80,6 +82,20 @@ def test_tune_example_survives_a_killed_trial(tmp_path: Path) -> None:
     _passes("tune", "python tune_search.py", tmp_path)
     # Both runs' (the twin's and the one under faults') Tune results were removed after them.
     assert _tune_folders() == before, sorted(_tune_folders() - before)
+
+
+@pytest.mark.timeout(RUN_BOUND + 120)
+def test_a_tune_trial_given_up_while_a_pending_one_takes_its_slot_is_no_answer_to_the_kill(tmp_path: Path) -> None:
+    """Three trials on two slots, max_failures=0, a script that never reads its errors: the
+    killed trial is given up and the pending one starts in its slot, as many trials alive as
+    before, and the job succeeds and is fast. Counting the class's live actors passed it (exit 0);
+    only the killed trial restored (Tune's restore on a new actor) answers the kill."""
+    out = run_bounded([str(RAYCHAOS), "run", "--job", "python tune_gives_up.py", "tune-gives-up.toml",
+                       "--report", str(tmp_path)], bound=RUN_BOUND, grace=INTERRUPT_GRACE, cwd=JOBS)
+    assert not out.timed_out, f"over {RUN_BOUND} s, interrupted: {out.stdout[-4000:]}{out.stderr[-2000:]}"
+    verdicts = _verdicts(tmp_path)
+    assert out.returncode == EXIT_DEVIATED, out.stdout[-4000:] + out.stderr[-2000:]
+    assert verdicts == {"job_succeeded": True, "within_ratio": True, "fault_seen": False}, verdicts
 
 
 def _tune_folders() -> set[Path]:

@@ -24,6 +24,8 @@ from scenarios.workloads._job import (
     JobEnd,
     JobRecord,
     KilledActors,
+    RestoreSighting,
+    TrainAttempt,
     _job_timeout,
     agent_port_taken,
     fault_seen,
@@ -70,48 +72,83 @@ def test_within_ratio_fails_closed_without_two_successes() -> None:
     assert not within_ratio(None, OK, ratio=3.0).held
 
 
-def test_fault_seen_by_a_replacement_or_a_restart() -> None:
+def _restored(at: float, actor_id: str, cls: str = "ImplicitFunc", job: str = JOB) -> list[RestoreSighting]:
+    return [RestoreSighting(at, actor_id, cls, job)]
+
+
+def _attempt(run: str, attempt: str, start_ns: int, *workers: str) -> TrainAttempt:
+    return TrainAttempt(run, attempt, start_ns, "RUNNING", tuple(enumerate(workers)))
+
+
+def test_fault_seen_by_a_restart_a_restored_trial_or_the_workers_rank_in_a_new_attempt() -> None:
     before = _sighted(1.0, ("w1", True, 0), ("w2", True, 0))
-    replaced = before + _sighted(3.0, ("w1", False, 0), ("w2", True, 0), ("w3", True, 0))
-    assert fault_seen(_killed(2.0, "w1"), replaced, job_id=JOB).held
     restarted = before + _sighted(3.0, ("w1", True, 1), ("w2", True, 0))
     assert fault_seen(_killed(2.0, "w1"), restarted, job_id=JOB).held
-    # Train replaces its whole worker group: new ids for all, as many alive as before.
-    regrouped = before + _sighted(3.0, ("w1", False, 0), ("w2", False, 0), ("w3", True, 0), ("w4", True, 0))
-    assert fault_seen(_killed(2.0, "w1"), regrouped, job_id=JOB).held
     # A listing between the kill and its confirmation (at 2.0) shows it dead already.
     confirmed_late = before + _sighted(1.8, ("w1", False, 0), ("w2", True, 0)) + _sighted(3.0, ("w1", True, 1))
     assert fault_seen(_killed(2.0, "w1"), confirmed_late, job_id=JOB).held
+    # Tune restores the killed trial from its checkpoint onto a new actor: its restore call says so.
+    trials = _sighted(1.0, ("t1", True, 0), ("t2", True, 0), cls="ImplicitFunc")
+    new = trials + _sighted(3.0, ("t1", False, 0), ("t2", True, 0), ("t3", True, 0), cls="ImplicitFunc")
+    assert fault_seen(_killed(2.0, "t1"), new, job_id=JOB, restores=_restored(3.5, "t3")).held
+    # Train replaces its whole worker group: the killed worker's rank is in the run's next attempt.
+    regrouped = before + _sighted(3.0, ("w1", False, 0), ("w2", False, 0), ("w3", True, 0), ("w4", True, 0))
+    attempts = [_attempt("r1", "a1", 10, "w1", "w2"), _attempt("r1", "a2", 20, "w3", "w4")]
+    assert fault_seen(_killed(2.0, "w1"), regrouped, job_id=JOB, attempts=attempts).held
+
+
+def test_a_new_actor_of_the_killed_ones_class_is_no_answer() -> None:
+    """A Tune job with more trials than slots and max_failures=0: the killed trial is given up,
+    a pending trial starts in its slot, and as many of the class are alive as before. That is
+    not the killed trial coming back; counting the class took it for one (a false green)."""
+    trials = _sighted(1.0, ("t1", True, 0), ("t2", True, 0), cls="ImplicitFunc")
+    pending_started = trials + _sighted(3.0, ("t1", False, 0), ("t2", True, 0), ("t3", True, 0), cls="ImplicitFunc")
+    verdict = fault_seen(_killed(2.0, "t1"), pending_started, job_id=JOB)
+    assert not verdict.held and "a new actor of its class is not the same trial or worker" in verdict.detail
+    # Train's new worker group without Train's report of it: no evidence it is the same run's workers.
+    before = _sighted(1.0, ("w1", True, 0), ("w2", True, 0))
+    regrouped = before + _sighted(3.0, ("w1", False, 0), ("w2", False, 0), ("w3", True, 0), ("w4", True, 0))
+    assert not fault_seen(_killed(2.0, "w1"), regrouped, job_id=JOB).held
+
+
+def test_a_restore_or_an_attempt_answers_only_what_it_can_be() -> None:
+    trials = _sighted(1.0, ("t1", True, 0), ("t2", True, 0), cls="ImplicitFunc")
+    later = trials + _sighted(3.0, ("t3", True, 0), cls="ImplicitFunc")
+    kill = _killed(2.0, "t1")
+    assert not fault_seen(kill, later, job_id=JOB, restores=_restored(1.5, "t3")).held  # before the kill
+    assert not fault_seen(kill, later, job_id=JOB, restores=_restored(3.5, "t2")).held  # an actor seen before it
+    assert not fault_seen(kill, later, job_id=JOB, restores=_restored(3.5, "t3", cls="Other")).held  # another class
+    assert not fault_seen(kill, later, job_id=JOB, restores=_restored(3.5, "t3", job=OTHER_JOB)).held  # another job
+    # One restore answers one killed trial, not two.
+    two = _killed(2.0, "t1", "t2")
+    assert not fault_seen(two, later, job_id=JOB, restores=_restored(3.5, "t3")).held
+    both = later + _sighted(3.2, ("t4", True, 0), cls="ImplicitFunc")
+    assert fault_seen(two, both, job_id=JOB, restores=_restored(3.5, "t3") + _restored(3.6, "t4")).held
+    # Train: a later attempt of another run, or of this run without the killed worker's rank, is no answer.
+    before = _sighted(1.0, ("w1", True, 0), ("w2", True, 0))
+    wrong_run = [_attempt("r1", "a1", 10, "w1", "w2"), _attempt("r2", "b1", 20, "w3", "w4")]
+    assert not fault_seen(_killed(2.0, "w1"), before, job_id=JOB, attempts=wrong_run).held
+    smaller = [_attempt("r1", "a1", 10, "w0", "w1"), _attempt("r1", "a2", 20, "w3")]  # rank 1 missing
+    assert not fault_seen(_killed(2.0, "w1"), before, job_id=JOB, attempts=smaller).held
 
 
 def test_a_trial_killed_while_its_actor_was_being_created_is_judged_as_one_alive() -> None:
     """A Tune trial's actor still running its constructor (PENDING_CREATION) when the kill hit
-    its process: seen there, then replaced by a new one with as many alive as there were."""
+    its process: seen there, then its trial restored onto a new actor."""
     creating = [ActorSighting(1.0, "t1", False, 0, "ImplicitFunc", JOB, creating=True),
                 *_sighted(1.0, ("t2", True, 0), cls="ImplicitFunc")]
     replaced = _sighted(3.0, ("t1", False, 0), ("t2", True, 0), ("t3", True, 0), cls="ImplicitFunc")
-    assert fault_seen(_killed(2.0, "t1"), creating + replaced, job_id=JOB).held
-    # ...but not replaced (the survivor alone after it): red, as for an actor seen alive.
-    alone = _sighted(3.0, ("t1", False, 0), ("t2", True, 0), cls="ImplicitFunc")
-    assert not fault_seen(_killed(2.0, "t1"), creating + alone, job_id=JOB).held
+    assert fault_seen(_killed(2.0, "t1"), creating + replaced, job_id=JOB, restores=_restored(3.5, "t3")).held
+    assert not fault_seen(_killed(2.0, "t1"), creating + replaced, job_id=JOB).held  # no restore: red
 
 
 def test_fault_seen_red_when_nothing_came_back() -> None:
     before = _sighted(1.0, ("w1", True, 0), ("w2", True, 0))
     dead = before + _sighted(3.0, ("w1", False, 0), ("w2", True, 0))  # the survivor is no answer
     verdict = fault_seen(_killed(2.0, "w1"), dead, job_id=JOB)
-    assert not verdict.held and "neither restarted nor replaced" in verdict.detail
+    assert not verdict.held and "neither restarted by Ray" in verdict.detail
     unchanged = before + _sighted(3.0, ("w1", True, 0), ("w2", True, 0))  # alive, no restart: not killed
     assert not fault_seen(_killed(2.0, "w1"), unchanged, job_id=JOB).held
-
-
-def test_fault_seen_red_on_another_trials_new_actor() -> None:
-    """The killed trial is not brought back: a trial that ends and a new one that starts in its
-    slot leave fewer of the class alive than before the kill. It is no answer."""
-    before = _sighted(1.0, ("t1", True, 0), ("t2", True, 0), cls="Trainable")
-    after = _sighted(3.0, ("t1", False, 0), ("t2", False, 0), ("t3", True, 0), cls="Trainable")
-    verdict = fault_seen(_killed(2.0, "t1"), before + after, job_id=JOB)
-    assert not verdict.held and "Trainable t1 neither restarted nor replaced (2 alive" in verdict.detail
 
 
 def test_fault_seen_red_on_another_jobs_restarting_worker() -> None:

@@ -8,10 +8,13 @@ a small JSON file (``params.handoff``): each run is its own :class:`Job` instanc
 
 Verdicts, each a pure function of records (:func:`job_succeeded`, :func:`within_ratio`,
 :func:`fault_seen`): the job under faults succeeded; it took at most ``max_slowdown`` times the
-fault-free run (each timed by Ray's record of the job); every actor the schedule killed was
-answered by Ray within this job (the same actor with more restarts, or a new actor of its class
-with as many of the class alive as before: what Train and Tune do), as the State API showed
-while the job ran. Optional probes are judged as ``raychaos attack`` judges them.
+fault-free run (each timed by Ray's record of the job); every actor the schedule killed came
+back as the same logical thing, within this job: the same actor restarted by Ray (its restarts
+counted up), a Tune trial restored from its checkpoint onto a new actor (Tune's ``restore`` call
+on it), or a Train worker's rank in a new attempt of its run (Train's state API). A new actor of
+the killed one's class is never an answer by itself: Tune starts a pending trial in a killed
+one's slot, and its count of live actors is what it was. Optional probes are judged as
+``raychaos attack`` judges them.
 """
 
 from __future__ import annotations
@@ -32,12 +35,12 @@ from chaos import FaultKind, Kill, wait_until
 from chaos._targets import ActorTarget, target_from_dict, target_to_dict
 from chaos.errors import HangError
 from scenarios.model._records import Problem, Verdict
-from scenarios.model._scenario import _ATTACK_FIELDS, Scenario, ScenarioError, _load, _validate
+from scenarios.model._scenario import _ATTACK_FIELDS, Scenario, ScenarioError, _load, _validate, foreign_fields
 from scenarios.model._workload import Params, Workload
 from scenarios.workloads._attack import ProbeRun, probes_from, recovered
 
-__all__ = ["ActorSighting", "Job", "JobEnd", "JobRecord", "KilledActors", "fault_seen", "job_seconds",
-           "job_succeeded", "load_job", "within_ratio"]
+__all__ = ["ActorSighting", "Job", "JobEnd", "JobRecord", "KilledActors", "RestoreSighting", "TrainAttempt",
+           "fault_seen", "job_seconds", "job_succeeded", "load_job", "within_ratio"]
 
 #: The workload as scenario files name it: a ``module:Class`` path, so no registry entry is needed.
 JOB_WORKLOAD = "scenarios.workloads._job:Job"
@@ -45,6 +48,12 @@ JOB_INVARIANTS = ("job_succeeded", "within_ratio", "fault_seen")
 PROBE_INVARIANTS = ("probes_pass_after_heal", "probes_recover")
 #: The environment variable each job reads its seed from (the same in both runs).
 SEED_VARIABLE = "RAYCHAOS_SEED"
+#: Ray Train's switch for its state API (``ray.train.constants``), on in every job.
+TRAIN_STATE_VARIABLE = "RAY_TRAIN_ENABLE_STATE_TRACKING"
+#: The dashboard's route of Ray Train (v2) runs and their attempts (``dashboard/modules/train``).
+TRAIN_RUNS_ROUTE = "/api/train/v2/runs/v1"
+#: Ray Train's worker actor class: its kills are answered by Train's attempts.
+TRAIN_WORKER = "RayTrainWorker"
 #: Seconds a job under faults may take when ``--job-timeout`` is not given: this many times its
 #: fault-free run, and at least ``MIN_JOB_TIMEOUT``; the fault-free run gets ``DEFAULT_JOB_TIMEOUT``.
 TIMEOUT_FACTOR, MIN_JOB_TIMEOUT, DEFAULT_JOB_TIMEOUT = 10.0, 60.0, 600.0
@@ -110,6 +119,29 @@ class ActorSighting:
 
 
 @dataclass(frozen=True, slots=True)
+class RestoreSighting:
+    """A ``restore`` call (Tune restoring a trial from its checkpoint) seen on an actor of this
+    job, ``at`` seconds in: the library saying that actor took up a failed trial's work."""
+
+    at: float
+    actor_id: str
+    class_name: str
+    job_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class TrainAttempt:
+    """One attempt of a Ray Train run as Train's state API reports it: its run, when it started
+    (Unix ns), its status, and each worker's world rank and actor id."""
+
+    run_id: str
+    attempt_id: str
+    start_ns: int
+    status: str
+    workers: tuple[tuple[int, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class KilledActors:
     """One injected kill: when it was confirmed (seconds in) and the actors it killed (empty when
     the runner could not say: ``fault_seen`` then fails closed)."""
@@ -145,34 +177,69 @@ def within_ratio(faulty: JobRecord | None, baseline: JobRecord | None, *, ratio:
                    f"without: {slowdown:.2f}x (bound {ratio:g}x)", 1)
 
 
-def fault_seen(kills: Sequence[KilledActors], sightings: Sequence[ActorSighting], *, job_id: str | None) -> Verdict:
-    """Every kill was answered by Ray within this job (``job_id``; other jobs' actors are not
-    its answer): after it, each killed actor is alive again with more restarts, or a listing
-    shows an actor of its class not seen before the kill while as many of that class are alive
-    as were before it (what Train and Tune do: a new actor takes the dead one's place). Fails
-    closed: no kill landed, the job's id is unknown, or a killed actor was not seen before."""
+def fault_seen(kills: Sequence[KilledActors], sightings: Sequence[ActorSighting], *, job_id: str | None,
+               restores: Sequence[RestoreSighting] = (), attempts: Sequence[TrainAttempt] = ()) -> Verdict:
+    """Every kill was answered within this job (``job_id``; other jobs' actors are not its
+    answer) by the same logical thing coming back: each killed actor alive again with more
+    restarts; or, for a Tune trial, a ``restore`` call on a new actor of its class after the
+    kill (one per killed actor); or, for a Train worker, its world rank in a later attempt of
+    its run. A new actor of the class is no answer by itself (Tune starts a pending trial in a
+    killed one's slot). Fails closed: no kill landed, the job's id is unknown, or a killed actor
+    was not seen before."""
     if not kills:
         return Verdict.of("fault_seen", False, "no kill landed: nothing was restarted because nothing was killed", 0)
     if not job_id:
         return Verdict.of("fault_seen", False, "the job's id is unknown (its driver never started): "
-                       "no actor can be told to be its own", len(kills))
+                          "no actor can be told to be its own", len(kills))
     own = [s for s in sightings if s.job_id == job_id]
-    problems = [p for p in (_kill_answered(k, own) for k in kills) if p]
+    answers = _Answers(own, [r for r in restores if r.job_id == job_id], attempts)
+    problems = [p for p in (_kill_answered(k, own, answers) for k in kills) if p]
     return Verdict.of("fault_seen", not problems, "; ".join(problems) or
-                   f"{len(kills)} kill(s), each followed by a restarted or replaced actor (State API)", len(kills))
+                      f"{len(kills)} kill(s), each answered by the same actor restarted, its trial restored "
+                      "or its worker's rank in a new attempt", len(kills))
 
 
-def _kill_answered(kill: KilledActors, sightings: Sequence[ActorSighting]) -> str:
-    """"" when every actor ``kill`` killed came back or was replaced, else what was missing."""
+class _Answers:
+    """What may answer a kill, each restore used once (a restored trial answers one kill)."""
+
+    def __init__(self, sightings: Sequence[ActorSighting], restores: Sequence[RestoreSighting],
+                 attempts: Sequence[TrainAttempt]) -> None:
+        self.sightings, self.restores, self.attempts = sightings, restores, attempts
+        self.used: set[str] = set()
+
+    def restored(self, at: float, cls: str) -> str:
+        """The actor a Tune ``restore`` went to after ``at``, new since then (``""``: none)."""
+        known = {s.actor_id for s in self.sightings if s.at <= at}
+        for r in sorted(self.restores, key=lambda r: r.at):
+            if r.at > at and r.class_name == cls and r.actor_id not in known | self.used:
+                self.used.add(r.actor_id)
+                return r.actor_id
+        return ""
+
+    def regrouped(self, actor_id: str) -> str:
+        """The later attempt of ``actor_id``'s Train run that has its rank (``""``: none)."""
+        for first in self.attempts:
+            rank = next((r for r, a in first.workers if a == actor_id), None)
+            if rank is None:
+                continue
+            later = [a for a in self.attempts if a.run_id == first.run_id and a.start_ns > first.start_ns
+                     and any(r == rank for r, _ in a.workers)]
+            if later:
+                return min(later, key=lambda a: a.start_ns).attempt_id
+        return ""
+
+
+def _kill_answered(kill: KilledActors, sightings: Sequence[ActorSighting], answers: _Answers) -> str:
+    """"" when every actor ``kill`` killed came back as the same logical thing, else what was missing."""
     if not kill.actor_ids:
         return f"kill at {kill.at:.1f} s: which actor it killed is unknown"
     if not any(s.at < kill.at for s in sightings):
         return f"kill at {kill.at:.1f} s: no listing of this job's actors before it"
-    return "; ".join(p for p in (_answered(kill.at, a, sightings) for a in kill.actor_ids) if p)
+    return "; ".join(p for p in (_answered(kill.at, a, sightings, answers) for a in kill.actor_ids) if p)
 
 
-def _answered(at: float, actor_id: str, sightings: Sequence[ActorSighting]) -> str:
-    """"" when ``actor_id``, killed at ``at``, came back or was replaced in some listing after it."""
+def _answered(at: float, actor_id: str, sightings: Sequence[ActorSighting], answers: _Answers) -> str:
+    """"" when ``actor_id``, killed at ``at``, came back as itself, its trial or its worker's rank."""
     # Its last listing alive: ``at`` is when the kill was confirmed, and a listing between the
     # kill and its confirmation may show it dead already.
     # Being created counts: on a slower machine a Tune trial's actor was still running its
@@ -181,17 +248,13 @@ def _answered(at: float, actor_id: str, sightings: Sequence[ActorSighting]) -> s
     if not alive:
         return f"kill at {at:.1f} s: its actor {actor_id[:12]} was never seen alive (or being created) before it"
     prior = max(alive, key=lambda s: s.at)
-    cls = prior.class_name
-    alive_before = sum(s.at == prior.at and s.there and s.class_name == cls for s in sightings)
-    known = {s.actor_id for s in sightings if s.at <= prior.at}
-    for when in sorted({s.at for s in sightings if s.at > at}):
-        rows = [s for s in sightings if s.at == when and s.alive and s.class_name == cls]
-        if any(s.actor_id == actor_id and s.restarts > prior.restarts for s in rows):
-            return ""
-        if any(s.actor_id not in known for s in rows) and len(rows) >= alive_before:
-            return ""
-    return (f"kill at {at:.1f} s: {cls} {actor_id[:12]} neither restarted nor replaced ({alive_before} alive "
-            f"before it; no later listing had a new one with as many alive)")
+    if any(s.actor_id == actor_id and s.alive and s.restarts > prior.restarts for s in sightings if s.at > at):
+        return ""
+    if answers.regrouped(actor_id) or answers.restored(at, prior.class_name):
+        return ""
+    return (f"kill at {at:.1f} s: {prior.class_name} {actor_id[:12]} neither restarted by Ray, nor its trial "
+            "restored (no Tune restore on a new actor after it), nor its Train worker's rank in a new attempt; "
+            "a new actor of its class is not the same trial or worker")
 
 
 # -- the workload ------------------------------------------------------------------------------
@@ -232,7 +295,8 @@ class Job(Workload):
         self.baseline = _read_handoff(self.p.handoff) if self.ctx.faults else None
         self.timeout = _job_timeout(self.p.job_timeout, self.baseline, faults=self.ctx.faults)
         # The dashboard of the cluster this driver is connected to (embedded or --address).
-        self.client = JobSubmissionClient(f"http://{ray._private.worker.get_dashboard_url()}")
+        self.dashboard = f"http://{ray._private.worker.get_dashboard_url()}"
+        self.client = JobSubmissionClient(self.dashboard)
         self.targets = [target_from_dict(t) for t in self.p.kill_targets]
         self.probes = probes_from(self.p.probes)
         self.record: JobRecord | None = None
@@ -242,6 +306,9 @@ class Job(Workload):
         self.kills: list[KilledActors] = []
         self.sightings: list[ActorSighting] = []
         self.probe_runs: list[ProbeRun] = []
+        #: What the libraries say came back: Tune's restores, Train's attempts (see fault_seen).
+        self.restores: list[RestoreSighting] = []
+        self.attempts: list[TrainAttempt] = []
 
     def call_bounds(self) -> Mapping[str, float]:
         return {"step": SUBMIT_PATIENCE + self.timeout + STOP_PATIENCE + 60.0,
@@ -281,7 +348,10 @@ class Job(Workload):
             self._stop(job_id)
 
     def _submit(self) -> str:
-        env = {SEED_VARIABLE: str(self.ctx.seed), **({"PATH": self.p.path} if self.p.path else {})}
+        # Train reports its runs' attempts (which workers, which ranks) only with its state
+        # tracking on: how a killed worker's rank is seen in a new attempt (fault_seen).
+        env = {SEED_VARIABLE: str(self.ctx.seed), TRAIN_STATE_VARIABLE: "1",
+               **({"PATH": self.p.path} if self.p.path else {})}
 
         def submit() -> str:
             return str(self.client.submit_job(entrypoint=self.p.command, runtime_env={
@@ -341,6 +411,8 @@ class Job(Workload):
         self.sightings += [ActorSighting(at, a.actor_id, a.state == "ALIVE", int(a.num_restarts or 0),
                                          _short(a.class_name), str(a.job_id or ""), a.state == "PENDING_CREATION")
                            for a in rows if any(_matches(t, a) for t in self.targets)]
+        if self.kills:
+            self._look_for_answers()
 
     def _probe_round(self) -> list[ProbeRun]:
         found = []
@@ -350,13 +422,44 @@ class Job(Workload):
         self.probe_runs += found
         return found
 
+    def _look_for_answers(self) -> None:
+        """After a kill: Tune's restores on new actors of a killed class, Train's attempts."""
+        killed = {a for k in self.kills for a in k.actor_ids}
+        classes = {s.class_name for s in self.sightings if s.actor_id in killed}
+        if not classes:
+            return
+        try:
+            self._find_restores(classes, since=min(k.at for k in self.kills))
+            if TRAIN_WORKER in classes:
+                self.attempts = train_attempts(self.dashboard)
+        except Exception:  # noqa: BLE001 - an answer missed fails fault_seen closed, never the run
+            self.ctx.count("State API listings failed")
+
+    def _find_restores(self, classes: set[str], *, since: float) -> None:
+        """A ``restore`` call on each actor of ``classes`` first seen after ``since`` (once each)."""
+        from ray.util.state import list_tasks
+
+        seen_before = {s.actor_id for s in self.sightings if s.at <= since}
+        done = {r.actor_id for r in self.restores}
+        fresh = {s.actor_id: s for s in self.sightings if s.class_name in classes and s.job_id == self.ray_job_id
+                 and s.actor_id not in seen_before | done}
+        for actor_id, sighting in fresh.items():
+            tasks = list_tasks(address=self.ctx.address, filters=[("actor_id", "=", actor_id)], limit=10_000,
+                               raise_on_missing_output=False)
+            if any(_method(t) == "restore" for t in tasks):
+                self.restores.append(RestoreSighting(round(self.ctx.elapsed(), 3), actor_id, sighting.class_name,
+                                                     sighting.job_id))
+
     def invariants(self) -> list[Verdict]:
         verdicts = [job_succeeded(self.record), *(self._fault_verdicts() if self.ctx.faults else _REFERENCE)]
         return verdicts + (self._probe_verdicts() if self.probes else [])
 
     def _fault_verdicts(self) -> list[Verdict]:
+        if self.kills:
+            self._look_for_answers()  # once more after the job's end: a restore late in the job
         return [within_ratio(self.record, self.baseline, ratio=self.p.max_slowdown),
-                fault_seen(self._kills(), self.sightings, job_id=self.ray_job_id)]
+                fault_seen(self._kills(), self.sightings, job_id=self.ray_job_id, restores=self.restores,
+                           attempts=self.attempts)]
 
     def _kills(self) -> list[KilledActors]:
         """The kills with their actors; one the context counted but the runner did not name
@@ -378,6 +481,40 @@ class Job(Workload):
 #: (the runner shows them as n/a: ``FAULT_VERDICTS``).
 _REFERENCE = [Verdict.unknown("within_ratio", "the fault-free run is what the run under faults is compared with"),
               Verdict.unknown("fault_seen", "the fault-free run kills nothing")]
+
+
+def _method(task: Any) -> str:
+    """The method an actor task called: the last part of its name ("objective.restore": a
+    Tune trainable's name is its function's, Ray's ``repr_name``)."""
+    return str(task.name or task.func_or_class_name or "").rsplit(".", 1)[-1]
+
+
+#: Seconds the dashboard has to answer Train's runs.
+TRAIN_RUNS_TIMEOUT = 10.0
+
+
+def train_attempts(dashboard: str) -> list[TrainAttempt]:
+    """Every attempt of every Ray Train run the cluster's dashboard reports (Train's state API,
+    on with ``RAY_TRAIN_ENABLE_STATE_TRACKING``); none when Train reports nothing."""
+    import urllib.error
+    import urllib.request
+
+    from ray._private.authentication.http_token_authentication import get_auth_headers_if_auth_enabled
+
+    request = urllib.request.Request(dashboard + TRAIN_RUNS_ROUTE, headers=get_auth_headers_if_auth_enabled({}))
+    try:
+        with urllib.request.urlopen(request, timeout=TRAIN_RUNS_TIMEOUT) as reply:
+            data = json.loads(reply.read())
+    except urllib.error.HTTPError:  # no Train run yet: the dashboard finds no state actor (500)
+        return []
+    return attempts_of(data)
+
+
+def attempts_of(data: Mapping[str, Any]) -> list[TrainAttempt]:
+    """The attempts in Train's ``TrainRunsResponse`` JSON."""
+    return [TrainAttempt(str(run["id"]), str(a["attempt_id"]), int(a["start_time_ns"]), str(a["status"]),
+                         tuple((int(w["world_rank"]), str(w["actor_id"])) for w in a.get("workers", [])))
+            for run in data.get("train_runs", []) for a in run.get("attempts", [])]
 
 
 def job_seconds(start_ms: int | None, end_ms: int | None, *, fallback: float) -> float:
@@ -453,9 +590,8 @@ def load_job(path: str, *, command: str, working_dir: str, handoff: str, max_slo
             or a schedule without a kill of an actor (``fault_seen`` would have nothing to see).
     """
     source, data = _load(path)
-    problems = job_problems(command, max_slowdown, job_timeout) + [
-        Problem(k, data[k], f"not for a job's schedule (the job is your script); a schedule holds "
-                f"{', '.join(sorted(_ATTACK_FIELDS))}") for k in sorted(set(data) - _ATTACK_FIELDS)]
+    problems = job_problems(command, max_slowdown, job_timeout) + foreign_fields(
+        data, _ATTACK_FIELDS, "a job's schedule (the job is your script)", "a schedule")
     if problems:
         raise ScenarioError(source, problems)
     data.setdefault("name", f"job-{os.path.splitext(os.path.basename(path))[0]}")
