@@ -112,15 +112,23 @@ class RpcFailure:
     def __post_init__(self) -> None:
         if not isinstance(self.method, str) or not (self.method == "*" or self.method.count(".") == 2):
             raise InvalidFaultSpec(f"RPC method must be 'Service.grpc_client.Method' or '*', "
-                                   f"got {self.method!r}")
+                                   f"got {self.method!r}", field="method")
         shares = (self.request_percent, self.response_percent, self.in_flight_percent)
         if any(isinstance(p, bool) or not isinstance(p, int) or not 0 <= p <= 100 for p in shares) \
                 or sum(shares) > 100 or sum(shares) == 0:
             raise InvalidFaultSpec(f"RPC failure percentages must be whole numbers in [0, 100] "
-                                   f"adding up to (0, 100], got {shares}")
+                                   f"adding up to (0, 100], got {shares}", field=_first_bad_share(self))
         if isinstance(self.num_failures, bool) or not isinstance(self.num_failures, int) \
                 or self.num_failures < -1 or self.num_failures == 0:
-            raise InvalidFaultSpec(f"`num_failures` must be -1 (no bound) or >= 1, got {self.num_failures!r}")
+            raise InvalidFaultSpec(f"`num_failures` must be -1 (no bound) or >= 1, got {self.num_failures!r}",
+                                   field="num_failures")
+
+
+def _first_bad_share(failure: RpcFailure) -> str | None:
+    """The first percentage that is no whole number in [0, 100]; None when only their sum is off."""
+    names = ("request_percent", "response_percent", "in_flight_percent")
+    return next((n for n in names if isinstance(p := getattr(failure, n), bool) or not isinstance(p, int)
+                 or not 0 <= p <= 100), None)
 
 
 def rpc_failure_env(*failures: RpcFailure) -> dict[str, str]:

@@ -83,7 +83,15 @@ class FaultIneffective(ChaosError, RuntimeError):
 
 
 class InvalidFaultSpec(ChaosError, ValueError):
-    """A fault, target or schedule was specified with a bad value; nothing was injected."""
+    """A fault, target or schedule was specified with a bad value; nothing was injected.
+
+    ``field`` names the record's field that holds it (``"seconds"``, ``"target.allow_head"``)
+    when one does, so that a scenario file's loader reports the problem at that field.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class TargetNotFound(ChaosError, LookupError):

@@ -66,7 +66,7 @@ def _seconds(name: str, value: float) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
             or value <= 0 or value > MAX_FAULT_SECONDS:
         raise InvalidFaultSpec(f"`{name}` must be a duration in (0, {MAX_FAULT_SECONDS:g}] seconds, "
-                               f"got {value!r}: every fault is bounded in time")
+                               f"got {value!r}: every fault is bounded in time", field=name)
 
 
 def _in(value: object, low: float, high: float) -> bool:
@@ -76,7 +76,7 @@ def _in(value: object, low: float, high: float) -> bool:
 
 def _fraction(name: str, value: float) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-        raise InvalidFaultSpec(f"`{name}` must be a fraction in (0, 1], got {value!r}")
+        raise InvalidFaultSpec(f"`{name}` must be a fraction in (0, 1], got {value!r}", field=name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +93,7 @@ class Kill:
 
     def __post_init__(self) -> None:
         if self.signal not in ("SIGKILL", "SIGTERM"):
-            raise InvalidFaultSpec(f"unknown signal {self.signal!r}; use 'SIGKILL' or 'SIGTERM'")
+            raise InvalidFaultSpec(f"unknown signal {self.signal!r}; use 'SIGKILL' or 'SIGTERM'", field="signal")
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +151,7 @@ class MemoryPressure:
         _seconds("seconds", self.seconds)
         if self.fraction > self.host_cap:
             raise InvalidFaultSpec(f"memory `fraction` {self.fraction} is above the host cap "
-                                   f"{self.host_cap}; lower it, or raise host_cap knowingly")
+                                   f"{self.host_cap}; lower it, or raise host_cap knowingly", field="fraction")
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +169,7 @@ class CpuHog:
 
     def __post_init__(self) -> None:
         if isinstance(self.cores, bool) or not isinstance(self.cores, int) or not 1 <= self.cores <= 256:
-            raise InvalidFaultSpec(f"`cores` must be a whole number in [1, 256], got {self.cores!r}")
+            raise InvalidFaultSpec(f"`cores` must be a whole number in [1, 256], got {self.cores!r}", field="cores")
         _seconds("seconds", self.seconds)
 
 
@@ -191,7 +191,7 @@ class FillObjectStore:
         if isinstance(self.fraction, bool) or not isinstance(self.fraction, (int, float)) \
                 or not 0 < self.fraction <= 4:
             raise InvalidFaultSpec(f"`fraction` of the object store must be in (0, 4] "
-                                   f"(above 1 forces spilling), got {self.fraction!r}")
+                                   f"(above 1 forces spilling), got {self.fraction!r}", field="fraction")
         _seconds("seconds", self.seconds)
 
 
@@ -213,7 +213,8 @@ class Starve:
         if self.cpus < 0 or any(v <= 0 for v in self.resources.values()) or \
                 (self.cpus == 0 and not self.resources):
             raise InvalidFaultSpec(f"starvation needs cpus > 0 or positive resources, got "
-                                   f"cpus={self.cpus!r}, resources={self.resources!r}")
+                                   f"cpus={self.cpus!r}, resources={self.resources!r}",
+                                   field="resources" if self.resources else "cpus")
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,7 +237,7 @@ class FreezeNode:
         _seconds("seconds", self.seconds)
         if self.target.allow_head:
             raise InvalidFaultSpec("freezing the head freezes the GCS's node: use KillGcs for the "
-                                   "head, FreezeNode for worker nodes")
+                                   "head, FreezeNode for worker nodes", field="target.allow_head")
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,7 +260,7 @@ class LimitOpenFiles:
         _seconds("seconds", self.seconds)
         if isinstance(self.headroom, bool) or not isinstance(self.headroom, int) or not 0 <= self.headroom <= 4096:
             raise InvalidFaultSpec(f"`headroom` must be a whole number of descriptors in [0, 4096], "
-                                   f"got {self.headroom!r}")
+                                   f"got {self.headroom!r}", field="headroom")
 
 
 #: ``FillDisk(path=STORAGE)`` in a scenario: the run's checkpoint storage (see ``storage_mb``).
@@ -284,7 +285,7 @@ class FillDisk:
         _seconds("seconds", self.seconds)
         if not isinstance(self.path, str) or not (self.path.startswith("/") or self.path == STORAGE):
             raise InvalidFaultSpec(f"`path` must be an absolute directory (or {STORAGE!r}, a "
-                                   f"scenario's checkpoint storage), got {self.path!r}")
+                                   f"scenario's checkpoint storage), got {self.path!r}", field="path")
 
 
 DrainReason = Literal["preemption", "idle_termination"]
@@ -312,9 +313,10 @@ class DrainNode:
         _seconds("grace_s", self.grace_s)
         if self.reason not in ("preemption", "idle_termination"):
             raise InvalidFaultSpec(f"unknown drain reason {self.reason!r}; use 'preemption' or "
-                                   "'idle_termination'")
+                                   "'idle_termination'", field="reason")
         if self.target.allow_head:
-            raise InvalidFaultSpec("Ray refuses to drain the head node; target a worker node")
+            raise InvalidFaultSpec("Ray refuses to drain the head node; target a worker node",
+                                   field="target.allow_head")
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,12 +345,14 @@ Direction = Literal["both", "outgoing", "incoming"]
 def _network_target(target: NodeTarget, count: int) -> None:
     """A network fault's nodes: ``count`` worker nodes (the head's link is every worker's)."""
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 16:
-        raise InvalidFaultSpec(f"`count` must be a whole number of worker nodes in [1, 16], got {count!r}")
+        raise InvalidFaultSpec(f"`count` must be a whole number of worker nodes in [1, 16], got {count!r}",
+                               field="count")
     if target.allow_head:
         raise InvalidFaultSpec("the head has no link of its own to cut: cut the workers from it instead, "
-                               "e.g. Partition(seconds=..., count=<workers>, peers='head')")
+                               "e.g. Partition(seconds=..., count=<workers>, peers='head')", field="target.allow_head")
     if target.node_id is not None and count != 1:
-        raise InvalidFaultSpec(f"a target with a node_id names one node; `count` {count} needs node_id=None")
+        raise InvalidFaultSpec(f"a target with a node_id names one node; `count` {count} needs node_id=None",
+                               field="count")
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,10 +381,10 @@ class Partition:
         _network_target(self.target, self.count)
         if self.peers not in ("rest", "head"):
             raise InvalidFaultSpec(f"unknown `peers` {self.peers!r}; use 'rest' (every other node) or "
-                                   "'head' (the GCS's node only)")
+                                   "'head' (the GCS's node only)", field="peers")
         if self.direction not in ("both", "outgoing", "incoming"):
             raise InvalidFaultSpec(f"unknown `direction` {self.direction!r}; use 'both', 'outgoing' or "
-                                   "'incoming'")
+                                   "'incoming'", field="direction")
 
 
 @dataclass(frozen=True, slots=True)
@@ -402,7 +406,7 @@ class PacketLoss:
         _seconds("seconds", self.seconds)
         _network_target(self.target, self.count)
         if not _in(self.percent, 0.01, 100):
-            raise InvalidFaultSpec(f"`percent` must be in [0.01, 100], got {self.percent!r}")
+            raise InvalidFaultSpec(f"`percent` must be in [0.01, 100], got {self.percent!r}", field="percent")
 
 
 @dataclass(frozen=True, slots=True)
@@ -424,7 +428,8 @@ class Bandwidth:
         _seconds("seconds", self.seconds)
         _network_target(self.target, self.count)
         if not _in(self.mbit, 0.1, 10_000):
-            raise InvalidFaultSpec(f"`mbit` must be megabits per second in [0.1, 10000], got {self.mbit!r}")
+            raise InvalidFaultSpec(f"`mbit` must be megabits per second in [0.1, 10000], got {self.mbit!r}",
+                                   field="mbit")
 
 
 @dataclass(frozen=True, slots=True)
@@ -447,7 +452,7 @@ class FlappingLink:
         _network_target(self.target, 1)
         if not _in(self.period, 0.2, self.seconds):
             raise InvalidFaultSpec(f"`period` must be seconds in [0.2, seconds={self.seconds!r}], got "
-                                   f"{self.period!r}")
+                                   f"{self.period!r}", field="period")
 
 
 #: How long after its ``seconds`` a disk fault the driver never healed is ended by the fault
@@ -460,13 +465,15 @@ _MOUNT_FIX = ("give the absolute mount point of a fault filesystem (chaos.disks.
 
 def _mount(value: object) -> None:
     if not isinstance(value, str) or not (value.startswith("/") or value == STORAGE):
-        raise InvalidFaultSpec(f"`mount` must be where a fault filesystem is mounted, got {value!r}: {_MOUNT_FIX}")
+        raise InvalidFaultSpec(f"`mount` must be where a fault filesystem is mounted, got {value!r}: {_MOUNT_FIX}",
+                               field="mount")
 
 
 def _ops(value: object, *, allow_empty: bool) -> tuple[str, ...]:
     ops = tuple(value) if isinstance(value, (list, tuple)) else ()
     if not isinstance(value, (list, tuple)) or any(op not in OPS for op in ops) or not (ops or allow_empty):
-        raise InvalidFaultSpec(f"`ops` must be a list of operations among {', '.join(OPS)}, got {value!r}")
+        raise InvalidFaultSpec(f"`ops` must be a list of operations among {', '.join(OPS)}, got {value!r}",
+                               field="ops")
     return ops
 
 
@@ -490,7 +497,8 @@ class SlowDisk:
         _mount(self.mount)
         _seconds("seconds", self.seconds)
         if not _in(self.latency, 0.001, 60.0):
-            raise InvalidFaultSpec(f"`latency` must be seconds in [0.001, 60] per operation, got {self.latency!r}")
+            raise InvalidFaultSpec(f"`latency` must be seconds in [0.001, 60] per operation, got {self.latency!r}",
+                                   field="latency")
         object.__setattr__(self, "ops", _ops(self.ops, allow_empty=False))
 
 
@@ -512,10 +520,11 @@ class StallDisk:
         _mount(self.mount)
         if not _in(self.seconds, 0.001, MAX_STALL_SECONDS - DISK_GRACE):
             raise InvalidFaultSpec(f"`seconds` must be a duration in (0, {MAX_STALL_SECONDS - DISK_GRACE:g}] for a "
-                                   f"stall, got {self.seconds!r}: a stall is bounded tighter than other faults")
+                                   f"stall, got {self.seconds!r}: a stall is bounded tighter than other faults",
+                                   field="seconds")
         if not isinstance(self.glob, str) or not self.glob:
             raise InvalidFaultSpec(f"`glob` must be a path pattern inside the mount, e.g. '/ckpt/*', got "
-                                   f"{self.glob!r}")
+                                   f"{self.glob!r}", field="glob")
 
 
 @dataclass(frozen=True, slots=True)
@@ -539,10 +548,10 @@ class FailingDisk:
         _mount(self.mount)
         _seconds("seconds", self.seconds)
         if self.errno not in ("EIO", "ENOSPC", "EROFS"):
-            raise InvalidFaultSpec(f"`errno` must be 'EIO', 'ENOSPC' or 'EROFS', got {self.errno!r}")
+            raise InvalidFaultSpec(f"`errno` must be 'EIO', 'ENOSPC' or 'EROFS', got {self.errno!r}", field="errno")
         if not isinstance(self.glob, str) or not self.glob:
             raise InvalidFaultSpec(f"`glob` must be a path pattern inside the mount, e.g. '/ckpt/*', got "
-                                   f"{self.glob!r}")
+                                   f"{self.glob!r}", field="glob")
         object.__setattr__(self, "ops", _ops(self.ops, allow_empty=True))
 
     @property

@@ -47,7 +47,7 @@ class ActorTarget:
             raise InvalidFaultSpec(
                 f"an actor target needs exactly one of actor_id, name, class_name; got {given or 'none'}")
         if self.pick not in ("one", "all"):
-            raise InvalidFaultSpec(f"unknown pick {self.pick!r}; use 'one' or 'all'")
+            raise InvalidFaultSpec(f"unknown pick {self.pick!r}; use 'one' or 'all'", field="pick")
 
     @classmethod
     def of(cls, handle: Any) -> ActorTarget:

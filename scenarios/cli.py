@@ -308,6 +308,7 @@ def _run_job(schedule: str, command: str, *, seed: int, duration: float | None, 
                               duration=duration, embedded=address is None)
         except ScenarioError as exc:
             _fail(str(exc))
+        _refuse_missing_needs(loaded, address)  # before the wait for the agent's port, as before a cluster
         if address is None and agent_port_taken(patience=AGENT_PORT_PATIENCE):
             _fail(f"port {AGENT_PORT} is taken on this machine by {port_holder()} (another Ray cluster's "
                   "dashboard agent?): the "
@@ -348,26 +349,19 @@ def replay(journal: str, report_dir: str | None, address: str | None) -> None:
 def _execute(scenario: Scenario, *, seed: int, address: str | None, report_dir: str | None,
              baseline: bool | None, agent_timeout: float = 30.0) -> NoReturn:
     from chaos._preflight import ClusterUnfit
-    from chaos.errors import InvalidConfig
-    from scenarios.model._needs import missing_extra
-    from scenarios.model._scenario import resolve_workload
+    from chaos.errors import InvalidConfig, MissingExtra
     from scenarios.reports._console import print_results, progress_display
     from scenarios.reports._files import write_reports
     from scenarios.runner._run import run_scenario
 
-    # Before any cluster starts: a workload without its extra would abort in setup, one cause.
-    missing = missing_extra(scenario, resolve_workload(scenario.workload))
-    if missing:
-        _fail(missing)
+    _refuse_missing_needs(scenario, address)
     try:
-        if scenario.network and address is None:  # nodes in namespaces: root and nft, ip, tc
-            from chaos._net import require_network
-
-            require_network(f"scenario {scenario.name!r} (network = true)")
         with progress_display(scenario) as progress:
             results = run_scenario(scenario, seed=seed, address=address, report_dir=report_dir,
                                    baseline=baseline, progress=progress, agent_timeout=agent_timeout)
-    except (InvalidConfig, ClusterUnfit) as exc:  # refused before any run: the cluster does not suit it
+    # Refused before any run: the cluster does not suit it. MissingExtra only if a need were missed
+    # above: still one line, never a traceback (the runner has stopped what it started).
+    except (InvalidConfig, ClusterUnfit, MissingExtra) as exc:
         _fail(str(exc))
     except KeyboardInterrupt:
         click.echo("interrupted: every fault healed, the embedded cluster stopped", err=True)
@@ -384,6 +378,20 @@ def exit_code(results: Sequence[RunResult]) -> int:
     from scenarios.model._records import Validity, outcome_of
 
     return {Validity.HELD: 0, Validity.BROKEN: EXIT_DEVIATED}.get(outcome_of(results), EXIT_UNKNOWN)
+
+
+def _refuse_missing_needs(scenario: Scenario, address: str | None) -> None:
+    """Before anything starts (a cluster, a mount, a Redis): every need of the scenario this
+    machine lacks, one line each with its fix, and exit 2. What would otherwise fail halfway
+    through setup (an extra, a tool, root) is one line here, the same needs `raychaos list` says."""
+    from scenarios.model._needs import missing_needs
+    from scenarios.model._scenario import resolve_workload
+
+    missing = missing_needs(scenario, resolve_workload(scenario.workload), embedded=address is None)
+    for line in missing:
+        click.echo(f"error: {line}", err=True)
+    if missing:
+        sys.exit(EXIT_BAD_INPUT)
 
 
 def _print_unchecked(results: Sequence[RunResult]) -> None:

@@ -104,8 +104,9 @@ def test_a_workload_named_by_module_and_class(tmp_path: Path, monkeypatch: pytes
     head = 'name = "x"\nduration = 5\nstrict_faults = false\n'
     mine = load_scenario(_write(tmp_path, head + 'workload = "my_workloads:Mine"\ninvariants = ["mine_holds"]'))
     assert mine.workload == "my_workloads:Mine" and mine.invariants == ("mine_holds",)
-    for workload, why in [("my_workloads:Missing", "cannot be imported (AttributeError"),
-                          ("no_such_module:X", "cannot be imported (ModuleNotFoundError"),
+    for workload, why in [("my_workloads:Missing", "module 'my_workloads' has no 'Missing'; name a scenarios.Workload "
+                                                   "subclass it defines (Mine)"),
+                          ("no_such_module:X", "cannot be imported: there is no module 'no_such_module' on sys.path"),
                           ("my_workloads:NotOne", "not a scenarios.Workload subclass")]:
         with pytest.raises(ScenarioError, match=re.escape(why)):
             load_scenario(_write(tmp_path, head + f'workload = "{workload}"\ninvariants = []'))

@@ -11,7 +11,7 @@ import math
 import os
 import sys
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from chaos import ChaosError, RpcFailure, Schedule
 from chaos._driver import MAX_CONCURRENT_FAULTS
-from chaos._faults import DISK_GRACE, STORAGE, StallDisk
+from chaos._faults import DISK_GRACE, STORAGE, Fault, StallDisk
 from chaos._fuse_faults import MAX_STALL_SECONDS
 from chaos._schedule import ScheduledFault
-from chaos.engine import fault_from_dict
 from chaos.errors import InvalidConfig, InvalidFaultSpec
 from scenarios.model._records import Problem
-from scenarios.model._spill import SPILL, fault_or_spill, spill_kinds
+from scenarios.model._spill import SPILL, spill_kinds
+from scenarios.model._tables import MISSING, did_you_mean, fault_problems, rpc_failure_problems, unknown_keys
 
 if TYPE_CHECKING:
     from scenarios.model._workload import Workload
@@ -233,23 +233,40 @@ def load_attack(path: str, *, probes: Sequence[Mapping[str, str]], every: float 
         ScenarioError: every problem found (a field an attack cannot use among them).
     """
     source, data = _load(path)
-    refused = [Problem(k, data[k], f"not for an attack (the program under attack was not started by "
-                       f"raychaos); an attack file holds {', '.join(sorted(_ATTACK_FIELDS))}")
-               for k in sorted(set(data) - _ATTACK_FIELDS)]
+    refused = foreign_fields(data, _ATTACK_FIELDS, "an attack (the program under attack was not started by raychaos)",
+                             "an attack file")
     if refused:
         raise ScenarioError(source, refused)
     if not probes:  # the probes are an attack's only check: without one it would pass untested
         raise ScenarioError(source, [Problem("probes", [], f"{CHECKS_NOTHING}; give --probe 'COMMAND' "
                                              "or --probe-python MODULE:FUNCTION")])
     data.setdefault("name", f"attack-{Path(path).stem}")
-    # One recovery bound for both verdicts: the probes' and each fault's (a file's own wins).
+    # One recovery bound for both verdicts: the probes' and each fault's (a file's own wins;
+    # one that is no number is reported as the file's field, not again as the probes').
     data.setdefault("recovery_within", recover_within)
+    own = data["recovery_within"]
     data |= {"workload": "attack", "invariants": ["probes_pass_after_heal", "probes_recover"],
              "params": {"probes": [dict(p) for p in probes], "every": every,
-                        "recover_within": data["recovery_within"]}}
+                        "recover_within": own if _number(own) else recover_within}}
     if duration is not None:
         data["duration"] = duration
     return _validate(source, data, seed, None)
+
+
+def foreign_fields(data: Mapping[str, object], allowed: Collection[str], not_for: str, holder: str) -> list[Problem]:
+    """A problem for each field of ``data`` outside ``allowed``: a scenario's field ``not_for``
+    this kind of file (``holder``), or no field at all (with the closest allowed one)."""
+    keys = ", ".join(sorted(allowed))
+    return [Problem(k, data[k], f"not for {not_for}; {holder} holds {keys}" if k in FIELDS else
+                    f"unknown field; {did_you_mean(k, sorted(allowed))}{holder} holds {keys}")
+            for k in sorted(set(data) - set(allowed))]
+
+
+def _number(value: object) -> bool:
+    """A finite number a float can hold (a bool is not one; TOML's whole numbers have no bound)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return abs(value) <= sys.float_info.max if isinstance(value, int) else math.isfinite(value)
 
 
 def _load(name_or_path: str) -> tuple[str, dict[str, Any]]:
@@ -276,26 +293,54 @@ def resolve_workload(name: str, workloads: Mapping[str, type[Workload]] | None =
 
 def _find_workload(name: str, workloads: Mapping[str, type[Workload]] | None) -> tuple[type[Workload] | None, str]:
     """(the class, "") or (None, what is wrong and the fix)."""
-    from scenarios.model._workload import Workload
     from scenarios.workloads._registry import known_workloads
 
     known = {**known_workloads(), **(workloads or {})}
     if name in known:
         return known[name], ""
     if ":" not in name:
-        return None, (f"unknown workload; use one of {', '.join(sorted(known))}, or "
-                      "'module:Class' naming a scenarios.Workload subclass")
+        return None, (f"unknown workload; {did_you_mean(name, sorted(known))}use one of {', '.join(sorted(known))}, "
+                      "or 'module:Class' naming a scenarios.Workload subclass")
+    return _import_workload(name)
+
+
+#: How a ``module:Class`` workload is written.
+_MODULE_CLASS = "e.g. 'mypkg.workloads:MyWorkload' (module:Class)"
+
+
+def _import_workload(name: str) -> tuple[type[Workload] | None, str]:
+    """``module:Class`` imported, the current directory on ``sys.path`` (as ``python -m`` has
+    it: the user's own modules, from here); or None and what is wrong and the fix."""
+    from scenarios.model._workload import Workload
+
     module, _, attr = name.partition(":")
-    if os.getcwd() not in sys.path:  # as `python -m` would: the user's own modules, from here
+    if not all(part.isidentifier() for part in module.split(".")) or not attr.isidentifier():
+        return None, f"is no module:Class path; give a dotted module path and a class name, {_MODULE_CLASS}"
+    if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
-        found = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as exc:
-        return None, (f"cannot be imported ({type(exc).__name__}: {exc}); check the module is on "
-                      "sys.path (the current directory is) and the class name")
+        imported = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (module == exc.name or module.startswith(f"{exc.name}.")):
+            return None, (f"cannot be imported: there is no module {exc.name!r} on sys.path (the current "
+                          "directory is on it); check the module path")
+        return None, _import_failed(module, exc)
+    except Exception as exc:  # noqa: BLE001 - the user's own module failed as it was imported: said as such
+        return None, _import_failed(module, exc)
+    found = getattr(imported, attr, None)
+    if found is None:
+        ours = sorted(k for k, v in vars(imported).items()
+                      if isinstance(v, type) and issubclass(v, Workload) and v is not Workload)
+        return None, (f"module {module!r} has no {attr!r}; {did_you_mean(attr, ours)}name a scenarios.Workload "
+                      f"subclass it defines ({', '.join(ours) or 'it defines none'})")
     if not (isinstance(found, type) and issubclass(found, Workload)):
         return None, f"is {found!r}, not a scenarios.Workload subclass"
     return found, ""
+
+
+def _import_failed(module: str, exc: Exception) -> str:
+    """The user's module raised while it was imported: its own error is the one to fix."""
+    return f"cannot be imported: module {module!r} raised {type(exc).__name__} as it was imported ({exc}); fix it"
 
 
 def _read(name_or_path: str) -> tuple[str, str]:
@@ -304,12 +349,23 @@ def _read(name_or_path: str) -> tuple[str, str]:
         if not path.is_file():
             raise ScenarioError(name_or_path, [Problem("scenario", name_or_path,
                                                        "no such file; give a TOML file or a built-in name")])
-        return str(path), path.read_text(encoding="utf-8")
+        return str(path), _text(path)
     if name_or_path not in builtin_names():
         raise ScenarioError(name_or_path, [Problem(
             "scenario", name_or_path, f"unknown; use a TOML file or one of {', '.join(builtin_names())}")])
     text = (resources.files("scenarios") / "builtin" / f"{name_or_path}.toml").read_text(encoding="utf-8")
     return f"builtin:{name_or_path}", text
+
+
+def _text(path: Path) -> str:
+    """The file's text; a file that is not UTF-8 or cannot be read is one problem."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        fix = f"is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}); save it as UTF-8"
+    except OSError as exc:
+        fix = f"cannot be read ({exc.strerror or 'an error of the operating system'}); check its permissions"
+    raise ScenarioError(str(path), [Problem("file", str(path), fix)])
 
 
 class _Checker:
@@ -345,7 +401,7 @@ class _Checker:
         kind = "a whole number" if whole else "a number"
         fix = f"must be {kind} in [{lo:g}, {hi:g}]"
         value = self.get(name, int if whole else (int, float), default, fix)
-        if not (isinstance(value, (int, float)) and math.isfinite(value) and lo <= value <= hi):
+        if not (_number(value) and lo <= value <= hi):
             self.add(name, value, fix)
             return default
         return value
@@ -375,7 +431,8 @@ def _validate(source: str, data: dict[str, Any], seed: int,
               workloads: Mapping[str, type[Workload]] | None) -> Scenario:
     c = _Checker(data)
     for key in sorted(set(data) - _TOP_LEVEL):
-        c.add(key, data[key], f"unknown field; the fields are {', '.join(sorted(_TOP_LEVEL))}")
+        c.add(key, data[key], f"unknown field; {did_you_mean(key, sorted(_TOP_LEVEL))}the fields are "
+              f"{', '.join(sorted(_TOP_LEVEL))}")
     name = c.get("name", str, "", "must be a non-empty string") or "unnamed"
     workload = c.get("workload", str, "", "must name a workload")
     workload_cls, fix = _find_workload(workload, workloads)
@@ -491,10 +548,9 @@ def _rpc_failures(c: _Checker, nodes: int) -> tuple[RpcFailure, ...]:
         c.add("rpc_failures", f"{len(tables)} entries", "they apply to worker nodes: set nodes >= 2")
     found = []
     for i, table in enumerate(tables):
-        try:
-            found.append(RpcFailure(**table))
-        except (InvalidFaultSpec, TypeError) as exc:
-            c.add(f"rpc_failures[{i}]", table, str(exc))
+        failure, problems = rpc_failure_problems(table, f"rpc_failures[{i}]")
+        c.problems.extend(problems)
+        found += [failure] if failure is not None else []
     return tuple(found)
 
 
@@ -546,8 +602,7 @@ def _checks_something(c: _Checker, scenario: Scenario, workload: Any) -> None:
 def _steady_state(c: _Checker) -> SteadyState:
     table = c.get("steady_state", dict, {}, "must be a table (before, after, during_min, probe_every)")
     sub = _Checker(table)
-    for key in sorted(set(table) - set(STEADY_STATE_FIELDS)):
-        sub.add(key, table[key], "unknown; use before, after, during_min, probe_every")
+    c.problems.extend(unknown_keys(table, list(STEADY_STATE_FIELDS), "steady_state", "[steady_state]"))
     steady = SteadyState(**{name: sub.spec(spec) for name, spec in STEADY_STATE_FIELDS.items()})
     c.problems.extend(Problem(f"steady_state.{p.field}", p.value, p.fix) for p in sub.problems)
     return steady
@@ -564,35 +619,59 @@ def _schedule(c: _Checker, seed: int, duration: float) -> Schedule:
 
 
 def _entry(c: _Checker, i: int, raw: object, duration: float) -> ScheduledFault | None:
+    """A ``[[faults]]`` entry: its ``at`` and its fault, each problem of both reported."""
     where = f"faults[{i}]"
-    if not isinstance(raw, dict):
-        c.add(where, raw, "must be a table with `at`, `kind` and the fault's fields")
+    at = raw.get("at", MISSING) if isinstance(raw, dict) else 0
+    if not (_number(at) and 0 <= at < duration):
+        said = "required: each entry needs `at`, " if at is MISSING else "must be "
+        c.add(f"{where}.at", at, f"{said}seconds in [0, duration={duration:g})")
+    fault, problems = fault_problems(raw, where, also=("at",))
+    c.problems.extend(problems)
+    if fault is None or not (_number(at) and 0 <= at < duration):
         return None
-    fields = dict(raw)
-    at = fields.pop("at", None)
-    if isinstance(at, bool) or not isinstance(at, (int, float)) or not 0 <= at < duration:
-        c.add(f"{where}.at", at, f"must be seconds in [0, duration={duration:g})")
-        return None
-    try:
-        return ScheduledFault(float(at), fault_or_spill(fields))
-    except (InvalidFaultSpec, TypeError) as exc:
-        c.add(where, raw, str(exc))
-        return None
+    return ScheduledFault(float(at), fault)
+
+
+#: The keys of ``[random]``.
+_RANDOM_KEYS = ("rate", "menu")
+_MENU_FIX = ('must be an array of at least one fault table (without `at`), e.g. menu = [{ kind = "kill", '
+             'target = { kind = "worker" } }]')
 
 
 def _random_schedule(c: _Checker, raw: object, seed: int, duration: float) -> Schedule:
-    fix = "must be a table: rate (faults/s), menu (an array of fault tables)"
-    if not isinstance(raw, dict) or not isinstance(raw.get("menu"), list):
-        c.add("random", raw, fix)
+    """A ``[random]`` schedule drawn from ``seed``, once every key, the rate and each item of
+    the menu are valid (each problem reported)."""
+    if not isinstance(raw, dict):
+        c.add("random", raw, "must be a table: rate (faults per second), menu (an array of fault tables)")
         return Schedule(())
-    menu = []
-    for i, item in enumerate(raw["menu"]):
-        try:
-            menu.append(fault_from_dict(dict(item)))
-        except (InvalidFaultSpec, TypeError, ValueError) as exc:
-            c.add(f"random.menu[{i}]", item, str(exc))
+    problems = unknown_keys(raw, _RANDOM_KEYS, "random", "[random]")
+    rate = raw.get("rate", 0.1)
+    if not (_number(rate) and 0 < rate <= 1):
+        problems.append(Problem("random.rate", rate, "must be faults per second in (0, 1]"))
+    menu = _menu(raw.get("menu", MISSING), problems)
+    c.problems.extend(problems)
+    if problems:
+        return Schedule(())
     try:
-        return Schedule.random(menu, rate=raw.get("rate", 0.1), duration=duration, seed=seed)
-    except InvalidFaultSpec as exc:
+        return Schedule.random(menu, rate=rate, duration=duration, seed=seed)
+    except InvalidFaultSpec as exc:  # the menu and rate are checked above: a backstop, said as such
         c.add("random", raw, str(exc))
         return Schedule(())
+
+
+def _menu(raw: object, problems: list[Problem]) -> list[Fault]:
+    """The faults of a ``[random]`` menu; each problem added to ``problems``."""
+    if not isinstance(raw, list) or not raw:
+        problems.append(Problem("random.menu", raw, _MENU_FIX))
+        return []
+    menu = []
+    for i, item in enumerate(raw):
+        where = f"random.menu[{i}]"
+        if isinstance(item, dict) and "at" in item:
+            problems.append(Problem(f"{where}.at", item["at"], "a menu's faults come at times drawn from `rate`: "
+                                    "drop `at` (or give [[faults]] instead of [random])"))
+            item = {k: v for k, v in item.items() if k != "at"}
+        fault, found = fault_problems(item, where)
+        problems.extend(found)
+        menu += [fault] if fault is not None else []
+    return menu

@@ -36,7 +36,8 @@ def fault_or_spill(fields: Mapping[str, object]) -> Fault:
         return fault_from_dict(fields)
     if fields.get("kind") not in _DISK_KINDS:
         raise InvalidFaultSpec(f"`mount` {SPILL!r} is Ray's spill directory, which only disk faults "
-                               f"({', '.join(sorted(_DISK_KINDS))}) act on; got kind {fields.get('kind')!r}")
+                               f"({', '.join(sorted(_DISK_KINDS))}) act on; got kind {fields.get('kind')!r}",
+                               field="mount")
     fault = fault_from_dict({**fields, "mount": STORAGE})  # validated as any scenario mount
     object.__setattr__(fault, "mount", SPILL)  # frozen record: set once, before anyone holds it
     return fault

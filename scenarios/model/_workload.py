@@ -48,13 +48,19 @@ def params_problems(kind: type[Params], raw: Mapping[str, Any]) -> list[Problem]
 
 
 def _problem(kind: type[Params], error: Any) -> Problem:
-    where = ".".join(str(part) for part in error["loc"])
+    from scenarios.model._tables import MISSING, did_you_mean
+
+    where = "params" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error["loc"])
+    name = error["loc"][0] if error["loc"] else ""
     if error["type"] == "extra_forbidden":
-        known = ", ".join(sorted(kind.model_fields)) or "none"
-        return Problem(f"params.{where}", error["input"], f"not a parameter of this workload; it takes {known}")
-    field = kind.model_fields.get(str(error["loc"][0]))
+        known = sorted(kind.model_fields)
+        return Problem(where, error["input"], f"not a parameter of this workload; {did_you_mean(name, known)}"
+                       f"it takes {', '.join(known) or 'none'}")
+    field = kind.model_fields.get(str(name))
     expected = _type_name(field.annotation) if field else "valid"
-    return Problem(f"params.{where}", error["input"], f"must be {expected} ({error['msg'].lower()})")
+    if error["type"] == "missing":  # pydantic's input is then the whole table: the field has no value
+        return Problem(where, MISSING, f"required: this workload needs it ({expected})")
+    return Problem(where, error["input"], f"must be {expected} ({error['msg'].lower()})")
 
 
 def _type_name(annotation: Any) -> str:
