@@ -23,7 +23,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from multiprocessing.connection import Client
 from typing import Any
@@ -32,14 +32,17 @@ import psutil
 
 from chaos._errors import ChaosError, HangError, InvalidConfig, MissingExtra, TargetNotFound
 from chaos._fuse_faults import MAX_FAULT_SECONDS, MAX_STALL_SECONDS, OPS
+from chaos._reaper import Claim, ClaimKind, claim, release
+from chaos._reclaim import OWNER_ENV, Owner, me, remove_folder, undo_all
 from chaos._wait import wait_until
 
-__all__ = ["FSNAME", "FaultFS", "FaultFSError", "FaultFSState", "PowerLossResult", "connect", "fault_filesystem",
-           "fuse_mounts_left", "fuse_servers_left"]
+__all__ = ["FSNAME", "FaultFS", "FaultFSError", "FaultFSState", "MountOwner", "PowerLossResult", "connect",
+           "fault_filesystem", "fuse_mounts_left", "fuse_servers_left", "mount_owners", "reclaim_mount", "unmount"]
 
 #: The FUSE filesystem name and subtype of our mounts (``fuse.raychaos-faultfs`` in /proc/mounts).
 FSNAME = "raychaos-faultfs"
 _SERVER_MODULE = "chaos._fuse_server"
+_WORK_PREFIX = "rc-faultfs-"
 _START_TIMEOUT = 15.0
 _STOP_TIMEOUT = 15.0
 _LAZY_STOP_TIMEOUT = 2.0
@@ -189,15 +192,23 @@ def fault_filesystem(backing: str | None = None, *, mount: str | None = None) ->
     _check_prerequisites()
     if backing is not None and not os.path.isdir(backing):
         raise InvalidConfig(f"`backing` {backing!r} is not a directory; give an existing one (or None)")
-    work = tempfile.mkdtemp(prefix="rc-faultfs-", dir="/tmp")
+    work = tempfile.mkdtemp(prefix=_WORK_PREFIX, dir="/tmp")
+    # Claimed before they are made: a driver killed from here on leaves them to its reaper.
+    claims = [Claim(ClaimKind.FOLDER, (work,))]
+    claim(claims[0])
+    steps: list[Callable[[], object]] = []
     try:
-        fs, proc = _start(backing or _made(work, "backing"), mount or _made(work, "mnt"), work)
-        try:
-            yield fs
-        finally:
-            _stop(fs, proc)
+        where = mount or _made(work, "mnt")
+        claims.append(Claim(ClaimKind.FAULTFS, (os.path.realpath(where),)))
+        claim(claims[-1])
+        fs, proc = _start(backing or _made(work, "backing"), where, work)
+        steps.append(lambda: _stop(fs, proc))
+        yield fs
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        # Never walks a folder still mounted: if the unmount failed, the folder stays (and is named).
+        undo_all(f"the teardown of the fault filesystem in {work}", [*steps, lambda: remove_folder(work)])
+        for item in reversed(claims):  # not after a failed teardown: the reaper tries again at the end
+            release(item)
 
 
 def _made(work: str, name: str) -> str:
@@ -214,7 +225,8 @@ def _start(backing: str, mount: str, work: str) -> tuple[FaultFS, subprocess.Pop
         proc = subprocess.Popen(
             [sys.executable, "-m", _SERVER_MODULE, "--backing", backing, "--mount", mount, "--control", control,
              "--fsname", f"{FSNAME}@{control}", "--workdir", work],
-            stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, OWNER_ENV: str(me())})  # its driver, for `raychaos cleanup`
     fs = FaultFS(os.path.realpath(mount), os.path.realpath(backing), control, proc.pid)
     try:
         wait_until(lambda: _up(fs, proc, work), timeout=_START_TIMEOUT, what=f"the fault filesystem at {mount}")
@@ -237,10 +249,23 @@ def _up(fs: FaultFS, proc: subprocess.Popen[bytes], work: str) -> bool:
 
 
 def _stop(fs: FaultFS, proc: subprocess.Popen[bytes]) -> None:
-    """Heal (so nothing stays blocked), unmount (lazily if busy), end the server: bounded."""
+    """Heal (so nothing stays blocked), unmount (lazily if busy), end the server: bounded. A
+    failed unmount is tried again once the server has ended, and then reported.
+
+    Raises:
+        TeardownFailed: the server did not end, or the mount is still there (named, with the fix).
+    """
     with contextlib.suppress(FaultFSError):
         fs.heal()
-    lazy = unmount(fs.mount) if fs.mount in fuse_mounts_left() else False
+    lazy = False
+    with contextlib.suppress(FaultFSError):  # tried again below, once the server has ended
+        lazy = fs.mount in fuse_mounts_left() and unmount(fs.mount)
+    undo_all(f"the teardown of the fault filesystem at {fs.mount}",
+             [lambda: _end_server(proc, lazy=lazy), lambda: _unmount_left(fs.mount)])
+
+
+def _end_server(proc: subprocess.Popen[bytes], *, lazy: bool) -> None:
+    """Close the server's standard input (it unmounts and ends), wait for it, kill it if it does not end."""
     if proc.stdin is not None:
         with contextlib.suppress(OSError):
             proc.stdin.close()
@@ -251,19 +276,53 @@ def _stop(fs: FaultFS, proc: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(_STOP_TIMEOUT)
-    if fs.mount in fuse_mounts_left():  # a server that died without unmounting
-        unmount(fs.mount)
+
+
+def _unmount_left(mount: str) -> None:
+    """Unmount ``mount`` if it is still mounted (a server that died without unmounting, or an
+    unmount that failed before).
+
+    Raises:
+        FaultFSError: it is still mounted (see :func:`unmount`).
+    """
+    if mount in fuse_mounts_left():
+        unmount(mount)
+
+
+def reclaim_mount(mount: str, *, timeout: float = _STOP_TIMEOUT) -> None:
+    """For a driver that ended without its teardown (its reaper calls this): the server heals
+    and unmounts by itself when its standard input closes; wait for that (not when the server
+    is gone too), then unmount what is left.
+
+    Raises:
+        FaultFSError: it is still mounted (see :func:`unmount`).
+    """
+    def settled() -> bool:
+        held = mount_owners().get(mount)
+        return held is None or held.server is None
+
+    with contextlib.suppress(HangError):
+        wait_until(settled, timeout=timeout, interval=0.1, what=f"the fault filesystem at {mount} unmounted")
+    _unmount_left(mount)
 
 
 def unmount(mount: str) -> bool:
     """``fusermount3 -u``, then the lazy ``-u -z`` (a process still holds a file there); True
-    when only the lazy one did it."""
+    when only the lazy one did it.
+
+    Raises:
+        FaultFSError: neither did (fusermount3's reasons in the message, and the fix).
+    """
+    reasons = []
     for flags in (["-u"], ["-u", "-z"]):
         done = subprocess.run(["fusermount3", *flags, mount], capture_output=True, text=True,
                               timeout=_STOP_TIMEOUT, check=False)
         if done.returncode == 0:
             return len(flags) == 2
-    return False
+        reasons.append(done.stderr.strip() or f"exit {done.returncode}")
+    raise FaultFSError(f"the fault filesystem at {mount} is still mounted: `fusermount3 -u` failed ({reasons[0]}) "
+                       f"and so did `-u -z` ({reasons[1]}); unmount it with `fusermount3 -u -z {mount}` "
+                       f"(or, as root, `umount -l {mount}`), then delete its folder")
 
 
 def _unescape(field: str) -> str:
@@ -299,6 +358,44 @@ def connect(mount: str) -> FaultFS:
                              "mount one with chaos.cluster.fault_filesystem, or give its mount point")
     state = FaultFS(real, "", control, 0).state()
     return FaultFS(real, state.backing, control, state.pid)
+
+
+@dataclass(frozen=True, slots=True)
+class MountOwner:
+    """Who holds a fault filesystem mounted: its server (None when it is gone and the mount is
+    dead), the driver that started the server (None when the server carries no label), and
+    the folder :func:`fault_filesystem` made for it (its control socket's)."""
+
+    server: int | None
+    owner: Owner | None
+    folder: str
+
+    def remove(self, mount: str) -> None:
+        """Unmount it, then delete its folder (never while something is mounted in it).
+
+        Raises:
+            FaultFSError: it is still mounted.
+            StillMounted: something else is mounted in its folder.
+        """
+        _unmount_left(mount)
+        if os.path.basename(self.folder).startswith(_WORK_PREFIX):  # ours, not a folder the user gave
+            remove_folder(self.folder)
+
+
+def mount_owners() -> dict[str, MountOwner]:
+    """Every fault filesystem mounted on this machine now, by mount point, and who holds it."""
+    servers: dict[str, int] = {}
+    for proc in fuse_servers_left():
+        cmdline = proc.info["cmdline"] or []
+        if "--control" in cmdline[:-1]:
+            servers[cmdline[cmdline.index("--control") + 1]] = proc.pid
+    found = {}
+    for mount, fsname in _our_mounts().items():
+        control = fsname.partition("@")[2]
+        server = servers.get(control)
+        found[mount] = MountOwner(server, None if server is None else Owner.of_process(server),
+                                  os.path.dirname(control))
+    return found
 
 
 def fuse_servers_left() -> list[psutil.Process]:

@@ -2,7 +2,9 @@
 veth link and address, so that Ray's nodes talk over links that faults can cut, thin or slow.
 
 Everything it makes is named with one prefix, :data:`PREFIX` (namespaces, links, the bridge,
-nftables tables), so the leak check finds whatever a crash left behind. It needs root and the
+nftables tables), so the leak check finds whatever a crash left behind, and labelled with the
+driver that made it: a driver killed before its teardown leaves the lab to its reaper
+(:mod:`chaos._reaper`), or to ``raychaos cleanup``. It needs root and the
 ``nft``, ``ip`` and ``tc`` commands (Debian's ``nftables`` and ``iproute2``); without them it
 refuses with :class:`NetworkUnavailable` before it changes anything.
 
@@ -13,12 +15,13 @@ the head, reaches every node, and a cut always lands between a worker's namespac
 from __future__ import annotations
 
 import ctypes
+import enum
+import functools
 import json
 import os
 import secrets
 import selectors
 import shutil
-import signal
 import socket
 import subprocess
 import threading
@@ -28,9 +31,11 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from chaos._errors import ChaosError, InvalidConfig, InvalidFaultSpec
+from chaos._reaper import Claim, ClaimKind, claim, release
+from chaos._reclaim import Owner, kill_all, me, undo_all
 
-__all__ = ["PREFIX", "NetLab", "NetNode", "NetworkUnavailable", "lab_of", "network_lab",
-           "network_leftovers", "network_missing", "require_network"]
+__all__ = ["PREFIX", "LabObject", "LabObjectKind", "NetLab", "NetNode", "NetworkUnavailable", "destroy_lab",
+           "lab_objects", "lab_of", "network_lab", "network_leftovers", "network_missing", "require_network"]
 
 T = TypeVar("T")
 
@@ -205,59 +210,159 @@ def _plan(workers: int) -> NetLab:
         raise NetCommandFailed("no free 10.200-249.x /24 for the lab's bridge; the host's routes use all")
     name, base = f"{lab_id}", f"10.{octet}.{secrets.randbelow(250)}"
     head = NetNode(0, f"{base}.1")
-    nodes = tuple(NetNode(i, f"{base}.{10 + i}", f"{PREFIX}{name}-n{i}", f"{PREFIX}{name}-n{i}h",
-                          f"{PREFIX}{name}-n{i}p") for i in range(1, workers + 1))
-    return NetLab(name=name, bridge=f"{PREFIX}{name}-br", head=head, workers=nodes)
+    nodes = tuple(NetNode(i, f"{base}.{10 + i}", *_node_names(name, i)) for i in range(1, workers + 1))
+    return NetLab(name=name, bridge=_bridge_name(name), head=head, workers=nodes)
+
+
+def _node_names(name: str, index: int) -> tuple[str, str, str]:
+    """Worker ``index``'s namespace, its bridge port on the host and its interface inside."""
+    return f"{PREFIX}{name}-n{index}", f"{PREFIX}{name}-n{index}h", f"{PREFIX}{name}-n{index}p"
+
+
+def _bridge_name(name: str) -> str:
+    return f"{PREFIX}{name}-br"
+
+
+#: A lab's bridge, host links and namespaces (on their loopback) carry this alias, with the
+#: driver that made them: ``raychaos cleanup`` removes a lab whose driver has ended.
+_LABEL = "raychaos owner="
+
+
+def _owner_of(alias: object) -> Owner | None:
+    """The driver named in a link's alias; None for a link raychaos did not label."""
+    text = str(alias or "")
+    return Owner.parse(text[len(_LABEL):]) if text.startswith(_LABEL) else None
 
 
 def _create(lab: NetLab) -> None:
+    label = f"{_LABEL}{me()}"
     run(["ip", "link", "add", lab.bridge, "type", "bridge"])
     run(["ip", "addr", "add", f"{lab.head.address}/24", "dev", lab.bridge])
-    run(["ip", "link", "set", lab.bridge, "up"])
+    run(["ip", "link", "set", lab.bridge, "up", "alias", label])
     for node in lab.workers:
         assert node.namespace and node.host_link and node.link
         run(["ip", "netns", "add", node.namespace])
+        run(["ip", "-n", node.namespace, "link", "set", "lo", "up", "alias", label])
         run(["ip", "link", "add", node.host_link, "type", "veth", "peer", "name", node.link,
              "netns", node.namespace])
-        run(["ip", "link", "set", node.host_link, "master", lab.bridge, "up"])
+        run(["ip", "link", "set", node.host_link, "master", lab.bridge, "up", "alias", label])
         run(["ip", "-n", node.namespace, "addr", "add", f"{node.address}/24", "dev", node.link])
         run(["ip", "-n", node.namespace, "link", "set", node.link, "up"])
-        run(["ip", "-n", node.namespace, "link", "set", "lo", "up"])
         run(["ip", "-n", node.namespace, "route", "add", "default", "via", lab.head.address])
 
 
 def _destroy(lab: NetLab) -> None:
-    """Kill whatever runs in the namespaces, then delete links, namespaces and the bridge, each
-    explicitly (a namespace's peer veth may outlive the namespace a moment). Every step runs
-    even when one fails; the first failure is raised after."""
-    errors: list[BaseException] = []
-    for node in lab.workers:
-        for step in (lambda n=node: _kill_namespace(lab, n),
-                     lambda n=node: run(["ip", "link", "del", n.host_link], check=False),
-                     lambda n=node: run(["ip", "netns", "del", n.namespace], check=False)):
-            try:
-                step()
-            except Exception as exc:  # noqa: BLE001 - delete the rest first
-                errors.append(exc)
-    run(["ip", "link", "del", lab.bridge], check=False)
-    if errors:
-        raise errors[0]
+    """Delete ``lab`` whole: see :func:`destroy_lab`."""
+    destroy_lab(lab.name, len(lab.workers))
+
+
+def destroy_lab(name: str, workers: int) -> None:
+    """Kill whatever runs in lab ``name``'s namespaces, then delete its links, namespaces, the
+    host's nftables tables of its faults and its bridge, each explicitly (a namespace's peer
+    veth may outlive the namespace a moment). Every step runs even when some fail; what is
+    gone already is not a failure, so the driver, its reaper and ``raychaos cleanup`` may
+    each run it.
+
+    Raises:
+        TeardownFailed: some steps failed (each one is in it, naming what is left).
+    """
+    steps: list[Callable[[], object]] = []
+    for index in range(1, workers + 1):
+        namespace, host_link, _ = _node_names(name, index)
+        steps += [functools.partial(kill_namespace, namespace), functools.partial(delete_link, host_link),
+                  functools.partial(delete_namespace, namespace)]
+    steps += [functools.partial(_delete_tables, f"{PREFIX}{name}-"), functools.partial(delete_link, _bridge_name(name))]
+    undo_all(f"the teardown of the network lab {PREFIX}{name}", steps)
+
+
+def _link_exists(link: str) -> bool:
+    return os.path.exists(f"/sys/class/net/{link}")
+
+
+def _namespace_exists(namespace: str) -> bool:
+    return os.path.exists(f"/run/netns/{namespace}")
+
+
+def delete_link(link: str) -> None:
+    """Delete a link (a bridge, a veth) of the host's namespace; nothing if it is gone.
+
+    Raises:
+        NetCommandFailed: it is still there (``ip``'s output is in the message).
+    """
+    _delete(["ip", "link", "del", link], lambda: _link_exists(link))
+
+
+def delete_namespace(namespace: str) -> None:
+    """Delete a network namespace (whatever still runs in it keeps it alive, unnamed: kill that
+    first); nothing if it is gone.
+
+    Raises:
+        NetCommandFailed: it is still there.
+    """
+    _delete(["ip", "netns", "del", namespace], lambda: _namespace_exists(namespace))
+
+
+def delete_table(family: str, table: str) -> None:
+    """Delete an nftables table of the host's namespace; nothing if it is gone.
+
+    Raises:
+        NetCommandFailed: it is still there.
+    """
+    _delete(["nft", "delete", "table", family, table], lambda: (family, table) in _host_tables(table))
+
+
+def _delete_tables(prefix: str) -> None:
+    """Delete every host nftables table whose name starts with ``prefix`` (a lab's faults' tables
+    in the host's namespace: the head's, when a fault cut the head).
+
+    Raises:
+        TeardownFailed: some are still there, or the tables could not be listed.
+    """
+    undo_all(f"the nftables tables {prefix}*", [functools.partial(delete_table, family, table)
+                                                for family, table in _host_tables(prefix)])
+
+
+def _delete(args: list[str], exists: Callable[[], bool]) -> None:
+    """Run a deletion when the thing exists; a failure that left it gone anyway (another
+    teardown deleted it first) is none."""
+    if not exists():
+        return
+    try:
+        run(args)
+    except NetCommandFailed:
+        if exists():
+            raise
+
+
+def _host_tables(prefix: str) -> list[tuple[str, str]]:
+    """The host namespace's nftables tables (family, name) whose names start with ``prefix``."""
+    if not shutil.which("nft") or os.geteuid() != 0:
+        return []
+    return [(str(t["family"]), str(t["name"])) for item in _json(run(["nft", "-j", "list", "tables"]), key="nftables")
+            if isinstance(t := item.get("table"), dict) and str(t.get("name", "")).startswith(prefix)]
 
 
 def _kill_namespace(lab: NetLab, node: NetNode) -> None:
     """SIGCONT and SIGKILL every process in the node's namespace, and wait for them to go."""
-    import psutil
+    if node.namespace is not None:
+        _kill_in(node.namespace)
 
-    procs = []
-    for pid in lab.namespace_pids(node):
-        try:
-            proc = psutil.Process(pid)
-            proc.send_signal(signal.SIGCONT)
-            proc.send_signal(signal.SIGKILL)
-            procs.append(proc)
-        except psutil.NoSuchProcess:
-            continue
-    psutil.wait_procs(procs, timeout=10.0)
+
+def kill_namespace(namespace: str) -> None:
+    """SIGCONT and SIGKILL every process in ``namespace``, and wait for them to go.
+
+    Raises:
+        NetCommandFailed: some outlived the signal by 10 s (each pid named).
+    """
+    left = _kill_in(namespace)
+    if left:
+        raise NetCommandFailed(f"processes {', '.join(map(str, left))} in the namespace {namespace} outlived "
+                               f"SIGKILL by 10 s (stuck in the kernel?); kill them, then `ip netns del {namespace}`")
+
+
+def _kill_in(namespace: str) -> list[int]:
+    """SIGCONT and SIGKILL every process in ``namespace``; the pids still there 10 s later."""
+    return kill_all(int(pid) for pid in run(["ip", "netns", "pids", namespace], check=False).split())
 
 
 # -- probe listeners ------------------------------------------------------------------------------
@@ -317,6 +422,9 @@ def network_lab(workers: int) -> Iterator[NetLab]:
     if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= 16:
         raise InvalidConfig(f"`workers` must be a whole number in [1, 16], got {workers!r}")
     lab = _plan(workers)
+    # Claimed before it is made: a driver killed from here on leaves it to its reaper.
+    claimed = Claim(ClaimKind.NETLAB, (lab.name, str(workers)))
+    claim(claimed)
     try:
         _create(lab)
         _listen(lab)
@@ -324,6 +432,7 @@ def network_lab(workers: int) -> Iterator[NetLab]:
     finally:
         lab._stop.set()
         _destroy(lab)
+        release(claimed)  # not after a failed teardown: the reaper tries again when the driver ends
 
 
 @contextmanager
@@ -370,6 +479,69 @@ def network_leftovers() -> list[str]:
             if isinstance(table, dict) and str(table.get("name", "")).startswith(PREFIX):
                 found.append(f"nftables table {table['family']} {table['name']}")
     return found
+
+
+class LabObjectKind(enum.Enum):
+    """A kind of kernel object the lab makes."""
+
+    NAMESPACE = "namespace"
+    LINK = "link"
+    BRIDGE = "bridge"
+    TABLE = "nftables table"
+
+
+@dataclass(frozen=True, slots=True)
+class LabObject:
+    """A kernel object named with :data:`PREFIX` (a table with its family: ``inet rc-…``) and
+    the driver its label names (None: unlabelled, made by an older raychaos or by hand)."""
+
+    kind: LabObjectKind
+    name: str
+    owner: Owner | None
+
+    def __str__(self) -> str:
+        return f"{self.kind.value} {self.name}"
+
+    def delete(self) -> None:
+        """Delete it (a namespace's processes first); nothing if it is gone.
+
+        Raises:
+            NetCommandFailed: it, or a process in it, is still there.
+        """
+        if self.kind is LabObjectKind.NAMESPACE:
+            kill_namespace(self.name)
+            delete_namespace(self.name)
+        elif self.kind is LabObjectKind.TABLE:
+            delete_table(*self.name.split(" ", 1))
+        else:
+            delete_link(self.name)
+
+
+def lab_objects() -> list[LabObject]:
+    """Every namespace, link, bridge and host nftables table named with :data:`PREFIX`, with
+    the driver its label names. A host table is its lab's (``rc-<lab>-f<n>``): it has the owner
+    that the lab's labelled objects have, if any does.
+
+    Raises:
+        NetCommandFailed: a listing command failed (what cannot be listed is not known clean).
+    """
+    bridges = {link["ifname"] for link in _json(run(["ip", "-j", "link", "show", "type", "bridge"]))}
+    found = [LabObject(LabObjectKind.BRIDGE if link["ifname"] in bridges else LabObjectKind.LINK,
+                       str(link["ifname"]), _owner_of(link.get("ifalias")))
+             for link in _json(run(["ip", "-j", "link", "show"])) if str(link.get("ifname", "")).startswith(PREFIX)]
+    for line in run(["ip", "netns", "list"]).splitlines():
+        if line.startswith(PREFIX):
+            namespace = line.split()[0]
+            lo = _json(run(["ip", "-n", namespace, "-j", "link", "show", "lo"], check=False))
+            found.append(LabObject(LabObjectKind.NAMESPACE, namespace, _owner_of(lo[0].get("ifalias") if lo else None)))
+    owners = {_lab_of(o.name): o.owner for o in found if o.owner is not None}
+    return found + [LabObject(LabObjectKind.TABLE, f"{family} {table}", owners.get(_lab_of(table)))
+                    for family, table in _host_tables(PREFIX)]
+
+
+def _lab_of(name: str) -> str:
+    """The lab an object's name says it belongs to: ``rc-<lab>-…`` (the whole name if none)."""
+    return name[len(PREFIX):].split("-", 1)[0]
 
 
 def _listing(found: list[str], args: list[str]) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 
 from chaos._errors import InvalidConfig
 from chaos._net import NetLab, NetNode, _enter, _kill_namespace
+from chaos._reclaim import OWNER_ENV, me
 from chaos._wait import wait_until
 
 __all__ = ["join_workers", "kill_workers", "map_node_ids", "rejoin", "worker_environment"]
@@ -30,10 +31,13 @@ def worker_environment(extra: Mapping[str, str]) -> dict[str, str]:
     process's own authentication mode. Ray reads the mode once per process: a node in token
     mode joining a head started without it fails every RPC with ``InvalidAuthToken`` (seen
     here), so the workers follow the mode this process (and so the head it started) has; the
-    token itself is read where the head read it (``RAY_AUTH_TOKEN``, ``~/.ray/auth_token``)."""
+    token itself is read where the head read it (``RAY_AUTH_TOKEN``, ``~/.ray/auth_token``).
+    Each node's processes carry this driver's owner label (:data:`OWNER_ENV`): ``ray start``
+    leaves them running apart from it, and ``raychaos cleanup`` finds them by it once it ends."""
     from ray._private.authentication.authentication_utils import is_token_auth_enabled
 
-    return {**os.environ, **extra, "RAY_AUTH_MODE": "token" if is_token_auth_enabled() else "disabled"}
+    return {**os.environ, **extra, "RAY_AUTH_MODE": "token" if is_token_auth_enabled() else "disabled",
+            OWNER_ENV: str(me())}
 
 
 def _start_command(node: NetNode, address: str, num_cpus: int, store: int,

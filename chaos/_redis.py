@@ -24,6 +24,7 @@ import psutil
 
 from chaos._cluster import _free_port, reap
 from chaos._errors import ChaosError, FaultIneffective, HangError, InvalidConfig, InvalidFaultSpec
+from chaos._reclaim import OWNER_ENV, me
 from chaos._wait import wait_until
 
 __all__ = ["RedisReplyError", "RedisServer", "redis_of", "redis_server"]
@@ -180,7 +181,9 @@ def redis_server(*, executable: str = "redis-server") -> Iterator[str]:
 
 
 def _spawn(argv: list[str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=_die_with_parent)
+    # Labelled with its driver, for `raychaos cleanup`, should it outlive the signal below.
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=_die_with_parent,
+                            env={**os.environ, OWNER_ENV: str(me())})
 
 
 def _die_with_parent() -> None:

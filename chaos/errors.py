@@ -23,6 +23,7 @@ from chaos._fusefs import FaultFSError
 from chaos._journal import JournalCorrupt
 from chaos._net import NetworkUnavailable
 from chaos._preflight import ClusterUnfit
+from chaos._reclaim import StillMounted, TeardownFailed
 
 __all__ = [
     "AgentMismatch",
@@ -42,7 +43,9 @@ __all__ = [
     "MissingExtra",
     "MutationNotLogged",
     "NetworkUnavailable",
+    "StillMounted",
     "StorageUnreachable",
     "TargetNotFound",
+    "TeardownFailed",
     "UnsafeTarget",
 ]

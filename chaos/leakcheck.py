@@ -1,6 +1,7 @@
 """``python -m chaos.leakcheck``: fail when Ray, Redis, paused or fault-filesystem processes,
-fault filesystems still mounted, or the network lab's namespaces, links, bridges or nftables
-tables, are left on the machine.
+processes or reapers of raychaos drivers that have ended, fault filesystems or capped tmpfs
+still mounted, or the network lab's namespaces, links, bridges or nftables tables, are left on
+the machine.
 
 Run after a test suite or a chaos run. Processes that are exiting get a grace period
 (``--grace`` seconds, 30 by default; polled, bounded); anything still there is listed and the
@@ -15,7 +16,9 @@ import time
 
 import psutil
 
+from chaos._cleanup import orphaned_processes
 from chaos._cluster import ray_processes
+from chaos._disk import capped_mounts
 from chaos._fusefs import fuse_mounts_left, fuse_servers_left
 from chaos._net import network_leftovers
 
@@ -41,10 +44,12 @@ def redis_processes() -> list[psutil.Process]:
 
 
 def leftovers(*, grace: float = 30.0) -> list[psutil.Process]:
-    """Ray, Redis, paused and fault-filesystem processes still present after up to ``grace`` seconds."""
+    """Ray, Redis, paused and fault-filesystem processes, and those of ended raychaos drivers
+    (their labelled processes, their reapers), still present after up to ``grace`` seconds."""
     deadline = time.monotonic() + grace
     while True:
-        left = ray_processes() + redis_processes() + paused_processes() + fuse_servers_left()
+        found = ray_processes() + redis_processes() + paused_processes() + fuse_servers_left() + orphaned_processes()
+        left = list({proc.pid: proc for proc in found}.values())
         if not left or time.monotonic() >= deadline:
             return left
         time.sleep(0.2)  # polling a condition under a deadline
@@ -62,14 +67,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grace", type=float, default=30.0, metavar="SECONDS",
                         help="how long exiting processes may take to go (default 30)")
     grace = parser.parse_args(argv).grace
-    left, network, mounts = leftovers(grace=grace), network_leftovers(), fuse_mounts_left()
-    if not left and not network and not mounts:
+    left, network, mounts, capped = leftovers(grace=grace), network_leftovers(), fuse_mounts_left(), capped_mounts()
+    if not left and not network and not mounts and not capped:
         print("leakcheck: 0 Ray processes, 0 Redis processes, 0 paused processes, "
-              "0 network namespaces, links, bridges or nftables tables, 0 fault filesystems")
+              "0 network namespaces, links, bridges or nftables tables, 0 fault filesystems, 0 capped tmpfs")
         return 0
     for mount in mounts:
         print(f"leakcheck: a fault filesystem is still mounted at {mount} (fusermount3 -u -z {mount})",
               file=sys.stderr)
+    for point in capped:
+        print(f"leakcheck: a capped tmpfs is still mounted at {point} (umount -l {point})", file=sys.stderr)
     if left:
         print(f"leakcheck: {len(left)} Ray, Redis, paused or fault-filesystem processes left behind:",
               file=sys.stderr)
@@ -80,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
     for item in network:
         print(f"  {item}", file=sys.stderr)
+    print("leakcheck: `raychaos cleanup` removes what drivers that ended left (`--dry-run` lists it)",
+          file=sys.stderr)
     return 1
 
 

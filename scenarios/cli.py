@@ -139,6 +139,26 @@ def validate(scenarios: tuple[str, ...], seed: int) -> None:
         sys.exit(EXIT_BAD_INPUT)
 
 
+@main.command()
+@click.option("--dry-run", is_flag=True, help="list what would be removed and remove nothing")
+def cleanup(dry_run: bool) -> None:
+    """Remove what killed raychaos drivers left on this machine.
+
+    Each driver's reaper undoes what it made when it is killed; this removes what is left when
+    the reaper could not. It finds what raychaos labels as its own: the network lab's namespaces,
+    links, bridges and nftables tables (named rc-*), fault filesystems, capped tmpfs mounts, and
+    `ray start` daemons, fault-filesystem and Redis servers (RAYCHAOS_OWNER in their
+    environment). It removes only the things of drivers that have ended; a live driver's things,
+    and anything without raychaos's owner label, are listed and left alone. Needs root.
+
+    Exits 0 when nothing of an ended driver is left, 1 when something could not be removed or
+    listed (each one named)."""
+    from chaos._cleanup import cleanup_machine
+
+    if cleanup_machine(dry_run=dry_run, echo=click.echo):
+        sys.exit(EXIT_DEVIATED)
+
+
 def _print_plan(scenario: Scenario, seed: int) -> None:
     """What a valid scenario would run: its workload, cluster, faults in order, invariants."""
     from scenarios.model._needs import scenario_needs

@@ -39,7 +39,8 @@ SUBMODULES = {
         "AgentMismatch", "AgentUnavailable", "ChaosError", "CheckpointError", "CheckpointFormatError",
         "ClusterUnfit", "FailpointError", "FaultFSError", "FaultIneffective", "FaultsNotApplied", "HangError",
         "InvalidConfig", "InvalidFaultSpec", "JournalCorrupt", "MissingExtra", "MutationNotLogged",
-        "NetworkUnavailable", "StorageUnreachable", "TargetNotFound", "UnsafeTarget",
+        "NetworkUnavailable", "StillMounted", "StorageUnreachable", "TargetNotFound", "TeardownFailed",
+        "UnsafeTarget",
     },
     "chaos.failpoints": {
         "FAILPOINTS_ENV", "FailAction", "Failpoint", "FailpointPlan", "Firing", "arm", "armed", "disarm",
