@@ -4,17 +4,19 @@ the timeout enforced, the load stops by itself, and no thread or socket outlives
 from __future__ import annotations
 
 import itertools
+import json
 import socket
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
 from chaos.errors import InvalidConfig
-from scenarios.workloads._serve_load import Failure, HttpLoad, classify
+from scenarios.workloads._serve_load import REPLICA_HEADER, BodyRule, Expect, Failure, HttpLoad, classify
 
 RELEASE = threading.Event()  # the slow path's answer waits for it (or its own bound)
 
@@ -36,11 +38,25 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.flush()
                 RELEASE.wait(0.05)
             return
-        code = 500 if self.path == "/fail" else 200
+        if self.path.startswith("/echo"):  # the built-in app's answer; /echo-stale echoes another nonce
+            self._echo(stale=self.path.startswith("/echo-stale"))
+            return
+        code = 500 if self.path.startswith("/fail") else 200
         self.send_response(code)
         self.send_header("Content-Length", "2")
+        if self.path == "/fail-named":
+            self.send_header(REPLICA_HEADER, "replica-2")
         self.end_headers()
         self.wfile.write(b"ok")
+
+    def _echo(self, *, stale: bool) -> None:
+        nonce = parse_qs(urlsplit(self.path).query).get("nonce", [""])[0]
+        body = json.dumps({"nonce": "0-0" if stale else nonce, "replica": "replica-1"}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header(REPLICA_HEADER, "replica-1")
+        self.end_headers()
+        self.wfile.write(body)
 
     def log_message(self, *args: object) -> None:
         pass
@@ -138,3 +154,39 @@ def test_a_request_written_off_while_it_queued_is_never_sent() -> None:
         load.started = time.monotonic()
         load._one(3, load.started)  # not out: join wrote it off (or never dispatched it)
     assert "/never" not in HITS and load.requests() == []
+
+
+def test_the_built_in_apps_200s_must_echo_their_own_nonce_and_name_their_replica() -> None:
+    with _server() as port:
+        HITS.clear()
+        right = HttpLoad("127.0.0.1", port, rate=20, duration=0.3, timeout=1.0, path="/echo?text=a",
+                         expect=Expect.echo()).start().join()
+        sent = list(HITS)
+        stale = HttpLoad("127.0.0.1", port, rate=20, duration=0.3, timeout=1.0, path="/echo-stale",
+                         expect=Expect.echo()).start().join()
+    assert right and all(r.ok(1.0) and r.body_checked and r.replica == "replica-1" for r in right), right
+    nonces = [parse_qs(urlsplit(path).query)["nonce"][0] for path in sent]
+    assert len(set(nonces)) == len(right) and all(p.startswith("/echo?text=a&nonce=") for p in sent), sent
+    assert stale and all(r.status == 200 and r.failure is Failure.WRONG_BODY and not r.ok(1.0) for r in stale)
+
+
+def test_a_users_200s_are_checked_only_against_what_the_scenario_expects() -> None:
+    with _server() as port:
+        unchecked = HttpLoad("127.0.0.1", port, rate=20, duration=0.2, timeout=1.0).start().join()
+        right = HttpLoad("127.0.0.1", port, rate=20, duration=0.2, timeout=1.0,
+                         expect=Expect.contains("ok")).start().join()
+        wrong = HttpLoad("127.0.0.1", port, rate=20, duration=0.2, timeout=1.0,
+                         expect=Expect.contains("words")).start().join()
+    assert Expect().rule is BodyRule.NONE and Expect.contains("ok").rule is BodyRule.CONTAINS
+    assert unchecked and all(r.ok(1.0) and not r.body_checked and r.replica is None for r in unchecked)
+    assert right and all(r.ok(1.0) and r.body_checked for r in right)
+    assert wrong and all(r.failure is Failure.WRONG_BODY and r.body_checked and not r.ok(1.0) for r in wrong)
+
+
+def test_the_replica_an_error_names_is_recorded() -> None:
+    with _server() as port:
+        named = HttpLoad("127.0.0.1", port, rate=10, duration=0.2, timeout=1.0, path="/fail-named",
+                         expect=Expect.contains("ok")).start().join()
+    # A 500's body is not judged: only a 200 must carry the right one.
+    assert named and all(r.status == 500 and r.failure is None and r.replica == "replica-2" and not r.body_checked
+                         for r in named), named

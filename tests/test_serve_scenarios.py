@@ -60,6 +60,8 @@ def test_serve_replica_kill_holds_beside_its_fault_free_twin(ray_cluster: Cluste
     assert not _held(baseline)["replicas_restored"]
     assert chaos.metrics.get("serve_shutdown_s") is not None
     assert _held(baseline)["no_request_hung"] and _held(baseline)["errors_documented"]
+    # The built-in app's every 200 echoed its request's nonce and named its replica: checked, right.
+    assert chaos.metrics["bodies_checked"] >= 100 and baseline.metrics["bodies_checked"] >= 100, chaos.metrics
 
 
 @pytest.mark.deep
@@ -118,7 +120,24 @@ def in_the_example(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.usefixtures("in_the_example")
 def test_the_serve_example_holds_beside_its_fault_free_twin(ray_cluster: ClusterHandle) -> None:
-    _one_kill_held_beside_its_twin("serve-app.toml", ray_cluster.address)
+    baseline, chaos = _one_kill_held_beside_its_twin("serve-app.toml", ray_cluster.address)
+    # Its scenario says what each 200 carries (expect_body): every one was checked.
+    assert chaos.metrics["bodies_checked"] >= 100 and baseline.metrics["bodies_checked"] >= 100, chaos.metrics
+
+
+@pytest.mark.deep
+@pytest.mark.usefixtures("in_the_example")
+def test_an_app_answering_the_wrong_body_turns_availability_and_errors_documented_red(
+        ray_cluster: ClusterHandle) -> None:
+    scenario = load_scenario("serve-app.toml")
+    # The app answers {"words":4,...}: a scenario expecting 5 words finds every 200 wrong.
+    scenario = replace(scenario, params={**scenario.params, "expect_body": '{"words":5'})
+    (chaos,) = run_scenario(scenario, address=ray_cluster.address, baseline=False)
+    assert chaos.status is RunStatus.COMPLETED, chaos.error
+    _say(chaos)
+    red = {name for name, held in _held(chaos).items() if not held}
+    assert {"availability", "recovered_to_baseline", "errors_documented"} <= red, chaos.verdicts
+    assert chaos.metrics["served_share"] == 0.0 and chaos.metrics["bodies_checked"] >= 100, chaos.metrics
 
 
 @pytest.mark.deep

@@ -14,10 +14,14 @@ from chaos.errors import InvalidConfig
 from scenarios.model._records import RunLabel, RunResult, RunStatus
 from scenarios.workloads._serve_load import Failure, Request
 from scenarios.workloads._serve_verdicts import (
+    DOCUMENTED_ERRORS,
+    Attribution,
     ServeFault,
     ServeSample,
+    Unexcused,
     Window,
     availability_verdict,
+    error_of,
     errors_documented_verdict,
     no_hang_verdict,
     p99,
@@ -25,6 +29,7 @@ from scenarios.workloads._serve_verdicts import (
     recovery_time,
     replicas_restored_verdict,
     serve_fault_of,
+    unexcused,
 )
 
 TIMEOUT = 2.0
@@ -74,17 +79,70 @@ def test_no_hang() -> None:
     assert not no_hang_verdict([*reqs, Request(1.0, 0.1, failure=Failure.HUNG)], timeout=TIMEOUT, grace=0.5).held
 
 
+KILLED, SPARED = "a1" * 16, "b2" * 16  # two replicas' actor ids: the kill hit the first
+
+
+def _fault(fault: ServeFault, at: float, *, bound: float = 20.0, killed: frozenset[str] = frozenset()) -> Attribution:
+    """A fault confirmed at ``at`` whose errors count from a second before it to ``bound`` after."""
+    return Attribution(fault, Window(at - 1.0, at + bound), killed=killed)
+
+
+def _kill(at: float, *, bound: float = 20.0) -> Attribution:
+    return _fault(ServeFault.REPLICA, at, bound=bound, killed=frozenset({KILLED}))
+
+
 def test_errors_documented() -> None:
     refused = _outage(_steady(5), 2, 3, Failure.REFUSED)
-    assert errors_documented_verdict(refused, [ServeFault.PROXY]).held
-    assert not errors_documented_verdict(refused, [ServeFault.CONTROLLER]).held
+    assert errors_documented_verdict(refused, [_fault(ServeFault.PROXY, 2.0)]).held
+    assert not errors_documented_verdict(refused, [_fault(ServeFault.CONTROLLER, 2.0)]).held
     assert not errors_documented_verdict(refused, []).held
     served_500 = [*_steady(1), Request(1.0, 0.01, status=500)]
-    assert errors_documented_verdict(served_500, [ServeFault.REPLICA]).held  # ReplicaUnavailableError
-    verdict = errors_documented_verdict(served_500, [ServeFault.CONTROLLER])
+    assert errors_documented_verdict(served_500, [_kill(1.0)]).held  # ReplicaUnavailableError
+    verdict = errors_documented_verdict(served_500, [_fault(ServeFault.CONTROLLER, 1.0)])
     assert not verdict.held and "500" in verdict.detail
-    assert not errors_documented_verdict([*_steady(1), Request(1.0, 0.01, status=503)], [ServeFault.REPLICA]).held
+    assert not errors_documented_verdict([*_steady(1), Request(1.0, 0.01, status=503)], [_kill(1.0)]).held
     assert errors_documented_verdict(_steady(1), []).held
+
+
+def test_a_500_answered_by_a_replica_the_kill_spared_is_not_excused() -> None:
+    # The app's own 500, in the kill's window, from the replica that was not killed: not the kill's.
+    spared = [*_steady(5), Request(2.5, 0.01, status=500, replica=SPARED)]
+    verdict = errors_documented_verdict(spared, [_kill(2.0)])
+    assert not verdict.held and SPARED[:12] in verdict.detail, verdict.detail
+    assert unexcused(spared[-1], [_kill(2.0)]) is Unexcused.SPARED_REPLICA
+    # Nor by a proxy's or the controller's death: they killed no replica.
+    assert unexcused(spared[-1], [_fault(ServeFault.CONTROLLER, 2.0), _fault(ServeFault.PROXY, 2.0)]) \
+        is Unexcused.UNDOCUMENTED
+    assert errors_documented_verdict([*_steady(5), Request(2.5, 0.01, status=500, replica=KILLED)], [_kill(2.0)]).held
+    # A 500 naming no replica (Serve's own page: ReplicaUnavailableError) is excused by its window alone, and said so.
+    unnamed = errors_documented_verdict([*_steady(5), Request(2.5, 0.01, status=500)], [_kill(2.0)])
+    assert unnamed.held and "1 by their window alone" in unnamed.detail, unnamed.detail
+
+
+def test_a_500_long_after_the_kills_bound_or_before_the_kill_is_not_excused() -> None:
+    late = [*_steady(12), Request(9.5, 0.01, status=500)]
+    verdict = errors_documented_verdict(late, [_kill(2.0, bound=5.0)])
+    assert not verdict.held and "outside every fault's window" in verdict.detail, verdict.detail
+    assert unexcused(late[-1], [_kill(2.0, bound=5.0)]) is Unexcused.OUTSIDE_WINDOW
+    assert unexcused(Request(0.5, 0.01, status=500), [_kill(2.0)]) is Unexcused.OUTSIDE_WINDOW  # before it
+    # Out when the kill came (sent before its window, answered after it opened): the kill's.
+    assert unexcused(Request(0.5, 2.0, failure=Failure.TIMEOUT), [_kill(2.0)]) is None
+    assert unexcused(Request(6.9, 2.0, failure=Failure.TIMEOUT), [_kill(2.0, bound=5.0)]) is None
+    assert unexcused(Request(7.0, 0.01, failure=Failure.TIMEOUT), [_kill(2.0, bound=5.0)]) is Unexcused.OUTSIDE_WINDOW
+
+
+def test_a_200_with_the_wrong_body_is_an_error_no_fault_documents() -> None:
+    wrong = [Request(r.sent, r.latency, status=200, failure=Failure.WRONG_BODY, body_checked=True)
+             if 3 <= r.sent < 3.5 else r for r in _steady(10)]  # 10 of the 100 requests of 2-7 s
+    assert error_of(wrong[60]) is Failure.WRONG_BODY and not wrong[60].ok(TIMEOUT)
+    verdict = availability_verdict(wrong, Window(2, 7), objective=0.99, timeout=TIMEOUT)
+    assert not verdict.held and "90 of 100" in verdict.detail and "10 answered 200 with a wrong body" in verdict.detail
+    # 200s no body check reached (a user's app without expect_body) are taken as they came, and the detail says so.
+    unchecked = availability_verdict(_steady(10), Window(2, 7), objective=0.99, timeout=TIMEOUT)
+    assert unchecked.held and "bodies not checked" in unchecked.detail, unchecked.detail
+    documented = errors_documented_verdict(wrong, [_kill(2.0)])
+    assert not documented.held and "wrong_body" in documented.detail, documented.detail
+    assert not any(Failure.WRONG_BODY in kinds for kinds in DOCUMENTED_ERRORS.values())
 
 
 def test_p99() -> None:
@@ -156,9 +214,47 @@ def test_serve_fault_of_a_kill_target() -> None:
 
 def test_errors_documented_refuses_an_unmeasured_fault() -> None:
     reqs = _steady(2)
-    assert errors_documented_verdict(reqs, [ServeFault.REPLICA]).held
-    verdict = errors_documented_verdict(reqs, [ServeFault.REPLICA], unmeasured=["kill_node"])
+    assert errors_documented_verdict(reqs, [_kill(1.0)]).held
+    verdict = errors_documented_verdict(reqs, [_kill(1.0)], unmeasured=["kill_node"])
     assert not verdict.held and "kill_node" in verdict.detail
+
+
+def test_each_kill_and_node_loss_excuses_errors_near_it_from_what_it_killed() -> None:
+    from types import SimpleNamespace as Row
+
+    from chaos import ActorTarget, FaultKind, Kill, KillNode, NodeTarget
+    from chaos._targets import RayProcess
+    from chaos.engine import Injection
+    from scenarios.model._workload import FaultWindow, RunContext
+    from scenarios.workloads import _serve
+
+    params = _serve.ServeParams(restore_within=20.0, node_detected_within=5.0)
+    replica = "ServeReplica:raychaos:echo"
+
+    def app(*, faults: bool) -> _serve.ServeApp:
+        made = _serve.ServeApp(RunContext(address="127.0.0.1:1", namespace="raychaos", seed=0, params=params,
+                                          storage="", duration=30.0, faults=faults))
+        made.p = params
+        made.before = {replica: {KILLED: Row(node_id="n1"), SPARED: Row(node_id="n2")},
+                       _serve.CONTROLLER_CLASS: {"c": Row(node_id="head")},
+                       _serve.PROXY_CLASS: {"p": Row(node_id="n2")}}
+        return made
+
+    chaos = app(faults=True)
+    killed = RayProcess(11, "n1", "replica", actor_id=KILLED)
+    # The kill held to the run's end (heal = "at_end"): a kill heals nothing, its window ends at its bound.
+    chaos.ctx.fault_settled(FaultWindow(FaultKind.KILL, 2.0, 28.0, injection=Injection(
+        Kill(ActorTarget(class_name=replica)), (killed,))))
+    chaos.ctx.fault_settled(FaultWindow(FaultKind.KILL_NODE, 10.0, 10.0, injection=Injection(
+        KillNode(NodeTarget()), (RayProcess(12, "n2", "raylet of node n2"),))))
+    lead = _serve.KILL_LEAD
+    assert chaos._attributions() == [
+        Attribution(ServeFault.REPLICA, Window(2.0 - lead, 22.0), frozenset({KILLED})),
+        # A node's loss from node_detected_within before Ray declared it: the Serve actors that were on it.
+        Attribution(ServeFault.NODE, Window(5.0, 30.0)),
+        Attribution(ServeFault.REPLICA, Window(5.0, 30.0), frozenset({SPARED})),
+        Attribution(ServeFault.PROXY, Window(5.0, 30.0), frozenset({"p"}))]
+    assert app(faults=False)._attributions() == []  # the twin: no fault, nothing excused
 
 
 def test_the_twins_p99_reaches_only_its_own_chaos_run_once() -> None:
@@ -339,3 +435,16 @@ def test_a_request_path_that_is_no_route_is_refused_at_load_time(tmp_path: Path,
         load_scenario(str(scenario))
     (problem,) = caught.value.problems
     assert problem.field == "params.path" and "is not a route" in problem.fix, problem
+
+
+def test_an_expected_body_for_the_built_in_app_is_refused_at_load_time(tmp_path: Path) -> None:
+    from scenarios import ScenarioError, load_scenario
+
+    scenario = tmp_path / "bad.toml"
+    scenario.write_text('workload = "serve"\nduration = 6\n[params]\nexpect_body = "ok"\n[[faults]]\nat = 2\n'
+                        'kind = "kill"\ntarget = { kind = "actor", class_name = "ServeController" }\n',
+                        encoding="utf-8")
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(str(scenario))
+    (problem,) = caught.value.problems
+    assert problem.field == "params.expect_body" and "always checked" in problem.fix, problem

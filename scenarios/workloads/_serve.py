@@ -2,7 +2,9 @@
 processes are killed, judged against the same load's fault-free run.
 
 The app is the user's own (``app = "module:attribute"`` in the params: a Serve application,
-as ``serve run`` takes it) or the built-in one, a deployment ``echo``; it runs as the
+as ``serve run`` takes it) or the built-in one, a deployment ``echo`` that echoes each request's
+nonce and names its replica (so every 200's body is checked, and every answer's replica known;
+a user's app's 200s are checked only against the scenario's ``expect_body``); it runs as the
 application ``raychaos``, so the replicas of its deployment ``D`` are actors of class
 ``ServeReplica:raychaos:D`` (a fault names them by that class), its controller
 ``ServeController`` and its proxy ``ProxyActor``. Every request of the load is
@@ -16,7 +18,8 @@ teardown, so the twin's replicas do not serve the chaos run; a cluster already r
 
 Which of Serve's processes each kill hit is read from the State API (the replicas, controller
 and proxy that existed before the run, dead or restarted after it), not from the scenario's
-words: the errors a run may show follow from what it killed.
+words: the errors a run may show follow from what it killed. Each error is laid to a fault only
+near it in time, and only to the replica it killed where the answer names its replica.
 """
 
 from __future__ import annotations
@@ -30,18 +33,20 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Literal, TypeVar
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from chaos import ActorTarget, FaultKind, NodeTarget
 from chaos._extras import import_extra
 from chaos._schedule import ScheduledFault
 from chaos.errors import HangError, InvalidConfig
 from scenarios.model._records import Problem, Verdict
-from scenarios.model._workload import Params, Workload
-from scenarios.workloads._serve_load import HttpLoad, Request
+from scenarios.model._workload import FaultWindow, Params, Workload
+from scenarios.workloads._serve_load import REPLICA_HEADER, Expect, HttpLoad, Request
 from scenarios.workloads._serve_verdicts import (
+    Attribution,
     ServeFault,
     ServeSample,
     Window,
@@ -71,6 +76,10 @@ DEPLOY_TIMEOUT = 60.0
 LOOK_TIMEOUT = 10.0
 #: Seconds between two looks at Serve while its restoration is awaited.
 LOOK_EVERY = 0.5
+#: Seconds before a kill's confirmation its errors may show: the process died first, and the
+#: driver learns it only when the agent's reply comes back (it polls every 2 ms, then replies
+#: over Ray); a request the death cut short may have been answered 500 in between.
+KILL_LEAD = 1.0
 
 
 class ServeParams(Params):
@@ -79,6 +88,11 @@ class ServeParams(Params):
     app: str = ""
     #: The path every request GETs (a query string too: ``/?text=a+b``).
     path: str = "/"
+    #: Text every 200 of your app must carry in its body (in its first 64 KiB), e.g.
+    #: ``'{"words":4'``; a 200 without it is an error (``wrong_body``). Empty: your app's 200s
+    #: are taken as they come (the run's metric ``bodies_checked`` is 0). The built-in app's
+    #: bodies are always checked: it echoes each request's nonce.
+    expect_body: str = ""
     #: Replicas of the built-in deployment (a user's app declares its own).
     replicas: int = 2
     #: Custom resources each replica of the built-in deployment asks for, e.g. ``{ worker = 1 }``
@@ -121,6 +135,14 @@ class ServeParams(Params):
                              "(a query string too, URL-encoded: \"/?text=a+b\")")
         return value
 
+    @field_validator("expect_body")
+    @classmethod
+    def _expect_own_app(cls, value: str, info: ValidationInfo) -> str:
+        if value and info.data.get("app") == "":
+            raise ValueError(f"{value!r} is for your own app (params.app); the built-in app's bodies are "
+                             "always checked (it echoes each request's nonce): drop expect_body, or set app")
+        return value
+
     @field_validator("app")
     @classmethod
     def _app_form(cls, value: str) -> str:
@@ -134,10 +156,21 @@ class ServeParams(Params):
 
 
 class Echo:
-    """The deployment: answers ``ok``, so the latency measured is Serve's own."""
+    """The deployment: answers each request at once (the latency measured is Serve's own) with
+    JSON naming the request's ``nonce`` and the replica that answered (its actor id, in the
+    body and in :data:`REPLICA_HEADER`): the load checks every 200's body, and lays an error to
+    a kill only if the replica it names was killed."""
 
-    async def __call__(self, request: Any) -> str:
-        return "ok"
+    def __init__(self) -> None:
+        import ray
+
+        self.replica = ray.get_runtime_context().get_actor_id() or ""
+
+    async def __call__(self, request: Any) -> Any:
+        from starlette.responses import JSONResponse
+
+        return JSONResponse({"nonce": request.query_params.get("nonce", ""), "replica": self.replica},
+                            headers={REPLICA_HEADER: self.replica})
 
 
 def _free_port() -> int:
@@ -294,7 +327,7 @@ class ServeApp(Workload):
     def step(self) -> bool:
         if self.load is None:  # time zero has passed: the load spans the run
             self.load = HttpLoad(HOST, self.port, rate=self.p.rate, duration=max(0.5, self.ctx.remaining()),
-                                 timeout=self.p.timeout, path=self.p.path).start()
+                                 timeout=self.p.timeout, path=self.p.path, expect=self._expect()).start()
         self.ctx.stop.wait(0.2)  # the load runs on its own threads; the runner's loop only waits
         return not self.load.done()
 
@@ -304,9 +337,14 @@ class ServeApp(Workload):
             if self.load is None:
                 return []
             offset = self.load.started - self.ctx.started
-            self.records = [Request(r.sent + offset, r.latency, r.status, r.failure, r.detail)
-                            for r in self.load.join()]
+            self.records = [replace(r, sent=r.sent + offset) for r in self.load.join()]
         return self.records
+
+    def _expect(self) -> Expect:
+        """What every 200 must carry: the built-in app's echo; a user's app's ``expect_body``, if given."""
+        if not self.p.app:
+            return Expect.echo()
+        return Expect.contains(self.p.expect_body) if self.p.expect_body else Expect()
 
     def _faults_at(self) -> list[float]:
         """When each fault was injected, of any kind (a kind but KILL is refused in judging)."""
@@ -329,10 +367,47 @@ class ServeApp(Workload):
                                   factor=p.p99_factor, slack=p.p99_slack, within=p.recover_within,
                                   timeout=p.timeout),
                 no_hang_verdict(reqs, timeout=p.timeout, grace=p.hang_grace),
-                errors_documented_verdict(reqs, killed, unmeasured=unmeasured),
+                errors_documented_verdict(reqs, self._attributions(), unmeasured=unmeasured),
                 replicas_restored_verdict(samples, [(faults_at[-1], f) for f in killed],
                                           replicas=self.declared, within=p.restore_within,
                                           proxies=len(self.before[PROXY_CLASS]))]
+
+    def _attributions(self) -> list[Attribution]:
+        """The faults the run's errors may be laid to, from the windows the run confirmed
+        (none in the fault-free twin: it excuses no error). Each counts from its confirmation
+        (a kill's :data:`KILL_LEAD` before it, a node's loss ``node_detected_within`` before
+        Ray declared it) to ``restore_within`` after it: Serve may take that long to replace
+        what it lost (a lone replica, a lone proxy: 26 s), and an error after it is not the
+        fault's. A kill heals nothing, so a hold (``heal = "at_end"``) does not stretch it."""
+        if not self.ctx.faults:
+            return []
+        found = [a for w in self.ctx.windows(FaultKind.KILL) for a in self._kill_attributions(w)]
+        return found + [a for w in self.ctx.windows(FaultKind.KILL_NODE) for a in self._node_attributions(w)]
+
+    def _window(self, confirmed: float, lead: float) -> Window:
+        return Window(max(0.0, confirmed - lead), confirmed + self.p.restore_within)
+
+    def _kill_attributions(self, window: FaultWindow) -> list[Attribution]:
+        """A kill's: the Serve class its target names (a kill of another is refused at load),
+        and the actors it killed."""
+        target = getattr(window.injection.fault, "target", None) if window.injection else None
+        class_name = getattr(target, "class_name", None)
+        if window.injection is None or class_name is None:
+            return []  # judged unmeasured: what it hit is not known
+        killed = frozenset(p.actor_id for p in window.injection.processes if p.actor_id)
+        return [Attribution(serve_fault_of(class_name), self._window(window.start, KILL_LEAD), killed)]
+
+    def _node_attributions(self, window: FaultWindow) -> list[Attribution]:
+        """A node's loss: itself (it documents nothing), and each class of Serve's actors that
+        were on the node with the ones that were, as killed."""
+        lost = {p.node_id for p in window.injection.processes} if window.injection else set()
+        span = self._window(window.start, self.p.node_detected_within)
+        found = [Attribution(ServeFault.NODE, span)]
+        for cls, rows in self.before.items():
+            on = frozenset(actor_id for actor_id, row in rows.items() if row.node_id in lost)
+            if on:
+                found.append(Attribution(serve_fault_of(cls), span, on))
+        return found
 
     def _first_acting(self, faults_at: Sequence[float]) -> float:
         """When the first fault may have begun to act: its confirmation, or for a node's loss
@@ -418,6 +493,8 @@ class ServeApp(Workload):
         ok = [r.latency for r in reqs if r.ok(self.p.timeout)]
         self.ctx.metric("requests", len(reqs))
         self.ctx.metric("served_share", len(ok) / len(reqs) if reqs else 0.0)
+        # A typed fact for the report: 0 when the app's 200s were taken as they came (no expect_body).
+        self.ctx.metric("bodies_checked", sum(r.body_checked for r in reqs))
         if ok:
             self.ctx.metric("p50_ms", statistics.median(ok) * 1000)
             self.ctx.metric("p99_ms", p99(ok) * 1000)

@@ -5,11 +5,17 @@ its due time: a request that waited for a free thread counts the wait).
 
 Each request opens its own connection (no keep-alive), so a proxy that stops listening shows
 as refused connections rather than as errors on a connection opened before it went.
+
+A 200 is checked against what the app must answer (:class:`Expect`), when something says what
+that is: the built-in app echoes each request's own nonce; a user's app, the text its scenario
+expects. Every answer's :data:`REPLICA_HEADER`, when the app sets it, names the replica that gave it.
 """
 
 from __future__ import annotations
 
 import http.client
+import json
+import secrets
 import socket
 import threading
 import time
@@ -20,23 +26,76 @@ from enum import StrEnum
 
 from chaos.errors import InvalidConfig
 
-__all__ = ["Failure", "HttpLoad", "Request", "classify"]
+__all__ = ["MAX_BODY", "REPLICA_HEADER", "BodyRule", "Expect", "Failure", "HttpLoad", "Request", "classify"]
 
 #: Seconds past a request's deadline its thread may take to return (the last socket call
 #: is bounded by the deadline; the record is written after it).
 JOIN_SLACK = 2.0
 #: Bytes read from an answer's body at a time (each read bounded by what is left of the deadline).
 CHUNK = 65536
+#: Bytes of a body kept for its check: the text a 200 must carry is looked for in these.
+MAX_BODY = 65536
+#: The header in which an app names the replica that answered: the actor id of its replica
+#: (``ray.get_runtime_context().get_actor_id()``). The built-in app sets it on every answer.
+REPLICA_HEADER = "x-raychaos-replica"
 
 
 class Failure(StrEnum):
-    """Why a request got no HTTP answer."""
+    """Why a request got no HTTP answer, or (``WRONG_BODY``) why its 200 is no answer."""
 
     TIMEOUT = "timeout"  #: no answer within the request's timeout
     REFUSED = "refused"  #: nothing listened on the port (a proxy restarting)
     RESET = "reset"  #: the connection was closed or reset before a whole answer came
     HUNG = "hung"  #: still open when the load ended, past its timeout and the slack
     OTHER = "other"  #: any other OS error (its type name is the request's ``detail``)
+    WRONG_BODY = "wrong_body"  #: a 200 whose body was not what the app must answer (its status kept)
+
+
+class BodyRule(StrEnum):
+    """How a 200's body is checked."""
+
+    NONE = "none"  #: not at all: nothing says what the app answers (its 200s taken as they come)
+    ECHO = "echo"  #: the built-in app's: JSON naming the request's own nonce and the replica the header names
+    CONTAINS = "contains"  #: a user's app's: the body holds the text its scenario expects
+
+
+@dataclass(frozen=True, slots=True)
+class Expect:
+    """What every 200 of the load must carry in its body (build with :meth:`echo`,
+    :meth:`contains`; the default checks nothing)."""
+
+    rule: BodyRule = BodyRule.NONE
+    text: str = ""  #: for ``CONTAINS``: the text the body holds
+
+    @classmethod
+    def echo(cls) -> Expect:
+        return cls(BodyRule.ECHO)
+
+    @classmethod
+    def contains(cls, text: str) -> Expect:
+        if not text:
+            raise InvalidConfig("an expected body of '' checks nothing; give the text every 200 must carry, "
+                                "or Expect() to take the 200s as they come")
+        return cls(BodyRule.CONTAINS, text)
+
+    def path(self, path: str, nonce: str) -> str:
+        """The path to GET: for ``ECHO``, ``path`` with the request's ``nonce`` in its query."""
+        if self.rule is not BodyRule.ECHO:
+            return path
+        return f"{path}{'&' if '?' in path else '?'}nonce={nonce}"
+
+    def right(self, body: bytes, *, nonce: str, replica: str | None) -> bool:
+        """``body`` is what a 200 must carry (always, when nothing says what that is)."""
+        if self.rule is BodyRule.CONTAINS:
+            return self.text.encode() in body
+        if self.rule is BodyRule.NONE:
+            return True
+        try:
+            found = json.loads(body)
+        except ValueError:  # not JSON (UnicodeDecodeError is one too)
+            return False
+        return (isinstance(found, dict) and found.get("nonce") == nonce and bool(replica)
+                and found.get("replica") == replica)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,12 +105,16 @@ class Request:
     sent: float  #: seconds from the load's start to the request's due time
     latency: float  #: seconds from its due time until its answer or its failure
     status: int | None = None  #: the HTTP status, None when no answer came
-    failure: Failure | None = None  #: why no answer came
+    failure: Failure | None = None  #: why no answer came, or why its 200 is none
     detail: str = ""
+    #: The replica that answered, as the answer names it (:data:`REPLICA_HEADER`); None: it names none.
+    replica: str | None = None
+    #: A 200 whose body was checked against what the app must answer (:class:`Expect`).
+    body_checked: bool = False
 
     def ok(self, timeout: float) -> bool:
-        """Answered 200 within ``timeout`` seconds."""
-        return self.status == 200 and self.latency <= timeout
+        """Answered 200, with the right body where it was checked, within ``timeout`` seconds."""
+        return self.status == 200 and self.failure is None and self.latency <= timeout
 
     def ended(self) -> float:
         return self.sent + self.latency
@@ -84,8 +147,10 @@ class HttpLoad:
     """
 
     def __init__(self, host: str, port: int, *, rate: float, duration: float, timeout: float,
-                 path: str = "/", clock: Callable[[], float] = time.monotonic) -> None:
-        self.host, self.port, self.path = host, port, path
+                 path: str = "/", expect: Expect = Expect(), clock: Callable[[], float] = time.monotonic) -> None:
+        self.host, self.port, self.path, self.expect = host, port, path, expect
+        # Each request's nonce is this load's token and its number: no other load's answer echoes it.
+        self._token = secrets.token_hex(4)
         self.rate = _validate_positive("rate", rate)
         self.duration = _validate_positive("duration", duration)
         self.timeout = _validate_positive("timeout", timeout)
@@ -128,30 +193,46 @@ class HttpLoad:
         with self._lock:
             if n not in self._out:  # written off as hung by join while it queued: send nothing
                 return
-        record = self._send(due)
+        record = self._send(due, f"{self._token}-{n}")
         with self._lock:
             if self._out.pop(n, None) is not None:  # not yet written off as hung by join
                 self._records.append(record)
 
-    def _send(self, due: float) -> Request:
+    def _send(self, due: float, nonce: str) -> Request:
         deadline = due + self.timeout
         conn = http.client.HTTPConnection(self.host, self.port, timeout=self._left(deadline))
         try:
             conn.connect()
             sock = conn.sock  # kept: the connection lets go of it once a closing answer starts
-            conn.request("GET", self.path)
+            conn.request("GET", self.expect.path(self.path, nonce))
             sock.settimeout(self._left(deadline))
             response = conn.getresponse()
-            while True:  # chunk by chunk: a body that trickles in cannot outlast the deadline
-                sock.settimeout(self._left(deadline))
-                if not response.read1(CHUNK):  # one socket read at most
-                    break
+            body = self._body(response, sock, deadline)
             self._left(deadline)  # an answer completed past the deadline is a timeout
-            return Request(due - self.started, self.clock() - due, status=response.status)
+            return self._answered(due, response.status, body, nonce=nonce, replica=response.getheader(REPLICA_HEADER))
         except Exception as exc:  # noqa: BLE001 - every failure is a record of the load
             return Request(due - self.started, self.clock() - due, failure=classify(exc), detail=type(exc).__name__)
         finally:
             conn.close()
+
+    def _body(self, response: http.client.HTTPResponse, sock: socket.socket, deadline: float) -> bytes:
+        """The answer's body read to its end, its first :data:`MAX_BODY` bytes kept; chunk by
+        chunk, so a body that trickles in cannot outlast the deadline."""
+        kept = bytearray()
+        while True:
+            sock.settimeout(self._left(deadline))
+            chunk = response.read1(CHUNK)  # one socket read at most
+            if not chunk:
+                return bytes(kept)
+            kept += chunk[:MAX_BODY - len(kept)]
+
+    def _answered(self, due: float, status: int, body: bytes, *, nonce: str, replica: str | None) -> Request:
+        """The record of an answer: a 200 whose body is checked and wrong is ``WRONG_BODY``."""
+        checked = status == 200 and self.expect.rule is not BodyRule.NONE
+        wrong = checked and not self.expect.right(body, nonce=nonce, replica=replica)
+        return Request(due - self.started, self.clock() - due, status=status,
+                       failure=Failure.WRONG_BODY if wrong else None, detail=repr(body[:80]) if wrong else "",
+                       replica=replica, body_checked=checked)
 
     def _left(self, deadline: float) -> float:
         """Seconds left before ``deadline``; raises TimeoutError when none are."""

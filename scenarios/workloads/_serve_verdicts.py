@@ -2,6 +2,10 @@
 
 Times are seconds into the run: a request's ``sent``, a fault's injection. Each verdict is
 built with :meth:`Verdict.over`, so one over no request does not hold.
+
+An error is excused only by a fault it can be laid to (:class:`Attribution`): one whose kind
+documents it, that was acting while the request was out, and, where the answer names the
+replica that gave it, that killed that replica.
 """
 
 from __future__ import annotations
@@ -15,9 +19,9 @@ from chaos.errors import InvalidConfig
 from scenarios.model._records import Verdict
 from scenarios.workloads._serve_load import Failure, Request
 
-__all__ = ["DOCUMENTED_ERRORS", "ServeFault", "ServeSample", "Window", "availability_verdict", "error_of",
-           "errors_documented_verdict", "no_hang_verdict", "p99", "recovered_verdict", "recovery_time",
-           "replicas_restored_verdict", "serve_fault_of"]
+__all__ = ["DOCUMENTED_ERRORS", "Attribution", "ServeFault", "ServeSample", "Unexcused", "Window",
+           "availability_verdict", "error_of", "errors_documented_verdict", "no_hang_verdict", "p99",
+           "recovered_verdict", "recovery_time", "replicas_restored_verdict", "serve_fault_of", "unexcused"]
 
 #: What a failed request ended with: an HTTP status other than 200, or why no answer came.
 ErrorKind = int | Failure
@@ -60,6 +64,7 @@ def serve_fault_of(class_name: str) -> ServeFault:
 #: On a machine half as fast, one request of a replica's kill was answered 500 (CI, once):
 #: Serve documents ``ReplicaUnavailableError`` ("the selected replica is no longer available"),
 #: which its proxy answers as an internal error; 500 is documented for a replica's loss.
+#: No fault documents :attr:`Failure.WRONG_BODY`: a fault may cost an answer, never a wrong one.
 DOCUMENTED_ERRORS: Mapping[ServeFault, frozenset[ErrorKind]] = {
     ServeFault.REPLICA: frozenset({Failure.TIMEOUT, 500}),
     ServeFault.CONTROLLER: frozenset(),
@@ -78,9 +83,53 @@ class Window:
     def holds(self, t: float) -> bool:
         return self.start <= t < self.end
 
+    def meets(self, request: Request) -> bool:
+        """``request`` was out at some time in the window: sent before its end, ended in it or later."""
+        return request.sent < self.end and request.ended() >= self.start
+
+
+@dataclass(frozen=True, slots=True)
+class Attribution:
+    """The errors one fault may excuse: an error its kind documents (:data:`DOCUMENTED_ERRORS`)
+    of a request out during ``window`` (from the fault's confirmation, or a stated lead before
+    it, to its bound after it); where the answer names the replica that gave it
+    (:attr:`Request.replica`), only if that is an actor the fault ``killed``."""
+
+    fault: ServeFault
+    window: Window
+    killed: frozenset[str] = frozenset()  #: the actor ids of the Serve processes it killed
+
+    def describe(self) -> str:
+        kinds = ", ".join(sorted(map(str, DOCUMENTED_ERRORS[self.fault]))) or "none"
+        return f"{self.fault} {self.window.start:.1f}-{self.window.end:.1f} s: {kinds}"
+
+
+class Unexcused(StrEnum):
+    """Why no fault excuses a failed request."""
+
+    OUTSIDE_WINDOW = "outside every fault's window"  #: no fault was acting while it was out
+    UNDOCUMENTED = "not documented for the faults acting then"  #: none of them documents its error
+    SPARED_REPLICA = "answered by a replica the fault did not kill"  #: its answer names another replica
+
+
+def unexcused(request: Request, attributions: Sequence[Attribution]) -> Unexcused | None:
+    """Why no fault of ``attributions`` excuses ``request``'s error (None: one does, or it did not fail)."""
+    error = error_of(request)
+    if error is None:
+        return None
+    acting = [a for a in attributions if a.window.meets(request)]
+    if not acting:
+        return Unexcused.OUTSIDE_WINDOW
+    documenting = [a for a in acting if error in DOCUMENTED_ERRORS[a.fault]]
+    if not documenting:
+        return Unexcused.UNDOCUMENTED
+    if request.replica is not None and not any(request.replica in a.killed for a in documenting):
+        return Unexcused.SPARED_REPLICA
+    return None
+
 
 def error_of(request: Request) -> ErrorKind | None:
-    """What a request failed with (None: answered 200)."""
+    """What a request failed with (None: answered 200, its body right or not checked)."""
     if request.failure is not None:
         return request.failure
     return request.status if request.status != 200 else None
@@ -97,13 +146,24 @@ def p99(latencies: Sequence[float]) -> float:
 def availability_verdict(requests: Iterable[Request], during: Window, *, objective: float,
                          timeout: float) -> Verdict:
     """``availability``: of the requests sent while the faults acted (``during``), the share
-    answered 200 within ``timeout`` is at least ``objective``."""
+    answered 200 within ``timeout`` is at least ``objective``; a 200 whose body was checked and
+    wrong is no answer."""
     seen = [r for r in requests if during.holds(r.sent)]
     ok = sum(r.ok(timeout) for r in seen)
     share = ok / len(seen) if seen else 0.0
     return Verdict.over("availability", len(seen), held=share >= objective,
                         detail=f"{ok} of {len(seen)} requests sent in {during.start:.1f}-{during.end:.1f} s "
-                        f"answered 200 within {timeout:g} s ({share:.1%}; objective {objective:.1%})")
+                        f"answered 200 within {timeout:g} s ({share:.1%}; objective {objective:.1%})"
+                        f"{_bodies_text(seen)}")
+
+
+def _bodies_text(requests: Sequence[Request]) -> str:
+    """What the 200s' bodies showed: how many were wrong, or that none was checked."""
+    answered = [r for r in requests if r.status == 200]
+    wrong = sum(r.failure is Failure.WRONG_BODY for r in answered)
+    if answered and not any(r.body_checked for r in answered):
+        return "; bodies not checked: nothing says what the app answers (params.expect_body)"
+    return f"; {wrong} answered 200 with a wrong body" if wrong else ""
 
 
 def recovery_time(requests: Sequence[Request], fault_at: float, *, bound: float, timeout: float,
@@ -147,21 +207,34 @@ def no_hang_verdict(requests: Sequence[Request], *, timeout: float, grace: float
                         f"(longest {longest:.2f} s)")
 
 
-def errors_documented_verdict(requests: Iterable[Request], faults: Iterable[ServeFault], *,
+def errors_documented_verdict(requests: Iterable[Request], attributions: Sequence[Attribution], *,
                               unmeasured: Sequence[str] = ()) -> Verdict:
-    """``errors_documented``: every failed request failed with an error one of the run's
-    faults documents (:data:`DOCUMENTED_ERRORS`); a run without faults documents none. A fault
-    of ``unmeasured`` (one no table documents, or a kill not seen to hit a Serve process)
-    breaks it: its errors cannot be judged (fail closed)."""
-    allowed: frozenset[ErrorKind] = frozenset().union(*(DOCUMENTED_ERRORS[f] for f in faults))
+    """``errors_documented``: every failed request's error is excused by a fault it can be laid
+    to (:func:`unexcused`); a run without faults excuses none. Where the answer named no
+    replica (a timeout, Serve's own error page), the fault's window alone excused it, and the
+    detail counts those. A fault of ``unmeasured`` (one no table documents, or a kill not seen
+    to hit a Serve process) breaks it: its errors cannot be judged (fail closed)."""
     seen = list(requests)
-    errors = [e for e in map(error_of, seen) if e is not None]
-    odd = sorted({str(e) for e in errors if e not in allowed})
+    failed = [r for r in seen if error_of(r) is not None]
+    odd = [(r, why) for r in failed if (why := unexcused(r, attributions)) is not None]
+    by_window = sum(r.replica is None for r in failed) - sum(r.replica is None for r, _ in odd)
+    found = (f"{len(failed)} failed requests, {len(failed) - len(odd)} excused ({by_window} by their window "
+             f"alone: the answer named no replica); not excused: {_unexcused_text(odd)}") if failed \
+        else "no failed request"
     extra = f"; faults without a measured table: {', '.join(unmeasured)}" if unmeasured else ""
+    faults = "; ".join(a.describe() for a in attributions) or "none"
     return Verdict.over("errors_documented", len(seen), held=not odd and not unmeasured,
-                        detail=f"{len(errors)} failed requests; not documented for this run's faults: "
-                        f"{', '.join(odd) or 'none'} (documented: {', '.join(sorted(map(str, allowed))) or 'none'})"
-                        f"{extra}")
+                        detail=f"{found} (faults, their windows and what each documents: {faults}){extra}")
+
+
+def _unexcused_text(odd: Sequence[tuple[Request, Unexcused]]) -> str:
+    """Each kind of unexcused error and why: how many, and the first one's time and replica."""
+    groups: dict[tuple[ErrorKind | None, Unexcused], list[Request]] = {}
+    for r, why in odd:
+        groups.setdefault((error_of(r), why), []).append(r)
+    return ", ".join(f"{len(rs)} {error} {why.value} (first sent at {rs[0].sent:.1f} s"
+                     + (f", from replica {rs[0].replica[:12]}" if rs[0].replica else "") + ")"
+                     for (error, why), rs in groups.items()) or "none"
 
 
 @dataclass(frozen=True, slots=True)
