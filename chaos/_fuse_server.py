@@ -306,13 +306,14 @@ class FaultOps(mfusepy.Operations):  # type: ignore[misc]
 
     # -- commands --------------------------------------------------------------------------
 
-    def power_loss(self) -> dict[str, int]:
+    def power_loss(self) -> dict[str, Any]:
         with self._mutex:
             report = self.volatile.power_loss()
             self.dead.update(self.paths)
         return {"files_reverted": report.files_reverted, "bytes_cut": report.bytes_cut,
                 "pages_restored": report.pages_restored,
-                "names_undone": report.names_undone, "handles_killed": len(self.paths)}
+                "names_undone": report.names_undone, "handles_killed": len(self.paths),
+                "killed_paths": sorted(set(self.paths.values()))}
 
     def state(self) -> dict[str, Any]:
         with self._mutex:

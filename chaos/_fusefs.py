@@ -57,13 +57,21 @@ class FaultFSError(ChaosError, OSError):
 class PowerLossResult:
     """What a power loss dropped: files put back to their synced bytes (the bytes cut beyond
     their synced size, the pages written back within it), name changes undone, open handles
-    made dead (their I/O fails with ``EIO``)."""
+    made dead (their I/O fails with ``EIO``), and the files those handles were open on (paths
+    in the mount, each once: whose open files the power loss cut)."""
 
     files_reverted: int
     bytes_cut: int
     pages_restored: int
     names_undone: int
     handles_killed: int
+    killed_paths: tuple[str, ...] = ()
+
+    def cut_under(self, folder: str) -> int:
+        """How many of the files whose open handles died lie under ``folder`` (a path in the
+        mount, e.g. ``/replay``): the power loss reached that folder's writer."""
+        prefix = "/" + folder.strip("/") + "/"
+        return sum(p.startswith(prefix) for p in self.killed_paths)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +161,7 @@ class FaultFS:
         (their processes did not survive the power loss). Stop the writers first."""
         reply = self._send({"op": "power_loss"})
         return PowerLossResult(reply["files_reverted"], reply["bytes_cut"], reply["pages_restored"],
-                               reply["names_undone"], reply["handles_killed"])
+                               reply["names_undone"], reply["handles_killed"], tuple(reply["killed_paths"]))
 
     def state(self) -> FaultFSState:
         reply = self._send({"op": "state"})

@@ -310,9 +310,13 @@ def test_a_directory_renamed_after_its_changes_is_still_undone_in_place(fs: Faul
 
 
 def test_handles_open_at_a_power_loss_are_dead(fs: FaultFS) -> None:
-    fd = os.open(f"{fs.mount}/f", os.O_CREAT | os.O_RDWR)
+    os.mkdir(f"{fs.mount}/replay")
+    fd = os.open(f"{fs.mount}/replay/f", os.O_CREAT | os.O_RDWR)
     try:
-        assert fs.power_loss().handles_killed == 1
+        lost = fs.power_loss()
+        # Which files' handles died, so a workload can tell the power loss reached its writer.
+        assert lost.handles_killed == 1 and lost.killed_paths == ("/replay/f",)
+        assert lost.cut_under("replay") == 1 and lost.cut_under("/params") == 0
         with pytest.raises(OSError) as exc:
             os.write(fd, b"zombie")
         assert exc.value.errno == errno.EIO

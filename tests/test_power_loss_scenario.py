@@ -14,22 +14,29 @@ import numpy as np
 import pytest
 
 from actors._checkpoint import RestoreInfo
-from chaos import FaultKind
-from chaos._faults import FaultStatus
-from chaos._fusefs import FaultFS, fuse_mounts_left
+from chaos import FaultKind, Schedule, ScheduledFault
+from chaos._disk_faults import DiskEvent, DiskInjection
+from chaos._faults import FaultStatus, PowerLoss
+from chaos._fusefs import FaultFS, PowerLossResult, fuse_mounts_left
 from chaos.cluster import ClusterHandle
 from chaos.disks import fault_filesystem
+from chaos.engine import Injection
 from conftest import unheld
 from scenarios import load_scenario, run_scenario
-from scenarios.model._records import RunLabel, RunStatus, Verdict
+from scenarios.model._records import RunLabel, RunStatus, Validity, Verdict
+from scenarios.model._workload import FaultWindow
 from scenarios.workloads._power_loss import (
+    CUT_JUDGED,
+    Cut,
     PowerLossParams,
     Restart,
     Role,
     Timeline,
     Write,
     both_answer_again,
+    cut_of,
     gradient,
+    judged_by_cut,
     new_buffer,
     new_server,
     no_duplicate_transitions,
@@ -38,6 +45,7 @@ from scenarios.workloads._power_loss import (
     restored_after_power_loss,
     stopped_at_power_loss,
     tids,
+    unreached,
 )
 from scenarios.workloads._surface import Ack
 
@@ -52,6 +60,30 @@ WRITES = [Write(role, seq, round(seq * 0.02, 3), 0.01, Ack.ACKED) for seq in ran
 RESTARTS = [Restart(Role.REPLAY, 100, 200, RestoreInfo(False, 0, 150, 0.4)),
             Restart(Role.PARAMS, 101, 201, RestoreInfo(False, 0, 150, 2.1))]
 TIMELINE = Timeline(pauses=(3.05, 3.06), power_losses=(3.52,), kills=(4.03, 4.04))
+
+
+def test_the_loss_verdicts_stand_only_when_the_power_loss_cut_every_actors_open_files() -> None:
+    """With each log record fsynced, a SIGKILL and the log's replay meet every loss verdict: they
+    are evidence of the disk's durability only if the power loss cut the actors' own open files."""
+    held = [Verdict.of(name, True, "ok", 3) for name in (*CUT_JUDGED, "stopped_at_power_loss")]
+    both = judged_by_cut(held, Cut({Role.REPLAY: 2, Role.PARAMS: 1}, files_reverted=0))
+    assert all(v.held for v in both) and "replay: 2 open files cut" in both[0].detail
+    one = judged_by_cut(held, Cut({Role.REPLAY: 2, Role.PARAMS: 0}, files_reverted=3))
+    assert [v.validity for v in one] == [Validity.UNKNOWN] * len(CUT_JUDGED) + [Validity.HELD]
+    assert "cut no open file of the params actor's storage" in one[0].detail
+    assert all(v.validity is Validity.UNKNOWN for v in judged_by_cut(held[:-1], None))
+    broken = judged_by_cut([Verdict.of("no_lost_transitions", False, "3 lost", 9)], None)
+    assert broken[0].validity is Validity.BROKEN  # what it saw broke, evidence or not
+    assert unreached(Cut({Role.REPLAY: 1, Role.PARAMS: 1}, files_reverted=0)) is None
+
+
+def test_what_a_power_loss_cut_is_read_from_its_injection() -> None:
+    lost = PowerLossResult(2, 100, 0, 1, 3, killed_paths=("/replay/log-7", "/replay/x", "/params/log-3"))
+    injection = Injection(PowerLoss("/m"), (), disk=DiskInjection(PowerLoss("/m"), "/m", DiskEvent(
+        "inject", PowerLoss("/m"), "dropped"), lost))
+    window = FaultWindow(FaultKind.POWER_LOSS, 4.0, 4.0, injection=injection)
+    assert cut_of([window]) == Cut({Role.REPLAY: 2, Role.PARAMS: 1}, files_reverted=2)
+    assert cut_of([FaultWindow(FaultKind.POWER_LOSS, 4.0, 4.0, planned=True)]) is None  # the twin's: nothing cut
 
 
 def test_no_lost_transitions_holds_when_every_acknowledged_id_is_stored_and_breaks_on_one_missing() -> None:
@@ -240,3 +272,27 @@ def test_the_fault_free_twin_misses_the_power_loss_and_keeps_everything(ray_clus
     assert fuse_mounts_left() == mounted, "the run's fault filesystem is still mounted"
     missed = {v.name for v in baseline.verdicts if not v.held}
     assert missed == {"restored_after_power_loss", "both_answer_again", "stopped_at_power_loss"}, baseline.verdicts
+    # What the power loss cut is said beside each verdict that stands on it.
+    restored = next(v for v in chaos.verdicts if v.name == "restored_after_power_loss")
+    assert "replay: " in restored.detail and "params: " in restored.detail, restored.detail
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@needs_fuse
+def test_a_power_loss_that_cut_none_of_the_actors_files_leaves_their_verdicts_unknown(
+        ray_cluster: ClusterHandle) -> None:
+    """The power loss aimed at a fault filesystem the actors never write (its probe file at that
+    mount's root still confirms it): a SIGKILL and the log's replay met every verdict, and the
+    probe alone let the run pass. Now each verdict that stands on the power loss is unknown."""
+    scenario = load_scenario("power-loss")
+    with fault_filesystem() as other:
+        entries = tuple(ScheduledFault(e.at, replace(e.fault, mount=other.mount)) if e.kind is FaultKind.POWER_LOSS
+                        else e for e in scenario.schedule.entries)
+        (run,) = run_scenario(replace(scenario, schedule=Schedule(entries)), address=ray_cluster.address,
+                              baseline=False)
+    assert [f.status for f in run.faults] == [FaultStatus.INJECTED] * 5, run.faults
+    by = {v.name: v for v in run.verdicts}
+    assert {n for n, v in by.items() if v.validity is Validity.UNKNOWN} == set(CUT_JUDGED), run.verdicts
+    assert "cut no open file of the replay and params actor's storage" in by["no_lost_transitions"].detail
+    assert by["stopped_at_power_loss"].held and run.outcome is Validity.UNKNOWN

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -39,13 +39,32 @@ from actors import CheckpointConfig, ParameterServer, ReplayBufferActor
 from actors._checkpoint import Restore, RestoreInfo
 from chaos import FaultKind
 from scenarios.model._records import Verdict
-from scenarios.model._workload import CALL_TIMEOUT, Params, Workload
+from scenarios.model._workload import CALL_TIMEOUT, FaultWindow, Params, Workload
 from scenarios.workloads._dqn import make_qnet
 from scenarios.workloads._surface import Ack
 
-__all__ = ["POWER_LOSS_WORKLOADS", "PowerLoss", "PowerLossParams", "Restart", "Role", "Timeline", "Write",
-           "both_answer_again", "buffer_config", "no_duplicate_transitions", "no_lost_transitions",
-           "ps_version_matches_pushes", "restored_after_power_loss", "server_config", "stopped_at_power_loss"]
+__all__ = [
+    "CUT_JUDGED",
+    "POWER_LOSS_WORKLOADS",
+    "Cut",
+    "PowerLoss",
+    "PowerLossParams",
+    "Restart",
+    "Role",
+    "Timeline",
+    "Write",
+    "both_answer_again",
+    "buffer_config",
+    "cut_of",
+    "judged_by_cut",
+    "no_duplicate_transitions",
+    "no_lost_transitions",
+    "ps_version_matches_pushes",
+    "restored_after_power_loss",
+    "server_config",
+    "stopped_at_power_loss",
+    "unreached",
+]
 
 #: Transitions per add: one chunk's ids.
 CHUNK = 16
@@ -86,6 +105,49 @@ class Restart:
     pid_before: int
     pid_after: int
     restore: RestoreInfo
+
+
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """What the power loss cut of the actors' storage: for each actor, how many of its files had
+    open handles that died (its writer was cut mid-write), and how many files were reverted to
+    their synced bytes."""
+
+    handles: Mapping[Role, int]
+    files_reverted: int
+
+    def describe(self) -> str:
+        return (", ".join(f"{role}: {self.handles.get(role, 0)} open files cut" for role in Role)
+                + f"; {self.files_reverted} files reverted to their synced bytes")
+
+
+#: The verdicts a SIGKILL and the log's replay meet without any power loss: they stand as
+#: evidence of the disk's durability only when the power loss cut each actor's open files.
+CUT_JUDGED = ("no_lost_transitions", "no_duplicate_transitions", "ps_version_matches_pushes",
+              "restored_after_power_loss", "both_answer_again")
+
+
+def cut_of(windows: Sequence[FaultWindow]) -> Cut | None:
+    """What the first power loss of the run cut (None: none was confirmed with what it did)."""
+    for window in windows:
+        disk = window.injection.disk if window.injection is not None else None
+        if disk is not None and disk.power_loss is not None:
+            lost = disk.power_loss
+            return Cut({role: lost.cut_under(role.value) for role in Role}, lost.files_reverted)
+    return None
+
+
+def unreached(cut: Cut | None) -> str | None:
+    """Why the power loss is no evidence for the loss verdicts (None: it cut every actor's open
+    files). A power loss that cut no open file of an actor's storage dropped nothing that actor
+    was writing: what it restores, a SIGKILL and its log's replay restore as well."""
+    if cut is None:
+        return "no power loss was confirmed with what it cut of the actors' storage"
+    missed = [role.value for role in Role if cut.handles.get(role, 0) == 0]
+    if not missed:
+        return None
+    return (f"the power loss cut no open file of the {' and '.join(missed)} actor's storage ({cut.describe()}): "
+            "a SIGKILL and the log's replay meet this as well")
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +243,19 @@ def stopped_at_power_loss(timeline: Timeline, writes: Sequence[Write]) -> Verdic
     detail += f"; {len(raised)} writes failed by an actor" + (f" (first: {raised[0].error[:160]})" if raised else "")
     return Verdict.over("stopped_at_power_loss", len(timeline.pauses) + len(timeline.kills), held=held,
                         detail=detail)
+
+
+def judged_by_cut(verdicts: Sequence[Verdict], cut: Cut | None) -> list[Verdict]:
+    """The run under faults' verdicts, each of :data:`CUT_JUDGED` unknown instead of held unless
+    the power loss cut every actor's open files (what it cut is said in each)."""
+    missing = unreached(cut)
+    return [_by_cut(v, cut, missing) if v.name in CUT_JUDGED else v for v in verdicts]
+
+
+def _by_cut(verdict: Verdict, cut: Cut | None, missing: str | None) -> Verdict:
+    if missing is not None or cut is None:
+        return verdict.unless(missing)
+    return replace(verdict, detail=f"{verdict.detail}; the power loss cut {cut.describe()}")
 
 
 class PowerLossParams(Params):
@@ -347,11 +422,13 @@ class PowerLoss(Workload):
                               for kind in (FaultKind.PAUSE, FaultKind.POWER_LOSS, FaultKind.KILL)))
         power_loss = min(timeline.power_losses, default=None)
         self.ctx.metric("acknowledged_transitions", len(acked_ids))
-        return [no_lost_transitions(acked_ids, stored), no_duplicate_transitions(stored),
-                ps_version_matches_pushes(version, self.writes),
-                restored_after_power_loss(self._restarts(), power_loss=power_loss),
-                both_answer_again(self.writes, since=power_loss, within=self.p.answer_within),
-                stopped_at_power_loss(timeline, self.writes)]
+        verdicts = [no_lost_transitions(acked_ids, stored), no_duplicate_transitions(stored),
+                    ps_version_matches_pushes(version, self.writes),
+                    restored_after_power_loss(self._restarts(), power_loss=power_loss),
+                    both_answer_again(self.writes, since=power_loss, within=self.p.answer_within),
+                    stopped_at_power_loss(timeline, self.writes)]
+        return judged_by_cut(verdicts, cut_of(self.ctx.windows(FaultKind.POWER_LOSS))) if self.ctx.faults \
+            else verdicts
 
     def _restarts(self) -> list[Restart]:
         import ray
