@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from chaos._errors import FaultIneffective, HangError, TargetNotFound
@@ -100,10 +101,10 @@ def drop_table(name: str, addresses: Sequence[str], direction: Direction, *,
     chance = "" if percent is None else f"numgen random mod 10000 < {round(percent * 100)} "
     where = "{ " + ", ".join(addresses) + " }"
     chains = []
-    for chain, field, wanted in (("output", "daddr", ("both", "outgoing")), ("input", "saddr", ("both", "incoming"))):
+    for chain, match, wanted in (("output", "daddr", ("both", "outgoing")), ("input", "saddr", ("both", "incoming"))):
         if direction in wanted:
             hook = f"type filter hook {chain} priority 0; policy accept;" if hooked else ""
-            chains.append(f"chain {chain} {{\n{hook}\nip {field} {where} {chance}counter drop\n}}")
+            chains.append(f"chain {chain} {{\n{hook}\nip {match} {where} {chance}counter drop\n}}")
     return f"table inet {name} {{\n" + "\n".join(chains) + "\n}\n"
 
 
@@ -111,25 +112,96 @@ def add_table(node: NetNode, text: str) -> None:
     run(["nft", "-f", "-"], namespace=node.namespace, stdin=text)
 
 
-def delete_table(node: NetNode, name: str) -> None:
-    run(["nft", "delete", "table", "inet", name], namespace=node.namespace, check=False)
+def delete_table(node: NetNode, name: str, *, check: bool = False) -> None:
+    """Delete the table ``name`` from ``node``'s namespace (``check``: its deletion must succeed)."""
+    run(["nft", "delete", "table", "inet", name], namespace=node.namespace, check=check)
 
 
 def table_present(node: NetNode, name: str) -> bool:
     """Whether the table ``name`` is in ``node``'s namespace (read back: a heal must see it gone,
     since a probe connection can get through a loss rule still in place)."""
-    return bool(run(["nft", "list", "table", "inet", name], namespace=node.namespace, check=False).strip())
+    return read_table(node, name) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class DropRule:
+    """One drop rule of a fault's nftables table, read back: its chain (``output``: what the
+    node sends; ``input``: what it receives), whether a hook consults that chain, the addresses
+    it matches, the share it drops (percent; None: all), and the packets it has dropped."""
+
+    chain: str
+    hooked: bool
+    addresses: frozenset[str]
+    percent: float | None
+    packets: int
+
+
+#: The chains each direction of a cut or a loss is written to (see :func:`drop_table`).
+CHAINS: dict[Direction, tuple[str, ...]] = {"outgoing": ("output",), "incoming": ("input",),
+                                             "both": ("output", "input")}
+
+
+def parse_table(text: str) -> tuple[DropRule, ...]:
+    """The drop rules of ``nft -j list table`` output (none for empty output)."""
+    items = json.loads(text).get("nftables", []) if text.strip() else []
+    hooked = {c["chain"]["name"]: "hook" in c["chain"] for c in items if "chain" in c}
+    return tuple(_drop_rule(item["rule"], hooked) for item in items if "rule" in item)
+
+
+def _drop_rule(rule: dict[str, Any], hooked: dict[str, bool]) -> DropRule:
+    addresses: frozenset[str] = frozenset()
+    percent, packets = None, 0
+    for expr in rule.get("expr", []):
+        match = expr.get("match", {})
+        left, right = match.get("left", {}), match.get("right")
+        if "payload" in left:  # one address reads back as a string, several as a set
+            addresses = frozenset(right["set"] if isinstance(right, dict) else [right])
+        elif "numgen" in left:
+            percent = int(right) / 100
+        elif "counter" in expr:
+            packets = int(expr["counter"]["packets"])
+    return DropRule(str(rule["chain"]), hooked.get(str(rule["chain"]), False), addresses, percent, packets)
+
+
+def read_table(node: NetNode, name: str) -> tuple[DropRule, ...] | None:
+    """The table ``name`` of ``node``'s namespace read back (None: it is not there)."""
+    text = run(["nft", "-j", "list", "table", "inet", name], namespace=node.namespace, check=False)
+    return parse_table(text) if text.strip() else None
+
+
+def rules_problem(rules: Sequence[DropRule] | None, direction: Direction, addresses: Sequence[str],
+                  percent: float | None) -> str | None:
+    """What the table read back lacks of a fault that drops ``percent`` (None: all) of the
+    traffic ``direction`` to and from ``addresses``: None when it holds exactly that."""
+    if rules is None:
+        return "its table is not there"
+    wanted = CHAINS[direction]
+    for chain in wanted:
+        found = [r for r in rules if r.chain == chain and r.hooked]
+        if len(found) != 1:
+            return f"{len(found)} {chain} rules a hook consults, not one"
+        if found[0].addresses != frozenset(addresses) or found[0].percent != percent:
+            return (f"its {chain} rule drops {found[0].percent or 100:g} % of {sorted(found[0].addresses)}, "
+                    f"not {percent or 100:g} % of {sorted(addresses)}")
+    extra = sorted({r.chain for r in rules} - set(wanted))
+    return f"it has {', '.join(extra)} rules it was not asked for" if extra else None
 
 
 def dropped(node: NetNode, name: str, chain: str | None = None) -> int:
     """Packets the table ``name`` dropped in ``node``'s namespace (in ``chain``, or all)."""
-    text = run(["nft", "-j", "list", "table", "inet", name], namespace=node.namespace, check=False)
-    total = 0
-    for item in json.loads(text).get("nftables", []) if text.strip() else []:
-        rule = item.get("rule")
-        if rule and (chain is None or rule.get("chain") == chain):
-            total += sum(e["counter"]["packets"] for e in rule.get("expr", []) if "counter" in e)
-    return total
+    return sum(r.packets for r in read_table(node, name) or () if chain is None or r.chain == chain)
+
+
+def confirm_rules(node: NetNode, table: str, direction: Direction, addresses: Sequence[str],
+                  percent: float | None) -> None:
+    """Read the table back: exactly the rules the fault asks for, in the chains a hook consults.
+
+    Raises:
+        FaultIneffective: it holds something else (named).
+    """
+    problem = rules_problem(read_table(node, table), direction, addresses, percent)
+    if problem is not None:
+        raise FaultIneffective(f"the nftables table {table} of {node.label}, read back: {problem}")
 
 
 # -- probes ---------------------------------------------------------------------------------------
@@ -146,35 +218,60 @@ def _connected(sock: socket.socket) -> bool:
     return bool(writable) and sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0
 
 
-def confirm_cut(lab: NetLab, node: NetNode, table: str) -> float:
-    """A probe connection from ``node`` to the head that the cut's rule drops: seconds until
-    the rule's counter moved.
+def _host_socket(kind: int = socket.SOCK_STREAM) -> socket.socket:
+    """A socket of the head's (the host's) namespace: probes from the head to a node."""
+    return socket.socket(socket.AF_INET, kind)
+
+
+def confirm_cut(lab: NetLab, node: NetNode, table: str, direction: Direction) -> dict[str, float]:
+    """Each way the cut is asked to drop, confirmed by a probe connection its own chain's rule
+    drops: from ``node`` to the head (``output``), from the head to ``node`` (``input``). Returns
+    the seconds until each chain's counter moved, by chain.
 
     Raises:
-        FaultIneffective: the connection completed, or the rule met no packet in ``CUT_CONFIRM``.
+        FaultIneffective: a probe connection completed, or its chain's rule met no packet in
+            ``CUT_CONFIRM``.
     """
-    start = time.monotonic()
-    with _socket(node) as sock:
-        sock.setblocking(False)
-        code = sock.connect_ex((lab.head.address, lab.probe_ports[0]))
-        if code not in (0, errno.EINPROGRESS):
-            raise FaultIneffective(f"the probe from {node.label} failed at once ({errno.errorcode.get(code)}), "
-                                   "not by the cut: the link is broken otherwise")
+    took = {}
+    for chain in CHAINS[direction]:
+        outgoing = chain == "output"
+        sock = _socket(node) if outgoing else _host_socket()
+        to = (lab.head.address, lab.probe_ports[0]) if outgoing else (node.address, lab.probe_ports[node.index])
+        way = f"from {node.label} to the head" if outgoing else f"from the head to {node.label}"
+        with sock:
+            took[chain] = _dropped_probe(sock, to, way, node, table, chain)
+    return took
 
-        def met() -> bool:
-            if _connected(sock):
-                raise FaultIneffective(f"a connection from {node.label} to the head completed through the "
-                                       f"cut {table}: the cut did not take")
-            return dropped(node, table) > 0
 
-        try:
-            wait_until(met, timeout=CUT_CONFIRM, interval=0.002, what=f"the cut of {node.label}")
-        except HangError as exc:
-            if isinstance(exc.__cause__, FaultIneffective):
-                raise exc.__cause__ from None
-            raise FaultIneffective(f"no packet from {node.label} met the cut {table} in {CUT_CONFIRM:g} s "
-                                   "(the probe neither completed nor was dropped by it)") from None
+def _dropped_probe(sock: socket.socket, to: tuple[str, int], way: str, node: NetNode, table: str,
+                   chain: str) -> float:
+    """Seconds until a connection ``sock`` starts to ``to`` moved ``chain``'s counter of ``table``."""
+    start, before = time.monotonic(), dropped(node, table, chain)
+    sock.setblocking(False)
+    code = sock.connect_ex(to)
+    if code not in (0, errno.EINPROGRESS):
+        raise FaultIneffective(f"the probe {way} failed at once ({errno.errorcode.get(code)}), not by the "
+                               "cut: the link is broken otherwise")
+
+    def met() -> bool:
+        if _connected(sock):
+            raise FaultIneffective(f"a connection {way} completed through the cut {table}: the cut did not take")
+        return dropped(node, table, chain) > before
+
+    try:
+        wait_until(met, timeout=CUT_CONFIRM, interval=0.002, what=f"the cut {way}")
+    except HangError as exc:
+        if isinstance(exc.__cause__, FaultIneffective):
+            raise exc.__cause__ from None
+        raise FaultIneffective(f"no packet {way} met the cut's {chain} rule of {table} in {CUT_CONFIRM:g} s "
+                               "(the probe neither completed nor was dropped by it)") from None
     return time.monotonic() - start
+
+
+def _ways(took: dict[str, float]) -> str:
+    """``{"output": 0.001, "input": 0.002}`` for people: each way a probe was dropped, and when."""
+    names = {"output": "a probe out", "input": "a probe in"}
+    return ", ".join(f"{names[c]} within {t * 1000:.1f} ms" for c, t in took.items())
 
 
 def confirm_open(lab: NetLab, node: NetNode) -> float:
@@ -206,26 +303,42 @@ def confirm_open(lab: NetLab, node: NetNode) -> float:
 def _tables(chaos: Chaos, fault: Partition | PacketLoss | FlappingLink, at: float | None,
             group: Sequence[NetNode], table: str, text: str) -> Iterator[list[NetNode]]:
     """Add ``text`` (table ``table``) in each node of ``group``; in ``finally`` delete it from
-    each and confirm each link carries a connection again, journaling each heal."""
+    each and confirm each link carries a connection again, journaling each heal. Every node is
+    healed, whatever another's heal raised; each failure is named after."""
     lab = lab_of(chaos.address)
     added: list[NetNode] = []
 
-    def heal() -> None:
-        for node in added:
-            delete_table(node, table)
-            if table_present(node, table):
-                raise FaultIneffective(f"the nftables table {table} of {node.label} is still there after its "
-                                       f"deletion: delete it with `ip netns exec {node.namespace} nft delete table "
-                                       f"inet {table}`")
-            took = confirm_open(lab, node)
-            chaos._record("heal", fault, at, _process(lab, node), f"nftables table {table} deleted; a "
-                          f"connection to the head completed {took * 1000:.0f} ms later")
+    def heal_one(node: NetNode) -> None:
+        delete_table(node, table)
+        if table_present(node, table):
+            raise FaultIneffective(f"the nftables table {table} of {node.label} is still there after its "
+                                   f"deletion: delete it with `ip netns exec {node.namespace} nft delete table "
+                                   f"inet {table}`")
+        took = confirm_open(lab, node)
+        chaos._record("heal", fault, at, _process(lab, node), f"nftables table {table} deleted (read back: "
+                      f"gone); a connection to the head completed {took * 1000:.0f} ms later")
 
-    with chaos._active_heal(heal):
+    with chaos._active_heal(lambda: heal_each(added, heal_one, what=f"the heal of {type(fault).__name__}")):
         for node in group:
             add_table(node, text)
             added.append(node)
         yield added
+
+
+def heal_each(nodes: Sequence[NetNode], heal: Callable[[NetNode], None], *, what: str) -> None:
+    """``heal`` every one of ``nodes``, each whatever another raised.
+
+    Raises:
+        FaultIneffective: a node's heal failed; every failure is named, one per line.
+    """
+    failures = []
+    for node in nodes:
+        try:
+            heal(node)
+        except Exception as exc:  # noqa: BLE001 - heal the rest first, then name each failure
+            failures.append(f"{node.label}: {type(exc).__name__}: {exc}")
+    if failures:
+        raise FaultIneffective(f"{what} failed on {len(failures)} of {len(nodes)} nodes:\n" + "\n".join(failures))
 
 
 @contextmanager
@@ -236,11 +349,17 @@ def _partition(chaos: Chaos, fault: Partition, at: float | None, rng: random.Ran
     cut_from = peer_addresses(lab, group, fault.peers)
     with _tables(chaos, fault, at, group, table, drop_table(table, cut_from, fault.direction)):
         for node in group:
-            took = confirm_cut(lab, node, table)
+            took = confirm_cut(lab, node, table, fault.direction)
+            confirm_rules(node, table, fault.direction, cut_from, None)
             chaos._record("inject", fault, at, _process(lab, node), f"cut from {', '.join(cut_from)} "
-                          f"({fault.direction}); a probe to the head was dropped by the cut's rule within "
-                          f"{took * 1000:.1f} ms")
+                          f"({_DIRECTION[fault.direction]}; rules read back): dropped by the cut's rules: "
+                          f"{_ways(took)}")
         yield tuple(_process(lab, n) for n in group)
+
+
+#: What each direction is, in a record.
+_DIRECTION: dict[Direction, str] = {"both": "each way", "outgoing": "what it sends only",
+                                    "incoming": "what it receives only"}
 
 
 def loss_probes(percent: float) -> int:
@@ -249,24 +368,29 @@ def loss_probes(percent: float) -> int:
     return 1 if p >= 1 else min(20_000, math.ceil(math.log(_LOSS_MISS) / math.log(1 - p)))
 
 
-def confirm_loss(lab: NetLab, node: NetNode, table: str, percent: float) -> tuple[int, int]:
-    """Send datagrams from ``node`` to the head; returns (dropped by the rule, sent).
+def confirm_loss(lab: NetLab, node: NetNode, table: str, percent: float,
+                 chain: str = "output") -> tuple[int, int]:
+    """Send datagrams from ``node`` to the head (``output``) or from the head to ``node``
+    (``input``); returns (dropped by that chain's rule, sent).
 
     Raises:
         FaultIneffective: the rule dropped none of them.
     """
-    sent = loss_probes(percent)
-    with _socket(node, socket.SOCK_DGRAM) as sock:
+    sent, before = loss_probes(percent), dropped(node, table, chain)
+    outgoing = chain == "output"
+    to = (lab.head.address, lab.probe_ports[0]) if outgoing else (node.address, lab.probe_ports[node.index])
+    with _socket(node, socket.SOCK_DGRAM) if outgoing else _host_socket(socket.SOCK_DGRAM) as sock:
         sock.setblocking(False)
         for _ in range(sent):
             try:
-                sock.sendto(b"raychaos", (lab.head.address, lab.probe_ports[0]))
-            except OSError:  # an ICMP error of an earlier datagram, reported on this send
+                sock.sendto(b"raychaos", to)
+            except OSError:  # an ICMP error of an earlier datagram, or a full buffer: reported here
                 continue
-    lost = dropped(node, table, "output")
-    if lost == 0:
-        raise FaultIneffective(f"none of {sent} datagrams from {node.label} met the loss rule of {table}: "
-                               f"at {percent:g} % that happens with probability below {_LOSS_MISS:g}")
+    lost = dropped(node, table, chain) - before
+    if lost <= 0:
+        way = f"from {node.label} to the head" if outgoing else f"from the head to {node.label}"
+        raise FaultIneffective(f"none of {sent} datagrams {way} met the loss rule of {table} ({chain}): at "
+                               f"{percent:g} % that happens with probability below {_LOSS_MISS:g}")
     return lost, sent
 
 
@@ -275,12 +399,15 @@ def _packet_loss(chaos: Chaos, fault: PacketLoss, at: float | None, rng: random.
     lab = lab_of(chaos.address)
     group = pick(lab, fault.target, fault.count, rng)
     table = lab.table_name()
-    text = drop_table(table, peer_addresses(lab, group, "rest"), "both", percent=fault.percent)
+    others = peer_addresses(lab, group, "rest")
+    text = drop_table(table, others, "both", percent=fault.percent)
     with _tables(chaos, fault, at, group, table, text):
         for node in group:
-            lost, sent = confirm_loss(lab, node, table, fault.percent)
+            out, into = (confirm_loss(lab, node, table, fault.percent, chain) for chain in CHAINS["both"])
+            confirm_rules(node, table, "both", others, fault.percent)
             chaos._record("inject", fault, at, _process(lab, node), f"{fault.percent:g} % of packets to and "
-                          f"from the other nodes dropped at random; {lost} of {sent} probe datagrams dropped")
+                          f"from the other nodes dropped at random (rules read back); probe datagrams dropped: "
+                          f"{out[0]} of {out[1]} sent out, {into[0]} of {into[1]} sent in")
         yield tuple(_process(lab, n) for n in group)
 
 
@@ -290,7 +417,7 @@ def _links(node: NetNode) -> list[tuple[str | None, str]]:
     return [(node.namespace, node.link), (None, node.host_link)]
 
 
-def _qdisc(namespace: str | None, link: str) -> dict[str, object]:
+def _qdisc(namespace: str | None, link: str) -> dict[str, Any]:
     text = run(["tc", "-s", "-j", "qdisc", "show", "dev", link] if namespace is None
                else ["tc", "-n", namespace, "-s", "-j", "qdisc", "show", "dev", link])
     rows = json.loads(text) if text.strip() else []
@@ -302,19 +429,26 @@ def burst_bytes(mbit: float) -> int:
     return max(16 * 1024, int(mbit * 1e6 / 8 / 50))
 
 
-def confirm_capped(lab: NetLab, node: NetNode, mbit: float) -> int:
-    """Push more than the bucket holds from ``node`` to the head and return how often the
-    bucket held packets back (``overlimits``).
+def confirm_capped(lab: NetLab, node: NetNode, mbit: float, *, upload: bool) -> int:
+    """Read back the token bucket of one way of ``node``'s link (``upload``: the namespace's
+    side, what the node sends; else the host's side, what it receives) and push more than it
+    holds that way; return how often it held packets back (its ``overlimits`` rise).
 
     Raises:
-        FaultIneffective: the node's queue is not a token bucket, or held nothing back.
+        FaultIneffective: that side's queue is not a token bucket at ``mbit``, or held nothing back.
     """
-    namespace, link = _links(node)[0]
-    if _qdisc(namespace, link).get("kind") != "tbf":
-        raise FaultIneffective(f"the link of {node.label} has no token bucket after `tc qdisc replace`")
-    with _socket(node) as sock:
+    namespace, link = _links(node)[0 if upload else 1]
+    way = "sends" if upload else "receives"
+    queue = _qdisc(namespace, link)
+    rate = int(queue.get("options", {}).get("rate", 0)) * 8 / 1e6 if queue.get("kind") == "tbf" else 0.0
+    if abs(rate - mbit) > 0.01 * mbit:
+        raise FaultIneffective(f"the link of {node.label} has no token bucket at {mbit:g} Mbit/s for what it {way} "
+                               f"after `tc qdisc replace` (read back: {queue.get('kind', 'none')}, {rate:g} Mbit/s)")
+    before = int(str(queue.get("overlimits", 0)))
+    to = (lab.head.address, lab.probe_ports[0]) if upload else (node.address, lab.probe_ports[node.index])
+    with _socket(node) if upload else _host_socket() as sock:
         sock.settimeout(2.0)
-        sock.connect((lab.head.address, lab.probe_ports[0]))
+        sock.connect(to)
         sock.setblocking(False)
         payload = b"\0" * (8 * burst_bytes(mbit))
         try:
@@ -323,44 +457,59 @@ def confirm_capped(lab: NetLab, node: NetNode, mbit: float) -> int:
             pass
 
         def held() -> int:
-            return int(str(_qdisc(namespace, link).get("overlimits", 0)))
+            return max(0, int(str(_qdisc(namespace, link).get("overlimits", 0))) - before)
 
         try:
             return wait_until(held, timeout=CUT_CONFIRM, interval=0.005, what="the token bucket to hold")
         except HangError:
-            raise FaultIneffective(f"the token bucket of {node.label} held nothing back from "
-                                   f"{len(payload)} bytes at {mbit:g} Mbit/s") from None
+            raise FaultIneffective(f"the token bucket of {node.label} held nothing back of {len(payload)} bytes it "
+                                   f"{way} at {mbit:g} Mbit/s") from None
 
 
 @contextmanager
 def _bandwidth(chaos: Chaos, fault: Bandwidth, at: float | None, rng: random.Random) -> Iterator[Hit]:
     lab = lab_of(chaos.address)
     group = pick(lab, fault.target, fault.count, rng)
-    capped: list[tuple[NetNode, str | None, str]] = []
+    capped: list[NetNode] = []
 
-    def heal() -> None:
-        for node, namespace, link in capped:
+    def heal_one(node: NetNode) -> None:
+        for namespace, link in _links(node):
             run(["tc", "qdisc", "del", "dev", link, "root"] if namespace is None
                 else ["tc", "-n", namespace, "qdisc", "del", "dev", link, "root"], check=False)
             if _qdisc(namespace, link).get("kind") == "tbf":
                 raise FaultIneffective(f"the token bucket on {link} of {node.label} outlived its deletion")
-        for node in dict.fromkeys(n for n, _, _ in capped):
-            took = confirm_open(lab, node)
-            chaos._record("heal", fault, at, _process(lab, node), f"token buckets deleted (read back); a "
-                          f"connection to the head completed {took * 1000:.0f} ms later")
+        took = confirm_open(lab, node)
+        chaos._record("heal", fault, at, _process(lab, node), f"token buckets deleted on both sides of the link "
+                      f"(read back); a connection to the head completed {took * 1000:.0f} ms later")
 
     tbf = ["tbf", "rate", f"{fault.mbit}mbit", "burst", str(burst_bytes(fault.mbit)), "latency", "200ms"]
-    with chaos._active_heal(heal):
+    with chaos._active_heal(lambda: heal_each(capped, heal_one, what="the heal of Bandwidth")):
         for node in group:
+            capped.append(node)
             for namespace, link in _links(node):
                 run(["tc", "qdisc", "replace", "dev", link, "root", *tbf] if namespace is None
                     else ["tc", "-n", namespace, "qdisc", "replace", "dev", link, "root", *tbf])
-                capped.append((node, namespace, link))
         for node in group:
-            held = confirm_capped(lab, node, fault.mbit)
-            chaos._record("inject", fault, at, _process(lab, node), f"links capped at {fault.mbit:g} Mbit/s "
-                          f"each way (tc tbf, read back); the bucket held a probe transfer back {held} times")
+            up, down = (confirm_capped(lab, node, fault.mbit, upload=upload) for upload in (True, False))
+            chaos._record("inject", fault, at, _process(lab, node), f"links capped at {fault.mbit:g} Mbit/s each "
+                          f"way (tc tbf on both sides, read back); the buckets held probe transfers back {up} "
+                          f"times sending, {down} times receiving")
         yield tuple(_process(lab, n) for n in group)
+
+
+@dataclass
+class Flaps:
+    """A flapping link's halves so far, each confirmed as it came: ``ups`` (its table deleted,
+    read back gone, and a connection to the head completed), ``downs`` (its rules added and a
+    probe dropped each way); ``errors``: what ended the flapping early."""
+
+    ups: int = 0
+    downs: int = 0
+    errors: list[BaseException] = field(default_factory=list)
+
+    @property
+    def flaps(self) -> int:
+        return self.ups + self.downs
 
 
 @contextmanager
@@ -369,14 +518,16 @@ def _flapping_link(chaos: Chaos, fault: FlappingLink, at: float | None,
     lab = lab_of(chaos.address)
     (node,) = pick(lab, fault.target, 1, rng)
     table = lab.table_name()
-    text = drop_table(table, peer_addresses(lab, [node], "rest"), "both")
-    stop, flaps = threading.Event(), [0]
+    others = peer_addresses(lab, [node], "rest")
+    text = drop_table(table, others, "both")
+    stop, flaps = threading.Event(), Flaps()
     with _tables(chaos, fault, at, [node], table, text):
-        took = confirm_cut(lab, node, table)
-        chaos._record("inject", fault, at, _process(lab, node), f"link down (cut from every other node), "
-                      f"confirmed within {took * 1000:.1f} ms; it flaps every {fault.period / 2:g} s")
-        errors: list[BaseException] = []
-        flapper = threading.Thread(target=_flap, args=(node, table, text, fault.period / 2, stop, flaps, errors),
+        took = confirm_cut(lab, node, table, "both")
+        confirm_rules(node, table, "both", others, None)
+        chaos._record("inject", fault, at, _process(lab, node), f"link down (cut from every other node each way, "
+                      f"rules read back): {_ways(took)}; each half of its flapping every {fault.period / 2:g} s "
+                      "is confirmed as it comes")
+        flapper = threading.Thread(target=_flap, args=(lab, node, table, text, fault.period / 2, stop, flaps),
                                    name="raychaos-flapping-link", daemon=True)
         began = time.monotonic()
         flapper.start()
@@ -384,34 +535,44 @@ def _flapping_link(chaos: Chaos, fault: FlappingLink, at: float | None,
             yield (_process(lab, node),)
         finally:
             stop.set()
-            flapper.join(timeout=fault.period + 10.0)
+            flapper.join(timeout=fault.period + 2 * HEAL_CONFIRM)
             delete_table(node, table)
             add_table(node, text)  # the heal deletes it once, whichever half the flapper ended in
-        _flapped(fault, errors, flaps[0], time.monotonic() - began)
+        _flapped(fault, flaps, time.monotonic() - began)
 
 
-def _flapped(fault: FlappingLink, errors: list[BaseException], flaps: int, held: float) -> None:
-    """Fail the fault whose link did not flap as recorded: the flapper failed, or fell behind."""
+def _flapped(fault: FlappingLink, flaps: Flaps, held: float) -> None:
+    """Fail the fault whose link did not flap as recorded: a half not confirmed (the flapper
+    failed), or fewer halves than its period asks (it fell behind)."""
     expected = int(held // (fault.period / 2)) - 1
-    if errors or flaps < expected:
-        why = f"its flapper failed: {errors[0]!r}" if errors else f"it flapped {flaps} times in {held:.1f} s"
+    if flaps.errors or flaps.flaps < expected:
+        why = (f"its flapper failed after {flaps.ups} up and {flaps.downs} down halves confirmed: "
+               f"{flaps.errors[0]!r}" if flaps.errors else f"it flapped {flaps.flaps} times in {held:.1f} s")
         raise FaultIneffective(f"the link did not flap every {fault.period / 2:g} s: {why} "
                                f"(at least {expected} expected)")
 
 
-def _flap(node: NetNode, table: str, text: str, half: float, stop: threading.Event, flaps: list[int],
-          errors: list[BaseException]) -> None:
-    """Bring the link up and down every ``half`` seconds until ``stop``; an error ends it, kept."""
+def _flap(lab: NetLab, node: NetNode, table: str, text: str, half: float, stop: threading.Event,
+          flaps: Flaps) -> None:
+    """Bring the link up and down every ``half`` seconds until ``stop``, confirming each half:
+    up, the table read back gone and a connection through; down, a probe dropped each way. A
+    half that is not confirmed ends it, kept for the heal (which fails the fault with it)."""
     down = True
     try:
         while not stop.wait(half):  # the flapping period: the fault's own rhythm, not a synchronisation
             if down:
-                delete_table(node, table)
+                delete_table(node, table, check=True)
+                if table_present(node, table):
+                    raise FaultIneffective(f"the table {table} of {node.label} is still there after its deletion")
+                confirm_open(lab, node)
+                flaps.ups += 1
             else:
                 add_table(node, text)
-            down, flaps[0] = not down, flaps[0] + 1
+                confirm_cut(lab, node, table, "both")
+                flaps.downs += 1
+            down = not down
     except Exception as exc:  # noqa: BLE001 - kept for the heal, which fails the fault with it
-        errors.append(exc)
+        flaps.errors.append(exc)
 
 
 INJECTORS: dict[type, Callable[..., object]] = {

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos import Bandwidth, FlappingLink, NodeTarget, PacketLoss, Partition
+from chaos import Bandwidth, FaultKind, FlappingLink, NodeTarget, PacketLoss, Partition
 from chaos._net_faults import drop_table, loss_probes
 from chaos.engine import fault_from_dict, fault_to_dict
 from chaos.errors import InvalidFaultSpec
@@ -74,14 +74,15 @@ def test_a_network_cluster_needs_worker_nodes(tmp_path) -> None:  # type: ignore
 
 def test_a_link_that_did_not_flap_as_recorded_makes_the_fault_ineffective() -> None:
     from chaos._errors import FaultIneffective
-    from chaos._net_faults import _flapped
+    from chaos._net_faults import Flaps, _flapped
 
     fault = FlappingLink(period=1.0, seconds=5.0)
-    _flapped(fault, [], flaps=9, held=5.0)  # every half second, less the last: as recorded
+    _flapped(fault, Flaps(ups=5, downs=4), held=5.0)  # every half second, less the last: as recorded
     with pytest.raises(FaultIneffective, match=r"flapped 2 times in 5\.0 s"):
-        _flapped(fault, [], flaps=2, held=5.0)
-    with pytest.raises(FaultIneffective, match="flapper failed: RuntimeError"):
-        _flapped(fault, [RuntimeError("nft: no such table")], flaps=9, held=5.0)
+        _flapped(fault, Flaps(ups=1, downs=1), held=5.0)
+    # A half not confirmed (its table still there, no connection through) fails it, however many came.
+    with pytest.raises(FaultIneffective, match="failed after 3 up and 2 down halves confirmed: RuntimeError"):
+        _flapped(fault, Flaps(ups=3, downs=2, errors=[RuntimeError("nft: no such table")]), held=5.0)
 
 
 def test_a_lab_listing_that_fails_is_a_leftover_not_a_clean_bill(
@@ -115,3 +116,33 @@ def test_writes_before_the_replacement_started_and_by_the_replacement_are_not() 
     assert superseded_writes(lines) == []
     # An incarnation two generations back is superseded by the first replacement already.
     assert superseded_writes([*lines, _line("write", 1, 3.0)]) == [_line("write", 1, 3.0)]
+
+
+def test_dead_node_detected_needs_the_node_that_was_cut_and_no_other() -> None:
+    """Ray declaring a node dead is the cut's trace only when it is the node that was cut: the
+    rule that took any writer's node declared dead held when another node died instead."""
+    from scenarios.model._records import Validity
+    from scenarios.workloads._network import node_detected
+
+    cuts = {"n1": 4.0}
+    assert node_detected(cuts, {"n1": 8.5}, within=10.0).held
+    other = node_detected(cuts, {"n2": 8.5}, within=10.0)
+    assert not other.held and "n1, cut at 4.0 s, never declared dead" in other.detail
+    assert "n2 declared dead at 8.5 s but never cut" in other.detail
+    assert not node_detected(cuts, {"n1": 8.5, "n2": 9.0}, within=10.0).held  # and a node not cut with it
+    assert not node_detected(cuts, {"n1": 3.0}, within=10.0).held  # dead before its cut: not the cut's
+    assert not node_detected(cuts, {"n1": 15.0}, within=10.0).held  # past the bound
+    assert node_detected({}, {"n1": 8.5}, within=10.0).validity is Validity.UNKNOWN  # no cut confirmed
+
+
+def test_the_nodes_a_partition_cut_are_read_from_what_it_hit() -> None:
+    from chaos._faults import Partition
+    from chaos.engine import Injection, RayProcess
+    from scenarios.model._workload import FaultWindow
+    from scenarios.workloads._network import cut_nodes
+
+    hit = Injection(Partition(seconds=1), (RayProcess(0, "n1", "node n1"),))
+    windows = [FaultWindow(FaultKind.PARTITION, 4.0, 9.0, injection=hit),
+               FaultWindow(FaultKind.PARTITION, 12.0, 14.0, injection=hit)]
+    assert cut_nodes(windows) == {"n1": 4.0}
+    assert cut_nodes([FaultWindow(FaultKind.PARTITION, 4.0, 9.0, planned=True)]) == {}  # the twin's: no node hit
