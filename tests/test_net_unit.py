@@ -122,27 +122,27 @@ def test_dead_node_detected_needs_the_node_that_was_cut_and_no_other() -> None:
     """Ray declaring a node dead is the cut's trace only when it is the node that was cut: the
     rule that took any writer's node declared dead held when another node died instead."""
     from scenarios.model._records import Validity
-    from scenarios.workloads._network import node_detected
+    from scenarios.workloads._surface import node_detected
 
     cuts = {"n1": 4.0}
-    assert node_detected(cuts, {"n1": 8.5}, within=10.0).held
-    other = node_detected(cuts, {"n2": 8.5}, within=10.0)
-    assert not other.held and "n1, cut at 4.0 s, never declared dead" in other.detail
-    assert "n2 declared dead at 8.5 s but never cut" in other.detail
-    assert not node_detected(cuts, {"n1": 8.5, "n2": 9.0}, within=10.0).held  # and a node not cut with it
-    assert not node_detected(cuts, {"n1": 3.0}, within=10.0).held  # dead before its cut: not the cut's
-    assert not node_detected(cuts, {"n1": 15.0}, within=10.0).held  # past the bound
-    assert node_detected({}, {"n1": 8.5}, within=10.0).validity is Validity.UNKNOWN  # no cut confirmed
+    assert node_detected(cuts, {"n1": 8.5}, within=10.0, fault="cut").held
+    other = node_detected(cuts, {"n2": 8.5}, within=10.0, fault="cut")
+    assert not other.held and "n1, its cut at 4.0 s, never declared dead" in other.detail
+    assert "n2 declared dead at 8.5 s, which no cut hit" in other.detail
+    assert not node_detected(cuts, {"n1": 8.5, "n2": 9.0}, within=10.0, fault="cut").held  # and a node not cut with it
+    assert not node_detected(cuts, {"n1": 3.0}, within=10.0, fault="cut").held  # dead before its cut: not the cut's
+    assert not node_detected(cuts, {"n1": 15.0}, within=10.0, fault="cut").held  # past the bound
+    assert node_detected({}, {"n1": 8.5}, within=10.0, fault="cut").validity is Validity.UNKNOWN  # no cut confirmed
 
 
 def test_the_nodes_a_partition_cut_are_read_from_what_it_hit() -> None:
     from chaos._faults import Partition
     from chaos.engine import Injection, RayProcess
     from scenarios.model._workload import FaultWindow
-    from scenarios.workloads._network import cut_nodes
+    from scenarios.workloads._surface import nodes_hit
 
     hit = Injection(Partition(seconds=1), (RayProcess(0, "n1", "node n1"),))
     windows = [FaultWindow(FaultKind.PARTITION, 4.0, 9.0, injection=hit),
                FaultWindow(FaultKind.PARTITION, 12.0, 14.0, injection=hit)]
-    assert cut_nodes(windows) == {"n1": 4.0}
-    assert cut_nodes([FaultWindow(FaultKind.PARTITION, 4.0, 9.0, planned=True)]) == {}  # the twin's: no node hit
+    assert nodes_hit(windows) == {"n1": 4.0}
+    assert nodes_hit([FaultWindow(FaultKind.PARTITION, 4.0, 9.0, planned=True)]) == {}  # the twin's: no node hit

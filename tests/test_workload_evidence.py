@@ -192,10 +192,14 @@ def test_node_gone_at_deadline_checks_the_node_and_the_time() -> None:
     for drained, dead_at, why in (
             ([6.5], {}, "need one drain and one node dead"),  # nothing died
             ([6.5], {workers[0]: 6.6, workers[1]: 6.8}, "need one drain and one node dead"),  # two died
-            ([6.5], {"c" * 56: 6.7}, "not a worker node of the run"),  # another node died
+            ([6.5], {"c" * 56: 6.7}, "not the drained worker node of the run"),  # another node died
             ([6.5], {workers[1]: 0.4}, "seen dead -6.1 s")):  # long before the drain ended
         verdict = gone_verdict(drained, dead_at, workers, 5.0)
         assert not verdict.held and why in verdict.detail, verdict
+    # A worker of the run died, but not the one the drain hit: not the drain's doing.
+    assert gone_verdict([6.5], {workers[1]: 6.8}, workers, 5.0, drained_nodes={workers[1]}).held
+    other = gone_verdict([6.5], {workers[1]: 6.8}, workers, 5.0, drained_nodes={workers[0]})
+    assert not other.held and "not the drained worker node" in other.detail
 
 
 def test_the_harness_probe_and_warm_up_on_a_dead_node_are_no_evidence_of_the_workload() -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,10 +22,10 @@ from chaos._net import _kill_namespace, lab_of
 from chaos.errors import HangError
 from chaos.history import OpStatus, check_set
 from scenarios.model._records import Verdict
-from scenarios.model._workload import CALL_TIMEOUT, FaultWindow, Params, Workload
-from scenarios.workloads._surface import _NodeWatch, _states, _worker_nodes
+from scenarios.model._workload import CALL_TIMEOUT, Params, Workload
+from scenarios.workloads._surface import _NodeWatch, _states, _worker_nodes, node_detected, nodes_hit
 
-__all__ = ["NETWORK_WORKLOADS", "IncarnationLog", "LogLine", "cut_nodes", "node_detected", "superseded_writes"]
+__all__ = ["NETWORK_WORKLOADS", "IncarnationLog", "LogLine", "superseded_writes"]
 
 
 class IncarnationLog:
@@ -125,40 +124,6 @@ class _Writer:
             self.history.complete(key, OpStatus.INFO)
 
 
-def cut_nodes(windows: Sequence[FaultWindow]) -> dict[str, float]:
-    """Each node a partition cut (its Ray node id, from what the fault hit), and when its first
-    cut was confirmed, seconds into the run; none in the fault-free twin (nothing was hit)."""
-    found: dict[str, float] = {}
-    for window in windows:
-        for process in window.injection.processes if window.injection is not None else ():
-            found.setdefault(process.node_id, window.start)
-    return found
-
-
-def node_detected(cuts: Mapping[str, float], dead_at: Mapping[str, float], *, within: float) -> Verdict:
-    """``dead_node_detected``: each node a partition cut was declared dead within ``within``
-    seconds of its cut (not before it), and no node that was not cut was: the dead node is the
-    one cut. No cut confirmed: nothing to judge (unknown)."""
-    name = "dead_node_detected"
-    if not cuts:
-        return Verdict.unknown(name, f"no partition cut a node (none confirmed); nodes declared dead: {len(dead_at)}")
-    problems = [p for p in (_detection(node, at, dead_at.get(node), within) for node, at in cuts.items()) if p]
-    problems += [f"node {node[:12]} declared dead at {t:.1f} s but never cut" for node, t in dead_at.items()
-                 if node not in cuts]
-    took = [dead_at[n] - at for n, at in cuts.items() if n in dead_at]
-    said = f"each cut node declared dead {', '.join(f'{t:.1f}' for t in took)} s after its cut (bound {within:g} s)"
-    return Verdict.of(name, not problems, "; ".join(problems) or f"{said}, and no other", len(cuts))
-
-
-def _detection(node: str, cut: float, dead: float | None, within: float) -> str:
-    """What is wrong with the detection of ``node``, cut at ``cut`` ("" when nothing)."""
-    if dead is None:
-        return f"node {node[:12]}, cut at {cut:.1f} s, never declared dead"
-    if not 0 <= dead - cut <= within:
-        return f"node {node[:12]}, cut at {cut:.1f} s, declared dead at {dead:.1f} s (bound {within:g} s after its cut)"
-    return ""
-
-
 class PartitionWorker(Workload):
     """An incarnation-tagged writer on each worker node; a partition cuts one node from the rest."""
 
@@ -202,12 +167,12 @@ class PartitionWorker(Workload):
 
     def _cut(self) -> list[_Writer]:
         """The writers whose first node a partition cut and Ray then declared dead."""
-        cut = cut_nodes(self.ctx.windows(FaultKind.PARTITION))
+        cut = nodes_hit(self.ctx.windows(FaultKind.PARTITION))
         return [w for w in self.writers if w.home in self.watch.dead_at and w.home in cut]
 
     def invariants(self) -> list[Verdict]:
-        cuts = cut_nodes(self.ctx.windows(FaultKind.PARTITION))
-        return [node_detected(cuts, self.watch.dead_at, within=self.params.detect_within), self._moved(),
+        cuts = nodes_hit(self.ctx.windows(FaultKind.PARTITION))
+        return [node_detected(cuts, self.watch.dead_at, within=self.params.detect_within, fault="cut"), self._moved(),
                 self._no_rejoin(), self._old_gone(), self._kept(), self._superseded()]
 
     def _moved(self) -> Verdict:

@@ -14,7 +14,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
@@ -29,7 +29,7 @@ from chaos.engine import StuckCause
 from chaos.errors import MutationNotLogged
 from chaos.history import Op, OpStatus, drive_writers
 from scenarios.model._records import Verdict
-from scenarios.model._workload import CALL_TIMEOUT, Params, Workload
+from scenarios.model._workload import CALL_TIMEOUT, FaultWindow, Params, Workload
 
 __all__ = ["SURFACE_WORKLOADS"]
 
@@ -156,6 +156,43 @@ class _NodeWatch:
         """Seconds into the run of a wall-clock death time (now, if the GCS gave none)."""
         now = float(self.ctx.elapsed())
         return now - max(0.0, time.time() - ended_ms / 1000) if ended_ms > 0 else now
+
+
+def nodes_hit(windows: Sequence[FaultWindow]) -> dict[str, float]:
+    """Each node the faults of ``windows`` hit (its Ray node id, from what each fault hit), and
+    when the first that hit it was confirmed, seconds into the run; none in the fault-free twin
+    (nothing was hit there)."""
+    found: dict[str, float] = {}
+    for window in windows:
+        for process in window.injection.processes if window.injection is not None else ():
+            found.setdefault(process.node_id, window.start)
+    return found
+
+
+def node_detected(hit: Mapping[str, float], dead_at: Mapping[str, float], *, within: float,
+                  fault: str) -> Verdict:
+    """``dead_node_detected``: each node the ``fault`` hit was declared dead within ``within``
+    seconds of it (not before it), and no node it did not hit was: the dead node is the one the
+    fault hit. None hit (none confirmed): nothing to judge, unknown."""
+    name = "dead_node_detected"
+    if not hit:
+        return Verdict.unknown(name, f"no {fault} of a node was confirmed; nodes declared dead: {len(dead_at)}")
+    problems = [p for p in (_detection(node, at, dead_at.get(node), within, fault) for node, at in hit.items()) if p]
+    problems += [f"node {node[:12]} declared dead at {t:.1f} s, which no {fault} hit" for node, t in dead_at.items()
+                 if node not in hit]
+    took = ", ".join(f"{dead_at[n] - at:.1f}" for n, at in hit.items() if n in dead_at)
+    return Verdict.of(name, not problems, "; ".join(problems) or f"each node the {fault} hit declared dead {took} s "
+                      f"after it (bound {within:g} s), and no other", len(hit))
+
+
+def _detection(node: str, at: float, dead: float | None, within: float, fault: str) -> str:
+    """What is wrong with the detection of ``node``, hit at ``at`` ("" when nothing)."""
+    if dead is None:
+        return f"node {node[:12]}, its {fault} at {at:.1f} s, never declared dead"
+    if not 0 <= dead - at <= within:
+        return (f"node {node[:12]}, its {fault} at {at:.1f} s, declared dead at {dead:.1f} s "
+                f"(bound {within:g} s after it)")
+    return ""
 
 
 def _deaths(address: str) -> dict[str, int]:
@@ -384,16 +421,13 @@ class Unresponsive(_OnWorkerNodes):
         self.detect_within = self.ctx.params_as(UnresponsiveParams).detect_within
 
     def invariants(self) -> list[Verdict]:
-        frozen = self.ctx.injections(FaultKind.FREEZE_NODE)
         dead = self.watch.dead_at
-        took = (min(dead.values()) - frozen[0]) if frozen and dead else None
         states = _states(self.ctx.address)
         rejoined = [n[:12] for n in dead if states.get(n) != "DEAD"]
         alive = [p for p in self.pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-        # Dead before the freeze is not the freeze detected (the GCS's death time may be earlier).
-        return [Verdict.of("dead_node_detected", took is not None and 0 <= took <= self.detect_within,
-                        f"declared dead {took:.1f} s after the freeze (bound {self.detect_within:g} s)"
-                        if took is not None else f"freezes at {frozen}, nodes seen dead: {len(dead)}"),
+        # The node the freeze hit, dead after it (the GCS's death time may be earlier: not the freeze's).
+        return [node_detected(nodes_hit(self.ctx.windows(FaultKind.FREEZE_NODE)), dead, within=self.detect_within,
+                              fault="freeze"),
                 self._moved(),
                 Verdict.of("no_rejoin", bool(dead) and not rejoined,
                         f"nodes declared dead: {len(dead)}; alive again since: {rejoined or 'none'}"),
@@ -423,25 +457,30 @@ class Preemption(_OnWorkerNodes):
 
     def invariants(self) -> list[Verdict]:
         within = self.ctx.params_as(PreemptionParams).gone_within
-        return [gone_verdict(self.ctx.injections(FaultKind.DRAIN_NODE), self.watch.dead_at, self.nodes, within),
+        drains = self.ctx.windows(FaultKind.DRAIN_NODE)
+        return [gone_verdict([w.start for w in drains], self.watch.dead_at, self.nodes, within,
+                             drained_nodes=set(nodes_hit(drains))),
                 self._moved(),
                 self._kept("drained_actor_lost_nothing")]
 
 
-def gone_verdict(drained: list[float], dead_at: Mapping[str, float], workers: list[str], within: float) -> Verdict:
+def gone_verdict(drained: list[float], dead_at: Mapping[str, float], workers: list[str], within: float, *,
+                 drained_nodes: Collection[str] | None = None) -> Verdict:
     """``node_gone_at_deadline``: one drain, and the one node that died in the run (State API)
-    was a worker node of the run, seen dead within ``within`` s of the drain's confirmation
+    was a worker node of the run and the node drained (``drained_nodes``: what the drain hit;
+    None: not known, not checked), seen dead within ``within`` s of the drain's confirmation
     (which comes when Ray declared the drained node dead after its kill at the deadline). No
-    node dead, a second one, or one dead far from the drain's end breaks it."""
+    node dead, a second one, another than the drained one, or one dead far from the drain's
+    end breaks it."""
     gone = sorted(dead_at.items(), key=lambda item: item[1])
     detail = (f"drains confirmed at {[round(t, 1) for t in drained]} s; nodes dead since: "
               f"{', '.join(f'{n[:12]} at {t:.1f} s' for n, t in gone) or 'none'} (bound: {within:g} s)")
     if len(drained) != 1 or len(gone) != 1:
         return Verdict.of("node_gone_at_deadline", False, f"need one drain and one node dead; {detail}")
     (node, died), = gone
-    off, ours = died - drained[0], node in workers
+    off, ours = died - drained[0], node in workers and (drained_nodes is None or node in drained_nodes)
     return Verdict.of("node_gone_at_deadline", ours and abs(off) <= within,
-                   f"{node[:12]} ({'a worker node of the run' if ours else 'not a worker node of the run'}) "
+                   f"{node[:12]} ({'the drained worker node' if ours else 'not the drained worker node of the run'}) "
                    f"seen dead {off:+.1f} s from the drain's confirmation; {detail}")
 
 
