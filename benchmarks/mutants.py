@@ -89,6 +89,34 @@ VERDICTS: dict[str, set[str] | None] = {
         "loop_bound", "blocked_verdict", "new_oom_kills", "task_evidence", "counters_verdict",
         "owner_death_verdict"},
 }
+#: The network lab and its faults: the faults' confirmations and read-backs, the heals, the
+#: flapping link's halves, the lab's own objects and its leftovers.
+NETWORK: dict[str, set[str] | None] = {
+    "chaos/_net_faults.py": {
+        "peer_addresses", "drop_table", "parse_table", "_drop_rule", "rules_problem", "dropped", "confirm_rules",
+        "confirm_cut", "_dropped_probe", "_ways", "confirm_open", "loss_probes", "confirm_loss", "burst_bytes",
+        "confirm_capped", "confirm_capped.held", "heal_each", "_tables", "_tables.heal_one", "Flaps.flaps",
+        "_flapped", "_flap", "table_present", "read_table", "delete_table"},
+    "chaos/_net.py": {"_plan", "_create", "network_leftovers", "_listing", "_json", "require_network",
+                      "network_missing"},
+}
+#: The fault filesystem and its model: what a power loss keeps and drops, the faults' switches
+#: and deadlines, and the disk faults' probes and confirmations.
+DISK: dict[str, set[str] | None] = {
+    "chaos/_fuse_model.py": None,
+    "chaos/_fuse_faults.py": None,
+    "chaos/_disk_faults.py": {"_probe_path", "_timed_op", "_slow", "_fastest_probe", "_until", "_seen", "_stall",
+                              "_failing", "_failed_probe", "_power_loss", "_check_not_expired", "switch_off"},
+    "chaos/_fusefs.py": {"PowerLossResult.cut_under"},
+}
+#: The Serve and job verdicts: what excuses an error, a body checked, a kill answered.
+SERVE_JOB: dict[str, set[str] | None] = {
+    "scenarios/workloads/_serve_verdicts.py": None,
+    "scenarios/workloads/_job.py": {
+        "job_succeeded", "within_ratio", "fault_seen", "_Answers.restored", "_Answers.regrouped", "_kill_answered",
+        "_answered", "attempts_of", "_method", "job_seconds", "_job_timeout", "job_problems", "_with_kill_targets",
+        "ActorSighting.there"},
+}
 #: ``make test``'s tests of each group that need no Ray cluster; the fastest to fail first.
 TESTS = {
     "crash": ["tests/test_exactly_once.py", "tests/test_reconstructed.py", "tests/test_refused_mutation.py",
@@ -99,8 +127,14 @@ TESTS = {
                  "tests/test_driver.py",
                  "tests/test_workload_evidence.py", "tests/test_failure_surface_unit.py", "tests/test_confirmation.py",
                  "tests/test_scenarios_model.py", "tests/test_chaos_unit.py"],
+    "network": ["tests/test_net_unit.py", "tests/test_net_confirm.py", "tests/test_net_lab.py",
+                "tests/test_reclaim.py"],
+    "disk": ["tests/test_fuse_fs.py", "tests/test_fuse_disk_faults.py", "tests/test_disk_kinds.py",
+             "tests/test_power_loss.py", "tests/test_fuse_power_loss_property.py"],
+    "serve_job": ["tests/test_serve_verdicts.py", "tests/test_serve_load.py", "tests/test_job_unit.py",
+                  "tests/test_report_agreement.py"],
 }
-GROUPS = {"crash": CRASH, "verdicts": VERDICTS}
+GROUPS = {"crash": CRASH, "verdicts": VERDICTS, "network": NETWORK, "disk": DISK, "serve_job": SERVE_JOB}
 TIMEOUT = 180.0  # per mutant; each group's selection takes ~15 s here unmutated
 TEST_TIMEOUT = 120  # per test (pytest-timeout)
 _FLIPS = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,
