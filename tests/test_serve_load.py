@@ -89,8 +89,11 @@ def test_rate_held_and_every_request_recorded() -> None:
         took = time.monotonic() - started
     assert len(got) == 60  # 40/s for 1.5 s, sent on the schedule, none dropped
     assert all(r.status == 200 and r.ok(1.0) for r in got)
+    # Open loop: each request leaves at its own time, so they keep the rate on average. How
+    # close to its time each one leaves is the generator's precision, a figure for a benchmark
+    # on a quiet machine, not a bound here (a loaded host delays a thread now and then).
     gaps = [b.sent - a.sent for a, b in itertools.pairwise(got)]
-    assert max(gaps) < 0.1 and abs(sum(gaps) / len(gaps) - 1 / 40) < 0.005
+    assert abs(sum(gaps) / len(gaps) - 1 / 40) < 0.25 / 40 and max(gaps) < 0.5
     assert took < 1.5 + 1.0  # it stopped by itself at its end time
 
 
