@@ -26,6 +26,7 @@ import psutil
 from chaos._errors import FaultIneffective, InvalidConfig, InvalidFaultSpec
 from chaos._net import NetLab, network_lab, registered, require_network
 from chaos._net_cluster import join_workers, kill_workers, map_node_ids
+from chaos._reaper import Claim, ClaimKind, claim, release
 from chaos._wait import wait_until
 
 _log = logging.getLogger(__name__)
@@ -259,6 +260,9 @@ def local_cluster(
         )
     temp_dir = tempfile.mkdtemp(prefix="rc-", dir="/tmp")  # short: Ray's socket paths are limited
     config = dict(TEST_SYSTEM_CONFIG if system_config is None else system_config)
+    # Claimed before Ray starts: a driver killed from here on leaves its cluster's processes to its reaper.
+    session = Claim(ClaimKind.RAY_SESSION, (temp_dir,))
+    claim(session)
     try:
         init_args = {"namespace": namespace, "log_to_driver": log_to_driver,
                      "logging_level": logging.WARNING}
@@ -279,6 +283,7 @@ def local_cluster(
             yield handle
     finally:
         shutil.rmtree(temp_dir, ignore_errors=True)
+        release(session)
 
 
 def _validate_network(nodes: int) -> None:

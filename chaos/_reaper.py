@@ -45,9 +45,14 @@ class ClaimKind(enum.Enum):
     FAULTFS = "faultfs"  # a fault filesystem's mount point: its server unmounts it; checked
     TMPFS = "tmpfs"  # a capped tmpfs's mount point: unmounted, and the empty folder deleted
     FOLDER = "folder"  # a folder of the driver's: deleted, unless something is mounted in it
+    #: An embedded cluster's temporary root: every process naming it is killed (the head's
+    #: dashboard and runtime-env agents outlive a killed driver's raylet by a minute and more:
+    #: Ray's own fate-sharing ends the raylet, not them); the folder stays, for the postmortem.
+    RAY_SESSION = "ray-session"
 
 
-_NOUNS = {ClaimKind.FAULTFS: "fault filesystem at", ClaimKind.TMPFS: "capped tmpfs at", ClaimKind.FOLDER: "folder"}
+_NOUNS = {ClaimKind.FAULTFS: "fault filesystem at", ClaimKind.TMPFS: "capped tmpfs at", ClaimKind.FOLDER: "folder",
+          ClaimKind.RAY_SESSION: "Ray processes of the cluster under"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,11 +217,26 @@ def _undo_tmpfs(mount: str) -> None:
     release_capped(mount)
 
 
+def _undo_ray_session(temp_dir: str) -> None:
+    """Kill every process whose command line names ``temp_dir`` (the cluster's own, and only it).
+
+    Raises:
+        TeardownFailed: some still run after the kill's bound (each named).
+    """
+    from chaos._reclaim import kill_all, processes_naming
+
+    left = kill_all(processes_naming(temp_dir))
+    if left:
+        raise TeardownFailed(f"the Ray processes under {temp_dir}",
+                             [ProcessLookupError(f"pid {pid} still runs after SIGKILL") for pid in left])
+
+
 UNDO: dict[ClaimKind, Callable[..., None]] = {
     ClaimKind.NETLAB: _undo_netlab,
     ClaimKind.FAULTFS: _undo_faultfs,
     ClaimKind.TMPFS: _undo_tmpfs,
     ClaimKind.FOLDER: remove_folder,
+    ClaimKind.RAY_SESSION: _undo_ray_session,
 }
 
 

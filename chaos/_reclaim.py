@@ -76,6 +76,37 @@ def _start_ticks(pid: int) -> int | None:
     return None if fields[0] in ("Z", "X") else int(fields[19])
 
 
+def processes_naming(folder: str) -> list[int]:
+    """The processes (this one aside) whose command line names ``folder`` or that hold a file
+    open under it: an embedded cluster's processes name its temporary root (``--temp-dir``,
+    ``--session-dir``), and those that retitle themselves (``ray::DashboardAgent``) write
+    their logs there."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        pid = int(proc.info["pid"])
+        if pid != os.getpid() and (folder in " ".join(proc.info["cmdline"] or ()) or _holds_under(pid, folder)):
+            found.append(pid)
+    return found
+
+
+def _holds_under(pid: int, folder: str) -> bool:
+    """Whether ``pid`` has a descriptor open on a path under ``folder``."""
+    prefix = folder.rstrip("/") + "/"
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:  # gone, or not ours to read
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(prefix):
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def kill_all(pids: Iterable[int], *, timeout: float = 10.0) -> list[int]:
     """SIGCONT and SIGKILL each process (a paused one must not linger), and wait until each is
     gone or a zombie (ended: an orphan's zombie lasts until init reaps it, which here took a

@@ -406,3 +406,26 @@ def test_cleanup_that_cannot_remove_two_things_removes_the_rest_names_both_and_e
     assert removed == ["ok"]
     assert "could not remove: bad-a" in output and "could not remove: bad-b" in output
     assert "left alone: theirs" in output and "removed: theirs" not in output
+
+
+def test_the_processes_of_a_clusters_folder_are_found_by_their_command_line_or_an_open_file(tmp_path: Path) -> None:
+    """Ray's agents retitle themselves (``ray::DashboardAgent``): their command line no longer
+    names the cluster's folder, but they hold their logs open in it."""
+    import subprocess
+    import sys
+
+    from chaos._reclaim import kill_all, processes_naming
+
+    log = (tmp_path / "agent.log").open("w")
+    by_file = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], stdout=log)
+    by_name = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", str(tmp_path)])
+    elsewhere = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        found = processes_naming(str(tmp_path))
+        assert by_file.pid in found and by_name.pid in found and elsewhere.pid not in found
+        assert kill_all([by_file.pid, by_name.pid]) == []
+    finally:
+        for proc in (by_file, by_name, elsewhere):
+            proc.kill()
+            proc.wait(timeout=10)
+        log.close()
