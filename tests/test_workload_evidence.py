@@ -19,7 +19,7 @@ from ray.util.state import get_actor
 from chaos import wait_until
 from chaos.cluster import ClusterHandle
 from scenarios import Workload
-from scenarios.model._records import Verdict
+from scenarios.model._records import Validity, Verdict
 from scenarios.model._workload import RunContext
 from scenarios.workloads._builtin import (
     WORKLOADS,
@@ -71,8 +71,8 @@ def test_lost_objects_are_inconclusive_when_none_lived_on_the_dead_node() -> Non
     # A node died, but not the one holding the objects: every get returns its value, as the
     # oracle says of live nodes, and no loss was tested.
     verdict = objects_verdict(_made("a"), {"b"})
-    assert not verdict.held and verdict.detail.startswith("inconclusive: no retried_task, once_task, "
-                                                           "worker_put object lived on a node that died"), verdict
+    assert verdict.validity is Validity.UNKNOWN and verdict.detail.startswith(
+        "unknown: no retried_task, once_task, worker_put object lived on a node that died"), verdict
 
 
 def test_lost_objects_need_every_kind_on_the_dead_node() -> None:
@@ -80,7 +80,7 @@ def test_lost_objects_need_every_kind_on_the_dead_node() -> None:
     assert objects_verdict([*_made("a"), *_made("b", lost)], {"b"}).held
     partial = [m for m in _made("b", lost) if m.kind is not ObjectKind.WORKER_PUT]
     verdict = objects_verdict([*_made("a"), *partial], {"b"})
-    assert not verdict.held and "inconclusive: no worker_put object" in verdict.detail, verdict
+    assert verdict.validity is Validity.UNKNOWN and "unknown: no worker_put object" in verdict.detail, verdict
     wrong = objects_verdict(_made("b"), {"b"})  # a once-only task's output came back: not lost
     assert not wrong.held and "once_task on the dead node: value" in wrong.detail, wrong
 
@@ -90,16 +90,17 @@ def test_node_loss_counters_need_one_on_the_dead_node() -> None:
             Verdict.of("actor_state_recovered", True, "w1: 5 acknowledged", 5)]
     assert counters_verdict(kept, ["a", "b"], {"b"}).held
     missed = counters_verdict(kept, ["a", "b"], {"c"})  # the node that died held neither
-    assert not missed.held and missed.detail.startswith("inconclusive: no counter lived on a node that died")
+    assert missed.validity is Validity.UNKNOWN and missed.detail.startswith("unknown: no counter lived on a node")
     lost = [kept[0], Verdict.of("actor_state_recovered", False, "w1: 1 lost", 5)]
     assert not counters_verdict(lost, ["a", "b"], {"b"}).held
+    assert counters_verdict(lost, ["a", "b"], {"c"}).validity is Validity.BROKEN  # a loss seen is a loss
 
 
 def test_node_loss_task_verdicts_need_an_attempt_on_the_dead_node() -> None:
     clean = Verdict.of("no_error_visible", True, "40 tasks ended; errors seen by the driver: none", 40)
     assert task_evidence(clean, 3) == clean
     missed = task_evidence(clean, 0)
-    assert not missed.held and missed.detail.startswith("inconclusive: no task attempt ran on a node that died")
+    assert missed.validity is Validity.UNKNOWN and missed.detail.startswith("unknown: no task attempt ran on a node")
 
 
 # -- steady-state probes: each a check that can fail, or none ---------------------------------

@@ -556,25 +556,21 @@ def attempts_among(rows: Any, nodes: set[str]) -> int:
 
 
 def task_evidence(verdict: Verdict, attempts_on_dead: int) -> Verdict:
-    """``verdict`` about the tasks, false as inconclusive when no task attempt ran on a node
+    """``verdict`` about the tasks, unknown instead of held when no task attempt ran on a node
     that died: then the node loss never reached the tasks it claims to test."""
-    if attempts_on_dead:
-        return verdict
-    return Verdict.of(verdict.name, False, f"inconclusive: no task attempt ran on a node that died (State "
-                   f"API); {verdict.detail}", verdict.seen)
+    return verdict.unless(None if attempts_on_dead else "no task attempt ran on a node that died (State API)")
 
 
 def counters_verdict(each: list[Verdict], homes: list[str], dead: set[str]) -> Verdict:
     """``actor_state_recovered``: every counter holds its acknowledged adds, and one of them
-    lived on a node that died (else the verdict is false, as inconclusive)."""
+    lived on a node that died (else it is unknown: the loss never reached a counter)."""
     name = each[0].name if each else "actor_state_recovered"
     hit = [home[:12] for home in homes if home in dead]
     detail = (f"counters were on {[h[:12] for h in homes]}, on a dead node: {hit or 'none'}; "
               + "; ".join(v.detail for v in each))
     seen = min((v.seen or 0 for v in each), default=0)
-    if not hit:
-        return Verdict.of(name, False, f"inconclusive: no counter lived on a node that died; {detail}", seen)
-    return Verdict.of(name, bool(each) and all(v.held for v in each), detail, seen)
+    verdict = Verdict.of(name, bool(each) and all(v.held for v in each), detail, seen)
+    return verdict.unless(None if hit else "no counter lived on a node that died")
 
 
 class _Owner:

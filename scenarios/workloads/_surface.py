@@ -700,7 +700,7 @@ class Made:
 def objects_verdict(made: list[Made], dead: set[str]) -> Verdict:
     """``lost_objects_as_predicted``: each object's ``ray.get`` ends as the oracle predicts.
     Only objects that lived on a node that died test the oracle's losses, so every kind must
-    have one there; without that evidence the verdict is false, as inconclusive."""
+    have one there; without that evidence the verdict is unknown (or broken, if one was wrong)."""
     wrong = [f"{m.kind.value} on {'the dead' if m.node in dead else 'a live'} node: {m.outcome}"
              f"{f' ({m.error})' if m.error else ''}, "
              f"want {expected_outcome(m.kind, on_dead_node=m.node in dead)}"
@@ -710,11 +710,9 @@ def objects_verdict(made: list[Made], dead: set[str]) -> Verdict:
     missing = [kind.value for kind, n in hit.items() if not n]
     detail = (f"{len(made)} objects, dead nodes {len(dead)}, on them {sum(hit.values())} "
               f"({', '.join(f'{k.value} {n}' for k, n in hit.items())}): {seen}; wrong: {wrong[:3] or 'none'}")
-    if missing:
-        return Verdict.of("lost_objects_as_predicted", False,
-                       f"inconclusive: no {', '.join(missing)} object lived on a node that died, so no "
-                       f"loss was tested; {detail}", seen=len(made))
-    return Verdict.of("lost_objects_as_predicted", not wrong, detail, seen=len(made))
+    verdict = Verdict.of("lost_objects_as_predicted", not wrong, detail, seen=len(made))
+    return verdict.unless(f"no {', '.join(missing)} object lived on a node that died, so no loss was tested"
+                          if missing else None)
 
 
 class LostObjectsParams(Params):
