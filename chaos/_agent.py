@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import itertools
 import os
 import select
@@ -28,13 +27,13 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import psutil
 
 from chaos._disk import Filled, fill, unfill
 from chaos._errors import ChaosError, FaultIneffective, HangError, TargetNotFound
+from chaos._identity import SHIPPED, code_hash
 from chaos._memory import MemoryProgress, read_progress
 from chaos._safety import check_target, raylet_of
 from chaos._wait import wait_until
@@ -47,9 +46,6 @@ AGENT_NAMESPACE = "raychaos-agents"
 #: The agent's protocol: its methods, their arguments and results. Change it with any of them
 #: (the code's hash changes with every byte anyway; the number says what kind of change it was).
 PROTOCOL = 2
-#: The modules of ``chaos`` a node runs: the agent and what it imports, nothing else. They are
-#: the agent's package (:mod:`chaos._ship`) and, hashed, its code's identity (:func:`code_hash`).
-SHIPPED = ("_agent", "_disk", "_errors", "_healer", "_memory", "_safety", "_wait")
 #: Seconds a node's agent has to start and answer: the node unpacks the agent's package and
 #: starts a worker process for it first (about 1 s here).
 AGENT_START_TIMEOUT = 30.0
@@ -416,25 +412,6 @@ class _Known:
 
 
 _AGENTS: dict[tuple[str, str], _Known] = {}
-
-
-def code_hash_of(folder: Path) -> str:
-    """The sha256 of the :data:`SHIPPED` modules in ``folder``: each one's name, length and bytes,
-    in that order (a fixed order: the same files hash the same anywhere)."""
-    digest = hashlib.sha256()
-    for module in SHIPPED:
-        data = (folder / f"{module}.py").read_bytes()
-        digest.update(f"{module}.py {len(data)}\n".encode())
-        digest.update(data)
-    return digest.hexdigest()
-
-
-@functools.cache
-def code_hash() -> str:
-    """The hash of the agent's code as this process has it, computed once: the driver hashes its
-    own ``chaos`` and an agent its shipped copy, byte-identical, so the two agree exactly when
-    the agent runs the code the driver ships."""
-    return code_hash_of(Path(__file__).parent)
 
 
 def driver_token() -> str:

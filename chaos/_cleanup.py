@@ -112,7 +112,7 @@ def _fault_filesystems() -> list[Leftover]:
 
 
 def _tmpfs() -> list[Leftover]:
-    from chaos._disk import capped_mounts, release_capped
+    from chaos._capped import capped_mounts, release_capped
 
     return [Leftover(f"tmpfs {point}", owner, _ownership(owner), 2, functools.partial(release_capped, point))
             for point, owner in capped_mounts().items()]

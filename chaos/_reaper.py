@@ -16,7 +16,6 @@ release, and the new one is told every claim still held.
 
 from __future__ import annotations
 
-import argparse
 import enum
 import json
 import os
@@ -24,14 +23,14 @@ import select
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from chaos._reclaim import OWNER_ENV, Owner, TeardownFailed, me, remove_folder, undo_all
+from chaos._reclaim import OWNER_ENV, Owner, me
 
-__all__ = ["Claim", "ClaimKind", "claim", "reaper_pid", "release"]
+__all__ = ["Claim", "ClaimKind", "claim", "read_claims", "reaper_pid", "release"]
 
-_MODULE = "chaos._reaper"
+#: The reaper's entry: it imports what undoes each kind of claim (this module imports none of it).
+_MODULE = "chaos._reaper_main"
 _ENTRY = f"import sys; from {_MODULE} import main; sys.exit(main())"
 #: Seconds between checks that the driver still runs, while its pipe is open: a child the driver
 #: forked without exec may hold the pipe open after the driver died.
@@ -173,7 +172,7 @@ def reaper_pid() -> int | None:
 # -- the reaper's side -----------------------------------------------------------------------------
 
 
-def _read_claims(owner: Owner | None) -> list[Claim]:
+def read_claims(owner: Owner | None) -> list[Claim]:
     """Every claim still held when the driver's pipe reaches end of file (or the driver ended)."""
     held: list[Claim] = []
     pending = b""
@@ -197,77 +196,3 @@ def _read_claims(owner: Owner | None) -> list[Claim]:
                 held.append(item)
             elif item in held:
                 del held[len(held) - 1 - held[::-1].index(item)]
-
-
-def _undo_netlab(name: str, workers: str) -> None:
-    from chaos._net import destroy_lab
-
-    destroy_lab(name, int(workers))
-
-
-def _undo_faultfs(mount: str) -> None:
-    from chaos._fusefs import reclaim_mount
-
-    reclaim_mount(mount)
-
-
-def _undo_tmpfs(mount: str) -> None:
-    from chaos._disk import release_capped
-
-    release_capped(mount)
-
-
-def _undo_ray_session(temp_dir: str) -> None:
-    """Kill every process whose command line names ``temp_dir`` (the cluster's own, and only it).
-
-    Raises:
-        TeardownFailed: some still run after the kill's bound (each named).
-    """
-    from chaos._reclaim import kill_all, processes_naming
-
-    left = kill_all(processes_naming(temp_dir))
-    if left:
-        raise TeardownFailed(f"the Ray processes under {temp_dir}",
-                             [ProcessLookupError(f"pid {pid} still runs after SIGKILL") for pid in left])
-
-
-UNDO: dict[ClaimKind, Callable[..., None]] = {
-    ClaimKind.NETLAB: _undo_netlab,
-    ClaimKind.FAULTFS: _undo_faultfs,
-    ClaimKind.TMPFS: _undo_tmpfs,
-    ClaimKind.FOLDER: remove_folder,
-    ClaimKind.RAY_SESSION: _undo_ray_session,
-}
-
-
-def reclaim(held: Sequence[Claim], *, owner: str) -> None:
-    """Undo every claim in ``held``, newest first, saying what each reclaimed.
-
-    Raises:
-        TeardownFailed: some could not be undone (each one is in it; the others were).
-    """
-    def step(item: Claim) -> Callable[[], None]:
-        def undo() -> None:
-            UNDO[item.kind](*item.args)
-            print(f"raychaos reaper: the driver {owner} ended without undoing {item}: reclaimed it",
-                  file=sys.stderr, flush=True)
-        return undo
-
-    undo_all(f"raychaos reaper of the driver {owner}", [step(item) for item in reversed(held)])
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=f"python -c '{_ENTRY}'", description=__doc__.splitlines()[0])
-    parser.add_argument("--owner", required=True, help="the driver, as PID:START (its start time in ticks)")
-    args = parser.parse_args(argv)
-    held = _read_claims(Owner.parse(args.owner))
-    try:
-        reclaim(held, owner=args.owner)
-    except TeardownFailed as exc:
-        print(f"{exc}\n(`raychaos cleanup` removes what is left once the cause is fixed)", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

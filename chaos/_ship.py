@@ -24,8 +24,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-# Defined beside the agent: an agent hashes the modules it was shipped as its code's identity.
-from chaos._agent import SHIPPED
+# Defined beside the code's hash: an agent hashes the modules it was shipped as its identity.
+from chaos._identity import SHIPPED
 
 __all__ = ["SHIPPED", "agent_package", "agent_runtime_env"]
 

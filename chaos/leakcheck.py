@@ -16,9 +16,9 @@ import time
 
 import psutil
 
+from chaos._capped import capped_mounts
 from chaos._cleanup import orphaned_processes
 from chaos._cluster import ray_processes
-from chaos._disk import capped_mounts
 from chaos._fusefs import fuse_mounts_left, fuse_servers_left
 from chaos._net import network_leftovers
 

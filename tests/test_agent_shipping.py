@@ -32,11 +32,10 @@ from chaos._agent import (
     ChaosAgent,
     agent_for,
     agent_name,
-    code_hash,
-    code_hash_of,
     driver_token,
     stop_agents,
 )
+from chaos._identity import code_hash, code_hash_of
 from chaos.cluster import ClusterHandle
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/

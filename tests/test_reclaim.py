@@ -360,7 +360,7 @@ def test_a_lab_teardown_with_two_failing_steps_finishes_and_reports_both(monkeyp
 
 def test_a_reaper_with_two_claims_it_cannot_undo_undoes_the_rest_and_reports_both(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from chaos import _reaper
+    from chaos import _reaper_main as _reaper
     from chaos._reaper import Claim, ClaimKind
     from chaos._reclaim import TeardownFailed
 
