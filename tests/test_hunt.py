@@ -3,6 +3,7 @@ each landed fault's exceptions from the table, and every verdict able to be fals
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from hypothesis import Phase, find, given, settings
@@ -33,6 +34,7 @@ from scenarios.hunt._oracle import (
     Failure,
     Observed,
     Outcome,
+    Processes,
     WaitSeen,
     attempts,
     expect,
@@ -40,6 +42,7 @@ from scenarios.hunt._oracle import (
     judge_step,
     judge_wait,
     known_finding,
+    spilled,
 )
 from scenarios.hunt._pressure import Pressure
 from scenarios.hunt._run import ProgramVerdict
@@ -87,8 +90,45 @@ def test_a_killed_task_without_retries_fails_its_dependents_with_the_same_error(
 
 def test_a_worker_kill_may_lose_what_an_earlier_task_put_as_owner() -> None:
     program = Program((Task(1, boxed=True), Task(2, max_retries=1)), (Fault(FaultKind.KILL_WORKER, 1, 1),))
-    boxed, killed = expect(program, program.faults)
+    reused = Processes(owners=frozenset({(0, 100)}), killed=frozenset({100}))  # task 1 ran where task 0 had
+    boxed, killed = expect(program, program.faults, processes=reused)
     assert boxed == Outcome(1, TABLE[Situation.OWNED_BY_KILLED]) and killed == Outcome(2)
+
+
+def test_a_boxed_tasks_ref_may_be_lost_only_when_the_process_that_put_it_was_killed() -> None:
+    """OwnerDiedError for what a task put is allowed only when the process that put it (its
+    owner, by the run's pid marks) was SIGKILLed: by a landed kill_worker or a force cancel.
+    Workers are reused, yet a kill or a force cancel that ended another process loses nothing."""
+    program = Program((Task(1, boxed=True), Task(2, max_retries=1), Cancel(5, force=True)),
+                      (Fault(FaultKind.KILL_WORKER, 1, 1),))
+
+    def boxed(killed: set[int]) -> Outcome | None:
+        facts = Processes(owners=frozenset({(0, 100)}), killed=frozenset(killed))
+        return expect(program, program.faults, processes=facts)[0]
+
+    assert boxed({200, 300}) == Outcome(1)  # the kill and the force cancel ended other processes
+    assert boxed({100}) == Outcome(1, TABLE[Situation.OWNED_BY_KILLED])  # its owner was one of them
+    assert expect(program, program.faults)[0] == Outcome(1)  # no process known killed: none allowed
+    victim = Program((Task(1, max_retries=1, boxed=True),), (Fault(FaultKind.KILL_WORKER, 0, 0),))
+    retried = Processes(owners=frozenset({(0, 201)}), killed=frozenset({200}))  # the killed attempt put nothing
+    assert expect(victim, victim.faults, processes=retried) == [Outcome(1)]
+
+
+def test_the_run_reads_which_process_owns_each_boxed_value_and_which_processes_were_ended(tmp_path: Path) -> None:
+    """From the pid marks: a boxed value's owner is the process that put it; ended are the
+    processes landed worker kills SIGKILLed and those that ran a force-cancelled task (a plain
+    cancel interrupts its task, its process lives on)."""
+    from scenarios.hunt._run import Interpreter
+
+    program = Program((Task(1, boxed=True), Task(2, max_retries=1), Cancel(3, force=True), Cancel(4)),
+                      (Fault(FaultKind.KILL_WORKER, 1, 1),))
+    for mark in ("pid-0-100", "owner-0-100", "pid-1-200", "pid-1-201", "pid-2-300", "pid-3-400"):
+        (tmp_path / mark).touch()
+    (tmp_path / "started-1").write_text("200")  # the held attempt of task 1, the kill's
+    interpreter = Interpreter(program, "", marks=str(tmp_path))
+    assert interpreter._running(1) == 200 and interpreter._running(0) is None
+    interpreter.kills.add(200)
+    assert interpreter.processes() == Processes(owners=frozenset({(0, 100)}), killed=frozenset({200, 300}))
 
 
 def test_calls_of_a_killed_actor_follow_its_restarts_and_task_retries() -> None:
@@ -256,6 +296,7 @@ def test_object_store_pressure_falls_on_a_stored_value_once_a_program_and_holds_
         assert fault.victim <= fault.after < len(program.steps)
         assert fault.victim not in program.held()
         assert sum(f.victim == fault.victim for f in program.faults) == 1  # no other fault on it
+        assert not program.depends(fault.victim) & program.held()  # a boxed task's put is awaited before it
 
 
 def test_under_pressure_spilled_values_read_back_and_only_refs_put_meanwhile_may_be_refused() -> None:
@@ -272,12 +313,33 @@ def test_under_pressure_spilled_values_read_back_and_only_refs_put_meanwhile_may
     assert expect(program, ())[1] == Outcome(4)  # the pressure missed: plain values
 
 
-def test_a_pressure_lands_only_when_the_store_was_overfilled_and_spilled() -> None:
+def test_a_pressure_lands_only_when_the_store_was_overfilled_and_spilled_the_victims_object() -> None:
     mib = 1024 * 1024
-    assert Pressure(capacity=200 * mib, pressed=256 * mib, spilled=160 * mib).landed
-    assert not Pressure(capacity=200 * mib, pressed=256 * mib, spilled=0).landed  # nothing spilled
-    assert not Pressure(capacity=200 * mib, pressed=192 * mib, spilled=16 * mib).landed  # never over capacity
-    assert not Pressure(capacity=0, pressed=16 * mib, spilled=16 * mib).landed  # no store read
+    assert Pressure(capacity=200 * mib, pressed=256 * mib, spilled=160 * mib, victim_spilled=True).landed
+    assert not Pressure(capacity=200 * mib, pressed=256 * mib, spilled=0, victim_spilled=True).landed  # nothing
+    assert not Pressure(capacity=200 * mib, pressed=192 * mib, spilled=16 * mib,
+                        victim_spilled=True).landed  # never over capacity
+    assert not Pressure(capacity=0, pressed=16 * mib, spilled=16 * mib, victim_spilled=True).landed  # no store read
+    # The store spilled, but the pressure's own refs, not the value the fault was drawn for.
+    assert not Pressure(capacity=200 * mib, pressed=256 * mib, spilled=160 * mib, victim_spilled=False).landed
+
+
+def test_only_the_value_ray_spilled_is_judged_as_spilled() -> None:
+    """SPILLED applies to a landed pressure's victim (a put, or the ref a boxed task put), whose
+    spill Ray confirmed; not to every value that happened to be stored before the pressure."""
+    program = Program((Put(1), Put(2), Task(3, boxed=True), Put(4)), (Fault(PRESSURE, 1, 2),))
+    assert spilled(program, program.faults) == {1}
+    boxed = Program(program.steps, (Fault(PRESSURE, 2, 3),))
+    assert spilled(boxed, boxed.faults) == {2}
+    assert spilled(program, ()) == frozenset()  # missed: nothing known spilled
+
+
+def test_a_pressures_boxed_victim_was_put_before_the_store_filled_so_only_others_may_be_refused() -> None:
+    """The interpreter waits for a boxed task's put before it fills the store (its object must be
+    there to spill): ObjectStoreFullError for the victim's own ref is a finding; another boxed
+    step submitted by then may have put during the pressure."""
+    program = Program((Task(4, boxed=True), Task(1, boxed=True)), (Fault(PRESSURE, 0, 1),))
+    assert expect(program, program.faults) == [Outcome(4), Outcome(1, STORE_FULL)]
 
 
 def test_the_statistics_count_object_store_pressure() -> None:
@@ -511,11 +573,13 @@ def test_rpc_failures_land_only_when_the_victims_own_process_injected_some(tmp_p
     logs, marks = tmp_path / "logs", tmp_path / "marks"
     logs.mkdir(), marks.mkdir()
     victim, other = logs / "python-core-worker-ab_12.log", logs / "python-core-worker-cd_13.log"
-    line = "[I] Inject RPC response failure for CoreWorkerService.grpc_client.X\n"
-    victim.write_text(line)  # before the program: not its failure
+    submitted = time.time() - 60.0
+    line = injected(submitted + 1, "NodeManagerService.grpc_client.PinObjectIDs")
+    victim.write_text(line)  # before the count began: not this program's failure
 
     def landed(injections: Injections | None) -> list[Fault]:
         interpreter = Interpreter(program, "", rpc_failures=True, marks=str(marks))
+        interpreter.submitted, interpreter.ended = {0: submitted}, {0: submitted + 10.0}
         interpreter._judge_rpc_failures(injections)
         assert interpreter.landed or interpreter.missed == list(program.faults)
         return interpreter.landed
@@ -524,12 +588,80 @@ def test_rpc_failures_land_only_when_the_victims_own_process_injected_some(tmp_p
     count = Injections.from_now(str(logs))
     (marks / "pid-0-12").touch()  # the victim ran in process 12
     assert landed(count) == []  # nothing injected since
-    other.write_text(line)
+    other.write_text(injected(submitted + 2, "NodeManagerService.grpc_client.PinObjectIDs", pid=13))
     assert landed(count) == []  # another process's failure is not the victim's
     with open(victim, "a") as log:
-        log.write(line + "[I] Inject RPC request fai")  # and half a line, still being written
+        log.write(line + line[:40])  # and half a line, still being written
     assert landed(count) == list(program.faults)
-    assert count.since({12}) == 0  # each whole line counted once; the half line waits for its end
+    assert count.new() == []  # each whole line read once; the half line waits for its end
+
+
+def injected(at: float, method: str, *, pid: int = 12, how: str = "response failure") -> str:
+    """One line as Ray 2.60's knob logs it in a worker's log (grpc_client.h, local time)."""
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at)) + f",{int(at % 1 * 1000):03d}"
+    return f"[{stamp} I {pid} {pid + 7}] grpc_client.h:137: Inject RPC {how} for {method}\n"
+
+
+def test_rpc_failures_land_only_on_the_steps_own_calls_within_its_window(tmp_path: Path) -> None:
+    """The victim's own process injecting failures into its background calls (task events, GCS
+    pubsub, its start-up), or into a step's own kind of call before the step was submitted or
+    after its result came back, tested nothing the oracle judges: missed. Only a failure of a
+    call the step itself makes (here its stream's items reported back), while it ran, lands."""
+    from scenarios.hunt._rpc import Injections
+    from scenarios.hunt._run import Interpreter
+
+    program = Program((Put(1), Stream(2, 4, 4, (Arg(0, nested=True),))), (Fault(RPC, 1, 1),))
+    logs, marks = tmp_path / "logs", tmp_path / "marks"
+    logs.mkdir(), marks.mkdir()
+    (marks / "pid-1-12").touch()  # the stream ran in process 12
+    log, submitted = logs / "python-core-worker-ab_12.log", time.time() - 60.0
+    own = "CoreWorkerService.grpc_client.ReportGeneratorItemReturns"
+    count = Injections.from_now(str(logs))
+
+    def landed(*lines: str) -> bool:
+        with open(log, "a") as out:
+            out.writelines(lines)
+        interpreter = Interpreter(program, "", rpc_failures=True, marks=str(marks))
+        interpreter.submitted, interpreter.ended = {1: submitted}, {1: submitted + 10.0}
+        interpreter._judge_rpc_failures(count)
+        assert interpreter.landed or interpreter.missed == list(program.faults)
+        return bool(interpreter.landed)
+
+    assert not landed(injected(submitted + 1, "ray::rpc::TaskInfoGcsService.grpc_client.AddTaskEventData"),
+                      injected(submitted + 2, "ray::rpc::ControlPlanePubSubGcsService.grpc_client.GcsSubscriberPoll"),
+                      injected(submitted + 3, "NodeManagerService.grpc_client.GetSystemConfig"))  # background
+    assert not landed(injected(submitted - 1, own), injected(submitted + 11, own))  # outside its window
+    assert landed(injected(submitted + 5, own, how="request failure"))
+
+
+def test_rpc_failures_land_on_the_calls_the_victims_raylet_makes_for_it(tmp_path: Path) -> None:
+    """The victim node's raylet makes calls of the step's own too: it tells an actor its call's
+    args have arrived (ActorCallArgWaitComplete) and moves the args there (Pull, Push); an actor
+    call hung where those failed and no call of the actor's own process did (Ray 2.60,
+    2026-12-05). Its background calls, and another raylet's, do not count."""
+    from scenarios.hunt._rpc import Injections
+    from scenarios.hunt._run import Interpreter
+
+    program = Program((Put(1), Actor(2), Call(1, 3, (Arg(0),))), (Fault(RPC, 1, 1),))
+    logs, marks = tmp_path / "logs", tmp_path / "marks"
+    logs.mkdir(), marks.mkdir()
+    (marks / "pid-2-12").touch()  # the actor's process ran the call
+    log, submitted = logs / "raylet.2.out", time.time() - 60.0
+    count = Injections.from_now(str(logs))
+
+    def landed(*lines: str) -> bool:
+        with open(log, "a") as out:
+            out.writelines(lines)
+        interpreter = Interpreter(program, "", rpc_failures=True, marks=str(marks), rpc_raylet=40)
+        interpreter.submitted, interpreter.ended = {2: submitted}, {2: submitted + 10.0}
+        interpreter._judge_rpc_failures(count)
+        return bool(interpreter.landed)
+
+    wait_complete = "CoreWorkerService.grpc_client.ActorCallArgWaitComplete"
+    assert not landed(injected(submitted + 1, "ray::rpc::NodeInfoGcsService.grpc_client.GetAllNodeInfo", pid=40),
+                      injected(submitted + 2, wait_complete, pid=41))  # background; another node's raylet
+    assert landed(injected(submitted + 3, wait_complete, pid=40))
+    assert landed(injected(submitted + 4, "ObjectManagerService.grpc_client.Pull", pid=40))
 
 
 def test_what_runs_on_the_node_failing_rpcs_is_placed_there_only_on_a_cluster_with_it() -> None:

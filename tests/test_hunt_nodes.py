@@ -29,7 +29,10 @@ from scenarios.hunt import (
 from scenarios.hunt._rpc import add_rpc_node
 from scenarios.hunt._run import HUNT_NODE, NODE_BOUND, REPLACEMENT_STORE, Interpreter
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.deep]
+# make slow lands each node fault kind once (one case of each: a plant that marks any of them
+# missed is red in CI); make deep runs every case.
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+DEEP = pytest.mark.deep
 
 
 def removal(retries: int) -> Program:
@@ -49,7 +52,7 @@ def removable(no_shared_cluster: None) -> Iterator[ClusterHandle]:
         yield handle
 
 
-@pytest.mark.parametrize("retries", [0, 1], ids=["no-retries", "a-retry"])
+@pytest.mark.parametrize("retries", [pytest.param(0, marks=DEEP), 1], ids=["no-retries", "a-retry"])
 def test_a_node_removal_lands_and_keeps_to_the_oracle(removable: ClusterHandle, retries: int) -> None:
     program = removal(retries)
     verdict = run_program(program, address=removable.address, cluster=removable.cluster)
@@ -57,7 +60,7 @@ def test_a_node_removal_lands_and_keeps_to_the_oracle(removable: ClusterHandle, 
     assert list(verdict.landed) == list(program.faults), f"faults missed: {verdict.missed}"
 
 
-@pytest.mark.parametrize("restarts", [0, -1], ids=["dies", "restarts"])
+@pytest.mark.parametrize("restarts", [pytest.param(0, marks=DEEP), -1], ids=["dies", "restarts"])
 def test_the_removal_of_an_actors_node_lands_and_keeps_to_the_oracle(removable: ClusterHandle, restarts: int) -> None:
     """A named actor on the removable node, a call held in flight there and one queued behind it,
     a boxed call's ref it owns: the node goes; without restarts every call raises, with them the
@@ -81,7 +84,7 @@ def test_a_gcs_restart_with_work_in_flight_lands_and_changes_no_outcome(removabl
     assert not verdict.failures, verdict.report()
 
 
-@pytest.mark.parametrize("retries", [0, 1], ids=["no-retries", "a-retry"])
+@pytest.mark.parametrize("retries", [pytest.param(0, marks=DEEP), 1], ids=["no-retries", "a-retry"])
 def test_the_removal_of_the_node_holding_a_return_lands_and_keeps_to_the_oracle(
         removable: ClusterHandle, retries: int) -> None:
     """A finished task's big return, its only copy on the removable node, then the node goes:
@@ -97,10 +100,20 @@ def test_the_removal_of_the_node_holding_a_return_lands_and_keeps_to_the_oracle(
     assert lost == ([] if retries else [1, 2]), interpreter.seen  # the only copy went: rebuilt, or lost for good
 
 
+#: Runs of a victim its fault has to land in: whether a call made for the victim fails is chance
+#: (each victim below landed it in 5 runs of 5; a task with one borrowed ref and a put, counting
+#: its own process's calls only, in 2 of 6: Ray 2.60, 2026-12-05, this machine), and a run where
+#: none did tested nothing.
+TRIES = 3
 RPC_VICTIMS = {
-    "task": Program((Put(1), Task(2, (Arg(0, nested=True),), boxed=True), Task(3, (Arg(1),))),
-                    (Fault(FaultKind.RPC_FAILURES, 1, 1),)),
-    "stream": Program((Put(1), Task(2, (Arg(0),)), Stream(3, 4, 4, (Arg(1, nested=True),))),
+    # Refs borrowed from the driver, two of them values it holds (each asked of it: GetObjectStatus),
+    # one in its store (moved by the node's raylet: Pull), and a ref it puts (pinned: PinObjectIDs).
+    "task": Program((Put(1), Task(2), Task(3), Task(4, (Arg(0, nested=True), Arg(1, nested=True), Arg(2, nested=True)),
+                                                   boxed=True), Task(5, (Arg(3),))),
+                    (Fault(FaultKind.RPC_FAILURES, 3, 3),)),
+    # Each item is reported back by a call of the stream's own (ReportGeneratorItemReturns), a
+    # share of them failed: with 20, the fault lands but for 0.7 ** 20 (1 in 1,250) of runs.
+    "stream": Program((Put(1), Task(2, (Arg(0),)), Stream(3, 20, 20, (Arg(1, nested=True),))),
                       (Fault(FaultKind.RPC_FAILURES, 2, 2),)),
     # Each call borrows a ref (its worker asks the owner about it): RPCs of its own to fail.
     "actor": Program((Put(1), Actor(2, (Arg(0, nested=True),), 1, -1), Call(1, 3, (Arg(0, nested=True),), boxed=True),
@@ -109,11 +122,14 @@ RPC_VICTIMS = {
 }
 
 
-@pytest.mark.parametrize("victim", list(RPC_VICTIMS))
+@pytest.mark.parametrize("victim", [v if v == "stream" else pytest.param(v, marks=DEEP) for v in RPC_VICTIMS])
 def test_what_runs_on_the_node_failing_rpcs_returns_every_value(removable: ClusterHandle, victim: str) -> None:
     """A borrowed ref and a boxed return, a stream's items reported back, an actor's calls: the
     node's processes fail a share of their RPCs all along; Ray retries, and nothing changes."""
     program = RPC_VICTIMS[victim]
-    verdict = run_program(program, address=removable.address, cluster=removable.cluster, rpc_failures=True)
-    assert list(verdict.landed) == list(program.faults), f"no RPC failure was injected: {verdict.missed}"
-    assert not verdict.failures, verdict.report()
+    for _ in range(TRIES):
+        verdict = run_program(program, address=removable.address, cluster=removable.cluster, rpc_failures=True)
+        assert not verdict.failures, verdict.report()
+        if verdict.landed:
+            break
+    assert list(verdict.landed) == list(program.faults), f"no call of the victim's own failed in {TRIES} runs"

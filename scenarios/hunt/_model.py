@@ -169,7 +169,8 @@ class Fault:
     KILL_WORKER: ``victim`` is a task, held running until the kill. KILL_ACTOR / OWNER_DEATH:
     ``victim`` is an actor step (no call in flight) or a call (held in flight at the kill).
     OBJECT_STORE_PRESSURE: ``victim`` is a value in the object store (a put, or a task's boxed
-    ref), not held: the store is filled past its capacity, so Ray spills what it holds.
+    ref, once the task has put it), not held: the store is filled past its capacity, so Ray
+    spills what it holds. It lands when the victim's owner says Ray spilled the victim's object.
     NODE_REMOVAL: ``victim`` is a task pinned to the cluster's one removable node, held running
     until that node is removed (a replacement is added at once, so a retry has somewhere to run).
     ACTOR_NODE_REMOVAL: as KILL_ACTOR, but the actor lives on the removable node and the whole
@@ -184,8 +185,11 @@ class Fault:
     tolerance guide: tasks, actors and objects stay; what needs the GCS waits for it).
     RPC_FAILURES: ``victim`` (a task, a stream, or an actor with its calls) runs on the node
     whose processes were started with Ray's RPC failure knob for every method (``*``): a share
-    of their requests and replies fail, some while the server still runs them. It lands when
-    that node's processes injected failures while the program ran; ``after`` is its victim.
+    of their requests and replies fail, some while the server still runs them. It lands when a
+    call made for a step there failed while the step ran, by the process that ran it (a stream's
+    item reported back, a borrowed ref asked of its owner, a put pinned) or by that node's raylet
+    (an actor call's args arrived, its objects moved): ``_rpc.WORKER_METHODS``,
+    ``_rpc.RAYLET_METHODS``. Their background calls do not count. ``after`` is its victim.
     Ray retries its RPCs (its own chaos tests inject failures into every RPC), so it changes no
     step's outcome."""
 

@@ -50,7 +50,7 @@ class Situation(enum.Enum):
     CALL_OF_FAILED_ACTOR = "a call of an actor whose constructor's argument failed"
     CANCELLED = "a task cancelled with ray.cancel"
     FORCE_CANCELLED = "a task cancelled with ray.cancel(force=True)"
-    SPILLED = "a value in the object store when it was filled past capacity"
+    SPILLED = "a value Ray spilled when the object store was filled past capacity"
     MADE_UNDER_PRESSURE = "a ref a worker put while the object store was filled past capacity"
 
 
@@ -114,21 +114,46 @@ class Outcome:
         return Outcome(None, self.errors | errors)
 
 
-def expect(program: Program, landed: Sequence[Fault]) -> list[Outcome | None]:
-    """Each step's outcome, given the faults that landed (None for a WAIT: checked apart)."""
+@dataclass(frozen=True, slots=True)
+class Processes:
+    """What the run's pid marks say about worker processes: which process put each boxed
+    step's value (and so owns it), and which processes a landed kill_worker SIGKILLed or a
+    force cancel ended. Facts for the oracle, which starts no process and reads no file."""
+
+    #: (step index, pid of the process that put its boxed value): one pair per attempt that put.
+    owners: frozenset[tuple[int, int]] = frozenset()
+    killed: frozenset[int] = frozenset()
+
+    def owned_by(self, index: int) -> frozenset[int]:
+        return frozenset(pid for step, pid in self.owners if step == index)
+
+
+def expect(program: Program, landed: Sequence[Fault], *, processes: Processes = Processes()) -> list[Outcome | None]:
+    """Each step's outcome, given the faults that landed and what the run recorded about its
+    processes (None for a WAIT: checked apart)."""
     out: list[Outcome | None] = []
     for index, step in enumerate(program.steps):
-        out.append(_expect_step(program, index, step, landed, out))
+        out.append(_expect_step(program, index, step, landed, out, processes))
     return out
 
 
+def spilled(program: Program, landed: Sequence[Fault]) -> frozenset[int]:
+    """The steps whose value Ray spilled: each landed pressure's victim (a put, or the ref a
+    boxed task put), since a pressure lands only once Ray says it spilled that very object
+    (_pressure.Pressure.landed). Other values may have spilled too, unconfirmed: none is judged so."""
+    return frozenset(f.victim for f in landed
+                     if f.kind is FaultKind.OBJECT_STORE_PRESSURE and f.victim < len(program.steps))
+
+
 def _expect_step(program: Program, index: int, step: Step, landed: Sequence[Fault],
-                 out: list[Outcome | None]) -> Outcome | None:
+                 out: list[Outcome | None], processes: Processes) -> Outcome | None:
     if isinstance(step, Put):
-        spilled = any(f.kind is FaultKind.OBJECT_STORE_PRESSURE and index <= f.after for f in landed)
-        return Outcome(step.const).may(Situation.SPILLED) if spilled else Outcome(step.const)  # no error
+        plain = Outcome(step.const)  # no error
+        return plain.may(Situation.SPILLED) if index in spilled(program, landed) else plain
     if isinstance(step, Task):
-        return _pressed(_task(program, index, step, landed, _args(step.args, out)), index, step, landed)
+        task = _task(program, index, step, landed, _args(step.args, out), processes)
+        task = task.may(Situation.SPILLED) if index in spilled(program, landed) else task
+        return _pressed(task, index, step, landed)
     if isinstance(step, Actor):
         return _actor(step, _args(step.args, out))
     if isinstance(step, Call):
@@ -145,8 +170,10 @@ def _expect_step(program: Program, index: int, step: Step, landed: Sequence[Faul
 
 def _pressed(result: Outcome, index: int, step: Task | Call, landed: Sequence[Fault]) -> Outcome:
     """A ref a worker put may fail to be created while the store is over capacity: a boxed step
-    submitted by the pressure's moment may have run during it. Other values only spill."""
-    pressed = any(f.kind is FaultKind.OBJECT_STORE_PRESSURE and index <= f.after for f in landed)
+    submitted by the pressure's moment may have run during it, but not the pressure's own
+    victim (its put is awaited before the store is filled). Other values only spill."""
+    pressed = any(f.kind is FaultKind.OBJECT_STORE_PRESSURE and index <= f.after and f.victim != index
+                  for f in landed)
     return result.may(Situation.MADE_UNDER_PRESSURE) if step.boxed and pressed else result
 
 
@@ -170,7 +197,8 @@ def _shifted(args: Outcome, const: int, take: int) -> Outcome:
     return Outcome(tuple(args.value + const + i for i in range(take)), args.errors)
 
 
-def _task(program: Program, index: int, step: Task, landed: Sequence[Fault], args: Outcome) -> Outcome:
+def _task(program: Program, index: int, step: Task, landed: Sequence[Fault], args: Outcome,
+          processes: Processes) -> Outcome:
     if not isinstance(args.value, int):
         return args
     result = Outcome(args.value + step.const, args.errors)
@@ -180,7 +208,7 @@ def _task(program: Program, index: int, step: Task, landed: Sequence[Fault], arg
     if failed is not None:
         crash = TABLE[Situation.TASK_ON_REMOVED_NODE if removed else Situation.KILLED_TASK]
         result = result.must(crash if failed is ErrorKind.WORKER_CRASHED else frozenset({failed}))
-    if step.boxed and _worker_killed_after(program, index, landed):
+    if step.boxed and _worker_killed_after(index, processes):
         result = result.may(Situation.OWNED_BY_KILLED)
     if any(f.kind is FaultKind.OBJECT_NODE_REMOVAL and f.victim == index for f in landed):
         result = _lost_with_node(result, index, step, landed)
@@ -213,12 +241,11 @@ def attempts(max_retries: int, retry_exceptions: bool, *, killed: bool, flaky: b
     return None
 
 
-def _worker_killed_after(program: Program, index: int, landed: Sequence[Fault]) -> bool:
-    """May the worker that ran task ``index`` (and owns what it put) have been killed since?
-    Workers are reused: any later worker kill may hit it, a force cancel too."""
-    kills = any(f.kind is FaultKind.KILL_WORKER and f.after >= index and f.victim != index for f in landed)
-    forced = any(isinstance(s, Cancel) and s.force for s in program.steps[index + 1:])
-    return kills or forced
+def _worker_killed_after(index: int, processes: Processes) -> bool:
+    """Was the process that put task ``index``'s boxed value (and so owns it) SIGKILLed since,
+    by a landed kill_worker or a force cancel? Workers are reused, so the run's pid marks say
+    which process that was; a kill or a force cancel that ended another process loses nothing."""
+    return bool(processes.owned_by(index) & processes.killed)
 
 
 def _actor(step: Actor, args: Outcome) -> Outcome:
@@ -373,12 +400,12 @@ def judge_wait(step: Wait, seen: WaitSeen) -> bool:
     return step.timeout is not None or len(seen.ready) == step.num_returns
 
 
-def judge(program: Program, landed: Sequence[Fault],
-          seen: dict[int, Observed | WaitSeen]) -> list[Failure]:
+def judge(program: Program, landed: Sequence[Fault], seen: dict[int, Observed | WaitSeen], *,
+          processes: Processes = Processes()) -> list[Failure]:
     """Every step the run observed against the oracle's outcome for it."""
     faults = tuple(sorted({f.kind for f in landed}, key=lambda k: k.value))
     failures = []
-    for index, outcome in enumerate(expect(program, landed)):
+    for index, outcome in enumerate(expect(program, landed, processes=processes)):
         step, observed = program.steps[index], seen.get(index)
         if observed is None:
             continue

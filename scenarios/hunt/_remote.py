@@ -31,8 +31,11 @@ def resolve(value: Any) -> int:
 
 
 def hold(marks: str, index: int) -> None:
-    """Say the step started, then wait (bounded) until the driver releases it after its fault."""
-    Path(marks, f"started-{index}").write_text(str(os.getpid()))
+    """Say the step started, in which process, then wait (bounded) until the driver releases it
+    after its fault. The mark appears whole (renamed into place): the driver reads the pid at once."""
+    said = Path(marks, f"starting-{index}-{os.getpid()}")
+    said.write_text(str(os.getpid()))
+    said.replace(Path(marks, f"started-{index}"))
     wait_until(lambda: Path(marks, f"release-{index}").exists(), timeout=HOLD_BOUND, interval=0.01,
                what=f"step {index} to be released")
 
@@ -46,14 +49,17 @@ def first_attempt(marks: str, index: int) -> bool:
     return True
 
 
-def boxed(value: int, box: bool) -> Any:
-    """The value, or a list holding a ref this process put (and so owns)."""
-    return [ray.put(value)] if box else value
+def boxed(value: int, box: bool, marks: str, index: int) -> Any:
+    """The value, or a list holding a ref this process put (and so owns), saying so first."""
+    if not box:
+        return value
+    Path(marks, f"owner-{index}-{os.getpid()}").touch()  # before the put: a process killed meanwhile counts
+    return [ray.put(value)]
 
 
 def note_pid(marks: str, index: int) -> None:
     """Say which process ran step ``index`` (its worker's log is where Ray's RPC failure knob
-    logs what it injected into that process's calls)."""
+    logs what it injected into that process's calls; a force cancel ends the process that ran it)."""
     Path(marks, f"pid-{index}-{os.getpid()}").touch()
 
 
@@ -67,7 +73,7 @@ def hunt_task(index: int, const: int, marks: str, held: bool, flaky: bool, box: 
         hold(marks, index)
     if flaky and first_attempt(marks, index):
         raise ValueError(f"step {index}: first attempt")
-    return [boxed(total, box), bytes(pad)] if pad else boxed(total, box)
+    return [boxed(total, box, marks, index), bytes(pad)] if pad else boxed(total, box, marks, index)
 
 
 class HuntActor:
@@ -81,7 +87,7 @@ class HuntActor:
         total = self.base + const + sum(resolve(a) for a in args)
         if held:
             hold(marks, index)
-        return boxed(total, box)
+        return boxed(total, box, marks, index)
 
 
 def hunt_stream(const: int, count: int, *args: Any, marks: str = "", index: int = -1) -> Iterator[int]:
@@ -92,9 +98,12 @@ def hunt_stream(const: int, count: int, *args: Any, marks: str = "", index: int 
         yield base + i
 
 
-def hunt_cancellable(const: int, seconds: float, started: str = "") -> int:
+def hunt_cancellable(const: int, seconds: float, started: str = "", *, marks: str = "", index: int = -1) -> int:
     """Wait ``seconds``, then return ``const``; a cancel's KeyboardInterrupt ends the wait within
-    :data:`CANCEL_SLICE`. ``started``, a path: touched once the wait is about to begin."""
+    :data:`CANCEL_SLICE`. ``started``, a path: touched once the wait is about to begin.
+    ``marks``: say which process runs step ``index`` first (a force cancel ends that process)."""
+    if marks:
+        note_pid(marks, index)
     interruptible()
     if started:
         Path(started).touch()

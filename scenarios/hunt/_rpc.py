@@ -1,10 +1,13 @@
 """The hunt's node that fails RPCs: started with Ray's RPC failure knob for every method, and
-the count of failures its processes injected while a program ran (what makes the fault land)."""
+the failures its processes injected into the calls a step makes itself while it ran (what makes
+the fault land)."""
 
 from __future__ import annotations
 
+import datetime
 import glob
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,8 +16,44 @@ HUNT_RPC = "hunt_rpc"
 #: Percent of requests lost before they are sent, of replies lost after the server ran the
 #: call, and of calls failed while the server still runs them: each, on every method, unbounded.
 RPC_SHARE = 10
-#: The line Ray 2.60's knob logs (INFO) for every failure it injects (see chaos.engine.rpc_failures_injected).
-_INJECTED = b"Inject RPC "
+#: The line Ray 2.60's knob logs (INFO, ``grpc_client.h``) for every failure it injects into a
+#: call its process makes (the client side: see chaos.engine.rpc_failures_injected), with the
+#: logging process's local time to the millisecond: "[2026-12-05 18:00:12,753 I <pid> <tid>]
+#: grpc_client.h:137: Inject RPC response failure for CoreWorkerService.grpc_client.PushTask".
+_INJECTED = re.compile(rb"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \w+ (\d+) \d+\].*?Inject RPC "
+                       rb"(?:request|response) failure (?:while request in flight )?for (\S+)")
+#: The calls made for a step itself, the only ones that count: the knob fails the calls its
+#: node's processes make, and the driver, on the head, submits the step (PushTask and the lease
+#: requests are the driver's calls, never failed here). Each was seen failed inside a victim
+#: step's window on this machine (Ray 2.60, 2026-12-05). The step's own process: a stream
+#: reporting each item to its owner (ReportGeneratorItemReturns); a borrowed ref whose value its
+#: owner holds, asked of it (GetObjectStatus, Ray's FutureResolver); a ref the step puts, pinned
+#: as the primary copy by its raylet (PinObjectIDs); the ownership protocol of the refs it borrows
+#: or puts, between it and the driver (the core workers' own per-object pubsub, not the GCS's).
+WORKER_METHODS = frozenset({
+    "CoreWorkerService.grpc_client.ReportGeneratorItemReturns",
+    "CoreWorkerService.grpc_client.GetObjectStatus",
+    "NodeManagerService.grpc_client.PinObjectIDs",
+    "CoreWorkerService.grpc_client.PubsubCommandBatch",
+    "CoreWorkerService.grpc_client.PubsubLongPolling",
+})
+#: The raylet of the step's node, for the step: telling an actor that a call's args have arrived
+#: (ActorCallArgWaitComplete, the actor call's submission path) and moving the step's objects
+#: (ObjectManagerService Pull and Push). Of three hangs of an actor call there (the known finding
+#: findings/actor_call_hangs_after_gcs_restart_with_rpc_failures.py; 2026-12-05), one came with
+#: these failed and none of the actor process's own, one with both, one with background failures
+#: only (then the fault is missed, and the hang reported under no fault). Its object-location
+#: pubsub and location updates (UpdateObjectLocationBatch) are left out: one long poll per owner
+#: serves every object of that owner, earlier programs' too. Left out of both as background:
+#: every GCS service (task events, KV, node liveness, GCS pubsub), a worker's start-up
+#: (GetSystemConfig), freeing objects (FreeLocalObjects), KillActor.
+RAYLET_METHODS = frozenset({
+    "CoreWorkerService.grpc_client.ActorCallArgWaitComplete",
+    "ObjectManagerService.grpc_client.Pull",
+    "ObjectManagerService.grpc_client.Push",
+})
+#: Seconds a window is widened by on each side: the log's clock is cut to the millisecond.
+SLACK = 0.002
 
 
 def add_rpc_node(cluster: Any, *, object_store_bytes: int, bound: float) -> None:
@@ -29,6 +68,41 @@ def add_rpc_node(cluster: Any, *, object_store_bytes: int, bound: float) -> None
     cluster.wait_for_nodes(timeout=bound)
 
 
+def rpc_raylet(cluster: Any) -> int | None:
+    """The pid of the raylet of ``cluster``'s :data:`HUNT_RPC` node (None without one)."""
+    from ray._private import ray_constants
+
+    nodes = [n for n in cluster.worker_nodes if HUNT_RPC in (n._ray_params.resources or {})]
+    raylets = nodes[0].all_processes.get(ray_constants.PROCESS_TYPE_RAYLET, []) if len(nodes) == 1 else []
+    return int(raylets[0].process.pid) if raylets else None
+
+
+@dataclass(frozen=True, slots=True)
+class Injected:
+    """One failure Ray's knob injected: into a call of process ``pid``, at ``at`` (seconds since
+    the epoch, as ``time.time()``), of ``method`` (``Service.grpc_client.Method``)."""
+
+    pid: int
+    at: float
+    method: str
+
+    def made_for_a_step(self, *, by_raylet: bool) -> bool:
+        """Is it a call made for a step itself (by the step's process, or by its node's raylet),
+        not that process's background?"""
+        return self.method in (RAYLET_METHODS if by_raylet else WORKER_METHODS)
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """From a step's submission to its result coming back (``time.time()`` seconds)."""
+
+    start: float
+    end: float
+
+    def holds(self, at: float) -> bool:
+        return self.start - SLACK <= at <= self.end + SLACK
+
+
 @dataclass
 class Injections:
     """RPC failures Ray's knob logged into workers' logs under a logs folder since this count
@@ -41,32 +115,37 @@ class Injections:
     def from_now(cls, logs: str) -> Injections:
         return cls(logs, {path: size for path in _files(logs) if (size := _size(path)) is not None})
 
-    def since(self, pids: set[int]) -> int:
-        """Failures the processes ``pids`` logged (in their worker logs, ``*_<pid>.log``) since
-        the last call or :meth:`from_now`, in whole lines."""
-        count = 0
-        for path in (p for p in _files(self.logs) if _pid_of(p) in pids):
-            start = self.offsets.get(path, 0)
-            try:
-                with open(path, "rb") as log:
-                    log.seek(start)
-                    chunk = log.read()
-            except OSError:  # rotated or removed meanwhile: nothing to count there
-                continue
-            whole = chunk.rfind(b"\n") + 1
-            self.offsets[path] = start + whole
-            count += chunk[:whole].count(_INJECTED)
-        return count
+    def new(self) -> list[Injected]:
+        """The failures workers and raylets logged since the last call or :meth:`from_now`, in
+        whole lines (a line still being written waits for its end), each by the pid it names."""
+        return [record for path in _files(self.logs) for line in self._gained(path).splitlines()
+                if (record := _parsed(line)) is not None]
+
+    def _gained(self, path: str) -> bytes:
+        start = self.offsets.get(path, 0)
+        try:
+            with open(path, "rb") as log:
+                log.seek(start)
+                chunk = log.read()
+        except OSError:  # rotated or removed meanwhile: nothing to read there
+            return b""
+        whole = chunk.rfind(b"\n") + 1
+        self.offsets[path] = start + whole
+        return chunk[:whole]
+
+
+def _parsed(line: bytes) -> Injected | None:
+    """The failure a knob's line records, or None for any other line."""
+    if b"Inject RPC " not in line or (match := _INJECTED.search(line)) is None:
+        return None
+    stamp = datetime.datetime.strptime(match.group(1).decode(), "%Y-%m-%d %H:%M:%S,%f")
+    return Injected(pid=int(match.group(2)), at=stamp.timestamp(),  # local time, as Ray logs it
+                    method=match.group(3).decode())
 
 
 def _files(logs: str) -> list[str]:
-    return glob.glob(os.path.join(logs, "python-core-worker-*.log"))
-
-
-def _pid_of(path: str) -> int | None:
-    """The pid in a worker log's name, ``python-core-worker-<worker id>_<pid>.log``."""
-    tail = os.path.basename(path).removesuffix(".log").rsplit("_", 1)[-1]
-    return int(tail) if tail.isdigit() else None
+    """Workers' logs and raylets' (``raylet.out``, ``raylet.<n>.out``: a cluster's nodes share one folder)."""
+    return [*glob.glob(os.path.join(logs, "python-core-worker-*.log")), *glob.glob(os.path.join(logs, "raylet*.out"))]
 
 
 def _size(path: str) -> int | None:

@@ -27,8 +27,18 @@ from scenarios.hunt._model import (
     Task,
     Wait,
 )
-from scenarios.hunt._oracle import ErrorKind, Failure, Observed, Seen, Signature, WaitSeen, judge, known_finding
-from scenarios.hunt._rpc import HUNT_RPC, Injections
+from scenarios.hunt._oracle import (
+    ErrorKind,
+    Failure,
+    Observed,
+    Processes,
+    Seen,
+    Signature,
+    WaitSeen,
+    judge,
+    known_finding,
+)
+from scenarios.hunt._rpc import HUNT_RPC, Injected, Injections, Window, rpc_raylet
 
 #: Seconds every get of a program shares: past it, what has not ended is a hang.
 BOUND = 30.0
@@ -102,6 +112,13 @@ class Interpreter:
     landed: list[Fault] = field(default_factory=list)
     missed: list[Fault] = field(default_factory=list)
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+    #: When each step was submitted and its result came back (``time.time()``): its own window.
+    submitted: dict[int, float] = field(default_factory=dict)
+    ended: dict[int, float] = field(default_factory=dict)
+    #: The processes landed worker kills SIGKILLed (each the held attempt's, by its started mark).
+    kills: set[int] = field(default_factory=set)
+    #: The raylet of the HUNT_RPC node (its pid): it leases, feeds and answers the steps placed there.
+    rpc_raylet: int | None = None
 
     def run(self) -> ProgramVerdict:
         injections = self._injections()
@@ -113,7 +130,8 @@ class Interpreter:
                 self._clean_up()
             self._judge_rpc_failures(injections)  # before the probe: its failures carry the fault
             failures += self._cluster_usable()  # once what the program left running is cancelled
-        failures = [*judge(self.program, self.landed, self.seen), *failures]
+            processes = self.processes()  # while the marks are there
+        failures = [*judge(self.program, self.landed, self.seen, processes=processes), *failures]
         slowest = max((o.seconds for o in self.seen.values() if isinstance(o, Observed)), default=0.0)
         return ProgramVerdict(self.program, tuple(self.landed), tuple(self.missed), tuple(failures), slowest)
 
@@ -121,7 +139,10 @@ class Interpreter:
         """Submit every step and land every fault; a raise here is the driver crashing."""
         try:
             for index, step in enumerate(self.program.steps):
+                self.submitted[index] = time.time()
                 self.refs[index] = self.submit(index, step)
+                if isinstance(step, Stream):  # consumed as it is submitted: its result is in
+                    self.ended[index] = time.time()
                 for fault in (f for f in self.program.faults if f.after == index):
                     self.land(fault)
         except Exception as exc:  # noqa: BLE001 - the driver must never raise: a finding
@@ -149,7 +170,7 @@ class Interpreter:
         if isinstance(step, Wait):
             return self.wait(index, step)
         assert isinstance(step, Cancel)
-        return self.submit_cancel(step)
+        return self.submit_cancel(index, step)
 
     def args(self, args: tuple[Arg, ...]) -> list[Any]:
         return [[self.refs[a.source]] if a.nested else self.refs[a.source] for a in args]
@@ -181,13 +202,13 @@ class Interpreter:
             self.handles[index] = ray.get_actor(named["name"])
         return actor
 
-    def submit_cancel(self, step: Cancel) -> Any:
+    def submit_cancel(self, index: int, step: Cancel) -> Any:
         import ray
 
         from scenarios.hunt._remote import hunt_cancellable, remote
 
         ref = remote(hunt_cancellable).options(max_retries=0, num_cpus=0, resources=self.placement(-1)).remote(
-            step.const, CANCEL_HOLD)
+            step.const, CANCEL_HOLD, marks=self.marks, index=index)
         ray.cancel(ref, force=step.force)
         return ref
 
@@ -283,7 +304,10 @@ class Interpreter:
                 return
             target = (TaskTarget(self.name(fault.victim)) if fault.kind is FaultKind.KILL_WORKER
                       else ActorTarget.of(self.refs[self.program.actor_of(fault)]))
+            running = self._running(fault.victim)  # read before the kill: a retry writes its own
             Chaos(address=self.address).kill(Kill(target))
+            if fault.kind is FaultKind.KILL_WORKER and running is not None:
+                self.kills.add(running)
             self.landed.append(fault)
         except ChaosError:  # nothing alive to kill (e.g. an actor whose constructor failed)
             self.missed.append(fault)
@@ -319,36 +343,91 @@ class Interpreter:
         return True
 
     def press(self, fault: Fault) -> None:
-        """Fill the object store past capacity; landed only if the store says it spilled."""
+        """Fill the object store past capacity; landed only if the store says it spilled and
+        the victim's owner says the victim's object was spilled. A victim with no object in the
+        store (a boxed task that failed, or did not end within the bound) is missed unpressed."""
         from scenarios.hunt._pressure import press
 
         try:
-            landed = press(self.address).landed
+            victim = self._in_store(fault.victim)
+            landed = victim is not None and press(self.address, victim=victim).landed
         except Exception:  # noqa: BLE001 - fail closed: e.g. ObjectStoreFullError on a pressure put
             landed = False
         (self.landed if landed else self.missed).append(fault)
 
+    def _in_store(self, index: int) -> Any:
+        """The ref to step ``index``'s value in the object store: a put's own ref, or the ref a
+        boxed task put, once the task has ended (bounded); None when there is none."""
+        import ray
+
+        step, ref = self.program.steps[index], self.refs[index]
+        if isinstance(step, Put):
+            return ref
+        if not (isinstance(step, Task) and step.boxed) or not ray.wait([ref], timeout=self.bound)[0]:
+            return None
+        try:
+            box = ray.get(ref, timeout=self.bound)
+        except Exception:  # noqa: BLE001 - it failed: it put nothing (the failure is judged when observed)
+            return None
+        return box[0] if isinstance(box, list) and box else None
+
     def _injections(self) -> Injections | None:
-        """The count of RPC failures injected from now on; None without the HUNT_RPC node or
-        without an RPC_FAILURES fault in the program."""
+        """The RPC failures injected from now on (and the HUNT_RPC node's raylet); None without
+        that node or without an RPC_FAILURES fault in the program."""
         if not self.rpc_failures or self.cluster is None or not self.program.on_rpc_node():
             return None
+        self.rpc_raylet = rpc_raylet(self.cluster)
         return Injections.from_now(self.cluster.head_node.get_logs_dir_path())
 
     def _judge_rpc_failures(self, injections: Injections | None) -> None:
-        """RPC_FAILURES landed if Ray's knob injected failures into the calls of the very
-        processes that ran the victim (only the HUNT_RPC node's processes inject), while the
-        program ran; else missed (fail closed: a victim run elsewhere, or never, tested nothing)."""
+        """RPC_FAILURES landed if Ray's knob failed a call made for a step on the HUNT_RPC node
+        (``_rpc.WORKER_METHODS`` by the process that ran it, its pid mark; ``_rpc.RAYLET_METHODS``
+        by that node's raylet) while it ran (from its submission to its result); else missed.
+        Fail closed: background calls (task events, GCS pubsub, a start-up), a call before the
+        step or after it, or a victim run elsewhere or never, tested nothing the oracle judges."""
         faults = [f for f in self.program.faults if f.kind is FaultKind.RPC_FAILURES]
-        injected = injections.since(self._rpc_pids()) if injections is not None and faults else 0
-        (self.landed if injected else self.missed).extend(faults)
+        found = injections.new() if injections is not None and faults else []
+        hit = any(self._own(record) for record in found)
+        (self.landed if hit else self.missed).extend(faults)
 
-    def _rpc_pids(self) -> set[int]:
-        """The processes that ran a step placed on the HUNT_RPC node (an actor's: its calls')."""
+    def _own(self, record: Injected) -> bool:
+        """Was ``record`` a failure of a call made for a step on the HUNT_RPC node, by the
+        process that ran it or by that node's raylet, while the step ran?"""
+        by_raylet = record.pid == self.rpc_raylet
+        return record.made_for_a_step(by_raylet=by_raylet) and any(
+            (by_raylet or record.pid in self._pids(i)) and self._window(i).holds(record.at) for i in self._rpc_steps())
+
+    def _rpc_steps(self) -> set[int]:
+        """The steps placed on the HUNT_RPC node: a victim, or an actor victim's calls."""
         on_node = self.program.on_rpc_node()
-        steps = {i for i, s in enumerate(self.program.steps)
-                 if i in on_node or (isinstance(s, Call) and s.actor in on_node)}
-        return {int(p.name.rsplit("-", 1)[1]) for i in steps for p in Path(self.marks).glob(f"pid-{i}-*")}
+        return {i for i, s in enumerate(self.program.steps)
+                if i in on_node or (isinstance(s, Call) and s.actor in on_node)}
+
+    def _pids(self, index: int) -> set[int]:
+        """The processes that ran step ``index`` (each attempt's pid mark)."""
+        return {int(p.name.rsplit("-", 1)[1]) for p in Path(self.marks).glob(f"pid-{index}-*")}
+
+    def _window(self, index: int) -> Window:
+        """From step ``index``'s submission to its result (now, for one with none yet)."""
+        now = time.time()
+        return Window(self.submitted.get(index, now), self.ended.get(index, now))
+
+    def processes(self) -> Processes:
+        """What the pid marks say (read before they go): which process put each boxed value,
+        and which processes were ended: by a landed worker kill, or by a force cancel (the
+        process that ran the cancelled task, when it ran)."""
+        owners = {(int(step), int(pid)) for step, pid in
+                  (p.name.split("-")[1:] for p in Path(self.marks).glob("owner-*-*"))}
+        forced = {pid for i, s in enumerate(self.program.steps) if isinstance(s, Cancel) and s.force
+                  for pid in self._pids(i)}
+        return Processes(owners=frozenset(owners), killed=frozenset(self.kills | forced))
+
+    def _running(self, index: int) -> int | None:
+        """The process a held step said it started in (its started mark), if it says one."""
+        try:
+            return int(Path(self.marks, f"started-{index}").read_text())
+        except (OSError, ValueError):
+            return None
 
     def _stored(self, index: int) -> bool:
         """Wait (bounded) until task ``index`` has finished, its return left where it was made
@@ -392,6 +471,7 @@ class Interpreter:
         for index, step in enumerate(self.program.steps):
             if step.kind in GETTABLE:
                 self.seen[index] = self.observe(index, step, started)
+                self.ended[index] = time.time()
         return []
 
     def observe(self, index: int, step: Step, started: float) -> Observed:

@@ -173,10 +173,13 @@ def _removed(program: Program) -> bool:
 
 
 def _no_held_dependents(program: Program) -> bool:
-    """No held victim, nor a task whose end an object node removal waits for, waits on a held
+    """No held victim, nor a task whose end an object node removal or a pressure waits for (a
+    pressure's boxed task must have put its value before the store is filled), waits on a held
     step (it could not start, or end, before that one's fault)."""
     held = program.held()
-    return all(not (program.depends(i) & held) for i in held | program.stored_on_node())
+    pressed = {f.victim for f in program.faults
+               if f.kind is FaultKind.OBJECT_STORE_PRESSURE and isinstance(program.steps[f.victim], Task)}
+    return all(not (program.depends(i) & held) for i in held | program.stored_on_node() | pressed)
 
 
 @st.composite
