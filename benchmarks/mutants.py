@@ -117,6 +117,17 @@ SERVE_JOB: dict[str, set[str] | None] = {
         "_answered", "attempts_of", "_method", "job_seconds", "_job_timeout", "job_problems", "_with_kill_targets",
         "ActorSighting.there"},
 }
+#: The hunt's oracle and what makes a fault land: the table of outcomes, the judge, a pressure
+#: on its victim, RPC failures of a step's own calls, which process owns what.
+HUNT: dict[str, set[str] | None] = {
+    "scenarios/hunt/_oracle.py": None,
+    "scenarios/hunt/_pressure.py": {"Pressure.landed"},
+    "scenarios/hunt/_rpc.py": {"Injected.made_for_a_step", "Window.holds", "Injections.new", "Injections._gained",
+                               "_parsed"},
+    "scenarios/hunt/_run.py": {"Interpreter._own", "Interpreter._judge_rpc_failures", "Interpreter._rpc_steps",
+                               "Interpreter._pids", "Interpreter._window", "Interpreter.processes", "classify",
+                               "_retries_spent", "root_name", "observed_error"},
+}
 #: ``make test``'s tests of each group that need no Ray cluster; the fastest to fail first.
 TESTS = {
     "crash": ["tests/test_exactly_once.py", "tests/test_reconstructed.py", "tests/test_refused_mutation.py",
@@ -131,10 +142,11 @@ TESTS = {
                 "tests/test_reclaim.py"],
     "disk": ["tests/test_fuse_fs.py", "tests/test_fuse_disk_faults.py", "tests/test_disk_kinds.py",
              "tests/test_power_loss.py", "tests/test_fuse_power_loss_property.py"],
+    "hunt": ["tests/test_hunt.py"],
     "serve_job": ["tests/test_serve_verdicts.py", "tests/test_serve_load.py", "tests/test_job_unit.py",
                   "tests/test_report_agreement.py"],
 }
-GROUPS = {"crash": CRASH, "verdicts": VERDICTS, "network": NETWORK, "disk": DISK, "serve_job": SERVE_JOB}
+GROUPS = {"crash": CRASH, "verdicts": VERDICTS, "network": NETWORK, "disk": DISK, "serve_job": SERVE_JOB, "hunt": HUNT}
 TIMEOUT = 180.0  # per mutant; each group's selection takes ~15 s here unmutated
 TEST_TIMEOUT = 120  # per test (pytest-timeout)
 _FLIPS = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,

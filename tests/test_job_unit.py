@@ -273,3 +273,60 @@ def test_a_taken_agent_port_refused_before_a_cluster_starts(monkeypatch: pytest.
         result = CliRunner().invoke(main, ["run", "--job", "python t.py", str(EXAMPLES / "train" / "schedule.toml")])
     assert result.exit_code == EXIT_BAD_INPUT and f"port {AGENT_PORT} is taken" in result.output, result.output
     assert not ours or f"by pid {os.getpid()} (" in " ".join(result.output.split()), result.output  # who holds it
+
+
+# -- each verdict's edges ----------------------------------------------------------------------------
+
+
+def test_the_job_verdicts_count_one_job_and_a_slowdown_at_its_bound_holds() -> None:
+    assert job_succeeded(OK).seen == 1 and within_ratio(OK, OK, ratio=3.0).seen == 1
+    at_bound = JobRecord(JobEnd.SUCCEEDED, 3 * OK.seconds, "f")
+    assert within_ratio(at_bound, OK, ratio=3.0).held  # exactly 3x: within
+    assert fault_seen([], [], job_id=JOB).seen == 0
+
+
+def test_a_kill_is_judged_by_what_was_seen_strictly_before_and_after_it() -> None:
+    # Alive at the very moment of the kill's confirmation is not "before it"; restarted at it is not "after".
+    at_kill = _sighted(2.0, ("w1", True, 0))
+    assert "no listing of this job's actors before it" in fault_seen(_killed(2.0, "w1"), at_kill, job_id=JOB).detail
+    seen = _sighted(1.0, ("w1", True, 0)) + _sighted(2.0, ("w1", True, 1))
+    assert not fault_seen(_killed(2.0, "w1"), seen, job_id=JOB).held
+    assert fault_seen(_killed(2.0, "w1"), seen + _sighted(2.1, ("w1", True, 1)), job_id=JOB).held
+    # An actor first listed at the kill's own moment was there already: its restore is no answer.
+    trials = _sighted(1.0, ("t1", True, 0), cls="ImplicitFunc") + _sighted(2.0, ("t3", True, 0), cls="ImplicitFunc")
+    assert not fault_seen(_killed(2.0, "t1"), trials, job_id=JOB, restores=_restored(3.0, "t3")).held
+    # A restore listed at the kill's own moment is not after it.
+    later = _sighted(1.0, ("t1", True, 0), cls="ImplicitFunc") + _sighted(2.5, ("t3", True, 0), cls="ImplicitFunc")
+    assert not fault_seen(_killed(2.0, "t1"), later, job_id=JOB, restores=_restored(2.0, "t3")).held
+    assert fault_seen(_killed(2.0, "t1"), later, job_id=JOB, restores=_restored(2.01, "t3")).held
+
+
+def test_a_tasks_method_is_the_last_part_of_its_name() -> None:
+    from types import SimpleNamespace
+
+    from scenarios.workloads._job import _method
+
+    assert _method(SimpleNamespace(name="objective.restore", func_or_class_name="x.ImplicitFunc.train")) == "restore"
+    assert _method(SimpleNamespace(name=None, func_or_class_name="a.b.ImplicitFunc.restore")) == "restore"
+    assert _method(SimpleNamespace(name=None, func_or_class_name=None)) == ""
+
+
+def test_the_job_is_timed_to_the_millisecond_and_a_zero_length_job_is_one() -> None:
+    assert job_seconds(11_000, 11_000, fallback=9.9) == 0.0  # started and ended in the same ms: Ray's own times
+    assert job_seconds(11_000, 10_999, fallback=9.9) == 9.9  # an end before its start is no time
+
+
+def test_options_just_inside_their_bounds_are_taken() -> None:
+    from scenarios.workloads._job import job_problems
+
+    assert job_problems("python t.py", 1.5, 0.5) == []
+    assert [p.field for p in job_problems("python t.py", 1.0, 0.0)] == ["--max-slowdown", "--job-timeout"]
+
+
+def test_a_schedule_that_is_not_a_jobs_is_refused_naming_its_file(tmp_path: Path) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text('duration = 5\n[[faults]]\nat = 1\nkind = "pause"\nseconds = 1\n'
+                    'target = { kind = "actor", class_name = "A" }\n', encoding="utf-8")
+    with pytest.raises(ScenarioError) as refused:
+        load_job(str(path), command="python t.py", working_dir=str(tmp_path), handoff=str(tmp_path / "b"))
+    assert refused.value.source == str(path), refused.value.source

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from chaos.errors import InvalidConfig
-from scenarios.model._records import RunLabel, RunResult, RunStatus
+from scenarios.model._records import RunLabel, RunResult, RunStatus, Validity
 from scenarios.workloads._serve_load import Failure, Request
 from scenarios.workloads._serve_verdicts import (
     DOCUMENTED_ERRORS,
@@ -448,3 +448,74 @@ def test_an_expected_body_for_the_built_in_app_is_refused_at_load_time(tmp_path:
         load_scenario(str(scenario))
     (problem,) = caught.value.problems
     assert problem.field == "params.expect_body" and "always checked" in problem.fix, problem
+
+
+# -- each verdict's edges: where a request, a fault or a bound sits exactly on a boundary ---------
+
+
+def test_a_request_answered_as_the_window_opens_was_out_in_it() -> None:
+    window = Window(2.0, 5.0)
+    assert window.meets(Request(1.0, 1.0, status=500))  # ended at 2.0: out when it opened
+    assert not window.meets(Request(1.0, 0.999, status=500))
+    assert window.meets(Request(4.999, 0.01, status=500)) and not window.meets(Request(5.0, 0.01, status=500))
+
+
+def test_a_fault_that_documents_nothing_says_so() -> None:
+    assert _fault(ServeFault.CONTROLLER, 2.0).describe().endswith(": none")
+    assert "500" in _kill(2.0).describe() and "timeout" in _kill(2.0).describe()
+
+
+def test_recovery_starts_at_the_fault_and_its_bounds_are_inclusive() -> None:
+    reqs = _outage(_steady(10), 3, 5, Failure.REFUSED)
+    # The first second all served is the one starting when the outage ends: 2.0 s after the fault.
+    assert recovery_time(reqs, 3.0, bound=0.01, timeout=TIMEOUT) == 2.0  # a p99 exactly at its bound
+    assert recovery_time(reqs, 3.0, bound=0.0099, timeout=TIMEOUT) is None
+    # A request sent exactly at the fault counts among the later ones; the last request ends the search.
+    at_fault = [Request(3.0, 0.01, status=200), Request(3.5, 0.01, status=200)]
+    assert recovery_time(at_fault, 3.0, bound=0.05, timeout=TIMEOUT) == 0.0
+    assert recovery_time([Request(3.0, 0.01, status=200)], 3.0, bound=0.05, timeout=TIMEOUT) == 0.0
+    # A window is one second wide, its end excluded: a failure at 4.0 s is not in the one from 3.0 s.
+    edge = [Request(3.0 + i / 4, 0.01, status=200) for i in range(4)] + [Request(4.0, 0.01, failure=Failure.RESET)]
+    assert recovery_time(edge, 3.0, bound=0.05, timeout=TIMEOUT) == 0.0
+    # A 200 past the request's timeout is no answer: that second does not count as recovered.
+    slow = [Request(3.0, TIMEOUT + 0.1, status=200), Request(5.0, 0.01, status=200)]
+    assert recovery_time(slow, 3.0, bound=9.0, timeout=TIMEOUT) == 1.25  # the first second holding only 5.0 s
+
+
+def test_recovered_to_baseline_bounds_are_the_twins_p99_times_the_factor_plus_the_slack() -> None:
+    reqs = _outage(_steady(10), 3, 5, Failure.REFUSED)
+    kw = {"timeout": TIMEOUT, "factor": 2.0}
+    # p99 of 10 ms: within 0.004 x 2 + 0.002 = 10 ms exactly, not within 0.004 x 2 + 0.0019.
+    assert recovered_verdict(reqs, [3.0], baseline_p99=0.004, slack=0.002, within=3, **kw).held
+    assert not recovered_verdict(reqs, [3.0], baseline_p99=0.004, slack=0.0019, within=3, **kw).held
+    assert recovered_verdict(reqs, [3.0], baseline_p99=0.01, slack=0.0, within=2.0, **kw).held  # recovered at the bound
+    assert not recovered_verdict(reqs, [3.0], baseline_p99=0.01, slack=0.0, within=1.99, **kw).held
+    nothing = recovered_verdict(reqs, [3.0], baseline_p99=math.nan, slack=0.0, within=3, **kw)
+    assert nothing.validity is Validity.UNKNOWN
+
+
+def test_a_request_hangs_only_past_its_timeout_and_grace() -> None:
+    reqs = _steady(2)
+    assert no_hang_verdict([*reqs, Request(1.0, 2.5, status=200)], timeout=TIMEOUT, grace=0.5).held  # exactly at it
+    assert not no_hang_verdict([*reqs, Request(1.0, 2.51, status=200)], timeout=TIMEOUT, grace=0.5).held
+    assert not no_hang_verdict([*reqs, Request(1.0, 2.0, status=200)], timeout=TIMEOUT, grace=-0.5).held
+
+
+def test_errors_documented_counts_what_only_a_window_excused_and_breaks_on_an_unmeasured_fault() -> None:
+    named = Request(2.2, 0.01, status=500, replica=KILLED)
+    unnamed = [Request(2.4, 0.01, status=500), Request(2.6, TIMEOUT, failure=Failure.TIMEOUT)]
+    odd = Request(2.8, 0.01, status=503)  # no fault documents it, and it names no replica
+    verdict = errors_documented_verdict([*_steady(5), named, *unnamed, odd], [_kill(2.0)])
+    assert not verdict.held and "4 failed requests, 3 excused (2 by their window alone" in verdict.detail, \
+        verdict.detail
+    clean = errors_documented_verdict(_steady(5), [_kill(2.0)], unmeasured=["kill of ServeController? no"])
+    assert not clean.held and "faults without a measured table" in clean.detail
+
+
+def test_replicas_are_restored_by_the_bound_counted_from_the_last_fault() -> None:
+    replica = [(2.0, ServeFault.REPLICA)]
+    assert replicas_restored_verdict([_look(7.0)], replica, replicas=2, within=5).held  # a look exactly at the bound
+    assert not replicas_restored_verdict([_look(7.01)], replica, replicas=2, within=5).held
+    assert not replicas_restored_verdict([_look(1.9)], replica, replicas=2, within=5).held  # before the fault
+    assert replicas_restored_verdict([_look(2.0)], replica, replicas=2, within=5).held  # at it
+    assert replicas_restored_verdict([], [], replicas=2, within=5).validity is Validity.UNKNOWN

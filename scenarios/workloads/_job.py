@@ -486,7 +486,7 @@ _REFERENCE = [Verdict.unknown("within_ratio", "the fault-free run is what the ru
 def _method(task: Any) -> str:
     """The method an actor task called: the last part of its name ("objective.restore": a
     Tune trainable's name is its function's, Ray's ``repr_name``)."""
-    return str(task.name or task.func_or_class_name or "").rsplit(".", 1)[-1]
+    return str(task.name or task.func_or_class_name or "").rpartition(".")[2]
 
 
 #: Seconds the dashboard has to answer Train's runs.

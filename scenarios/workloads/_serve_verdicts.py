@@ -187,7 +187,7 @@ def recovered_verdict(requests: Sequence[Request], faults_at: Sequence[float], *
     all served with a p99 at most ``baseline_p99 * factor + slack`` (the fault-free run's p99)."""
     bound = baseline_p99 * factor + slack
     if math.isnan(bound):
-        return Verdict.over("recovered_to_baseline", 0, held=False, detail="no baseline p99 to recover to")
+        return Verdict.unknown("recovered_to_baseline", "no baseline p99 to recover to")
     times = [recovery_time(requests, t, bound=bound, timeout=timeout) for t in faults_at]
     late = [t for t in times if t is None or t > within]
     text = ", ".join("never" if t is None else f"{t:.2f} s" for t in times)
@@ -261,7 +261,7 @@ def replicas_restored_verdict(samples: Sequence[ServeSample], faults: Sequence[t
     again, and, once a proxy was killed, ``proxies`` proxies ALIVE (as many as before the run);
     a run without faults has nothing restored (it does not hold)."""
     if not faults:
-        return Verdict.over("replicas_restored", 0, held=False, detail="no fault: nothing to restore")
+        return Verdict.unknown("replicas_restored", "no fault: nothing to restore")
     last = max(t for t, _ in faults)
     kills = sum(f is ServeFault.REPLICA for _, f in faults)
     controller = any(f is ServeFault.CONTROLLER for _, f in faults)
