@@ -9,6 +9,7 @@ connection that completes; a cut that no packet met raises :class:`FaultIneffect
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import math
@@ -439,22 +440,15 @@ def confirm_capped(lab: NetLab, node: NetNode, mbit: float, *, upload: bool) -> 
     """
     namespace, link = _links(node)[0 if upload else 1]
     way = "sends" if upload else "receives"
-    queue = _qdisc(namespace, link)
-    rate = int(queue.get("options", {}).get("rate", 0)) * 8 / 1e6 if queue.get("kind") == "tbf" else 0.0
-    if abs(rate - mbit) > 0.01 * mbit:
-        raise FaultIneffective(f"the link of {node.label} has no token bucket at {mbit:g} Mbit/s for what it {way} "
-                               f"after `tc qdisc replace` (read back: {queue.get('kind', 'none')}, {rate:g} Mbit/s)")
-    before = int(str(queue.get("overlimits", 0)))
+    before = _bucket_at(node, namespace, link, mbit, way)
     to = (lab.head.address, lab.probe_ports[0]) if upload else (node.address, lab.probe_ports[node.index])
+    payload = b"\0" * (8 * burst_bytes(mbit))
     with _socket(node) if upload else _host_socket() as sock:
         sock.settimeout(2.0)
         sock.connect(to)
         sock.setblocking(False)
-        payload = b"\0" * (8 * burst_bytes(mbit))
-        try:
+        with contextlib.suppress(BlockingIOError):
             sock.send(payload)
-        except BlockingIOError:
-            pass
 
         def held() -> int:
             return max(0, int(str(_qdisc(namespace, link).get("overlimits", 0))) - before)
@@ -464,6 +458,20 @@ def confirm_capped(lab: NetLab, node: NetNode, mbit: float, *, upload: bool) -> 
         except HangError:
             raise FaultIneffective(f"the token bucket of {node.label} held nothing back of {len(payload)} bytes it "
                                    f"{way} at {mbit:g} Mbit/s") from None
+
+
+def _bucket_at(node: NetNode, namespace: str | None, link: str, mbit: float, way: str) -> int:
+    """The ``overlimits`` so far of ``link``'s token bucket, read back at ``mbit``.
+
+    Raises:
+        FaultIneffective: the link's queue is not a token bucket at that rate.
+    """
+    queue = _qdisc(namespace, link)
+    rate = int(queue.get("options", {}).get("rate", 0)) * 8 / 1e6 if queue.get("kind") == "tbf" else 0.0
+    if abs(rate - mbit) > 0.01 * mbit:
+        raise FaultIneffective(f"the link of {node.label} has no token bucket at {mbit:g} Mbit/s for what it {way} "
+                               f"after `tc qdisc replace` (read back: {queue.get('kind', 'none')}, {rate:g} Mbit/s)")
+    return int(str(queue.get("overlimits", 0)))
 
 
 @contextmanager
