@@ -423,31 +423,23 @@ def test_a_missing_dependency_of_an_app_is_named_as_such(tmp_path: Path, monkeyp
         _application("needs_dep_mod:app", replicas=2)
 
 
-@pytest.mark.parametrize("path", ["?text=a", "/a b"])
-def test_a_request_path_that_is_no_route_is_refused_at_load_time(tmp_path: Path, path: str) -> None:
+@pytest.mark.parametrize(("params", "field", "said"), [
+    ('path = "?text=a"', "params.path", "is not a route"),
+    ('path = "/a b"', "params.path", "is not a route"),
+    ('expect_body = "ok"', "params.expect_body", "always checked"),  # the built-in app's body is its own
+])
+def test_params_the_serve_workload_cannot_take_are_refused_at_load_time(tmp_path: Path, params: str, field: str,
+                                                                         said: str) -> None:
     from scenarios import ScenarioError, load_scenario
 
     scenario = tmp_path / "bad.toml"
-    scenario.write_text(f'workload = "serve"\nduration = 6\n[params]\npath = {path!r}\n[[faults]]\nat = 2\n'
+    scenario.write_text(f'workload = "serve"\nduration = 6\n[params]\n{params}\n[[faults]]\nat = 2\n'
                         'kind = "kill"\ntarget = { kind = "actor", class_name = "ServeController" }\n',
                         encoding="utf-8")
     with pytest.raises(ScenarioError) as caught:
         load_scenario(str(scenario))
     (problem,) = caught.value.problems
-    assert problem.field == "params.path" and "is not a route" in problem.fix, problem
-
-
-def test_an_expected_body_for_the_built_in_app_is_refused_at_load_time(tmp_path: Path) -> None:
-    from scenarios import ScenarioError, load_scenario
-
-    scenario = tmp_path / "bad.toml"
-    scenario.write_text('workload = "serve"\nduration = 6\n[params]\nexpect_body = "ok"\n[[faults]]\nat = 2\n'
-                        'kind = "kill"\ntarget = { kind = "actor", class_name = "ServeController" }\n',
-                        encoding="utf-8")
-    with pytest.raises(ScenarioError) as caught:
-        load_scenario(str(scenario))
-    (problem,) = caught.value.problems
-    assert problem.field == "params.expect_body" and "always checked" in problem.fix, problem
+    assert problem.field == field and said in problem.fix, problem
 
 
 # -- each verdict's edges: where a request, a fault or a bound sits exactly on a boundary ---------
