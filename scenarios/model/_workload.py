@@ -265,6 +265,14 @@ class Workload:
     def teardown(self) -> None:
         """Release everything the workload created (actors, refs)."""
 
+    def before_kill(self) -> None:
+        """Called right before each kill is injected (the runner's fault thread): a workload that
+        judges what Ray did with a killed actor looks at its targets once more here."""
+
+    def actors_killed(self, actor_ids: tuple[str, ...]) -> None:
+        """Called as each kill is confirmed, with the ids of the actors it killed (empty for a
+        process that is no actor's)."""
+
 
 def _has_probe(cls: type[Workload]) -> bool:
     """Whether a workload class that does not say ``HAS_PROBE`` has a probe: one of its own,

@@ -770,16 +770,14 @@ class _RunObserver(ScheduleObserver):
     def injecting(self, index: int, entry: ScheduledFault) -> None:
         # A workload judging Ray's answer to a kill looks at its targets once more: the kill's
         # actor may have started after its last look (a slow machine's Tune trial did).
-        look = getattr(self.workload.workload, "before_kill", None)
-        if entry.kind is FaultKind.KILL and callable(look):
-            look()
+        if entry.kind is FaultKind.KILL:
+            self.workload.workload.before_kill()
 
     def injected(self, index: int, entry: ScheduledFault, injection: Injection) -> None:
         self.ctx.injected_fault(entry.kind)
         # A workload judging Ray's answer to a kill (the job's fault_seen) needs whom it killed.
-        told = getattr(self.workload.workload, "actors_killed", None)
-        if entry.kind is FaultKind.KILL and callable(told):
-            told(tuple(p.actor_id for p in injection.processes if p.actor_id))
+        if entry.kind is FaultKind.KILL:
+            self.workload.workload.actors_killed(tuple(p.actor_id for p in injection.processes if p.actor_id))
 
     def settled(self, outcome: FaultOutcome) -> FaultOutcome:
         entry, target = outcome.entry, outcome.entry.target_label
