@@ -496,6 +496,12 @@ def test_a_return_lost_with_its_node_is_rebuilt_while_an_attempt_is_left() -> No
     assert expect(failed_first, failed_first.faults)[0] == Outcome(None, KILLED)  # no stored value to lose
     killed_once = Program((Task(1, max_retries=1),), (Fault(FaultKind.KILL_WORKER, 0, 0), Fault(OBJECT_REMOVAL, 0, 0)))
     assert expect(killed_once, killed_once.faults)[0] == Outcome(1, LOST)  # the kill spent the retry
+    # Each failure spends one attempt, and only a failure spends one: with one left it is rebuilt.
+    killed_twice_over = Program((Task(1, max_retries=2),), (Fault(FaultKind.KILL_WORKER, 0, 0),
+                                                            Fault(OBJECT_REMOVAL, 0, 0)))
+    assert expect(killed_twice_over, killed_twice_over.faults)[0] == Outcome(1)
+    assert outcomes(Task(1, max_retries=2, retry_exceptions=True, flaky=True))[0] == Outcome(1)
+    assert outcomes(Task(1, max_retries=1, retry_exceptions=True))[0] == Outcome(1)  # retries exceptions, none raised
 
 
 def test_only_a_reconstruction_that_ran_out_of_attempts_is_the_documented_loss() -> None:
@@ -672,3 +678,56 @@ def test_what_runs_on_the_node_failing_rpcs_is_placed_there_only_on_a_cluster_wi
     with_node = Interpreter(program, "", cluster=object(), rpc_failures=True)
     assert [with_node.placement(i) for i in (0, 1)] == [{HEAD: 0.001}, {HUNT_RPC: 0.01}]
     assert Interpreter(program, "", cluster=object()).placement(1) == {HEAD: 0.001}
+
+
+# -- the landing rules at their edges ------------------------------------------------------------
+
+
+def test_a_pressure_lands_on_a_store_filled_past_its_capacity_that_spilled_at_all() -> None:
+    assert Pressure(capacity=1, pressed=2, spilled=1, victim_spilled=True).landed  # the least that lands
+    assert not Pressure(capacity=0, pressed=2, spilled=1, victim_spilled=True).landed  # no store read
+    assert not Pressure(capacity=2, pressed=2, spilled=1, victim_spilled=True).landed  # filled, not past it
+    assert not Pressure(capacity=1, pressed=2, spilled=0, victim_spilled=True).landed  # nothing spilled
+
+
+def test_a_step_window_holds_its_ends_and_the_log_stamps_slack_only() -> None:
+    from scenarios.hunt._rpc import SLACK, Window
+
+    window = Window(10.0, 12.0)
+    assert window.holds(10.0 - SLACK) and window.holds(12.0 + SLACK) and window.holds(11.0)
+    assert not window.holds(10.0 - 2 * SLACK) and not window.holds(12.0 + 2 * SLACK)
+
+
+def test_a_log_is_read_from_its_first_byte(tmp_path: Path) -> None:
+    from scenarios.hunt._rpc import Injections
+
+    (tmp_path / "raylet.out").write_text(injected(time.time(), "ObjectManagerService.grpc_client.Pull", pid=40))
+    (found,) = Injections(str(tmp_path)).new()
+    assert (found.pid, found.method) == (40, "ObjectManagerService.grpc_client.Pull")
+
+
+def test_only_a_landed_pressure_spills_and_only_its_own_victim() -> None:
+    from scenarios.hunt._oracle import spilled
+
+    program = Program((Put(1), Put(2)), (Fault(FaultKind.OBJECT_STORE_PRESSURE, 1, 1),))
+    assert spilled(program, [Fault(FaultKind.OBJECT_STORE_PRESSURE, 1, 1)]) == {1}
+    assert spilled(program, [Fault(FaultKind.KILL_WORKER, 1, 1)]) == frozenset()  # another kind's victim
+    assert spilled(program, [Fault(FaultKind.OBJECT_STORE_PRESSURE, 2, 1)]) == frozenset()  # past the last step
+
+
+def test_an_exceptions_kind_and_name_are_its_root_causes() -> None:
+    from ray import exceptions as rx
+
+    from scenarios.hunt._run import classify, observed_error, root_name
+
+    crashed = rx.WorkerCrashedError()
+    wrapped = rx.RayTaskError("f", "traceback", crashed)
+    assert classify(wrapped) is ErrorKind.WORKER_CRASHED and root_name(wrapped) == "WorkerCrashedError"
+    bare = rx.RayTaskError("f", "traceback", None)  # nothing to peel: it is its own root
+    assert classify(bare) is None and root_name(bare) == "RayTaskError"
+    assert classify(ValueError("step 3: first attempt")) is ErrorKind.VALUE_ERROR
+    started = time.monotonic() - 2.0
+    hung = observed_error(rx.GetTimeoutError("the driver's get"), started)
+    assert hung.hung and 2.0 <= hung.seconds < 3.0
+    callee = observed_error(rx.RayTaskError("f", "tb", rx.GetTimeoutError("a callee's get")), started)
+    assert not callee.hung and callee.error_type == "GetTimeoutError" and 2.0 <= callee.seconds < 3.0
