@@ -23,6 +23,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from chaos._checker import Verdict
 from chaos._errors import HangError, InvalidConfig
 
 __all__ = ["History", "Op", "OpStatus", "SetVerdict", "check_set", "drive_writers"]
@@ -78,7 +79,8 @@ class History:
 
 @dataclass(frozen=True, slots=True)
 class SetVerdict:
-    """The set checker's findings. ``ok`` is False when anything broke the rules."""
+    """The set checker's findings (its evidence). ``ok`` is False when anything broke the rules;
+    :meth:`verdict` says it as the one verdict type."""
 
     acknowledged: int
     stored: int
@@ -91,6 +93,12 @@ class SetVerdict:
     @property
     def ok(self) -> bool:
         return len(self.lost) <= self.allowed_loss and not self.duplicated and not self.unexpected
+
+    def verdict(self, name: str, *, detail: str = "") -> Verdict:
+        """This check as a verdict named ``name`` over the acknowledged writes: held when nothing
+        broke the rules, broken when something did, unknown when nothing was acknowledged (a
+        history with nothing to keep checks nothing). ``detail`` goes before the findings."""
+        return Verdict.over(name, self.acknowledged, held=self.ok, detail=f"{detail}{self.explain()}")
 
     def explain(self) -> str:
         parts = [(f"{self.acknowledged} acknowledged, {self.stored} stored, "

@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator, TypeAdapter, ValidationError
 
-from chaos._checker import Validity
+from chaos._checker import Validity, Verdict
 from chaos._errors import ChaosError
 from chaos._faults import Fault, FaultStatus, fault_from_dict, fault_to_dict
 from chaos._memory import MemoryOutcome
@@ -66,6 +66,11 @@ class VerdictEntry(_Record):
     held: bool
     detail: str
     validity: Validity | None = None  #: absent in journals written before it existed
+
+    @classmethod
+    def of(cls, verdict: Verdict) -> VerdictEntry:
+        """The journal's line of ``verdict`` (the one verdict type, serialised)."""
+        return cls(name=verdict.name, held=verdict.held, detail=verdict.detail, validity=verdict.validity)
 
 
 class Observed(_Record):

@@ -46,7 +46,8 @@ SUBMODULES = {
         "FAILPOINTS_ENV", "FailAction", "Failpoint", "FailpointPlan", "Firing", "arm", "armed", "disarm",
         "failpoint", "failpoint_env", "firings", "is_armed",
     },
-    "chaos.history": {"History", "Op", "OpStatus", "SetVerdict", "Validity", "check_set", "compose", "drive_writers"},
+    "chaos.history": {"History", "Op", "OpStatus", "SetVerdict", "Validity", "Verdict", "check_set", "compose",
+                      "drive_writers"},
     "chaos.journal": {
         "EndEvent", "FaultEvent", "Journal", "JournalEvent", "JsonValue", "Observed", "PlannedFault",
         "RecoverEvent", "StartEvent", "VerdictEntry", "read_journal",

@@ -31,9 +31,9 @@ from scenarios.hunt import (
 )
 from scenarios.hunt._model import BLOCKING
 from scenarios.hunt._oracle import (
+    Expected,
     Failure,
     Observed,
-    Outcome,
     Processes,
     WaitSeen,
     attempts,
@@ -68,8 +68,8 @@ def test_a_stream_taken_from_fails_with_its_argument_and_one_never_taken_from_ca
     program = Program((Task(1, flaky=True), Stream(2, 3, 1, (Arg(0),)), Stream(2, 3, 0, (Arg(0),))),
                       (Fault(FaultKind.KILL_WORKER, 0, 0),))
     taken, untouched = expect(program, program.faults)[1:]
-    assert taken == Outcome(None, frozenset({ErrorKind.WORKER_CRASHED}))
-    assert untouched == Outcome(())
+    assert taken == Expected(None, frozenset({ErrorKind.WORKER_CRASHED}))
+    assert untouched == Expected(())
 
 
 def test_a_task_attempts_spend_retries_on_kills_and_on_retried_exceptions() -> None:
@@ -84,15 +84,15 @@ def test_a_killed_task_without_retries_fails_its_dependents_with_the_same_error(
     program = Program((Task(1), Task(2, (Arg(0, nested=True),)), Task(3, (Arg(1),))),
                       (Fault(FaultKind.KILL_WORKER, 0, 0),))
     outcomes = expect(program, program.faults)
-    assert all(o == Outcome(None, KILLED) for o in outcomes)
-    assert expect(program, ())[2] == Outcome(6)  # the fault missed: plain values
+    assert all(o == Expected(None, KILLED) for o in outcomes)
+    assert expect(program, ())[2] == Expected(6)  # the fault missed: plain values
 
 
 def test_a_worker_kill_may_lose_what_an_earlier_task_put_as_owner() -> None:
     program = Program((Task(1, boxed=True), Task(2, max_retries=1)), (Fault(FaultKind.KILL_WORKER, 1, 1),))
     reused = Processes(owners=frozenset({(0, 100)}), killed=frozenset({100}))  # task 1 ran where task 0 had
     boxed, killed = expect(program, program.faults, processes=reused)
-    assert boxed == Outcome(1, TABLE[Situation.OWNED_BY_KILLED]) and killed == Outcome(2)
+    assert boxed == Expected(1, TABLE[Situation.OWNED_BY_KILLED]) and killed == Expected(2)
 
 
 def test_a_boxed_tasks_ref_may_be_lost_only_when_the_process_that_put_it_was_killed() -> None:
@@ -102,16 +102,16 @@ def test_a_boxed_tasks_ref_may_be_lost_only_when_the_process_that_put_it_was_kil
     program = Program((Task(1, boxed=True), Task(2, max_retries=1), Cancel(5, force=True)),
                       (Fault(FaultKind.KILL_WORKER, 1, 1),))
 
-    def boxed(killed: set[int]) -> Outcome | None:
+    def boxed(killed: set[int]) -> Expected | None:
         facts = Processes(owners=frozenset({(0, 100)}), killed=frozenset(killed))
         return expect(program, program.faults, processes=facts)[0]
 
-    assert boxed({200, 300}) == Outcome(1)  # the kill and the force cancel ended other processes
-    assert boxed({100}) == Outcome(1, TABLE[Situation.OWNED_BY_KILLED])  # its owner was one of them
-    assert expect(program, program.faults)[0] == Outcome(1)  # no process known killed: none allowed
+    assert boxed({200, 300}) == Expected(1)  # the kill and the force cancel ended other processes
+    assert boxed({100}) == Expected(1, TABLE[Situation.OWNED_BY_KILLED])  # its owner was one of them
+    assert expect(program, program.faults)[0] == Expected(1)  # no process known killed: none allowed
     victim = Program((Task(1, max_retries=1, boxed=True),), (Fault(FaultKind.KILL_WORKER, 0, 0),))
     retried = Processes(owners=frozenset({(0, 201)}), killed=frozenset({200}))  # the killed attempt put nothing
-    assert expect(victim, victim.faults, processes=retried) == [Outcome(1)]
+    assert expect(victim, victim.faults, processes=retried) == [Expected(1)]
 
 
 def test_the_run_reads_which_process_owns_each_boxed_value_and_which_processes_were_ended(tmp_path: Path) -> None:
@@ -132,25 +132,25 @@ def test_the_run_reads_which_process_owns_each_boxed_value_and_which_processes_w
 
 
 def test_calls_of_a_killed_actor_follow_its_restarts_and_task_retries() -> None:
-    def calls(restarts: int, retries: int) -> list[Outcome | None]:
+    def calls(restarts: int, retries: int) -> list[Expected | None]:
         program = Program((Actor(1, (), restarts, retries), Call(0, 1, boxed=True), Call(0, 2)),
                           (Fault(FaultKind.OWNER_DEATH, 0, 1),))
         return expect(program, program.faults)[1:]
 
     # Dead for good; what it put before the kill is lost with it (an actor-node removal's run
     # raised OwnerDiedError there, which the oracle had not allowed: our bug, found by the test).
-    assert calls(0, 0) == [Outcome(2, ACTOR_ERRORS | TABLE[Situation.OWNED_BY_KILLED]), Outcome(None, ACTOR_ERRORS)]
-    assert calls(1, 0) == [Outcome(2, ACTOR_ERRORS | TABLE[Situation.OWNED_BY_KILLED]), Outcome(3, ACTOR_ERRORS)]
-    assert calls(1, -1) == [Outcome(2, TABLE[Situation.OWNED_BY_KILLED]), Outcome(3)]  # retried: values
+    assert calls(0, 0) == [Expected(2, ACTOR_ERRORS | TABLE[Situation.OWNED_BY_KILLED]), Expected(None, ACTOR_ERRORS)]
+    assert calls(1, 0) == [Expected(2, ACTOR_ERRORS | TABLE[Situation.OWNED_BY_KILLED]), Expected(3, ACTOR_ERRORS)]
+    assert calls(1, -1) == [Expected(2, TABLE[Situation.OWNED_BY_KILLED]), Expected(3)]  # retried: values
 
 
 def test_an_actor_whose_constructor_argument_fails_fails_every_call() -> None:
     program = Program((Task(0, flaky=True), Actor(1, (Arg(0),), max_restarts=1), Call(1, 1)))
-    assert expect(program, ())[2] == Outcome(None, frozenset({ErrorKind.VALUE_ERROR, ErrorKind.ACTOR_DIED}))
+    assert expect(program, ())[2] == Expected(None, frozenset({ErrorKind.VALUE_ERROR, ErrorKind.ACTOR_DIED}))
 
 
 def test_judging_a_step_catches_wrong_values_hangs_and_exceptions_outside_the_table() -> None:
-    may_crash = Outcome(5, KILLED)
+    may_crash = Expected(5, KILLED)
     assert judge_step(may_crash, Observed(value=5)) is None
     assert judge_step(may_crash, Observed(error=ErrorKind.WORKER_CRASHED, error_type="WorkerCrashedError")) is None
     assert judge_step(may_crash, Observed(value=6)) == (Seen.WRONG_VALUE, "")
@@ -158,7 +158,7 @@ def test_judging_a_step_catches_wrong_values_hangs_and_exceptions_outside_the_ta
     assert judge_step(may_crash, Observed(error_type="KeyError")) == (Seen.OUTSIDE_TABLE, "KeyError")
     assert judge_step(may_crash, Observed(error=ErrorKind.OWNER_DIED, error_type="OwnerDiedError")) == (
         Seen.OUTSIDE_TABLE, "OwnerDiedError")
-    assert judge_step(Outcome(None, KILLED), Observed(value=5)) == (Seen.VALUE_NOT_ERROR, "")
+    assert judge_step(Expected(None, KILLED), Observed(value=5)) == (Seen.VALUE_NOT_ERROR, "")
 
 
 def test_a_wait_keeps_its_contract_or_is_caught() -> None:
@@ -303,14 +303,14 @@ def test_under_pressure_spilled_values_read_back_and_only_refs_put_meanwhile_may
     program = Program((Put(3), Task(1, (Arg(0),), boxed=True), Actor(0), Call(2, 2, boxed=True),
                        Task(4, boxed=True), Put(5)), (Fault(PRESSURE, 0, 3),))
     outcomes = expect(program, program.faults)
-    assert outcomes[0] == Outcome(3)  # spilled: restored, no error allowed
-    assert outcomes[1] == Outcome(4, STORE_FULL) and outcomes[3] == Outcome(2, STORE_FULL)
-    assert outcomes[4] == Outcome(4) and outcomes[5] == Outcome(5)  # after the pressure was freed
+    assert outcomes[0] == Expected(3)  # spilled: restored, no error allowed
+    assert outcomes[1] == Expected(4, STORE_FULL) and outcomes[3] == Expected(2, STORE_FULL)
+    assert outcomes[4] == Expected(4) and outcomes[5] == Expected(5)  # after the pressure was freed
     lost = Observed(error_type="ObjectLostError")
     assert judge_step(outcomes[0], lost) == (Seen.OUTSIDE_TABLE, "ObjectLostError")
     full = Observed(error=ErrorKind.OBJECT_STORE_FULL, error_type="ObjectStoreFullError")
     assert judge_step(outcomes[1], full) is None and judge_step(outcomes[4], full) is not None
-    assert expect(program, ())[1] == Outcome(4)  # the pressure missed: plain values
+    assert expect(program, ())[1] == Expected(4)  # the pressure missed: plain values
 
 
 def test_a_pressure_lands_only_when_the_store_was_overfilled_and_spilled_the_victims_object() -> None:
@@ -339,7 +339,7 @@ def test_a_pressures_boxed_victim_was_put_before_the_store_filled_so_only_others
     there to spill): ObjectStoreFullError for the victim's own ref is a finding; another boxed
     step submitted by then may have put during the pressure."""
     program = Program((Task(4, boxed=True), Task(1, boxed=True)), (Fault(PRESSURE, 0, 1),))
-    assert expect(program, program.faults) == [Outcome(4), Outcome(1, STORE_FULL)]
+    assert expect(program, program.faults) == [Expected(4), Expected(1, STORE_FULL)]
 
 
 def test_the_statistics_count_object_store_pressure() -> None:
@@ -369,13 +369,13 @@ def test_a_node_removal_falls_on_a_held_task_once_a_program(program: Program) ->
 
 
 def test_a_task_on_a_removed_node_fails_its_dependents_or_runs_again_with_retries_left() -> None:
-    def outcomes(retries: int) -> list[Outcome | None]:
+    def outcomes(retries: int) -> list[Expected | None]:
         program = Program((Task(1, max_retries=retries), Task(2, (Arg(0, nested=True),))),
                           (Fault(REMOVAL, 0, 1),))
         return expect(program, program.faults)
 
-    assert outcomes(0) == [Outcome(None, NODE_ERRORS), Outcome(None, NODE_ERRORS)]
-    assert outcomes(1) == [Outcome(1), Outcome(3)]
+    assert outcomes(0) == [Expected(None, NODE_ERRORS), Expected(None, NODE_ERRORS)]
+    assert outcomes(1) == [Expected(1), Expected(3)]
     removed = Observed(error=ErrorKind.NODE_DIED, error_type="NodeDiedError")
     assert judge_step(outcomes(0)[0], removed) is None and judge_step(outcomes(1)[0], removed) is not None
     killed = Program((Task(1),), (Fault(FaultKind.KILL_WORKER, 0, 0),))
@@ -415,14 +415,14 @@ def test_one_fault_a_program_takes_the_removable_node_and_an_actors_falls_on_an_
 
 
 def test_calls_of_an_actor_whose_node_was_removed_follow_its_restarts_as_a_kills_do() -> None:
-    def calls(restarts: int) -> tuple[Outcome, ...]:
+    def calls(restarts: int) -> tuple[Expected, ...]:
         program = Program((Actor(1, max_restarts=restarts, max_task_retries=-1), Call(0, 2), Call(0, 3)),
                           (Fault(ACTOR_REMOVAL, 1, 1),))
         return tuple(expect(program, program.faults)[1:])
 
     dead, restarted = calls(0), calls(-1)
     assert all(o is not None and o.value is None and o.errors == ACTOR_ERRORS for o in dead), dead  # in flight, after
-    assert restarted == (Outcome(3), Outcome(4)), restarted
+    assert restarted == (Expected(3), Expected(4)), restarted
 
 
 GCS = FaultKind.GCS_RESTART
@@ -479,29 +479,29 @@ def test_an_object_node_removal_falls_on_a_task_it_does_not_hold_and_that_waits_
 
 
 def test_a_return_lost_with_its_node_is_rebuilt_while_an_attempt_is_left() -> None:
-    def outcomes(task: Task) -> list[Outcome | None]:
+    def outcomes(task: Task) -> list[Expected | None]:
         program = Program((task, Task(2, (Arg(0, nested=True),))), (Fault(OBJECT_REMOVAL, 0, 0),))
         return expect(program, program.faults)
 
-    assert outcomes(Task(1, max_retries=0)) == [Outcome(1, LOST), Outcome(3, LOST)]  # lost, or a copy was left
-    assert outcomes(Task(1, max_retries=1)) == [Outcome(1), Outcome(3)]  # lineage reconstruction
-    assert outcomes(Task(1, max_retries=1, retry_exceptions=True, flaky=True))[0] == Outcome(1, LOST)  # spent
+    assert outcomes(Task(1, max_retries=0)) == [Expected(1, LOST), Expected(3, LOST)]  # lost, or a copy was left
+    assert outcomes(Task(1, max_retries=1)) == [Expected(1), Expected(3)]  # lineage reconstruction
+    assert outcomes(Task(1, max_retries=1, retry_exceptions=True, flaky=True))[0] == Expected(1, LOST)  # spent
     boxed = outcomes(Task(1, max_retries=2, boxed=True))[0]
-    assert boxed == Outcome(1, TABLE[Situation.OWNED_BY_KILLED])  # its put died with the node
+    assert boxed == Expected(1, TABLE[Situation.OWNED_BY_KILLED])  # its put died with the node
     spent = "ObjectReconstructionFailedError[OBJECT_UNRECONSTRUCTABLE_MAX_ATTEMPTS_EXCEEDED]"
     rebuilt = outcomes(Task(1, max_retries=1))[0]
     assert rebuilt is not None and judge_step(rebuilt, Observed(error=ErrorKind.OBJECT_LOST, error_type=spent)) == (
         Seen.OUTSIDE_TABLE, spent)
     failed_first = Program((Task(1),), (Fault(FaultKind.KILL_WORKER, 0, 0), Fault(OBJECT_REMOVAL, 0, 0)))
-    assert expect(failed_first, failed_first.faults)[0] == Outcome(None, KILLED)  # no stored value to lose
+    assert expect(failed_first, failed_first.faults)[0] == Expected(None, KILLED)  # no stored value to lose
     killed_once = Program((Task(1, max_retries=1),), (Fault(FaultKind.KILL_WORKER, 0, 0), Fault(OBJECT_REMOVAL, 0, 0)))
-    assert expect(killed_once, killed_once.faults)[0] == Outcome(1, LOST)  # the kill spent the retry
+    assert expect(killed_once, killed_once.faults)[0] == Expected(1, LOST)  # the kill spent the retry
     # Each failure spends one attempt, and only a failure spends one: with one left it is rebuilt.
     killed_twice_over = Program((Task(1, max_retries=2),), (Fault(FaultKind.KILL_WORKER, 0, 0),
                                                             Fault(OBJECT_REMOVAL, 0, 0)))
-    assert expect(killed_twice_over, killed_twice_over.faults)[0] == Outcome(1)
-    assert outcomes(Task(1, max_retries=2, retry_exceptions=True, flaky=True))[0] == Outcome(1)
-    assert outcomes(Task(1, max_retries=1, retry_exceptions=True))[0] == Outcome(1)  # retries exceptions, none raised
+    assert expect(killed_twice_over, killed_twice_over.faults)[0] == Expected(1)
+    assert outcomes(Task(1, max_retries=2, retry_exceptions=True, flaky=True))[0] == Expected(1)
+    assert outcomes(Task(1, max_retries=1, retry_exceptions=True))[0] == Expected(1)  # retries exceptions, none raised
 
 
 def test_only_a_reconstruction_that_ran_out_of_attempts_is_the_documented_loss() -> None:
@@ -731,3 +731,16 @@ def test_an_exceptions_kind_and_name_are_its_root_causes() -> None:
     assert hung.hung and 2.0 <= hung.seconds < 3.0
     callee = observed_error(rx.RayTaskError("f", "tb", rx.GetTimeoutError("a callee's get")), started)
     assert not callee.hung and callee.error_type == "GetTimeoutError" and 2.0 <= callee.seconds < 3.0
+
+
+def test_a_programs_run_is_judged_as_the_one_verdict_type() -> None:
+    from chaos.history import Validity
+
+    program = Program((Put(1), Task(2)), (Fault(FaultKind.KILL_WORKER, 1, 1),))
+    held = ProgramVerdict(program, program.faults, (), (), 0.0).verdict()
+    assert held.validity is Validity.HELD and held.seen == 1
+    missed = ProgramVerdict(program, (), program.faults, (), 0.0).verdict()
+    assert missed.validity is Validity.UNKNOWN  # every fault it drew missed: it tested nothing of them
+    hang = Failure(Signature(StepKind.TASK, (FaultKind.KILL_WORKER,), Seen.HANG), 1, "step 1 hung")
+    broken = ProgramVerdict(program, program.faults, (), (hang,), 0.0).verdict()
+    assert broken.validity is Validity.BROKEN and "hang" in broken.detail

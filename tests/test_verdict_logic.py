@@ -275,3 +275,20 @@ def test_a_runs_fault_windows_are_confirmed_to_healed_and_the_twins_are_the_sche
     assert chaos.windows(FaultKind.KILL) == [] and twin.windows(FaultKind.KILL) == []
     window = FaultWindow(FaultKind.SLOW_DISK, 2.3, 7.4)
     assert window.holds(2.3) and not window.holds(7.4)
+
+
+def test_the_set_checker_and_the_journal_speak_the_one_verdict_type() -> None:
+    from chaos.history import History, OpStatus, Validity, Verdict, check_set
+    from chaos.journal import VerdictEntry
+
+    history = History()
+    for seq, status in ((0, OpStatus.OK), (1, OpStatus.OK), (2, OpStatus.INFO)):
+        history.invoke(("w", seq), "w")
+        history.complete(("w", seq), status)
+    kept = check_set(history.ops(), [("w", 0), ("w", 1)]).verdict("kept", detail="w: ")
+    assert kept.validity is Validity.HELD and kept.seen == 2 and kept.detail.startswith("w: 2 acknowledged")
+    lost = check_set(history.ops(), [("w", 0)]).verdict("kept")
+    assert lost.validity is Validity.BROKEN and "1 lost" in lost.detail
+    assert check_set([], []).verdict("kept").validity is Validity.UNKNOWN  # nothing acknowledged: nothing kept
+    entry = VerdictEntry.of(Verdict.unknown("kept", "none seen"))
+    assert (entry.held, entry.validity) == (False, Validity.UNKNOWN)

@@ -101,17 +101,20 @@ TABLE: dict[Situation, frozenset[ErrorKind]] = {
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
-    """What a step may end in: ``value`` (None: it must raise) or one of ``errors``."""
+class Expected:
+    """What a step may end in, by the oracle's table: ``value`` (None: it must raise) or one of
+    ``errors``. An expectation, not a verdict: :func:`judge` turns what was observed against it
+    into failures, and the program's run is judged as the one verdict type
+    (``ProgramVerdict.verdict``)."""
 
     value: int | tuple[int, ...] | None
     errors: frozenset[ErrorKind] = frozenset()
 
-    def may(self, situation: Situation) -> Outcome:
-        return Outcome(self.value, self.errors | TABLE[situation])
+    def may(self, situation: Situation) -> Expected:
+        return Expected(self.value, self.errors | TABLE[situation])
 
-    def must(self, errors: frozenset[ErrorKind]) -> Outcome:
-        return Outcome(None, self.errors | errors)
+    def must(self, errors: frozenset[ErrorKind]) -> Expected:
+        return Expected(None, self.errors | errors)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,10 +131,10 @@ class Processes:
         return frozenset(pid for step, pid in self.owners if step == index)
 
 
-def expect(program: Program, landed: Sequence[Fault], *, processes: Processes = Processes()) -> list[Outcome | None]:
+def expect(program: Program, landed: Sequence[Fault], *, processes: Processes = Processes()) -> list[Expected | None]:
     """Each step's outcome, given the faults that landed and what the run recorded about its
     processes (None for a WAIT: checked apart)."""
-    out: list[Outcome | None] = []
+    out: list[Expected | None] = []
     for index, step in enumerate(program.steps):
         out.append(_expect_step(program, index, step, landed, out, processes))
     return out
@@ -146,9 +149,9 @@ def spilled(program: Program, landed: Sequence[Fault]) -> frozenset[int]:
 
 
 def _expect_step(program: Program, index: int, step: Step, landed: Sequence[Fault],
-                 out: list[Outcome | None], processes: Processes) -> Outcome | None:
+                 out: list[Expected | None], processes: Processes) -> Expected | None:
     if isinstance(step, Put):
-        plain = Outcome(step.const)  # no error
+        plain = Expected(step.const)  # no error
         return plain.may(Situation.SPILLED) if index in spilled(program, landed) else plain
     if isinstance(step, Task):
         task = _task(program, index, step, landed, _args(step.args, out), processes)
@@ -163,12 +166,12 @@ def _expect_step(program: Program, index: int, step: Step, landed: Sequence[Faul
     if isinstance(step, Cancel):
         # The value stays for its consumers (a lost cancel is judged once, on the Cancel step:
         # see _judged); the step itself must raise.
-        return Outcome(step.const).may(Situation.FORCE_CANCELLED if step.force else Situation.CANCELLED)
+        return Expected(step.const).may(Situation.FORCE_CANCELLED if step.force else Situation.CANCELLED)
     assert isinstance(step, Wait)
     return None
 
 
-def _pressed(result: Outcome, index: int, step: Task | Call, landed: Sequence[Fault]) -> Outcome:
+def _pressed(result: Expected, index: int, step: Task | Call, landed: Sequence[Fault]) -> Expected:
     """A ref a worker put may fail to be created while the store is over capacity: a boxed step
     submitted by the pressure's moment may have run during it, but not the pressure's own
     victim (its put is awaited before the store is filled). Other values only spill."""
@@ -177,31 +180,31 @@ def _pressed(result: Outcome, index: int, step: Task | Call, landed: Sequence[Fa
     return result.may(Situation.MADE_UNDER_PRESSURE) if step.boxed and pressed else result
 
 
-def _args(args: tuple[Arg, ...], out: list[Outcome | None]) -> Outcome:
+def _args(args: tuple[Arg, ...], out: list[Expected | None]) -> Expected:
     """The args' sum, or the errors any of them may raise (a failed arg fails its consumer,
     whichever way it was passed: Ray's resolution or the callee's own ray.get)."""
     outcomes = [out[a.source] for a in args]
     errors = frozenset().union(*(o.errors for o in outcomes if o is not None))
     values = [o.value for o in outcomes if o is not None]
     if any(not isinstance(v, int) for v in values):
-        return Outcome(None, errors)
-    return Outcome(sum(v for v in values if isinstance(v, int)), errors)
+        return Expected(None, errors)
+    return Expected(sum(v for v in values if isinstance(v, int)), errors)
 
 
-def _shifted(args: Outcome, const: int, take: int) -> Outcome:
+def _shifted(args: Expected, const: int, take: int) -> Expected:
     """The items a stream's driver takes; taking none gets nothing, so nothing can fail."""
     if take == 0:
-        return Outcome(())
+        return Expected(())
     if not isinstance(args.value, int):
         return args
-    return Outcome(tuple(args.value + const + i for i in range(take)), args.errors)
+    return Expected(tuple(args.value + const + i for i in range(take)), args.errors)
 
 
-def _task(program: Program, index: int, step: Task, landed: Sequence[Fault], args: Outcome,
-          processes: Processes) -> Outcome:
+def _task(program: Program, index: int, step: Task, landed: Sequence[Fault], args: Expected,
+          processes: Processes) -> Expected:
     if not isinstance(args.value, int):
         return args
-    result = Outcome(args.value + step.const, args.errors)
+    result = Expected(args.value + step.const, args.errors)
     killed = any(f.kind is FaultKind.KILL_WORKER and f.victim == index for f in landed)
     removed = any(f.kind is FaultKind.NODE_REMOVAL and f.victim == index for f in landed)
     failed = attempts(step.max_retries, step.retry_exceptions, killed=killed or removed, flaky=step.flaky)
@@ -215,7 +218,7 @@ def _task(program: Program, index: int, step: Task, landed: Sequence[Fault], arg
     return result
 
 
-def _lost_with_node(result: Outcome, index: int, step: Task, landed: Sequence[Fault]) -> Outcome:
+def _lost_with_node(result: Expected, index: int, step: Task, landed: Sequence[Fault]) -> Expected:
     """A finished task's return lost with its node: re-executed while an attempt is left (the
     first attempt, a killed one and a flaky one's retry spent theirs), else lost; what it put
     died with it."""
@@ -248,20 +251,20 @@ def _worker_killed_after(index: int, processes: Processes) -> bool:
     return bool(processes.owned_by(index) & processes.killed)
 
 
-def _actor(step: Actor, args: Outcome) -> Outcome:
+def _actor(step: Actor, args: Expected) -> Expected:
     if not isinstance(args.value, int):
-        return Outcome(None, args.errors | TABLE[Situation.CALL_OF_FAILED_ACTOR])
-    result = Outcome(args.value + step.const)
+        return Expected(None, args.errors | TABLE[Situation.CALL_OF_FAILED_ACTOR])
+    result = Expected(args.value + step.const)
     return result.may(Situation.CALL_OF_FAILED_ACTOR) if args.errors else result
 
 
 def _call(program: Program, index: int, step: Call, landed: Sequence[Fault],
-          out: list[Outcome | None]) -> Outcome:
+          out: list[Expected | None]) -> Expected:
     actor, args = out[step.actor], _args(step.args, out)
     assert actor is not None
     if not isinstance(actor.value, int) or not isinstance(args.value, int):
-        return Outcome(None, actor.errors | args.errors)
-    result = Outcome(actor.value + args.value + step.const, actor.errors | args.errors)
+        return Expected(None, actor.errors | args.errors)
+    result = Expected(actor.value + args.value + step.const, actor.errors | args.errors)
     spec = program.steps[step.actor]
     assert isinstance(spec, Actor)
     for fault in (f for f in landed if f.kind.kills_actor and program.actor_of(f) == step.actor):
@@ -269,7 +272,7 @@ def _call(program: Program, index: int, step: Call, landed: Sequence[Fault],
     return result
 
 
-def _call_under_kill(result: Outcome, index: int, step: Call, spec: Actor, fault: Fault) -> Outcome:
+def _call_under_kill(result: Expected, index: int, step: Call, spec: Actor, fault: Fault) -> Expected:
     """A call of a killed actor: dead for good without restarts; at most once without task
     retries; what it put before the kill is lost with its owner."""
     hit = index > fault.after or index == fault.victim  # queued after, or in flight at the kill
@@ -373,7 +376,7 @@ def known_finding(failure: Failure) -> KnownFinding | None:
     return next((k for k in KNOWN if k.explains(failure)), None)
 
 
-def judge_step(outcome: Outcome, seen: Observed) -> tuple[Seen, str] | None:
+def judge_step(outcome: Expected, seen: Observed) -> tuple[Seen, str] | None:
     """None when ``seen`` is allowed by ``outcome``; else what was wrong and the type's name."""
     if seen.hung:
         return Seen.HANG, ""
@@ -417,7 +420,7 @@ def judge(program: Program, landed: Sequence[Fault], seen: dict[int, Observed | 
     return failures
 
 
-def _judged(step: Step, outcome: Outcome | None, observed: Observed | WaitSeen) -> tuple[Seen, str] | None:
+def _judged(step: Step, outcome: Expected | None, observed: Observed | WaitSeen) -> tuple[Seen, str] | None:
     if isinstance(step, Wait):
         if isinstance(observed, WaitSeen):
             return None if judge_wait(step, observed) else (Seen.WAIT_CONTRACT, "")

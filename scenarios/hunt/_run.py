@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from chaos.history import Verdict
 from scenarios.hunt._model import (
     CANCEL_HOLD,
     GETTABLE,
@@ -75,6 +76,18 @@ class ProgramVerdict:
     @property
     def ok(self) -> bool:
         return not self.failures
+
+    def verdict(self) -> Verdict:
+        """The program's run as the one verdict type: broken by a failure no known finding
+        explains, unknown when every fault it drew missed (it tested nothing of them), else held
+        (a known finding's failure is reported, not counted again)."""
+        detail = f"{len(self.landed)} faults landed, {len(self.missed)} missed, {len(self.failures)} failures" + (
+            f" ({len(self.failures) - len(self.new)} known)" if self.failures else "")
+        if self.new:
+            return Verdict.of("program", False, f"{detail}: {self.new[0].signature.label()}", len(self.landed))
+        if self.missed and not self.landed:
+            return Verdict.unknown("program", f"{detail}: no fault it drew landed", 0)
+        return Verdict.of("program", True, detail, len(self.landed))
 
     @property
     def new(self) -> tuple[Failure, ...]:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Literal
 
 from chaos import FaultKind
 from chaos.engine import FaultStatus
-from chaos.history import Validity, compose
+from chaos.history import Validity, Verdict, compose
 
 __all__ = [
     "NO_PROBE_NOTE",
@@ -65,69 +65,6 @@ class Problem:
 
     def __str__(self) -> str:
         return f"{self.field} = {self.value!r}: {self.fix}"
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """What a check of the run (an invariant, a steady-state check) found, and the evidence.
-
-    ``validity`` is three-valued (and n/a): held, broken, or unknown when the evidence the check
-    stands on is missing (never a pass); n/a for a check the run cannot be asked (a fault's
-    trace in the fault-free twin), with what its measurement found in ``measured``. Build one
-    with :meth:`of`, :meth:`over`, :meth:`unknown`; :meth:`unless` and :meth:`not_applicable`
-    derive one from another.
-    """
-
-    name: str
-    validity: Validity
-    detail: str
-    #: How many things the run did that the verdict is about; None where it checks by itself.
-    seen: int | None = None
-    #: For an n/a verdict: what the same measurement found in this run (None otherwise).
-    measured: Validity | None = None
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.validity, Validity):
-            raise TypeError(f"Verdict {self.name!r}: validity must be a Validity, got {self.validity!r}; "
-                            "build a judged one with Verdict.of(name, held, detail)")
-
-    @property
-    def held(self) -> bool:
-        """It held (an unknown or n/a verdict did not)."""
-        return self.validity is Validity.HELD
-
-    @classmethod
-    def of(cls, name: str, held: bool, detail: str, seen: int | None = None) -> Verdict:
-        """A check that was judged: held or broken."""
-        return cls(name, Validity.of(held), detail, seen)
-
-    @classmethod
-    def unknown(cls, name: str, why: str, seen: int | None = None) -> Verdict:
-        """A check that could not be judged: ``why`` says which evidence is missing."""
-        return cls(name, Validity.UNKNOWN, f"unknown: {why}", seen)
-
-    @classmethod
-    def over(cls, name: str, seen: int, *, held: bool, detail: str) -> Verdict:
-        """The verdict of an invariant about ``seen`` things the run did (calls, adds, tasks,
-        pushes). Over none it is unknown, whatever ``held`` says: "nothing acknowledged was
-        lost" after no add was acknowledged checked nothing (fail closed: never a pass)."""
-        if seen > 0:
-            return cls.of(name, held, detail, seen)
-        return cls(name, Validity.UNKNOWN, f"nothing to check, none seen: {detail}", 0)
-
-    def unless(self, missing: str | None) -> Verdict:
-        """This verdict, unknown instead of held when ``missing`` names evidence the check stands
-        on that the run lacks (a broken one stays broken: what it saw broke)."""
-        if missing is None or self.validity is not Validity.HELD:
-            return self
-        return replace(self, validity=Validity.UNKNOWN, detail=f"unknown: {missing}; measured: {self.detail}")
-
-    def not_applicable(self, why: str) -> Verdict:
-        """This verdict as n/a (``why``: why the run cannot be asked it), keeping what it measured."""
-        if self.validity is Validity.NOT_APPLICABLE:
-            return self
-        return replace(self, validity=Validity.NOT_APPLICABLE, measured=self.validity,
-                       detail=f"n/a: {why}; measured: {self.validity.value}: {self.detail}")
 
 
 @dataclass(frozen=True, slots=True)

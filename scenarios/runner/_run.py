@@ -422,8 +422,7 @@ def _run_once(run: _Run, workload_cls: type[Workload], params: Params, progress:
         if rec.sampler is not None:
             rec.sampler.join(timeout=5)
         journal.record(EndEvent(outcome=status.value, seconds=ctx.elapsed(),
-                                verdicts=tuple(VerdictEntry(name=v.name, held=v.held, detail=v.detail,
-                                                            validity=v.validity)
+                                verdicts=tuple(VerdictEntry.of(v)
                                                for v in verdicts),
                                 faults=tuple(f.status for f in rec.faults)))
         journal.close()

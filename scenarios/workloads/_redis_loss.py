@@ -159,9 +159,8 @@ def actors_served_verdict(acked: int, unknown: int, while_down: int) -> Verdict:
 def acknowledged_kept_verdict(history: Iterable[Op], stored: Iterable[tuple[str, int]]) -> Verdict:
     """``acknowledged_state_kept``: every write the GCS acknowledged to its key-value store
     (which lives in Redis) is there after the last recovery; none refused is."""
-    found = check_set(history, stored)
-    return Verdict.over("acknowledged_state_kept", found.acknowledged, held=found.ok,
-                        detail=f"writes to the GCS's key-value store: {found.explain()}")
+    return check_set(history, stored).verdict("acknowledged_state_kept",
+                                              detail="writes to the GCS's key-value store: ")
 
 
 def _cases_text(cases: Sequence[CaseResult]) -> str:
