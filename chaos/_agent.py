@@ -676,6 +676,8 @@ def _answer(node_id: str, handle: Any, new: bool, deadline: float, bound: float)
     import ray
     from ray.exceptions import GetTimeoutError, RayError
 
+    from chaos._ray_state import short  # driver-side: the agent's package does not carry it
+
     try:
         theirs: object = ray.get(handle.identity.remote(), timeout=max(0.1, deadline - time.monotonic()))
     except AttributeError:  # an actor of that name without our identity() method
@@ -686,7 +688,7 @@ def _answer(node_id: str, handle: Any, new: bool, deadline: float, bound: float)
         why = (f"did not answer within {bound:g} s (an overloaded or frozen node, or one that cannot "
                "start a worker process)" if isinstance(exc, GetTimeoutError)
                else f"did not answer: {type(exc).__name__}: {exc}")
-        raise AgentUnavailable(f"node {node_id[:12]}: the chaos agent {why}"[:900], node_id=node_id) from None
+        raise AgentUnavailable(f"node {short(node_id)}: the chaos agent {why}"[:900], node_id=node_id) from None
     return _checked(node_id, theirs)
 
 
@@ -697,6 +699,8 @@ def _checked(node_id: str, theirs: object) -> AgentIdentity:
     Raises:
         AgentMismatch: it is another identity, or none; naming both and the fix.
     """
+    from chaos._ray_state import short  # driver-side: the agent's package does not carry it
+
     mine = AgentIdentity(protocol=PROTOCOL, code=code_hash())
     if isinstance(theirs, AgentIdentity) and (theirs.protocol, theirs.code) == (mine.protocol, mine.code):
         return theirs
@@ -705,7 +709,7 @@ def _checked(node_id: str, theirs: object) -> AgentIdentity:
             if theirs is None else f"unreadable ({theirs!r:.80})")
     name = agent_name(node_id)
     raise AgentMismatch(
-        f"node {node_id[:12]}: the chaos agent there (actor {name!r}, namespace {AGENT_NAMESPACE!r}) is "
+        f"node {short(node_id)}: the chaos agent there (actor {name!r}, namespace {AGENT_NAMESPACE!r}) is "
         f"{said}; {MISMATCH} {mine.describe()}: it runs other code than this driver ships, so it is not "
         f"used. Once no attack of that code runs, remove it: "
         f"ray.kill(ray.get_actor({name!r}, namespace={AGENT_NAMESPACE!r}))", node_id=node_id)
@@ -763,9 +767,9 @@ def start_agents(*, timeout: float = AGENT_START_TIMEOUT) -> int:
         AgentMismatch: the actor under a node's agent's name runs other code (the first such).
         AgentUnavailable: a node's agent did not start and answer within ``timeout``.
     """
-    import ray
+    from chaos._ray_state import live_nodes  # driver-side: the agent's package does not carry it
 
-    nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
+    nodes = [row.node_id for row in live_nodes()]
     problems = [p for p in check_agents(nodes, timeout=timeout).values() if p is not None]
     if problems:
         raise problems[0]

@@ -56,6 +56,7 @@ from chaos._memory import (
     read_progress,
 )
 from chaos._net_faults import INJECTORS as NETWORK_INJECTORS
+from chaos._ray_state import live_nodes, short
 from chaos._schedule import Schedule
 from chaos._targets import NodeTarget, RayProcess, TaskTarget, resolve
 from chaos._wait import wait_until
@@ -184,10 +185,9 @@ class Chaos:
         for size in {e.fault.chunk_mb for e in schedule.entries if isinstance(e.fault, FillObjectStore)}:
             _warm_store(size)
         if any(isinstance(e.fault, MemoryPressure) for e in schedule.entries):
-            import ray
 
-            for node in [n["NodeID"] for n in ray.nodes() if n.get("Alive")]:
-                _prestart(node, wait=True)
+            for row in live_nodes():
+                _prestart(row.node_id, wait=True)
 
     def kill(self, fault: Kill | KillNode | DrainNode) -> Injection:
         """Inject a kill and confirm it (nothing to heal: Ray restarts what it may)."""
@@ -326,7 +326,7 @@ def _kill_node(chaos: Chaos, fault: KillNode, at: float | None,
     # the run's verdicts read about a lost node is Ray's view, and until then Ray still
     # schedules on it. A node whose processes died but that Ray never calls dead is ineffective.
     took = _confirm_node_dead(chaos, node.node_id, since=time.monotonic())
-    proc = RayProcess(raylet, node.node_id, f"raylet of node {node.node_id[:12]}")
+    proc = RayProcess(raylet, node.node_id, f"raylet of node {short(node.node_id)}")
     chaos._record("inject", fault, at, proc, f"raylet stopped and the {others} processes under it "
                                              "SIGKILLed, each confirmed; the raylet SIGKILLed next; "
                                              f"Ray declared the node dead {took:.1f} s later")
@@ -358,10 +358,10 @@ def _confirm_node_dead(chaos: Chaos, node_id: str, *, since: float) -> float:
         return bool(states) and all(state == "DEAD" for state in states)
 
     try:
-        wait_until(dead, timeout=NODE_DEATH_CONFIRM, interval=0.1, what=f"node {node_id[:12]} dead")
+        wait_until(dead, timeout=NODE_DEATH_CONFIRM, interval=0.1, what=f"node {short(node_id)} dead")
     except HangError:
         last = seen[-1] if seen else "no answer"
-        raise FaultIneffective(f"node {node_id[:12]} was not DEAD in the GCS {NODE_DEATH_CONFIRM:g} s after "
+        raise FaultIneffective(f"node {short(node_id)} was not DEAD in the GCS {NODE_DEATH_CONFIRM:g} s after "
                                f"its raylet was killed (last seen: {last!r}); Ray never declared it "
                                "dead, so the node loss did not happen as Ray sees it") from None
     return time.monotonic() - since
@@ -421,7 +421,7 @@ def _node_of(chaos: Chaos, target: NodeTarget | None, rng: random.Random) -> Ray
 
     if target is None:  # this driver's node
         node_id = ray.get_runtime_context().get_node_id()
-        return RayProcess(0, node_id, f"node {node_id[:12]}")
+        return RayProcess(0, node_id, f"node {short(node_id)}")
     return resolve(target, address=chaos.address, rng=rng)[0]
 
 
@@ -639,7 +639,7 @@ def _freeze_node(chaos: Chaos, fault: FreezeNode, at: float | None,
     agent = agent_for(node.node_id)
     pids = chaos._call(agent.freeze_node.remote(fault.seconds, workers=fault.workers,
                                                 driver_pids=chaos.driver_pids, owner=driver_token()))
-    proc = RayProcess(pids[0], node.node_id, f"raylet of node {node.node_id[:12]}")
+    proc = RayProcess(pids[0], node.node_id, f"raylet of node {short(node.node_id)}")
     chaos._record("inject", fault, at, proc, f"raylet and {len(pids) - 1} workers SIGSTOPped; "
                                              "each seen in state T", Observed(pids=tuple(pids)))
 
@@ -738,7 +738,7 @@ def _request_drain(chaos: Chaos, node_id: str, fault: DrainNode) -> None:
     accepted, why = client.drain_node(node_id, autoscaler_pb2.DrainNodeReason.Value(reason),
                                       "raychaos DrainNode", deadline_ms)
     if not accepted:
-        raise FaultIneffective(f"the GCS refused to drain node {node_id[:12]}: {why}")
+        raise FaultIneffective(f"the GCS refused to drain node {short(node_id)}: {why}")
 
 
 @contextmanager

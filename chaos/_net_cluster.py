@@ -13,10 +13,10 @@ import os
 import subprocess
 import sys
 from collections.abc import Mapping
-from typing import Any
 
 from chaos._errors import InvalidConfig
 from chaos._net import NetLab, NetNode, _enter, _kill_namespace
+from chaos._ray_state import NodeRow, live_nodes
 from chaos._reclaim import OWNER_ENV, me
 from chaos._wait import wait_until
 
@@ -92,15 +92,13 @@ def rejoin(lab: NetLab, node: NetNode, *, timeout: float = 60.0) -> str:
         InvalidConfig: ``ray start`` failed.
         HangError: the new node was not alive within ``timeout``.
     """
-    import ray
 
     old = {nid for nid, n in lab.node_ids.items() if n == node}
     _kill_namespace(lab, node)
     _start(lab, node)
 
     def joined() -> str:
-        return next((str(row["NodeID"]) for row in ray.nodes() if row.get("Alive") and str(row["NodeID"]) not in old
-                     and row.get("NodeManagerAddress") == node.address), "")
+        return next((row.node_id for row in live_nodes() if row.node_id not in old and row.address == node.address), "")
 
     new = wait_until(joined, timeout=timeout, interval=0.2, what=f"{node.label} alive again as a new node")
     with lab._lock:  # the lab's own lock: map_node_ids and the faults read node_ids too
@@ -121,18 +119,17 @@ def _rest_of(proc: subprocess.Popen[str]) -> str:
 
 def map_node_ids(lab: NetLab, *, nodes: int, timeout: float = 60.0) -> None:
     """Wait until ``nodes`` nodes are alive, and record each lab node's Ray node id."""
-    import ray
 
-    def alive() -> list[dict[str, Any]]:
-        found = [n for n in ray.nodes() if n.get("Alive")]
+    def alive() -> list[NodeRow]:
+        found = live_nodes()
         return found if len(found) >= nodes else []
 
     by_address = {n.address: n for n in lab.nodes}
     for row in wait_until(alive, timeout=timeout, interval=0.2,
                           what=f"{nodes} nodes of the network cluster alive"):
-        node = by_address.get(str(row.get("NodeManagerAddress")))
+        node = by_address.get(row.address)
         if node is not None:
-            lab.node_ids[str(row["NodeID"])] = node
+            lab.node_ids[row.node_id] = node
 
 
 def kill_workers(lab: NetLab) -> None:

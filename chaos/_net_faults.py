@@ -26,6 +26,7 @@ from typing import Any, Literal, Protocol
 from chaos._errors import FaultIneffective, HangError, TargetNotFound
 from chaos._faults import Bandwidth, Direction, FlappingLink, PacketLoss, Partition, PartitionPeers
 from chaos._net import NetLab, NetNode, in_namespace, lab_of, run
+from chaos._ray_state import live_nodes, short
 from chaos._targets import NodeTarget, RayProcess
 from chaos._wait import wait_until
 
@@ -57,9 +58,7 @@ _LOSS_MISS = 1e-9
 
 
 def _alive() -> set[str]:
-    import ray
-
-    return {str(n["NodeID"]) for n in ray.nodes() if n.get("Alive")}
+    return {row.node_id for row in live_nodes()}
 
 
 def pick(lab: NetLab, target: NodeTarget, count: int, rng: random.Random,
@@ -81,7 +80,7 @@ def pick(lab: NetLab, target: NodeTarget, count: int, rng: random.Random,
 
 def _process(lab: NetLab, node: NetNode) -> RayProcess:
     node_id = lab.id_of(node)
-    return RayProcess(0, node_id, f"node {node_id[:12]} ({node.namespace}, {node.address})")
+    return RayProcess(0, node_id, f"node {short(node_id)} ({node.namespace}, {node.address})")
 
 
 def peer_addresses(lab: NetLab, group: Sequence[NetNode], peers: PartitionPeers) -> list[str]:

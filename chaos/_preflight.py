@@ -21,6 +21,7 @@ from chaos._agent import AGENT_START_TIMEOUT, NodeFacts, agent_for, check_agents
 from chaos._byvalue import by_value
 from chaos._errors import ChaosError
 from chaos._faults import FaultKind
+from chaos._ray_state import live_nodes, short
 from chaos._schedule import Schedule
 
 __all__ = ["NEEDS", "ClusterUnfit", "Missing", "Need", "find_missing", "preflight"]
@@ -123,9 +124,7 @@ def _kinds_by_need(kinds: Iterable[FaultKind]) -> dict[Need, tuple[FaultKind, ..
 
 def _alive_nodes() -> dict[str, str]:
     """Each live node's id and how it is named to people: ``node <id prefix> (<ip>)``."""
-    import ray
-
-    return {n["NodeID"]: f"node {n['NodeID'][:12]} ({n['NodeManagerAddress']})" for n in ray.nodes() if n.get("Alive")}
+    return {row.node_id: row.label() for row in live_nodes()}
 
 
 def _state_api(address: str, kinds: tuple[FaultKind, ...]) -> list[Missing]:
@@ -165,7 +164,7 @@ def _agents(nodes: Mapping[str, str], needs: Mapping[Need, tuple[FaultKind, ...]
     import ray
 
     problems = check_agents(list(nodes), timeout=timeout)
-    found = [Missing(nodes[node], needs[Need.AGENT], Need.AGENT, str(p).removeprefix(f"node {node[:12]}: "))
+    found = [Missing(nodes[node], needs[Need.AGENT], Need.AGENT, str(p).removeprefix(f"node {short(node)}: "))
              for node, p in problems.items() if p is not None]
     ready = [node for node, p in problems.items() if p is None]
     facts = ray.get([agent_for(node).facts.remote() for node in ready], timeout=CALL_TIMEOUT)

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from chaos._errors import InvalidFaultSpec, TargetNotFound
 from chaos._json import JsonValue
+from chaos._ray_state import short
 
 __all__ = [
     "ActorTarget",
@@ -54,7 +55,7 @@ class ActorTarget:
         return cls(actor_id=handle._actor_id.hex())
 
     def label(self) -> str:
-        return (f"actor {self.actor_id[:12]}" if self.actor_id else
+        return (f"actor {short(self.actor_id)}" if self.actor_id else
                 f"actor {self.namespace or ''}/{self.name}" if self.name else
                 f"{self.pick} actor(s) of class {self.class_name}")
 
@@ -85,7 +86,7 @@ class NodeTarget:
     allow_head: bool = False
 
     def label(self) -> str:
-        return f"node {self.node_id[:12]}" if self.node_id else "a random worker node"
+        return f"node {short(self.node_id)}" if self.node_id else "a random worker node"
 
 
 Target = ActorTarget | TaskTarget | WorkerTarget | NodeTarget
@@ -208,7 +209,7 @@ def _actors(target: ActorTarget, address: str) -> list[RayProcess]:
     rows = list_actors(address=address, filters=filters, limit=10_000, raise_on_missing_output=False)
     if target.class_name:  # Ray records the qualified name: "f.<locals>.Flock" matches "Flock"
         rows = [a for a in rows if target.class_name in (a.class_name, a.class_name.rsplit(".", 1)[-1])]
-    alive = [RayProcess(a.pid, a.node_id, f"{a.class_name} {a.actor_id[:12]} pid {a.pid}", a.actor_id,
+    alive = [RayProcess(a.pid, a.node_id, f"{a.class_name} {short(a.actor_id)} pid {a.pid}", a.actor_id,
                      a.name or None) for a in rows if a.state == "ALIVE" and _placed(a.pid, a.node_id)]
     if not alive and any(a.state in _COMING for a in rows):
         raise _OnItsWay(f"no live process matches {target.label()} yet: "
@@ -255,9 +256,9 @@ def _nodes(target: NodeTarget, address: str) -> list[RayProcess]:
     if target.node_id:
         rows = [n for n in rows if n.node_id == target.node_id]
         if rows and rows[0].is_head_node and not target.allow_head:
-            raise InvalidFaultSpec(f"node {target.node_id[:12]} is the head node; pass "
+            raise InvalidFaultSpec(f"node {short(target.node_id)} is the head node; pass "
                                    "allow_head=True to kill it (it ends the cluster)")
     elif not target.allow_head:
         rows = [n for n in rows if not n.is_head_node]
     # pid 0: the raylet's pid is found by the agent on that node.
-    return [RayProcess(0, n.node_id, f"node {n.node_id[:12]}") for n in rows]
+    return [RayProcess(0, n.node_id, f"node {short(n.node_id)}") for n in rows]

@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import Any
 
 from chaos._errors import HangError
+from chaos._ray_state import short
 
 __all__ = ["StuckCause", "StuckTask", "WatchReport", "watch"]
 
@@ -153,14 +154,14 @@ def _cause(task: Any, address: str) -> tuple[StuckCause, str]:
             "is pending, stuck, paused, or being retried after its worker died)")
     actor = _actor(task.actor_id, address) if task.actor_id else None
     if actor is not None and actor.state in ("RESTARTING", "DEAD", "PENDING_CREATION"):
-        return StuckCause.ACTOR_UNAVAILABLE, f"its actor {actor.class_name} ({actor.actor_id[:12]}) is {actor.state}"
+        return StuckCause.ACTOR_UNAVAILABLE, f"its actor {actor.class_name} ({short(actor.actor_id)}) is {actor.state}"
     pid = task.worker_pid or (actor.pid if actor is not None else None)
     node = task.node_id or (actor.node_id if actor is not None else None)
     if pid and node and _paused(pid, node):
         return StuckCause.PAUSED, f"its worker process {pid} is paused (SIGSTOP): a straggler holds it"
     if actor is not None:
         return StuckCause.ACTOR_BUSY, (
-            f"queued or running on actor {actor.class_name} ({actor.actor_id[:12]}, pid "
+            f"queued or running on actor {actor.class_name} ({short(actor.actor_id)}, pid "
             f"{actor.pid}); an earlier call on it may be long-running or blocked")
     return StuckCause.RUNNING, f"running on worker {pid}: the task itself is slow or blocked (no fault seen)"
 
@@ -199,16 +200,16 @@ def _group_cause(group_id: str, address: str) -> tuple[StuckCause, str]:
 
     group = placement_group_table().get(group_id)
     if group is None:
-        return StuckCause.GROUP_PENDING, f"its placement group {group_id[:12]} is not known to the GCS (removed?)"
+        return StuckCause.GROUP_PENDING, f"its placement group {short(group_id)} is not known to the GCS (removed?)"
     bundles = list(group["bundles"].values())
     nodes = list_nodes(address=address, filters=[("state", "=", "ALIVE")], detail=True,
                        raise_on_missing_output=False, timeout=CALL_TIMEOUT)
     totals = [n.resources_total or {} for n in nodes]
     if not group_fits(bundles, group["strategy"], totals):
         return StuckCause.INFEASIBLE_GROUP, (
-            f"placement group {group_id[:12]} ({group['strategy']}, bundles {bundles}) can never be "
+            f"placement group {short(group_id)} ({group['strategy']}, bundles {bundles}) can never be "
             f"placed: no set of live nodes offers that much; it is {group['state']} and will wait forever")
-    return StuckCause.GROUP_PENDING, (f"waiting for its placement group {group_id[:12]} ({group['state']}): "
+    return StuckCause.GROUP_PENDING, (f"waiting for its placement group {short(group_id)} ({group['state']}): "
                                       "its resources are held, or a node that held a bundle is being replaced")
 
 

@@ -1,19 +1,26 @@
 """The test cluster and its harness: a local multi-node Ray cluster with the settings chaos
 needs, the Ray processes it runs, a Redis server for GCS fault tolerance, a size-capped
-filesystem for disk faults, and the reaper that leaves no process behind."""
+filesystem for disk faults, the reaper that leaves no process behind, and one typed view of
+what Ray says of its nodes (live ones, every node's state and death time, short ids)."""
 
 from chaos._capped import capped_filesystem
 from chaos._cluster import TEST_SYSTEM_CONFIG, ClusterHandle, local_cluster, ray_processes, reap
 from chaos._disk import free_bytes
+from chaos._ray_state import NodeRow, NodeState, live_nodes, node_states, short
 from chaos._redis import redis_server
 
 __all__ = [
     "TEST_SYSTEM_CONFIG",
     "ClusterHandle",
+    "NodeRow",
+    "NodeState",
     "capped_filesystem",
     "free_bytes",
+    "live_nodes",
     "local_cluster",
+    "node_states",
     "ray_processes",
     "reap",
     "redis_server",
+    "short",
 ]

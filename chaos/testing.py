@@ -39,6 +39,8 @@ from hypothesis import stateful
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from chaos._ray_state import short
+
 __all__ = ["ActorChaosMachine"]
 
 
@@ -229,5 +231,5 @@ class ActorChaosMachine(RuleBasedStateMachine):
         actor_id = self.actor._actor_id.hex()
         wait_until(lambda: getattr(get_actor(actor_id, address=self.chaos.address, timeout=10),
                                    "state", "DEAD") == "DEAD",
-                   timeout=self.call_timeout, what=f"actor {actor_id[:12]} to be dead after the example")
+                   timeout=self.call_timeout, what=f"actor {short(actor_id)} to be dead after the example")
         self._dir.cleanup()

@@ -59,8 +59,8 @@ SUBMODULES = {
     },
     "chaos.agents": {"ChaosAgent", "agent_for", "start_agents", "stop_agents"},
     "chaos.cluster": {
-        "TEST_SYSTEM_CONFIG", "ClusterHandle", "capped_filesystem", "free_bytes", "local_cluster",
-        "ray_processes", "reap", "redis_server",
+        "TEST_SYSTEM_CONFIG", "ClusterHandle", "NodeRow", "NodeState", "capped_filesystem", "free_bytes",
+        "live_nodes", "local_cluster", "node_states", "ray_processes", "reap", "redis_server", "short",
     },
     "chaos.strategies": {"faults", "schedules"},
     "chaos.disks": {

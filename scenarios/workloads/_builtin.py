@@ -13,6 +13,7 @@ from actors import CheckpointConfig, CheckpointedCounter, Durability, ParameterS
 from chaos import FaultKind, watch
 from chaos._byvalue import by_value
 from chaos._extras import import_extra
+from chaos.cluster import short
 from chaos.engine import MemoryOutcome, StuckCause
 from scenarios.model._records import Verdict
 from scenarios.model._workload import CALL_TIMEOUT, Params, Workload
@@ -565,8 +566,8 @@ def counters_verdict(each: list[Verdict], homes: list[str], dead: set[str]) -> V
     """``actor_state_recovered``: every counter holds its acknowledged adds, and one of them
     lived on a node that died (else it is unknown: the loss never reached a counter)."""
     name = each[0].name if each else "actor_state_recovered"
-    hit = [home[:12] for home in homes if home in dead]
-    detail = (f"counters were on {[h[:12] for h in homes]}, on a dead node: {hit or 'none'}; "
+    hit = [short(home) for home in homes if home in dead]
+    detail = (f"counters were on {[short(h) for h in homes]}, on a dead node: {hit or 'none'}; "
               + "; ".join(v.detail for v in each))
     seen = min((v.seen or 0 for v in each), default=0)
     verdict = Verdict.of(name, bool(each) and all(v.held for v in each), detail, seen)

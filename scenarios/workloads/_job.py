@@ -33,6 +33,7 @@ from pydantic import Field
 
 from chaos import FaultKind, Kill, wait_until
 from chaos._targets import ActorTarget, target_from_dict, target_to_dict
+from chaos.cluster import short
 from chaos.errors import HangError
 from scenarios.model._records import Problem, Verdict
 from scenarios.model._scenario import _ATTACK_FIELDS, Scenario, ScenarioError, _load, _validate, foreign_fields
@@ -246,13 +247,13 @@ def _answered(at: float, actor_id: str, sightings: Sequence[ActorSighting], answ
     # constructor when the kill hit its process.
     alive = [s for s in sightings if s.at < at and s.actor_id == actor_id and s.there]
     if not alive:
-        return f"kill at {at:.1f} s: its actor {actor_id[:12]} was never seen alive (or being created) before it"
+        return f"kill at {at:.1f} s: its actor {short(actor_id)} was never seen alive (or being created) before it"
     prior = max(alive, key=lambda s: s.at)
     if any(s.actor_id == actor_id and s.alive and s.restarts > prior.restarts for s in sightings if s.at > at):
         return ""
     if answers.regrouped(actor_id) or answers.restored(at, prior.class_name):
         return ""
-    return (f"kill at {at:.1f} s: {prior.class_name} {actor_id[:12]} neither restarted by Ray, nor its trial "
+    return (f"kill at {at:.1f} s: {prior.class_name} {short(actor_id)} neither restarted by Ray, nor its trial "
             "restored (no Tune restore on a new actor after it), nor its Train worker's rank in a new attempt; "
             "a new actor of its class is not the same trial or worker")
 

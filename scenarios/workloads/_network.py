@@ -19,6 +19,7 @@ from typing import Any
 
 from chaos import FaultKind, History, wait_until
 from chaos._net import _kill_namespace, lab_of
+from chaos.cluster import short
 from chaos.errors import HangError
 from chaos.history import OpStatus, check_set
 from scenarios.model._records import Verdict
@@ -181,15 +182,15 @@ class PartitionWorker(Workload):
         cut = self._cut()
         now = ray.get([w.actor.node_id.remote() for w in cut], timeout=CALL_TIMEOUT) if cut else []
         states = _states(self.ctx.address)
-        stranded = [n[:12] for n in now if states.get(n) != "ALIVE"]
+        stranded = [short(n) for n in now if states.get(n) != "ALIVE"]
         return Verdict.of("actors_moved", bool(cut) and not stranded,
-                       f"writers on a dead node: {[w.name for w in cut]}; now on {[n[:12] for n in now]}; "
+                       f"writers on a dead node: {[w.name for w in cut]}; now on {[short(n) for n in now]}; "
                        f"on a dead node still: {stranded or 'none'}")
 
     def _no_rejoin(self) -> Verdict:
         states = _states(self.ctx.address)
         dead = list(self.watch.dead_at)
-        back = [n[:12] for n in dead if states.get(n) != "DEAD"]
+        back = [short(n) for n in dead if states.get(n) != "DEAD"]
         return Verdict.of("no_rejoin", bool(dead) and not back,
                        f"nodes declared dead: {len(dead)}; alive again since: {back or 'none'}")
 

@@ -39,6 +39,7 @@ from typing import Any
 
 from chaos import History, wait_until
 from chaos._net import COMMAND_TIMEOUT, NetLab, _kill_namespace, lab_of, run
+from chaos.cluster import short
 from chaos.history import OpStatus, SetVerdict, check_set
 from scenarios.model._records import Verdict
 from scenarios.model._workload import CALL_TIMEOUT, Params, Workload
@@ -192,7 +193,7 @@ def _long(windows: Sequence[CutWindow], bound: float, now: float) -> CutWindow |
 
 
 def _names(nodes: Sequence[str] | frozenset[str]) -> str:
-    return ", ".join(sorted(n[:12] for n in nodes)) or "none"
+    return ", ".join(sorted(short(n) for n in nodes)) or "none"
 
 
 def _deaths_of(windows: Sequence[CutWindow], i: int, deaths: Mapping[str, float]) -> dict[str, float]:
@@ -229,28 +230,28 @@ def short_cut_tolerated(windows: Sequence[CutWindow], deaths: Mapping[str, float
     ``workers`` was seen; no node was declared dead from its start until ``bound`` after its heal
     (or the next cut's start); every call made during it answered within ``settle`` seconds of the
     heal, from the cut node and by the process its writer had before the cut."""
-    short = _short(windows, bound, now)
-    if short is None:
+    cut = _short(windows, bound, now)
+    if cut is None:
         return Verdict.of("short_cut_tolerated", False, f"no cut shorter than {bound:g} s was seen "
                        f"(cuts: {[round(w.length(now), 1) for w in windows]})")
-    assert short.end is not None
-    later = [w.start for w in windows if w.start > short.start]
-    until = min([short.end + bound, *later])
-    declared = [n for n, t in deaths.items() if short.start <= t < until]
-    during = [c for c in calls if short.covers(c.at)]
-    late = [c for c in during if c.outcome is not CallOutcome.OK or c.ended is None or c.ended > short.end + settle]
-    moved = _moved(during, _before(calls, short.start), short.nodes)
-    last = max((c.ended for c in during if c.ended is not None), default=short.end)
-    spared = _uncut(short, workers)
+    assert cut.end is not None
+    later = [w.start for w in windows if w.start > cut.start]
+    until = min([cut.end + bound, *later])
+    declared = [n for n, t in deaths.items() if cut.start <= t < until]
+    during = [c for c in calls if cut.covers(c.at)]
+    late = [c for c in during if c.outcome is not CallOutcome.OK or c.ended is None or c.ended > cut.end + settle]
+    moved = _moved(during, _before(calls, cut.start), cut.nodes)
+    last = max((c.ended for c in during if c.ended is not None), default=cut.end)
+    spared = _uncut(cut, workers)
     return Verdict.over("short_cut_tolerated", len(during), held=not declared and not late and not moved
                         and not spared,
-                        detail=f"cut {short.length(now):.1f} s (nodes {_names(short.nodes)}{spared}); declared "
+                        detail=f"cut {cut.length(now):.1f} s (nodes {_names(cut.nodes)}{spared}); declared "
                                f"dead by {until:.1f} s: {_names(declared)}; {len(during)} calls made during it, "
                                f"not answered within {settle:g} s of the heal: {len(late)}; answered elsewhere "
                                f"than by the writer's pre-cut process on a cut node: {len(moved)}"
-                               + (f" (first: {moved[0].actor} pid {moved[0].pid} on {moved[0].node[:12]})"
+                               + (f" (first: {moved[0].actor} pid {moved[0].pid} on {short(moved[0].node)})"
                                   if moved else "")
-                               + f"; the last answered {last - short.end:.1f} s after the heal")
+                               + f"; the last answered {last - cut.end:.1f} s after the heal")
 
 
 def long_cut_declared(windows: Sequence[CutWindow], deaths: Mapping[str, float], *, workers: frozenset[str],
@@ -264,7 +265,7 @@ def long_cut_declared(windows: Sequence[CutWindow], deaths: Mapping[str, float],
                        f"(cuts: {[round(w.length(now), 1) for w in windows]}); deaths: {len(deaths)}")
     took = {n: deaths[n] - long.start for n in long.nodes if n in deaths}
     bad = [n for n in long.nodes if not 0 <= took.get(n, -1.0) <= within]
-    shown = ", ".join(f"{n[:12]} {t:.1f} s" for n, t in sorted(took.items())) or "none"
+    shown = ", ".join(f"{short(n)} {t:.1f} s" for n, t in sorted(took.items())) or "none"
     spared = _uncut(long, workers)
     return Verdict.over("long_cut_declared", len(long.nodes), held=not bad and not spared,
                         detail=f"cut {long.length(now):.1f} s{spared}; declared dead after the cut's start: "
@@ -456,7 +457,7 @@ class PartitionHead(Workload):
             return None
 
         return _Writer(name, wait_until(placed, timeout=PLACE_WITHIN, interval=0.5,
-                                        what=f"writer {name} placed on worker node {node[:12]}"), path)
+                                        what=f"writer {name} placed on worker node {short(node)}"), path)
 
     def _new_writer(self, path: str, node: str) -> Any:
         import ray

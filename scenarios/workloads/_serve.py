@@ -41,6 +41,7 @@ from pydantic import Field, ValidationInfo, field_validator
 from chaos import ActorTarget, FaultKind, NodeTarget
 from chaos._extras import import_extra
 from chaos._schedule import ScheduledFault
+from chaos.cluster import node_states
 from chaos.errors import HangError, InvalidConfig
 from scenarios.model._records import Problem, Verdict
 from scenarios.model._workload import FaultWindow, Params, Workload
@@ -315,10 +316,7 @@ class ServeApp(Workload):
 
     def _alive_nodes(self) -> set[str]:
         """The ids of the cluster's nodes the GCS lists ALIVE."""
-        from ray.util.state import list_nodes
-
-        return {n.node_id for n in list_nodes(address=self.ctx.address, filters=[("state", "=", "ALIVE")],
-                                              limit=10_000, timeout=LOOK_TIMEOUT, raise_on_missing_output=False)}
+        return {node for node, s in node_states(self.ctx.address).items() if s.state == "ALIVE"}
 
     def call_bounds(self) -> dict[str, float]:
         return {"teardown": 60.0,

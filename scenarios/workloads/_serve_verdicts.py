@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from chaos.cluster import short
 from chaos.errors import InvalidConfig
 from scenarios.model._records import Verdict
 from scenarios.workloads._serve_load import Failure, Request
@@ -233,7 +234,7 @@ def _unexcused_text(odd: Sequence[tuple[Request, Unexcused]]) -> str:
     for r, why in odd:
         groups.setdefault((error_of(r), why), []).append(r)
     return ", ".join(f"{len(rs)} {error} {why.value} (first sent at {rs[0].sent:.1f} s"
-                     + (f", from replica {rs[0].replica[:12]}" if rs[0].replica else "") + ")"
+                     + (f", from replica {short(rs[0].replica)}" if rs[0].replica else "") + ")"
                      for (error, why), rs in groups.items()) or "none"
 
 

@@ -24,7 +24,7 @@ import psutil
 
 from actors import Checkpointable, CheckpointConfig, CheckpointedCounter, WriterSeqs, mutation
 from chaos import FaultKind, History, check_set, wait_until, watch
-from chaos.cluster import TEST_SYSTEM_CONFIG
+from chaos.cluster import TEST_SYSTEM_CONFIG, live_nodes, node_states, short
 from chaos.engine import StuckCause
 from chaos.errors import MutationNotLogged
 from chaos.history import Op, OpStatus, drive_writers
@@ -115,20 +115,16 @@ def _counter(ctx: Any, name: str, *, cls: type = CheckpointedCounter, node: str 
 
 
 def _worker_nodes() -> list[str]:
-    import ray
-
-    return sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive") and "worker" in n["Resources"])
+    """The live worker nodes' ids (those holding the ``worker`` resource), sorted."""
+    return [row.node_id for row in live_nodes(having="worker")]
 
 
 def _states(address: str) -> dict[str, str]:
-    from ray.util.state import list_nodes
-
-    return {n.node_id: n.state for n in list_nodes(address=address, limit=1000,
-                                                  raise_on_missing_output=False, timeout=CALL_TIMEOUT)}
+    return {node: s.state for node, s in node_states(address).items()}
 
 
 def _dead(address: str) -> set[str]:
-    return {node for node, state in _states(address).items() if state == "DEAD"}
+    return {node for node, s in node_states(address).items() if s.dead}
 
 
 class _NodeWatch:
@@ -178,7 +174,7 @@ def node_detected(hit: Mapping[str, float], dead_at: Mapping[str, float], *, wit
     if not hit:
         return Verdict.unknown(name, f"no {fault} of a node was confirmed; nodes declared dead: {len(dead_at)}")
     problems = [p for p in (_detection(node, at, dead_at.get(node), within, fault) for node, at in hit.items()) if p]
-    problems += [f"node {node[:12]} declared dead at {t:.1f} s, which no {fault} hit" for node, t in dead_at.items()
+    problems += [f"node {short(node)} declared dead at {t:.1f} s, which no {fault} hit" for node, t in dead_at.items()
                  if node not in hit]
     took = ", ".join(f"{dead_at[n] - at:.1f}" for n, at in hit.items() if n in dead_at)
     return Verdict.of(name, not problems, "; ".join(problems) or f"each node the {fault} hit declared dead {took} s "
@@ -188,19 +184,16 @@ def node_detected(hit: Mapping[str, float], dead_at: Mapping[str, float], *, wit
 def _detection(node: str, at: float, dead: float | None, within: float, fault: str) -> str:
     """What is wrong with the detection of ``node``, hit at ``at`` ("" when nothing)."""
     if dead is None:
-        return f"node {node[:12]}, its {fault} at {at:.1f} s, never declared dead"
+        return f"node {short(node)}, its {fault} at {at:.1f} s, never declared dead"
     if not 0 <= dead - at <= within:
-        return (f"node {node[:12]}, its {fault} at {at:.1f} s, declared dead at {dead:.1f} s "
+        return (f"node {short(node)}, its {fault} at {at:.1f} s, declared dead at {dead:.1f} s "
                 f"(bound {within:g} s after it)")
     return ""
 
 
 def _deaths(address: str) -> dict[str, int]:
     """Each dead node and when the GCS declared it dead (ms since the epoch; 0 if unknown)."""
-    from ray.util.state import list_nodes
-
-    nodes = list_nodes(address=address, limit=1000, raise_on_missing_output=False, timeout=CALL_TIMEOUT)
-    return {n.node_id: int(n.end_time_ms or 0) for n in nodes if n.state == "DEAD"}
+    return {node: s.ended_ms for node, s in node_states(address).items() if s.dead}
 
 
 # -- 1. GCS restart on a Redis ------------------------------------------------------------------
@@ -393,11 +386,11 @@ class _OnWorkerNodes(Workload):
 
         states = _states(self.ctx.address)
         now = ray.get([ledger.actor.node_id.remote() for ledger in self.ledgers], timeout=CALL_TIMEOUT)
-        stranded = [n[:12] for n in now if states.get(n) != "ALIVE"]
-        hit = [n[:12] for n in self.homes if n in self.watch.dead_at]  # the fault must hit one
+        stranded = [short(n) for n in now if states.get(n) != "ALIVE"]
+        hit = [short(n) for n in self.homes if n in self.watch.dead_at]  # the fault must hit one
         return Verdict.of("actors_moved", not stranded and bool(hit),
-                       f"counters were on {[n[:12] for n in self.homes]}, dead among them {hit or 'none'}; "
-                       f"now on {[n[:12] for n in now]}; on a dead node: {stranded or 'none'}")
+                       f"counters were on {[short(n) for n in self.homes]}, dead among them {hit or 'none'}; "
+                       f"now on {[short(n) for n in now]}; on a dead node: {stranded or 'none'}")
 
     def teardown(self) -> None:
         import ray
@@ -423,7 +416,7 @@ class Unresponsive(_OnWorkerNodes):
     def invariants(self) -> list[Verdict]:
         dead = self.watch.dead_at
         states = _states(self.ctx.address)
-        rejoined = [n[:12] for n in dead if states.get(n) != "DEAD"]
+        rejoined = [short(n) for n in dead if states.get(n) != "DEAD"]
         alive = [p for p in self.pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
         # The node the freeze hit, dead after it (the GCS's death time may be earlier: not the freeze's).
         return [node_detected(nodes_hit(self.ctx.windows(FaultKind.FREEZE_NODE)), dead, within=self.detect_within,
@@ -474,13 +467,13 @@ def gone_verdict(drained: list[float], dead_at: Mapping[str, float], workers: li
     end breaks it."""
     gone = sorted(dead_at.items(), key=lambda item: item[1])
     detail = (f"drains confirmed at {[round(t, 1) for t in drained]} s; nodes dead since: "
-              f"{', '.join(f'{n[:12]} at {t:.1f} s' for n, t in gone) or 'none'} (bound: {within:g} s)")
+              f"{', '.join(f'{short(n)} at {t:.1f} s' for n, t in gone) or 'none'} (bound: {within:g} s)")
     if len(drained) != 1 or len(gone) != 1:
         return Verdict.of("node_gone_at_deadline", False, f"need one drain and one node dead; {detail}")
     (node, died), = gone
     off, ours = died - drained[0], node in workers and (drained_nodes is None or node in drained_nodes)
     return Verdict.of("node_gone_at_deadline", ours and abs(off) <= within,
-                   f"{node[:12]} ({'the drained worker node' if ours else 'not the drained worker node of the run'}) "
+                   f"{short(node)} ({'the drained worker node' if ours else 'not the drained worker node of the run'}) "
                    f"seen dead {off:+.1f} s from the drain's confirmation; {detail}")
 
 
@@ -859,7 +852,7 @@ class GroupLoss(Workload):
         from ray.util.placement_group import placement_group_table
 
         dead = _dead(self.ctx.address)  # the bundles' nodes were alive at the start
-        hit = [n[:12] for n in self.before if n in dead]
+        hit = [short(n) for n in self.before if n in dead]
 
         def placed() -> bool:
             table = placement_group_table(self.group)
@@ -872,8 +865,8 @@ class GroupLoss(Workload):
             ok = False
         table = placement_group_table(self.group)
         return Verdict.of("group_rescheduled", ok,
-                       f"bundles were on {[n[:12] for n in self.before]}, dead among them {hit or 'none'}; "
-                       f"now {table['state']} on {[n[:12] for n in table['bundles_to_node_id'].values()]}")
+                       f"bundles were on {[short(n) for n in self.before]}, dead among them {hit or 'none'}; "
+                       f"now {table['state']} on {[short(n) for n in table['bundles_to_node_id'].values()]}")
 
     def _restarted(self) -> Verdict:
         import ray
@@ -882,7 +875,7 @@ class GroupLoss(Workload):
             nodes = ray.get([m.ping.remote() for m in self.members], timeout=self.recover)
         except Exception as exc:  # noqa: BLE001 - the verdict shows it
             return Verdict.of("actors_restarted", False, f"{type(exc).__name__}: {exc}"[:200])
-        return Verdict.of("actors_restarted", True, f"both members answer, on {[n[:12] for n in nodes]}")
+        return Verdict.of("actors_restarted", True, f"both members answer, on {[short(n) for n in nodes]}")
 
     def _infeasible_named(self) -> Verdict:
         from ray.util.placement_group import placement_group, remove_placement_group
