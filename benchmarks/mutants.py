@@ -140,7 +140,7 @@ TESTS = {
                  "tests/test_scenarios_model.py", "tests/test_chaos_unit.py"],
     "network": ["tests/test_net_unit.py", "tests/test_net_confirm.py", "tests/test_net_lab.py",
                 "tests/test_reclaim.py"],
-    "disk": ["tests/test_fuse_fs.py", "tests/test_fuse_disk_faults.py", "tests/test_disk_kinds.py",
+    "disk": ["tests/test_fuse_model.py", "tests/test_fuse_fs.py", "tests/test_fuse_disk_faults.py", "tests/test_disk_kinds.py",
              "tests/test_power_loss.py", "tests/test_fuse_power_loss_property.py"],
     "hunt": ["tests/test_hunt.py"],
     "serve_job": ["tests/test_serve_verdicts.py", "tests/test_serve_load.py", "tests/test_job_unit.py",

@@ -1,0 +1,190 @@
+"""The fault filesystem's model of a power loss, driven directly (no mount, no FUSE): each call
+the server makes before an operation, and what a power loss then puts back and reports.
+Fast: every case runs on a backing folder of its own in a few milliseconds."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from chaos._fuse_model import _PAGE, GRAVEYARD, PowerLossReport, Volatile
+
+
+@pytest.fixture
+def vol(tmp_path: Path) -> Iterator[Volatile]:
+    volatile = Volatile(str(tmp_path))
+    yield volatile
+    volatile.close()
+
+
+def _fds_under(folder: Path) -> int:
+    """This process's descriptors open on ``folder`` or under it."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        count += target == str(folder) or target.startswith(f"{folder}/")
+    return count
+
+
+def _write(vol: Volatile, fd: int, offset: int, data: bytes) -> None:
+    vol.before_write(fd, offset, len(data))
+    os.pwrite(fd, data, offset)
+
+
+def _synced_file(tmp_path: Path, name: str, data: bytes) -> int:
+    fd = os.open(tmp_path / name, os.O_CREAT | os.O_RDWR, 0o600)
+    os.pwrite(fd, data, 0)
+    return fd
+
+
+def test_writes_past_the_synced_size_are_cut_exactly_and_counted(vol: Volatile, tmp_path: Path) -> None:
+    fd = _synced_file(tmp_path, "f", b"a" * 100)
+    try:
+        _write(vol, fd, 100, b"b" * 50)
+        # The write touched page 0, which holds synced bytes: its old bytes are saved and put back.
+        assert vol.power_loss() == PowerLossReport(files_reverted=1, bytes_cut=50, pages_restored=1, names_undone=0)
+        assert (tmp_path / "f").read_bytes() == b"a" * 100
+    finally:
+        os.close(fd)
+
+
+def test_pages_rewritten_within_the_synced_size_are_put_back_each_once(vol: Volatile, tmp_path: Path) -> None:
+    old = bytes(range(256)) * (3 * _PAGE // 256)  # three pages
+    fd = _synced_file(tmp_path, "f", old)
+    try:
+        _write(vol, fd, _PAGE - 100, b"x" * 200)  # across pages 0 and 1
+        _write(vol, fd, _PAGE - 10, b"y" * 20)  # the same pages again: their first old bytes are kept
+        report = vol.power_loss()
+        assert (report.files_reverted, report.bytes_cut, report.pages_restored) == (1, 0, 2)
+        assert (tmp_path / "f").read_bytes() == old
+    finally:
+        os.close(fd)
+
+
+def test_a_synced_partial_last_page_is_restored_only_up_to_its_synced_size(vol: Volatile, tmp_path: Path) -> None:
+    old = b"s" * (_PAGE + 100)  # a page and a bit
+    fd = _synced_file(tmp_path, "f", old)
+    try:
+        _write(vol, fd, _PAGE, b"n" * 3000)  # rewrites the bit and grows the file
+        report = vol.power_loss()
+        assert report.bytes_cut == _PAGE + 3000 - len(old)
+        assert (tmp_path / "f").read_bytes() == old
+    finally:
+        os.close(fd)
+
+
+def test_a_write_of_nothing_leaves_the_file_clean(vol: Volatile, tmp_path: Path) -> None:
+    fd = _synced_file(tmp_path, "f", b"a")
+    try:
+        vol.before_write(fd, 0, 0)
+        assert vol.unsynced() == (0, 0) and vol.power_loss().files_reverted == 0
+    finally:
+        os.close(fd)
+
+
+def test_truncations_are_undone_and_one_to_the_same_size_counts_as_a_change(vol: Volatile, tmp_path: Path) -> None:
+    fd = _synced_file(tmp_path, "f", b"k" * 5000)
+    other = _synced_file(tmp_path, "g", b"k" * 10)
+    try:
+        vol.before_truncate(fd, 1000)
+        os.ftruncate(fd, 1000)
+        vol.before_truncate(other, 10)  # to its own size: nothing cut, the file is dirty all the same
+        assert vol.unsynced()[0] == 2
+        report = vol.power_loss()
+        assert report.files_reverted == 2 and report.bytes_cut == 0
+        assert (tmp_path / "f").read_bytes() == b"k" * 5000 and (tmp_path / "g").read_bytes() == b"k" * 10
+    finally:
+        os.close(fd)
+        os.close(other)
+
+
+def test_an_fsync_makes_the_bytes_durable_and_a_created_file_holds_nothing_until_then(vol: Volatile,
+                                                                                     tmp_path: Path) -> None:
+    fd = _synced_file(tmp_path, "f", b"")
+    vol.created(fd)
+    try:
+        _write(vol, fd, 0, b"new")
+        assert vol.unsynced()[0] == 1
+        vol.synced(fd)
+        assert vol.unsynced() == (0, 0)
+        _write(vol, fd, 3, b"+more")
+        assert vol.power_loss().bytes_cut == 5 and (tmp_path / "f").read_bytes() == b"new"
+    finally:
+        os.close(fd)
+
+
+def test_a_power_loss_and_an_fsync_leave_no_descriptor_open_under_the_folder(vol: Volatile, tmp_path: Path) -> None:
+    fd = _synced_file(tmp_path, "f", b"a" * 10)
+    try:
+        before = _fds_under(tmp_path)
+        _write(vol, fd, 10, b"b")  # the model opens the file once, to put it back later
+        assert _fds_under(tmp_path) == before + 1
+        vol.synced(fd)  # durable: nothing to put back, its descriptor closed
+        assert _fds_under(tmp_path) == before
+        _write(vol, fd, 11, b"c")
+        vol.power_loss()  # put back, and its descriptor closed
+        assert _fds_under(tmp_path) == before
+    finally:
+        os.close(fd)
+
+
+def test_a_directory_fsync_releases_the_directories_no_change_needs(vol: Volatile, tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    vol.added(str(tmp_path), "sub")
+    held = _fds_under(tmp_path)
+    root = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        vol.dir_synced(root)
+        assert _fds_under(tmp_path) == held  # its own descriptor (root) opened, the model's closed
+    finally:
+        os.close(root)
+    assert vol.unsynced() == (0, 0)
+
+
+def test_a_stale_graveyard_is_emptied_when_a_mount_starts(tmp_path: Path) -> None:
+    (tmp_path / GRAVEYARD).mkdir()
+    (tmp_path / GRAVEYARD / "0").write_bytes(b"an unlink of a mount long gone")
+    volatile = Volatile(str(tmp_path))
+    try:
+        assert os.listdir(tmp_path / GRAVEYARD) == []
+    finally:
+        volatile.close()
+
+
+def test_a_symlink_created_and_not_made_durable_is_removed_not_its_target(vol: Volatile, tmp_path: Path) -> None:
+    (tmp_path / "target").write_bytes(b"kept")
+    os.symlink("target", tmp_path / "link")
+    vol.added(str(tmp_path), "link")
+    assert vol.power_loss().names_undone == 1
+    assert not (tmp_path / "link").is_symlink() and (tmp_path / "target").read_bytes() == b"kept"
+
+
+def test_a_rename_that_replaced_an_empty_directory_is_undone_with_the_directory_back(vol: Volatile,
+                                                                                     tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir(mode=0o750)
+    os.chmod(tmp_path / "b", 0o750)
+    vol.rename((str(tmp_path), "a"), (str(tmp_path), "b"))
+    assert vol.power_loss().names_undone == 1
+    assert (tmp_path / "a").is_dir() and (tmp_path / "b").is_dir()
+    assert (os.stat(tmp_path / "b").st_mode & 0o777) == 0o750
+
+
+def test_changes_inside_a_directory_removed_durably_stay_gone(vol: Volatile, tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "f").write_bytes(b"x")
+    vol.added(str(tmp_path / "d"), "f")  # a file made in d, never made durable
+    vol.remove(str(tmp_path), "d")  # d itself removed, and that removal made durable
+    root = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        vol.dir_synced(root)
+    finally:
+        os.close(root)
+    assert vol.power_loss().names_undone == 1  # the file's creation: its directory is gone for good
+    assert not (tmp_path / "d").exists()
