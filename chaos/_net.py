@@ -342,7 +342,7 @@ def _host_tables(prefix: str) -> list[tuple[str, str]]:
             if isinstance(t := item.get("table"), dict) and str(t.get("name", "")).startswith(prefix)]
 
 
-def _kill_namespace(lab: NetLab, node: NetNode) -> None:
+def kill_node_processes(lab: NetLab, node: NetNode) -> None:
     """SIGCONT and SIGKILL every process in the node's namespace, and wait for them to go."""
     if node.namespace is not None:
         _kill_in(node.namespace)

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Mapping
 
 from chaos._errors import InvalidConfig
-from chaos._net import NetLab, NetNode, _enter, _kill_namespace
+from chaos._net import NetLab, NetNode, _enter, kill_node_processes
 from chaos._ray_state import NodeRow, live_nodes
 from chaos._reclaim import OWNER_ENV, me
 from chaos._wait import wait_until
@@ -94,7 +94,7 @@ def rejoin(lab: NetLab, node: NetNode, *, timeout: float = 60.0) -> str:
     """
 
     old = {nid for nid, n in lab.node_ids.items() if n == node}
-    _kill_namespace(lab, node)
+    kill_node_processes(lab, node)
     _start(lab, node)
 
     def joined() -> str:
@@ -135,4 +135,4 @@ def map_node_ids(lab: NetLab, *, nodes: int, timeout: float = 60.0) -> None:
 def kill_workers(lab: NetLab) -> None:
     """SIGKILL every process of every worker namespace (the worker nodes, at once)."""
     for node in lab.workers:
-        _kill_namespace(lab, node)
+        kill_node_processes(lab, node)

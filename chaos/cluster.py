@@ -4,6 +4,7 @@ filesystem for disk faults, the reaper that leaves no process behind, and one ty
 what Ray says of its nodes (live ones, every node's state and death time, short ids)."""
 
 from chaos._capped import capped_filesystem
+from chaos._cleanup import cleanup_machine
 from chaos._cluster import TEST_SYSTEM_CONFIG, ClusterHandle, local_cluster, ray_processes, reap
 from chaos._disk import free_bytes
 from chaos._ray_state import NodeRow, NodeState, live_nodes, node_states, short
@@ -15,6 +16,7 @@ __all__ = [
     "NodeRow",
     "NodeState",
     "capped_filesystem",
+    "cleanup_machine",
     "free_bytes",
     "live_nodes",
     "local_cluster",

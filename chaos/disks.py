@@ -18,6 +18,8 @@ from chaos._disk_faults import (
     StallDisk,
     inject_disk,
 )
+from chaos._faults import DISK_GRACE, STORAGE, DiskFault
+from chaos._fuse_faults import MAX_STALL_SECONDS
 from chaos._fusefs import (
     FaultFS,
     FaultFSError,
@@ -29,7 +31,11 @@ from chaos._fusefs import (
 )
 
 __all__ = [
+    "DISK_GRACE",
+    "MAX_STALL_SECONDS",
+    "STORAGE",
     "DiskEvent",
+    "DiskFault",
     "DiskInjection",
     "FailingDisk",
     "FaultFS",

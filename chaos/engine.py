@@ -2,15 +2,32 @@
 each fault did, the processes a target resolves to, memory and store fills, the watchdog's
 report, the RPC knobs' environment and the serialised form of a fault."""
 
-from chaos._delay import rpc_delay_env, rpc_failure_env
-from chaos._driver import FaultOutcome, FaultStatus, ScheduleObserver, check_applied, run_schedule
-from chaos._engine import Injection, MemoryWatch, StoreFill
-from chaos._faults import fault_from_dict, fault_to_dict
+from chaos._byvalue import by_value
+from chaos._delay import rpc_delay_env, rpc_failure_env, rpc_failures_injected, unconfirmed_rpc_failures
+from chaos._driver import (
+    MAX_CONCURRENT_FAULTS,
+    FaultOutcome,
+    FaultStatus,
+    ScheduleObserver,
+    check_applied,
+    run_schedule,
+)
+from chaos._engine import NODE_DEATH_CONFIRM, Injection, MemoryWatch, StoreFill
+from chaos._extras import import_extra
+from chaos._faults import _KINDS as FAULT_CLASSES
+from chaos._faults import MAX_FAULT_SECONDS, fault_from_dict, fault_to_dict
 from chaos._memory import MemoryOutcome, MemoryResult
-from chaos._targets import RayProcess
+from chaos._preflight import preflight
+from chaos._targets import _KINDS as TARGET_CLASSES
+from chaos._targets import RayProcess, target_from_dict, target_to_dict
 from chaos._watchdog import StuckCause, StuckTask, WatchReport
 
 __all__ = [
+    "FAULT_CLASSES",
+    "MAX_CONCURRENT_FAULTS",
+    "MAX_FAULT_SECONDS",
+    "NODE_DEATH_CONFIRM",
+    "TARGET_CLASSES",
     "FaultOutcome",
     "FaultStatus",
     "Injection",
@@ -23,10 +40,17 @@ __all__ = [
     "StuckCause",
     "StuckTask",
     "WatchReport",
+    "by_value",
     "check_applied",
     "fault_from_dict",
     "fault_to_dict",
+    "import_extra",
+    "preflight",
     "rpc_delay_env",
     "rpc_failure_env",
+    "rpc_failures_injected",
     "run_schedule",
+    "target_from_dict",
+    "target_to_dict",
+    "unconfirmed_rpc_failures",
 ]

@@ -153,7 +153,7 @@ def cleanup(dry_run: bool) -> None:
 
     Exits 0 when nothing of an ended driver is left, 1 when something could not be removed or
     listed (each one named)."""
-    from chaos._cleanup import cleanup_machine
+    from chaos.cluster import cleanup_machine
 
     if cleanup_machine(dry_run=dry_run, echo=click.echo):
         sys.exit(EXIT_DEVIATED)
@@ -368,8 +368,7 @@ def replay(journal: str, report_dir: str | None, address: str | None) -> None:
 
 def _execute(scenario: Scenario, *, seed: int, address: str | None, report_dir: str | None,
              baseline: bool | None, agent_timeout: float = 30.0) -> NoReturn:
-    from chaos._preflight import ClusterUnfit
-    from chaos.errors import InvalidConfig, MissingExtra
+    from chaos.errors import ClusterUnfit, InvalidConfig, MissingExtra
     from scenarios.reports._console import print_results, progress_display
     from scenarios.reports._files import write_reports
     from scenarios.runner._run import run_scenario

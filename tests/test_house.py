@@ -105,6 +105,14 @@ def test_the_actors_use_only_the_shared_ground_of_chaos() -> None:
     assert beneath == []
 
 
+def test_the_scenarios_use_only_what_chaos_exports() -> None:
+    """Workloads, the runner and the CLI build on chaos's public faces (``chaos``, ``chaos.engine``,
+    ``chaos.net``, ...), never on its private modules: the engine's insides can move without them."""
+    wrong = sorted(f"{m} imports {t}" for m, targets in graph().items() if m.startswith("scenarios")
+                   for t in targets if t.startswith("chaos.") and t.split(".")[1].startswith("_"))
+    assert wrong == []
+
+
 def test_the_scenarios_show_their_parts() -> None:
     """The model, the runner, the workloads, the lessons, the reports and the hunt each have a folder,
     and nothing of them lies loose beside the public modules."""

@@ -17,11 +17,9 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from chaos import ChaosError, RpcFailure, Schedule
-from chaos._driver import MAX_CONCURRENT_FAULTS
-from chaos._faults import DISK_GRACE, STORAGE, Fault, StallDisk
-from chaos._fuse_faults import MAX_STALL_SECONDS
-from chaos._schedule import ScheduledFault
+from chaos import ChaosError, Fault, RpcFailure, Schedule, ScheduledFault
+from chaos.disks import DISK_GRACE, MAX_STALL_SECONDS, STORAGE, StallDisk
+from chaos.engine import MAX_CONCURRENT_FAULTS
 from chaos.errors import InvalidConfig, InvalidFaultSpec
 from scenarios.model._records import Problem
 from scenarios.model._spill import SPILL, spill_kinds

@@ -20,11 +20,8 @@ import types
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
-from chaos import RpcFailure
-from chaos._faults import _KINDS as FAULT_CLASSES
-from chaos._faults import FaultKind
-from chaos._targets import _KINDS as TARGET_CLASSES
-from chaos._targets import NodeTarget
+from chaos import FaultKind, NodeTarget, RpcFailure
+from chaos.engine import FAULT_CLASSES, TARGET_CLASSES
 from scenarios.model._scenario import FIELDS, STEADY_STATE_FIELDS, FieldSpec
 from scenarios.model._workload import Workload
 

@@ -12,9 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from chaos import Schedule
-from chaos._faults import STORAGE, DiskFault, Fault
-from chaos._schedule import ScheduledFault
+from chaos import Fault, Schedule, ScheduledFault
+from chaos.disks import STORAGE, DiskFault
 from chaos.engine import fault_from_dict
 from chaos.errors import InvalidFaultSpec
 

@@ -21,12 +21,9 @@ import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
-from chaos._delay import RpcFailure
-from chaos._errors import InvalidFaultSpec
-from chaos._faults import _KINDS as FAULT_CLASSES
-from chaos._faults import Fault
-from chaos._targets import _KINDS as TARGET_CLASSES
-from chaos._targets import target_from_dict
+from chaos import Fault, RpcFailure
+from chaos.engine import FAULT_CLASSES, TARGET_CLASSES, target_from_dict
+from chaos.errors import InvalidFaultSpec
 from scenarios.model._records import Problem
 from scenarios.model._spill import fault_or_spill
 

@@ -9,10 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 
-from chaos import Schedule
-from chaos._faults import STORAGE, FailingDisk, PowerLoss, SlowDisk, StallDisk
-from chaos._schedule import ScheduledFault
-from chaos.disks import fault_filesystem
+from chaos import Schedule, ScheduledFault
+from chaos.disks import STORAGE, FailingDisk, PowerLoss, SlowDisk, StallDisk, fault_filesystem
 from scenarios.model._scenario import Scenario
 
 __all__ = ["aim_disk_faults", "storage_on_faultfs"]

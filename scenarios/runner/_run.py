@@ -30,14 +30,22 @@ from chaos import (
     local_cluster,
     wait_until,
 )
-from chaos._agent import AGENT_START_TIMEOUT
-from chaos._delay import rpc_failures_injected, unconfirmed_rpc_failures
-from chaos._engine import NODE_DEATH_CONFIRM
-from chaos._faults import MAX_FAULT_SECONDS, STORAGE
-from chaos._preflight import preflight
-from chaos.agents import stop_agents
+from chaos.agents import AGENT_START_TIMEOUT, stop_agents
 from chaos.cluster import TEST_SYSTEM_CONFIG, capped_filesystem, ray_processes, redis_server
-from chaos.engine import FaultOutcome, FaultStatus, Injection, ScheduleObserver, rpc_failure_env, run_schedule
+from chaos.disks import STORAGE
+from chaos.engine import (
+    MAX_FAULT_SECONDS,
+    NODE_DEATH_CONFIRM,
+    FaultOutcome,
+    FaultStatus,
+    Injection,
+    ScheduleObserver,
+    preflight,
+    rpc_failure_env,
+    rpc_failures_injected,
+    run_schedule,
+    unconfirmed_rpc_failures,
+)
 from chaos.errors import InvalidConfig
 from chaos.journal import EndEvent, Journal, RecoverEvent, StartEvent, VerdictEntry
 from scenarios.model._bounded import CallHang, bounded

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from chaos import FaultKind, wait_until
-from chaos._extras import import_extra
+from chaos.engine import import_extra
 from scenarios.model._records import Verdict
 from scenarios.model._workload import Params, Workload
 

@@ -11,10 +11,8 @@ import numpy as np
 
 from actors import CheckpointConfig, CheckpointedCounter, Durability, ParameterServer, ReplayBufferActor
 from chaos import FaultKind, watch
-from chaos._byvalue import by_value
-from chaos._extras import import_extra
 from chaos.cluster import short
-from chaos.engine import MemoryOutcome, StuckCause
+from chaos.engine import MemoryOutcome, StuckCause, by_value, import_extra
 from scenarios.model._records import Verdict
 from scenarios.model._workload import CALL_TIMEOUT, Params, Workload
 from scenarios.workloads._apps import APP_WORKLOADS

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from actors import CheckpointConfig, ParameterServer, ReplayBufferActor, ReplayClient
-from chaos._extras import import_extra
+from chaos.engine import import_extra
 from scenarios.model._records import Verdict
 from scenarios.model._workload import CALL_TIMEOUT, Params, Workload
 

@@ -31,9 +31,9 @@ from typing import Any
 
 from pydantic import Field
 
-from chaos import FaultKind, Kill, wait_until
-from chaos._targets import ActorTarget, target_from_dict, target_to_dict
+from chaos import ActorTarget, FaultKind, Kill, wait_until
 from chaos.cluster import short
+from chaos.engine import target_from_dict, target_to_dict
 from chaos.errors import HangError
 from scenarios.model._records import Problem, Verdict
 from scenarios.model._scenario import _ATTACK_FIELDS, Scenario, ScenarioError, _load, _validate, foreign_fields

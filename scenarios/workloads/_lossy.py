@@ -43,8 +43,8 @@ from typing import Any
 import numpy as np
 
 from chaos import FaultKind
-from chaos._net import COMMAND_TIMEOUT, NetLab, lab_of, run
 from chaos.errors import InvalidConfig
+from chaos.net import COMMAND_TIMEOUT, NetLab, lab_of, run
 from scenarios.model._records import Verdict
 from scenarios.model._workload import Params, Workload
 from scenarios.workloads._surface import _worker_nodes

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from chaos import FaultKind, History, wait_until
-from chaos._net import _kill_namespace, lab_of
 from chaos.cluster import short
 from chaos.errors import HangError
 from chaos.history import OpStatus, check_set
+from chaos.net import kill_node_processes, lab_of
 from scenarios.model._records import Verdict
 from scenarios.model._workload import CALL_TIMEOUT, Params, Workload
 from scenarios.workloads._surface import _NodeWatch, _states, _worker_nodes, node_detected, nodes_hit
@@ -236,7 +236,7 @@ class PartitionWorker(Workload):
         # declared them dead, so they are killed here before the run's storage is removed.
         for node_id in self.watch.dead_at:
             if node_id in self.lab.node_ids:
-                _kill_namespace(self.lab, self.lab.node_ids[node_id])
+                kill_node_processes(self.lab, self.lab.node_ids[node_id])
 
 
 def _names(pids: list[int]) -> str:

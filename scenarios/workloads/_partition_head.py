@@ -38,9 +38,9 @@ from enum import StrEnum
 from typing import Any
 
 from chaos import History, wait_until
-from chaos._net import COMMAND_TIMEOUT, NetLab, _kill_namespace, lab_of, run
 from chaos.cluster import short
 from chaos.history import OpStatus, SetVerdict, check_set
+from chaos.net import COMMAND_TIMEOUT, NetLab, kill_node_processes, lab_of, run
 from scenarios.model._records import Verdict
 from scenarios.model._workload import CALL_TIMEOUT, Params, Workload
 from scenarios.workloads._network import IncarnationLog, LogLine, read_log, superseded_writes
@@ -598,7 +598,7 @@ class PartitionHead(Workload):
         # run's storage goes.
         for node_id in self.watch.dead_at:
             if node_id in self.lab.node_ids:
-                _kill_namespace(self.lab, self.lab.node_ids[node_id])
+                kill_node_processes(self.lab, self.lab.node_ids[node_id])
 
 
 PARTITION_HEAD_WORKLOADS: dict[str, type[Workload]] = {"partition-head": PartitionHead}

@@ -24,16 +24,17 @@ from pydantic import Field
 
 from actors import CheckpointedCounter
 from chaos import check_set, wait_until
-from chaos._cluster import head_of
-from chaos._redis import RedisServer, redis_of
-from chaos._redis_faults import (
+from chaos.gcs import (
     KillRedis,
     RedisClientKill,
     RedisEvent,
     RedisFault,
     RedisFaultKind,
     RedisIdleTimeout,
+    RedisServer,
+    head_of,
     inject_redis_fault,
+    redis_of,
 )
 from chaos.history import History, Op, OpStatus
 from scenarios.model._records import Verdict

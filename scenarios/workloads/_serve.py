@@ -38,10 +38,9 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from chaos import ActorTarget, FaultKind, NodeTarget
-from chaos._extras import import_extra
-from chaos._schedule import ScheduledFault
+from chaos import ActorTarget, FaultKind, NodeTarget, ScheduledFault
 from chaos.cluster import node_states
+from chaos.engine import import_extra
 from chaos.errors import HangError, InvalidConfig
 from scenarios.model._records import Problem, Verdict
 from scenarios.model._workload import FaultWindow, Params, Workload

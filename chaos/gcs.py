@@ -1,0 +1,20 @@
+"""The GCS and the Redis behind it (GCS fault tolerance): the head's GCS process
+(:func:`head_of`), the throwaway Redis a cluster of raychaos's runs on (:class:`RedisServer`,
+:func:`redis_of`), and the Redis faults (:class:`KillRedis`, :class:`RedisClientKill`,
+:class:`RedisIdleTimeout`), each confirmed and healed by :func:`inject_redis_fault`."""
+
+from chaos._cluster import head_of
+from chaos._redis import RedisServer, redis_of
+from chaos._redis_faults import (
+    KillRedis,
+    RedisClientKill,
+    RedisEvent,
+    RedisFault,
+    RedisFaultKind,
+    RedisIdleTimeout,
+    gcs_connections,
+    inject_redis_fault,
+)
+
+__all__ = ["KillRedis", "RedisClientKill", "RedisEvent", "RedisFault", "RedisFaultKind", "RedisIdleTimeout",
+           "RedisServer", "gcs_connections", "head_of", "inject_redis_fault", "redis_of"]
