@@ -188,3 +188,15 @@ def test_changes_inside_a_directory_removed_durably_stay_gone(vol: Volatile, tmp
         os.close(root)
     assert vol.power_loss().names_undone == 1  # the file's creation: its directory is gone for good
     assert not (tmp_path / "d").exists()
+
+
+def test_a_page_saved_after_the_file_grew_is_put_back_only_up_to_the_synced_size(vol: Volatile,
+                                                                                tmp_path: Path) -> None:
+    fd = _synced_file(tmp_path, "f", b"s" * 100)
+    try:
+        _write(vol, fd, 5000, b"far")  # grows the file first: page 0 is not saved yet
+        _write(vol, fd, 0, b"x" * 10)  # now page 0 is saved, as 4096 bytes (the rest a hole)
+        report = vol.power_loss()
+        assert report.bytes_cut == 5003 - 100 and (tmp_path / "f").read_bytes() == b"s" * 100
+    finally:
+        os.close(fd)
