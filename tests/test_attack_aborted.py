@@ -52,7 +52,8 @@ def test_an_aborted_run_judges_nothing_and_shows_its_one_cause() -> None:
 
 def test_a_verdict_of_an_aborted_run_is_never_shown_held() -> None:
     held, broke = Verdict.of("probes_recover", True, "5 probe runs, 0 failed"), Verdict.of("b", False, "broke")
-    aborted = RunResult("s", RunLabel.CHAOS, 0, RunStatus.ABORTED, 1.0, (held, broke), (), (), (), error=CAUSE)
+    aborted = RunResult(scenario="s", label=RunLabel.CHAOS, seed=0, status=RunStatus.ABORTED, seconds=1.0,
+                        verdicts=(held, broke), probes=(), samples=(), faults=(), error=CAUSE)
     text = _printed(aborted)
     assert "held" not in text and "not judged (aborted)" in text and "BROKEN" in text
     assert "held" in _printed(replace(aborted, status=RunStatus.COMPLETED, error=""))

@@ -145,8 +145,9 @@ def test_messages_are_printed_literally_never_as_markup() -> None:
     from scenarios.reports._console import print_results
 
     said = "the dqn-cartpole workload needs torch; install it with pip install 'raychaos[rl]'"
-    result = RunResult("dqn-cartpole", RunLabel.CHAOS, 0, RunStatus.ABORTED, 1.0,
-                       (Verdict.of("no_lost_transitions", False, f"[bold]{said}"),), (), (), (),
+    result = RunResult(scenario="dqn-cartpole", label=RunLabel.CHAOS, seed=0, status=RunStatus.ABORTED, seconds=1.0,
+                       verdicts=(Verdict.of("no_lost_transitions", False,
+                                            f"[bold]{said}"),), probes=(), samples=(), faults=(),
                        error=f"MissingExtra: {said}")
     console = Console(record=True, width=400)
     print_results([result], None, console=console)

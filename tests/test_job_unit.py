@@ -198,10 +198,12 @@ def test_the_twin_cannot_meet_the_fault_verdicts_so_they_are_na_and_every_report
         ("within_ratio", Validity.UNKNOWN), ("fault_seen", Validity.UNKNOWN)]
     verdicts = twin_verdicts([Verdict.of("job_succeeded", True, "ok", 1), *_REFERENCE], Job.FAULT_VERDICTS)
     assert [v.validity for v in verdicts] == [Validity.HELD, Validity.NOT_APPLICABLE, Validity.NOT_APPLICABLE]
-    twin = RunResult("job-s", RunLabel.BASELINE, 0, RunStatus.COMPLETED, 10.0, tuple(verdicts), (), (), ())
-    chaos = RunResult("job-s", RunLabel.CHAOS, 0, RunStatus.COMPLETED, 20.0,
-                      tuple(Verdict.of(n, True, "ok", 1) for n in ("job_succeeded", "within_ratio", "fault_seen")),
-                      (), (), ())
+    twin = RunResult(scenario="job-s", label=RunLabel.BASELINE, seed=0, status=RunStatus.COMPLETED, seconds=10.0,
+                     verdicts=tuple(verdicts), probes=(), samples=(), faults=())
+    chaos = RunResult(scenario="job-s", label=RunLabel.CHAOS, seed=0, status=RunStatus.COMPLETED, seconds=20.0,
+                      verdicts=tuple(Verdict.of(n, True, "ok", 1) for n in ("job_succeeded", "within_ratio",
+                                                                            "fault_seen")),
+                      probes=(), samples=(), faults=())
     assert summary([twin, chaos])["deviated"] is False and summary([twin, chaos])["outcome"] == "held"
     # A CI test reporter reads failures and errors: a passing run has none, its twin's two skipped.
     suites = {s.get("name"): (s.get("failures"), s.get("errors"), s.get("skipped")) for s in junit([twin, chaos])}

@@ -50,16 +50,21 @@ def run(label: str, *, faults: tuple[FaultRecord, ...] = (), slower: float = 1.0
     samples = tuple(Sample(t / 2, {"transitions": 100 * t * t / slower, "gradient_steps": 8 * t}, 2**30)
                     for t in range(41))
     series = {"eval_return": tuple((float(t), 10.0 * t / slower) for t in range(2, 20, 3))}
-    return RunResult("synthetic", label, 0, RunStatus.COMPLETED, 20.0, (Verdict.of("no_loss", True, "0 lost"),),
-                     (Probe("after", 20.0, True, "ok"),), samples, faults,
-                     {"solved_at_s": 14.8726, "best_return": 219.83, "peak_bytes": 3 * 2**20}, series)
+    return RunResult(scenario="synthetic", label=label, seed=0, status=RunStatus.COMPLETED, seconds=20.0,
+                     verdicts=(Verdict.of("no_loss", True, "0 lost"),),
+                     probes=(Probe("after", 20.0, True, "ok"),), samples=samples, faults=faults,
+                     metrics={"solved_at_s": 14.8726, "best_return": 219.83, "peak_bytes": 3 * 2**20}, series=series)
 
 
 FAULTS = (  # two overlap in time: each keeps its own lane
-    FaultRecord(3.0, 3.0, 3.1, FaultKind.KILL, "actor EnvWorker", "recovered", 0.72, confirmed=3.01),
-    FaultRecord(3.5, 3.5, 6.5, FaultKind.PAUSE, "actor EnvWorker", "recovered", 3.4),
-    FaultRecord(9.0, 9.0, 12.0, FaultKind.MEMORY, "node abc", "held", None, confirmed=11.35),
-    FaultRecord(15.0, 15.0, 15.0, FaultKind.KILL, "actor Gone", "not found", None, FaultStatus.NOT_FOUND),
+    FaultRecord(at=3.0, start=3.0, end=3.1, kind=FaultKind.KILL, target="actor EnvWorker", outcome="recovered",
+                mttr=0.72, confirmed=3.01),
+    FaultRecord(at=3.5, start=3.5, end=6.5, kind=FaultKind.PAUSE, target="actor EnvWorker", outcome="recovered",
+                mttr=3.4),
+    FaultRecord(at=9.0, start=9.0, end=12.0, kind=FaultKind.MEMORY, target="node abc", outcome="held", mttr=None,
+                confirmed=11.35),
+    FaultRecord(at=15.0, start=15.0, end=15.0, kind=FaultKind.KILL, target="actor Gone", outcome="not found",
+                mttr=None, status=FaultStatus.NOT_FOUND),
 )
 
 

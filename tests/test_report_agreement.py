@@ -31,7 +31,8 @@ HEADLINE = {Validity.HELD: "ALL INVARIANTS HELD", Validity.BROKEN: "DEVIATED", V
 
 
 def _run(scenario: Scenario, label: RunLabel, verdicts: Sequence[Verdict]) -> RunResult:
-    return RunResult(scenario.name, label, 0, RunStatus.COMPLETED, 10.0, tuple(verdicts), (), (), ())
+    return RunResult(scenario=scenario.name, label=label, seed=0, status=RunStatus.COMPLETED, seconds=10.0,
+                     verdicts=tuple(verdicts), probes=(), samples=(), faults=())
 
 
 def _twin(scenario: Scenario, fault_verdicts: tuple[str, ...], *, met: bool) -> RunResult:

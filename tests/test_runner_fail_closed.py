@@ -169,7 +169,8 @@ def test_undeclared_verdicts_are_kept_apart_not_dropped() -> None:
 
 def _record(at: float, mttr: float | None, *, held: float = 1.0, outcome: str = "recovered",
             status: FaultStatus = FaultStatus.INJECTED) -> FaultRecord:
-    return FaultRecord(at, at, at + held, FaultKind.PAUSE, "task:sample_env", outcome, mttr, status, at)
+    return FaultRecord(at=at, start=at, end=at + held, kind=FaultKind.PAUSE, target="task:sample_env",
+                       outcome=outcome, mttr=mttr, status=status, confirmed=at)
 
 
 def test_a_fault_that_did_not_recover_breaks_the_recovery_verdict() -> None:
@@ -241,7 +242,8 @@ THREE = Schedule((ScheduledFault(1.0, KILL), ScheduledFault(3.0, KILL), Schedule
 
 def _kill_record(index: int, status: FaultStatus = FaultStatus.INJECTED) -> FaultRecord:
     at = THREE.entries[index].at
-    return FaultRecord(at, at, at, FaultKind.KILL, "actor:replay", "recovered", 0.5, status, at, index)
+    return FaultRecord(at=at, start=at, end=at, kind=FaultKind.KILL, target="actor:replay", outcome="recovered",
+                       mttr=0.5, status=status, confirmed=at, index=index)
 
 
 def test_an_entry_without_a_record_becomes_a_failed_record_naming_it() -> None:
@@ -253,7 +255,7 @@ def test_an_entry_without_a_record_becomes_a_failed_record_naming_it() -> None:
 
 
 def test_an_entry_with_two_records_or_a_record_of_no_entry_is_named() -> None:
-    stray = FaultRecord(9.0, 9.0, 9.0, FaultKind.KILL, "actor:x", "?", None)
+    stray = FaultRecord(at=9.0, start=9.0, end=9.0, kind=FaultKind.KILL, target="actor:x", outcome="?", mttr=None)
     records, problems = complete_records(
         THREE, [_kill_record(0), _kill_record(1), _kill_record(1, FaultStatus.FAILED), _kill_record(2), stray], why="")
     assert [r.status for r in records] == [FaultStatus.INJECTED, FaultStatus.FAILED, FaultStatus.INJECTED]
@@ -372,7 +374,8 @@ def test_the_reports_show_unjudged_verdicts_and_a_missing_probe() -> None:
     from scenarios.reports._files import junit, summary
     from scenarios.reports._html import render_html
 
-    run = RunResult("s", RunLabel.CHAOS, 0, RunStatus.COMPLETED, 1.0, (Verdict.of("a", True, "ok", 1),), (), (), (),
+    run = RunResult(scenario="s", label=RunLabel.CHAOS, seed=0, status=RunStatus.COMPLETED, seconds=1.0,
+                    verdicts=(Verdict.of("a", True, "ok", 1),), probes=(), samples=(), faults=(),
                     unjudged=(Verdict.of("b", False, "broke here"),), probed=False)
     (runs,) = summary([run])["runs"]
     assert runs["unjudged"] == [{"name": "b", "held": False, "validity": "broken", "detail": "broke here",

@@ -360,7 +360,8 @@ def _run(label: RunLabel, reqs: list[Request]) -> RunResult:
     from scenarios.workloads._serve import per_second
 
     series = {name: tuple(points) for name, points in per_second(reqs, timeout=TIMEOUT).items()}
-    return RunResult("serve-app", label, 0, RunStatus.COMPLETED, 4.0, (), (), (), (), series=series)
+    return RunResult(scenario="serve-app", label=label, seed=0, status=RunStatus.COMPLETED, seconds=4.0, verdicts=(),
+                     probes=(), samples=(), faults=(), series=series)
 
 
 def test_the_report_draws_a_serve_run_per_second_beside_its_twin() -> None:

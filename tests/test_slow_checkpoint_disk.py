@@ -80,7 +80,8 @@ def test_a_twin_slowed_in_the_same_window_makes_the_chaos_runs_slowdown_no_evide
     twin = slowed_by_disk(CALLS, at_least=0.15, windows=[FaultWindow(FaultKind.SLOW_DISK, 2.0, 4.0, planned=True)])
     (na,) = twin_verdicts([twin], SlowCheckpointDisk.FAULT_VERDICTS)
     assert na.validity is Validity.NOT_APPLICABLE and na.measured is Validity.HELD
-    twin_run = RunResult("slow-checkpoint-disk", RunLabel.BASELINE, 0, RunStatus.COMPLETED, 9.0, (na,), (), (), ())
+    twin_run = RunResult(scenario="slow-checkpoint-disk", label=RunLabel.BASELINE, seed=0,
+                         status=RunStatus.COMPLETED, seconds=9.0, verdicts=(na,), probes=(), samples=(), faults=())
     (chaos,) = against_twin([slowed_by_disk(CALLS, at_least=0.15, windows=ON)], twin_met([twin_run]))
     assert chaos.validity is Validity.UNKNOWN and "the fault-free twin met it too" in chaos.detail
 

@@ -90,12 +90,14 @@ def test_a_fault_not_reached_says_when_the_run_stopped() -> None:
 
 def _record(status: FaultStatus = FaultStatus.INJECTED, *, start: float = 1.0, end: float = 2.0,
             mttr: float | None = 1.5, kind: FaultKind = FaultKind.KILL) -> FaultRecord:
-    return FaultRecord(1.0, start, end, kind, "actor a", "ok", mttr, status, start)
+    return FaultRecord(at=1.0, start=start, end=end, kind=kind, target="actor a", outcome="ok", mttr=mttr,
+                       status=status, confirmed=start)
 
 
 def _result(*, status: RunStatus = RunStatus.COMPLETED, held: bool = True, fault: FaultStatus = FaultStatus.INJECTED,
             strict: bool = True) -> RunResult:
-    return RunResult("s", RunLabel.CHAOS, 0, status, 1.0, (Verdict.of("v", held, "d", 1),), (), (), (_record(fault),),
+    return RunResult(scenario="s", label=RunLabel.CHAOS, seed=0, status=status, seconds=1.0,
+                     verdicts=(Verdict.of("v", held, "d", 1),), probes=(), samples=(), faults=(_record(fault),),
                      strict_faults=strict)
 
 

@@ -91,7 +91,7 @@ def seconds_text(value: float | None) -> str:
     return "—" if value is None else f"{value:.2f} s"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class FaultRecord:
     """A fault as it happened: when it started, took effect (``confirmed``; None if never) and
     was healed, how long recovery took, and whether it happened at all (``status``; only
@@ -110,7 +110,7 @@ class FaultRecord:
     index: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RunResult:
     """One run of a scenario (``label``: under faults, or the fault-free twin).
 

@@ -434,11 +434,13 @@ def _run_once(run: _Run, workload_cls: type[Workload], params: Params, progress:
                                                for v in verdicts),
                                 faults=tuple(f.status for f in rec.faults)))
         journal.close()
-    return RunResult(scenario.name, run.label, run.seed, status, round(ctx.elapsed(), 3),
-                     tuple(verdicts), tuple(rec.probes), tuple(rec.samples),
-                     tuple(sorted(rec.faults, key=lambda f: f.start)), dict(ctx.metrics),
-                     {k: tuple(v) for k, v in ctx.series.items()}, error, scenario.strict_faults,
-                     tuple(unjudged), workload.HAS_PROBE)
+    return RunResult(scenario=scenario.name, label=run.label, seed=run.seed, status=status,
+                     seconds=round(ctx.elapsed(), 3),
+                     verdicts=tuple(verdicts), probes=tuple(rec.probes), samples=tuple(rec.samples),
+                     faults=tuple(sorted(rec.faults, key=lambda f: f.start)), metrics=dict(ctx.metrics),
+                     series={k: tuple(v) for k,
+                             v in ctx.series.items()}, error=error, strict_faults=scenario.strict_faults,
+                     unjudged=tuple(unjudged), probed=workload.HAS_PROBE)
 
 
 #: Seconds to wait for Ray's log lines of the knob's failures to reach the files.
@@ -469,12 +471,12 @@ def knob_records(knob: _Knob, before: Mapping[str, int], elapsed: float, *,
 def _knob_record(failure: RpcFailure, counts: Mapping[str, int], elapsed: float) -> FaultRecord:
     (problem,) = unconfirmed_rpc_failures((failure,), counts) or ("",)
     if problem:
-        return FaultRecord(0.0, 0.0, elapsed, FaultKind.RPC_FAILURE, failure.method,
-                           f"ineffective: {problem}", None, FaultStatus.INEFFECTIVE, None)
+        return FaultRecord(at=0.0, start=0.0, end=elapsed, kind=FaultKind.RPC_FAILURE, target=failure.method,
+                           outcome=f"ineffective: {problem}", mttr=None, status=FaultStatus.INEFFECTIVE, confirmed=None)
     seen = sum(counts.values()) if failure.method == "*" else counts[failure.method]  # at least 1: confirmed
-    return FaultRecord(0.0, 0.0, elapsed, FaultKind.RPC_FAILURE, failure.method,
-                       f"Ray's knob injected {seen} failure(s) of this method during the run (its logs)",
-                       None, FaultStatus.INJECTED, elapsed)
+    return FaultRecord(at=0.0, start=0.0, end=elapsed, kind=FaultKind.RPC_FAILURE, target=failure.method,
+                       outcome=f"Ray's knob injected {seen} failure(s) of this method during the run (its logs)",
+                       mttr=None, status=FaultStatus.INJECTED, confirmed=elapsed)
 
 
 def _with_failures(status: RunStatus, error: str, failures: Sequence[str]) -> tuple[RunStatus, str]:
@@ -743,8 +745,9 @@ def complete_records(schedule: Schedule, records: Sequence[FaultRecord], *,
         text = (f"no record: {why}" if not found else
                 f"{len(found)} records for one fault: {', '.join(r.status.value for r in found)}")
         problems.append(f"{name}: {text}")
-        out.append(FaultRecord(entry.at, entry.at, entry.at, entry.kind, entry.target_label,
-                               f"{FaultStatus.FAILED.value}: {text}", None, FaultStatus.FAILED, None, i))
+        out.append(FaultRecord(at=entry.at, start=entry.at, end=entry.at, kind=entry.kind, target=entry.target_label,
+                               outcome=f"{FaultStatus.FAILED.value}: {text}", mttr=None, status=FaultStatus.FAILED,
+                               confirmed=None, index=i))
     problems += [f"a record of no scheduled fault: {r.kind} of {r.target} at {r.at:g} s (index {r.index})"
                  for r in records if r.index is None or not 0 <= r.index < len(schedule.entries)]
     return out, problems
@@ -791,9 +794,9 @@ class _RunObserver(ScheduleObserver):
         start = entry.at if outcome.started is None else outcome.started
         end = start if outcome.ended is None else outcome.ended
         if not outcome.ok:
-            self.rec.fault(FaultRecord(entry.at, start, end, entry.kind, target,
-                                       f"{outcome.status.value}: {outcome.error}"[:500], None, outcome.status,
-                                       outcome.confirmed, outcome.index))
+            self.rec.fault(FaultRecord(at=entry.at, start=start, end=end, kind=entry.kind, target=target,
+                                       outcome=f"{outcome.status.value}: {outcome.error}"[:500], mttr=None,
+                                       status=outcome.status, confirmed=outcome.confirmed, index=outcome.index))
             return outcome
         healed = self._heal_observed(outcome.injection)
         confirmed = start if outcome.confirmed is None else outcome.confirmed
@@ -804,8 +807,9 @@ class _RunObserver(ScheduleObserver):
         text = f"{healed}; {recovered}" if healed else recovered
         self.chaos.journal.record(RecoverEvent(at=entry.at, fault=entry.fault, target=target, outcome=text,
                                                seconds=mttr))
-        self.rec.fault(FaultRecord(entry.at, start, end, entry.kind, target, text, mttr, outcome.status,
-                                   outcome.confirmed, outcome.index))
+        self.rec.fault(FaultRecord(at=entry.at, start=start, end=end, kind=entry.kind, target=target, outcome=text,
+                                   mttr=mttr, status=outcome.status,
+                                   confirmed=outcome.confirmed, index=outcome.index))
         return outcome
 
     def _heal_observed(self, injection: Injection) -> str:
