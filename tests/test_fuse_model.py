@@ -200,3 +200,36 @@ def test_a_page_saved_after_the_file_grew_is_put_back_only_up_to_the_synced_size
         assert report.bytes_cut == 5003 - 100 and (tmp_path / "f").read_bytes() == b"s" * 100
     finally:
         os.close(fd)
+
+
+def test_a_write_ending_one_byte_into_a_page_saves_that_page_too(vol: Volatile, tmp_path: Path) -> None:
+    old = b"o" * (2 * _PAGE)
+    fd = _synced_file(tmp_path, "f", old)
+    try:
+        _write(vol, fd, 0, b"n" * (_PAGE + 1))  # the last byte is the first of page 1
+        assert vol.power_loss().pages_restored == 2
+        assert (tmp_path / "f").read_bytes() == old
+    finally:
+        os.close(fd)
+
+
+def test_a_rename_across_directories_is_undone_into_the_directory_it_left(vol: Volatile, tmp_path: Path) -> None:
+    (tmp_path / "from").mkdir()
+    (tmp_path / "to").mkdir()
+    (tmp_path / "from" / "f").write_bytes(b"moved")
+    vol.rename((str(tmp_path / "from"), "f"), (str(tmp_path / "to"), "f"))  # the model renames itself
+    assert vol.power_loss().names_undone == 1
+    assert (tmp_path / "from" / "f").read_bytes() == b"moved" and not (tmp_path / "to" / "f").exists()
+
+
+def test_an_unmount_closes_every_descriptor_the_model_held(tmp_path: Path) -> None:
+    fd = _synced_file(tmp_path, "f", b"a" * 10)
+    try:
+        before = _fds_under(tmp_path)
+        volatile = Volatile(str(tmp_path))
+        _write(volatile, fd, 10, b"b")
+        volatile.added(str(tmp_path), "f")
+        volatile.close()
+        assert _fds_under(tmp_path) == before and (tmp_path / "f").read_bytes() == b"a" * 10 + b"b"
+    finally:
+        os.close(fd)
