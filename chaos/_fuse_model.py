@@ -256,6 +256,7 @@ class Volatile:
         for dirty in self._dirty.values():
             os.close(dirty.fd)
         self._dirty.clear()
+        self._created.clear()
         self._names.clear()
         self.close_dirs()
         os.close(self._grave_fd)

@@ -222,14 +222,44 @@ def test_a_rename_across_directories_is_undone_into_the_directory_it_left(vol: V
     assert (tmp_path / "from" / "f").read_bytes() == b"moved" and not (tmp_path / "to" / "f").exists()
 
 
-def test_an_unmount_closes_every_descriptor_the_model_held(tmp_path: Path) -> None:
+def test_an_unmount_closes_every_descriptor_and_forgets_the_log(tmp_path: Path) -> None:
     fd = _synced_file(tmp_path, "f", b"a" * 10)
+    new = os.open(tmp_path / "new", os.O_CREAT | os.O_RDWR, 0o600)
     try:
         before = _fds_under(tmp_path)
         volatile = Volatile(str(tmp_path))
         _write(volatile, fd, 10, b"b")
         volatile.added(str(tmp_path), "f")
+        volatile.created(new)
+        assert volatile.unsynced() == (2, 1)  # the written file and the created one; one name
         volatile.close()
+        assert volatile.unsynced() == (0, 0)  # an unmount is a clean shutdown: nothing to drop
         assert _fds_under(tmp_path) == before and (tmp_path / "f").read_bytes() == b"a" * 10 + b"b"
+    finally:
+        os.close(fd)
+        os.close(new)
+
+
+def test_only_the_pages_a_write_touches_below_the_synced_size_are_saved(vol: Volatile, tmp_path: Path) -> None:
+    fd = _synced_file(tmp_path, "f", b"o" * (2 * _PAGE))
+    try:
+        _write(vol, fd, 0, b"n" * _PAGE)  # exactly page 0
+        assert vol.power_loss().pages_restored == 1
+        vol.synced(fd)
+        _write(vol, fd, 2 * _PAGE, b"past")  # a page that starts at the synced size holds nothing synced
+        assert vol.power_loss() == PowerLossReport(files_reverted=1, bytes_cut=4, pages_restored=0, names_undone=0)
+    finally:
+        os.close(fd)
+
+
+def test_a_later_page_saved_after_the_file_grew_is_put_back_only_up_to_the_synced_size(vol: Volatile,
+                                                                                      tmp_path: Path) -> None:
+    old = b"s" * (_PAGE + 100)  # page 1 holds 100 synced bytes
+    fd = _synced_file(tmp_path, "f", old)
+    try:
+        _write(vol, fd, 3 * _PAGE, b"far")  # grows the file first
+        _write(vol, fd, _PAGE + 10, b"x")  # page 1 saved whole: 100 synced bytes, then a hole
+        vol.power_loss()
+        assert (tmp_path / "f").read_bytes() == old
     finally:
         os.close(fd)
