@@ -23,7 +23,8 @@ from typing import Any, Literal, TypeVar
 
 from chaos._agent import agent_for, driver_token, start_agents
 from chaos._cluster import head_of
-from chaos._disk_faults import DiskEvent, DiskInjection, inject_disk, switch_off
+from chaos._context import FaultContext, Injection, MemoryWatch, StoreFill
+from chaos._disk_faults import DiskEvent, inject_disk, switch_off
 from chaos._errors import FaultIneffective, HangError, InvalidFaultSpec, TargetNotFound, UnsafeTarget
 from chaos._faults import (
     CpuHog,
@@ -46,6 +47,8 @@ from chaos._faults import (
     Starve,
 )
 from chaos._journal import FaultEvent, Journal, Observed, RecoverEvent
+from chaos._json import JsonValue
+from chaos._kinds import FaultSpec, Need, register, spec_of
 from chaos._memory import (
     MemoryOutcome,
     MemoryProgress,
@@ -55,7 +58,6 @@ from chaos._memory import (
     progress_path,
     read_progress,
 )
-from chaos._net_faults import INJECTORS as NETWORK_INJECTORS
 from chaos._ray_state import live_nodes, short
 from chaos._schedule import Schedule
 from chaos._targets import NodeTarget, RayProcess, TaskTarget, resolve
@@ -73,50 +75,6 @@ KILL_CONFIRM = 15.0
 NODE_DEATH_CONFIRM = 60.0
 #: How long a memory fault's task may take to start running (a worker may be starting).
 MEMORY_CONFIRM = 30.0
-
-
-@dataclass(frozen=True, slots=True)
-class StoreFill:
-    """What filling the object store held: bytes put, the node's capacity, and whether Ray
-    refused a put (``ObjectStoreFullError``) before the asked fraction was reached."""
-
-    held_bytes: int
-    capacity_bytes: float
-    full: bool
-
-
-class MemoryWatch:
-    """A memory fault's allocating task (``ref``) and, once the fault is healed, how it ended
-    (``result``; None until then)."""
-
-    def __init__(self, ref: Any) -> None:
-        self.ref = ref
-        self.result: MemoryResult | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Injection:
-    """What an injection hit: the processes (pid 0 for a node), and what it observed, each
-    fault its own field: ``pids`` it started or stopped (CPU hogs; a frozen node's raylet and
-    workers), ``ballast_bytes`` (a full disk's), ``store`` (filling the object store),
-    ``memory`` (a memory fault's task and, after its heal, how it ended), ``disk`` (a disk
-    fault's confirmation, and what a power loss dropped)."""
-
-    fault: Fault
-    processes: tuple[RayProcess, ...]
-    pids: tuple[int, ...] = ()
-    ballast_bytes: int = 0
-    store: StoreFill | None = None
-    memory: MemoryWatch | None = None
-    disk: DiskInjection | None = None
-
-    def heal_note(self) -> str:
-        """What the heal observed, for people ("" when there is nothing to say)."""
-        if self.memory is not None and self.memory.result is not None:
-            return self.memory.result.note
-        if self.store is not None:
-            return "ObjectStoreFullError" if self.store.full else "filled"
-        return ""
 
 
 class Chaos:
@@ -161,7 +119,7 @@ class Chaos:
             UnsafeTarget: the safety check refused the process (journaled ``refuse``).
             FaultIneffective: the effect was not observed (journaled ``ineffective``).
         """
-        injector = _injector_for(fault)
+        injector = spec_of(fault).inject
         try:
             with injector(self, fault, at, rng or self.rng) as injection:
                 yield injection
@@ -228,13 +186,13 @@ class Chaos:
 
     # -- plumbing --------------------------------------------------------------------------
 
-    def _call(self, ref: Any, timeout: float = CALL_TIMEOUT) -> Any:
+    def call(self, ref: Any, timeout: float = CALL_TIMEOUT) -> Any:
         import ray
 
         return ray.get(ref, timeout=timeout)
 
     @contextmanager
-    def _active_heal(self, heal: Callable[[], None]) -> Iterator[None]:
+    def on_heal(self, heal: Callable[[], None]) -> Iterator[None]:
         with self._lock:
             key, self._next = self._next, self._next + 1
             self._active[key] = heal
@@ -246,8 +204,8 @@ class Chaos:
             if still is not None:
                 still()
 
-    def _record(self, kind: Literal["inject", "heal"], fault: Fault, at: float | None, proc: RayProcess | None,
-                outcome: str, observed: Observed | None = None) -> None:
+    def record(self, kind: Literal["inject", "heal"], fault: Fault, at: float | None, proc: RayProcess | None,
+               outcome: str, observed: Observed | None = None) -> None:
         observed = observed or Observed()
         if proc is not None and proc.name:  # stable across runs, unlike pids and actor ids
             observed = observed.model_copy(update={"name": proc.name})
@@ -256,29 +214,20 @@ class Chaos:
                                        outcome=outcome, observed=observed))
 
 
-def _injector_for(fault: object) -> Callable[..., Any]:
-    try:
-        return _INJECTORS[type(fault)]
-    except (KeyError, TypeError):
-        raise InvalidFaultSpec(
-            f"{fault!r} is not a fault: give a fault record such as "
-            "Kill(ActorTarget(name='victim')) or Pause(TaskTarget('collect'), seconds=2)") from None
-
-
 # -- injectors: inject → confirm → yield → heal in finally --------------------------------------
 
 
-def _signal_resolved(chaos: Chaos, target: Any, signum: int, rng: random.Random,
+def _signal_resolved(ctx: FaultContext, target: Any, signum: int, rng: random.Random,
                      confirm_within: float) -> list[tuple[RayProcess, float]]:
     """Resolve, signal and confirm each process gone (see :func:`_each_resolved`)."""
     def signal(proc: RayProcess) -> float:
-        return float(chaos._call(agent_for(proc.node_id).signal.remote(
-            proc.pid, signum, driver_pids=chaos.driver_pids, confirm_within=confirm_within,
+        return float(ctx.call(agent_for(proc.node_id).signal.remote(
+            proc.pid, signum, driver_pids=ctx.driver_pids, confirm_within=confirm_within,
             running=_task_running(target, proc)), timeout=CALL_TIMEOUT + confirm_within))
-    return _each_resolved(chaos, target, rng, signal)
+    return _each_resolved(ctx, target, rng, signal)
 
 
-def _each_resolved(chaos: Chaos, target: Any, rng: random.Random,
+def _each_resolved(ctx: FaultContext, target: Any, rng: random.Random,
                    act: Callable[[RayProcess], T]) -> list[tuple[RayProcess, T]]:
     """Resolve ``target`` and ``act`` on each process. One that exited, or a task's worker that
     moved on, since the State API saw it is skipped and the target resolved again without it
@@ -286,7 +235,7 @@ def _each_resolved(chaos: Chaos, target: Any, rng: random.Random,
     stale: set[int] = set()
     for _ in range(5):
         done = []
-        for proc in resolve(target, address=chaos.address, rng=rng, exclude_pids=frozenset(stale)):
+        for proc in resolve(target, address=ctx.address, rng=rng, exclude_pids=frozenset(stale)):
             try:
                 done.append((proc, act(proc)))
             except TargetNotFound:
@@ -304,36 +253,36 @@ def _task_running(target: Any, proc: RayProcess) -> str | None:
 
 
 @contextmanager
-def _kill(chaos: Chaos, fault: Kill, at: float | None, rng: random.Random) -> Iterator[Injection]:
-    done = _signal_resolved(chaos, fault.target, int(getattr(signals, fault.signal)), rng,
-                            chaos.kill_confirm)
+def _kill(ctx: FaultContext, fault: Kill, at: float | None, rng: random.Random) -> Iterator[Injection]:
+    done = _signal_resolved(ctx, fault.target, int(getattr(signals, fault.signal)), rng,
+                            ctx.kill_confirm)
     for proc, took in done:
-        chaos._record("inject", fault, at, proc, f"{fault.signal} sent; process gone after {took:.3f} s")
+        ctx.record("inject", fault, at, proc, f"{fault.signal} sent; process gone after {took:.3f} s")
     try:
         yield Injection(fault, tuple(proc for proc, _ in done))
     finally:
         for proc, _ in done:
-            chaos._record("heal", fault, at, proc, "nothing to heal: Ray restarts what it may")
+            ctx.record("heal", fault, at, proc, "nothing to heal: Ray restarts what it may")
 
 
 @contextmanager
-def _kill_node(chaos: Chaos, fault: KillNode, at: float | None,
+def _kill_node(ctx: FaultContext, fault: KillNode, at: float | None,
                rng: random.Random) -> Iterator[Injection]:
-    (node,) = resolve(fault.target, address=chaos.address, rng=rng)
+    (node,) = resolve(fault.target, address=ctx.address, rng=rng)
     agent = agent_for(node.node_id)
-    raylet, others = chaos._call(agent.kill_node.remote(driver_pids=chaos.driver_pids))
+    raylet, others = ctx.call(agent.kill_node.remote(driver_pids=ctx.driver_pids))
     # Confirmed only once Ray has declared the node dead (its health check, seconds): what
     # the run's verdicts read about a lost node is Ray's view, and until then Ray still
     # schedules on it. A node whose processes died but that Ray never calls dead is ineffective.
-    took = _confirm_node_dead(chaos, node.node_id, since=time.monotonic())
+    took = _confirm_node_dead(ctx, node.node_id, since=time.monotonic())
     proc = RayProcess(raylet, node.node_id, f"raylet of node {short(node.node_id)}")
-    chaos._record("inject", fault, at, proc, f"raylet stopped and the {others} processes under it "
-                                             "SIGKILLed, each confirmed; the raylet SIGKILLed next; "
-                                             f"Ray declared the node dead {took:.1f} s later")
+    ctx.record("inject", fault, at, proc, f"raylet stopped and the {others} processes under it "
+                                          "SIGKILLed, each confirmed; the raylet SIGKILLed next; "
+                                          f"Ray declared the node dead {took:.1f} s later")
     try:
         yield Injection(fault, (proc,))
     finally:
-        chaos._record("heal", fault, at, proc, "nothing to heal: the node stays dead")
+        ctx.record("heal", fault, at, proc, "nothing to heal: the node stays dead")
 
 
 def _node_states(address: str, node_id: str) -> list[str]:
@@ -345,7 +294,7 @@ def _node_states(address: str, node_id: str) -> list[str]:
     return [str(n.state) for n in rows]
 
 
-def _confirm_node_dead(chaos: Chaos, node_id: str, *, since: float) -> float:
+def _confirm_node_dead(ctx: FaultContext, node_id: str, *, since: float) -> float:
     """Wait until the GCS lists ``node_id`` DEAD; seconds from ``since`` until it did.
 
     Raises:
@@ -354,7 +303,7 @@ def _confirm_node_dead(chaos: Chaos, node_id: str, *, since: float) -> float:
     seen: list[list[str]] = []
 
     def dead() -> bool:
-        seen.append(states := _node_states(chaos.address, node_id))
+        seen.append(states := _node_states(ctx.address, node_id))
         return bool(states) and all(state == "DEAD" for state in states)
 
     try:
@@ -368,70 +317,70 @@ def _confirm_node_dead(chaos: Chaos, node_id: str, *, since: float) -> float:
 
 
 @contextmanager
-def _pause(chaos: Chaos, fault: Pause, at: float | None, rng: random.Random) -> Iterator[Injection]:
+def _pause(ctx: FaultContext, fault: Pause, at: float | None, rng: random.Random) -> Iterator[Injection]:
     paused: list[tuple[RayProcess, int]] = []  # with each pause's own token: its heal resumes that pause only
 
     def heal() -> None:
         for proc, token in paused:
-            _resume_one(chaos, fault, at, proc, token)
+            _resume_one(ctx, fault, at, proc, token)
 
     def pause(proc: RayProcess) -> None:
-        paused.append((proc, _pause_one(chaos, fault, at, proc)))
+        paused.append((proc, _pause_one(ctx, fault, at, proc)))
 
-    with chaos._active_heal(heal):  # every process paused so far is resumed, whatever happens
-        _each_resolved(chaos, fault.target, rng, pause)
+    with ctx.on_heal(heal):  # every process paused so far is resumed, whatever happens
+        _each_resolved(ctx, fault.target, rng, pause)
         yield Injection(fault, tuple(proc for proc, _ in paused))
 
 
-def _pause_one(chaos: Chaos, fault: Pause, at: float | None, proc: RayProcess) -> int:
+def _pause_one(ctx: FaultContext, fault: Pause, at: float | None, proc: RayProcess) -> int:
     """Pause ``proc``; returns the pause's token, which its heal must give."""
     agent = agent_for(proc.node_id)
-    ticket = chaos._call(agent.pause.remote(proc.pid, fault.seconds, driver_pids=chaos.driver_pids,
-                                            owner=driver_token()))
-    chaos._record("inject", fault, at, proc, "SIGSTOP; seen in state T", Observed(resume_by=ticket.deadline))
+    ticket = ctx.call(agent.pause.remote(proc.pid, fault.seconds, driver_pids=ctx.driver_pids,
+                                         owner=driver_token()))
+    ctx.record("inject", fault, at, proc, "SIGSTOP; seen in state T", Observed(resume_by=ticket.deadline))
     return int(ticket.token)
 
 
-def _resume_one(chaos: Chaos, fault: Pause, at: float | None, proc: RayProcess, token: int) -> None:
+def _resume_one(ctx: FaultContext, fault: Pause, at: float | None, proc: RayProcess, token: int) -> None:
     # This pause's own token: healing an earlier pause of the same process must not resume a
     # later one that overlaps it (a seeded plugin run saw that later pause never confirmed).
-    resumed = chaos._call(agent_for(proc.node_id).resume.remote(proc.pid, token=token))
-    chaos._record("heal", fault, at, proc, "SIGCONT" if resumed else
-                  "already resumed by its own timer, or held on by a later pause of the same process")
+    resumed = ctx.call(agent_for(proc.node_id).resume.remote(proc.pid, token=token))
+    ctx.record("heal", fault, at, proc, "SIGCONT" if resumed else
+               "already resumed by its own timer, or held on by a later pause of the same process")
 
 
 @contextmanager
-def _cpu(chaos: Chaos, fault: CpuHog, at: float | None, rng: random.Random) -> Iterator[Injection]:
-    node = _node_of(chaos, fault.node, rng)
+def _cpu(ctx: FaultContext, fault: CpuHog, at: float | None, rng: random.Random) -> Iterator[Injection]:
+    node = _node_of(ctx, fault.node, rng)
     agent = agent_for(node.node_id)
-    pids = chaos._call(agent.cpu_hog.remote(fault.cores, fault.seconds, owner=driver_token()))
-    chaos._record("inject", fault, at, node, f"{len(pids)} busy processes, each seen burning CPU",
-                  Observed(pids=tuple(pids)))
+    pids = ctx.call(agent.cpu_hog.remote(fault.cores, fault.seconds, owner=driver_token()))
+    ctx.record("inject", fault, at, node, f"{len(pids)} busy processes, each seen burning CPU",
+               Observed(pids=tuple(pids)))
 
     def heal() -> None:
-        chaos._call(agent.stop_hogs.remote(owner=driver_token()))  # not another driver's, on a shared agent
-        chaos._record("heal", fault, at, node, "busy processes stopped")
+        ctx.call(agent.stop_hogs.remote(owner=driver_token()))  # not another driver's, on a shared agent
+        ctx.record("heal", fault, at, node, "busy processes stopped")
 
-    with chaos._active_heal(heal):
+    with ctx.on_heal(heal):
         yield Injection(fault, (node,), pids=tuple(pids))
 
 
-def _node_of(chaos: Chaos, target: NodeTarget | None, rng: random.Random) -> RayProcess:
+def _node_of(ctx: FaultContext, target: NodeTarget | None, rng: random.Random) -> RayProcess:
     import ray
 
     if target is None:  # this driver's node
         node_id = ray.get_runtime_context().get_node_id()
         return RayProcess(0, node_id, f"node {short(node_id)}")
-    return resolve(target, address=chaos.address, rng=rng)[0]
+    return resolve(target, address=ctx.address, rng=rng)[0]
 
 
 @contextmanager
-def _memory(chaos: Chaos, fault: MemoryPressure, at: float | None,
+def _memory(ctx: FaultContext, fault: MemoryPressure, at: float | None,
             rng: random.Random) -> Iterator[Injection]:
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    node = _node_of(chaos, fault.node, rng)
+    node = _node_of(ctx, fault.node, rng)
     path = progress_path()
     hog = _allocator().options(
         max_retries=0, num_cpus=0, name="raychaos.memory_pressure",
@@ -443,11 +392,11 @@ def _memory(chaos: Chaos, fault: MemoryPressure, at: float | None,
         ray.cancel(hog, force=True)  # the pressure ends first; only then is the agent asked
         _prestart(node.node_id, wait=False)  # the killed worker's replacement, for the next one
         result = watch.result = outcome_of(hog, _progress(node, path))
-        chaos._record("heal", fault, at, node, result.note,
-                      Observed(memory_outcome=result.outcome, peak_bytes=result.peak_bytes))
+        ctx.record("heal", fault, at, node, result.note,
+                   Observed(memory_outcome=result.outcome, peak_bytes=result.peak_bytes))
 
-    with chaos._active_heal(heal):
-        chaos._record("inject", fault, at, node, _confirm_started(chaos, hog, node, path))
+    with ctx.on_heal(heal):
+        ctx.record("inject", fault, at, node, _confirm_started(ctx, hog, node, path))
         yield Injection(fault, (node,), memory=watch)
     # Its effect is known once it is over: bytes held resident, or Ray's memory monitor's kill.
     result = watch.result
@@ -504,7 +453,7 @@ def _progress(node: RayProcess, path: str) -> MemoryProgress | None:
         return None
 
 
-def _confirm_started(chaos: Chaos, hog: Any, node: RayProcess, path: str) -> str:
+def _confirm_started(ctx: FaultContext, hog: Any, node: RayProcess, path: str) -> str:
     """Wait until the allocating task holds memory resident — by its own report on its node,
     read by the agent there — or Ray's memory monitor killed it (it may be that quick)."""
     import ray
@@ -514,7 +463,7 @@ def _confirm_started(chaos: Chaos, hog: Any, node: RayProcess, path: str) -> str
     def ended() -> MemoryOutcome | None:
         return outcome_of(hog, None).outcome if ray.wait([hog], timeout=0)[0] else None
 
-    return confirm_resident(lambda: chaos._call(agent.progress.remote(path)), ended)
+    return confirm_resident(lambda: ctx.call(agent.progress.remote(path)), ended)
 
 
 def confirm_resident(report: Callable[[], MemoryProgress | None], ended: Callable[[], MemoryOutcome | None], *,
@@ -580,12 +529,12 @@ def _allocator() -> Any:
 
 
 @contextmanager
-def _object_store(chaos: Chaos, fault: FillObjectStore, at: float | None,
+def _object_store(ctx: FaultContext, fault: FillObjectStore, at: float | None,
                   rng: random.Random) -> Iterator[Injection]:
     import ray
     from ray.exceptions import ObjectStoreFullError
 
-    node = _node_of(chaos, None, rng)
+    node = _node_of(ctx, None, rng)
     capacity = ray.cluster_resources().get("object_store_memory", 0.0) / max(1, len(ray.nodes()))
     refs: list[Any] = []
     chunk, full = _chunk(fault.chunk_mb), False
@@ -597,19 +546,19 @@ def _object_store(chaos: Chaos, fault: FillObjectStore, at: float | None,
     held = len(refs) * chunk.nbytes
     if held == 0 and not full:
         raise FaultIneffective(f"nothing put in the object store (capacity {capacity:.0f} bytes)")
-    chaos._record("inject", fault, at, node, "ObjectStoreFullError" if full else "filled",
-                  Observed(bytes=held, capacity=capacity))
+    ctx.record("inject", fault, at, node, "ObjectStoreFullError" if full else "filled",
+               Observed(bytes=held, capacity=capacity))
 
     def heal() -> None:
         refs.clear()
-        chaos._record("heal", fault, at, node, "references dropped")
+        ctx.record("heal", fault, at, node, "references dropped")
 
-    with chaos._active_heal(heal):
+    with ctx.on_heal(heal):
         yield Injection(fault, (node,), store=StoreFill(held, capacity, full))
 
 
 @contextmanager
-def _starve(chaos: Chaos, fault: Starve, at: float | None, rng: random.Random) -> Iterator[Injection]:
+def _starve(ctx: FaultContext, fault: Starve, at: float | None, rng: random.Random) -> Iterator[Injection]:
     """Held by a placement group, not by an actor: reserving resources needs no worker process,
     so the starvation starts within milliseconds of its tick (an actor took ~0.5 s to start)."""
     from ray.util.placement_group import placement_group, remove_placement_group
@@ -620,44 +569,44 @@ def _starve(chaos: Chaos, fault: Starve, at: float | None, rng: random.Random) -
         remove_placement_group(group)
         raise FaultIneffective(f"could not acquire {bundle} within {CALL_TIMEOUT:g} s to starve the "
                                "cluster; are they free?")
-    node = _node_of(chaos, None, rng)
-    chaos._record("inject", fault, at, node, "resources held",
-                  Observed(cpus=fault.cpus, resources=dict(fault.resources)))
+    node = _node_of(ctx, None, rng)
+    ctx.record("inject", fault, at, node, "resources held",
+               Observed(cpus=fault.cpus, resources=dict(fault.resources)))
 
     def heal() -> None:
         remove_placement_group(group)
-        chaos._record("heal", fault, at, node, "resources released")
+        ctx.record("heal", fault, at, node, "resources released")
 
-    with chaos._active_heal(heal):
+    with ctx.on_heal(heal):
         yield Injection(fault, (node,))
 
 
 @contextmanager
-def _freeze_node(chaos: Chaos, fault: FreezeNode, at: float | None,
+def _freeze_node(ctx: FaultContext, fault: FreezeNode, at: float | None,
                  rng: random.Random) -> Iterator[Injection]:
-    (node,) = resolve(fault.target, address=chaos.address, rng=rng)
+    (node,) = resolve(fault.target, address=ctx.address, rng=rng)
     agent = agent_for(node.node_id)
-    pids = chaos._call(agent.freeze_node.remote(fault.seconds, workers=fault.workers,
-                                                driver_pids=chaos.driver_pids, owner=driver_token()))
+    pids = ctx.call(agent.freeze_node.remote(fault.seconds, workers=fault.workers,
+                                             driver_pids=ctx.driver_pids, owner=driver_token()))
     proc = RayProcess(pids[0], node.node_id, f"raylet of node {short(node.node_id)}")
-    chaos._record("inject", fault, at, proc, f"raylet and {len(pids) - 1} workers SIGSTOPped; "
-                                             "each seen in state T", Observed(pids=tuple(pids)))
+    ctx.record("inject", fault, at, proc, f"raylet and {len(pids) - 1} workers SIGSTOPped; "
+                                          "each seen in state T", Observed(pids=tuple(pids)))
 
     def heal() -> None:
-        chaos._record("heal", fault, at, proc, _thaw(chaos, agent, pids))
+        ctx.record("heal", fault, at, proc, _thaw(ctx, agent, pids))
 
-    with chaos._active_heal(heal):
+    with ctx.on_heal(heal):
         yield Injection(fault, (proc,), pids=tuple(pids))
 
 
-def _thaw(chaos: Chaos, agent: Any, pids: list[int]) -> str:
+def _thaw(ctx: FaultContext, agent: Any, pids: list[int]) -> str:
     """Resume a frozen node through its agent. Once Ray has declared the node dead its agent
     is dead to Ray too, though its process runs on: its own timer resumed the raylet at the
     same deadline (a healer process guards it as well), and that is what is said."""
     from ray.exceptions import RayActorError
 
     try:
-        resumed = chaos._call(agent.resume_all.remote(pids), timeout=10.0)
+        resumed = ctx.call(agent.resume_all.remote(pids), timeout=10.0)
     except (RayActorError, TimeoutError) as exc:
         return (f"the agent is unreachable ({type(exc).__name__}: Ray declared the node dead); its "
                 "timer resumed the raylet at the deadline")
@@ -665,75 +614,75 @@ def _thaw(chaos: Chaos, agent: Any, pids: list[int]) -> str:
 
 
 @contextmanager
-def _limit_open_files(chaos: Chaos, fault: LimitOpenFiles, at: float | None,
+def _limit_open_files(ctx: FaultContext, fault: LimitOpenFiles, at: float | None,
                       rng: random.Random) -> Iterator[Injection]:
     limited: list[tuple[RayProcess, int, int]] = []
 
     def heal() -> None:
         for proc, soft, hard in limited:
-            back = chaos._call(agent_for(proc.node_id).restore_open_files.remote(proc.pid, soft, hard))
-            chaos._record("heal", fault, at, proc, f"open-file limit back to {soft} (read back)"
-                          if back else "the process has exited: nothing to restore")
+            back = ctx.call(agent_for(proc.node_id).restore_open_files.remote(proc.pid, soft, hard))
+            ctx.record("heal", fault, at, proc, f"open-file limit back to {soft} (read back)"
+                       if back else "the process has exited: nothing to restore")
 
-    with chaos._active_heal(heal):
-        for proc in resolve(fault.target, address=chaos.address, rng=rng):
-            soft, hard, low = chaos._call(agent_for(proc.node_id).limit_open_files.remote(
-                proc.pid, fault.headroom, driver_pids=chaos.driver_pids))
+    with ctx.on_heal(heal):
+        for proc in resolve(fault.target, address=ctx.address, rng=rng):
+            soft, hard, low = ctx.call(agent_for(proc.node_id).limit_open_files.remote(
+                proc.pid, fault.headroom, driver_pids=ctx.driver_pids))
             limited.append((proc, soft, hard))
-            chaos._record("inject", fault, at, proc, f"open-file limit {soft} -> {low} (read back)",
-                          Observed(old_limit=soft, limit=low))
+            ctx.record("inject", fault, at, proc, f"open-file limit {soft} -> {low} (read back)",
+                       Observed(old_limit=soft, limit=low))
         yield Injection(fault, tuple(p for p, _, _ in limited))
 
 
 @contextmanager
-def _fill_disk(chaos: Chaos, fault: FillDisk, at: float | None,
+def _fill_disk(ctx: FaultContext, fault: FillDisk, at: float | None,
                rng: random.Random) -> Iterator[Injection]:
-    node = _node_of(chaos, fault.node, rng)
+    node = _node_of(ctx, fault.node, rng)
     agent = agent_for(node.node_id)
-    filled = chaos._call(agent.fill_disk.remote(fault.path))
-    chaos._record("inject", fault, at, node, f"{fault.path} full: {filled.bytes} bytes of ballast, "
-                                             "0 bytes free (statvfs)", Observed(bytes=filled.bytes))
+    filled = ctx.call(agent.fill_disk.remote(fault.path))
+    ctx.record("inject", fault, at, node, f"{fault.path} full: {filled.bytes} bytes of ballast, "
+                                          "0 bytes free (statvfs)", Observed(bytes=filled.bytes))
 
     def heal() -> None:
-        free = chaos._call(agent.free_disk.remote(filled.ballast))
-        chaos._record("heal", fault, at, node, f"ballast deleted; {free} bytes free again")
+        free = ctx.call(agent.free_disk.remote(filled.ballast))
+        ctx.record("heal", fault, at, node, f"ballast deleted; {free} bytes free again")
 
-    with chaos._active_heal(heal):
+    with ctx.on_heal(heal):
         yield Injection(fault, (node,), ballast_bytes=filled.bytes)
 
 
 @contextmanager
-def _drain_node(chaos: Chaos, fault: DrainNode, at: float | None,
+def _drain_node(ctx: FaultContext, fault: DrainNode, at: float | None,
                 rng: random.Random) -> Iterator[Injection]:
-    (node,) = resolve(fault.target, address=chaos.address, rng=rng)
+    (node,) = resolve(fault.target, address=ctx.address, rng=rng)
     agent = agent_for(node.node_id)
-    chaos._call(agent.where.remote())  # up before the drain: a draining node takes no new actor
+    ctx.call(agent.where.remote())  # up before the drain: a draining node takes no new actor
     deadline = time.monotonic() + fault.deadline_s
-    _request_drain(chaos, node.node_id, fault)
-    chaos._record("inject", fault, at, node, f"drain accepted by the GCS ({fault.reason}); "
-                                             f"deadline in {fault.deadline_s:g} s")
+    _request_drain(ctx, node.node_id, fault)
+    ctx.record("inject", fault, at, node, f"drain accepted by the GCS ({fault.reason}); "
+                                          f"deadline in {fault.deadline_s:g} s")
     if fault.kill_at_deadline:
         threading.Event().wait(max(0.0, deadline - time.monotonic()))  # the notice's length
-        raylet, others = chaos._call(agent.kill_node.remote(
-            driver_pids=chaos.driver_pids, grace_s=fault.grace_s), timeout=CALL_TIMEOUT + fault.grace_s)
-        took = _confirm_node_dead(chaos, node.node_id, since=time.monotonic())
-        chaos._record("inject", fault, at, RayProcess(raylet, node.node_id, node.label),
-                      f"deadline reached: SIGTERM, {fault.grace_s:g} s grace, SIGKILL to the raylet "
-                      f"and {others} processes; Ray declared the node dead after {took:.1f} s")
+        raylet, others = ctx.call(agent.kill_node.remote(
+            driver_pids=ctx.driver_pids, grace_s=fault.grace_s), timeout=CALL_TIMEOUT + fault.grace_s)
+        took = _confirm_node_dead(ctx, node.node_id, since=time.monotonic())
+        ctx.record("inject", fault, at, RayProcess(raylet, node.node_id, node.label),
+                   f"deadline reached: SIGTERM, {fault.grace_s:g} s grace, SIGKILL to the raylet "
+                   f"and {others} processes; Ray declared the node dead after {took:.1f} s")
     try:
         yield Injection(fault, (node,))
     finally:
-        chaos._record("heal", fault, at, node, "nothing to heal: the node is gone"
-                      if fault.kill_at_deadline else "nothing to heal: the node stays drained")
+        ctx.record("heal", fault, at, node, "nothing to heal: the node is gone"
+                   if fault.kill_at_deadline else "nothing to heal: the node stays drained")
 
 
-def _request_drain(chaos: Chaos, node_id: str, fault: DrainNode) -> None:
+def _request_drain(ctx: FaultContext, node_id: str, fault: DrainNode) -> None:
     import ray
     from ray.core.generated import autoscaler_pb2
 
     reason = {"preemption": "DRAIN_NODE_REASON_PREEMPTION",
               "idle_termination": "DRAIN_NODE_REASON_IDLE_TERMINATION"}[fault.reason]
-    client = ray._raylet.GcsClient(address=chaos.address)
+    client = ray._raylet.GcsClient(address=ctx.address)
     deadline_ms = time.time_ns() // 1_000_000 + int(fault.deadline_s * 1000)
     accepted, why = client.drain_node(node_id, autoscaler_pb2.DrainNodeReason.Value(reason),
                                       "raychaos DrainNode", deadline_ms)
@@ -742,47 +691,27 @@ def _request_drain(chaos: Chaos, node_id: str, fault: DrainNode) -> None:
 
 
 @contextmanager
-def _kill_gcs(chaos: Chaos, fault: KillGcs, at: float | None,
+def _kill_gcs(ctx: FaultContext, fault: KillGcs, at: float | None,
               rng: random.Random) -> Iterator[Injection]:
-    head = head_of(chaos.address)
+    head = head_of(ctx.address)
     pid = head.kill_gcs()
     proc = RayProcess(pid, head.node_id, f"gcs_server pid {pid}")
-    chaos._record("inject", fault, at, proc, "gcs_server SIGKILLed; process gone")
+    ctx.record("inject", fault, at, proc, "gcs_server SIGKILLed; process gone")
 
     def heal() -> None:
         if not fault.restart:
-            chaos._record("heal", fault, at, proc, "not restarted, as asked: the head is lost")
+            ctx.record("heal", fault, at, proc, "not restarted, as asked: the head is lost")
             return
-        new_pid, took = head.restart_gcs(chaos.address)
-        chaos._record("heal", fault, at, proc, f"gcs_server restarted as pid {new_pid}; it answered "
-                                               f"after {took:.2f} s", Observed(new_pid=new_pid))
+        new_pid, took = head.restart_gcs(ctx.address)
+        ctx.record("heal", fault, at, proc, f"gcs_server restarted as pid {new_pid}; it answered "
+                                            f"after {took:.2f} s", Observed(new_pid=new_pid))
 
-    with chaos._active_heal(heal):
+    with ctx.on_heal(heal):
         yield Injection(fault, (proc,))
 
 
-_INJECTORS: dict[type, Callable[..., Any]] = {
-    Kill: _kill, KillNode: _kill_node, Pause: _pause, CpuHog: _cpu, MemoryPressure: _memory,
-    FillObjectStore: _object_store, Starve: _starve, FreezeNode: _freeze_node,
-    LimitOpenFiles: _limit_open_files, FillDisk: _fill_disk, DrainNode: _drain_node,
-    KillGcs: _kill_gcs,
-}
-
-
-def _network(injector: Callable[..., Any]) -> Callable[..., Any]:
-    """A network fault's injector (:mod:`chaos._net_faults`), yielding an :class:`Injection`."""
-    @contextmanager
-    def inject(chaos: Chaos, fault: Fault, at: float | None, rng: random.Random) -> Iterator[Injection]:
-        with injector(chaos, fault, at, rng) as processes:
-            yield Injection(fault, processes)
-    return inject
-
-
-_INJECTORS.update({kind: _network(injector) for kind, injector in NETWORK_INJECTORS.items()})
-
-
 @contextmanager
-def _disk(chaos: Chaos, fault: DiskFault, at: float | None, rng: random.Random) -> Iterator[Injection]:
+def _disk(ctx: FaultContext, fault: DiskFault, at: float | None, rng: random.Random) -> Iterator[Injection]:
     """A disk fault on the fault filesystem at its mount (:mod:`chaos._disk_faults`), each
     confirmed step journaled; a Ctrl-C's rollback (:meth:`Chaos.heal_all`) switches it off."""
     proc = RayProcess(0, _driver_node(), f"fault filesystem at {fault.mount}")
@@ -790,11 +719,11 @@ def _disk(chaos: Chaos, fault: DiskFault, at: float | None, rng: random.Random) 
     def step(event: DiskEvent) -> None:
         if event.kind != "ineffective":  # Chaos.inject journals the FaultIneffective raised with it
             lost = isinstance(fault, PowerLoss) and event.kind == "inject" and event.measured is not None
-            chaos._record(event.kind, fault, at, proc, event.outcome,
-                          Observed(bytes=int(event.measured or 0)) if lost else None)
+            ctx.record(event.kind, fault, at, proc, event.outcome,
+                       Observed(bytes=int(event.measured or 0)) if lost else None)
 
     with _held_alone(fault), inject_disk(fault, record=step) as injection, \
-            chaos._active_heal(lambda: switch_off(fault)):
+            ctx.on_heal(lambda: switch_off(fault)):
         yield Injection(fault, (proc,), disk=injection)
 
 
@@ -831,4 +760,41 @@ def _driver_node() -> str:
     return str(ray.get_runtime_context().get_node_id()) if ray is not None and ray.is_initialized() else ""
 
 
-_INJECTORS.update({kind: _disk for kind in (SlowDisk, StallDisk, FailingDisk, PowerLoss)})
+_ON_PROCESSES = frozenset({Need.AGENT, Need.STATE_API, Need.PROC, Need.CONTROL})
+_ON_NODES = frozenset({Need.AGENT, Need.STATE_API})
+_ON_MOUNT: frozenset[Need] = frozenset()  # a fault filesystem this driver reaches by its mount point
+_TARGETS: dict[str, JsonValue] = {"actor": {"kind": "actor", "class_name": "EnvWorker"}, "node": {"kind": "node"},
+            "replay": {"kind": "actor", "name": "replay", "namespace": "raychaos"},
+            "files": {"kind": "actor", "name": "files", "namespace": "raychaos"}}
+register(
+    FaultSpec(record=Kill, inject=_kill, needs=_ON_PROCESSES, colour="#e4572e",
+              example={"target": _TARGETS["actor"], "signal": "SIGKILL"}),
+    FaultSpec(record=KillNode, inject=_kill_node, needs=_ON_PROCESSES, colour="#a4031f",
+              example={"target": _TARGETS["node"]}),
+    FaultSpec(record=Pause, inject=_pause, needs=_ON_PROCESSES, colour="#f3a712",
+              example={"seconds": 3, "target": _TARGETS["replay"]}),
+    FaultSpec(record=MemoryPressure, inject=_memory, needs=_ON_NODES | {Need.RAYCHAOS}, colour="#5d2e8c",
+              example={"fraction": 0.2, "host_cap": 0.5, "seconds": 3}),
+    FaultSpec(record=CpuHog, inject=_cpu, needs=_ON_NODES, colour="#29335c", example={"cores": 2, "seconds": 4}),
+    FaultSpec(record=FillObjectStore, inject=_object_store, needs=frozenset({Need.STATE_API}), colour="#2e86ab",
+              example={"fraction": 0.8, "seconds": 3}),
+    FaultSpec(record=Starve, inject=_starve, needs=frozenset({Need.STATE_API}), colour="#669bbc",
+              example={"seconds": 5, "cpus": 2}),
+    FaultSpec(record=FreezeNode, inject=_freeze_node, needs=_ON_PROCESSES, colour="#0b6e4f",
+              example={"seconds": 12, "workers": False}),
+    FaultSpec(record=LimitOpenFiles, inject=_limit_open_files, needs=_ON_PROCESSES, colour="#8f2d56",
+              example={"target": _TARGETS["files"], "seconds": 2}),
+    FaultSpec(record=FillDisk, inject=_fill_disk, needs=_ON_NODES, colour="#6b4226",
+              example={"path": "$STORAGE", "seconds": 2}),
+    FaultSpec(record=DrainNode, inject=_drain_node, needs=_ON_PROCESSES, colour="#3a506b",
+              example={"deadline_s": 2, "reason": "preemption", "grace_s": 2}),
+    FaultSpec(record=KillGcs, inject=_kill_gcs, needs=frozenset({Need.GCS}), colour="#c5283d",
+              example={"seconds": 1, "restart": True}),
+    FaultSpec(record=SlowDisk, inject=_disk, needs=_ON_MOUNT, colour="#b08968",
+              example={"mount": "/mnt/faultfs", "seconds": 4, "latency": 0.2, "ops": ["fsync"]}),
+    FaultSpec(record=StallDisk, inject=_disk, needs=_ON_MOUNT, colour="#9c6644",
+              example={"mount": "/mnt/faultfs", "seconds": 2, "glob": "/ckpt/*"}),
+    FaultSpec(record=FailingDisk, inject=_disk, needs=_ON_MOUNT, colour="#e07a5f",
+              example={"mount": "/mnt/faultfs", "seconds": 3, "errno": "EIO", "glob": "/ckpt/*"}),
+    FaultSpec(record=PowerLoss, inject=_disk, needs=_ON_MOUNT, colour="#3d405b", example={"mount": "/mnt/faultfs"}),
+)

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import errno as errnos
-import math
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import ClassVar, Literal
 
 from chaos._errors import InvalidFaultSpec
 from chaos._fuse_faults import MAX_STALL_SECONDS, OPS
-from chaos._json import JsonValue
-from chaos._targets import NodeTarget, Target, target_from_dict, target_to_dict
+from chaos._kinds import Fault, FaultKind, duration, fault_from_dict, fault_to_dict, number_in
+from chaos._targets import NodeTarget, Target
 
 __all__ = ["Bandwidth", "CpuHog", "DrainNode", "FailingDisk", "Fault", "FaultKind", "FaultStatus", "FillDisk",
            "FillObjectStore", "FlappingLink", "FreezeNode", "Kill", "KillGcs", "KillNode", "LimitOpenFiles",
@@ -20,35 +18,6 @@ __all__ = ["Bandwidth", "CpuHog", "DrainNode", "FailingDisk", "Fault", "FaultKin
            "fault_from_dict", "fault_to_dict"]
 
 Signal = Literal["SIGKILL", "SIGTERM"]
-MAX_FAULT_SECONDS = 3600.0
-
-
-class FaultKind(StrEnum):
-    """Every fault's kind, as scenario files and journals spell it (each fault class's ``KIND``)."""
-
-    KILL = "kill"
-    KILL_NODE = "kill_node"
-    PAUSE = "pause"
-    MEMORY = "memory"
-    CPU = "cpu"
-    OBJECT_STORE = "object_store"
-    STARVE = "starve"
-    FREEZE_NODE = "freeze_node"
-    LIMIT_OPEN_FILES = "limit_open_files"
-    FILL_DISK = "fill_disk"
-    DRAIN_NODE = "drain_node"
-    KILL_GCS = "kill_gcs"
-    PARTITION = "partition"
-    PACKET_LOSS = "packet_loss"
-    BANDWIDTH = "bandwidth"
-    FLAPPING_LINK = "flapping_link"
-    SLOW_DISK = "slow_disk"
-    STALL_DISK = "stall_disk"
-    FAILING_DISK = "failing_disk"
-    POWER_LOSS = "power_loss"
-    #: Ray's RPC failure knob, set on the worker nodes for a whole run (``[[rpc_failures]]``):
-    #: not a scheduled fault, confirmed from what Ray logged it injected.
-    RPC_FAILURE = "rpc_failure"
 
 
 class FaultStatus(StrEnum):
@@ -62,25 +31,8 @@ class FaultStatus(StrEnum):
     NOT_REACHED = "not_reached"  #: the run ended before the fault's time came
 
 
-def _seconds(name: str, value: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or value <= 0 or value > MAX_FAULT_SECONDS:
-        raise InvalidFaultSpec(f"`{name}` must be a duration in (0, {MAX_FAULT_SECONDS:g}] seconds, "
-                               f"got {value!r}: every fault is bounded in time", field=name)
-
-
-def _in(value: object, low: float, high: float) -> bool:
-    """Whether ``value`` is a number (a bool is not) in [low, high]."""
-    return not isinstance(value, bool) and isinstance(value, (int, float)) and low <= value <= high
-
-
-def _fraction(name: str, value: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-        raise InvalidFaultSpec(f"`{name}` must be a fraction in (0, 1], got {value!r}", field=name)
-
-
 @dataclass(frozen=True, slots=True)
-class Kill:
+class Kill(Fault):
     """Signal the target's process: SIGKILL (crash) or SIGTERM (polite)."""
 
     #: The name scenario files and journals use for this fault.
@@ -97,7 +49,7 @@ class Kill:
 
 
 @dataclass(frozen=True, slots=True)
-class KillNode:
+class KillNode(Fault):
     """SIGKILL a node's raylet and every process under it: the whole node dies at once, as a
     machine that fails would. Never the head unless asked.
 
@@ -114,7 +66,7 @@ class KillNode:
 
 
 @dataclass(frozen=True, slots=True)
-class Pause:
+class Pause(Fault):
     """SIGSTOP the target's process for ``seconds``, then SIGCONT: a true straggler."""
 
     #: The name scenario files and journals use for this fault.
@@ -126,11 +78,11 @@ class Pause:
     seconds: float
 
     def __post_init__(self) -> None:
-        _seconds("seconds", self.seconds)
+        duration("seconds", self.seconds)
 
 
 @dataclass(frozen=True, slots=True)
-class MemoryPressure:
+class MemoryPressure(Fault):
     """Allocate on a node until its memory use reaches ``fraction`` of the host, never past
     ``host_cap``, for ``seconds``: drives Ray's memory monitor (``memory_usage_threshold``)
     to kill a task with ``OutOfMemoryError``."""
@@ -146,16 +98,16 @@ class MemoryPressure:
     node: NodeTarget | None = None
 
     def __post_init__(self) -> None:
-        _fraction("fraction", self.fraction)
-        _fraction("host_cap", self.host_cap)
-        _seconds("seconds", self.seconds)
+        number_in("fraction", self.fraction, 0, 1, what="a fraction", low_open=True)
+        number_in("host_cap", self.host_cap, 0, 1, what="a fraction", low_open=True)
+        duration("seconds", self.seconds)
         if self.fraction > self.host_cap:
             raise InvalidFaultSpec(f"memory `fraction` {self.fraction} is above the host cap "
                                    f"{self.host_cap}; lower it, or raise host_cap knowingly", field="fraction")
 
 
 @dataclass(frozen=True, slots=True)
-class CpuHog:
+class CpuHog(Fault):
     """Busy-loop ``cores`` processes on a node for ``seconds``."""
 
     #: The name scenario files and journals use for this fault.
@@ -168,13 +120,12 @@ class CpuHog:
     node: NodeTarget | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.cores, bool) or not isinstance(self.cores, int) or not 1 <= self.cores <= 256:
-            raise InvalidFaultSpec(f"`cores` must be a whole number in [1, 256], got {self.cores!r}", field="cores")
-        _seconds("seconds", self.seconds)
+        number_in("cores", self.cores, 1, 256, what="a whole number", whole=True)
+        duration("seconds", self.seconds)
 
 
 @dataclass(frozen=True, slots=True)
-class FillObjectStore:
+class FillObjectStore(Fault):
     """``ray.put`` chunks until ``fraction`` of the object store is used (or it spills or
     refuses), and hold them for ``seconds``."""
 
@@ -192,11 +143,11 @@ class FillObjectStore:
                 or not 0 < self.fraction <= 4:
             raise InvalidFaultSpec(f"`fraction` of the object store must be in (0, 4] "
                                    f"(above 1 forces spilling), got {self.fraction!r}", field="fraction")
-        _seconds("seconds", self.seconds)
+        duration("seconds", self.seconds)
 
 
 @dataclass(frozen=True, slots=True)
-class Starve:
+class Starve(Fault):
     """Hold ``cpus`` and custom ``resources`` for ``seconds`` so new work stays pending."""
 
     #: The name scenario files and journals use for this fault.
@@ -209,7 +160,7 @@ class Starve:
     resources: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        _seconds("seconds", self.seconds)
+        duration("seconds", self.seconds)
         if self.cpus < 0 or any(v <= 0 for v in self.resources.values()) or \
                 (self.cpus == 0 and not self.resources):
             raise InvalidFaultSpec(f"starvation needs cpus > 0 or positive resources, got "
@@ -218,7 +169,7 @@ class Starve:
 
 
 @dataclass(frozen=True, slots=True)
-class FreezeNode:
+class FreezeNode(Fault):
     """SIGSTOP a node's raylet (with ``workers``, its workers too) for ``seconds``: a node that
     stops answering without dying, as a long swap storm or a hung kernel does. Ray's health
     check declares it dead after about ``failure_threshold × (period + timeout)``; once
@@ -234,14 +185,14 @@ class FreezeNode:
     workers: bool = False
 
     def __post_init__(self) -> None:
-        _seconds("seconds", self.seconds)
+        duration("seconds", self.seconds)
         if self.target.allow_head:
             raise InvalidFaultSpec("freezing the head freezes the GCS's node: use KillGcs for the "
                                    "head, FreezeNode for worker nodes", field="target.allow_head")
 
 
 @dataclass(frozen=True, slots=True)
-class LimitOpenFiles:
+class LimitOpenFiles(Fault):
     """Lower the target process's open-file limit (``RLIMIT_NOFILE``) for ``seconds`` so that it
     can open ``headroom`` more descriptors: the next ``open``/``socket`` fails with ``EMFILE``,
     as a descriptor leak would make it (those it holds stay usable). Healing restores the
@@ -257,17 +208,15 @@ class LimitOpenFiles:
     headroom: int = 0
 
     def __post_init__(self) -> None:
-        _seconds("seconds", self.seconds)
-        if isinstance(self.headroom, bool) or not isinstance(self.headroom, int) or not 0 <= self.headroom <= 4096:
-            raise InvalidFaultSpec(f"`headroom` must be a whole number of descriptors in [0, 4096], "
-                                   f"got {self.headroom!r}", field="headroom")
+        duration("seconds", self.seconds)
+        number_in("headroom", self.headroom, 0, 4096, what="a whole number of descriptors", whole=True)
 
 
 #: ``FillDisk(path=STORAGE)`` in a scenario: the run's checkpoint storage (see ``storage_mb``).
 STORAGE = "$STORAGE"
 
 @dataclass(frozen=True, slots=True)
-class FillDisk:
+class FillDisk(Fault):
     """Fill the filesystem holding ``path`` on a node (this driver's when ``node`` is None) for
     ``seconds``; healing deletes the ballast. Only a tmpfs of at most 1 GiB is ever filled
     (:func:`chaos.cluster.capped_filesystem` mounts one), never the host's disk."""
@@ -282,7 +231,7 @@ class FillDisk:
     node: NodeTarget | None = None
 
     def __post_init__(self) -> None:
-        _seconds("seconds", self.seconds)
+        duration("seconds", self.seconds)
         if not isinstance(self.path, str) or not (self.path.startswith("/") or self.path == STORAGE):
             raise InvalidFaultSpec(f"`path` must be an absolute directory (or {STORAGE!r}, a "
                                    f"scenario's checkpoint storage), got {self.path!r}", field="path")
@@ -292,7 +241,7 @@ DrainReason = Literal["preemption", "idle_termination"]
 
 
 @dataclass(frozen=True, slots=True)
-class DrainNode:
+class DrainNode(Fault):
     """Drain a node through Ray's autoscaler API with a deadline, as a spot instance's
     preemption notice does, then at the deadline SIGTERM its processes, wait ``grace_s``, and
     SIGKILL what is left (the instance going away). ``kill_at_deadline=False`` only drains."""
@@ -309,8 +258,8 @@ class DrainNode:
     kill_at_deadline: bool = True
 
     def __post_init__(self) -> None:
-        _seconds("deadline_s", self.deadline_s)
-        _seconds("grace_s", self.grace_s)
+        duration("deadline_s", self.deadline_s)
+        duration("grace_s", self.grace_s)
         if self.reason not in ("preemption", "idle_termination"):
             raise InvalidFaultSpec(f"unknown drain reason {self.reason!r}; use 'preemption' or "
                                    "'idle_termination'", field="reason")
@@ -320,7 +269,7 @@ class DrainNode:
 
 
 @dataclass(frozen=True, slots=True)
-class KillGcs:
+class KillGcs(Fault):
     """SIGKILL the GCS server (on the head) and, with ``restart``, start it again after
     ``seconds`` on the same address. With GCS fault tolerance (an external Redis) the
     cluster carries on; without it, this is the head's loss: raylets and workers give up after
@@ -335,7 +284,7 @@ class KillGcs:
     restart: bool = True
 
     def __post_init__(self) -> None:
-        _seconds("seconds", self.seconds)
+        duration("seconds", self.seconds)
 
 
 PartitionPeers = Literal["rest", "head"]
@@ -344,9 +293,7 @@ Direction = Literal["both", "outgoing", "incoming"]
 
 def _network_target(target: NodeTarget, count: int) -> None:
     """A network fault's nodes: ``count`` worker nodes (the head's link is every worker's)."""
-    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 16:
-        raise InvalidFaultSpec(f"`count` must be a whole number of worker nodes in [1, 16], got {count!r}",
-                               field="count")
+    number_in("count", count, 1, 16, what="a whole number of worker nodes", whole=True)
     if target.allow_head:
         raise InvalidFaultSpec("the head has no link of its own to cut: cut the workers from it instead, "
                                "e.g. Partition(seconds=..., count=<workers>, peers='head')", field="target.allow_head")
@@ -356,7 +303,7 @@ def _network_target(target: NodeTarget, count: int) -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class Partition:
+class Partition(Fault):
     """Cut ``count`` worker nodes (a group that still reaches itself) from the other nodes
     (``peers="rest"``) or from the head only (``peers="head"``: the GCS and this driver), for
     ``seconds``, both ways or one way (``direction``: what the group sends, ``outgoing``, or
@@ -377,7 +324,7 @@ class Partition:
     direction: Direction = "both"
 
     def __post_init__(self) -> None:
-        _seconds("seconds", self.seconds)
+        duration("seconds", self.seconds)
         _network_target(self.target, self.count)
         if self.peers not in ("rest", "head"):
             raise InvalidFaultSpec(f"unknown `peers` {self.peers!r}; use 'rest' (every other node) or "
@@ -388,7 +335,7 @@ class Partition:
 
 
 @dataclass(frozen=True, slots=True)
-class PacketLoss:
+class PacketLoss(Fault):
     """Drop ``percent`` of the packets ``count`` worker nodes send to and receive from the other
     nodes (nftables' random numbers), for ``seconds``. Confirmed by datagrams the rule dropped."""
 
@@ -403,14 +350,13 @@ class PacketLoss:
     count: int = 1
 
     def __post_init__(self) -> None:
-        _seconds("seconds", self.seconds)
+        duration("seconds", self.seconds)
         _network_target(self.target, self.count)
-        if not _in(self.percent, 0.01, 100):
-            raise InvalidFaultSpec(f"`percent` must be in [0.01, 100], got {self.percent!r}", field="percent")
+        number_in("percent", self.percent, 0.01, 100)
 
 
 @dataclass(frozen=True, slots=True)
-class Bandwidth:
+class Bandwidth(Fault):
     """Cap the links of ``count`` worker nodes at ``mbit`` megabits per second each way (a
     token bucket, ``tc tbf``) for ``seconds``. Confirmed by a transfer the bucket held back."""
 
@@ -425,15 +371,13 @@ class Bandwidth:
     count: int = 1
 
     def __post_init__(self) -> None:
-        _seconds("seconds", self.seconds)
+        duration("seconds", self.seconds)
         _network_target(self.target, self.count)
-        if not _in(self.mbit, 0.1, 10_000):
-            raise InvalidFaultSpec(f"`mbit` must be megabits per second in [0.1, 10000], got {self.mbit!r}",
-                                   field="mbit")
+        number_in("mbit", self.mbit, 0.1, 10_000, what="megabits per second")
 
 
 @dataclass(frozen=True, slots=True)
-class FlappingLink:
+class FlappingLink(Fault):
     """Cut a worker node from every other node and restore it, again and again: down for half
     of each ``period``, up for the other half, for ``seconds``. The first cut is confirmed as a
     :class:`Partition`'s; the link is up again when it heals."""
@@ -448,11 +392,9 @@ class FlappingLink:
     target: NodeTarget = field(default_factory=NodeTarget)
 
     def __post_init__(self) -> None:
-        _seconds("seconds", self.seconds)
+        duration("seconds", self.seconds)
         _network_target(self.target, 1)
-        if not _in(self.period, 0.2, self.seconds):
-            raise InvalidFaultSpec(f"`period` must be seconds in [0.2, seconds={self.seconds!r}], got "
-                                   f"{self.period!r}", field="period")
+        number_in("period", self.period, 0.2, self.seconds, what="seconds", after="(at most the fault's `seconds`)")
 
 
 #: How long after its ``seconds`` a disk fault the driver never healed is ended by the fault
@@ -478,7 +420,7 @@ def _ops(value: object, *, allow_empty: bool) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True, slots=True)
-class SlowDisk:
+class SlowDisk(Fault):
     """Delay each operation in ``ops`` on the fault filesystem at ``mount`` by ``latency``
     seconds, for ``seconds``. Confirmed by a probe operation that took the latency, healed
     when one no longer does."""
@@ -495,15 +437,13 @@ class SlowDisk:
 
     def __post_init__(self) -> None:
         _mount(self.mount)
-        _seconds("seconds", self.seconds)
-        if not _in(self.latency, 0.001, 60.0):
-            raise InvalidFaultSpec(f"`latency` must be seconds in [0.001, 60] per operation, got {self.latency!r}",
-                                   field="latency")
+        duration("seconds", self.seconds)
+        number_in("latency", self.latency, 0.001, 60.0, what="seconds", after="per operation")
         object.__setattr__(self, "ops", _ops(self.ops, allow_empty=False))
 
 
 @dataclass(frozen=True, slots=True)
-class StallDisk:
+class StallDisk(Fault):
     """Block every operation on paths matching ``glob`` (inside the mount, ``*`` crosses ``/``)
     until healed, for ``seconds``. Confirmed by a blocked operation, healed when it returns."""
 
@@ -518,17 +458,15 @@ class StallDisk:
 
     def __post_init__(self) -> None:
         _mount(self.mount)
-        if not _in(self.seconds, 0.001, MAX_STALL_SECONDS - DISK_GRACE):
-            raise InvalidFaultSpec(f"`seconds` must be a duration in (0, {MAX_STALL_SECONDS - DISK_GRACE:g}] for a "
-                                   f"stall, got {self.seconds!r}: a stall is bounded tighter than other faults",
-                                   field="seconds")
+        number_in("seconds", self.seconds, 0, MAX_STALL_SECONDS - DISK_GRACE, what="a duration", after="for a stall",
+                  why="a stall is bounded tighter than other faults", low_open=True)
         if not isinstance(self.glob, str) or not self.glob:
             raise InvalidFaultSpec(f"`glob` must be a path pattern inside the mount, e.g. '/ckpt/*', got "
                                    f"{self.glob!r}", field="glob")
 
 
 @dataclass(frozen=True, slots=True)
-class FailingDisk:
+class FailingDisk(Fault):
     """Fail operations on paths matching ``glob`` with ``errno`` for ``seconds``; ``ops``
     (empty: what that error hits on a real disk) chooses which. Confirmed by a probe write
     that got the error (or an operation of the workload's, when no probe can reach the glob)."""
@@ -546,7 +484,7 @@ class FailingDisk:
 
     def __post_init__(self) -> None:
         _mount(self.mount)
-        _seconds("seconds", self.seconds)
+        duration("seconds", self.seconds)
         if self.errno not in ("EIO", "ENOSPC", "EROFS"):
             raise InvalidFaultSpec(f"`errno` must be 'EIO', 'ENOSPC' or 'EROFS', got {self.errno!r}", field="errno")
         if not isinstance(self.glob, str) or not self.glob:
@@ -561,7 +499,7 @@ class FailingDisk:
 
 
 @dataclass(frozen=True, slots=True)
-class PowerLoss:
+class PowerLoss(Fault):
     """Drop every write on the mount that no fsync covered, at once (an instant fault, like a
     kill); stop its writers first: their open handles fail with ``EIO`` afterwards."""
 
@@ -577,34 +515,3 @@ class PowerLoss:
 
 
 DiskFault = SlowDisk | StallDisk | FailingDisk | PowerLoss
-Fault = (Kill | KillNode | Pause | MemoryPressure | CpuHog | FillObjectStore | Starve | FreezeNode
-         | LimitOpenFiles | FillDisk | DrainNode | KillGcs | Partition | PacketLoss | Bandwidth | FlappingLink
-         | SlowDisk | StallDisk | FailingDisk | PowerLoss)
-_KINDS: dict[str, type] = {cls.KIND.value: cls for cls in (
-    Kill, KillNode, Pause, MemoryPressure, CpuHog, FillObjectStore, Starve, FreezeNode, LimitOpenFiles, FillDisk,
-    DrainNode, KillGcs, Partition, PacketLoss, Bandwidth, FlappingLink, SlowDisk, StallDisk, FailingDisk, PowerLoss)}
-_TARGET_FIELDS = ("target", "node")
-
-
-def fault_to_dict(fault: Fault) -> dict[str, JsonValue]:
-    """A JSON-able dict of the fault (for the journal); :func:`fault_from_dict` inverts it."""
-    kind = fault.KIND.value
-    data = asdict(fault)
-    for name in _TARGET_FIELDS:
-        value = getattr(fault, name, None)
-        if name in data:
-            data[name] = None if value is None else target_to_dict(value)
-    return {"kind": kind, **data}
-
-
-def fault_from_dict(data: Mapping[str, object]) -> Fault:
-    """Rebuild a fault from :func:`fault_to_dict`'s output (validated again)."""
-    fields = dict(data)
-    kind = fields.pop("kind", None)
-    if kind not in _KINDS:
-        raise InvalidFaultSpec(f"unknown fault kind {kind!r}; use one of {sorted(_KINDS)}")
-    for name in _TARGET_FIELDS:
-        if fields.get(name) is not None:
-            fields[name] = target_from_dict(fields[name])
-    fault: Fault = _KINDS[kind](**fields)
-    return fault

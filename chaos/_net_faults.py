@@ -19,37 +19,25 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any
 
+from chaos._context import FaultContext, Injection
 from chaos._errors import FaultIneffective, HangError, TargetNotFound
 from chaos._faults import Bandwidth, Direction, FlappingLink, PacketLoss, Partition, PartitionPeers
+from chaos._kinds import FaultSpec, Need, register
 from chaos._net import NetLab, NetNode, in_namespace, lab_of, run
 from chaos._ray_state import live_nodes, short
 from chaos._targets import NodeTarget, RayProcess
 from chaos._wait import wait_until
 
-
-class Chaos(Protocol):
-    """What the injectors use of :class:`chaos.Chaos` (which wraps what they yield in an
-    ``Injection``): its address, its journal and its heal registry."""
-
-    address: str
-
-    def _record(self, kind: Literal["inject", "heal"], fault: Any, at: float | None, proc: RayProcess | None,
-                outcome: str) -> None: ...
-
-    def _active_heal(self, heal: Callable[[], None]) -> AbstractContextManager[None]: ...
-
-__all__ = ["INJECTORS"]
+__all__: list[str] = []  # its kinds are registered (chaos._kinds), its helpers used by chaos.net
 
 #: Seconds a cut's probe may take to meet the cut's rule (it meets it within a millisecond).
 CUT_CONFIRM = 2.0
 #: Seconds a healed link may take to carry a probe connection again.
 HEAL_CONFIRM = 10.0
-#: What an injector hit: the nodes, as processes of pid 0 (the engine wraps them in an Injection).
-Hit = tuple[RayProcess, ...]
 #: A loss is confirmed when this many probe datagrams would all pass by chance less often.
 _LOSS_MISS = 1e-9
 
@@ -300,12 +288,12 @@ def confirm_open(lab: NetLab, node: NetNode) -> float:
 
 
 @contextmanager
-def _tables(chaos: Chaos, fault: Partition | PacketLoss | FlappingLink, at: float | None,
+def _tables(ctx: FaultContext, fault: Partition | PacketLoss | FlappingLink, at: float | None,
             group: Sequence[NetNode], table: str, text: str) -> Iterator[list[NetNode]]:
     """Add ``text`` (table ``table``) in each node of ``group``; in ``finally`` delete it from
     each and confirm each link carries a connection again, journaling each heal. Every node is
     healed, whatever another's heal raised; each failure is named after."""
-    lab = lab_of(chaos.address)
+    lab = lab_of(ctx.address)
     added: list[NetNode] = []
 
     def heal_one(node: NetNode) -> None:
@@ -315,10 +303,10 @@ def _tables(chaos: Chaos, fault: Partition | PacketLoss | FlappingLink, at: floa
                                    f"deletion: delete it with `ip netns exec {node.namespace} nft delete table "
                                    f"inet {table}`")
         took = confirm_open(lab, node)
-        chaos._record("heal", fault, at, _process(lab, node), f"nftables table {table} deleted (read back: "
-                      f"gone); a connection to the head completed {took * 1000:.0f} ms later")
+        ctx.record("heal", fault, at, _process(lab, node), f"nftables table {table} deleted (read back: "
+                   f"gone); a connection to the head completed {took * 1000:.0f} ms later")
 
-    with chaos._active_heal(lambda: heal_each(added, heal_one, what=f"the heal of {type(fault).__name__}")):
+    with ctx.on_heal(lambda: heal_each(added, heal_one, what=f"the heal of {type(fault).__name__}")):
         for node in group:
             add_table(node, text)
             added.append(node)
@@ -342,19 +330,19 @@ def heal_each(nodes: Sequence[NetNode], heal: Callable[[NetNode], None], *, what
 
 
 @contextmanager
-def _partition(chaos: Chaos, fault: Partition, at: float | None, rng: random.Random) -> Iterator[Hit]:
-    lab = lab_of(chaos.address)
+def _partition(ctx: FaultContext, fault: Partition, at: float | None, rng: random.Random) -> Iterator[Injection]:
+    lab = lab_of(ctx.address)
     group = pick(lab, fault.target, fault.count, rng)
     table = lab.table_name()
     cut_from = peer_addresses(lab, group, fault.peers)
-    with _tables(chaos, fault, at, group, table, drop_table(table, cut_from, fault.direction)):
+    with _tables(ctx, fault, at, group, table, drop_table(table, cut_from, fault.direction)):
         for node in group:
             took = confirm_cut(lab, node, table, fault.direction)
             confirm_rules(node, table, fault.direction, cut_from, None)
-            chaos._record("inject", fault, at, _process(lab, node), f"cut from {', '.join(cut_from)} "
-                          f"({_DIRECTION[fault.direction]}; rules read back): dropped by the cut's rules: "
-                          f"{_ways(took)}")
-        yield tuple(_process(lab, n) for n in group)
+            ctx.record("inject", fault, at, _process(lab, node), f"cut from {', '.join(cut_from)} "
+                       f"({_DIRECTION[fault.direction]}; rules read back): dropped by the cut's rules: "
+                       f"{_ways(took)}")
+        yield Injection(fault, tuple(_process(lab, n) for n in group))
 
 
 #: What each direction is, in a record.
@@ -395,20 +383,20 @@ def confirm_loss(lab: NetLab, node: NetNode, table: str, percent: float,
 
 
 @contextmanager
-def _packet_loss(chaos: Chaos, fault: PacketLoss, at: float | None, rng: random.Random) -> Iterator[Hit]:
-    lab = lab_of(chaos.address)
+def _packet_loss(ctx: FaultContext, fault: PacketLoss, at: float | None, rng: random.Random) -> Iterator[Injection]:
+    lab = lab_of(ctx.address)
     group = pick(lab, fault.target, fault.count, rng)
     table = lab.table_name()
     others = peer_addresses(lab, group, "rest")
     text = drop_table(table, others, "both", percent=fault.percent)
-    with _tables(chaos, fault, at, group, table, text):
+    with _tables(ctx, fault, at, group, table, text):
         for node in group:
             out, into = (confirm_loss(lab, node, table, fault.percent, chain) for chain in CHAINS["both"])
             confirm_rules(node, table, "both", others, fault.percent)
-            chaos._record("inject", fault, at, _process(lab, node), f"{fault.percent:g} % of packets to and "
-                          f"from the other nodes dropped at random (rules read back); probe datagrams dropped: "
-                          f"{out[0]} of {out[1]} sent out, {into[0]} of {into[1]} sent in")
-        yield tuple(_process(lab, n) for n in group)
+            ctx.record("inject", fault, at, _process(lab, node), f"{fault.percent:g} % of packets to and "
+                       f"from the other nodes dropped at random (rules read back); probe datagrams dropped: "
+                       f"{out[0]} of {out[1]} sent out, {into[0]} of {into[1]} sent in")
+        yield Injection(fault, tuple(_process(lab, n) for n in group))
 
 
 def _links(node: NetNode) -> list[tuple[str | None, str]]:
@@ -474,8 +462,8 @@ def _bucket_at(node: NetNode, namespace: str | None, link: str, mbit: float, way
 
 
 @contextmanager
-def _bandwidth(chaos: Chaos, fault: Bandwidth, at: float | None, rng: random.Random) -> Iterator[Hit]:
-    lab = lab_of(chaos.address)
+def _bandwidth(ctx: FaultContext, fault: Bandwidth, at: float | None, rng: random.Random) -> Iterator[Injection]:
+    lab = lab_of(ctx.address)
     group = pick(lab, fault.target, fault.count, rng)
     capped: list[NetNode] = []
 
@@ -486,11 +474,11 @@ def _bandwidth(chaos: Chaos, fault: Bandwidth, at: float | None, rng: random.Ran
             if _qdisc(namespace, link).get("kind") == "tbf":
                 raise FaultIneffective(f"the token bucket on {link} of {node.label} outlived its deletion")
         took = confirm_open(lab, node)
-        chaos._record("heal", fault, at, _process(lab, node), f"token buckets deleted on both sides of the link "
-                      f"(read back); a connection to the head completed {took * 1000:.0f} ms later")
+        ctx.record("heal", fault, at, _process(lab, node), f"token buckets deleted on both sides of the link "
+                   f"(read back); a connection to the head completed {took * 1000:.0f} ms later")
 
     tbf = ["tbf", "rate", f"{fault.mbit}mbit", "burst", str(burst_bytes(fault.mbit)), "latency", "200ms"]
-    with chaos._active_heal(lambda: heal_each(capped, heal_one, what="the heal of Bandwidth")):
+    with ctx.on_heal(lambda: heal_each(capped, heal_one, what="the heal of Bandwidth")):
         for node in group:
             capped.append(node)
             for namespace, link in _links(node):
@@ -498,10 +486,10 @@ def _bandwidth(chaos: Chaos, fault: Bandwidth, at: float | None, rng: random.Ran
                     else ["tc", "-n", namespace, "qdisc", "replace", "dev", link, "root", *tbf])
         for node in group:
             up, down = (confirm_capped(lab, node, fault.mbit, upload=upload) for upload in (True, False))
-            chaos._record("inject", fault, at, _process(lab, node), f"links capped at {fault.mbit:g} Mbit/s each "
-                          f"way (tc tbf on both sides, read back); the buckets held probe transfers back {up} "
-                          f"times sending, {down} times receiving")
-        yield tuple(_process(lab, n) for n in group)
+            ctx.record("inject", fault, at, _process(lab, node), f"links capped at {fault.mbit:g} Mbit/s each "
+                       f"way (tc tbf on both sides, read back); the buckets held probe transfers back {up} "
+                       f"times sending, {down} times receiving")
+        yield Injection(fault, tuple(_process(lab, n) for n in group))
 
 
 @dataclass
@@ -520,26 +508,26 @@ class Flaps:
 
 
 @contextmanager
-def _flapping_link(chaos: Chaos, fault: FlappingLink, at: float | None,
-                   rng: random.Random) -> Iterator[Hit]:
-    lab = lab_of(chaos.address)
+def _flapping_link(ctx: FaultContext, fault: FlappingLink, at: float | None,
+                   rng: random.Random) -> Iterator[Injection]:
+    lab = lab_of(ctx.address)
     (node,) = pick(lab, fault.target, 1, rng)
     table = lab.table_name()
     others = peer_addresses(lab, [node], "rest")
     text = drop_table(table, others, "both")
     stop, flaps = threading.Event(), Flaps()
-    with _tables(chaos, fault, at, [node], table, text):
+    with _tables(ctx, fault, at, [node], table, text):
         took = confirm_cut(lab, node, table, "both")
         confirm_rules(node, table, "both", others, None)
-        chaos._record("inject", fault, at, _process(lab, node), f"link down (cut from every other node each way, "
-                      f"rules read back): {_ways(took)}; each half of its flapping every {fault.period / 2:g} s "
-                      "is confirmed as it comes")
+        ctx.record("inject", fault, at, _process(lab, node), f"link down (cut from every other node each way, "
+                   f"rules read back): {_ways(took)}; each half of its flapping every {fault.period / 2:g} s "
+                   "is confirmed as it comes")
         flapper = threading.Thread(target=_flap, args=(lab, node, table, text, fault.period / 2, stop, flaps),
                                    name="raychaos-flapping-link", daemon=True)
         began = time.monotonic()
         flapper.start()
         try:
-            yield (_process(lab, node),)
+            yield Injection(fault, (_process(lab, node),))
         finally:
             stop.set()
             flapper.join(timeout=fault.period + 2 * HEAL_CONFIRM)
@@ -582,6 +570,14 @@ def _flap(lab: NetLab, node: NetNode, table: str, text: str, half: float, stop: 
         flaps.errors.append(exc)
 
 
-INJECTORS: dict[type, Callable[..., object]] = {
-    Partition: _partition, PacketLoss: _packet_loss, Bandwidth: _bandwidth, FlappingLink: _flapping_link,
-}
+_ON_LINKS = frozenset({Need.NETWORK})
+register(
+    FaultSpec(record=Partition, inject=_partition, needs=_ON_LINKS, colour="#d81159",
+              example={"seconds": 8, "target": {"kind": "node"}, "count": 1, "peers": "rest", "direction": "both"}),
+    FaultSpec(record=PacketLoss, inject=_packet_loss, needs=_ON_LINKS, colour="#ff8c42",
+              example={"percent": 10, "seconds": 10, "count": 2}),
+    FaultSpec(record=Bandwidth, inject=_bandwidth, needs=_ON_LINKS, colour="#3bb273",
+              example={"mbit": 20, "seconds": 10}),
+    FaultSpec(record=FlappingLink, inject=_flapping_link, needs=_ON_LINKS, colour="#7768ae",
+              example={"period": 2, "seconds": 8}),
+)

@@ -2,62 +2,39 @@
 
 A fault that cannot be carried out on a cluster someone else runs would abort the run halfway,
 after other faults already hit the program. So the attack checks first, per node and fault kind,
-what each kind needs (:data:`NEEDS`): a chaos agent that starts there and answers this
-raychaos's protocol, the State API (targets are found through it), ``/proc`` readable there,
-permission over the node's Ray processes (their user, or root), a GCS this driver may restart,
-for a memory fault a node whose workers import raychaos, and for a network fault links raychaos
-made (a cluster this process started; never one someone else runs). What is missing is raised at once,
-one line per node, fault kinds and need (:class:`ClusterUnfit`); nothing was injected.
+what each kind needs (its spec's :attr:`~chaos.engine.FaultSpec.needs`): a chaos agent that
+starts there and answers this raychaos's protocol, the State API (targets are found through
+it), ``/proc`` readable there, permission over the node's Ray processes (their user, or root),
+a GCS this driver may restart, for a memory fault a node whose workers import raychaos, and
+for a network fault links raychaos made (a cluster this process started; never one someone
+else runs). What is missing is raised at once, one line per node, fault kinds and need
+(:class:`ClusterUnfit`); nothing was injected.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 from chaos._agent import AGENT_START_TIMEOUT, NodeFacts, agent_for, check_agents
 from chaos._byvalue import by_value
 from chaos._errors import ChaosError
-from chaos._faults import FaultKind
+from chaos._kinds import FaultKind, Need, fault_specs
 from chaos._ray_state import live_nodes, short
 from chaos._schedule import Schedule
 
-__all__ = ["NEEDS", "ClusterUnfit", "Missing", "Need", "find_missing", "preflight"]
+__all__ = ["ClusterUnfit", "Missing", "Need", "find_missing", "needs_of", "preflight"]
 
 CALL_TIMEOUT = 30.0
 
 
-class Need(StrEnum):
-    """What a kind of fault needs of the cluster (see :data:`NEEDS`)."""
-
-    AGENT = "a chaos agent that starts and answers"
-    STATE_API = "the State API (the dashboard of ray[default])"
-    PROC = "/proc readable by the agent"
-    CONTROL = "permission over the node's Ray processes (the agent runs as their user, or as root)"
-    GCS = "a GCS this driver may kill and restart (a cluster it started, with Redis)"
-    RAYCHAOS = "raychaos importable by the node's workers (the memory fault's task is a Ray task)"
-    NETWORK = "links raychaos made (nodes it started in network namespaces, network = true)"
+def needs_of(kind: FaultKind) -> frozenset[Need]:
+    """What ``kind`` needs on every node it may hit (its spec's; Ray's RPC failure knob, set at
+    the nodes' start, needs nothing more)."""
+    return frozenset() if kind is FaultKind.RPC_FAILURE else fault_specs()[kind].needs
 
 
-_ON_PROCESSES = frozenset({Need.AGENT, Need.STATE_API, Need.PROC, Need.CONTROL})
-#: What each kind of fault needs on every node it may hit (a target is resolved at its time).
-NEEDS: Mapping[FaultKind, frozenset[Need]] = {
-    FaultKind.KILL: _ON_PROCESSES, FaultKind.PAUSE: _ON_PROCESSES, FaultKind.KILL_NODE: _ON_PROCESSES,
-    FaultKind.FREEZE_NODE: _ON_PROCESSES, FaultKind.DRAIN_NODE: _ON_PROCESSES,
-    FaultKind.LIMIT_OPEN_FILES: _ON_PROCESSES,
-    FaultKind.CPU: frozenset({Need.AGENT, Need.STATE_API}),
-    FaultKind.FILL_DISK: frozenset({Need.AGENT, Need.STATE_API}),
-    FaultKind.MEMORY: frozenset({Need.AGENT, Need.STATE_API, Need.RAYCHAOS}),
-    FaultKind.OBJECT_STORE: frozenset({Need.STATE_API}), FaultKind.STARVE: frozenset({Need.STATE_API}),
-    FaultKind.KILL_GCS: frozenset({Need.GCS}), FaultKind.RPC_FAILURE: frozenset(),
-    FaultKind.PARTITION: frozenset({Need.NETWORK}), FaultKind.PACKET_LOSS: frozenset({Need.NETWORK}),
-    FaultKind.BANDWIDTH: frozenset({Need.NETWORK}), FaultKind.FLAPPING_LINK: frozenset({Need.NETWORK}),
-    # A disk fault acts on a fault filesystem this driver reaches by its mount point, not on the cluster.
-    FaultKind.SLOW_DISK: frozenset(), FaultKind.STALL_DISK: frozenset(), FaultKind.FAILING_DISK: frozenset(),
-    FaultKind.POWER_LOSS: frozenset(),
-}
 #: Where a need of the whole cluster is said to be missing.
 CLUSTER = "the cluster"
 
@@ -117,7 +94,7 @@ def find_missing(schedule: Schedule, *, address: str, timeout: float = AGENT_STA
 def _kinds_by_need(kinds: Iterable[FaultKind]) -> dict[Need, tuple[FaultKind, ...]]:
     out: dict[Need, tuple[FaultKind, ...]] = {}
     for kind in sorted(kinds):
-        for need in NEEDS[kind]:
+        for need in needs_of(kind):
             out[need] = (*out.get(need, ()), kind)
     return out
 

@@ -1,8 +1,10 @@
 """The engine's moving parts beneath :class:`chaos.Chaos`: driving a schedule in time and what
-each fault did, the processes a target resolves to, memory and store fills, the watchdog's
+each fault did, every kind of fault (its spec: record, injector, needs, colour, example) and
+what an injector works with, the processes a target resolves to, memory and store fills, the watchdog's
 report, the RPC knobs' environment and the serialised form of a fault."""
 
 from chaos._byvalue import by_value
+from chaos._context import FaultContext, Injection, MemoryWatch, StoreFill
 from chaos._delay import rpc_delay_env, rpc_failure_env, rpc_failures_injected, unconfirmed_rpc_failures
 from chaos._driver import (
     MAX_CONCURRENT_FAULTS,
@@ -12,10 +14,9 @@ from chaos._driver import (
     check_applied,
     run_schedule,
 )
-from chaos._engine import NODE_DEATH_CONFIRM, Injection, MemoryWatch, StoreFill
+from chaos._engine import NODE_DEATH_CONFIRM
 from chaos._extras import import_extra
-from chaos._faults import _KINDS as FAULT_CLASSES
-from chaos._faults import MAX_FAULT_SECONDS, fault_from_dict, fault_to_dict
+from chaos._kinds import MAX_FAULT_SECONDS, FaultSpec, Need, fault_from_dict, fault_specs, fault_to_dict
 from chaos._memory import MemoryOutcome, MemoryResult
 from chaos._preflight import preflight
 from chaos._targets import _KINDS as TARGET_CLASSES
@@ -23,17 +24,19 @@ from chaos._targets import RayProcess, target_from_dict, target_to_dict
 from chaos._watchdog import StuckCause, StuckTask, WatchReport
 
 __all__ = [
-    "FAULT_CLASSES",
     "MAX_CONCURRENT_FAULTS",
     "MAX_FAULT_SECONDS",
     "NODE_DEATH_CONFIRM",
     "TARGET_CLASSES",
+    "FaultContext",
     "FaultOutcome",
+    "FaultSpec",
     "FaultStatus",
     "Injection",
     "MemoryOutcome",
     "MemoryResult",
     "MemoryWatch",
+    "Need",
     "RayProcess",
     "ScheduleObserver",
     "StoreFill",
@@ -43,6 +46,7 @@ __all__ = [
     "by_value",
     "check_applied",
     "fault_from_dict",
+    "fault_specs",
     "fault_to_dict",
     "import_extra",
     "preflight",

@@ -140,7 +140,7 @@ def fake_node(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     monkeypatch.setattr(engine, "agent_for", lambda node_id: FakeAgent())
     monkeypatch.setattr(engine, "_node_states", node_states)
     monkeypatch.setattr(engine, "NODE_DEATH_CONFIRM", 0.5)
-    monkeypatch.setattr(Chaos, "_call", lambda self, ref, timeout=0.0: ref)
+    monkeypatch.setattr(Chaos, "call", lambda self, ref, timeout=0.0: ref)
     yield states
 
 

@@ -23,12 +23,14 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chaos._faults import _KINDS as FAULT_CLASSES
+from chaos._kinds import fault_specs
 from chaos._targets import _KINDS as TARGET_CLASSES
 from scenarios import ScenarioError, builtin_names, load_attack, load_scenario
 from scenarios.cli import main
 from scenarios.model._records import Problem
 from scenarios.model._scenario import FIELDS, STEADY_STATE_FIELDS
+
+FAULT_CLASSES = {kind.value: spec.record for kind, spec in fault_specs().items()}
 
 #: Text only a Python exception (or its traceback) would put in front of a user.
 RAW = ("Traceback", "__init__()", "unexpected keyword argument", "KeyError", "TypeError", "ValueError",

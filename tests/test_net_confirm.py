@@ -148,16 +148,16 @@ def test_a_flapping_links_halves_are_each_confirmed_and_one_that_is_not_ends_it(
 
 
 class _Chaos:
-    """What the injectors use of the engine: its address, a record of each step, its heals."""
+    """A FaultContext that keeps what the injectors journal: its address, a record of each step, its heals."""
 
     def __init__(self, address: str) -> None:
         self.address, self.records = address, []  # type: list[tuple[str, str]]
 
-    def _record(self, kind: str, fault: Any, at: float | None, proc: Any, outcome: str) -> None:
+    def record(self, kind: str, fault: Any, at: float | None, proc: Any, outcome: str, observed: Any = None) -> None:
         self.records.append((kind, outcome))
 
     @contextmanager
-    def _active_heal(self, heal: Callable[[], None]) -> Iterator[None]:
+    def on_heal(self, heal: Callable[[], None]) -> Iterator[None]:
         try:
             yield
         finally:

@@ -17,7 +17,7 @@ from chaos import FaultKind
 from chaos.engine import FaultStatus
 from scenarios import RunResult, Verdict
 from scenarios.model._records import RunLabel, RunStatus
-from scenarios.reports._html import _RUN_STYLE, COLOURS, fmt, nice_step, render_html
+from scenarios.reports._html import _RUN_STYLE, colour_of, fmt, nice_step, render_html
 from scenarios.runner import FaultRecord, Probe, Sample
 
 CHROMIUM = "/usr/bin/chromium"
@@ -143,14 +143,14 @@ def assert_painted(png: Path, *, kinds: set[FaultKind], panels: int) -> None:
     Colour by colour, so the check does not move with the data: a floor on all coloured pixels did
     (CI's flagship report painted 18,898 against a floor of 20,000, every element drawn: a shorter run,
     narrower bars). The smallest bar is 3 x 16 px (a kill's instant); a line crosses most of a panel."""
-    bars = {kind.value: painted(png, COLOURS[kind]) for kind in kinds}
+    bars = {kind.value: painted(png, colour_of(kind)) for kind in kinds}
     assert min(bars.values(), default=30) >= 30, f"a fault kind's bars were not painted: {bars}"
     line = painted(png, _RUN_STYLE[RunLabel.CHAOS][0])
     assert line >= 200 * panels, f"the chaos run's lines: {line} px in its colour over {panels} panels"
 
 
 def test_every_fault_kind_has_its_own_colour() -> None:
-    assert set(COLOURS) == set(FaultKind) and len(set(COLOURS.values())) == len(FaultKind)
+    assert len({colour_of(kind) for kind in FaultKind}) == len(FaultKind)
 
 
 @pytest.mark.parametrize(("span", "step"), [(20.0, 5.0), (7.0, 1.0), (130.0, 20.0), (0.5, 0.1)])

@@ -20,42 +20,17 @@ import types
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
-from chaos import FaultKind, NodeTarget, RpcFailure
-from chaos.engine import FAULT_CLASSES, TARGET_CLASSES
+from chaos import NodeTarget, RpcFailure
+from chaos.engine import TARGET_CLASSES, fault_specs
 from scenarios.model._scenario import FIELDS, STEADY_STATE_FIELDS, FieldSpec
 from scenarios.model._workload import Workload
 
-__all__ = ["FAULT_EXAMPLES", "REGENERATE", "TARGET_EXAMPLES", "reference_markdown", "scenario_schema"]
+__all__ = ["REGENERATE", "TARGET_EXAMPLES", "reference_markdown", "scenario_schema"]
 
 #: The command that rewrites the reference page (the staleness test prints it).
 REGENERATE = ".venv/bin/raychaos schema --markdown > docs/reference/scenario-file.md"
 Schema = dict[str, Any]
 
-#: An example of each fault kind, as a ``[[faults]]`` entry holds it (``at`` aside).
-FAULT_EXAMPLES: Mapping[FaultKind, Mapping[str, object]] = {
-    FaultKind.KILL: {"target": {"kind": "actor", "class_name": "EnvWorker"}, "signal": "SIGKILL"},
-    FaultKind.KILL_NODE: {"target": {"kind": "node"}},
-    FaultKind.PAUSE: {"seconds": 3, "target": {"kind": "actor", "name": "replay", "namespace": "raychaos"}},
-    FaultKind.MEMORY: {"fraction": 0.2, "host_cap": 0.5, "seconds": 3},
-    FaultKind.CPU: {"cores": 2, "seconds": 4},
-    FaultKind.OBJECT_STORE: {"fraction": 0.8, "seconds": 3},
-    FaultKind.STARVE: {"seconds": 5, "cpus": 2},
-    FaultKind.FREEZE_NODE: {"seconds": 12, "workers": False},
-    FaultKind.LIMIT_OPEN_FILES: {"target": {"kind": "actor", "name": "files", "namespace": "raychaos"},
-                                 "seconds": 2},
-    FaultKind.FILL_DISK: {"path": "$STORAGE", "seconds": 2},
-    FaultKind.DRAIN_NODE: {"deadline_s": 2, "reason": "preemption", "grace_s": 2},
-    FaultKind.KILL_GCS: {"seconds": 1, "restart": True},
-    FaultKind.PARTITION: {"seconds": 8, "target": {"kind": "node"}, "count": 1, "peers": "rest",
-                          "direction": "both"},
-    FaultKind.PACKET_LOSS: {"percent": 10, "seconds": 10, "count": 2},
-    FaultKind.BANDWIDTH: {"mbit": 20, "seconds": 10},
-    FaultKind.FLAPPING_LINK: {"period": 2, "seconds": 8},
-    FaultKind.SLOW_DISK: {"mount": "/mnt/faultfs", "seconds": 4, "latency": 0.2, "ops": ["fsync"]},
-    FaultKind.STALL_DISK: {"mount": "/mnt/faultfs", "seconds": 2, "glob": "/ckpt/*"},
-    FaultKind.FAILING_DISK: {"mount": "/mnt/faultfs", "seconds": 3, "errno": "EIO", "glob": "/ckpt/*"},
-    FaultKind.POWER_LOSS: {"mount": "/mnt/faultfs"},
-}
 #: An example of each target kind, as a fault's ``target`` holds it.
 TARGET_EXAMPLES: Mapping[str, Mapping[str, object]] = {
     "actor": {"kind": "actor", "class_name": "EnvWorker", "pick": "all"},
@@ -123,19 +98,19 @@ def _random_table() -> Schema:
 
 def _fault_definitions() -> Schema:
     out: Schema = {}
-    for kind, cls in FAULT_CLASSES.items():
-        body = _dataclass_schema(cls)
+    for kind, spec in fault_specs().items():
+        body = _dataclass_schema(spec.record)
         body["properties"] = {"kind": {"const": kind}, **body["properties"]}
         body["required"] = ["kind", *body["required"]]
-        body["description"] = _doc(cls)
-        body["examples"] = [{"kind": kind, **FAULT_EXAMPLES[FaultKind(kind)]}]
+        body["description"] = _doc(spec.record)
+        body["examples"] = [{"kind": kind.value, **spec.example}]
         out[f"fault_{kind}"] = body
         at = {"type": "number", "minimum": 0, "description": "Seconds after time zero (before `duration`)."}
         out[f"scheduled_{kind}"] = {**body, "properties": {"at": at, **body["properties"]},
                                     "required": ["at", *body["required"]],
                                     "examples": [{"at": 2, **body["examples"][0]}]}
-    out["fault"] = {"oneOf": [{"$ref": f"#/definitions/fault_{k}"} for k in FAULT_CLASSES]}
-    out["scheduled_fault"] = {"oneOf": [{"$ref": f"#/definitions/scheduled_{k}"} for k in FAULT_CLASSES]}
+    out["fault"] = {"oneOf": [{"$ref": f"#/definitions/fault_{k}"} for k in fault_specs()]}
+    out["scheduled_fault"] = {"oneOf": [{"$ref": f"#/definitions/scheduled_{k}"} for k in fault_specs()]}
     return out
 
 
@@ -321,13 +296,13 @@ def _faults_section(schema: Schema) -> str:
     out = ["## `[[faults]]`: fault kinds\n",
            "Each `[[faults]]` entry is one fault: `at` (seconds after time zero, before `duration`), "
            "`kind`, and that kind's fields. A `[random]` menu holds the same tables without `at`.\n"]
-    for kind in FAULT_CLASSES:
+    for kind, spec in fault_specs().items():
         body = schema["definitions"][f"fault_{kind}"]
         out.append(f"### `{kind}`\n\n{body['description']}\n")
         rows = _record_rows(body)
         if rows:
             out.append(_table_md(("field", "type", "default", "allowed"), rows))
-        out.append(_toml_block(_entry_toml({"at": 2, "kind": kind, **FAULT_EXAMPLES[FaultKind(kind)]})))
+        out.append(_toml_block(_entry_toml({"at": 2, "kind": kind.value, **spec.example})))
     return "\n".join(out)
 
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from chaos import Fault, RpcFailure
-from chaos.engine import FAULT_CLASSES, TARGET_CLASSES, target_from_dict
+from chaos.engine import TARGET_CLASSES, fault_specs, target_from_dict
 from chaos.errors import InvalidFaultSpec
 from scenarios.model._records import Problem
 from scenarios.model._spill import fault_or_spill
@@ -183,20 +183,26 @@ def fault_problems(table: object, where: str, *, also: Sequence[str] = ()) -> tu
         return None, [Problem(where, table, "must be a table with `kind` and the fault's fields, "
                               'e.g. { kind = "kill", target = { kind = "worker" } }')]
     kind = table.get("kind", MISSING)
-    if not isinstance(kind, str) or kind not in FAULT_CLASSES:
+    classes = _fault_classes()
+    if not isinstance(kind, str) or kind not in classes:
         said = "required: a fault names its kind" if kind is MISSING else f"unknown fault kind {kind!r}"
-        return None, [Problem(path(where, "kind"), kind, f"{said}; {did_you_mean(kind, FAULT_CLASSES)}use one of "
-                              f"{', '.join(sorted(FAULT_CLASSES))}")]
-    cls = FAULT_CLASSES[kind]
+        return None, [Problem(path(where, "kind"), kind, f"{said}; {did_you_mean(kind, classes)}use one of "
+                              f"{', '.join(sorted(classes))}")]
+    cls = classes[kind]
     problems = record_problems(cls, table, where, f"a {kind} fault", also=(*also, "kind"), whose=_fault_kinds_of)
     if problems:
         return None, problems
     return _built(lambda: fault_or_spill({k: v for k, v in table.items() if k not in also}), table, where, cls)
 
 
+def _fault_classes() -> dict[str, type]:
+    """Each scheduled fault kind's record, by the name files spell it."""
+    return {kind.value: spec.record for kind, spec in fault_specs().items()}
+
+
 def _fault_kinds_of(key: str) -> str:
     """`` (signal is a key of kill)``: the fault kinds that take ``key``, or ``""``."""
-    kinds = [k for k, cls in FAULT_CLASSES.items() if key in {f.name for f in dataclasses.fields(cls)}]
+    kinds = [k for k, cls in _fault_classes().items() if key in {f.name for f in dataclasses.fields(cls)}]
     return f" ({key} is a key of {', '.join(kinds)})" if kinds else ""
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from chaos import FaultKind
-from chaos.engine import FaultStatus
+from chaos.engine import FaultStatus, fault_specs
 from scenarios.model._records import (
     NO_PROBE_NOTE,
     OUTCOME_WORDS,
@@ -34,15 +34,16 @@ LEFT, RIGHT = 190, 24  # the left margin holds the y axes' labels and the lanes'
 PANEL_H, LANE_H = 170, 24
 _TOP, _BOTTOM = 26, 34  # a panel's title above, its time axis below
 
-#: One colour per fault kind (a test checks every kind has one).
-COLOURS: dict[FaultKind, str] = {
-    FaultKind.KILL: "#e4572e", FaultKind.KILL_NODE: "#a4031f", FaultKind.PAUSE: "#f3a712",
-    FaultKind.MEMORY: "#5d2e8c", FaultKind.CPU: "#29335c", FaultKind.OBJECT_STORE: "#2e86ab",
-    FaultKind.STARVE: "#669bbc", FaultKind.FREEZE_NODE: "#0b6e4f", FaultKind.LIMIT_OPEN_FILES: "#8f2d56",
-    FaultKind.FILL_DISK: "#6b4226", FaultKind.DRAIN_NODE: "#3a506b", FaultKind.KILL_GCS: "#c5283d",
-    FaultKind.RPC_FAILURE: "#4f5d75", FaultKind.PARTITION: "#d81159", FaultKind.PACKET_LOSS: "#ff8c42",
-    FaultKind.BANDWIDTH: "#3bb273", FaultKind.FLAPPING_LINK: "#7768ae", FaultKind.SLOW_DISK: "#b08968",
-    FaultKind.STALL_DISK: "#9c6644", FaultKind.FAILING_DISK: "#e07a5f", FaultKind.POWER_LOSS: "#3d405b"}
+#: Ray's RPC failure knob is no scheduled fault (no spec of its own): its colour is here.
+RPC_COLOUR = "#4f5d75"
+
+
+def colour_of(kind: FaultKind) -> str:
+    """The colour a kind of fault is drawn in (its spec's; a test checks each is its own)."""
+    spec = fault_specs().get(kind)
+    return RPC_COLOUR if kind is FaultKind.RPC_FAILURE or spec is None else spec.colour
+
+
 _RUN_STYLE = {RunLabel.CHAOS: ("#1a73e8", ""), RunLabel.BASELINE: ("#7a7a7a", "6 4")}
 
 _CSS = """body{font:14px system-ui,sans-serif;margin:24px;color:#222;max-width:1100px}
@@ -168,7 +169,7 @@ def _fault_mark(f: FaultRecord, span: float, plot: float) -> str:
     """A thin line at the fault's injection, in its kind's colour: the dip and its cause in one view."""
     x = _x(f.start, span)
     return (f"<line class='fault-mark' x1='{x:.1f}' x2='{x:.1f}' y1='{_TOP}' y2='{_TOP + plot}' "
-            f"stroke='{COLOURS.get(f.kind, '#888')}' stroke-width='1' stroke-dasharray='2 3'/>")
+            f"stroke='{colour_of(f.kind)}' stroke-width='1' stroke-dasharray='2 3'/>")
 
 
 def _y_axis(bottom: float, top: float, step: float, scale: Callable[[float], float], unit: str) -> str:
@@ -218,7 +219,7 @@ def _lanes(faults: Sequence[FaultRecord], span: float) -> str:
 
 
 def _lane(i: int, f: FaultRecord, span: float, top: float) -> str:
-    colour = COLOURS.get(f.kind, "#888")
+    colour = colour_of(f.kind)
     name = f"{f.kind.value} {f.target}"[:30]
     if f.status is not FaultStatus.INJECTED:  # it never happened: an outlined mark, in red words
         body = (f"<rect x='{_x(f.at, span):.1f}' y='{top + 4}' width='6' height='{LANE_H - 8}' fill='none' "

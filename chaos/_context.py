@@ -1,0 +1,102 @@
+"""What an injector works with: the engine as a :class:`FaultContext` (where it journals each
+confirmed step, registers its heal, and calls Ray), and what it yields, an :class:`Injection`.
+
+Every kind's injector has one shape, ``(ctx, fault, at, rng)`` → a context manager yielding an
+``Injection``: inject, confirm (journal ``ctx.record("inject", ...)`` only once the effect was
+seen), ``yield`` inside ``ctx.on_heal(heal)``, heal in ``finally``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from chaos._disk_faults import DiskInjection
+from chaos._journal import Journal, Observed
+from chaos._kinds import Fault
+from chaos._memory import MemoryResult
+from chaos._targets import RayProcess
+
+__all__ = ["FaultContext", "Injection", "Injector", "MemoryWatch", "StoreFill"]
+
+
+class FaultContext(Protocol):
+    """What an injector may use of the engine (:class:`chaos.Chaos` is one)."""
+
+    @property
+    def address(self) -> str:
+        """The cluster's GCS address (State API calls go there)."""
+
+    @property
+    def journal(self) -> Journal:
+        """Where every step goes."""
+
+    @property
+    def driver_pids(self) -> tuple[int, ...]:
+        """This driver's processes: never a target."""
+
+    @property
+    def kill_confirm(self) -> float:
+        """Seconds a signalled process may take to be gone."""
+
+    def record(self, kind: Literal["inject", "heal"], fault: Fault, at: float | None, proc: RayProcess | None,
+               outcome: str, observed: Observed | None = None) -> None:
+        """Journal a confirmed step of ``fault`` on ``proc`` (a node is a process of pid 0)."""
+
+    def on_heal(self, heal: Callable[[], None]) -> AbstractContextManager[None]:
+        """Hold ``heal`` while the block runs: it runs when the block ends, or earlier from
+        :meth:`chaos.Chaos.heal_all` (a Ctrl-C's rollback), never twice."""
+
+    def call(self, ref: Any, timeout: float = ...) -> Any:
+        """``ray.get(ref)`` within ``timeout`` seconds."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoreFill:
+    """What filling the object store held: bytes put, the node's capacity, and whether Ray
+    refused a put (``ObjectStoreFullError``) before the asked fraction was reached."""
+
+    held_bytes: int
+    capacity_bytes: float
+    full: bool
+
+
+class MemoryWatch:
+    """A memory fault's allocating task (``ref``) and, once the fault is healed, how it ended
+    (``result``; None until then)."""
+
+    def __init__(self, ref: Any) -> None:
+        self.ref = ref
+        self.result: MemoryResult | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Injection:
+    """What an injection hit: the processes (pid 0 for a node), and what it observed, each
+    fault its own field: ``pids`` it started or stopped (CPU hogs; a frozen node's raylet and
+    workers), ``ballast_bytes`` (a full disk's), ``store`` (filling the object store),
+    ``memory`` (a memory fault's task and, after its heal, how it ended), ``disk`` (a disk
+    fault's confirmation, and what a power loss dropped)."""
+
+    fault: Fault
+    processes: tuple[RayProcess, ...]
+    pids: tuple[int, ...] = ()
+    ballast_bytes: int = 0
+    store: StoreFill | None = None
+    memory: MemoryWatch | None = None
+    disk: DiskInjection | None = None
+
+    def heal_note(self) -> str:
+        """What the heal observed, for people ("" when there is nothing to say)."""
+        if self.memory is not None and self.memory.result is not None:
+            return self.memory.result.note
+        if self.store is not None:
+            return "ObjectStoreFullError" if self.store.full else "filled"
+        return ""
+
+
+#: An injector: inject → confirm → ``yield`` an :class:`Injection` → heal in ``finally``.
+Injector = Callable[[FaultContext, Any, "float | None", random.Random], AbstractContextManager[Injection]]
