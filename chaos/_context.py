@@ -9,6 +9,7 @@ seen), ``yield`` inside ``ctx.on_heal(heal)``, heal in ``finally``.
 from __future__ import annotations
 
 import random
+import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -18,9 +19,10 @@ from chaos._disk_faults import DiskInjection
 from chaos._journal import Journal, Observed
 from chaos._kinds import Fault
 from chaos._memory import MemoryResult
-from chaos._targets import RayProcess
+from chaos._ray_state import short
+from chaos._targets import NodeTarget, RayProcess, resolve
 
-__all__ = ["FaultContext", "Injection", "Injector", "MemoryWatch", "StoreFill"]
+__all__ = ["FaultContext", "Injection", "Injector", "MemoryWatch", "StoreFill", "driver_node", "node_of"]
 
 
 class FaultContext(Protocol):
@@ -88,6 +90,9 @@ class Injection:
     store: StoreFill | None = None
     memory: MemoryWatch | None = None
     disk: DiskInjection | None = None
+    #: What a kind's injector found, as that kind's own typed record (a file corruption's
+    #: ``Corruption``): read it back with ``isinstance``. None when the kind reports none.
+    found: object = None
 
     def heal_note(self) -> str:
         """What the heal observed, for people ("" when there is nothing to say)."""
@@ -96,6 +101,23 @@ class Injection:
         if self.store is not None:
             return "ObjectStoreFullError" if self.store.full else "filled"
         return ""
+
+
+def driver_node() -> str:
+    """This driver's Ray node ("" when Ray is not initialised here: a fault on this machine,
+    such as a disk fault on its mount, needs no Ray)."""
+    ray = sys.modules.get("ray")  # importing Ray here would cost a second
+    return str(ray.get_runtime_context().get_node_id()) if ray is not None and ray.is_initialized() else ""
+
+
+def node_of(ctx: FaultContext, target: NodeTarget | None, rng: random.Random) -> RayProcess:
+    """The node ``target`` names (a process of pid 0); None: this driver's node (Ray's, initialised)."""
+    if target is None:
+        import ray
+
+        node_id = ray.get_runtime_context().get_node_id()
+        return RayProcess(0, node_id, f"node {short(node_id)}")
+    return resolve(target, address=ctx.address, rng=rng)[0]
 
 
 #: An injector: inject → confirm → ``yield`` an :class:`Injection` → heal in ``finally``.

@@ -13,7 +13,6 @@ import functools
 import os
 import random
 import signal as signals
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,7 +22,7 @@ from typing import Any, Literal, TypeVar
 
 from chaos._agent import agent_for, driver_token, start_agents
 from chaos._cluster import head_of
-from chaos._context import FaultContext, Injection, MemoryWatch, StoreFill
+from chaos._context import FaultContext, Injection, MemoryWatch, StoreFill, driver_node, node_of
 from chaos._disk_faults import DiskEvent, inject_disk, switch_off
 from chaos._errors import FaultIneffective, HangError, InvalidFaultSpec, TargetNotFound, UnsafeTarget
 from chaos._faults import (
@@ -60,7 +59,7 @@ from chaos._memory import (
 )
 from chaos._ray_state import live_nodes, short
 from chaos._schedule import Schedule
-from chaos._targets import NodeTarget, RayProcess, TaskTarget, resolve
+from chaos._targets import RayProcess, TaskTarget, resolve
 from chaos._wait import wait_until
 
 T = TypeVar("T")
@@ -351,7 +350,7 @@ def _resume_one(ctx: FaultContext, fault: Pause, at: float | None, proc: RayProc
 
 @contextmanager
 def _cpu(ctx: FaultContext, fault: CpuHog, at: float | None, rng: random.Random) -> Iterator[Injection]:
-    node = _node_of(ctx, fault.node, rng)
+    node = node_of(ctx, fault.node, rng)
     agent = agent_for(node.node_id)
     pids = ctx.call(agent.cpu_hog.remote(fault.cores, fault.seconds, owner=driver_token()))
     ctx.record("inject", fault, at, node, f"{len(pids)} busy processes, each seen burning CPU",
@@ -365,22 +364,13 @@ def _cpu(ctx: FaultContext, fault: CpuHog, at: float | None, rng: random.Random)
         yield Injection(fault, (node,), pids=tuple(pids))
 
 
-def _node_of(ctx: FaultContext, target: NodeTarget | None, rng: random.Random) -> RayProcess:
-    import ray
-
-    if target is None:  # this driver's node
-        node_id = ray.get_runtime_context().get_node_id()
-        return RayProcess(0, node_id, f"node {short(node_id)}")
-    return resolve(target, address=ctx.address, rng=rng)[0]
-
-
 @contextmanager
 def _memory(ctx: FaultContext, fault: MemoryPressure, at: float | None,
             rng: random.Random) -> Iterator[Injection]:
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    node = _node_of(ctx, fault.node, rng)
+    node = node_of(ctx, fault.node, rng)
     path = progress_path()
     hog = _allocator().options(
         max_retries=0, num_cpus=0, name="raychaos.memory_pressure",
@@ -534,7 +524,7 @@ def _object_store(ctx: FaultContext, fault: FillObjectStore, at: float | None,
     import ray
     from ray.exceptions import ObjectStoreFullError
 
-    node = _node_of(ctx, None, rng)
+    node = node_of(ctx, None, rng)
     capacity = ray.cluster_resources().get("object_store_memory", 0.0) / max(1, len(ray.nodes()))
     refs: list[Any] = []
     chunk, full = _chunk(fault.chunk_mb), False
@@ -569,7 +559,7 @@ def _starve(ctx: FaultContext, fault: Starve, at: float | None, rng: random.Rand
         remove_placement_group(group)
         raise FaultIneffective(f"could not acquire {bundle} within {CALL_TIMEOUT:g} s to starve the "
                                "cluster; are they free?")
-    node = _node_of(ctx, None, rng)
+    node = node_of(ctx, None, rng)
     ctx.record("inject", fault, at, node, "resources held",
                Observed(cpus=fault.cpus, resources=dict(fault.resources)))
 
@@ -637,7 +627,7 @@ def _limit_open_files(ctx: FaultContext, fault: LimitOpenFiles, at: float | None
 @contextmanager
 def _fill_disk(ctx: FaultContext, fault: FillDisk, at: float | None,
                rng: random.Random) -> Iterator[Injection]:
-    node = _node_of(ctx, fault.node, rng)
+    node = node_of(ctx, fault.node, rng)
     agent = agent_for(node.node_id)
     filled = ctx.call(agent.fill_disk.remote(fault.path))
     ctx.record("inject", fault, at, node, f"{fault.path} full: {filled.bytes} bytes of ballast, "
@@ -714,7 +704,7 @@ def _kill_gcs(ctx: FaultContext, fault: KillGcs, at: float | None,
 def _disk(ctx: FaultContext, fault: DiskFault, at: float | None, rng: random.Random) -> Iterator[Injection]:
     """A disk fault on the fault filesystem at its mount (:mod:`chaos._disk_faults`), each
     confirmed step journaled; a Ctrl-C's rollback (:meth:`Chaos.heal_all`) switches it off."""
-    proc = RayProcess(0, _driver_node(), f"fault filesystem at {fault.mount}")
+    proc = RayProcess(0, driver_node(), f"fault filesystem at {fault.mount}")
 
     def step(event: DiskEvent) -> None:
         if event.kind != "ineffective":  # Chaos.inject journals the FaultIneffective raised with it
@@ -752,12 +742,6 @@ def _held_alone(fault: DiskFault) -> Iterator[None]:
     finally:
         with _DISK_HELD_LOCK:
             _DISK_HELD.discard(key)
-
-
-def _driver_node() -> str:
-    """This driver's Ray node, where its mounts are ("" when Ray is not initialised here)."""
-    ray = sys.modules.get("ray")  # a disk fault needs no Ray: importing it here would cost a second
-    return str(ray.get_runtime_context().get_node_id()) if ray is not None and ray.is_initialized() else ""
 
 
 _ON_PROCESSES = frozenset({Need.AGENT, Need.STATE_API, Need.PROC, Need.CONTROL})

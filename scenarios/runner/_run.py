@@ -21,7 +21,6 @@ import psutil
 from chaos import (
     Chaos,
     FaultKind,
-    FillDisk,
     HangError,
     MemoryPressure,
     RpcFailure,
@@ -178,10 +177,10 @@ def _storage(scenario: Scenario, path: str) -> Iterator[str]:
 
 
 def _at_storage(scenario: Scenario, storage: str) -> Scenario:
-    """The scenario with ``FillDisk(path="$STORAGE")`` and the disk faults of
-    ``mount = "$STORAGE"`` aimed at this run's storage."""
+    """The scenario with every fault of ``path = "$STORAGE"`` (a full disk, a corrupted file)
+    and the disk faults of ``mount = "$STORAGE"`` aimed at this run's storage."""
     entries = tuple(ScheduledFault(e.at, replace(e.fault, path=storage))
-                    if isinstance(e.fault, FillDisk) and e.fault.path == STORAGE else e
+                    if getattr(e.fault, "path", None) == STORAGE else e
                     for e in scenario.schedule.entries)
     return aim_disk_faults(replace(scenario, schedule=Schedule(entries, scenario.schedule.seed)), storage)
 
