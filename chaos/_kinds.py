@@ -56,13 +56,14 @@ class FaultKind(StrEnum):
     STALL_DISK = "stall_disk"
     FAILING_DISK = "failing_disk"
     POWER_LOSS = "power_loss"
+    FILE_CORRUPTION = "file_corruption"
     #: Ray's RPC failure knob, set on the worker nodes for a whole run (``[[rpc_failures]]``):
     #: not a scheduled fault (no record, no injector), confirmed from what Ray logged it injected.
     RPC_FAILURE = "rpc_failure"
 
 
 #: The modules that implement the scheduled kinds; each registers its kinds' specs on import.
-KIND_MODULES = ("chaos._engine", "chaos._net_faults")
+KIND_MODULES = ("chaos._engine", "chaos._net_faults", "chaos.corruption")
 
 
 class Need(StrEnum):

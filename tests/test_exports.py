@@ -80,6 +80,7 @@ SUBMODULES = {
         "FAILPOINTS", "FORMAT_VERSION", "ActorFailpoint", "CheckpointInfo", "CheckpointRetried", "CheckpointStats",
         "CheckpointStore", "CheckpointWarning", "LoadedCheckpoint", "RestartUnknown", "StorageNotFresh", "Superseded",
     },
+    "chaos.corruption": {"MAX_FILES", "CorruptFile", "Corruption"},
     "actors.replay": {"EmptyBufferError", "ReplayActorStats", "ReplayStats", "SchemaError"},
     "actors.param_server": {"GradientError", "PushResult", "ServerStats", "StaleGradientError", "VersionTimeout"},
     "actors.spare": {"SpareState", "SpareWorkerError", "spare_actor_env", "spare_job_env"},
