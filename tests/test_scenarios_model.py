@@ -16,8 +16,8 @@ from scenarios.model._workload import Params, RunContext, Workload
 from scenarios.runner import SteadyState
 from scenarios.runner._run import _recovery, aim_memory_faults, steady_verdicts
 
-BUILTINS = ["async-actor", "bandwidth-starved", "dqn-cartpole", "drain-preemption", "env-worker-kill",
-            "env-worker-kill-no-retries", "failing-checkpoint-disk", "full-disk", "gcs-restart",
+BUILTINS = ["async-actor", "bandwidth-starved", "corrupt-checkpoint", "dqn-cartpole", "drain-preemption",
+            "env-worker-kill", "env-worker-kill-no-retries", "failing-checkpoint-disk", "full-disk", "gcs-restart",
             "lossy-network", "lost-objects", "memory-pressure", "node-loss", "node-unresponsive",
             "open-files", "owner-death", "parameter-server-crash", "partition-head", "partition-worker",
             "placement-group", "power-loss", "redis-loss", "replay-crash-loop", "replay-crash-loop-beyond",
@@ -87,11 +87,12 @@ def test_a_bad_file_reports_every_problem_once_each(tmp_path: Path) -> None:
 
 def test_unknown_names_list_the_choices(tmp_path: Path) -> None:
     with pytest.raises(ScenarioError,
-                       match="unknown; use a TOML file or one of async-actor, bandwidth-starved, dqn-cartpole"):
+                       match="unknown; use a TOML file or one of async-actor, bandwidth-starved, "
+                             "corrupt-checkpoint, dqn-cartpole"):
         load_scenario("no-such-scenario")
     with pytest.raises(ScenarioError,
                        match="workload = 'quantum': unknown workload; use one of async-actor, attack, "
-                             "bandwidth-starved, dqn-cartpole"):
+                             "bandwidth-starved, corrupt-checkpoint, dqn-cartpole"):
         load_scenario(_write(tmp_path, 'name = "x"\nworkload = "quantum"\nduration = 5\ninvariants = []'))
 
 

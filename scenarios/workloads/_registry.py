@@ -97,6 +97,7 @@ def _check_point_name(name: str, value: str, builtin: Mapping[str, object], foun
 
 def _builtin() -> dict[str, type[Workload]]:
     from scenarios.workloads._builtin import WORKLOADS  # heavy (Ray's libraries); only when asked
+    from scenarios.workloads._corrupt_checkpoint import CORRUPT_CHECKPOINT_WORKLOADS
     from scenarios.workloads._disk import DISK_WORKLOADS
     from scenarios.workloads._lossy import LOSSY_WORKLOADS
     from scenarios.workloads._partition_head import PARTITION_HEAD_WORKLOADS
@@ -105,4 +106,4 @@ def _builtin() -> dict[str, type[Workload]]:
     from scenarios.workloads._spill import SPILL_WORKLOADS
 
     return {**WORKLOADS, **DISK_WORKLOADS, **LOSSY_WORKLOADS, **PARTITION_HEAD_WORKLOADS, **POWER_LOSS_WORKLOADS,
-            **SPILL_WORKLOADS, **SERVE_WORKLOADS}
+            **SPILL_WORKLOADS, **SERVE_WORKLOADS, **CORRUPT_CHECKPOINT_WORKLOADS}
