@@ -416,3 +416,15 @@ def test_the_leak_check_sees_a_mounted_fault_filesystem_and_its_server() -> None
         assert fs.pid in {p.pid for p in leftovers(grace=0)}
     assert fs.mount not in fuse_mounts_left()
     assert fs.pid not in {p.pid for p in leftovers(grace=0)}
+
+
+def test_an_errno_rule_that_ends_by_itself_leaves_the_latency_on() -> None:
+    """Each kind's deadline ends that kind only (driven directly, no mount)."""
+    from chaos._fuse_faults import ErrorRule, FaultState
+
+    state = FaultState()
+    state.set_latency({"read": 0.001})  # no deadline: on until healed
+    state.add_error(ErrorRule(errno.EIO, "*", frozenset({"read"})), until=0.0)  # ends at once
+    assert state.gate("write", "/f") == 0  # the gate ends what is due first
+    assert state.latency == {"read": 0.001} and state.errors == []
+    assert state.counts["expired.errors"] == 1 and state.counts["expired.latency"] == 0

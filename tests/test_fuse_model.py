@@ -263,3 +263,61 @@ def test_a_later_page_saved_after_the_file_grew_is_put_back_only_up_to_the_synce
         assert (tmp_path / "f").read_bytes() == old
     finally:
         os.close(fd)
+
+
+def test_symlinks_are_removed_renamed_and_replaced_as_links_even_dangling(vol: Volatile, tmp_path: Path) -> None:
+    """A name change is about the link itself: never its target, which may not even exist."""
+    (tmp_path / "t").write_bytes(b"target")
+    os.symlink("nowhere", tmp_path / "dangling")
+    os.symlink("t", tmp_path / "link")
+    (tmp_path / "a").write_bytes(b"a")
+    vol.remove(str(tmp_path), "dangling")  # unlinking a dangling link
+    vol.rename((str(tmp_path), "link"), (str(tmp_path), "moved"))  # renaming a link
+    os.symlink("nowhere", tmp_path / "gone")
+    vol.rename((str(tmp_path), "a"), (str(tmp_path), "gone"))  # replacing a dangling link
+    assert vol.power_loss().names_undone == 3
+    assert os.readlink(tmp_path / "dangling") == "nowhere" and os.readlink(tmp_path / "gone") == "nowhere"
+    assert os.readlink(tmp_path / "link") == "t" and not os.path.lexists(tmp_path / "moved")
+    assert (tmp_path / "a").read_bytes() == b"a" and (tmp_path / "t").read_bytes() == b"target"
+
+
+def test_a_link_replaced_by_a_rename_comes_back_a_link(vol: Volatile, tmp_path: Path) -> None:
+    (tmp_path / "t").write_bytes(b"target")
+    os.symlink("t", tmp_path / "link")
+    (tmp_path / "a").write_bytes(b"a")
+    vol.rename((str(tmp_path), "a"), (str(tmp_path), "link"))
+    vol.power_loss()
+    assert os.readlink(tmp_path / "link") == "t" and (tmp_path / "a").read_bytes() == b"a"
+
+
+def test_a_new_link_to_a_directory_is_removed_not_the_directory(vol: Volatile, tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "kept").write_bytes(b"x")
+    os.symlink("real", tmp_path / "ld")
+    vol.added(str(tmp_path), "ld")
+    vol.power_loss()
+    assert not os.path.lexists(tmp_path / "ld") and (tmp_path / "real" / "kept").read_bytes() == b"x"
+
+
+def test_a_durable_unlink_empties_its_grave_and_a_power_loss_forgets_and_releases_all(vol: Volatile,
+                                                                                      tmp_path: Path) -> None:
+    before = _fds_under(tmp_path)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "f").write_bytes(b"x")
+    (tmp_path / "sub" / "g").write_bytes(b"y")
+    vol.remove(str(tmp_path / "sub"), "f")
+    vol.remove(str(tmp_path / "sub"), "g")  # the directory's descriptor is held once
+    sub = os.open(tmp_path / "sub", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        vol.dir_synced(sub)
+    finally:
+        os.close(sub)
+    assert os.listdir(tmp_path / GRAVEYARD) == []  # the unlinks are durable: their inodes may go
+    new = os.open(tmp_path / "new", os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        vol.created(new)
+        vol.added(str(tmp_path), "new")
+        vol.power_loss()
+        assert vol.unsynced() == (0, 0) and _fds_under(tmp_path) == before + 1  # only `new`, ours
+    finally:
+        os.close(new)
