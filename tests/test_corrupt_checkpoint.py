@@ -17,6 +17,7 @@ from conftest import unheld
 from scenarios import load_scenario, run_scenario
 from scenarios.model._records import Validity
 from scenarios.workloads._corrupt_checkpoint import checkpoint_seq, resumed_from_last_valid
+from scenarios.workloads._power_loss import CHUNK, has_room
 
 FILE = "/tmp/run/replay/ckpt-0000000046/manifest.json"
 CORRUPTED = Corruption(file=FILE, mode="flip", offset=137, length=64, size_before=226, size_after=226, changed=64,
@@ -25,6 +26,11 @@ CORRUPTED = Corruption(file=FILE, mode="flip", offset=137, length=64, size_befor
 
 def _restored(seq: int, skipped: tuple[int, ...] = ()) -> RestoreInfo:
     return RestoreInfo(True, seq, 40, 0.1, skipped)
+
+
+def test_an_add_has_room_only_while_it_overwrites_nothing() -> None:
+    assert has_room(0, CHUNK) and has_room(9, 10 * CHUNK)
+    assert not has_room(10, 10 * CHUNK) and not has_room(1, CHUNK + 1)
 
 
 def test_a_checkpoints_file_names_its_seq() -> None:
@@ -80,3 +86,15 @@ def test_without_its_log_the_restart_loses_what_the_corrupted_checkpoint_held(ra
     verdicts = {v.name: v.validity for v in run.verdicts}
     assert verdicts["resumed_from_last_valid"] is Validity.HELD, run.verdicts
     assert verdicts["no_lost_transitions"] is Validity.BROKEN, run.verdicts
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_buffer_full_before_its_faults_ends_the_run_with_them_not_reached(ray_cluster: ClusterHandle) -> None:
+    # A buffer that evicts acknowledged transitions would read as lost: the adds stop instead,
+    # and the faults the run never reached fail it (an eviction is never called a loss).
+    small = replace(load_scenario("corrupt-checkpoint"), params={"capacity": 40 * CHUNK})
+    (run,) = run_scenario(small, address=ray_cluster.address, baseline=False)
+    assert [f.status for f in run.faults] == [FaultStatus.NOT_REACHED] * 3, run.faults
+    verdicts = {v.name: v.validity for v in run.verdicts}
+    assert verdicts["no_lost_transitions"] is Validity.HELD and run.outcome is Validity.BROKEN, run.verdicts

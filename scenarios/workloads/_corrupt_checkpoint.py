@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+from pydantic import Field
 
 from actors import CheckpointConfig, ReplayBufferActor
 from actors._checkpoint import RestoreInfo
@@ -30,7 +31,7 @@ from chaos import FaultKind
 from chaos.corruption import Corruption
 from scenarios.model._records import Verdict
 from scenarios.model._workload import CALL_TIMEOUT, Params, Workload
-from scenarios.workloads._power_loss import no_duplicate_transitions, no_lost_transitions, tids
+from scenarios.workloads._power_loss import CHUNK, has_room, no_duplicate_transitions, no_lost_transitions, tids
 from scenarios.workloads._surface import Ack
 
 __all__ = ["CORRUPT_CHECKPOINT_WORKLOADS", "CorruptCheckpoint", "CorruptCheckpointParams", "checkpoint_seq",
@@ -49,6 +50,9 @@ class CorruptCheckpointParams(Params):
     durability: Literal["policy", "wal"] = "wal"
     #: Seconds an add may wait for its answer (it spans the stop, the kill and the restart).
     call_timeout: float = 20.0
+    #: Transitions the buffer holds. Adds stop (and the run ends) before one would overwrite an
+    #: acknowledged transition: a FIFO eviction is no loss, and would read as one.
+    capacity: int = Field(default=1_000_000, ge=CHUNK)
 
 
 def checkpoint_seq(file: str) -> int | None:
@@ -100,16 +104,19 @@ class CorruptCheckpoint(Workload):
         config = CheckpointConfig(storage=f"{self.ctx.storage}/replay", durability=self.p.durability,
                                   every_n=self.p.every_n, keep=3, fsync_every=1)
         self.buffer = ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)(ReplayBufferActor).options(
-            name="replay", namespace=self.ctx.namespace).remote(50_000, checkpoint=config, seed=self.ctx.seed)
+            name="replay", namespace=self.ctx.namespace).remote(self.p.capacity, checkpoint=config, seed=self.ctx.seed)
         self.pid = ray.get(self.buffer.pid.remote(), timeout=CALL_TIMEOUT)
         self.adds: list[_Add] = []
 
     def step(self) -> bool:
-        """One add, waited for up to ``call_timeout`` (across the stop, the kill and the restart)."""
+        """One add, waited for up to ``call_timeout`` (across the stop, the kill and the restart);
+        False once the next add would not fit (a fault not reached by then fails the run)."""
         import ray
         from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
         seq = len(self.adds)
+        if not has_room(seq, self.p.capacity):
+            return False
         ref = self.buffer.add.remote({"tid": tids(seq)}, writer_id="collector", seq=seq)
         try:
             ray.get(ref, timeout=self.p.call_timeout)

@@ -34,6 +34,7 @@ from enum import StrEnum
 from typing import Any, Literal
 
 import numpy as np
+from pydantic import Field
 
 from actors import CheckpointConfig, ParameterServer, ReplayBufferActor
 from actors._checkpoint import Restore, RestoreInfo
@@ -164,6 +165,12 @@ def tids(seq: int) -> np.ndarray:
     return np.arange(seq * CHUNK, (seq + 1) * CHUNK, dtype=np.int64)
 
 
+def has_room(seq: int, capacity: int) -> bool:
+    """Add ``seq`` fits without overwriting an earlier one: a buffer evicts its oldest transitions
+    once full, which ``no_lost_transitions`` would count as lost."""
+    return (seq + 1) * CHUNK <= capacity
+
+
 def no_lost_transitions(acked: Sequence[int] | np.ndarray, stored: Sequence[int] | np.ndarray) -> Verdict:
     """Every acknowledged transition id is in the restored buffer."""
     lost = np.setdiff1d(np.asarray(acked, dtype=np.int64), np.asarray(stored, dtype=np.int64))
@@ -276,6 +283,9 @@ class PowerLossParams(Params):
     answer_within: float = 20.0
     #: Seconds a write may wait for its answer (it spans the stop, the kill and the restart).
     call_timeout: float = 20.0
+    #: Transitions the buffer holds. Adds stop (and the run ends) before one would overwrite an
+    #: acknowledged transition: a FIFO eviction is no loss, and would read as one.
+    capacity: int = Field(default=200_000, ge=CHUNK)
 
 
 def buffer_config(storage: str, p: PowerLossParams) -> CheckpointConfig:
@@ -293,7 +303,7 @@ def server_config(storage: str, p: PowerLossParams) -> CheckpointConfig:
 def new_buffer(storage: str, p: PowerLossParams, *, seed: int, restore: Restore = "auto") -> ReplayBufferActor:
     """The flagship's buffer in this process (``restore="always"`` for a restart Ray does not
     report); the workload runs the same class and options as a Ray actor."""
-    return ReplayBufferActor(200_000, checkpoint=buffer_config(storage, p), seed=seed, restore=restore)
+    return ReplayBufferActor(p.capacity, checkpoint=buffer_config(storage, p), seed=seed, restore=restore)
 
 
 def new_server(storage: str, p: PowerLossParams, *, seed: int, restore: Restore = "auto") -> ParameterServer:
@@ -340,7 +350,7 @@ class PowerLoss(Workload):
         remote = ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)
         opts = {"namespace": self.ctx.namespace}
         self.buffer = remote(ReplayBufferActor).options(name=Role.REPLAY.value, **opts).remote(
-            200_000, checkpoint=buffer_config(self.ctx.storage, self.p), seed=self.ctx.seed)
+            self.p.capacity, checkpoint=buffer_config(self.ctx.storage, self.p), seed=self.ctx.seed)
         self.server = remote(ParameterServer).options(name=Role.PARAMS.value, **opts).remote(
             make_qnet, checkpoint=server_config(self.ctx.storage, self.p), optimizer="Adam",
             optimizer_kwargs={"lr": 1e-3}, seed=self.ctx.seed)
@@ -358,6 +368,8 @@ class PowerLoss(Workload):
         answers while the other is still down, as a collector does while its learner restarts."""
         import ray
 
+        if not has_room(self.seqs[Role.REPLAY], self.p.capacity):
+            return False  # a fault not reached by then fails the run
         for role in Role:
             if role not in self.pending:
                 self.pending[role] = self._send(role)
