@@ -57,13 +57,16 @@ class FaultKind(StrEnum):
     FAILING_DISK = "failing_disk"
     POWER_LOSS = "power_loss"
     FILE_CORRUPTION = "file_corruption"
+    KILL_REDIS = "kill_redis"
+    REDIS_CLIENT_KILL = "redis_client_kill"
+    REDIS_IDLE_TIMEOUT = "redis_idle_timeout"
     #: Ray's RPC failure knob, set on the worker nodes for a whole run (``[[rpc_failures]]``):
     #: not a scheduled fault (no record, no injector), confirmed from what Ray logged it injected.
     RPC_FAILURE = "rpc_failure"
 
 
 #: The modules that implement the scheduled kinds; each registers its kinds' specs on import.
-KIND_MODULES = ("chaos._engine", "chaos._net_faults", "chaos.corruption")
+KIND_MODULES = ("chaos._engine", "chaos._net_faults", "chaos._redis_faults", "chaos.corruption")
 
 
 class Need(StrEnum):

@@ -2,85 +2,95 @@
 again, the GCS's connections dropped by the server (``CLIENT KILL``), and a server-side idle
 ``timeout`` that closes connections left idle.
 
-Each is a record, injected by :func:`inject_redis_fault` as inject → ``yield`` → heal in
-``finally``, with its effect confirmed (a fault whose effect was not seen raises
-:class:`~chaos.errors.FaultIneffective`) and its heal confirmed the same way. The Redis must be
-one this process started (:func:`chaos.cluster.redis_server`); the GCS's pid tells which of
-the server's connections are the GCS's.
+Each is a fault kind like any other: its record, scheduled in a scenario's ``[[faults]]`` or
+given to ``Chaos.inject``, acts on the Redis of the cluster at the engine's address (a cluster
+this process started with ``gcs_fault_tolerance``), under the fail-closed rules of every fault.
+Each step is confirmed (a fault whose effect was not seen raises
+:class:`~chaos.errors.FaultIneffective`) and its heal confirmed the same way. The GCS's pid tells
+which of the server's connections are the GCS's. :func:`inject_redis_fault` injects one into a
+Redis this process started without a cluster.
 """
 
 from __future__ import annotations
 
-import math
+import random
 import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import ClassVar, Literal
 
 import psutil
 
+from chaos._cluster import head_of
+from chaos._context import FaultContext, Injection
 from chaos._errors import FaultIneffective, HangError, InvalidFaultSpec
-from chaos._redis import RedisServer
+from chaos._kinds import Fault, FaultKind, FaultSpec, Need, duration, register
+from chaos._redis import RedisServer, redis_of
+from chaos._targets import RayProcess
 from chaos._wait import wait_until
 
-__all__ = ["KillRedis", "RedisClientKill", "RedisEvent", "RedisFault", "RedisFaultKind", "RedisIdleTimeout",
-           "gcs_connections", "inject_redis_fault"]
+__all__ = ["KillRedis", "RedisClientKill", "RedisEvent", "RedisFault", "RedisIdleTimeout", "gcs_connections",
+           "inject_redis_fault"]
 
 #: The longest a Redis fault may be held or a Redis idle timeout set, in seconds.
 MAX_REDIS_SECONDS = 600.0
 
 
-class RedisFaultKind(StrEnum):
-    """Every Redis fault's kind, as journals spell it (each fault class's ``KIND``)."""
-
-    KILL_REDIS = "kill_redis"
-    REDIS_CLIENT_KILL = "redis_client_kill"
-    REDIS_IDLE_TIMEOUT = "redis_idle_timeout"
-
-
-def _seconds(name: str, value: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or value <= 0 or value > MAX_REDIS_SECONDS:
-        raise InvalidFaultSpec(f"`{name}` must be a duration in (0, {MAX_REDIS_SECONDS:g}] seconds, "
-                               f"got {value!r}: every fault is bounded in time")
-
-
 @dataclass(frozen=True, slots=True)
-class KillRedis:
-    """SIGKILL the redis-server; the heal starts it again on the same port, with the data it
-    had fsynced (``keep_data``) or empty (a Redis that lost what it held). The caller holds
-    the outage between the two."""
+class KillRedis(Fault):
+    """SIGKILL the redis-server behind the GCS for ``seconds``; the heal starts it again on the
+    same port, with the data it had fsynced (``keep_data``) or empty (a Redis that lost what it
+    held). Needs a cluster this process started with GCS fault tolerance."""
 
-    KIND: ClassVar[RedisFaultKind] = RedisFaultKind.KILL_REDIS
+    #: The name scenario files and journals use for this fault.
+    KIND: ClassVar[FaultKind] = FaultKind.KILL_REDIS
+    #: Carried out by this driver, which started the Redis.
+    USES_AGENT: ClassVar[bool] = False
 
     keep_data: bool = True
+    seconds: float = 5.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.keep_data, bool):
+            raise InvalidFaultSpec(f"`keep_data` must be true or false, got {self.keep_data!r}", field="keep_data")
+        duration("seconds", self.seconds, most=MAX_REDIS_SECONDS)
 
 
 @dataclass(frozen=True, slots=True)
-class RedisClientKill:
-    """``CLIENT KILL ID`` every connection the GCS holds to the server, which stays up:
-    what a proxy restart, a failover behind a stable address or an operator's kill does."""
+class RedisClientKill(Fault):
+    """``CLIENT KILL ID`` every connection the GCS holds to its Redis, which stays up: what a
+    proxy restart, a failover behind a stable address or an operator's kill does. Instant:
+    connecting again is the GCS's part."""
 
-    KIND: ClassVar[RedisFaultKind] = RedisFaultKind.REDIS_CLIENT_KILL
+    #: The name scenario files and journals use for this fault.
+    KIND: ClassVar[FaultKind] = FaultKind.REDIS_CLIENT_KILL
+    #: Carried out by this driver, which started the Redis.
+    USES_AGENT: ClassVar[bool] = False
 
 
 @dataclass(frozen=True, slots=True)
-class RedisIdleTimeout:
-    """Set the server's ``timeout`` (seconds a client may stay idle before the server closes
-    its connection; Redis's default 0 never does); the heal sets the old value back."""
+class RedisIdleTimeout(Fault):
+    """Set the GCS's Redis's ``timeout`` (seconds a client may stay idle before the server closes
+    its connection; Redis's default 0 never does) for ``seconds``; the heal sets the old value
+    back."""
 
-    KIND: ClassVar[RedisFaultKind] = RedisFaultKind.REDIS_IDLE_TIMEOUT
+    #: The name scenario files and journals use for this fault.
+    KIND: ClassVar[FaultKind] = FaultKind.REDIS_IDLE_TIMEOUT
+    #: Carried out by this driver, which started the Redis.
+    USES_AGENT: ClassVar[bool] = False
 
     timeout: int = 1
+    seconds: float = 10.0
 
     def __post_init__(self) -> None:
         if isinstance(self.timeout, bool) or not isinstance(self.timeout, int):
-            raise InvalidFaultSpec(f"`timeout` must be whole seconds (Redis's unit), got {self.timeout!r}")
-        _seconds("timeout", self.timeout)
+            raise InvalidFaultSpec(f"`timeout` must be whole seconds (Redis's unit), got {self.timeout!r}",
+                                   field="timeout")
+        duration("timeout", self.timeout, most=MAX_REDIS_SECONDS)
+        duration("seconds", self.seconds, most=MAX_REDIS_SECONDS)
 
 
 RedisFault = KillRedis | RedisClientKill | RedisIdleTimeout
@@ -92,7 +102,7 @@ class RedisEvent:
     (heal confirmed), when (``time.monotonic()``), and what was seen."""
 
     step: Literal["inject", "heal"]
-    kind: RedisFaultKind
+    kind: FaultKind
     at: float
     detail: str
 
@@ -116,11 +126,16 @@ def _clients(server: RedisServer) -> dict[int, int]:
     return out
 
 
+#: A started Redis fault: its confirmed injection, and the heal that ends it (confirmed too).
+Started = tuple[RedisEvent, Callable[[], None]]
+
+
 @contextmanager
 def inject_redis_fault(fault: RedisFault, server: RedisServer, *, gcs_pid: int,
                        journal: Callable[[RedisEvent], None]) -> Iterator[RedisEvent]:
-    """Inject ``fault`` into ``server``, yield its confirmed injection, heal it when the block
-    ends (on error and Ctrl-C too), each step passed to ``journal``.
+    """Inject ``fault`` into ``server`` (a Redis this process started, with or without a
+    cluster), yield its confirmed injection, heal it when the block ends (on error and Ctrl-C
+    too), each step passed to ``journal``. On a cluster, schedule the fault instead.
 
     Raises:
         FaultIneffective: the fault's effect (or its heal's) was not seen: a server still
@@ -128,15 +143,22 @@ def inject_redis_fault(fault: RedisFault, server: RedisServer, *, gcs_pid: int,
             still open, data that did not come back.
         InvalidFaultSpec: ``fault`` is not a Redis fault.
     """
-    injectors: dict[type, Callable[..., Iterator[RedisEvent]]] = {
+    event, heal = _start(fault, server, gcs_pid, journal)
+    try:
+        yield event
+    finally:
+        heal()
+
+
+def _start(fault: RedisFault, server: RedisServer, gcs_pid: int, journal: Callable[[RedisEvent], None]) -> Started:
+    starts: dict[type, Callable[..., Started]] = {
         KillRedis: _kill, RedisClientKill: _client_kill, RedisIdleTimeout: _idle_timeout}
-    if type(fault) not in injectors:
+    if type(fault) not in starts:
         raise InvalidFaultSpec(f"{fault!r} is not a Redis fault; use KillRedis, RedisClientKill or RedisIdleTimeout")
-    yield from injectors[type(fault)](fault, server, gcs_pid, journal)
+    return starts[type(fault)](fault, server, gcs_pid, journal)
 
 
-def _kill(fault: KillRedis, server: RedisServer, gcs_pid: int,
-          journal: Callable[[RedisEvent], None]) -> Iterator[RedisEvent]:
+def _kill(fault: KillRedis, server: RedisServer, gcs_pid: int, journal: Callable[[RedisEvent], None]) -> Started:
     # The GCS keeps each table as one hash, so a key count would miss lost entries: count the
     # entries, and write a sentinel last, which a Redis that lost anything written loses first.
     sentinel = f"raychaos:sentinel:{uuid.uuid4().hex}"
@@ -147,9 +169,8 @@ def _kill(fault: KillRedis, server: RedisServer, gcs_pid: int,
                        f"redis-server pid {pid} SIGKILLed holding {entries} entries; {server.address} refuses "
                        "connections")
     journal(event)
-    try:
-        yield event
-    finally:
+
+    def heal() -> None:
         new = server.start(keep_data=fault.keep_data)
         kept, back = server.command("EXISTS", sentinel) == 1, _entries(server)
         if fault.keep_data and (not kept or back < entries):
@@ -160,6 +181,7 @@ def _kill(fault: KillRedis, server: RedisServer, gcs_pid: int,
         journal(RedisEvent("heal", fault.KIND, time.monotonic(),
                            f"redis-server restarted as pid {new} {'with' if fault.keep_data else 'without'} "
                            f"its data: {back - kept} entries"))
+    return event, heal
 
 
 def _entries(server: RedisServer) -> int:
@@ -171,7 +193,7 @@ def _entries(server: RedisServer) -> int:
 
 
 def _client_kill(fault: RedisClientKill, server: RedisServer, gcs_pid: int,
-                 journal: Callable[[RedisEvent], None]) -> Iterator[RedisEvent]:
+                 journal: Callable[[RedisEvent], None]) -> Started:
     ids = gcs_connections(server, gcs_pid)
     if not ids:
         raise FaultIneffective(f"gcs_server pid {gcs_pid} holds no connection to {server.address}: nothing to kill")
@@ -183,32 +205,37 @@ def _client_kill(fault: RedisClientKill, server: RedisServer, gcs_pid: int,
     event = RedisEvent("inject", fault.KIND, time.monotonic(),
                        f"CLIENT KILL closed all {killed} connections of gcs_server pid {gcs_pid}; the server stays up")
     journal(event)
-    try:
-        yield event
-    finally:
+
+    def heal() -> None:
         journal(RedisEvent("heal", fault.KIND, time.monotonic(),
                            "nothing to heal: the server is up; connecting again is the GCS's part"))
+    return event, heal
 
 
 def _idle_timeout(fault: RedisIdleTimeout, server: RedisServer, gcs_pid: int,
-                  journal: Callable[[RedisEvent], None]) -> Iterator[RedisEvent]:
+                  journal: Callable[[RedisEvent], None]) -> Started:
     old, held = _config_timeout(server), gcs_connections(server, gcs_pid)
+
+    def heal() -> None:
+        server.command("CONFIG", "SET", "timeout", old)
+        now = _config_timeout(server)
+        if now != old:
+            raise FaultIneffective(f"CONFIG SET timeout {old} left the server's timeout at {now}")
+        journal(RedisEvent("heal", fault.KIND, time.monotonic(),
+                           f"timeout set back to {old}; {_closed_text(server, gcs_pid, held)}"))
+
     with socket.create_connection(("127.0.0.1", server.port), timeout=1.0) as idle:
         server.command("CONFIG", "SET", "timeout", fault.timeout)
         try:
             took = _closed_by_server(idle, within=fault.timeout + 5.0)
-            event = RedisEvent("inject", fault.KIND, time.monotonic(),
-                               f"timeout {old} -> {fault.timeout} s; an idle connection was closed by the "
-                               f"server {took:.1f} s later")
-            journal(event)
-            yield event
-        finally:
-            server.command("CONFIG", "SET", "timeout", old)
-            now = _config_timeout(server)
-            if now != old:
-                raise FaultIneffective(f"CONFIG SET timeout {old} left the server's timeout at {now}")
-            journal(RedisEvent("heal", fault.KIND, time.monotonic(),
-                               f"timeout set back to {old}; {_closed_text(server, gcs_pid, held)}"))
+        except BaseException:
+            heal()  # set, but not confirmed: set back before the fault is reported ineffective
+            raise
+    event = RedisEvent("inject", fault.KIND, time.monotonic(),
+                       f"timeout {old} -> {fault.timeout} s; an idle connection was closed by the server "
+                       f"{took:.1f} s later")
+    journal(event)
+    return event, heal
 
 
 def _closed_text(server: RedisServer, gcs_pid: int, held: set[int]) -> str:
@@ -253,3 +280,28 @@ def _int(reply: object) -> int:
 def _config_timeout(server: RedisServer) -> int:
     reply = server.command("CONFIG", "GET", "timeout")
     return _int(reply[1] if isinstance(reply, list) and len(reply) == 2 else reply)
+
+
+@contextmanager
+def _inject(ctx: FaultContext, fault: RedisFault, at: float | None, rng: random.Random) -> Iterator[Injection]:
+    """A Redis fault on the cluster at the engine's address: its Redis, and its GCS's pid now."""
+    head = head_of(ctx.address)
+    server = redis_of(head.node.redis_address or "")
+    proc = RayProcess(0, head.node_id, f"redis-server at {server.address}")
+
+    def journal(event: RedisEvent) -> None:
+        ctx.record(event.step, fault, at, proc, event.detail)
+
+    event, heal = _start(fault, server, head.gcs_pid(), journal)
+    with ctx.on_heal(heal):
+        yield Injection(fault, (proc,), found=event)
+
+
+_ON_ITS_GCS = frozenset({Need.GCS})
+register(
+    FaultSpec(record=KillRedis, inject=_inject, needs=_ON_ITS_GCS, colour="#9d0208",
+              example={"seconds": 5, "keep_data": True}),
+    FaultSpec(record=RedisClientKill, inject=_inject, needs=_ON_ITS_GCS, colour="#f48c06", example={}),
+    FaultSpec(record=RedisIdleTimeout, inject=_inject, needs=_ON_ITS_GCS, colour="#588157",
+              example={"timeout": 1, "seconds": 11}),
+)

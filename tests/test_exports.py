@@ -62,8 +62,8 @@ SUBMODULES = {
     },
     "chaos.agents": {"AGENT_START_TIMEOUT", "ChaosAgent", "agent_for", "start_agents", "stop_agents"},
     "chaos.net": {"COMMAND_TIMEOUT", "NetLab", "NetNode", "kill_node_processes", "lab_of", "run"},
-    "chaos.gcs": {"KillRedis", "RedisClientKill", "RedisEvent", "RedisFault", "RedisFaultKind", "RedisIdleTimeout",
-                  "RedisServer", "gcs_connections", "head_of", "inject_redis_fault", "redis_of"},
+    "chaos.gcs": {"KillRedis", "RedisClientKill", "RedisEvent", "RedisFault", "RedisIdleTimeout", "RedisServer",
+                  "gcs_connections", "head_of", "inject_redis_fault", "redis_of"},
     "chaos.cluster": {
         "TEST_SYSTEM_CONFIG", "ClusterHandle", "NodeRow", "NodeState", "capped_filesystem", "cleanup_machine",
         "free_bytes",

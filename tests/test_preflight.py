@@ -18,7 +18,8 @@ def test_every_kind_of_fault_says_what_it_needs() -> None:
                            FaultKind.DRAIN_NODE, FaultKind.LIMIT_OPEN_FILES}
     assert {k for k, needs in NEEDS.items() if Need.CONTROL in needs} == acting_on_processes
     assert {k for k, needs in NEEDS.items() if Need.PROC in needs} == acting_on_processes
-    assert {k for k, needs in NEEDS.items() if Need.GCS in needs} == {FaultKind.KILL_GCS}
+    assert {k for k, needs in NEEDS.items() if Need.GCS in needs} == {
+        FaultKind.KILL_GCS, FaultKind.KILL_REDIS, FaultKind.REDIS_CLIENT_KILL, FaultKind.REDIS_IDLE_TIMEOUT}
     assert {k for k, needs in NEEDS.items() if Need.RAYCHAOS in needs} == {FaultKind.MEMORY}
     assert NEEDS[FaultKind.RPC_FAILURE] == frozenset()  # set up with the cluster, not on one someone runs
 

@@ -18,6 +18,7 @@ import pytest
 from ray import cloudpickle
 
 from actors import CheckpointedCounter, mutation
+from chaos import FaultKind
 from scenarios.workloads._redis_loss import RedisLoss
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
@@ -48,17 +49,23 @@ def test_the_redis_loss_scenario_holds_and_its_twin_misses_every_fault(tmp_path:
 class FrozenGcs(RedisLoss):
     """Through the idle timeout the GCS is SIGSTOPped past the hang bound: alive, silent."""
 
-    def _during(self, case: Any) -> None:
-        if case != "redis_idle_timeout":
-            super()._during(case)
-            return
-        pid = self.gcs_pid
+    frozen = False
+
+    def step(self) -> bool:
+        idle = next(e.at for e in self.ctx.plan.entries if e.kind is FaultKind.REDIS_IDLE_TIMEOUT)
+        if self.frozen or self.ctx.elapsed() < idle + 2.0:  # once the timeout is confirmed
+            return super().step()
+        self.frozen, pid = True, self.gcs_pid
         os.kill(pid, signal.SIGSTOP)
         try:
             # Past the bound however the quiet probes fall: silent for longer than it.
             self.ctx.stop.wait(self.p.hang_bound + self.p.quiet_every + self.p.probe_timeout + 2.0)
         finally:
             os.kill(pid, signal.SIGCONT)
+        return True
+
+    def call_bounds(self) -> dict[str, float]:
+        return {**super().call_bounds(), "step": 30.0}
 
 
 class NeedsTheGcs(CheckpointedCounter):
@@ -93,19 +100,22 @@ import json, sys
 sys.path.insert(0, {tests!r})
 import test_redis_loss as t
 from chaos import Schedule
+from chaos.gcs import KillRedis, RedisIdleTimeout
 from scenarios import Scenario, run_scenario
 from scenarios.runner import SteadyState
 cls = getattr(t, {plant!r})
-scenario = Scenario(name="planted-redis-loss", description="planted", workload="planted", schedule=Schedule(()),
-                    duration=60, invariants=cls.INVARIANTS, params={params!r}, strict_faults=False,
+faults = {{"kill_redis": KillRedis(seconds=5), "redis_idle_timeout": RedisIdleTimeout(timeout=1, seconds=11)}}
+schedule = Schedule.explicit([(3.0 + 13.0 * i, faults[kind]) for i, kind in enumerate({kinds!r})])
+scenario = Scenario(name="planted-redis-loss", description="planted", workload="planted", schedule=schedule,
+                    duration={duration!r}, invariants=cls.INVARIANTS, params={params!r},
                     gcs_fault_tolerance=True, steady_state=SteadyState(before=False, after=False))
 (result,) = run_scenario(scenario, baseline=False, workloads={{"planted": cls}})
 print("VERDICTS " + json.dumps({{v.name: [v.held, v.detail] for v in result.verdicts}}))
 """
 
 
-def planted(plant: str, params: dict[str, Any]) -> dict[str, tuple[bool, str]]:
-    script = PLANT.format(tests=str(ROOT / "tests"), plant=plant, params=params)
+def planted(plant: str, kinds: list[str], params: dict[str, Any], *, duration: float) -> dict[str, tuple[bool, str]]:
+    script = PLANT.format(tests=str(ROOT / "tests"), plant=plant, kinds=kinds, params=params, duration=duration)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=ROOT)
     line = next((ln for ln in out.stdout.splitlines() if ln.startswith("VERDICTS ")), None)
     assert line is not None, out.stdout[-3000:] + out.stderr[-3000:]
@@ -114,7 +124,7 @@ def planted(plant: str, params: dict[str, Any]) -> dict[str, tuple[bool, str]]:
 
 @pytest.mark.deep  # CI's budget
 def test_a_gcs_alive_and_silent_past_the_bound_breaks_never_hung_and_the_documented_fate() -> None:
-    verdicts = planted("FrozenGcs", {"cases": ["kill_redis", "redis_idle_timeout"]})
+    verdicts = planted("FrozenGcs", ["kill_redis", "redis_idle_timeout"], {}, duration=30)
     assert {n for n, (held, _) in verdicts.items() if not held} == {"gcs_never_hung", "gcs_fate_as_documented"}, \
         verdicts
     assert "redis_idle_timeout: hung" in verdicts["gcs_never_hung"][1]
@@ -122,8 +132,8 @@ def test_a_gcs_alive_and_silent_past_the_bound_breaks_never_hung_and_the_documen
 
 @pytest.mark.deep  # CI's budget: the scenario's twin shows its fault verdicts false in make slow
 def test_a_late_restart_lost_writes_and_an_actor_that_needs_the_gcs_break_their_invariants() -> None:
-    verdicts = planted("ForgetfulSlowRecovery", {"cases": ["kill_redis"], "restart_delay": 6.0,
-                                                 "recover_within": 3.0})
+    verdicts = planted("ForgetfulSlowRecovery", ["kill_redis"], {"restart_delay": 6.0, "recover_within": 3.0},
+                       duration=14)
     assert {n for n, (held, _) in verdicts.items() if not held} == {
         "recovered_after_heal", "actors_served_throughout", "acknowledged_state_kept"}, verdicts
     late = re.search(r"bound 3 s; kill_redis: exited, (not served again|served again ([\d.]+) s after)",

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from chaos import Chaos, FaultKind
 from chaos._errors import FaultIneffective, InvalidFaultSpec
 from chaos._redis import RedisReplyError, _read_reply, encode, redis_of, redis_server
 from chaos._redis_faults import (
     KillRedis,
     RedisClientKill,
     RedisEvent,
-    RedisFaultKind,
     RedisIdleTimeout,
     gcs_connections,
     inject_redis_fault,
@@ -37,7 +37,7 @@ from scenarios.workloads._redis_loss import (
     recovered_verdict,
 )
 
-KILL, DROP, IDLE = RedisFaultKind.KILL_REDIS, RedisFaultKind.REDIS_CLIENT_KILL, RedisFaultKind.REDIS_IDLE_TIMEOUT
+KILL, DROP, IDLE = FaultKind.KILL_REDIS, FaultKind.REDIS_CLIENT_KILL, FaultKind.REDIS_IDLE_TIMEOUT
 
 
 def probes(*marks: str, every: float = 1.0, took: float = 0.5) -> list[GcsSample]:
@@ -84,8 +84,9 @@ def test_only_the_probes_of_the_window_count() -> None:
 # -- the verdicts ---------------------------------------------------------------------------------
 
 
-def case(kind: RedisFaultKind, fate: GcsFate, recovered_in: float | None = 1.0) -> CaseResult:
-    return CaseResult(kind, fate, recovered_in, fate is GcsFate.EXITED, "evidence")
+def case(kind: FaultKind, fate: GcsFate, recovered_in: float | None = 1.0) -> CaseResult:
+    return CaseResult(kind=kind, fate=fate, recovered_in=recovered_in, restarted=fate is GcsFate.EXITED,
+                      detail="evidence")
 
 
 def test_never_hung_holds_for_served_and_exited_and_breaks_on_hung_or_unseen() -> None:
@@ -154,6 +155,21 @@ def test_fault_records_refuse_bad_values() -> None:
     for bad in (0, -1, 1.5, True, 601):
         with pytest.raises(InvalidFaultSpec, match="`timeout` must be"):
             RedisIdleTimeout(timeout=bad)  # type: ignore[arg-type]
+    for bad in (0, -1, 601, float("nan"), True):
+        with pytest.raises(InvalidFaultSpec, match=r"`seconds` must be a duration in \(0, 600\] seconds"):
+            KillRedis(seconds=bad)
+        with pytest.raises(InvalidFaultSpec, match="`seconds` must be"):
+            RedisIdleTimeout(seconds=bad)
+    with pytest.raises(InvalidFaultSpec, match="`keep_data` must be true or false"):
+        KillRedis(keep_data="yes")  # type: ignore[arg-type]
+
+
+def test_on_a_cluster_this_process_did_not_start_a_redis_fault_fails_journaled() -> None:
+    """Scheduled like any fault, it needs the cluster's Redis: one it cannot reach is no pass."""
+    chaos = Chaos(address="127.0.0.1:1")
+    with pytest.raises(InvalidFaultSpec), chaos.inject(RedisClientKill()):
+        pass
+    assert [e.kind for e in chaos.journal.events] == []  # nothing happened, nothing injected
 
 
 def test_a_redis_not_started_here_is_refused() -> None:

@@ -27,8 +27,6 @@ BUILTINS = ["async-actor", "bandwidth-starved", "corrupt-checkpoint", "dqn-cartp
             "tune-trials"]
 #: Built-ins whose faults are set up with the cluster, not scheduled (Ray's RPC failure knob).
 NO_SCHEDULE = {"rpc-failures", "rpc-failures-no-retries"}
-#: Built-ins whose workload drives its own faults (Redis's, which the engine does not schedule).
-WORKLOAD_FAULTS = {"redis-loss"}
 
 
 def test_every_builtin_scenario_loads() -> None:
@@ -36,7 +34,8 @@ def test_every_builtin_scenario_loads() -> None:
     for name in BUILTINS:
         scenario = load_scenario(name)
         assert scenario.name == name and scenario.invariants
-        assert bool(scenario.schedule.entries) != (name in NO_SCHEDULE | WORKLOAD_FAULTS), name
+        assert bool(scenario.schedule.entries) != (name in NO_SCHEDULE), name
+        assert scenario.strict_faults, f"{name}: every built-in's faults are the schedule's, each confirmed"
         assert bool(scenario.rpc_failures) == (name in NO_SCHEDULE), name
 
 

@@ -4,9 +4,13 @@ load. The GCS's behaviour is judged as verdicts: it keeps serving, or it exits (
 failure a supervisor restarts, as KubeRay restarts the head) — never alive and silent past a
 bound — and the cluster recovers with every acknowledged write to the GCS kept.
 
-The workload drives these faults itself (the engine has no Redis fault kind): in the chaos run
-each case is injected, held, healed and judged in turn; the fault-free twin runs the same
-load for as long, so every verdict that needs a fault finds none there.
+The faults are the scenario's schedule (``kill_redis``, ``redis_client_kill``,
+``redis_idle_timeout``: fault kinds like any other, confirmed or the run fails); the workload
+keeps the load on, quiets its writes to the GCS through each idle timeout's span, restarts an
+exited GCS as a supervisor would, and judges each fault over its window, the GCS's fate told
+by the probes from its start until an exit, an answer after its heal, or a silence past the
+bound. The fault-free twin runs the same load over the same planned spans, so every verdict
+that needs a fault finds none there.
 """
 
 from __future__ import annotations
@@ -17,35 +21,23 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any
 
 import psutil
-from pydantic import Field
 
 from actors import CheckpointedCounter
-from chaos import check_set, wait_until
-from chaos.gcs import (
-    KillRedis,
-    RedisClientKill,
-    RedisEvent,
-    RedisFault,
-    RedisFaultKind,
-    RedisIdleTimeout,
-    RedisServer,
-    head_of,
-    inject_redis_fault,
-    redis_of,
-)
+from chaos import FaultKind, check_set, wait_until
+from chaos.gcs import RedisEvent, RedisServer, head_of, redis_of
 from chaos.history import History, Op, OpStatus
 from scenarios.model._records import Verdict
-from scenarios.model._workload import CALL_TIMEOUT, Params, Workload
+from scenarios.model._workload import CALL_TIMEOUT, FaultWindow, Params, Workload
 from scenarios.workloads._surface import Ack, Ledger
 
 __all__ = ["DOCUMENTED_FATE", "CaseResult", "GcsFate", "GcsSample", "RedisLoss", "acknowledged_kept_verdict",
            "actors_served_verdict", "fate_verdict", "gcs_fate", "never_hung_verdict", "recovered_verdict"]
 
-Case = Literal["kill_redis", "redis_client_kill", "redis_idle_timeout"]
-ALL_CASES: tuple[Case, ...] = ("kill_redis", "redis_client_kill", "redis_idle_timeout")
+#: The Redis faults the workload judges, each over its window.
+REDIS_KINDS = (FaultKind.KILL_REDIS, FaultKind.REDIS_CLIENT_KILL, FaultKind.REDIS_IDLE_TIMEOUT)
 
 
 class GcsFate(StrEnum):
@@ -58,14 +50,14 @@ class GcsFate(StrEnum):
 
 
 #: The fate Ray documents (or states) for each fault, and where it says so.
-DOCUMENTED_FATE: dict[RedisFaultKind, tuple[GcsFate, str]] = {
-    RedisFaultKind.KILL_REDIS: (GcsFate.EXITED, "Ray's test_redis_failureover: 'When Redis master failed, Ray "
+DOCUMENTED_FATE: dict[FaultKind, tuple[GcsFate, str]] = {
+    FaultKind.KILL_REDIS: (GcsFate.EXITED, "Ray's test_redis_failureover: 'When Redis master failed, Ray "
                                 "should crash'; the GCS fault tolerance page: the restarted GCS loads its "
                                 "data from Redis"),
-    RedisFaultKind.REDIS_CLIENT_KILL: (GcsFate.EXITED, "Ray's maintainers (ray-project/ray#65298): the GCS "
+    FaultKind.REDIS_CLIENT_KILL: (GcsFate.EXITED, "Ray's maintainers (ray-project/ray#65298): the GCS "
                                        "does not connect again; every command fails until its retries run "
                                        "out and it exits ('Failed to run redis cmds')"),
-    RedisFaultKind.REDIS_IDLE_TIMEOUT: (GcsFate.EXITED, "Ray's maintainers (ray-project/ray#47419, "
+    FaultKind.REDIS_IDLE_TIMEOUT: (GcsFate.EXITED, "Ray's maintainers (ray-project/ray#47419, "
                                         "ray-project/ray#65298): a connection the server closes as idle is "
                                         "not opened again, and the GCS exits at its next command"),
 }
@@ -115,7 +107,7 @@ def gcs_fate(samples: Iterable[GcsSample], exits: Iterable[float], *, start: flo
 class CaseResult:
     """One Redis fault of the run and what the GCS and the cluster did."""
 
-    kind: RedisFaultKind
+    kind: FaultKind
     fate: GcsFate
     #: Seconds from the fault's heal until the cluster served again (None: not within the bound).
     recovered_in: float | None
@@ -171,12 +163,6 @@ def _cases_text(cases: Sequence[CaseResult]) -> str:
 
 
 class RedisLossParams(Params):
-    #: The Redis faults, in order.
-    cases: list[Case] = Field(default_factory=lambda: list(ALL_CASES))
-    #: How long the killed Redis stays down.
-    down: float = 5.0
-    #: The idle timeout set on the server (it stays set until the GCS exits, or past the hang bound).
-    idle_timeout: int = 1
     #: How long the GCS may be alive without answering one write before it counts as hung.
     hang_bound: float = 8.0
     #: How long the supervisor waits before it restarts an exited GCS (KubeRay's restart).
@@ -185,16 +171,16 @@ class RedisLossParams(Params):
     recover_within: float = 20.0
     #: How long one probe write to the GCS may take.
     probe_timeout: float = 2.0
-    #: Seconds between the driver's writes to the GCS under the idle timeout: a quiet cluster,
-    #: whose connections to Redis idle past the timeout (the GCS's own 100 ms health check
-    #: keeps only the connection it pings on busy).
+    #: Seconds between the driver's writes to the GCS through an idle timeout's span: a quiet
+    #: cluster, whose connections to Redis idle past the timeout (the GCS's own 100 ms health
+    #: check keeps only the connection it pings on busy).
     quiet_every: float = 3.0
 
 
 class RedisLoss(Workload):
     """A detached named counter written by the driver, writes to the GCS's key-value store,
-    and a supervisor that restarts an exited GCS, while the GCS's Redis is killed, its
-    connections dropped, and idle connections closed by a server timeout."""
+    and a supervisor that restarts an exited GCS, while the schedule kills the GCS's Redis,
+    drops its connections, and has the server close idle connections."""
 
     BASELINE = True  # the fault-free twin: every trace of the fault must be missing there
     FAULT_VERDICTS = ("gcs_never_hung", "gcs_fate_as_documented", "recovered_after_heal", "actors_served_throughout")
@@ -215,21 +201,27 @@ class RedisLoss(Workload):
             f"{self.ctx.storage}/counter", durability="wal", every_n=50), "driver")
         ray.get(self.ledger.actor.get.remote(), timeout=CALL_TIMEOUT)
         self.kv, self.history, self.samples = self._client(), History(), list[GcsSample]()
-        self.cases: list[CaseResult] = []
-        self.events: list[RedisEvent] = []
+        self.recoveries: dict[tuple[FaultKind, float], float | None] = {}  # by window: seconds to serve again
         self.restarts: list[float] = []
         self.exits: list[float] = []  #: when the supervisor saw the GCS gone
-        self.down_acks, self.seq, self.done, self.quiet = 0, 0, threading.Event(), threading.Event()
+        self.down_acks, self.seq, self.done = 0, 0, threading.Event()
+        #: The idle timeouts' spans, seconds into the run: the probes go quiet then.
+        self.quiet_spans = [(e.at, e.at + float(getattr(e.fault, "seconds", 0.0)) + self.p.quiet_every)
+                            for e in self.ctx.plan.entries if e.kind is FaultKind.REDIS_IDLE_TIMEOUT]
+        loops = (self._probe_loop, self._add_loop, self._supervise_loop, self._recovery_loop)
         self.threads = [threading.Thread(target=loop, daemon=True, name=f"redis-loss-{loop.__name__}")
-                        for loop in (self._probe_loop, self._add_loop, self._supervise_loop)]
+                        for loop in loops]
         for thread in self.threads:
             thread.start()
 
     def call_bounds(self) -> dict[str, float]:
-        one = self.p.down + self.p.quiet_every + 2 * self.p.hang_bound + self.p.recover_within + 10.0
-        return {"step": 60.0 + one * len(self.p.cases), "invariants": 120.0}
+        return {"step": 1.0 + CALL_TIMEOUT, "invariants": 120.0 + self._decision_bound() + self.p.recover_within}
 
-    # -- the load, the probes and the supervisor, each on its own thread ---------------------
+    def _decision_bound(self) -> float:
+        """Seconds after a heal by which the probes tell the GCS's fate."""
+        return self.p.hang_bound + self.p.quiet_every + self.p.probe_timeout + 1.0
+
+    # -- the load, the probes, the supervisor and the recoveries, each on its own thread -------
 
     def _client(self) -> Any:
         import ray
@@ -242,8 +234,12 @@ class RedisLoss(Workload):
         except psutil.NoSuchProcess:
             return False
 
+    def _quiet(self) -> bool:
+        now = self.ctx.elapsed()
+        return any(start <= now <= end for start, end in self.quiet_spans)
+
     def _probe_loop(self) -> None:
-        while not self.done.wait(self.p.quiet_every if self.quiet.is_set() else 0.1):  # the probes' pace
+        while not self.done.wait(self.p.quiet_every if self._quiet() else 0.1):  # the probes' pace
             pid, start, key = self.gcs_pid, time.monotonic(), ("kv", self.seq)
             self.seq += 1
             self.history.invoke(key, "driver")
@@ -290,65 +286,52 @@ class RedisLoss(Workload):
         self.gcs_pid, _ = self.head.restart_gcs(self.ctx.address)
         self.restarts.append(time.monotonic())
 
-    # -- the faults ---------------------------------------------------------------------------
+    def _recovery_loop(self) -> None:
+        """Once each Redis fault is healed, how long the cluster took to serve again (bounded)."""
+        while not self.done.wait(0.2) and self.ctx.faults:  # the watch's pace
+            for window in self._windows():
+                if (window.kind, window.start) not in self.recoveries:
+                    self.recoveries[(window.kind, window.start)] = self._recovery(self._mono(window.end))
+
+    def _windows(self) -> list[FaultWindow]:
+        return sorted((w for kind in REDIS_KINDS for w in self.ctx.windows(kind)), key=lambda w: w.start)
+
+    def _mono(self, t: float) -> float:
+        """``t`` seconds into the run, on ``time.monotonic()``'s clock."""
+        return self.ctx.started + t
+
+    # -- each fault's fate, over its window -------------------------------------------------------
 
     def step(self) -> bool:
-        for case in self.p.cases:
-            if self.ctx.stop.is_set():
-                break
-            self.ctx.stop.wait(1.0)  # load before each fault
-            if self.ctx.faults:
-                self.cases.append(self._run_case(case))
-            else:
-                self.ctx.stop.wait(self._hold(case) + 1.0)  # the twin's load, about as long
-        return False
+        """The load runs on its threads; the schedule injects the faults."""
+        self.ctx.stop.wait(0.5)  # the step's pace
+        return True
 
-    def _fault(self, case: Case) -> RedisFault:
-        faults: dict[str, RedisFault] = {"kill_redis": KillRedis(), "redis_client_kill": RedisClientKill(),
-                                         "redis_idle_timeout": RedisIdleTimeout(timeout=self.p.idle_timeout)}
-        return faults[case]
-
-    def _hold(self, case: Case) -> float:
-        return {"kill_redis": self.p.down, "redis_client_kill": self.p.hang_bound,
-                "redis_idle_timeout": self.p.hang_bound + self.p.quiet_every}[case]
-
-    def _run_case(self, case: Case) -> CaseResult:
-        fault, start, restarts = self._fault(case), time.monotonic(), len(self.restarts)
-        if case == "redis_idle_timeout":
-            self.quiet.set()
-        with inject_redis_fault(fault, self.server, gcs_pid=self.gcs_pid, journal=self.events.append):
-            self._during(case)
-        healed = time.monotonic()
-        end = self._decided(start, healed)
-        self.quiet.clear()
+    def _case(self, window: FaultWindow, until: float) -> CaseResult:
+        """The fault of ``window`` judged from its start until its fate was told, at the latest
+        ``until`` (the next fault's start, or its heal plus the decision bound; monotonic clock)."""
+        start, healed = self._mono(window.start), self._mono(window.end)
+        end = self._told(start, healed, until)
         fate = gcs_fate(list(self.samples), list(self.exits), start=start, end=end, hang_bound=self.p.hang_bound)
-        recovered = self._recovery(healed)
-        events = [e.detail for e in self.events if e.at >= start]
-        return CaseResult(fault.KIND, fate, recovered, len(self.restarts) > restarts, "; ".join(events))
+        event = window.injection.found if window.injection is not None else None
+        restarted = any(start <= t <= until for t in self.restarts)
+        return CaseResult(window.kind, fate, self.recoveries.get((window.kind, window.start)), restarted,
+                          event.detail if isinstance(event, RedisEvent) else "no injection recorded")
 
-    def _during(self, case: Case) -> None:
-        """Hold the fault: its length, or, for dropped and idle connections, until the GCS exits."""
-        pid, deadline = self.gcs_pid, time.monotonic() + self._hold(case)
-        while time.monotonic() < deadline and not self.ctx.stop.is_set():
-            if case != "kill_redis" and not self._alive(pid):
-                return
-            self.ctx.stop.wait(0.1)  # the hold's poll
-
-    def _decided(self, start: float, healed: float) -> float:
-        """Wait until the probes tell the GCS's fate (bounded): an exit, a probe answered after
-        the heal, or a silence past the bound. Returns when the window ends."""
-        bound = self.p.hang_bound + self.p.quiet_every + self.p.probe_timeout + 1.0
-
+    def _told(self, start: float, healed: float, until: float) -> float:
+        """When the probes told the GCS's fate (an exit, a probe answered after the heal, a
+        silence past the bound), waited for while it may still come; ``until`` at the latest."""
         def told() -> bool:
             window = [s for s in self.samples if s.at >= start]
-            return (any(t >= start for t in self.exits) or any(not s.alive for s in window)
-                    or any(s.answered for s in window if s.at >= healed) or longest_silence(window) > self.p.hang_bound)
+            return (time.monotonic() >= until or any(x >= start for x in self.exits)
+                    or any(not s.alive for s in window) or any(s.answered for s in window if s.at >= healed)
+                    or longest_silence(window) > self.p.hang_bound)
 
         try:
-            wait_until(told, timeout=bound, interval=0.1, what="the GCS's fate")
+            wait_until(told, timeout=max(0.1, until - time.monotonic()) + 1.0, interval=0.1, what="the GCS's fate")
         except Exception:  # noqa: BLE001 - an untold fate is judged unseen, not raised
             pass
-        return time.monotonic()
+        return min(time.monotonic(), until)
 
     def _recovery(self, healed: float) -> float | None:
         try:
@@ -382,12 +365,28 @@ class RedisLoss(Workload):
         return f"the GCS finds the counter, which holds {ray.get(found.get.remote(), timeout=5)}"
 
     def invariants(self) -> list[Verdict]:
+        cases = self._cases()
         self._stop_threads()
         counts = self.ledger.counts
-        return [never_hung_verdict(self.cases), fate_verdict(self.cases),
-                recovered_verdict(self.cases, self.p.recover_within),
+        return [never_hung_verdict(cases), fate_verdict(cases), recovered_verdict(cases, self.p.recover_within),
                 actors_served_verdict(counts[Ack.ACKED], counts[Ack.UNKNOWN], self.down_acks),
                 acknowledged_kept_verdict(self.history.ops(), self._stored())]
+
+    def _cases(self) -> list[CaseResult]:
+        """Each Redis fault that happened, judged over its window (none in the fault-free twin:
+        its verdicts over no fault are unknown, never held)."""
+        windows = self._windows()
+        if not self.ctx.faults or not windows:
+            return []
+        self.ctx.faults_settled.wait(timeout=self.p.recover_within + CALL_TIMEOUT)
+        try:  # the last fault's recovery may still be under way
+            wait_until(lambda: all((w.kind, w.start) in self.recoveries for w in windows),
+                       timeout=self.p.recover_within + 5.0, interval=0.2, what="the last fault's recovery")
+        except Exception:  # noqa: BLE001 - one not measured is judged not recovered
+            pass
+        nexts = [self._mono(w.start) for w in windows[1:]] + [float("inf")]
+        return [self._case(w, min(nxt, self._mono(w.end) + self._decision_bound())) for w, nxt in
+                zip(windows, nexts, strict=True)]
 
     def _stored(self) -> list[tuple[str, int]]:
         keys = self._client().internal_kv_keys(b"w", self._namespace(), timeout=CALL_TIMEOUT)
