@@ -54,10 +54,10 @@ from chaos import (
     Starve,
     local_cluster,
 )
-from chaos._net import NEEDS, network_missing
 from chaos.agents import start_agents
 from chaos.cluster import capped_filesystem, redis_server
 from chaos.engine import FaultOutcome, ScheduleObserver, run_schedule
+from chaos.net._lab import NEEDS, network_missing
 
 FIRST_BOUND, REST_BOUND = 0.100, 0.050
 

@@ -92,12 +92,12 @@ VERDICTS: dict[str, set[str] | None] = {
 #: The network lab and its faults: the faults' confirmations and read-backs, the heals, the
 #: flapping link's halves, the lab's own objects and its leftovers.
 NETWORK: dict[str, set[str] | None] = {
-    "chaos/_net_faults.py": {
+    "chaos/net/_faults.py": {
         "peer_addresses", "drop_table", "parse_table", "_drop_rule", "rules_problem", "dropped", "confirm_rules",
         "confirm_cut", "_dropped_probe", "_ways", "confirm_open", "loss_probes", "confirm_loss", "burst_bytes",
         "confirm_capped", "confirm_capped.held", "_bucket_at", "heal_each", "_tables", "_tables.heal_one",
         "Flaps.flaps", "_flapped", "_flap", "table_present", "read_table", "delete_table"},
-    "chaos/_net.py": {"_plan", "_create", "network_leftovers", "_listing", "_json", "require_network",
+    "chaos/net/_lab.py": {"_plan", "_create", "network_leftovers", "_listing", "_json", "require_network",
                       "network_missing"},
 }
 #: The fault filesystem and its model: what a power loss keeps and drops, the faults' switches

@@ -121,7 +121,7 @@ def _tmpfs() -> list[Leftover]:
 def _network() -> list[Leftover]:
     import shutil
 
-    from chaos._net import LabObjectKind, lab_objects
+    from chaos.net._lab import LabObjectKind, lab_objects
 
     if not shutil.which("ip"):
         return []

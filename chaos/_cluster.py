@@ -24,10 +24,10 @@ from typing import Any
 import psutil
 
 from chaos._errors import FaultIneffective, InvalidConfig, InvalidFaultSpec
-from chaos._net import NetLab, network_lab, registered, require_network
-from chaos._net_cluster import join_workers, kill_workers, map_node_ids
 from chaos._reaper import Claim, ClaimKind, claim, release
 from chaos._wait import wait_until
+from chaos.net._cluster import join_workers, kill_workers, map_node_ids
+from chaos.net._lab import NetLab, network_lab, registered, require_network
 
 _log = logging.getLogger(__name__)
 

@@ -126,7 +126,7 @@ def _gcs(address: str, kinds: tuple[FaultKind, ...]) -> list[Missing]:
 
 
 def _network(address: str, kinds: tuple[FaultKind, ...]) -> list[Missing]:
-    from chaos._net import lab_of
+    from chaos.net._lab import lab_of
 
     try:
         lab_of(address)  # a cluster someone else runs has no links of raychaos's to cut

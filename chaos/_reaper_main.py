@@ -15,7 +15,7 @@ __all__ = ["UNDO", "main", "reclaim"]
 
 
 def _undo_netlab(name: str, workers: str) -> None:
-    from chaos._net import destroy_lab
+    from chaos.net._lab import destroy_lab
 
     destroy_lab(name, int(workers))
 

@@ -8,7 +8,7 @@ from chaos._cleanup import cleanup_machine
 from chaos._cluster import TEST_SYSTEM_CONFIG, ClusterHandle, local_cluster, ray_processes, reap
 from chaos._disk import free_bytes
 from chaos._ray_state import NodeRow, NodeState, live_nodes, node_states, short
-from chaos._redis import redis_server
+from chaos.gcs._redis import redis_server
 
 __all__ = [
     "TEST_SYSTEM_CONFIG",

@@ -21,9 +21,9 @@ from chaos._errors import (
 from chaos._failpoint import FailpointError
 from chaos._fusefs import FaultFSError
 from chaos._journal import JournalCorrupt
-from chaos._net import NetworkUnavailable
 from chaos._preflight import ClusterUnfit
 from chaos._reclaim import StillMounted, TeardownFailed
+from chaos.net._lab import NetworkUnavailable
 
 __all__ = [
     "AgentMismatch",

@@ -20,7 +20,7 @@ from chaos._capped import capped_mounts
 from chaos._cleanup import orphaned_processes
 from chaos._cluster import ray_processes
 from chaos._fusefs import fuse_mounts_left, fuse_servers_left
-from chaos._net import network_leftovers
+from chaos.net._lab import network_leftovers
 
 
 def paused_processes() -> list[psutil.Process]:

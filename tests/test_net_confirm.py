@@ -12,11 +12,10 @@ from typing import Any
 
 import pytest
 
-import chaos._net_faults as net_faults
+import chaos.net._faults as net_faults
 from chaos._errors import FaultIneffective
 from chaos._faults import PacketLoss
-from chaos._net import NetLab, NetNode, network_lab, network_missing, registered, run
-from chaos._net_faults import (
+from chaos.net._faults import (
     CHAINS,
     Flaps,
     _flap,
@@ -32,6 +31,7 @@ from chaos._net_faults import (
     read_table,
     rules_problem,
 )
+from chaos.net._lab import NetLab, NetNode, network_lab, network_missing, registered, run
 
 pytestmark = pytest.mark.skipif(bool(network_missing()), reason="the network lab needs root, nft, ip and tc")
 

@@ -11,13 +11,13 @@ from collections.abc import Iterator
 
 import pytest
 
-import chaos._net_faults as net_faults
+import chaos.net._faults as net_faults
 from chaos import Chaos, ChaosError, local_cluster
 from chaos._faults import Bandwidth, FlappingLink, PacketLoss, Partition
-from chaos._net import NetLab, NetNode, in_namespace, network_leftovers, network_missing
 from chaos.cluster import ClusterHandle
 from chaos.errors import FaultIneffective
 from chaos.journal import FaultEvent
+from chaos.net._lab import NetLab, NetNode, in_namespace, network_leftovers, network_missing
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow,
               pytest.mark.skipif(bool(network_missing()), reason="the network lab needs root, nft, ip and tc")]

@@ -11,7 +11,8 @@ import sys
 import pytest
 
 from chaos import local_cluster
-from chaos._net import (
+from chaos.errors import InvalidConfig
+from chaos.net._lab import (
     NEEDS,
     PREFIX,
     NetworkUnavailable,
@@ -22,7 +23,6 @@ from chaos._net import (
     network_missing,
     run,
 )
-from chaos.errors import InvalidConfig
 
 needs_net = pytest.mark.skipif(bool(network_missing()), reason=f"the network lab needs {NEEDS}")
 
@@ -106,7 +106,7 @@ def test_a_network_cluster_needs_a_worker_node() -> None:
 @needs_net
 def test_as_a_user_without_root_the_refusal_names_root() -> None:
     """Really not root: the refusal from a process that dropped to ``nobody``."""
-    code = ("from chaos._net import require_network\n"
+    code = ("from chaos.net._lab import require_network\n"
             "try:\n    require_network()\nexcept Exception as exc:\n    print(exc)\n")
     # Still allowed to read any file (an ambient capability, not root): a checkout in a private
     # folder (mktemp -d makes it 0700) must not turn the refusal into an import error.

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from chaos._net import network_missing
+from chaos.net._lab import network_missing
 from scenarios.model._records import RunLabel, Verdict
 from scenarios.workloads._lossy import (
     LinkSample,
@@ -220,7 +220,7 @@ def test_a_planted_corruption_turns_results_correct_red() -> None:
 
 def test_a_link_read_that_fails_mid_round_fails_the_round(monkeypatch: pytest.MonkeyPatch) -> None:
     """A link that cannot be read is not read as unfaulted: the sampler's error reaches the round."""
-    from chaos._net import NetCommandFailed
+    from chaos.net._lab import NetCommandFailed
     from scenarios.workloads import _lossy
 
     def broken(lab: object) -> dict[int, LinkSample]:

@@ -222,7 +222,7 @@ def test_no_superseded_write_is_red_for_a_write_of_the_old_incarnation_after_the
 
 
 def _network_missing() -> list[str]:
-    from chaos._net import network_missing
+    from chaos.net._lab import network_missing
 
     return network_missing()
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from chaos import wait_until
-from chaos._net import network_leftovers, network_missing
 from chaos.cluster import ray_processes
 from chaos.journal import read_journal
+from chaos.net._lab import network_leftovers, network_missing
 from conftest import default_sigint
 from scenarios import run_scenario
 from scenarios.model._records import RunLabel, Verdict

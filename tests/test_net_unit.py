@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from chaos import Bandwidth, FaultKind, FlappingLink, NodeTarget, PacketLoss, Partition
-from chaos._net_faults import drop_table, loss_probes
 from chaos.engine import fault_from_dict, fault_to_dict
 from chaos.errors import InvalidFaultSpec
+from chaos.net._faults import drop_table, loss_probes
 from scenarios.model._scenario import ScenarioError, load_scenario
 from scenarios.workloads._network import LogLine, superseded_writes
 
@@ -74,7 +74,7 @@ def test_a_network_cluster_needs_worker_nodes(tmp_path) -> None:  # type: ignore
 
 def test_a_link_that_did_not_flap_as_recorded_makes_the_fault_ineffective() -> None:
     from chaos._errors import FaultIneffective
-    from chaos._net_faults import Flaps, _flapped
+    from chaos.net._faults import Flaps, _flapped
 
     fault = FlappingLink(period=1.0, seconds=5.0)
     _flapped(fault, Flaps(ups=5, downs=4), held=5.0)  # every half second, less the last: as recorded
@@ -89,7 +89,7 @@ def test_a_lab_listing_that_fails_is_a_leftover_not_a_clean_bill(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The leak check fails closed: an `ip` that cannot list (broken, no permission) leaves
     namespaces unknown, which is reported, never read as none."""
-    from chaos._net import network_leftovers
+    from chaos.net._lab import network_leftovers
 
     fake = tmp_path / "ip"
     fake.write_text("#!/bin/sh\necho 'cannot open netns dir' >&2\nexit 3\n")

@@ -31,11 +31,11 @@ from ray import cloudpickle
 from actors import CheckpointConfig, CheckpointedCounter
 from actors.checkpoint import Superseded
 from chaos import Chaos, NodeTarget, Partition, wait_until
-from chaos._net import network_missing
-from chaos._net_cluster import rejoin
 from chaos.cluster import TEST_SYSTEM_CONFIG, ClusterHandle, local_cluster
 from chaos.errors import TargetNotFound
 from chaos.history import History, OpStatus, check_set
+from chaos.net._cluster import rejoin
+from chaos.net._lab import network_missing
 from conftest import scaled
 from scenarios.workloads._network import LogLine, read_log, superseded_writes
 

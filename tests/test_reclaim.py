@@ -19,9 +19,9 @@ import pytest
 from click.testing import CliRunner
 
 from chaos._fusefs import fault_filesystem, fuse_mounts_left
-from chaos._net import NEEDS, PREFIX, _destroy, _plan, network_lab, network_leftovers, network_missing, run
 from chaos._wait import wait_until
 from chaos.cluster import capped_filesystem
+from chaos.net._lab import NEEDS, PREFIX, _destroy, _plan, network_lab, network_leftovers, network_missing, run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 needs_net = pytest.mark.skipif(bool(network_missing()), reason=f"the network lab needs {NEEDS}")
@@ -72,7 +72,7 @@ def _driver(code: str) -> Iterator[tuple[subprocess.Popen[str], dict[str, object
 
 _LAB_DRIVER = """
     import json, time
-    from chaos._net import network_lab
+    from chaos.net._lab import network_lab
     with network_lab(2) as lab:
         print(json.dumps({"lab": lab.name}), flush=True)
         time.sleep(600)  # until the test kills this driver
@@ -96,7 +96,7 @@ def test_a_killed_drivers_network_lab_is_reclaimed_by_its_reaper() -> None:
 _CLEAN_DRIVER = """
     import json
     from chaos import _reaper
-    from chaos._net import network_lab
+    from chaos.net._lab import network_lab
     with network_lab(1) as lab:
         pass
     print(json.dumps({"lab": lab.name, "reaper": _reaper.reaper_pid()}), flush=True)
@@ -118,7 +118,7 @@ def test_after_a_normal_teardown_the_reaper_does_nothing_and_ends_with_its_drive
 _REPLACED_DRIVER = """
     import json, sys, time
     from chaos import _reaper
-    from chaos._net import network_lab
+    from chaos.net._lab import network_lab
     from chaos.cluster import capped_filesystem
     with network_lab(1) as lab:
         print(json.dumps({"lab": lab.name, "reaper": _reaper.reaper_pid()}), flush=True)
@@ -208,7 +208,7 @@ def test_a_killed_drivers_fault_filesystem_whose_server_died_too_is_unmounted_by
 _MANY_DRIVER = """
     import json, os, signal, subprocess, time
     from chaos import _reaper
-    from chaos._net import _enter, network_lab
+    from chaos.net._lab import _enter, network_lab
     from chaos._reclaim import OWNER_ENV, me
     from chaos._fusefs import fault_filesystem
     from chaos.cluster import capped_filesystem
@@ -331,7 +331,7 @@ def test_a_fault_filesystem_whose_unmount_fails_is_reported_and_its_folder_not_w
 
 @needs_net
 def test_a_lab_teardown_with_two_failing_steps_finishes_and_reports_both(monkeypatch: pytest.MonkeyPatch) -> None:
-    import chaos._net as net
+    import chaos.net._lab as net
     from chaos._errors import ChaosError
 
     lab = _plan(2)

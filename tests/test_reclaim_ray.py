@@ -16,9 +16,9 @@ import psutil
 import pytest
 
 from chaos._errors import HangError
-from chaos._net import PREFIX, network_leftovers, network_missing
 from chaos._reclaim import Owner, kill_all
 from chaos._wait import wait_until
+from chaos.net._lab import PREFIX, network_leftovers, network_missing
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow,
               pytest.mark.skipif(bool(network_missing()), reason="the network lab needs root, nft, ip and tc")]
@@ -93,7 +93,7 @@ def test_a_killed_driver_leaves_no_network_cluster(no_shared_cluster: None) -> N
         child.kill()
         child.wait(30)
         if lab:  # what a failure left: not for the next test
-            from chaos._net import destroy_lab
+            from chaos.net._lab import destroy_lab
 
             kill_all(pids)
             destroy_lab(lab, 1)

@@ -13,8 +13,7 @@ import pytest
 
 from chaos import Chaos, FaultKind
 from chaos._errors import FaultIneffective, InvalidFaultSpec
-from chaos._redis import RedisReplyError, _read_reply, encode, redis_of, redis_server
-from chaos._redis_faults import (
+from chaos.gcs._faults import (
     KillRedis,
     RedisClientKill,
     RedisEvent,
@@ -22,6 +21,7 @@ from chaos._redis_faults import (
     gcs_connections,
     inject_redis_fault,
 )
+from chaos.gcs._redis import RedisReplyError, _read_reply, encode, redis_of, redis_server
 from chaos.history import History, OpStatus
 from scenarios.workloads._redis_loss import (
     DOCUMENTED_FATE,

@@ -28,9 +28,9 @@ from chaos._cluster import head_of
 from chaos._context import FaultContext, Injection
 from chaos._errors import FaultIneffective, HangError, InvalidFaultSpec
 from chaos._kinds import Fault, FaultKind, FaultSpec, Need, duration, register
-from chaos._redis import RedisServer, redis_of
 from chaos._targets import RayProcess
 from chaos._wait import wait_until
+from chaos.gcs._redis import RedisServer, redis_of
 
 __all__ = ["KillRedis", "RedisClientKill", "RedisEvent", "RedisFault", "RedisIdleTimeout", "gcs_connections",
            "inject_redis_fault"]

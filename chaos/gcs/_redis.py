@@ -5,7 +5,7 @@ nodes, jobs and placement groups again.
 
 It keeps what it acknowledged: an append-only file fsynced on every write, as the persistent
 Redis Ray's GCS fault tolerance asks for, so a Redis killed and started again (a fault of
-:mod:`chaos._redis_faults`) comes back with every table the GCS wrote.
+:mod:`chaos.gcs._faults`) comes back with every table the GCS wrote.
 """
 
 from __future__ import annotations

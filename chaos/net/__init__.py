@@ -3,6 +3,6 @@ worker node, each with its own link and address, so that network faults cut, thi
 real links. A workload reads the lab of its cluster (:func:`lab_of`), runs a lab command in a
 node's namespace (:func:`run`) and ends what runs in a node's namespace (:func:`kill_node_processes`)."""
 
-from chaos._net import COMMAND_TIMEOUT, NetLab, NetNode, kill_node_processes, lab_of, run
+from chaos.net._lab import COMMAND_TIMEOUT, NetLab, NetNode, kill_node_processes, lab_of, run
 
 __all__ = ["COMMAND_TIMEOUT", "NetLab", "NetNode", "kill_node_processes", "lab_of", "run"]

@@ -5,8 +5,7 @@
 with GCS fault tolerance, or injected into a Redis of its own by :func:`inject_redis_fault`."""
 
 from chaos._cluster import head_of
-from chaos._redis import RedisServer, redis_of
-from chaos._redis_faults import (
+from chaos.gcs._faults import (
     KillRedis,
     RedisClientKill,
     RedisEvent,
@@ -15,6 +14,7 @@ from chaos._redis_faults import (
     gcs_connections,
     inject_redis_fault,
 )
+from chaos.gcs._redis import RedisServer, redis_of
 
 __all__ = ["KillRedis", "RedisClientKill", "RedisEvent", "RedisFault", "RedisIdleTimeout", "RedisServer",
            "gcs_connections", "head_of", "inject_redis_fault", "redis_of"]

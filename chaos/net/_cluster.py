@@ -15,10 +15,10 @@ import sys
 from collections.abc import Mapping
 
 from chaos._errors import InvalidConfig
-from chaos._net import NetLab, NetNode, _enter, kill_node_processes
 from chaos._ray_state import NodeRow, live_nodes
 from chaos._reclaim import OWNER_ENV, me
 from chaos._wait import wait_until
+from chaos.net._lab import NetLab, NetNode, _enter, kill_node_processes
 
 __all__ = ["join_workers", "kill_workers", "map_node_ids", "rejoin", "worker_environment"]
 

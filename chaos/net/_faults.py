@@ -1,6 +1,6 @@
 """Network faults on a lab cluster: cuts, packet loss and bandwidth caps as nftables tables and
 ``tc tbf`` queues in the worker nodes' namespaces, each confirmed across the link and healed in
-``finally`` (see :mod:`chaos._net`).
+``finally`` (see :mod:`chaos.net._lab`).
 
 A cut is confirmed by a probe connection from each cut node to the head that the cut's own
 rule dropped (its counter moved and the connection never completed), and its heal by a probe
@@ -27,10 +27,10 @@ from chaos._context import FaultContext, Injection
 from chaos._errors import FaultIneffective, HangError, TargetNotFound
 from chaos._faults import Bandwidth, Direction, FlappingLink, PacketLoss, Partition, PartitionPeers
 from chaos._kinds import FaultSpec, Need, register
-from chaos._net import NetLab, NetNode, in_namespace, lab_of, run
 from chaos._ray_state import live_nodes, short
 from chaos._targets import NodeTarget, RayProcess
 from chaos._wait import wait_until
+from chaos.net._lab import NetLab, NetNode, in_namespace, lab_of, run
 
 __all__: list[str] = []  # its kinds are registered (chaos._kinds), its helpers used by chaos.net
 
