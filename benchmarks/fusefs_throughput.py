@@ -13,7 +13,7 @@ import uuid
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks._common import fmt, interleaved, machine, table
-from chaos._fusefs import fault_filesystem
+from chaos.disks._fusefs import fault_filesystem
 
 CHUNK = 1 << 20
 BIG = 32 * CHUNK

@@ -103,11 +103,11 @@ NETWORK: dict[str, set[str] | None] = {
 #: The fault filesystem and its model: what a power loss keeps and drops, the faults' switches
 #: and deadlines, and the disk faults' probes and confirmations.
 DISK: dict[str, set[str] | None] = {
-    "chaos/_fuse_model.py": None,
-    "chaos/_fuse_faults.py": None,
-    "chaos/_disk_faults.py": {"_probe_path", "_timed_op", "_slow", "_fastest_probe", "_until", "_seen", "_stall",
+    "chaos/disks/_fuse_model.py": None,
+    "chaos/disks/_fuse_faults.py": None,
+    "chaos/disks/_faults.py": {"_probe_path", "_timed_op", "_slow", "_fastest_probe", "_until", "_seen", "_stall",
                               "_failing", "_failed_probe", "_power_loss", "_check_not_expired", "switch_off"},
-    "chaos/_fusefs.py": {"PowerLossResult.cut_under"},
+    "chaos/disks/_fusefs.py": {"PowerLossResult.cut_under"},
 }
 #: The Serve and job verdicts: what excuses an error, a body checked, a kill answered.
 SERVE_JOB: dict[str, set[str] | None] = {

@@ -100,7 +100,7 @@ def _processes() -> list[Leftover]:
 
 
 def _fault_filesystems() -> list[Leftover]:
-    from chaos._fusefs import mount_owners
+    from chaos.disks._fusefs import mount_owners
 
     found = []
     for mount, held in mount_owners().items():
@@ -112,7 +112,7 @@ def _fault_filesystems() -> list[Leftover]:
 
 
 def _tmpfs() -> list[Leftover]:
-    from chaos._capped import capped_mounts, release_capped
+    from chaos.disks._capped import capped_mounts, release_capped
 
     return [Leftover(f"tmpfs {point}", owner, _ownership(owner), 2, functools.partial(release_capped, point))
             for point, owner in capped_mounts().items()]

@@ -15,7 +15,6 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from chaos._disk_faults import DiskInjection
 from chaos._journal import Journal, Observed
 from chaos._kinds import Fault
 from chaos._memory import MemoryResult
@@ -80,8 +79,9 @@ class Injection:
     """What an injection hit: the processes (pid 0 for a node), and what it observed, each
     fault its own field: ``pids`` it started or stopped (CPU hogs; a frozen node's raylet and
     workers), ``ballast_bytes`` (a full disk's), ``store`` (filling the object store),
-    ``memory`` (a memory fault's task and, after its heal, how it ended), ``disk`` (a disk
-    fault's confirmation, and what a power loss dropped)."""
+    ``memory`` (a memory fault's task and, after its heal, how it ended); what a kind's
+    injector found as its own record in ``found`` (a disk fault's ``DiskInjection``: its
+    confirmation, and what a power loss dropped)."""
 
     fault: Fault
     processes: tuple[RayProcess, ...]
@@ -89,9 +89,9 @@ class Injection:
     ballast_bytes: int = 0
     store: StoreFill | None = None
     memory: MemoryWatch | None = None
-    disk: DiskInjection | None = None
     #: What a kind's injector found, as that kind's own typed record (a file corruption's
-    #: ``Corruption``): read it back with ``isinstance``. None when the kind reports none.
+    #: ``Corruption``, a disk fault's ``DiskInjection``): read it back with ``isinstance``.
+    #: None when the kind reports none.
     found: object = None
 
     def heal_note(self) -> str:

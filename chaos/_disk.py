@@ -1,5 +1,5 @@
 """Full disks, safely: filling a size-capped tmpfs to the last byte (the agent's half of a
-full disk; :mod:`chaos._capped` mounts such a tmpfs).
+full disk; :mod:`chaos.disks._capped` mounts such a tmpfs).
 
 A disk fault must never fill the host's real disk, so :func:`fill` refuses any filesystem
 but a tmpfs of at most :data:`MAX_FILL_BYTES` (the ones ``capped_filesystem`` mounts).

@@ -22,14 +22,11 @@ from typing import Any, Literal, TypeVar
 
 from chaos._agent import agent_for, driver_token, start_agents
 from chaos._cluster import head_of
-from chaos._context import FaultContext, Injection, MemoryWatch, StoreFill, driver_node, node_of
-from chaos._disk_faults import DiskEvent, inject_disk, switch_off
-from chaos._errors import FaultIneffective, HangError, InvalidFaultSpec, TargetNotFound, UnsafeTarget
+from chaos._context import FaultContext, Injection, MemoryWatch, StoreFill, node_of
+from chaos._errors import FaultIneffective, HangError, TargetNotFound, UnsafeTarget
 from chaos._faults import (
     CpuHog,
-    DiskFault,
     DrainNode,
-    FailingDisk,
     Fault,
     FillDisk,
     FillObjectStore,
@@ -40,9 +37,6 @@ from chaos._faults import (
     LimitOpenFiles,
     MemoryPressure,
     Pause,
-    PowerLoss,
-    SlowDisk,
-    StallDisk,
     Starve,
 )
 from chaos._journal import FaultEvent, Journal, Observed, RecoverEvent
@@ -700,53 +694,8 @@ def _kill_gcs(ctx: FaultContext, fault: KillGcs, at: float | None,
         yield Injection(fault, (proc,))
 
 
-@contextmanager
-def _disk(ctx: FaultContext, fault: DiskFault, at: float | None, rng: random.Random) -> Iterator[Injection]:
-    """A disk fault on the fault filesystem at its mount (:mod:`chaos._disk_faults`), each
-    confirmed step journaled; a Ctrl-C's rollback (:meth:`Chaos.heal_all`) switches it off."""
-    proc = RayProcess(0, driver_node(), f"fault filesystem at {fault.mount}")
-
-    def step(event: DiskEvent) -> None:
-        if event.kind != "ineffective":  # Chaos.inject journals the FaultIneffective raised with it
-            lost = isinstance(fault, PowerLoss) and event.kind == "inject" and event.measured is not None
-            ctx.record(event.kind, fault, at, proc, event.outcome,
-                       Observed(bytes=int(event.measured or 0)) if lost else None)
-
-    with _held_alone(fault), inject_disk(fault, record=step) as injection, \
-            ctx.on_heal(lambda: switch_off(fault)):
-        yield Injection(fault, (proc,), disk=injection)
-
-
-#: The switched disk faults on now, by mount and kind: a heal switches off every rule of its
-#: kind on its mount, so a second fault of that kind there would be ended by the first's heal
-#: and then reported as held (its own heal finding nothing on).
-_DISK_HELD: set[tuple[str, type]] = set()
-_DISK_HELD_LOCK = threading.Lock()
-
-
-@contextmanager
-def _held_alone(fault: DiskFault) -> Iterator[None]:
-    key = (fault.mount, type(fault))
-    if isinstance(fault, PowerLoss):  # one instant, nothing held
-        yield
-        return
-    with _DISK_HELD_LOCK:
-        if key in _DISK_HELD:
-            raise InvalidFaultSpec(
-                f"a {fault.KIND} on {fault.mount} while another is on: a heal switches off every "
-                f"{fault.KIND} rule of a mount, so the two cannot be judged apart; schedule them one "
-                "after the other, or use different kinds")
-        _DISK_HELD.add(key)
-    try:
-        yield
-    finally:
-        with _DISK_HELD_LOCK:
-            _DISK_HELD.discard(key)
-
-
 _ON_PROCESSES = frozenset({Need.AGENT, Need.STATE_API, Need.PROC, Need.CONTROL})
 _ON_NODES = frozenset({Need.AGENT, Need.STATE_API})
-_ON_MOUNT: frozenset[Need] = frozenset()  # a fault filesystem this driver reaches by its mount point
 _TARGETS: dict[str, JsonValue] = {"actor": {"kind": "actor", "class_name": "EnvWorker"}, "node": {"kind": "node"},
             "replay": {"kind": "actor", "name": "replay", "namespace": "raychaos"},
             "files": {"kind": "actor", "name": "files", "namespace": "raychaos"}}
@@ -774,11 +723,4 @@ register(
               example={"deadline_s": 2, "reason": "preemption", "grace_s": 2}),
     FaultSpec(record=KillGcs, inject=_kill_gcs, needs=frozenset({Need.GCS}), colour="#c5283d",
               example={"seconds": 1, "restart": True}),
-    FaultSpec(record=SlowDisk, inject=_disk, needs=_ON_MOUNT, colour="#b08968",
-              example={"mount": "/mnt/faultfs", "seconds": 4, "latency": 0.2, "ops": ["fsync"]}),
-    FaultSpec(record=StallDisk, inject=_disk, needs=_ON_MOUNT, colour="#9c6644",
-              example={"mount": "/mnt/faultfs", "seconds": 2, "glob": "/ckpt/*"}),
-    FaultSpec(record=FailingDisk, inject=_disk, needs=_ON_MOUNT, colour="#e07a5f",
-              example={"mount": "/mnt/faultfs", "seconds": 3, "errno": "EIO", "glob": "/ckpt/*"}),
-    FaultSpec(record=PowerLoss, inject=_disk, needs=_ON_MOUNT, colour="#3d405b", example={"mount": "/mnt/faultfs"}),
 )

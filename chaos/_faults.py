@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import errno as errnos
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import ClassVar, Literal
 
 from chaos._errors import InvalidFaultSpec
-from chaos._fuse_faults import MAX_STALL_SECONDS, OPS
 from chaos._kinds import Fault, FaultKind, duration, fault_from_dict, fault_to_dict, number_in
 from chaos._targets import NodeTarget, Target
 
-__all__ = ["Bandwidth", "CpuHog", "DrainNode", "FailingDisk", "Fault", "FaultKind", "FaultStatus", "FillDisk",
+__all__ = ["Bandwidth", "CpuHog", "DrainNode", "Fault", "FaultKind", "FaultStatus", "FillDisk",
            "FillObjectStore", "FlappingLink", "FreezeNode", "Kill", "KillGcs", "KillNode", "LimitOpenFiles",
-           "MemoryPressure", "PacketLoss", "Partition", "Pause", "PowerLoss", "SlowDisk", "StallDisk", "Starve",
+           "MemoryPressure", "PacketLoss", "Partition", "Pause", "Starve",
            "fault_from_dict", "fault_to_dict"]
 
 Signal = Literal["SIGKILL", "SIGTERM"]
@@ -396,122 +394,3 @@ class FlappingLink(Fault):
         _network_target(self.target, 1)
         number_in("period", self.period, 0.2, self.seconds, what="seconds", after="(at most the fault's `seconds`)")
 
-
-#: How long after its ``seconds`` a disk fault the driver never healed is ended by the fault
-#: filesystem's own deadline (a driver still holding it then gets FaultIneffective).
-DISK_GRACE = 5.0
-ErrnoName = Literal["EIO", "ENOSPC", "EROFS"]
-_MOUNT_FIX = ("give the absolute mount point of a fault filesystem (chaos.disks.fault_filesystem), or "
-              f"{STORAGE!r} in a scenario with storage_faultfs = true")
-
-
-def _mount(value: object) -> None:
-    if not isinstance(value, str) or not (value.startswith("/") or value == STORAGE):
-        raise InvalidFaultSpec(f"`mount` must be where a fault filesystem is mounted, got {value!r}: {_MOUNT_FIX}",
-                               field="mount")
-
-
-def _ops(value: object, *, allow_empty: bool) -> tuple[str, ...]:
-    ops = tuple(value) if isinstance(value, (list, tuple)) else ()
-    if not isinstance(value, (list, tuple)) or any(op not in OPS for op in ops) or not (ops or allow_empty):
-        raise InvalidFaultSpec(f"`ops` must be a list of operations among {', '.join(OPS)}, got {value!r}",
-                               field="ops")
-    return ops
-
-
-@dataclass(frozen=True, slots=True)
-class SlowDisk(Fault):
-    """Delay each operation in ``ops`` on the fault filesystem at ``mount`` by ``latency``
-    seconds, for ``seconds``. Confirmed by a probe operation that took the latency, healed
-    when one no longer does."""
-
-    #: The name scenario files and journals use for this fault.
-    KIND: ClassVar[FaultKind] = FaultKind.SLOW_DISK
-    #: Carried out by this driver, through the fault filesystem's control socket.
-    USES_AGENT: ClassVar[bool] = False
-
-    mount: str
-    seconds: float
-    latency: float = 0.2
-    ops: tuple[str, ...] = ("fsync",)
-
-    def __post_init__(self) -> None:
-        _mount(self.mount)
-        duration("seconds", self.seconds)
-        number_in("latency", self.latency, 0.001, 60.0, what="seconds", after="per operation")
-        object.__setattr__(self, "ops", _ops(self.ops, allow_empty=False))
-
-
-@dataclass(frozen=True, slots=True)
-class StallDisk(Fault):
-    """Block every operation on paths matching ``glob`` (inside the mount, ``*`` crosses ``/``)
-    until healed, for ``seconds``. Confirmed by a blocked operation, healed when it returns."""
-
-    #: The name scenario files and journals use for this fault.
-    KIND: ClassVar[FaultKind] = FaultKind.STALL_DISK
-    #: Carried out by this driver, through the fault filesystem's control socket.
-    USES_AGENT: ClassVar[bool] = False
-
-    mount: str
-    seconds: float
-    glob: str = "*"
-
-    def __post_init__(self) -> None:
-        _mount(self.mount)
-        number_in("seconds", self.seconds, 0, MAX_STALL_SECONDS - DISK_GRACE, what="a duration", after="for a stall",
-                  why="a stall is bounded tighter than other faults", low_open=True)
-        if not isinstance(self.glob, str) or not self.glob:
-            raise InvalidFaultSpec(f"`glob` must be a path pattern inside the mount, e.g. '/ckpt/*', got "
-                                   f"{self.glob!r}", field="glob")
-
-
-@dataclass(frozen=True, slots=True)
-class FailingDisk(Fault):
-    """Fail operations on paths matching ``glob`` with ``errno`` for ``seconds``; ``ops``
-    (empty: what that error hits on a real disk) chooses which. Confirmed by a probe write
-    that got the error (or an operation of the workload's, when no probe can reach the glob)."""
-
-    #: The name scenario files and journals use for this fault.
-    KIND: ClassVar[FaultKind] = FaultKind.FAILING_DISK
-    #: Carried out by this driver, through the fault filesystem's control socket.
-    USES_AGENT: ClassVar[bool] = False
-
-    mount: str
-    seconds: float
-    errno: ErrnoName = "EIO"
-    glob: str = "*"
-    ops: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        _mount(self.mount)
-        duration("seconds", self.seconds)
-        if self.errno not in ("EIO", "ENOSPC", "EROFS"):
-            raise InvalidFaultSpec(f"`errno` must be 'EIO', 'ENOSPC' or 'EROFS', got {self.errno!r}", field="errno")
-        if not isinstance(self.glob, str) or not self.glob:
-            raise InvalidFaultSpec(f"`glob` must be a path pattern inside the mount, e.g. '/ckpt/*', got "
-                                   f"{self.glob!r}", field="glob")
-        object.__setattr__(self, "ops", _ops(self.ops, allow_empty=True))
-
-    @property
-    def code(self) -> int:
-        """The errno's number."""
-        return int(getattr(errnos, self.errno))
-
-
-@dataclass(frozen=True, slots=True)
-class PowerLoss(Fault):
-    """Drop every write on the mount that no fsync covered, at once (an instant fault, like a
-    kill); stop its writers first: their open handles fail with ``EIO`` afterwards."""
-
-    #: The name scenario files and journals use for this fault.
-    KIND: ClassVar[FaultKind] = FaultKind.POWER_LOSS
-    #: Carried out by this driver, through the fault filesystem's control socket.
-    USES_AGENT: ClassVar[bool] = False
-
-    mount: str
-
-    def __post_init__(self) -> None:
-        _mount(self.mount)
-
-
-DiskFault = SlowDisk | StallDisk | FailingDisk | PowerLoss

@@ -66,7 +66,7 @@ class FaultKind(StrEnum):
 
 
 #: The modules that implement the scheduled kinds; each registers its kinds' specs on import.
-KIND_MODULES = ("chaos._engine", "chaos.net._faults", "chaos.gcs._faults", "chaos.corruption")
+KIND_MODULES = ("chaos._engine", "chaos.net._faults", "chaos.gcs._faults", "chaos.disks._faults", "chaos.corruption")
 
 
 class Need(StrEnum):

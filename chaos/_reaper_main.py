@@ -21,13 +21,13 @@ def _undo_netlab(name: str, workers: str) -> None:
 
 
 def _undo_faultfs(mount: str) -> None:
-    from chaos._fusefs import reclaim_mount
+    from chaos.disks._fusefs import reclaim_mount
 
     reclaim_mount(mount)
 
 
 def _undo_tmpfs(mount: str) -> None:
-    from chaos._capped import release_capped
+    from chaos.disks._capped import release_capped
 
     release_capped(mount)
 

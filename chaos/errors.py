@@ -19,10 +19,10 @@ from chaos._errors import (
     UnsafeTarget,
 )
 from chaos._failpoint import FailpointError
-from chaos._fusefs import FaultFSError
 from chaos._journal import JournalCorrupt
 from chaos._preflight import ClusterUnfit
 from chaos._reclaim import StillMounted, TeardownFailed
+from chaos.disks._fusefs import FaultFSError
 from chaos.net._lab import NetworkUnavailable
 
 __all__ = [

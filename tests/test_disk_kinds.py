@@ -14,23 +14,22 @@ from pathlib import Path
 import pytest
 
 from chaos import Chaos, Schedule
-from chaos._disk_faults import EXPIRED, DiskEvent, inject_disk
 from chaos._driver import run_schedule
 from chaos._errors import FaultIneffective, InvalidFaultSpec, TargetNotFound
-from chaos._faults import (
-    STORAGE,
+from chaos._faults import STORAGE, FaultKind, FaultStatus, fault_from_dict, fault_to_dict
+from chaos._journal import FaultEvent
+from chaos._wait import wait_until
+from chaos.disks._faults import (
+    EXPIRED,
+    DiskEvent,
+    DiskInjection,
     FailingDisk,
-    FaultKind,
-    FaultStatus,
     PowerLoss,
     SlowDisk,
     StallDisk,
-    fault_from_dict,
-    fault_to_dict,
+    inject_disk,
 )
-from chaos._fusefs import FaultFS, fault_filesystem
-from chaos._journal import FaultEvent
-from chaos._wait import wait_until
+from chaos.disks._fusefs import FaultFS, fault_filesystem
 from scenarios import ScenarioError, load_scenario
 
 needs_fuse = pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="needs /dev/fuse")
@@ -150,7 +149,7 @@ def test_the_engine_injects_journals_and_heals_a_disk_fault(fs: FaultFS) -> None
     events = fault_events(chaos)
     assert [(e.kind, e.fault.KIND) for e in events] == [("inject", FaultKind.SLOW_DISK), ("heal", FaultKind.SLOW_DISK)]
     assert events[0].target == f"fault filesystem at {fs.mount}" and "delayed" in events[0].outcome
-    assert injection.disk is not None and (injection.disk.confirmed.measured or 0) >= 0.09
+    assert isinstance(injection.found, DiskInjection) and (injection.found.confirmed.measured or 0) >= 0.09
     assert fs.state().latency == {}
 
 
@@ -164,7 +163,7 @@ def test_a_power_loss_through_the_engine_journals_the_bytes_it_cut(fs: FaultFS) 
         assert not os.path.exists(path)
     (inject, heal) = fault_events(chaos)
     assert inject.kind == "inject" and (inject.observed.bytes or 0) >= 1000 and heal.kind == "heal"
-    assert injection.disk is not None and injection.disk.power_loss is not None
+    assert isinstance(injection.found, DiskInjection) and injection.found.power_loss is not None
 
 
 @needs_fuse
@@ -258,8 +257,8 @@ def test_the_filesystems_own_deadline_outlasts_the_confirmation_and_the_hold() -
     """The deadline counts from the switch-on: a 6 s latency's probe alone takes 6 s, so a
     deadline of ``seconds + grace`` would end the fault before the driver held it (and fail
     every such run as expired). Capped at what the filesystem takes."""
-    from chaos._disk_faults import _until
-    from chaos._fuse_faults import MAX_FAULT_SECONDS, MAX_STALL_SECONDS
+    from chaos.disks._faults import _until
+    from chaos.disks._fuse_faults import MAX_FAULT_SECONDS, MAX_STALL_SECONDS
 
     assert _until(SlowDisk("/mnt/x", seconds=1, latency=6), 5.0, 5.0) == 17.0
     assert _until(FailingDisk("/mnt/x", seconds=2), 5.0, 5.0) == 12.0

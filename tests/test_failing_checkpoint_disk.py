@@ -15,9 +15,10 @@ import pytest
 from actors import CheckpointedCounter
 from actors.checkpoint import CheckpointWarning
 from chaos import FaultKind
-from chaos._faults import FailingDisk, FaultStatus
+from chaos._faults import FaultStatus
 from chaos.cluster import ClusterHandle
 from chaos.disks import fault_filesystem
+from chaos.disks._faults import FailingDisk
 from chaos.errors import CheckpointError, StorageUnreachable
 from scenarios import load_scenario, run_scenario
 from scenarios.model._records import Validity

@@ -11,7 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from chaos._disk_faults import (
+from chaos._errors import FaultIneffective, InvalidFaultSpec, TargetNotFound
+from chaos.disks._faults import (
     DiskEvent,
     FailingDisk,
     PowerLoss,
@@ -19,8 +20,7 @@ from chaos._disk_faults import (
     StallDisk,
     inject_disk,
 )
-from chaos._errors import FaultIneffective, InvalidFaultSpec, TargetNotFound
-from chaos._fusefs import FaultFS, fault_filesystem
+from chaos.disks._fusefs import FaultFS, fault_filesystem
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="needs /dev/fuse")
 

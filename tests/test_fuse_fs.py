@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from chaos._errors import InvalidConfig, TargetNotFound
-from chaos._fusefs import FaultFS, FaultFSError, connect, fault_filesystem, fuse_mounts_left, fuse_servers_left
 from chaos._wait import wait_until
+from chaos.disks._fusefs import FaultFS, FaultFSError, connect, fault_filesystem, fuse_mounts_left, fuse_servers_left
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="needs /dev/fuse")
 
@@ -351,7 +351,7 @@ def test_an_error_in_the_block_and_a_stall_left_on_still_unmount(tmp_path: Path)
 
 _CHILD = textwrap.dedent("""
     import os, sys, time
-    from chaos._fusefs import fault_filesystem
+    from chaos.disks._fusefs import fault_filesystem
     with fault_filesystem() as fs:
         print(fs.mount, flush=True)
         time.sleep(600)  # until the test kills or interrupts this process
@@ -383,8 +383,8 @@ def test_a_driver_killed_or_interrupted_leaves_no_mount(how: int) -> None:
 def test_a_create_that_loses_the_race_to_another_opens_the_file_unless_exclusive(tmp_path: Path) -> None:
     """The kernel sends ``create`` when its lookup found no file; another creator may make it
     first. Called directly, without a mount: the server's operations on a plain directory."""
-    from chaos._fuse_faults import FaultState
-    from chaos._fuse_server import FaultOps
+    from chaos.disks._fuse_faults import FaultState
+    from chaos.disks._fuse_server import FaultOps
 
     ops = FaultOps(str(tmp_path), FaultState())
     try:
@@ -420,7 +420,7 @@ def test_the_leak_check_sees_a_mounted_fault_filesystem_and_its_server() -> None
 
 def test_an_errno_rule_that_ends_by_itself_leaves_the_latency_on() -> None:
     """Each kind's deadline ends that kind only (driven directly, no mount)."""
-    from chaos._fuse_faults import ErrorRule, FaultState
+    from chaos.disks._fuse_faults import ErrorRule, FaultState
 
     state = FaultState()
     state.set_latency({"read": 0.001})  # no deadline: on until healed

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos._fuse_model import _PAGE, GRAVEYARD, PowerLossReport, Volatile
+from chaos.disks._fuse_model import _PAGE, GRAVEYARD, PowerLossReport, Volatile
 
 
 @pytest.fixture

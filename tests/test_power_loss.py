@@ -32,7 +32,7 @@ from actors import _failpoints as fp
 from actors._wal import WalWriter, read_segment, segment_name
 from actors.checkpoint import CheckpointStore
 from chaos import History, check_set
-from chaos._fusefs import FaultFS, fault_filesystem
+from chaos.disks._fusefs import FaultFS, fault_filesystem
 from crashcases import (
     EVERY_N,
     MAX_PHASES,

@@ -15,11 +15,11 @@ import pytest
 
 from actors._checkpoint import RestoreInfo
 from chaos import FaultKind, Schedule, ScheduledFault
-from chaos._disk_faults import DiskEvent, DiskInjection
-from chaos._faults import FaultStatus, PowerLoss
-from chaos._fusefs import FaultFS, PowerLossResult, fuse_mounts_left
+from chaos._faults import FaultStatus
 from chaos.cluster import ClusterHandle
 from chaos.disks import fault_filesystem
+from chaos.disks._faults import DiskEvent, DiskInjection, PowerLoss
+from chaos.disks._fusefs import FaultFS, PowerLossResult, fuse_mounts_left
 from chaos.engine import Injection
 from conftest import unheld
 from scenarios import load_scenario, run_scenario
@@ -79,7 +79,7 @@ def test_the_loss_verdicts_stand_only_when_the_power_loss_cut_every_actors_open_
 
 def test_what_a_power_loss_cut_is_read_from_its_injection() -> None:
     lost = PowerLossResult(2, 100, 0, 1, 3, killed_paths=("/replay/log-7", "/replay/x", "/params/log-3"))
-    injection = Injection(PowerLoss("/m"), (), disk=DiskInjection(PowerLoss("/m"), "/m", DiskEvent(
+    injection = Injection(PowerLoss("/m"), (), found=DiskInjection(PowerLoss("/m"), "/m", DiskEvent(
         "inject", PowerLoss("/m"), "dropped"), lost))
     window = FaultWindow(FaultKind.POWER_LOSS, 4.0, 4.0, injection=injection)
     assert cut_of([window]) == Cut({Role.REPLAY: 2, Role.PARAMS: 1}, files_reverted=2)

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from chaos._fusefs import fault_filesystem, fuse_mounts_left
 from chaos._wait import wait_until
 from chaos.cluster import capped_filesystem
+from chaos.disks._fusefs import fault_filesystem, fuse_mounts_left
 from chaos.net._lab import NEEDS, PREFIX, _destroy, _plan, network_lab, network_leftovers, network_missing, run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -179,7 +179,7 @@ def test_a_folder_with_a_filesystem_mounted_in_it_is_never_walked(tmp_path: Path
 
 _FUSE_DRIVER = """
     import json, time
-    from chaos._fusefs import fault_filesystem
+    from chaos.disks._fusefs import fault_filesystem
     with fault_filesystem() as fs:
         print(json.dumps({"mount": fs.mount, "server": fs.pid}), flush=True)
         time.sleep(600)  # until the test kills this driver
@@ -210,7 +210,7 @@ _MANY_DRIVER = """
     from chaos import _reaper
     from chaos.net._lab import _enter, network_lab
     from chaos._reclaim import OWNER_ENV, me
-    from chaos._fusefs import fault_filesystem
+    from chaos.disks._fusefs import fault_filesystem
     from chaos.cluster import capped_filesystem
 
     env = {**os.environ, OWNER_ENV: str(me())}  # as a `ray start` daemon's
@@ -302,7 +302,7 @@ def test_a_fault_filesystem_whose_unmount_fails_is_reported_and_its_folder_not_w
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every fusermount3 fails (the driver's and the server's own): the teardown still ends the
     server, then raises naming the mount and the fix, and deletes nothing under the mount."""
-    import chaos._fusefs as fusefs
+    import chaos.disks._fusefs as fusefs
 
     fake = tmp_path / "bin" / "fusermount3"
     fake.parent.mkdir()

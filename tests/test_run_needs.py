@@ -36,8 +36,8 @@ def _starts_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     import ray
 
     import chaos
-    import chaos._fusefs
     import chaos.cluster
+    import chaos.disks._fusefs
     import scenarios.runner._run
     import scenarios.workloads._job
 
@@ -45,7 +45,7 @@ def _starts_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("started something: the needs must be checked before anything starts")
 
     for owner, name in ((ray, "init"), (chaos, "local_cluster"), (scenarios.runner._run, "run_scenario"),
-                        (chaos._fusefs, "fault_filesystem"), (chaos.cluster, "redis_server"),
+                        (chaos.disks._fusefs, "fault_filesystem"), (chaos.cluster, "redis_server"),
                         (scenarios.workloads._job, "agent_port_taken")):
         monkeypatch.setattr(owner, name, refuse)
 

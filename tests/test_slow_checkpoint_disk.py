@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from chaos import FaultKind, Schedule
-from chaos._faults import STORAGE, FaultStatus, FillDisk, SlowDisk
-from chaos._fusefs import fuse_mounts_left
+from chaos._faults import STORAGE, FaultStatus, FillDisk
 from chaos._schedule import ScheduledFault
 from chaos.cluster import ClusterHandle
+from chaos.disks._faults import SlowDisk
+from chaos.disks._fusefs import fuse_mounts_left
 from scenarios import load_scenario, run_scenario
 from scenarios.model._records import RunLabel, RunResult, RunStatus, Validity
 from scenarios.model._workload import FaultWindow

@@ -12,9 +12,10 @@ from dataclasses import replace
 import pytest
 
 from chaos import FaultKind, Schedule
-from chaos._faults import STORAGE, FailingDisk, FaultStatus, SlowDisk
-from chaos._fusefs import fuse_mounts_left
+from chaos._faults import STORAGE, FaultStatus
 from chaos._schedule import ScheduledFault
+from chaos.disks._faults import FailingDisk, SlowDisk
+from chaos.disks._fusefs import fuse_mounts_left
 from chaos.errors import InvalidConfig, InvalidFaultSpec
 from scenarios import ScenarioError, load_scenario, run_scenario
 from scenarios.model._needs import scenario_needs

@@ -260,7 +260,7 @@ def test_a_runs_fault_windows_are_confirmed_to_healed_and_the_twins_are_the_sche
     injects nothing, gets the schedule's own span of each fault, so the same measurement over
     the same window of its own run says whether it shows the trace too."""
     from chaos import FaultKind, Schedule, ScheduledFault
-    from chaos._faults import SlowDisk
+    from chaos.disks._faults import SlowDisk
     from scenarios.model._workload import FaultWindow, Params, RunContext
 
     plan = Schedule((ScheduledFault(2.0, SlowDisk("/m", seconds=5, latency=0.2)),))

@@ -39,6 +39,7 @@ from pydantic import Field
 from actors import CheckpointConfig, ParameterServer, ReplayBufferActor
 from actors._checkpoint import Restore, RestoreInfo
 from chaos import FaultKind
+from chaos.disks import DiskInjection
 from scenarios.model._records import Verdict
 from scenarios.model._workload import CALL_TIMEOUT, FaultWindow, Params, Workload
 from scenarios.workloads._dqn import make_qnet
@@ -131,8 +132,8 @@ CUT_JUDGED = ("no_lost_transitions", "no_duplicate_transitions", "ps_version_mat
 def cut_of(windows: Sequence[FaultWindow]) -> Cut | None:
     """What the first power loss of the run cut (None: none was confirmed with what it did)."""
     for window in windows:
-        disk = window.injection.disk if window.injection is not None else None
-        if disk is not None and disk.power_loss is not None:
+        disk = window.injection.found if window.injection is not None else None
+        if isinstance(disk, DiskInjection) and disk.power_loss is not None:
             lost = disk.power_loss
             return Cut({role: lost.cut_under(role.value) for role in Role}, lost.files_reverted)
     return None

@@ -2,10 +2,11 @@
 power loss. Each is injected, confirmed by an operation that must see it, held, healed, and
 confirmed healed by an operation that must not see it any more (roachprod's shape).
 
-The records live with every other fault (:mod:`chaos._faults`), so the engine runs them as it
-runs any fault (:meth:`chaos.engine.Chaos.inject`, a schedule, a scenario's ``[[faults]]``).
-The fault filesystem is found by its mount point (:func:`chaos._fusefs.connect`): mount one
-with :func:`chaos._fusefs.fault_filesystem` and put the storage under attack below it. A probe
+The records, their injector and their specs live here, registered like every other kind, so the
+engine runs them as it runs any fault (:meth:`chaos.engine.Chaos.inject`, a schedule, a
+scenario's ``[[faults]]``).
+The fault filesystem is found by its mount point (:func:`chaos.disks._fusefs.connect`): mount one
+with :func:`chaos.disks._fusefs.fault_filesystem` and put the storage under attack below it. A probe
 is a hidden file at the mount's root, or on a path built to match the fault's glob; when no
 probe can reach the glob (its folder does not exist yet), the confirmation is an operation of
 the workload, counted by the server, within ``confirm_within`` seconds.
@@ -17,22 +18,147 @@ import contextlib
 import errno as errnos
 import fnmatch
 import os
+import random
 import re
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
-from chaos._errors import FaultIneffective, TargetNotFound
-from chaos._faults import DISK_GRACE, STORAGE, DiskFault, FailingDisk, PowerLoss, SlowDisk, StallDisk
-from chaos._fuse_faults import DEFAULT_ERROR_OPS, MAX_FAULT_SECONDS, MAX_STALL_SECONDS
-from chaos._fusefs import FaultFS, PowerLossResult, connect
+from chaos._context import FaultContext, Injection, driver_node
+from chaos._errors import FaultIneffective, InvalidFaultSpec, TargetNotFound
+from chaos._faults import STORAGE
+from chaos._journal import Observed
+from chaos._kinds import Fault, FaultKind, FaultSpec, Need, duration, number_in, register
+from chaos._targets import RayProcess
 from chaos._wait import wait_until
+from chaos.disks._fuse_faults import DEFAULT_ERROR_OPS, MAX_FAULT_SECONDS, MAX_STALL_SECONDS, OPS
+from chaos.disks._fusefs import FaultFS, PowerLossResult, connect
 
-__all__ = ["DiskEvent", "DiskFault", "DiskInjection", "FailingDisk", "PowerLoss", "SlowDisk", "StallDisk",
+__all__ = ["DISK_GRACE", "DiskEvent", "DiskFault", "DiskInjection", "FailingDisk", "PowerLoss", "SlowDisk", "StallDisk",
            "inject_disk", "switch_off"]
+
+#: How long after its ``seconds`` a disk fault the driver never healed is ended by the fault
+#: filesystem's own deadline (a driver still holding it then gets FaultIneffective).
+DISK_GRACE = 5.0
+ErrnoName = Literal["EIO", "ENOSPC", "EROFS"]
+_MOUNT_FIX = ("give the absolute mount point of a fault filesystem (chaos.disks.fault_filesystem), or "
+              f"{STORAGE!r} in a scenario with storage_faultfs = true")
+
+
+def _mount(value: object) -> None:
+    if not isinstance(value, str) or not (value.startswith("/") or value == STORAGE):
+        raise InvalidFaultSpec(f"`mount` must be where a fault filesystem is mounted, got {value!r}: {_MOUNT_FIX}",
+                               field="mount")
+
+
+def _ops(value: object, *, allow_empty: bool) -> tuple[str, ...]:
+    ops = tuple(value) if isinstance(value, (list, tuple)) else ()
+    if not isinstance(value, (list, tuple)) or any(op not in OPS for op in ops) or not (ops or allow_empty):
+        raise InvalidFaultSpec(f"`ops` must be a list of operations among {', '.join(OPS)}, got {value!r}",
+                               field="ops")
+    return ops
+
+
+@dataclass(frozen=True, slots=True)
+class SlowDisk(Fault):
+    """Delay each operation in ``ops`` on the fault filesystem at ``mount`` by ``latency``
+    seconds, for ``seconds``. Confirmed by a probe operation that took the latency, healed
+    when one no longer does."""
+
+    #: The name scenario files and journals use for this fault.
+    KIND: ClassVar[FaultKind] = FaultKind.SLOW_DISK
+    #: Carried out by this driver, through the fault filesystem's control socket.
+    USES_AGENT: ClassVar[bool] = False
+
+    mount: str
+    seconds: float
+    latency: float = 0.2
+    ops: tuple[str, ...] = ("fsync",)
+
+    def __post_init__(self) -> None:
+        _mount(self.mount)
+        duration("seconds", self.seconds)
+        number_in("latency", self.latency, 0.001, 60.0, what="seconds", after="per operation")
+        object.__setattr__(self, "ops", _ops(self.ops, allow_empty=False))
+
+
+@dataclass(frozen=True, slots=True)
+class StallDisk(Fault):
+    """Block every operation on paths matching ``glob`` (inside the mount, ``*`` crosses ``/``)
+    until healed, for ``seconds``. Confirmed by a blocked operation, healed when it returns."""
+
+    #: The name scenario files and journals use for this fault.
+    KIND: ClassVar[FaultKind] = FaultKind.STALL_DISK
+    #: Carried out by this driver, through the fault filesystem's control socket.
+    USES_AGENT: ClassVar[bool] = False
+
+    mount: str
+    seconds: float
+    glob: str = "*"
+
+    def __post_init__(self) -> None:
+        _mount(self.mount)
+        number_in("seconds", self.seconds, 0, MAX_STALL_SECONDS - DISK_GRACE, what="a duration", after="for a stall",
+                  why="a stall is bounded tighter than other faults", low_open=True)
+        if not isinstance(self.glob, str) or not self.glob:
+            raise InvalidFaultSpec(f"`glob` must be a path pattern inside the mount, e.g. '/ckpt/*', got "
+                                   f"{self.glob!r}", field="glob")
+
+
+@dataclass(frozen=True, slots=True)
+class FailingDisk(Fault):
+    """Fail operations on paths matching ``glob`` with ``errno`` for ``seconds``; ``ops``
+    (empty: what that error hits on a real disk) chooses which. Confirmed by a probe write
+    that got the error (or an operation of the workload's, when no probe can reach the glob)."""
+
+    #: The name scenario files and journals use for this fault.
+    KIND: ClassVar[FaultKind] = FaultKind.FAILING_DISK
+    #: Carried out by this driver, through the fault filesystem's control socket.
+    USES_AGENT: ClassVar[bool] = False
+
+    mount: str
+    seconds: float
+    errno: ErrnoName = "EIO"
+    glob: str = "*"
+    ops: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        _mount(self.mount)
+        duration("seconds", self.seconds)
+        if self.errno not in ("EIO", "ENOSPC", "EROFS"):
+            raise InvalidFaultSpec(f"`errno` must be 'EIO', 'ENOSPC' or 'EROFS', got {self.errno!r}", field="errno")
+        if not isinstance(self.glob, str) or not self.glob:
+            raise InvalidFaultSpec(f"`glob` must be a path pattern inside the mount, e.g. '/ckpt/*', got "
+                                   f"{self.glob!r}", field="glob")
+        object.__setattr__(self, "ops", _ops(self.ops, allow_empty=True))
+
+    @property
+    def code(self) -> int:
+        """The errno's number."""
+        return int(getattr(errnos, self.errno))
+
+
+@dataclass(frozen=True, slots=True)
+class PowerLoss(Fault):
+    """Drop every write on the mount that no fsync covered, at once (an instant fault, like a
+    kill); stop its writers first: their open handles fail with ``EIO`` afterwards."""
+
+    #: The name scenario files and journals use for this fault.
+    KIND: ClassVar[FaultKind] = FaultKind.POWER_LOSS
+    #: Carried out by this driver, through the fault filesystem's control socket.
+    USES_AGENT: ClassVar[bool] = False
+
+    mount: str
+
+    def __post_init__(self) -> None:
+        _mount(self.mount)
+
+
+DiskFault = SlowDisk | StallDisk | FailingDisk | PowerLoss
+
 
 #: How long an operation may take to show a fault, or its absence, before the fault is ineffective.
 CONFIRM_WITHIN = 5.0
@@ -322,3 +448,60 @@ def _power_loss(fs: FaultFS, fault: PowerLoss, steps: Record, within: float,
 _INJECTORS: dict[type, Callable[..., contextlib.AbstractContextManager[DiskInjection]]] = {
     SlowDisk: _slow, StallDisk: _stall, FailingDisk: _failing, PowerLoss: _power_loss,
 }
+
+
+@contextlib.contextmanager
+def _inject(ctx: FaultContext, fault: DiskFault, at: float | None, rng: random.Random) -> Iterator[Injection]:
+    """A disk fault on the fault filesystem at its mount (:mod:`chaos.disks._faults`), each
+    confirmed step journaled; a Ctrl-C's rollback (:meth:`Chaos.heal_all`) switches it off."""
+    proc = RayProcess(0, driver_node(), f"fault filesystem at {fault.mount}")
+
+    def step(event: DiskEvent) -> None:
+        if event.kind != "ineffective":  # Chaos.inject journals the FaultIneffective raised with it
+            lost = isinstance(fault, PowerLoss) and event.kind == "inject" and event.measured is not None
+            ctx.record(event.kind, fault, at, proc, event.outcome,
+                       Observed(bytes=int(event.measured or 0)) if lost else None)
+
+    with _held_alone(fault), inject_disk(fault, record=step) as injection, \
+            ctx.on_heal(lambda: switch_off(fault)):
+        yield Injection(fault, (proc,), found=injection)
+
+
+#: The switched disk faults on now, by mount and kind: a heal switches off every rule of its
+#: kind on its mount, so a second fault of that kind there would be ended by the first's heal
+#: and then reported as held (its own heal finding nothing on).
+_DISK_HELD: set[tuple[str, type]] = set()
+_DISK_HELD_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _held_alone(fault: DiskFault) -> Iterator[None]:
+    key = (fault.mount, type(fault))
+    if isinstance(fault, PowerLoss):  # one instant, nothing held
+        yield
+        return
+    with _DISK_HELD_LOCK:
+        if key in _DISK_HELD:
+            raise InvalidFaultSpec(
+                f"a {fault.KIND} on {fault.mount} while another is on: a heal switches off every "
+                f"{fault.KIND} rule of a mount, so the two cannot be judged apart; schedule them one "
+                "after the other, or use different kinds")
+        _DISK_HELD.add(key)
+    try:
+        yield
+    finally:
+        with _DISK_HELD_LOCK:
+            _DISK_HELD.discard(key)
+
+
+#: A fault filesystem this driver reaches by its mount point: nothing of a node is needed.
+_ON_MOUNT: frozenset[Need] = frozenset()
+register(
+    FaultSpec(record=SlowDisk, inject=_inject, needs=_ON_MOUNT, colour="#b08968",
+              example={"mount": "/mnt/faultfs", "seconds": 4, "latency": 0.2, "ops": ["fsync"]}),
+    FaultSpec(record=StallDisk, inject=_inject, needs=_ON_MOUNT, colour="#9c6644",
+              example={"mount": "/mnt/faultfs", "seconds": 2, "glob": "/ckpt/*"}),
+    FaultSpec(record=FailingDisk, inject=_inject, needs=_ON_MOUNT, colour="#e07a5f",
+              example={"mount": "/mnt/faultfs", "seconds": 3, "errno": "EIO", "glob": "/ckpt/*"}),
+    FaultSpec(record=PowerLoss, inject=_inject, needs=_ON_MOUNT, colour="#3d405b", example={"mount": "/mnt/faultfs"}),
+)

@@ -1,7 +1,7 @@
 """The faults a fault filesystem serves, switched at run time: latency, a stall, errno rules.
 
 Lives in the FUSE server's process; the test process switches them through the control
-socket (:mod:`chaos._fusefs`). Each filesystem operation passes :meth:`FaultState.gate` first:
+socket (:mod:`chaos.disks._fusefs`). Each filesystem operation passes :meth:`FaultState.gate` first:
 it waits out a stall (until healed, or the stall's own deadline: the server heals it even when
 its driver is gone), sleeps the operation's latency, then raises the first matching errno.
 Latency and errno rules may have a deadline too. Every effect is counted, so a fault can be

@@ -1,9 +1,9 @@
 """The fault filesystem's server: a passthrough FUSE mount in a process of its own.
 
-``python -m chaos._fuse_server --backing DIR --mount MNT --control SOCK``: mounts ``MNT`` as a
+``python -m chaos.disks._fuse_server --backing DIR --mount MNT --control SOCK``: mounts ``MNT`` as a
 passthrough of ``DIR`` (libfuse 3 through mfusepy), serves the faults of
-:class:`chaos._fuse_faults.FaultState` and the power-loss model of
-:class:`chaos._fuse_model.Volatile`, and takes commands (JSON) on the Unix socket ``SOCK``.
+:class:`chaos.disks._fuse_faults.FaultState` and the power-loss model of
+:class:`chaos.disks._fuse_model.Volatile`, and takes commands (JSON) on the Unix socket ``SOCK``.
 
 Its own process, never a thread of the test: a thread touching the mount while it holds the
 GIL (a page fault on a mapped file, a small ``read``) would wait for a server that needs the
@@ -28,8 +28,8 @@ from typing import Any
 
 import mfusepy
 
-from chaos._fuse_faults import DEFAULT_ERROR_OPS, OPS, ErrorRule, FaultState
-from chaos._fuse_model import GRAVEYARD, Volatile
+from chaos.disks._fuse_faults import DEFAULT_ERROR_OPS, OPS, ErrorRule, FaultState
+from chaos.disks._fuse_model import GRAVEYARD, Volatile
 
 FSNAME = "raychaos-faultfs"
 _HIDDEN = "/" + GRAVEYARD
@@ -388,7 +388,7 @@ def _watch_parent(ops: FaultOps, mount: str, orphaned: threading.Event) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m chaos._fuse_server")
+    parser = argparse.ArgumentParser(prog="python -m chaos.disks._fuse_server")
     for name in ("--backing", "--mount", "--control"):
         parser.add_argument(name, required=True)
     parser.add_argument("--fsname", default=FSNAME)

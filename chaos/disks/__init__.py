@@ -9,8 +9,11 @@ confirmation and a confirmed heal (:func:`inject_disk`). Needs FUSE 3 (``fusermo
 ``/dev/fuse``) and mfusepy.
 """
 
-from chaos._disk_faults import (
+from chaos._faults import STORAGE
+from chaos.disks._faults import (
+    DISK_GRACE,
     DiskEvent,
+    DiskFault,
     DiskInjection,
     FailingDisk,
     PowerLoss,
@@ -18,9 +21,8 @@ from chaos._disk_faults import (
     StallDisk,
     inject_disk,
 )
-from chaos._faults import DISK_GRACE, STORAGE, DiskFault
-from chaos._fuse_faults import MAX_STALL_SECONDS
-from chaos._fusefs import (
+from chaos.disks._fuse_faults import MAX_STALL_SECONDS
+from chaos.disks._fusefs import (
     FaultFS,
     FaultFSError,
     FaultFSState,

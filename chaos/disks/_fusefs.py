@@ -1,7 +1,7 @@
 """A fault filesystem: a passthrough FUSE mount whose disk faults are switched at run time.
 
 :func:`fault_filesystem` mounts a directory through a FUSE server of its own
-(:mod:`chaos._fuse_server`, libfuse 3 through mfusepy) and yields a :class:`FaultFS` to switch
+(:mod:`chaos.disks._fuse_server`, libfuse 3 through mfusepy) and yields a :class:`FaultFS` to switch
 its faults: latency per operation, a stall (operations block until healed, or until the
 stall's own deadline), ``EIO``/``ENOSPC``/``EROFS`` on paths matching a glob, and a power
 loss that drops every write no ``fsync`` covered (of the file for its bytes, of its directory
@@ -31,17 +31,17 @@ from typing import Any
 import psutil
 
 from chaos._errors import ChaosError, HangError, InvalidConfig, MissingExtra, TargetNotFound
-from chaos._fuse_faults import MAX_FAULT_SECONDS, MAX_STALL_SECONDS, OPS
 from chaos._reaper import Claim, ClaimKind, claim, release
 from chaos._reclaim import OWNER_ENV, Owner, me, remove_folder, undo_all
 from chaos._wait import wait_until
+from chaos.disks._fuse_faults import MAX_FAULT_SECONDS, MAX_STALL_SECONDS, OPS
 
 __all__ = ["FSNAME", "FaultFS", "FaultFSError", "FaultFSState", "MountOwner", "PowerLossResult", "connect",
            "fault_filesystem", "fuse_mounts_left", "fuse_servers_left", "mount_owners", "reclaim_mount", "unmount"]
 
 #: The FUSE filesystem name and subtype of our mounts (``fuse.raychaos-faultfs`` in /proc/mounts).
 FSNAME = "raychaos-faultfs"
-_SERVER_MODULE = "chaos._fuse_server"
+_SERVER_MODULE = "chaos.disks._fuse_server"
 _WORK_PREFIX = "rc-faultfs-"
 _START_TIMEOUT = 15.0
 _STOP_TIMEOUT = 15.0
