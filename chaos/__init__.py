@@ -25,22 +25,18 @@ from chaos._engine import Chaos
 from chaos._errors import ChaosError, HangError
 from chaos._failpoint import failpoint
 from chaos._faults import (
-    Bandwidth,
     CpuHog,
     DrainNode,
     Fault,
     FaultKind,
     FillDisk,
     FillObjectStore,
-    FlappingLink,
     FreezeNode,
     Kill,
     KillGcs,
     KillNode,
     LimitOpenFiles,
     MemoryPressure,
-    PacketLoss,
-    Partition,
     Pause,
     Starve,
 )
@@ -49,6 +45,7 @@ from chaos._schedule import Schedule, ScheduledFault
 from chaos._targets import ActorTarget, NodeTarget, TaskTarget, WorkerTarget
 from chaos._wait import wait_until
 from chaos._watchdog import watch
+from chaos.net._faults import Bandwidth, FlappingLink, PacketLoss, Partition
 
 __all__ = [
     "ActorTarget",

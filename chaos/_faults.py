@@ -10,9 +10,9 @@ from chaos._errors import InvalidFaultSpec
 from chaos._kinds import Fault, FaultKind, duration, fault_from_dict, fault_to_dict, number_in
 from chaos._targets import NodeTarget, Target
 
-__all__ = ["Bandwidth", "CpuHog", "DrainNode", "Fault", "FaultKind", "FaultStatus", "FillDisk",
-           "FillObjectStore", "FlappingLink", "FreezeNode", "Kill", "KillGcs", "KillNode", "LimitOpenFiles",
-           "MemoryPressure", "PacketLoss", "Partition", "Pause", "Starve",
+__all__ = ["CpuHog", "DrainNode", "Fault", "FaultKind", "FaultStatus", "FillDisk",
+           "FillObjectStore", "FreezeNode", "Kill", "KillGcs", "KillNode", "LimitOpenFiles",
+           "MemoryPressure", "Pause", "Starve",
            "fault_from_dict", "fault_to_dict"]
 
 Signal = Literal["SIGKILL", "SIGTERM"]
@@ -283,114 +283,3 @@ class KillGcs(Fault):
 
     def __post_init__(self) -> None:
         duration("seconds", self.seconds)
-
-
-PartitionPeers = Literal["rest", "head"]
-Direction = Literal["both", "outgoing", "incoming"]
-
-
-def _network_target(target: NodeTarget, count: int) -> None:
-    """A network fault's nodes: ``count`` worker nodes (the head's link is every worker's)."""
-    number_in("count", count, 1, 16, what="a whole number of worker nodes", whole=True)
-    if target.allow_head:
-        raise InvalidFaultSpec("the head has no link of its own to cut: cut the workers from it instead, "
-                               "e.g. Partition(seconds=..., count=<workers>, peers='head')", field="target.allow_head")
-    if target.node_id is not None and count != 1:
-        raise InvalidFaultSpec(f"a target with a node_id names one node; `count` {count} needs node_id=None",
-                               field="count")
-
-
-@dataclass(frozen=True, slots=True)
-class Partition(Fault):
-    """Cut ``count`` worker nodes (a group that still reaches itself) from the other nodes
-    (``peers="rest"``) or from the head only (``peers="head"``: the GCS and this driver), for
-    ``seconds``, both ways or one way (``direction``: what the group sends, ``outgoing``, or
-    what it receives, ``incoming``). Needs a cluster from ``local_cluster(network=True)``.
-
-    Confirmed by a connection from each cut node to the head that the cut's own rule
-    dropped, and healed by one that succeeds; a cut no packet met is ineffective."""
-
-    #: The name scenario files and journals use for this fault.
-    KIND: ClassVar[FaultKind] = FaultKind.PARTITION
-    #: Carried out by this driver, as root, in the nodes' network namespaces.
-    USES_AGENT: ClassVar[bool] = False
-
-    seconds: float
-    target: NodeTarget = field(default_factory=NodeTarget)
-    count: int = 1
-    peers: PartitionPeers = "rest"
-    direction: Direction = "both"
-
-    def __post_init__(self) -> None:
-        duration("seconds", self.seconds)
-        _network_target(self.target, self.count)
-        if self.peers not in ("rest", "head"):
-            raise InvalidFaultSpec(f"unknown `peers` {self.peers!r}; use 'rest' (every other node) or "
-                                   "'head' (the GCS's node only)", field="peers")
-        if self.direction not in ("both", "outgoing", "incoming"):
-            raise InvalidFaultSpec(f"unknown `direction` {self.direction!r}; use 'both', 'outgoing' or "
-                                   "'incoming'", field="direction")
-
-
-@dataclass(frozen=True, slots=True)
-class PacketLoss(Fault):
-    """Drop ``percent`` of the packets ``count`` worker nodes send to and receive from the other
-    nodes (nftables' random numbers), for ``seconds``. Confirmed by datagrams the rule dropped."""
-
-    #: The name scenario files and journals use for this fault.
-    KIND: ClassVar[FaultKind] = FaultKind.PACKET_LOSS
-    #: Carried out by this driver, as root, in the nodes' network namespaces.
-    USES_AGENT: ClassVar[bool] = False
-
-    percent: float
-    seconds: float
-    target: NodeTarget = field(default_factory=NodeTarget)
-    count: int = 1
-
-    def __post_init__(self) -> None:
-        duration("seconds", self.seconds)
-        _network_target(self.target, self.count)
-        number_in("percent", self.percent, 0.01, 100)
-
-
-@dataclass(frozen=True, slots=True)
-class Bandwidth(Fault):
-    """Cap the links of ``count`` worker nodes at ``mbit`` megabits per second each way (a
-    token bucket, ``tc tbf``) for ``seconds``. Confirmed by a transfer the bucket held back."""
-
-    #: The name scenario files and journals use for this fault.
-    KIND: ClassVar[FaultKind] = FaultKind.BANDWIDTH
-    #: Carried out by this driver, as root, in the nodes' network namespaces.
-    USES_AGENT: ClassVar[bool] = False
-
-    mbit: float
-    seconds: float
-    target: NodeTarget = field(default_factory=NodeTarget)
-    count: int = 1
-
-    def __post_init__(self) -> None:
-        duration("seconds", self.seconds)
-        _network_target(self.target, self.count)
-        number_in("mbit", self.mbit, 0.1, 10_000, what="megabits per second")
-
-
-@dataclass(frozen=True, slots=True)
-class FlappingLink(Fault):
-    """Cut a worker node from every other node and restore it, again and again: down for half
-    of each ``period``, up for the other half, for ``seconds``. The first cut is confirmed as a
-    :class:`Partition`'s; the link is up again when it heals."""
-
-    #: The name scenario files and journals use for this fault.
-    KIND: ClassVar[FaultKind] = FaultKind.FLAPPING_LINK
-    #: Carried out by this driver, as root, in the nodes' network namespaces.
-    USES_AGENT: ClassVar[bool] = False
-
-    period: float
-    seconds: float
-    target: NodeTarget = field(default_factory=NodeTarget)
-
-    def __post_init__(self) -> None:
-        duration("seconds", self.seconds)
-        _network_target(self.target, 1)
-        number_in("period", self.period, 0.2, self.seconds, what="seconds", after="(at most the fault's `seconds`)")
-

@@ -14,10 +14,10 @@ import pytest
 
 import chaos.net._faults as net_faults
 from chaos._errors import FaultIneffective
-from chaos._faults import PacketLoss
 from chaos.net._faults import (
     CHAINS,
     Flaps,
+    PacketLoss,
     _flap,
     _tables,
     burst_bytes,

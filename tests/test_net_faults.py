@@ -13,10 +13,10 @@ import pytest
 
 import chaos.net._faults as net_faults
 from chaos import Chaos, ChaosError, local_cluster
-from chaos._faults import Bandwidth, FlappingLink, PacketLoss, Partition
 from chaos.cluster import ClusterHandle
 from chaos.errors import FaultIneffective
 from chaos.journal import FaultEvent
+from chaos.net._faults import Bandwidth, FlappingLink, PacketLoss, Partition
 from chaos.net._lab import NetLab, NetNode, in_namespace, network_leftovers, network_missing
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow,

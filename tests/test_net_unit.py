@@ -136,8 +136,8 @@ def test_dead_node_detected_needs_the_node_that_was_cut_and_no_other() -> None:
 
 
 def test_the_nodes_a_partition_cut_are_read_from_what_it_hit() -> None:
-    from chaos._faults import Partition
     from chaos.engine import Injection, RayProcess
+    from chaos.net._faults import Partition
     from scenarios.model._workload import FaultWindow
     from scenarios.workloads._surface import nodes_hit
 

@@ -21,18 +21,128 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 from chaos._context import FaultContext, Injection
-from chaos._errors import FaultIneffective, HangError, TargetNotFound
-from chaos._faults import Bandwidth, Direction, FlappingLink, PacketLoss, Partition, PartitionPeers
-from chaos._kinds import FaultSpec, Need, register
+from chaos._errors import FaultIneffective, HangError, InvalidFaultSpec, TargetNotFound
+from chaos._kinds import Fault, FaultKind, FaultSpec, Need, duration, number_in, register
 from chaos._ray_state import live_nodes, short
 from chaos._targets import NodeTarget, RayProcess
 from chaos._wait import wait_until
 from chaos.net._lab import NetLab, NetNode, in_namespace, lab_of, run
 
-__all__: list[str] = []  # its kinds are registered (chaos._kinds), its helpers used by chaos.net
+__all__ = ["Bandwidth", "Direction", "FlappingLink", "PacketLoss", "Partition", "PartitionPeers"]
+
+
+PartitionPeers = Literal["rest", "head"]
+Direction = Literal["both", "outgoing", "incoming"]
+
+
+def _network_target(target: NodeTarget, count: int) -> None:
+    """A network fault's nodes: ``count`` worker nodes (the head's link is every worker's)."""
+    number_in("count", count, 1, 16, what="a whole number of worker nodes", whole=True)
+    if target.allow_head:
+        raise InvalidFaultSpec("the head has no link of its own to cut: cut the workers from it instead, "
+                               "e.g. Partition(seconds=..., count=<workers>, peers='head')", field="target.allow_head")
+    if target.node_id is not None and count != 1:
+        raise InvalidFaultSpec(f"a target with a node_id names one node; `count` {count} needs node_id=None",
+                               field="count")
+
+
+@dataclass(frozen=True, slots=True)
+class Partition(Fault):
+    """Cut ``count`` worker nodes (a group that still reaches itself) from the other nodes
+    (``peers="rest"``) or from the head only (``peers="head"``: the GCS and this driver), for
+    ``seconds``, both ways or one way (``direction``: what the group sends, ``outgoing``, or
+    what it receives, ``incoming``). Needs a cluster from ``local_cluster(network=True)``.
+
+    Confirmed by a connection from each cut node to the head that the cut's own rule
+    dropped, and healed by one that succeeds; a cut no packet met is ineffective."""
+
+    #: The name scenario files and journals use for this fault.
+    KIND: ClassVar[FaultKind] = FaultKind.PARTITION
+    #: Carried out by this driver, as root, in the nodes' network namespaces.
+    USES_AGENT: ClassVar[bool] = False
+
+    seconds: float
+    target: NodeTarget = field(default_factory=NodeTarget)
+    count: int = 1
+    peers: PartitionPeers = "rest"
+    direction: Direction = "both"
+
+    def __post_init__(self) -> None:
+        duration("seconds", self.seconds)
+        _network_target(self.target, self.count)
+        if self.peers not in ("rest", "head"):
+            raise InvalidFaultSpec(f"unknown `peers` {self.peers!r}; use 'rest' (every other node) or "
+                                   "'head' (the GCS's node only)", field="peers")
+        if self.direction not in ("both", "outgoing", "incoming"):
+            raise InvalidFaultSpec(f"unknown `direction` {self.direction!r}; use 'both', 'outgoing' or "
+                                   "'incoming'", field="direction")
+
+
+@dataclass(frozen=True, slots=True)
+class PacketLoss(Fault):
+    """Drop ``percent`` of the packets ``count`` worker nodes send to and receive from the other
+    nodes (nftables' random numbers), for ``seconds``. Confirmed by datagrams the rule dropped."""
+
+    #: The name scenario files and journals use for this fault.
+    KIND: ClassVar[FaultKind] = FaultKind.PACKET_LOSS
+    #: Carried out by this driver, as root, in the nodes' network namespaces.
+    USES_AGENT: ClassVar[bool] = False
+
+    percent: float
+    seconds: float
+    target: NodeTarget = field(default_factory=NodeTarget)
+    count: int = 1
+
+    def __post_init__(self) -> None:
+        duration("seconds", self.seconds)
+        _network_target(self.target, self.count)
+        number_in("percent", self.percent, 0.01, 100)
+
+
+@dataclass(frozen=True, slots=True)
+class Bandwidth(Fault):
+    """Cap the links of ``count`` worker nodes at ``mbit`` megabits per second each way (a
+    token bucket, ``tc tbf``) for ``seconds``. Confirmed by a transfer the bucket held back."""
+
+    #: The name scenario files and journals use for this fault.
+    KIND: ClassVar[FaultKind] = FaultKind.BANDWIDTH
+    #: Carried out by this driver, as root, in the nodes' network namespaces.
+    USES_AGENT: ClassVar[bool] = False
+
+    mbit: float
+    seconds: float
+    target: NodeTarget = field(default_factory=NodeTarget)
+    count: int = 1
+
+    def __post_init__(self) -> None:
+        duration("seconds", self.seconds)
+        _network_target(self.target, self.count)
+        number_in("mbit", self.mbit, 0.1, 10_000, what="megabits per second")
+
+
+@dataclass(frozen=True, slots=True)
+class FlappingLink(Fault):
+    """Cut a worker node from every other node and restore it, again and again: down for half
+    of each ``period``, up for the other half, for ``seconds``. The first cut is confirmed as a
+    :class:`Partition`'s; the link is up again when it heals."""
+
+    #: The name scenario files and journals use for this fault.
+    KIND: ClassVar[FaultKind] = FaultKind.FLAPPING_LINK
+    #: Carried out by this driver, as root, in the nodes' network namespaces.
+    USES_AGENT: ClassVar[bool] = False
+
+    period: float
+    seconds: float
+    target: NodeTarget = field(default_factory=NodeTarget)
+
+    def __post_init__(self) -> None:
+        duration("seconds", self.seconds)
+        _network_target(self.target, 1)
+        number_in("period", self.period, 0.2, self.seconds, what="seconds", after="(at most the fault's `seconds`)")
+
 
 #: Seconds a cut's probe may take to meet the cut's rule (it meets it within a millisecond).
 CUT_CONFIRM = 2.0
