@@ -76,8 +76,8 @@ VERDICTS: dict[str, set[str] | None] = {
     "chaos/_delay.py": {"rpc_failures_injected", "unconfirmed_rpc_failures"},
     "chaos/_engine.py": {"_confirm_node_dead", "_confirm_node_dead.dead", "confirm_resident",
                          "confirm_resident.verdict"},
-    "chaos/_memory.py": {"MemoryProgress.holding"},
-    "chaos/_agent.py": {"_confirm_burning", "_confirm_burning.burned"},
+    "chaos/agents/_memory.py": {"MemoryProgress.holding"},
+    "chaos/agents/_agent.py": {"_confirm_burning", "_confirm_burning.burned"},
     "scenarios/model/_records.py": {"Verdict.over", "RunResult.missed_faults", "RunResult.deviated"},
     "scenarios/runner/_run.py": {
         "declared_verdicts", "undeclared_verdicts", "steady_verdicts", "recovery_verdicts", "_after_heal",

@@ -17,9 +17,9 @@ from typing import Any, Literal, Protocol
 
 from chaos._journal import Journal, Observed
 from chaos._kinds import Fault
-from chaos._memory import MemoryResult
 from chaos._ray_state import short
 from chaos._targets import NodeTarget, RayProcess, resolve
+from chaos.agents._memory import MemoryResult
 
 __all__ = ["FaultContext", "Injection", "Injector", "MemoryWatch", "StoreFill", "driver_node", "node_of"]
 

@@ -20,7 +20,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from chaos._agent import agent_for, driver_token, start_agents
 from chaos._cluster import head_of
 from chaos._context import FaultContext, Injection, MemoryWatch, StoreFill, node_of
 from chaos._errors import FaultIneffective, HangError, TargetNotFound, UnsafeTarget
@@ -42,7 +41,12 @@ from chaos._faults import (
 from chaos._journal import FaultEvent, Journal, Observed, RecoverEvent
 from chaos._json import JsonValue
 from chaos._kinds import FaultSpec, Need, register, spec_of
-from chaos._memory import (
+from chaos._ray_state import live_nodes, short
+from chaos._schedule import Schedule
+from chaos._targets import RayProcess, TaskTarget, resolve
+from chaos._wait import wait_until
+from chaos.agents._agent import agent_for, driver_token, start_agents
+from chaos.agents._memory import (
     MemoryOutcome,
     MemoryProgress,
     MemoryResult,
@@ -51,10 +55,6 @@ from chaos._memory import (
     progress_path,
     read_progress,
 )
-from chaos._ray_state import live_nodes, short
-from chaos._schedule import Schedule
-from chaos._targets import RayProcess, TaskTarget, resolve
-from chaos._wait import wait_until
 
 T = TypeVar("T")
 

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, PlainValidat
 from chaos._checker import Validity, Verdict
 from chaos._errors import ChaosError
 from chaos._faults import Fault, FaultStatus, fault_from_dict, fault_to_dict
-from chaos._memory import MemoryOutcome
+from chaos.agents._memory import MemoryOutcome
 
 __all__ = ["EndEvent", "FaultEvent", "Journal", "JournalCorrupt", "JournalEvent", "Observed", "PlannedFault",
            "RecoverEvent", "StartEvent", "VerdictEntry", "dump_event", "read_journal"]

@@ -17,12 +17,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from chaos._agent import AGENT_START_TIMEOUT, NodeFacts, agent_for, check_agents
 from chaos._byvalue import by_value
 from chaos._errors import ChaosError
 from chaos._kinds import FaultKind, Need, fault_specs
 from chaos._ray_state import live_nodes, short
 from chaos._schedule import Schedule
+from chaos.agents._agent import AGENT_START_TIMEOUT, NodeFacts, agent_for, check_agents
 
 __all__ = ["ClusterUnfit", "Missing", "Need", "find_missing", "needs_of", "preflight"]
 
@@ -165,7 +165,7 @@ def _imports_raychaos() -> str:
     import importlib.util
 
     try:
-        found = importlib.util.find_spec("chaos._memory") is not None
+        found = importlib.util.find_spec("chaos.agents._memory") is not None
     except Exception as exc:  # noqa: BLE001 - a broken or foreign package named chaos
         return f"{type(exc).__name__}: {exc}"
     return "" if found else "No module named 'chaos'"

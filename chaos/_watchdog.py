@@ -240,7 +240,7 @@ def _actor(actor_id: str, address: str) -> Any:
 def _paused(pid: int, node_id: str) -> bool:
     import ray
 
-    from chaos._agent import agent_for
+    from chaos.agents._agent import agent_for
 
     try:
         return bool(ray.get(agent_for(node_id).status.remote(pid), timeout=CALL_TIMEOUT) == "stopped")

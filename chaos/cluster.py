@@ -5,8 +5,8 @@ what Ray says of its nodes (live ones, every node's state and death time, short 
 
 from chaos._cleanup import cleanup_machine
 from chaos._cluster import TEST_SYSTEM_CONFIG, ClusterHandle, local_cluster, ray_processes, reap
-from chaos._disk import free_bytes
 from chaos._ray_state import NodeRow, NodeState, live_nodes, node_states, short
+from chaos.agents._disk import free_bytes
 from chaos.disks._capped import capped_filesystem
 from chaos.gcs._redis import redis_server
 

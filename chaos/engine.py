@@ -17,11 +17,11 @@ from chaos._driver import (
 from chaos._engine import NODE_DEATH_CONFIRM
 from chaos._extras import import_extra
 from chaos._kinds import MAX_FAULT_SECONDS, FaultSpec, Need, fault_from_dict, fault_specs, fault_to_dict
-from chaos._memory import MemoryOutcome, MemoryResult
 from chaos._preflight import preflight
 from chaos._targets import _KINDS as TARGET_CLASSES
 from chaos._targets import RayProcess, target_from_dict, target_to_dict
 from chaos._watchdog import StuckCause, StuckTask, WatchReport
+from chaos.agents._memory import MemoryOutcome, MemoryResult
 
 __all__ = [
     "MAX_CONCURRENT_FAULTS",

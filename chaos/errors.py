@@ -2,7 +2,6 @@
 the matching built-in (``InvalidConfig`` is a ``ValueError``, ``HangError`` a ``TimeoutError``),
 so callers can catch either."""
 
-from chaos._agent import AgentMismatch, AgentUnavailable
 from chaos._driver import FaultsNotApplied
 from chaos._errors import (
     ChaosError,
@@ -22,6 +21,7 @@ from chaos._failpoint import FailpointError
 from chaos._journal import JournalCorrupt
 from chaos._preflight import ClusterUnfit
 from chaos._reclaim import StillMounted, TeardownFailed
+from chaos.agents._agent import AgentMismatch, AgentUnavailable
 from chaos.disks._fusefs import FaultFSError
 from chaos.net._lab import NetworkUnavailable
 

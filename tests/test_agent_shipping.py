@@ -20,10 +20,10 @@ import psutil
 import pytest
 from ray import cloudpickle
 
-import chaos._agent as agent_module
-import chaos._ship as ship
+import chaos.agents._agent as agent_module
+import chaos.agents._ship as ship
 from chaos import wait_until
-from chaos._agent import (
+from chaos.agents._agent import (
     AGENT_NAMESPACE,
     MISMATCH,
     PROTOCOL,
@@ -35,16 +35,19 @@ from chaos._agent import (
     driver_token,
     stop_agents,
 )
-from chaos._identity import code_hash, code_hash_of
+from chaos.agents._identity import SHIPPED, SHIPPED_PACKAGES, code_hash, code_hash_of, shipped_file
 from chaos.cluster import ClusterHandle
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
+
+#: The driver's ``chaos`` folder, whose shipped modules the agent's package copies.
+CHAOS = Path(ship.__file__).parents[1]
 
 #: Imports the shipped package in an interpreter without site-packages (no pydantic, no rich,
 #: no installed raychaos), psutil from Ray's wheel as a Ray worker gets it; prints what it used.
 IMPORT_SHIPPED = """\
 import sys
-import chaos._agent, chaos._healer
+import chaos.agents._agent, chaos.agents._healer
 print(chaos.__file__)
 print(" ".join(sorted(m for m in sys.modules if m.split(".")[0] not in {*sys.stdlib_module_names, "__main__"})))
 """
@@ -66,31 +69,34 @@ def test_the_shipped_agent_imports_only_the_standard_library_and_psutil(tmp_path
     where, used = out.stdout.splitlines()
     assert where == os.path.join(root, "chaos", "__init__.py")
     assert {m.split(".")[0] for m in used.split()} == {"chaos", "psutil"}
-    assert {m for m in used.split() if m.startswith("chaos.")} == {f"chaos.{m}" for m in ship.SHIPPED}
+    assert {m for m in used.split() if m.startswith("chaos.")} == {f"chaos.{m}" for m in (*SHIPPED, *SHIPPED_PACKAGES)}
 
 
 def test_the_shipped_package_is_the_agents_modules_and_an_empty_init() -> None:
     package = Path(ship.agent_package())
-    assert sorted(p.name for p in package.iterdir()) == sorted(["__init__.py", *(f"{m}.py" for m in ship.SHIPPED)])
-    (docstring,) = ast.parse((package / "__init__.py").read_text()).body  # a docstring, no import
-    assert isinstance(docstring, ast.Expr)
+    inits = [Path("__init__.py"), *(shipped_file(p).with_suffix("") / "__init__.py" for p in SHIPPED_PACKAGES)]
+    assert sorted(p.relative_to(package) for p in package.rglob("*.py")) == sorted(
+        [*inits, *(shipped_file(m) for m in SHIPPED)])
+    for init in inits:
+        (docstring,) = ast.parse((package / init).read_text()).body  # a docstring, no import
+        assert isinstance(docstring, ast.Expr)
 
 
 # -- the agent's identity: its protocol and its code -----------------------------------------------
 
 
 def _copy_shipped(folder: Path) -> Path:
-    folder.mkdir()
-    for module in ship.SHIPPED:
-        shutil.copyfile(Path(ship.__file__).with_name(f"{module}.py"), folder / f"{module}.py")
+    for module in SHIPPED:
+        (folder / shipped_file(module)).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(CHAOS / shipped_file(module), folder / shipped_file(module))
     return folder
 
 
 def test_the_code_hash_is_the_shipped_modules_bytes(tmp_path: Path) -> None:
     copy = _copy_shipped(tmp_path / "chaos")
     assert code_hash_of(copy) == code_hash() == code_hash_of(Path(ship.agent_package()))  # byte-identical copies
-    for module in ship.SHIPPED:  # one byte more in any shipped module is other code
-        source = copy / f"{module}.py"
+    for module in SHIPPED:  # one byte more in any shipped module is other code
+        source = copy / shipped_file(module)
         original = source.read_bytes()
         source.write_bytes(original + b"\n")
         assert code_hash_of(copy) != code_hash(), module
@@ -112,8 +118,9 @@ def test_an_agent_answers_its_identity_and_who_started_it() -> None:
 
 
 def test_the_driver_token_is_one_per_process() -> None:
-    other = subprocess.run([sys.executable, "-c", "from chaos._agent import driver_token; print(driver_token())"],
-                           capture_output=True, text=True, timeout=60, check=True).stdout.strip()
+    program = "from chaos.agents._agent import driver_token; print(driver_token())"
+    other = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60,
+                           check=True).stdout.strip()
     assert driver_token() == driver_token() != other and other
 
 
@@ -271,9 +278,8 @@ def test_the_agent_gets_its_package_shipped(ray_cluster: ClusterHandle) -> None:
 
     agent = agent_for(ray.get_runtime_context().get_node_id())
     (where,) = ray.get(agent.__ray_call__.remote(_shipped_on_path), timeout=30)
-    for module in ship.SHIPPED:
-        assert Path(where, "chaos", f"{module}.py").read_bytes() == Path(ship.__file__).with_name(
-            f"{module}.py").read_bytes()
+    for module in SHIPPED:
+        assert Path(where, "chaos", shipped_file(module)).read_bytes() == (CHAOS / shipped_file(module)).read_bytes()
     assert ray.get(agent.protocol.remote(), timeout=30) == PROTOCOL
     assert ray.get(agent.identity.remote(), timeout=30) == AgentIdentity(  # hashed there: the same code
         protocol=PROTOCOL, code=code_hash(), owner=driver_token())

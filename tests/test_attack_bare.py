@@ -135,7 +135,7 @@ def _ours() -> list[str]:
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         text = " ".join(proc.info["cmdline"] or [])
-        if "ray::ChaosAgent" in text or "chaos._healer" in text or "burning" in text:
+        if "ray::ChaosAgent" in text or "chaos.agents._healer" in text or "burning" in text:
             found.append(f"{proc.pid}: {text[:120]}")
     return found
 

@@ -33,9 +33,9 @@ from chaos import (
     WorkerTarget,
     wait_until,
 )
-from chaos._agent import worker_title
 from chaos._targets import resolve
 from chaos.agents import agent_for
+from chaos.agents._agent import worker_title
 from chaos.cluster import ClusterHandle
 from chaos.engine import FaultStatus, run_schedule
 from chaos.errors import FaultIneffective, TargetNotFound, UnsafeTarget

@@ -67,7 +67,7 @@ def resumers(pid: int) -> str:
     seen = []
     for proc in psutil.process_iter(["pid", "cmdline", "status"]):
         line = " ".join(proc.info["cmdline"] or [])
-        if ("chaos._healer" in line and str(pid) in line.split()) or "ChaosAgent" in line:
+        if ("chaos.agents._healer" in line and str(pid) in line.split()) or "ChaosAgent" in line:
             seen.append(f"pid {proc.info['pid']} {proc.info['status']}: {line[:160]}")
     return "; ".join(seen) or "no agent and no healer process left"
 

@@ -252,7 +252,7 @@ REPORT = '{"resident": 7, "host_used": 0.5, "cannot": false, "blocks": 2, "secon
                                   REPORT.replace('"blocks": 2', '"blocks": 2.5'), REPORT.replace("false", "0"),
                                   "{not json"])
 def test_a_memory_report_that_is_not_one_reads_as_none(tmp_path: Path, text: str) -> None:
-    from chaos._memory import MemoryProgress, read_progress
+    from chaos.agents._memory import MemoryProgress, read_progress
 
     path = tmp_path / "progress.json"
     path.write_text(text)
@@ -267,7 +267,7 @@ def test_the_allocation_reports_its_pace(tmp_path: Path) -> None:
     # it made resident, when the last one was, and how long the slowest one took.
     import psutil
 
-    from chaos._memory import STEP, allocate, read_progress
+    from chaos.agents._memory import STEP, allocate, read_progress
 
     vm = psutil.virtual_memory()
     path = str(tmp_path / "progress.json")

@@ -13,12 +13,12 @@ from typing import Any
 import psutil
 import pytest
 
-import chaos._agent as agent_module
 import chaos._engine as engine
+import chaos.agents._agent as agent_module
 from chaos import Chaos, KillNode, MemoryPressure, NodeTarget
-from chaos._agent import ChaosAgent
-from chaos._memory import STEP, MemoryOutcome, MemoryProgress, _report
 from chaos._targets import RayProcess
+from chaos.agents._agent import ChaosAgent
+from chaos.agents._memory import STEP, MemoryOutcome, MemoryProgress, _report
 from chaos.cluster import ClusterHandle
 from chaos.errors import FaultIneffective
 

@@ -25,8 +25,8 @@ from chaos import (
     TaskTarget,
     wait_until,
 )
-from chaos._agent import _limit_leaving
 from chaos._watchdog import group_fits
+from chaos.agents._agent import _limit_leaving
 from chaos.cluster import capped_filesystem, redis_server
 from chaos.engine import fault_from_dict, fault_to_dict, rpc_failure_env
 from chaos.errors import InvalidConfig, InvalidFaultSpec
@@ -200,7 +200,7 @@ def test_a_node_kill_stops_the_parent_and_kills_each_process_under_it() -> None:
     # A stand-in raylet: a process with a child, as a raylet has workers.
     import psutil
 
-    from chaos._agent import _gone, _stop_and_kill_under
+    from chaos.agents._agent import _gone, _stop_and_kill_under
 
     script = ("import subprocess, sys, time\n"
               "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
@@ -222,7 +222,7 @@ def test_a_node_kill_that_cannot_stop_the_raylet_is_ineffective(monkeypatch: pyt
     # An exited, unreaped process never shows state T: the kill must fail, not pass.
     import psutil
 
-    from chaos import _agent
+    from chaos.agents import _agent
     from chaos.errors import FaultIneffective
 
     monkeypatch.setattr(_agent, "STOP_TIMEOUT", 0.3)

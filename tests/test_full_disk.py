@@ -17,7 +17,7 @@ import pytest
 from actors import CheckpointedCounter
 from actors._checkpoint import _Checkpointer
 from actors.checkpoint import CheckpointRetried
-from chaos._disk import fill, free_bytes, unfill
+from chaos.agents._disk import fill, free_bytes, unfill
 from chaos.disks._capped import capped_filesystem
 from chaos.errors import CheckpointError, MutationNotLogged, UnsafeTarget
 

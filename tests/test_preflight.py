@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from chaos import Schedule
-from chaos._agent import NodeFacts
 from chaos._faults import FaultKind
 from chaos._preflight import ClusterUnfit, Missing, Need, _facts_missing, _kinds_by_need, find_missing, needs_of
+from chaos.agents._agent import NodeFacts
 from chaos.errors import ChaosError
 
 

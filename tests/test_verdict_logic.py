@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from chaos import ActorTarget, FaultKind, Kill, Schedule
-from chaos._memory import MemoryProgress
+from chaos.agents._memory import MemoryProgress
 from chaos.engine import FaultStatus, ScheduleObserver, run_schedule
 from chaos.errors import FaultIneffective
 from scenarios.model._records import FaultRecord, RunLabel, RunResult, RunStatus, Verdict
@@ -163,7 +163,7 @@ def test_a_dead_node_is_confirmed_with_the_seconds_it_took(monkeypatch: pytest.M
 
 
 def test_a_process_that_prints_something_else_has_not_begun_burning() -> None:
-    from chaos import _agent
+    from chaos.agents import _agent
 
     proc = subprocess.Popen([sys.executable, "-c", "print('sleeping', flush=True); import time; time.sleep(5)"],
                             stdout=subprocess.PIPE)
@@ -242,7 +242,7 @@ def test_the_last_state_the_gcs_gave_is_the_one_named(monkeypatch: pytest.Monkey
 
 
 def test_a_silent_process_is_given_up_at_its_deadline_not_at_its_exit() -> None:
-    from chaos import _agent
+    from chaos.agents import _agent
 
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(8)"], stdout=subprocess.PIPE)
     start = time.monotonic()

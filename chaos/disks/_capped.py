@@ -10,10 +10,10 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 
-from chaos._disk import MAX_FILL_BYTES
 from chaos._errors import InvalidConfig
 from chaos._reaper import Claim, ClaimKind, claim, release
 from chaos._reclaim import Owner, me
+from chaos.agents._disk import MAX_FILL_BYTES
 
 __all__ = ["CAPPED_SOURCE", "capped_filesystem", "capped_mounts", "release_capped"]
 

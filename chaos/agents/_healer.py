@@ -1,4 +1,4 @@
-"""``python -m chaos._healer PID CREATE_TIME DEADLINE``: resume a paused process at its deadline.
+"""``python -m chaos.agents._healer PID CREATE_TIME DEADLINE``: resume a paused process at its deadline.
 
 Started by the agent, in its own session, for every pause: if the agent, the driver or
 the whole job dies mid-pause, this process still sends SIGCONT when the pause's time is

@@ -12,7 +12,7 @@ nothing: a node never imports this package's public API nor what that needs (pyd
 Shipped rather than pickled by value (``cloudpickle.register_pickle_by_value``): the agent's
 errors and records then keep their import names on both sides (an engine's ``except
 FaultIneffective`` catches the node's), the pause healer still starts as ``python -m
-chaos._healer``, and nothing changes how the rest of the driver's process pickles.
+chaos.agents._healer``, and nothing changes how the rest of the driver's process pickles.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 # Defined beside the code's hash: an agent hashes the modules it was shipped as its identity.
-from chaos._identity import SHIPPED
+from chaos.agents._identity import SHIPPED, SHIPPED_PACKAGES, shipped_file
 
 __all__ = ["SHIPPED", "agent_package", "agent_runtime_env"]
 
@@ -35,14 +35,16 @@ _INIT = '"""raychaos\'s chaos agent as shipped to a node: only the modules the a
 @functools.cache
 def agent_package() -> str:
     """The ``chaos`` directory to ship, built once per process in a private temporary
-    directory (removed at exit): a copy of :data:`SHIPPED` and an empty ``__init__``."""
+    directory (removed at exit): a copy of :data:`SHIPPED` where it lies under ``chaos``, and an
+    empty ``__init__`` in ``chaos`` and in each package below it."""
     root = Path(tempfile.mkdtemp(prefix="raychaos-agent-"))  # mode 0700: no one else writes it
     atexit.register(shutil.rmtree, root, ignore_errors=True)
-    package, source = root / "chaos", Path(__file__).parent
-    package.mkdir()
-    (package / "__init__.py").write_text(_INIT, encoding="utf-8")
+    package, source = root / "chaos", Path(__file__).parents[1]
+    for folder in (package, *(package / shipped_file(p).with_suffix("") for p in SHIPPED_PACKAGES)):
+        folder.mkdir()
+        (folder / "__init__.py").write_text(_INIT, encoding="utf-8")
     for module in SHIPPED:
-        shutil.copyfile(source / f"{module}.py", package / f"{module}.py")
+        shutil.copyfile(source / shipped_file(module), package / shipped_file(module))
     return str(package)
 
 

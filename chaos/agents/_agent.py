@@ -2,7 +2,7 @@
 
 Pinned with ``NodeAffinitySchedulingStrategy`` so a fault on a remote node is injected
 by a process on that node (no SSH, no shared PID namespace needed). Every signal is
-checked by :func:`chaos._safety.check_target` first. Pauses are also guarded by a
+checked by :func:`chaos.agents._safety.check_target` first. Pauses are also guarded by a
 separate healer process with its own deadline, so a pause never outlives its bound even
 if the agent or the driver dies.
 
@@ -31,12 +31,12 @@ from typing import Any
 
 import psutil
 
-from chaos._disk import Filled, fill, unfill
 from chaos._errors import ChaosError, FaultIneffective, HangError, TargetNotFound
-from chaos._identity import SHIPPED, code_hash
-from chaos._memory import MemoryProgress, read_progress
-from chaos._safety import check_target, raylet_of
 from chaos._wait import wait_until
+from chaos.agents._disk import Filled, fill, unfill
+from chaos.agents._identity import SHIPPED, code_hash
+from chaos.agents._memory import MemoryProgress, read_progress
+from chaos.agents._safety import check_target, raylet_of
 
 __all__ = ["AGENT_START_TIMEOUT", "PROTOCOL", "SHIPPED", "AgentIdentity", "AgentMismatch", "AgentUnavailable",
            "ChaosAgent", "NodeFacts", "PauseTicket", "agent_for", "check_agents", "code_hash", "driver_token",
@@ -277,7 +277,7 @@ class ChaosAgent:
         return True
 
     def fill_disk(self, path: str) -> Filled:
-        """Fill the (small tmpfs) filesystem of ``path`` on this node; see :func:`chaos._disk.fill`."""
+        """Fill the (small tmpfs) filesystem of ``path`` on this node; see :func:`chaos.agents._disk.fill`."""
         return fill(path)
 
     def free_disk(self, ballast: str) -> int:
@@ -463,7 +463,7 @@ def _cpu_seconds(pid: int) -> float:
 def _spawn_healer(pid: int, created: float, deadline: float) -> int:
     """The process that resumes ``pid`` at ``deadline`` whatever happens to this agent."""
     # posix_spawn, not fork: forking this multithreaded worker can deadlock the child.
-    return os.posix_spawn(sys.executable, [sys.executable, "-m", "chaos._healer", str(pid),
+    return os.posix_spawn(sys.executable, [sys.executable, "-m", "chaos.agents._healer", str(pid),
                                            repr(created), repr(deadline)], dict(os.environ),
                           setsid=True)
 
@@ -648,7 +648,7 @@ def _launch(node_id: str) -> tuple[Any, bool]:
     from ray.exceptions import ActorAlreadyExistsError
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from chaos._ship import agent_runtime_env
+    from chaos.agents._ship import agent_runtime_env
 
     name = agent_name(node_id)
     try:
@@ -742,7 +742,7 @@ def agent_for(node_id: str, *, timeout: float = AGENT_START_TIMEOUT) -> Any:
     Agents are detached, named actors: a pause's resume timer must survive the driver
     that asked for it, and the handle is cached because Ray ends an actor when its last
     handle goes. :func:`stop_agents` removes those this process started from a cluster it did
-    not start. The node needs nothing installed: the agent's package travels with it (``chaos._ship``).
+    not start. The node needs nothing installed: the agent's package travels with it (``chaos.agents._ship``).
 
     Raises:
         AgentMismatch: the actor under this code's agent's name runs other code.
