@@ -19,7 +19,6 @@ Nothing here imports ``ray`` at import time, so the pytest plugin stays cheap to
 ``chaos.testing`` and ``chaos.strategies`` (Hypothesis) are imported on their own.
 """
 
-from chaos._cluster import local_cluster
 from chaos._delay import Latency, RpcFailure, delayed
 from chaos._engine import Chaos
 from chaos._errors import ChaosError, HangError
@@ -45,6 +44,7 @@ from chaos._schedule import Schedule, ScheduledFault
 from chaos._targets import ActorTarget, NodeTarget, TaskTarget, WorkerTarget
 from chaos._wait import wait_until
 from chaos._watchdog import watch
+from chaos.cluster._cluster import local_cluster
 from chaos.net._faults import Bandwidth, FlappingLink, PacketLoss, Partition
 
 __all__ = [

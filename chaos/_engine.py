@@ -20,7 +20,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from chaos._cluster import head_of
 from chaos._context import FaultContext, Injection, MemoryWatch, StoreFill, node_of
 from chaos._errors import FaultIneffective, HangError, TargetNotFound, UnsafeTarget
 from chaos._faults import (
@@ -55,6 +54,7 @@ from chaos.agents._memory import (
     progress_path,
     read_progress,
 )
+from chaos.cluster._cluster import head_of
 
 T = TypeVar("T")
 

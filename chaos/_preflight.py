@@ -116,7 +116,7 @@ def _state_api(address: str, kinds: tuple[FaultKind, ...]) -> list[Missing]:
 
 
 def _gcs(address: str, kinds: tuple[FaultKind, ...]) -> list[Missing]:
-    from chaos._cluster import head_of
+    from chaos.cluster._cluster import head_of
 
     try:
         head_of(address)

@@ -20,7 +20,7 @@ from chaos._errors import (
 from chaos._failpoint import FailpointError
 from chaos._journal import JournalCorrupt
 from chaos._preflight import ClusterUnfit
-from chaos._reclaim import StillMounted, TeardownFailed
+from chaos._reclaim._owner import StillMounted, TeardownFailed
 from chaos.agents._agent import AgentMismatch, AgentUnavailable
 from chaos.disks._fusefs import FaultFSError
 from chaos.net._lab import NetworkUnavailable

@@ -16,8 +16,8 @@ import time
 
 import psutil
 
-from chaos._cleanup import orphaned_processes
-from chaos._cluster import ray_processes
+from chaos._reclaim._cleanup import orphaned_processes
+from chaos.cluster._cluster import ray_processes
 from chaos.disks._capped import capped_mounts
 from chaos.disks._fusefs import fuse_mounts_left, fuse_servers_left
 from chaos.net._lab import network_leftovers

@@ -35,8 +35,8 @@ from hypothesis import HealthCheck, settings
 from chaos._marker import MARKER_HELP, NO_FAULT_NO_FIXTURE, NO_FAULT_RAN, ChaosRun, ChaosSpec, parse_marker
 
 if TYPE_CHECKING:
-    from chaos._cluster import ClusterHandle
     from chaos._driver import FaultOutcome
+    from chaos.cluster._cluster import ClusterHandle
 
 #: Registered, never loaded unless asked: ten times Hypothesis's default examples and steps.
 settings.register_profile(
@@ -64,7 +64,7 @@ class RayHarness:
     def get(self, nodes: int) -> ClusterHandle:
         import ray
 
-        from chaos._cluster import local_cluster
+        from chaos.cluster._cluster import local_cluster
 
         if self.handle is not None and self.handle.nodes == nodes and ray.is_initialized():
             return self.handle
@@ -84,7 +84,7 @@ class RayHarness:
         another. None while the head runs (or no cluster is up)."""
         if self.handle is None:
             return None
-        from chaos._cluster import head_down
+        from chaos.cluster._cluster import head_down
         from chaos.postmortem import report
 
         if not (down := head_down(self.handle.address)):

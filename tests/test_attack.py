@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from chaos import wait_until
-from chaos._cluster import _free_port
+from chaos.cluster._cluster import _free_port
 from conftest import stop_ray_start
 from scenarios import ScenarioError, load_attack
 from scenarios.cli import main

@@ -21,7 +21,7 @@ import pytest
 import ray as ray_here
 
 from chaos import wait_until
-from chaos._cluster import _free_port
+from chaos.cluster._cluster import _free_port
 from conftest import stop_ray_start
 from test_attack import FRESH, SCHEDULE, _assert_every_fault_confirmed
 

@@ -160,7 +160,7 @@ def test_a_cluster_whose_gcs_died_before_the_drivers_first_read_still_tears_down
         sys.path.insert(0, {ROOT!r})
         import ray._private.worker as worker
         from chaos import local_cluster
-        from chaos._cluster import head_of
+        from chaos.cluster._cluster import head_of
 
         held = threading.Event()
         first_read = worker._internal_kv_get

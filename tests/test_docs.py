@@ -372,7 +372,7 @@ def test_quickstart_pytest_on_your_own_actor(pytester: pytest.Pytester) -> None:
 
 
 def _free_port() -> int:
-    from chaos._cluster import _free_port as free
+    from chaos.cluster._cluster import _free_port as free
 
     return free()
 

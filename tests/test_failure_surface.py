@@ -167,7 +167,7 @@ GCS_HEALED_FROM_A_THREAD = """
 import os, threading, psutil, ray
 from chaos import Chaos, KillGcs, local_cluster
 from chaos.cluster import redis_server
-from chaos._cluster import head_of
+from chaos.cluster._cluster import head_of
 with redis_server() as redis, local_cluster(nodes=1, num_cpus=1, redis_address=redis, log_to_driver=False) as cluster:
     def kill_and_heal():
         with Chaos(address=cluster.address).inject(KillGcs(seconds=0.5)):

@@ -112,7 +112,7 @@ def test_hang(ray_cluster):
 LOST_HEAD = """
 import os, signal, ray
 from chaos import wait_until
-from chaos._cluster import head_down, head_of
+from chaos.cluster._cluster import head_down, head_of
 
 @ray.remote
 def one():

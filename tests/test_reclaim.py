@@ -95,7 +95,7 @@ def test_a_killed_drivers_network_lab_is_reclaimed_by_its_reaper() -> None:
 
 _CLEAN_DRIVER = """
     import json
-    from chaos import _reaper
+    from chaos._reclaim import _reaper
     from chaos.net._lab import network_lab
     with network_lab(1) as lab:
         pass
@@ -117,7 +117,7 @@ def test_after_a_normal_teardown_the_reaper_does_nothing_and_ends_with_its_drive
 
 _REPLACED_DRIVER = """
     import json, sys, time
-    from chaos import _reaper
+    from chaos._reclaim import _reaper
     from chaos.net._lab import network_lab
     from chaos.cluster import capped_filesystem
     with network_lab(1) as lab:
@@ -160,7 +160,7 @@ def test_a_killed_reaper_is_replaced_and_told_every_claim_still_held() -> None:
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
 def test_a_folder_with_a_filesystem_mounted_in_it_is_never_walked(tmp_path: Path) -> None:
-    from chaos._reclaim import StillMounted, remove_folder
+    from chaos._reclaim._owner import StillMounted, remove_folder
 
     inner = tmp_path / "outer" / "inner"
     inner.mkdir(parents=True)
@@ -207,9 +207,9 @@ def test_a_killed_drivers_fault_filesystem_whose_server_died_too_is_unmounted_by
 
 _MANY_DRIVER = """
     import json, os, signal, subprocess, time
-    from chaos import _reaper
+    from chaos._reclaim import _reaper
     from chaos.net._lab import _enter, network_lab
-    from chaos._reclaim import OWNER_ENV, me
+    from chaos._reclaim._owner import OWNER_ENV, me
     from chaos.disks._fusefs import fault_filesystem
     from chaos.cluster import capped_filesystem
 
@@ -360,9 +360,9 @@ def test_a_lab_teardown_with_two_failing_steps_finishes_and_reports_both(monkeyp
 
 def test_a_reaper_with_two_claims_it_cannot_undo_undoes_the_rest_and_reports_both(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from chaos import _reaper_main as _reaper
-    from chaos._reaper import Claim, ClaimKind
-    from chaos._reclaim import TeardownFailed
+    from chaos._reclaim import _reaper_main as _reaper
+    from chaos._reclaim._owner import TeardownFailed
+    from chaos._reclaim._reaper import Claim, ClaimKind
 
     undone: list[str] = []
 
@@ -382,9 +382,9 @@ def test_a_reaper_with_two_claims_it_cannot_undo_undoes_the_rest_and_reports_bot
 
 def test_cleanup_that_cannot_remove_two_things_removes_the_rest_names_both_and_exits_1(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import chaos._cleanup as cleanup_module
-    from chaos._cleanup import Found, Leftover, Ownership
-    from chaos._reclaim import Owner
+    import chaos._reclaim._cleanup as cleanup_module
+    from chaos._reclaim._cleanup import Found, Leftover, Ownership
+    from chaos._reclaim._owner import Owner
 
     removed: list[str] = []
 
@@ -414,7 +414,7 @@ def test_the_processes_of_a_clusters_folder_are_found_by_their_command_line_or_a
     import subprocess
     import sys
 
-    from chaos._reclaim import kill_all, processes_naming
+    from chaos._reclaim._owner import kill_all, processes_naming
 
     log = (tmp_path / "agent.log").open("w")
     by_file = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], stdout=log)

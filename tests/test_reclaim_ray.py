@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from chaos._errors import HangError
-from chaos._reclaim import Owner, kill_all
+from chaos._reclaim._owner import Owner, kill_all
 from chaos._wait import wait_until
 from chaos.net._lab import PREFIX, network_leftovers, network_missing
 

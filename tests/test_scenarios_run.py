@@ -391,8 +391,8 @@ def test_address_runs_against_a_cluster_started_with_ray_start(tmp_path: Path) -
     """A `ray start --head` plus a second `ray start --address` node, as on a real cluster."""
     import tempfile
 
-    from chaos._cluster import _mentions, ray_processes
     from chaos.cluster import reap
+    from chaos.cluster._cluster import _mentions, ray_processes
 
     ray_cli = str(Path(sys.executable).parent / "ray")
     temp = tempfile.mkdtemp(prefix="rcs-", dir="/tmp")

@@ -1,6 +1,6 @@
 """A size-capped tmpfs to put storage on (``storage_mb``; a ``fill_disk`` fills it): mounted
 under a source name that says whose it is, and given to the driver's reaper, so a driver killed
-with SIGKILL leaves none behind (:mod:`chaos._reaper`; ``raychaos cleanup`` finds the rest)."""
+with SIGKILL leaves none behind (:mod:`chaos._reclaim._reaper`; ``raychaos cleanup`` finds the rest)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import tempfile
 from collections.abc import Iterator
 
 from chaos._errors import InvalidConfig
-from chaos._reaper import Claim, ClaimKind, claim, release
-from chaos._reclaim import Owner, me
+from chaos._reclaim._owner import Owner, me
+from chaos._reclaim._reaper import Claim, ClaimKind, claim, release
 from chaos.agents._disk import MAX_FILL_BYTES
 
 __all__ = ["CAPPED_SOURCE", "capped_filesystem", "capped_mounts", "release_capped"]

@@ -31,8 +31,8 @@ from typing import Any
 import psutil
 
 from chaos._errors import ChaosError, HangError, InvalidConfig, MissingExtra, TargetNotFound
-from chaos._reaper import Claim, ClaimKind, claim, release
-from chaos._reclaim import OWNER_ENV, Owner, me, remove_folder, undo_all
+from chaos._reclaim._owner import OWNER_ENV, Owner, me, remove_folder, undo_all
+from chaos._reclaim._reaper import Claim, ClaimKind, claim, release
 from chaos._wait import wait_until
 from chaos.disks._fuse_faults import MAX_FAULT_SECONDS, MAX_STALL_SECONDS, OPS
 

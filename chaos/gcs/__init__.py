@@ -4,7 +4,7 @@
 :class:`RedisIdleTimeout`): fault kinds like any other, scheduled on a cluster this process started
 with GCS fault tolerance, or injected into a Redis of its own by :func:`inject_redis_fault`."""
 
-from chaos._cluster import head_of
+from chaos.cluster._cluster import head_of
 from chaos.gcs._faults import (
     KillRedis,
     RedisClientKill,

@@ -24,12 +24,12 @@ from typing import ClassVar, Literal
 
 import psutil
 
-from chaos._cluster import head_of
 from chaos._context import FaultContext, Injection
 from chaos._errors import FaultIneffective, HangError, InvalidFaultSpec
 from chaos._kinds import Fault, FaultKind, FaultSpec, Need, duration, register
 from chaos._targets import RayProcess
 from chaos._wait import wait_until
+from chaos.cluster._cluster import head_of
 from chaos.gcs._redis import RedisServer, redis_of
 
 __all__ = ["KillRedis", "RedisClientKill", "RedisEvent", "RedisFault", "RedisIdleTimeout", "gcs_connections",

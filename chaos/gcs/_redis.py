@@ -22,10 +22,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import psutil
 
-from chaos._cluster import _free_port, reap
 from chaos._errors import ChaosError, FaultIneffective, HangError, InvalidConfig, InvalidFaultSpec
-from chaos._reclaim import OWNER_ENV, me
+from chaos._reclaim._owner import OWNER_ENV, me
 from chaos._wait import wait_until
+from chaos.cluster._cluster import _free_port, reap
 
 __all__ = ["RedisReplyError", "RedisServer", "redis_of", "redis_server"]
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 from chaos._errors import InvalidConfig
 from chaos._ray_state import NodeRow, live_nodes
-from chaos._reclaim import OWNER_ENV, me
+from chaos._reclaim._owner import OWNER_ENV, me
 from chaos._wait import wait_until
 from chaos.net._lab import NetLab, NetNode, _enter, kill_node_processes
 

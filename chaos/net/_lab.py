@@ -4,7 +4,7 @@ veth link and address, so that Ray's nodes talk over links that faults can cut, 
 Everything it makes is named with one prefix, :data:`PREFIX` (namespaces, links, the bridge,
 nftables tables), so the leak check finds whatever a crash left behind, and labelled with the
 driver that made it: a driver killed before its teardown leaves the lab to its reaper
-(:mod:`chaos._reaper`), or to ``raychaos cleanup``. It needs root and the
+(:mod:`chaos._reclaim._reaper`), or to ``raychaos cleanup``. It needs root and the
 ``nft``, ``ip`` and ``tc`` commands (Debian's ``nftables`` and ``iproute2``); without them it
 refuses with :class:`NetworkUnavailable` before it changes anything.
 
@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from chaos._errors import ChaosError, InvalidConfig, InvalidFaultSpec
-from chaos._reaper import Claim, ClaimKind, claim, release
-from chaos._reclaim import Owner, kill_all, me, undo_all
+from chaos._reclaim._owner import Owner, kill_all, me, undo_all
+from chaos._reclaim._reaper import Claim, ClaimKind, claim, release
 
 __all__ = ["PREFIX", "LabObject", "LabObjectKind", "NetLab", "NetNode", "NetworkUnavailable", "destroy_lab",
            "lab_objects", "lab_of", "network_lab", "network_leftovers", "network_missing", "require_network"]

@@ -1,7 +1,7 @@
 """A reaper per driver: a small process that outlives its driver and, when the driver ends
 however it ended (SIGKILL included), undoes what the driver claimed and did not undo itself.
 
-The driver starts it on its first claim (``python -c '…chaos._reaper…' --owner PID:START``, in a
+The driver starts it on its first claim (``python -c '…chaos._reclaim._reaper…' --owner PID:START``, in a
 session of its own, so that a signal to the driver's process group spares it), with a pipe as
 its standard input, and writes a line per claim before it makes the thing: ``["+", "netlab",
 NAME, WORKERS]``; its own teardown, once it has undone the thing, writes the same with ``"-"``.
@@ -25,12 +25,12 @@ import sys
 import threading
 from dataclasses import dataclass
 
-from chaos._reclaim import OWNER_ENV, Owner, me
+from chaos._reclaim._owner import OWNER_ENV, Owner, me
 
 __all__ = ["Claim", "ClaimKind", "claim", "read_claims", "reaper_pid", "release"]
 
 #: The reaper's entry: it imports what undoes each kind of claim (this module imports none of it).
-_MODULE = "chaos._reaper_main"
+_MODULE = "chaos._reclaim._reaper_main"
 _ENTRY = f"import sys; from {_MODULE} import main; sys.exit(main())"
 #: Seconds between checks that the driver still runs, while its pipe is open: a child the driver
 #: forked without exec may hold the pipe open after the driver died.

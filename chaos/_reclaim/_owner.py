@@ -4,7 +4,7 @@ mounted in it.
 
 The owner label (``<pid>:<start>``, the driver's pid and its start time in clock ticks after
 boot, from ``/proc/<pid>/stat``) tells a live driver's things from a dead one's even once the
-pid is reused: ``raychaos cleanup`` (:mod:`chaos._cleanup`) removes only the things of owners
+pid is reused: ``raychaos cleanup`` (:mod:`chaos._reclaim._cleanup`) removes only the things of owners
 that have ended. Processes carry it in their environment (:data:`OWNER_ENV`), links in their
 alias, a tmpfs in its source name.
 """

@@ -3,10 +3,10 @@ needs, the Ray processes it runs, a Redis server for GCS fault tolerance, a size
 filesystem for disk faults, the reaper that leaves no process behind, and one typed view of
 what Ray says of its nodes (live ones, every node's state and death time, short ids)."""
 
-from chaos._cleanup import cleanup_machine
-from chaos._cluster import TEST_SYSTEM_CONFIG, ClusterHandle, local_cluster, ray_processes, reap
 from chaos._ray_state import NodeRow, NodeState, live_nodes, node_states, short
+from chaos._reclaim._cleanup import cleanup_machine
 from chaos.agents._disk import free_bytes
+from chaos.cluster._cluster import TEST_SYSTEM_CONFIG, ClusterHandle, local_cluster, ray_processes, reap
 from chaos.disks._capped import capped_filesystem
 from chaos.gcs._redis import redis_server
 

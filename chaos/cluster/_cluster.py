@@ -24,7 +24,7 @@ from typing import Any
 import psutil
 
 from chaos._errors import FaultIneffective, InvalidConfig, InvalidFaultSpec
-from chaos._reaper import Claim, ClaimKind, claim, release
+from chaos._reclaim._reaper import Claim, ClaimKind, claim, release
 from chaos._wait import wait_until
 from chaos.net._cluster import join_workers, kill_workers, map_node_ids
 from chaos.net._lab import NetLab, network_lab, registered, require_network

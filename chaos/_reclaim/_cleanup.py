@@ -1,8 +1,8 @@
 """``raychaos cleanup``: remove what raychaos drivers that have ended left on this machine.
 
-Each driver's reaper (:mod:`chaos._reaper`) undoes what its driver made when the driver is
+Each driver's reaper (:mod:`chaos._reclaim._reaper`) undoes what its driver made when the driver is
 killed; this is for what is left when the reaper could not (killed too, or a failure). Things
-are found by the label raychaos puts on them (:mod:`chaos._reclaim`): the network lab's
+are found by the label raychaos puts on them (:mod:`chaos._reclaim._owner`): the network lab's
 namespaces, links and bridges (named ``rc-…``, the owner in their alias) and the host's
 nftables tables of its faults; fault filesystems (``fuse.raychaos-faultfs``, the owner in their
 server's environment); capped tmpfs mounts (source ``raychaos-capped@owner``); and processes
@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 import psutil
 
 from chaos._errors import HangError
-from chaos._reclaim import Owner, kill_all
+from chaos._reclaim._owner import Owner, kill_all
 
 __all__ = ["Found", "Leftover", "Ownership", "cleanup_machine", "find_leftovers", "orphaned_processes",
            "remove_leftovers"]
 
-_REAPER_MODULE = "chaos._reaper"
+_REAPER_MODULE = "chaos._reclaim._reaper"
 
 
 class Ownership(enum.Enum):

@@ -1,4 +1,4 @@
-"""The reaper process of a driver (:mod:`chaos._reaper`): what undoes each kind of claim, and its
+"""The reaper process of a driver (:mod:`chaos._reclaim._reaper`): what undoes each kind of claim, and its
 entry point. Apart from the claims' side so that the modules that claim (the network lab, the
 fault filesystem, the capped tmpfs, the cluster) import the claims, and only this imports them."""
 
@@ -8,8 +8,8 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from chaos._reaper import _ENTRY, Claim, ClaimKind, read_claims
-from chaos._reclaim import Owner, TeardownFailed, remove_folder, undo_all
+from chaos._reclaim._owner import Owner, TeardownFailed, remove_folder, undo_all
+from chaos._reclaim._reaper import _ENTRY, Claim, ClaimKind, read_claims
 
 __all__ = ["UNDO", "main", "reclaim"]
 
@@ -38,7 +38,7 @@ def _undo_ray_session(temp_dir: str) -> None:
     Raises:
         TeardownFailed: some still run after the kill's bound (each named).
     """
-    from chaos._reclaim import kill_all, processes_naming
+    from chaos._reclaim._owner import kill_all, processes_naming
 
     left = kill_all(processes_naming(temp_dir))
     if left:
