@@ -124,6 +124,42 @@ def test_the_scenarios_show_their_parts() -> None:
     assert all(f"scenarios/{part}/" in page for part in parts), "the contributing page's tree is stale"
 
 
+def test_chaos_shows_its_parts() -> None:
+    """The agents, the cluster harness, the disks, the GCS and the network each have a package
+    behind their public face; what every teardown shares lies beneath them (``_reclaim``)."""
+    parts = {p.parent.name for p in (ROOT / "chaos").glob("*/__init__.py")}
+    assert parts == {"agents", "cluster", "disks", "gcs", "net", "_reclaim"}
+    page = (ROOT / "docs" / "explanation" / "architecture.md").read_text(encoding="utf-8")
+    assert all(f"chaos/{part}/" in page for part in parts), "the architecture page's parts are stale"
+
+
+#: Imports each module of chaos as the first of the house a process imports (the packages'
+#: ``__init__`` import their parts eagerly, so an order the graph allows may still fail).
+IMPORT_EACH_FIRST = """\
+import importlib, sys
+failed = []
+for name in sys.argv[1:]:
+    for loaded in [m for m in sys.modules if m.split(".")[0] in ("chaos", "actors", "scenarios")]:
+        del sys.modules[loaded]
+    try:
+        importlib.import_module(name)
+    except Exception as exc:
+        failed.append(f"{name}: {type(exc).__name__}: {exc}")
+print("\\n".join(failed))
+"""
+
+
+@pytest.mark.slow
+def test_every_module_of_chaos_imports_first() -> None:
+    import subprocess
+    import sys
+
+    names = sorted(m for m in modules() if m.split(".")[0] == "chaos")
+    out = subprocess.run([sys.executable, "-c", IMPORT_EACH_FIRST, *names], capture_output=True, text=True,
+                         cwd=ROOT, timeout=300, check=True)
+    assert len(names) > 60 and out.stdout.strip() == "", out.stdout
+
+
 # -- facts travel as types: nothing untyped crosses from one package to another -----------------
 
 UNTYPED = re.compile(r"\b(dict|Mapping)\[str, Any\]")
