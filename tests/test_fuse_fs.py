@@ -428,3 +428,20 @@ def test_an_errno_rule_that_ends_by_itself_leaves_the_latency_on() -> None:
     assert state.gate("write", "/f") == 0  # the gate ends what is due first
     assert state.latency == {"read": 0.001} and state.errors == []
     assert state.counts["expired.errors"] == 1 and state.counts["expired.latency"] == 0
+
+
+def test_a_latency_deadline_passing_after_its_heal_ends_nothing_else_and_each_expiry_counts_once() -> None:
+    """A deadline whose kind is off by then is dropped without touching the other kind; each
+    kind that ends by itself counts one expiry (driven directly, no mount)."""
+    from chaos.disks._fuse_faults import ErrorRule, FaultState
+
+    state = FaultState()
+    state.add_error(ErrorRule(errno.EIO, "*", frozenset({"read"})))  # no deadline: on until healed
+    state.set_latency({}, until=0.0)  # a latency deadline with no latency on
+    assert state.gate("write", "/f") == 0
+    assert len(state.errors) == 1 and state.deadlines == {}
+    state.set_latency({"read": 0.001}, until=0.0)
+    state.set_stall("/nothing/*", 0.0)
+    state.gate("write", "/f")
+    assert state.latency == {} and state.stall is None
+    assert state.counts["expired.latency"] == 1 and state.counts["expired.stall"] == 1
