@@ -445,3 +445,12 @@ def test_a_latency_deadline_passing_after_its_heal_ends_nothing_else_and_each_ex
     state.gate("write", "/f")
     assert state.latency == {} and state.stall is None
     assert state.counts["expired.latency"] == 1 and state.counts["expired.stall"] == 1
+
+
+def test_an_operation_stalled_to_the_stalls_deadline_ends_the_stall_it_waited_out() -> None:
+    from chaos.disks._fuse_faults import FaultState
+
+    state = FaultState()
+    state.set_stall("/f", 0.05)
+    assert state.gate("write", "/f") == 0  # waits the stall out
+    assert state.stall is None and state.counts["stalled"] == 1 and state.counts["expired.stall"] == 1

@@ -321,3 +321,13 @@ def test_a_durable_unlink_empties_its_grave_and_a_power_loss_forgets_and_release
         assert vol.unsynced() == (0, 0) and _fds_under(tmp_path) == before + 1  # only `new`, ours
     finally:
         os.close(new)
+
+
+def test_a_rename_that_fails_is_not_logged_and_a_power_loss_undoes_nothing(vol: Volatile, tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "kept").write_bytes(b"x")  # a non-empty directory cannot be replaced
+    with pytest.raises(OSError):
+        vol.rename((str(tmp_path), "a"), (str(tmp_path), "b"))
+    assert vol.power_loss().names_undone == 0
+    assert (tmp_path / "a").is_dir() and (tmp_path / "b" / "kept").read_bytes() == b"x"

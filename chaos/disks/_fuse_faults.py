@@ -88,7 +88,6 @@ class FaultState:
                 return
             self.counts["stalled"] += 1
             self._cond.wait_for(lambda: not self._stalls(paths), timeout=self._stall_left())
-            self._expire()
 
     def _expire(self) -> None:
         """End each fault whose own deadline has passed, counted (called with the lock held)."""
