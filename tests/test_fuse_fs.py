@@ -454,3 +454,18 @@ def test_an_operation_stalled_to_the_stalls_deadline_ends_the_stall_it_waited_ou
     state.set_stall("/f", 0.05)
     assert state.gate("write", "/f") == 0  # waits the stall out
     assert state.stall is None and state.counts["stalled"] == 1 and state.counts["expired.stall"] == 1
+
+
+def test_a_rule_added_after_its_kinds_deadline_passed_outlives_that_deadline() -> None:
+    """An old deadline, due but not yet met by any operation, ends the rules it was set for, never
+    one added after it without a deadline of its own."""
+    from chaos.disks._fuse_faults import ErrorRule, FaultState
+
+    state = FaultState()
+    old, new = ErrorRule(errno.EIO, "*", frozenset({"read"})), ErrorRule(errno.EROFS, "*", frozenset({"write"}))
+    state.add_error(old, until=0.0)
+    state.add_error(new)
+    state.set_latency({"read": 0.001}, until=0.0)
+    state.set_latency({"write": 0.001})
+    state.gate("open", "/f")
+    assert state.errors == [new] and state.latency == {"write": 0.001}
