@@ -10,7 +10,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from actors import ReplayBufferActor
-from scenarios.workloads._builtin import WORKLOADS
+from scenarios.workloads._registry import builtin_workloads
+
+#: Every built-in workload by name (the one registry).
+WORKLOADS = builtin_workloads()
 
 __all__ = ["ForgetfulCrashLoop", "ForgetsCursor"]
 

@@ -83,8 +83,10 @@ VERDICTS: dict[str, set[str] | None] = {
         "declared_verdicts", "undeclared_verdicts", "steady_verdicts", "recovery_verdicts", "_after_heal",
         "complete_records", "at_end_schedule", "at_end_schedule.held", "knob_records", "knob_records.fired",
         "_knob_record", "_with_failures", "_Recorder.close_faults", "_Recorder.fault"},
-    "scenarios/workloads/_surface.py": {
-        "kept", "gone_verdict", "classify_get_error", "expected_outcome", "objects_verdict", "call_error_kind"},
+    "scenarios/workloads/_kit.py": {"kept"},
+    "scenarios/workloads/surface/_nodes.py": {"gone_verdict"},
+    "scenarios/workloads/surface/_objects.py": {"classify_get_error", "expected_outcome", "objects_verdict"},
+    "scenarios/workloads/surface/_rpc.py": {"call_error_kind"},
     "scenarios/workloads/_builtin.py": {
         "loop_bound", "blocked_verdict", "new_oom_kills", "task_evidence", "counters_verdict",
         "owner_death_verdict"},
@@ -111,8 +113,8 @@ DISK: dict[str, set[str] | None] = {
 }
 #: The Serve and job verdicts: what excuses an error, a body checked, a kill answered.
 SERVE_JOB: dict[str, set[str] | None] = {
-    "scenarios/workloads/_serve_verdicts.py": None,
-    "scenarios/workloads/_job.py": {
+    "scenarios/workloads/serve/_verdicts.py": None,
+    "scenarios/workloads/user/_job.py": {
         "job_succeeded", "within_ratio", "fault_seen", "_Answers.restored", "_Answers.regrouped", "_kill_answered",
         "_answered", "attempts_of", "_method", "job_seconds", "_job_timeout", "job_problems", "_with_kill_targets",
         "ActorSighting.there"},

@@ -317,7 +317,7 @@ def _run_job(schedule: str, command: str, *, seed: int, duration: float | None, 
     import tempfile
 
     from scenarios.model._scenario import ScenarioError
-    from scenarios.workloads._job import AGENT_PORT, AGENT_PORT_PATIENCE, agent_port_taken, load_job, port_holder
+    from scenarios.workloads.user._job import AGENT_PORT, AGENT_PORT_PATIENCE, agent_port_taken, load_job, port_holder
 
     if baseline is False:
         _fail("--no-baseline with --job: within_ratio times the job against its fault-free run; drop --no-baseline")

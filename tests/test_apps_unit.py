@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from scenarios.workloads._apps import combined, reference_weights, resume_verdicts
+from scenarios.workloads.apps._libraries import combined, reference_weights, resume_verdicts
 
 # Epoch e of attempt `pid` starts at t = 10 * attempt + e and ends half a second later; the
 # library takes its checkpoint `lag` seconds after that (Ray Train's controller polls).
@@ -94,7 +94,7 @@ def test_trials_combine_over_what_each_saw() -> None:
 
 
 def test_rllibs_nan_counts_count_as_none() -> None:
-    from scenarios.workloads._apps import _count
+    from scenarios.workloads.apps._libraries import _count
 
     # RLlib reports numpy scalars: an np.int64 is no int (a first version counted them all as 0,
     # and the fault-free twin showed every iteration "sampled nothing").
@@ -123,7 +123,7 @@ def test_a_kill_while_the_group_forms_again_does_not_count_as_the_cause() -> Non
 
 
 def test_the_healthy_runner_count_must_come_back_within_the_bound() -> None:
-    from scenarios.workloads._apps import Iteration, restored_within
+    from scenarios.workloads.apps._libraries import Iteration, restored_within
 
     def its(*healthy: int) -> list[Iteration]:
         return [Iteration(float(t), 0.5, 20.0, 1000, h, 0) for t, h in enumerate(healthy, start=1)]
@@ -144,7 +144,7 @@ def test_the_healthy_runner_count_must_come_back_within_the_bound() -> None:
 def test_rllib_trains_until_the_return_is_reached_the_faults_played_out_and_both_runners_back() -> None:
     from chaos import FaultKind
     from scenarios.model._workload import Params, RunContext
-    from scenarios.workloads._apps import Iteration, RllibPPO
+    from scenarios.workloads.apps._libraries import Iteration, RllibPPO
 
     ppo = RllibPPO(RunContext(address="", namespace="t", seed=0, params=Params(), storage="", duration=90,
                               faults=True))
@@ -163,7 +163,7 @@ def test_rllib_trains_until_the_return_is_reached_the_faults_played_out_and_both
 
 
 def test_an_iteration_that_samples_nothing_with_every_runner_healthy_is_silent() -> None:
-    from scenarios.workloads._apps import Iteration, silent_drops
+    from scenarios.workloads.apps._libraries import Iteration, silent_drops
 
     reported = Iteration(1.0, 0.5, float("nan"), 0, 1, 0)  # a runner down: RLlib said so
     silent = Iteration(2.0, 0.5, float("nan"), 0, 2, 0)
@@ -172,7 +172,7 @@ def test_an_iteration_that_samples_nothing_with_every_runner_healthy_is_silent()
 
 
 def test_recovery_is_timed_from_the_fault_to_both_runners_healthy_after_a_dip() -> None:
-    from scenarios.workloads._apps import Iteration, recovery_times
+    from scenarios.workloads.apps._libraries import Iteration, recovery_times
 
     its = [Iteration(float(t), 0.5, 20.0, 1000, h, 0) for t, h in enumerate([2, 2, 1, 1, 2, 2], start=1)]
     assert recovery_times(its, [1.5, 5.5], target=2) == [3.5, None]  # the second: no dip seen

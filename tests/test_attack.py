@@ -19,7 +19,7 @@ from chaos.cluster._cluster import _free_port
 from conftest import stop_ray_start
 from scenarios import ScenarioError, load_attack
 from scenarios.cli import main
-from scenarios.workloads._attack import ProbeKind, ProbeRun, UserProbe, recovered
+from scenarios.workloads.user._attack import ProbeKind, ProbeRun, UserProbe, recovered
 
 #: Ray 2.60 clusters use token authentication; a client sends its token (~/.ray/auth_token,
 #: which `ray start` writes) only when asked to.

@@ -16,8 +16,8 @@ from chaos.engine import FaultStatus
 from conftest import unheld
 from scenarios import load_scenario, run_scenario
 from scenarios.model._records import Validity
-from scenarios.workloads._corrupt_checkpoint import checkpoint_seq, resumed_from_last_valid
-from scenarios.workloads._power_loss import CHUNK, has_room
+from scenarios.workloads.disk._corrupt_checkpoint import checkpoint_seq, resumed_from_last_valid
+from scenarios.workloads.disk._power_loss import CHUNK, has_room
 
 FILE = "/tmp/run/replay/ckpt-0000000046/manifest.json"
 CORRUPTED = Corruption(file=FILE, mode="flip", offset=137, length=64, size_before=226, size_after=226, changed=64,

@@ -22,7 +22,8 @@ from chaos.disks._faults import FailingDisk
 from chaos.errors import CheckpointError, StorageUnreachable
 from scenarios import load_scenario, run_scenario
 from scenarios.model._records import Validity
-from scenarios.workloads._disk import (
+from scenarios.workloads._kit import Ack
+from scenarios.workloads.disk._checkpoint_disk import (
     CheckpointSample,
     DiskCall,
     FolderCheck,
@@ -34,7 +35,6 @@ from scenarios.workloads._disk import (
     recovered_after_heal,
     stored_seqs,
 )
-from scenarios.workloads._surface import Ack
 from test_slow_checkpoint_disk import twin_misses
 
 EIO = errno.EIO

@@ -18,14 +18,8 @@ from actors import CheckpointedCounter
 from chaos import Chaos, DrainNode, FreezeNode, KillNode, NodeTarget, wait_until
 from chaos.cluster import ClusterHandle
 from conftest import CALL_TIMEOUT, scaled
-from scenarios.workloads._surface import (
-    DETECTION_BOUND,
-    ObjectKind,
-    Putter,
-    combine,
-    expected_outcome,
-    produce,
-)
+from scenarios.workloads._kit import DETECTION_BOUND
+from scenarios.workloads.surface._objects import ObjectKind, Putter, combine, expected_outcome, produce
 from test_chaos_multinode import Remote, replace_dead_worker, where
 
 pytestmark = [pytest.mark.multinode, pytest.mark.slow]

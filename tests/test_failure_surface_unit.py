@@ -32,7 +32,8 @@ from chaos.engine import fault_from_dict, fault_to_dict, rpc_failure_env
 from chaos.errors import InvalidConfig, InvalidFaultSpec
 from chaos.history import Op, OpStatus
 from scenarios import ScenarioError, load_scenario
-from scenarios.workloads._surface import ObjectKind, expected_outcome, kept
+from scenarios.workloads._kit import kept
+from scenarios.workloads.surface._objects import ObjectKind, expected_outcome
 
 
 @pytest.mark.parametrize("fault", [

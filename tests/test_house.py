@@ -133,6 +133,16 @@ def test_chaos_shows_its_parts() -> None:
     assert all(f"chaos/{part}/" in page for part in parts), "the architecture page's parts are stale"
 
 
+def test_the_workloads_show_their_areas_and_one_registry_lists_them() -> None:
+    from scenarios.workloads._registry import builtin_workloads
+
+    areas = {p.parent.name for p in (ROOT / "scenarios" / "workloads").glob("*/__init__.py")}
+    assert areas == {"surface", "disk", "net", "gcs", "serve", "apps", "user"}
+    tables = [n for n in graph()["scenarios.workloads._registry"] if n.startswith("scenarios.workloads.")]
+    assert {t.split(".")[2] for t in tables} == areas | {"_builtin"}  # one table, read area by area
+    assert len(builtin_workloads()) > 30
+
+
 #: Imports each module of chaos as the first of the house a process imports (the packages'
 #: ``__init__`` import their parts eagerly, so an order the graph allows may still fail).
 IMPORT_EACH_FIRST = """\

@@ -30,9 +30,15 @@ from scenarios import RunResult, Scenario, Verdict, Workload, run_scenario
 from scenarios.model._workload import RunContext
 from scenarios.runner import SteadyState
 from scenarios.runner._run import declared_verdicts
-from scenarios.workloads._builtin import WORKLOADS, sample_env
+from scenarios.workloads._builtin import sample_env
 from scenarios.workloads._dqn import DQNCartPole
-from scenarios.workloads._surface import AsyncLedger, Caller, Opener, Target
+from scenarios.workloads._registry import builtin_workloads
+from scenarios.workloads.surface._async_actor import AsyncLedger
+from scenarios.workloads.surface._limits import Opener
+from scenarios.workloads.surface._rpc import Caller, Target
+
+#: Every built-in workload by name (the one registry).
+WORKLOADS = builtin_workloads()
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
 pytestmark = pytest.mark.ray
@@ -602,6 +608,10 @@ MULTINODE = {"node-loss", "node-unresponsive", "drain-preemption", "lost-objects
 #: test_net_lossy.py, test_redis_loss.py) and must miss every trace of the fault, the same
 #: check as an idle run's.
 OWN_CLUSTER = {"partition-worker", "redis-loss", "lossy-network", "bandwidth-starved"}
+#: Workloads whose storage is a fault filesystem, or that run Serve or a head cut off: their own
+#: tests run each fault-free twin (test_power_loss_scenario.py, test_slow_checkpoint_disk.py, ...).
+OWN_TESTS = {"slow-checkpoint-disk", "failing-checkpoint-disk", "power-loss", "corrupt-checkpoint",
+             "spill-disk-faults", "partition-head", "serve"}
 
 
 def idle(name: str) -> type[Workload]:
@@ -618,8 +628,8 @@ def assert_idle_run_holds_nothing_about_itself(name: str, address: str) -> None:
 
 
 @pytest.mark.slow  # 2 minutes of 16 runs on both clusters: make test's budget; CI's: a sample
-@pytest.mark.parametrize("name", ci_sample(sorted(set(WORKLOADS) - RUN_WITHOUT_STEPS - MULTINODE - OWN_CLUSTER),
-                                          keep={"owner-death", "replay-crash-loop", "sampling"}))
+@pytest.mark.parametrize("name", ci_sample(sorted(set(WORKLOADS) - RUN_WITHOUT_STEPS - MULTINODE - OWN_CLUSTER
+                                                 - OWN_TESTS), keep={"owner-death", "replay-crash-loop", "sampling"}))
 def test_a_run_that_did_nothing_holds_no_verdict_about_what_it_did(name: str, ray_cluster: ClusterHandle) -> None:
     assert_idle_run_holds_nothing_about_itself(name, ray_cluster.address)
 

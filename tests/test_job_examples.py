@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from scenarios.cli import EXIT_DEVIATED
-from scenarios.workloads._job import AGENT_PORT, agent_port_taken, port_holder
+from scenarios.workloads.user._job import AGENT_PORT, agent_port_taken, port_holder
 from tests.bounded_cli import Finished, run_bounded
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

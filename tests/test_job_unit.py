@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from scenarios.cli import EXIT_BAD_INPUT, main
 from scenarios.model._scenario import ScenarioError
-from scenarios.workloads._job import (
+from scenarios.workloads.user._job import (
     _REFERENCE,
     AGENT_PORT,
     DEFAULT_JOB_TIMEOUT,
@@ -265,7 +265,7 @@ def test_the_twins_record_travels_whole(tmp_path: Path) -> None:
 
 
 def test_a_taken_agent_port_refused_before_a_cluster_starts(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("scenarios.workloads._job.AGENT_PORT_PATIENCE", 0.5)  # how long it waits: not the point
+    monkeypatch.setattr("scenarios.workloads.user._job.AGENT_PORT_PATIENCE", 0.5)  # how long it waits: not the point
     with socket.socket() as held:
         ours = not agent_port_taken()  # else another Ray here holds it already: the same refusal
         if ours:
@@ -306,7 +306,7 @@ def test_a_kill_is_judged_by_what_was_seen_strictly_before_and_after_it() -> Non
 def test_a_tasks_method_is_the_last_part_of_its_name() -> None:
     from types import SimpleNamespace
 
-    from scenarios.workloads._job import _method
+    from scenarios.workloads.user._job import _method
 
     assert _method(SimpleNamespace(name="objective.restore", func_or_class_name="x.ImplicitFunc.train")) == "restore"
     assert _method(SimpleNamespace(name=None, func_or_class_name="a.b.ImplicitFunc.restore")) == "restore"
@@ -319,7 +319,7 @@ def test_the_job_is_timed_to_the_millisecond_and_a_zero_length_job_is_one() -> N
 
 
 def test_options_just_inside_their_bounds_are_taken() -> None:
-    from scenarios.workloads._job import job_problems
+    from scenarios.workloads.user._job import job_problems
 
     assert job_problems("python t.py", 1.5, 0.5) == []
     assert [p.field for p in job_problems("python t.py", 1.0, 0.0)] == ["--max-slowdown", "--job-timeout"]

@@ -184,7 +184,7 @@ def test_a_file_that_is_not_utf8_is_one_problem(tmp_path: Path) -> None:
 
 
 def test_attack_and_job_files_suggest_the_field_they_meant(tmp_path: Path) -> None:
-    from scenarios.workloads._job import load_job
+    from scenarios.workloads.user._job import load_job
 
     path = _write(tmp_path, 'duraton = 8\n[[faults]]\nat = 1\nkind = "kill"\n'
                   'target = { kind = "actor", nam = "w" }\n', name="attack.toml")
@@ -333,7 +333,7 @@ def _judge(text: str) -> None:
 
 def _as_attack_and_job(path: str) -> None:
     """The same file as an attack's and as a job's schedule: loaded, or every problem well formed."""
-    from scenarios.workloads._job import load_job
+    from scenarios.workloads.user._job import load_job
 
     loads: tuple[Callable[[], object], ...] = (
         lambda: load_attack(path, probes=[{"kind": "shell", "spec": "true"}]),
@@ -374,7 +374,7 @@ _DOCUMENTS = st.one_of(
     st.fixed_dictionaries(
         {"workload": st.one_of(st.sampled_from(["sampling", "dqn-cartpole", "serve", "attack", "power-loss", "nope",
                                                 ":X", ".rel:X", "a..b:C", "scenarios.model._workload:Workload",
-                                                "scenarios.workloads._job:Nope"]), _SCALARS)},
+                                                "scenarios.workloads.user._job:Nope"]), _SCALARS)},
         optional={"duration": _SCALARS, "nodes": _SCALARS, "network": _SCALARS, "storage_faultfs": _SCALARS,
                   "faults": st.lists(st.one_of(_FAULT_TABLES, _VALUES), max_size=3),
                   "random": st.one_of(st.fixed_dictionaries({"rate": _SCALARS, "menu": st.lists(

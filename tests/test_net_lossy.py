@@ -18,7 +18,7 @@ import pytest
 
 from chaos.net._lab import network_missing
 from scenarios.model._records import RunLabel, Verdict
-from scenarios.workloads._lossy import (
+from scenarios.workloads.net._lossy import (
     LinkSample,
     Outcome,
     Transfer,
@@ -221,7 +221,7 @@ def test_a_planted_corruption_turns_results_correct_red() -> None:
 def test_a_link_read_that_fails_mid_round_fails_the_round(monkeypatch: pytest.MonkeyPatch) -> None:
     """A link that cannot be read is not read as unfaulted: the sampler's error reaches the round."""
     from chaos.net._lab import NetCommandFailed
-    from scenarios.workloads import _lossy
+    from scenarios.workloads.net import _lossy
 
     def broken(lab: object) -> dict[int, LinkSample]:
         raise NetCommandFailed("`nft list ruleset` failed (1): permission denied")

@@ -14,8 +14,7 @@ import pytest
 
 from chaos.history import Op, OpStatus, check_set
 from scenarios.model._records import RunLabel, Verdict
-from scenarios.workloads._network import LogLine
-from scenarios.workloads._partition_head import (
+from scenarios.workloads.net._partition_head import (
     Call,
     CallOutcome,
     CutWindow,
@@ -31,6 +30,7 @@ from scenarios.workloads._partition_head import (
     nothing_acknowledged_lost,
     short_cut_tolerated,
 )
+from scenarios.workloads.net._partition_worker import LogLine
 
 HEAD, A, B = "head" + "0" * 52, "a" * 56, "b" * 56
 BOUND = 9.0  # the runner's health check: 3 x (1 + 2) s

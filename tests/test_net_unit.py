@@ -13,7 +13,7 @@ from chaos.engine import fault_from_dict, fault_to_dict
 from chaos.errors import InvalidFaultSpec
 from chaos.net._faults import drop_table, loss_probes
 from scenarios.model._scenario import ScenarioError, load_scenario
-from scenarios.workloads._network import LogLine, superseded_writes
+from scenarios.workloads.net._partition_worker import LogLine, superseded_writes
 
 
 @pytest.mark.parametrize("fault", [
@@ -122,7 +122,7 @@ def test_dead_node_detected_needs_the_node_that_was_cut_and_no_other() -> None:
     """Ray declaring a node dead is the cut's trace only when it is the node that was cut: the
     rule that took any writer's node declared dead held when another node died instead."""
     from scenarios.model._records import Validity
-    from scenarios.workloads._surface import node_detected
+    from scenarios.workloads._kit import node_detected
 
     cuts = {"n1": 4.0}
     assert node_detected(cuts, {"n1": 8.5}, within=10.0, fault="cut").held
@@ -139,7 +139,7 @@ def test_the_nodes_a_partition_cut_are_read_from_what_it_hit() -> None:
     from chaos.engine import Injection, RayProcess
     from chaos.net._faults import Partition
     from scenarios.model._workload import FaultWindow
-    from scenarios.workloads._surface import nodes_hit
+    from scenarios.workloads._kit import nodes_hit
 
     hit = Injection(Partition(seconds=1), (RayProcess(0, "n1", "node n1"),))
     windows = [FaultWindow(FaultKind.PARTITION, 4.0, 9.0, injection=hit),

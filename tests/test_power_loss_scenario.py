@@ -25,7 +25,8 @@ from conftest import unheld
 from scenarios import load_scenario, run_scenario
 from scenarios.model._records import RunLabel, RunStatus, Validity, Verdict
 from scenarios.model._workload import FaultWindow
-from scenarios.workloads._power_loss import (
+from scenarios.workloads._kit import Ack
+from scenarios.workloads.disk._power_loss import (
     CUT_JUDGED,
     Cut,
     PowerLossParams,
@@ -47,7 +48,6 @@ from scenarios.workloads._power_loss import (
     tids,
     unreached,
 )
-from scenarios.workloads._surface import Ack
 
 needs_fuse = pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="needs /dev/fuse")
 

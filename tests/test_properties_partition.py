@@ -37,7 +37,7 @@ from chaos.history import History, OpStatus, check_set
 from chaos.net._cluster import rejoin
 from chaos.net._lab import network_missing
 from conftest import scaled
-from scenarios.workloads._network import LogLine, read_log, superseded_writes
+from scenarios.workloads.net._partition_worker import LogLine, read_log, superseded_writes
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
 

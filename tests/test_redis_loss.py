@@ -19,7 +19,7 @@ from ray import cloudpickle
 
 from actors import CheckpointedCounter, mutation
 from chaos import FaultKind
-from scenarios.workloads._redis_loss import RedisLoss
+from scenarios.workloads.gcs._redis_loss import RedisLoss
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
 pytestmark = [pytest.mark.ray, pytest.mark.slow]

@@ -23,7 +23,7 @@ from chaos.gcs._faults import (
 )
 from chaos.gcs._redis import RedisReplyError, _read_reply, encode, redis_of, redis_server
 from chaos.history import History, OpStatus
-from scenarios.workloads._redis_loss import (
+from scenarios.workloads.gcs._redis_loss import (
     DOCUMENTED_FATE,
     CaseResult,
     GcsFate,

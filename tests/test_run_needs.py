@@ -39,14 +39,14 @@ def _starts_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     import chaos.cluster
     import chaos.disks._fusefs
     import scenarios.runner._run
-    import scenarios.workloads._job
+    import scenarios.workloads.user._job
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("started something: the needs must be checked before anything starts")
 
     for owner, name in ((ray, "init"), (chaos, "local_cluster"), (scenarios.runner._run, "run_scenario"),
                         (chaos.disks._fusefs, "fault_filesystem"), (chaos.cluster, "redis_server"),
-                        (scenarios.workloads._job, "agent_port_taken")):
+                        (scenarios.workloads.user._job, "agent_port_taken")):
         monkeypatch.setattr(owner, name, refuse)
 
 

@@ -44,7 +44,7 @@ from scenarios.runner._run import (
     steady_verdicts,
     undeclared_verdicts,
 )
-from scenarios.workloads._attack import ProbeKind, UserProbe
+from scenarios.workloads.user._attack import ProbeKind, UserProbe
 
 BUILTIN = Path(__file__).parents[1] / "scenarios" / "builtin"
 
@@ -432,7 +432,7 @@ def test_a_scenario_built_in_code_that_judges_nothing_fails() -> None:
 def test_a_hook_that_waits_out_a_longer_deadline_gets_that_bound() -> None:
     """An attack's round runs each probe up to its own timeout; a library run's last step
     waits for the fit: the runner's defaults would abort them before their own deadlines."""
-    from scenarios.workloads._attack import Attack
+    from scenarios.workloads.user._attack import Attack
 
     attack = Attack(_context())
     attack.probes, attack.timeout, attack.every = [object()] * 7, 10.0, 1.0  # type: ignore[list-item]

@@ -277,7 +277,9 @@ def test_run_scenario_refuses_a_scenario_without_a_fault_before_anything_starts(
 
 
 def test_a_file_without_invariants_checks_the_workloads_defaults_which_can_hold_together(tmp_path: Path) -> None:
-    from scenarios.workloads._builtin import WORKLOADS
+    from scenarios.workloads._registry import builtin_workloads
+
+    WORKLOADS = builtin_workloads()
 
     text = 'name = "mine"\nworkload = "sampling"\nduration = 10\n\n[[faults]]\nat = 2\nkind = "kill"\n' \
            'target = { kind = "task", name = "sample_env" }\n'

@@ -16,7 +16,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from chaos.errors import InvalidConfig
-from scenarios.workloads._serve_load import REPLICA_HEADER, BodyRule, Expect, Failure, HttpLoad, classify
+from scenarios.workloads.serve._load import REPLICA_HEADER, BodyRule, Expect, Failure, HttpLoad, classify
 
 RELEASE = threading.Event()  # the slow path's answer waits for it (or its own bound)
 

@@ -16,7 +16,7 @@ from chaos.errors import InvalidConfig
 from scenarios import load_scenario, run_scenario
 from scenarios.model._records import RunLabel, RunResult, RunStatus
 from scenarios.model._workload import RunContext
-from scenarios.workloads._serve import ServeApp, ServeParams, _free_port
+from scenarios.workloads.serve._app import ServeApp, ServeParams, _free_port
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 

@@ -12,8 +12,8 @@ import pytest
 
 from chaos.errors import InvalidConfig
 from scenarios.model._records import RunLabel, RunResult, RunStatus, Validity
-from scenarios.workloads._serve_load import Failure, Request
-from scenarios.workloads._serve_verdicts import (
+from scenarios.workloads.serve._load import Failure, Request
+from scenarios.workloads.serve._verdicts import (
     DOCUMENTED_ERRORS,
     Attribution,
     ServeFault,
@@ -189,7 +189,7 @@ def test_a_killed_proxy_is_restored_only_once_as_many_proxies_are_alive_as_befor
 def test_an_everynode_serve_lacks_a_proxy_on_each_node_of_a_replica_or_the_controller_without_one() -> None:
     from types import SimpleNamespace as Row
 
-    from scenarios.workloads._serve import CONTROLLER_CLASS, PROXY_CLASS, _proxyless
+    from scenarios.workloads.serve._app import CONTROLLER_CLASS, PROXY_CLASS, _proxyless
 
     replica = "ServeReplica:raychaos:echo"
     alive = {replica: {"r1": Row(node_id="n1"), "r2": Row(node_id="n2")},
@@ -226,7 +226,7 @@ def test_each_kill_and_node_loss_excuses_errors_near_it_from_what_it_killed() ->
     from chaos._targets import RayProcess
     from chaos.engine import Injection
     from scenarios.model._workload import FaultWindow, RunContext
-    from scenarios.workloads import _serve
+    from scenarios.workloads.serve import _app as _serve
 
     params = _serve.ServeParams(restore_within=20.0, node_detected_within=5.0)
     replica = "ServeReplica:raychaos:echo"
@@ -259,7 +259,7 @@ def test_each_kill_and_node_loss_excuses_errors_near_it_from_what_it_killed() ->
 
 def test_the_twins_p99_reaches_only_its_own_chaos_run_once() -> None:
     from scenarios.model._workload import RunContext
-    from scenarios.workloads import _serve
+    from scenarios.workloads.serve import _app as _serve
 
     def app(seed: int, replicas: int = 2) -> _serve.ServeApp:
         params = _serve.ServeParams(replicas=replicas)
@@ -280,7 +280,7 @@ def test_the_twins_p99_reaches_only_its_own_chaos_run_once() -> None:
 def test_the_serve_workload_refuses_a_fault_without_a_measured_table() -> None:
     from chaos import ActorTarget, Kill, KillNode, NodeTarget, Pause
     from chaos._schedule import ScheduledFault
-    from scenarios.workloads._serve import ServeApp
+    from scenarios.workloads.serve._app import ServeApp
 
     measured = [ScheduledFault(2, Kill(ActorTarget(class_name=c)))
                 for c in ("ServeReplica:raychaos:echo", "ServeController", "ProxyActor")]
@@ -342,7 +342,7 @@ def test_a_serve_app_of_the_wrong_form_is_refused_at_load_time(tmp_path: Path, a
 
 def test_a_serve_app_not_found_or_no_application_is_refused_at_setup(tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    from scenarios.workloads._serve import _application
+    from scenarios.workloads.serve._app import _application
 
     (tmp_path / "not_an_app_mod.py").write_text("app = 42\n", encoding="utf-8")
     monkeypatch.setattr(sys, "path", list(sys.path))
@@ -357,7 +357,7 @@ def test_a_serve_app_not_found_or_no_application_is_refused_at_setup(tmp_path: P
 
 
 def _run(label: RunLabel, reqs: list[Request]) -> RunResult:
-    from scenarios.workloads._serve import per_second
+    from scenarios.workloads.serve._app import per_second
 
     series = {name: tuple(points) for name, points in per_second(reqs, timeout=TIMEOUT).items()}
     return RunResult(scenario="serve-app", label=label, seed=0, status=RunStatus.COMPLETED, seconds=4.0, verdicts=(),
@@ -367,7 +367,7 @@ def _run(label: RunLabel, reqs: list[Request]) -> RunResult:
 def test_the_report_draws_a_serve_run_per_second_beside_its_twin() -> None:
     from scenarios.reports._files import summary
     from scenarios.reports._html import render_html
-    from scenarios.workloads._serve import SERIES
+    from scenarios.workloads.serve._app import SERIES
 
     # The second from 2 s: 10 requests time out, the other 10 answered in 300 ms.
     hit = [Request(2 + i / 20, 2.0, failure=Failure.TIMEOUT) if i < 10 else Request(2 + i / 20, 0.3, status=200)
@@ -386,7 +386,7 @@ def test_the_report_draws_a_serve_run_per_second_beside_its_twin() -> None:
 
 
 def test_a_second_without_an_answer_has_no_latency_point() -> None:
-    from scenarios.workloads._serve import per_second
+    from scenarios.workloads.serve._app import per_second
 
     lost = [Request(1 + i / 20, 2.0, failure=Failure.TIMEOUT) for i in range(20)]
     series = per_second(_steady(1.0) + lost, timeout=TIMEOUT)
@@ -398,7 +398,7 @@ def test_an_app_is_imported_afresh_each_run_and_leaves_sys_path_as_it_was(tmp_pa
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     from ray import serve
 
-    from scenarios.workloads._serve import _application
+    from scenarios.workloads.serve._app import _application
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
@@ -415,7 +415,7 @@ def test_an_app_is_imported_afresh_each_run_and_leaves_sys_path_as_it_was(tmp_pa
 
 
 def test_a_missing_dependency_of_an_app_is_named_as_such(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from scenarios.workloads._serve import _application
+    from scenarios.workloads.serve._app import _application
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", list(sys.path))

@@ -21,7 +21,8 @@ from scenarios.model._records import RunLabel, RunResult, RunStatus, Validity
 from scenarios.model._workload import FaultWindow
 from scenarios.runner._disk_storage import aim_disk_faults, storage_on_faultfs
 from scenarios.runner._run import against_twin, twin_met, twin_verdicts
-from scenarios.workloads._disk import (
+from scenarios.workloads._kit import Ack
+from scenarios.workloads.disk._checkpoint_disk import (
     Call,
     CheckpointSample,
     SlowCheckpointDisk,
@@ -30,7 +31,6 @@ from scenarios.workloads._disk import (
     oldest_checkpoint_age,
     slowed_by_disk,
 )
-from scenarios.workloads._surface import Ack
 
 # A run's shape: adds of a few ms, slowed to 0.2-0.3 s during the fault, one checkpoint every
 # few adds (the count rising every second or so).

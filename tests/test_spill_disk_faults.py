@@ -22,7 +22,7 @@ from scenarios.model._needs import scenario_needs
 from scenarios.model._records import RunLabel, RunStatus
 from scenarios.model._spill import SPILL, aim_spill_faults, fault_or_spill
 from scenarios.runner._spill_dir import spill_config, spill_on_faultfs
-from scenarios.workloads._spill import (
+from scenarios.workloads.disk._spill import (
     Read,
     ReadOutcome,
     SpillDiskFaults,

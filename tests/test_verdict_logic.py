@@ -206,7 +206,7 @@ def test_a_loop_turn_exactly_at_its_bound_is_blocked() -> None:
 
 
 def test_a_drained_node_dead_exactly_at_the_bound_is_gone_in_time() -> None:
-    from scenarios.workloads._surface import gone_verdict
+    from scenarios.workloads.surface._nodes import gone_verdict
 
     assert gone_verdict([10.0], {"n1": 15.0}, ["n1"], 5.0).held
     assert not gone_verdict([10.0], {"n1": 15.5}, ["n1"], 5.0).held

@@ -22,7 +22,6 @@ from scenarios import Workload
 from scenarios.model._records import Validity, Verdict
 from scenarios.model._workload import RunContext
 from scenarios.workloads._builtin import (
-    WORKLOADS,
     blocked_verdict,
     counters_verdict,
     fresh_task_probe,
@@ -32,19 +31,13 @@ from scenarios.workloads._builtin import (
     probe_task,
     task_evidence,
 )
-from scenarios.workloads._surface import (
-    UNAVAILABLE,
-    GetOutcome,
-    Made,
-    ObjectKind,
-    RpcFailures,
-    RpcParams,
-    Target,
-    call_error_kind,
-    classify_get_error,
-    gone_verdict,
-    objects_verdict,
-)
+from scenarios.workloads._registry import builtin_workloads
+from scenarios.workloads.surface._nodes import gone_verdict
+from scenarios.workloads.surface._objects import GetOutcome, Made, ObjectKind, classify_get_error, objects_verdict
+from scenarios.workloads.surface._rpc import UNAVAILABLE, RpcFailures, RpcParams, Target, call_error_kind
+
+#: Every built-in workload by name (the one registry).
+WORKLOADS = builtin_workloads()
 
 
 def test_the_loop_bound_follows_the_wait_timeout() -> None:

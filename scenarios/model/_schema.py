@@ -173,9 +173,9 @@ _JSON_TYPES: dict[type, str] = {bool: "boolean", int: "integer", float: "number"
 
 
 def _workloads() -> dict[str, type[Workload]]:
-    from scenarios.workloads._registry import _builtin  # the built-ins only: the schema is the same everywhere
+    from scenarios.workloads._registry import builtin_workloads  # the schema is the same everywhere
 
-    return _builtin()
+    return builtin_workloads()
 
 
 def _workload_rules(definitions: Schema) -> list[Schema]:

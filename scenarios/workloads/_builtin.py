@@ -15,12 +15,8 @@ from chaos.cluster import short
 from chaos.engine import MemoryOutcome, StuckCause, by_value, import_extra
 from scenarios.model._records import Verdict
 from scenarios.model._workload import CALL_TIMEOUT, Params, Workload
-from scenarios.workloads._apps import APP_WORKLOADS
-from scenarios.workloads._attack import ATTACK_WORKLOADS
 from scenarios.workloads._dqn import DQNCartPole
-from scenarios.workloads._network import NETWORK_WORKLOADS
-from scenarios.workloads._redis_loss import RedisLoss
-from scenarios.workloads._surface import SURFACE_WORKLOADS, Ledger, _counter, _dead, _worker_nodes
+from scenarios.workloads._kit import Ledger, dead_nodes, new_counter, worker_nodes
 
 __all__ = ["WORKLOADS"]
 
@@ -259,7 +255,7 @@ class _WorkerNodeTasks(_Tasks):
 
         super().setup()
         # Soft: a retry after the node's death runs on a node that is alive.
-        places = [NodeAffinitySchedulingStrategy(node, soft=True) for node in _worker_nodes()]
+        places = [NodeAffinitySchedulingStrategy(node, soft=True) for node in worker_nodes()]
         self.on_node = [ray.remote(self.task_function).options(
             max_retries=self.retries, num_cpus=0.5, resources=self.resources, scheduling_strategy=place)
             for place in places]
@@ -505,10 +501,10 @@ class _NodeLoss(_WorkerNodeTasks):
         import ray
 
         super().setup()
-        self.dead_before = _dead(self.ctx.address)  # the cluster's old losses are not this run's
+        self.dead_before = dead_nodes(self.ctx.address)  # the cluster's old losses are not this run's
         # One counter per worker node: whichever node dies, one of them was on it.
-        counters = [_counter(self.ctx, f"counter{i}", cls=self.counter_class, node=node, durability="wal",
-                             every_n=20) for i, node in enumerate(_worker_nodes())]
+        counters = [new_counter(self.ctx, f"counter{i}", cls=self.counter_class, node=node, durability="wal",
+                             every_n=20) for i, node in enumerate(worker_nodes())]
         # Up before time zero: a cold start on a busy worker node is not the node loss's.
         self.homes = ray.get([c.node_id.remote() for c in counters], timeout=CALL_TIMEOUT)
         self.ledgers = [Ledger(c, f"w{i}") for i, c in enumerate(counters)]
@@ -520,7 +516,7 @@ class _NodeLoss(_WorkerNodeTasks):
         return super().step()
 
     def invariants(self) -> list[Verdict]:
-        dead = _dead(self.ctx.address) - self.dead_before
+        dead = dead_nodes(self.ctx.address) - self.dead_before
         ran = _attempts_on(self.ctx.address, dead)
         tasks = [task_evidence(v, ran) if v.name == "no_error_visible" else v for v in super().invariants()]
         return [*tasks, counters_verdict([ledger.verdict("actor_state_recovered") for ledger in self.ledgers],
@@ -675,9 +671,4 @@ WORKLOADS: dict[str, type[Workload]] = {
     "starvation": _Starvation,
     "node-loss": _NodeLoss,
     "owner-death": _OwnerDeath,
-    "redis-loss": RedisLoss,
-    **SURFACE_WORKLOADS,
-    **APP_WORKLOADS,
-    **ATTACK_WORKLOADS,
-    **NETWORK_WORKLOADS,
 }

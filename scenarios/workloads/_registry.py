@@ -10,7 +10,7 @@ from importlib.metadata import entry_points
 from chaos.errors import InvalidConfig
 from scenarios.model._workload import Params, Workload
 
-__all__ = ["ENTRY_POINT_GROUP", "known_workloads", "register_workload"]
+__all__ = ["ENTRY_POINT_GROUP", "builtin_workloads", "known_workloads", "register_workload"]
 
 #: The entry-point group a package declares its workloads under, e.g. in its pyproject.toml:
 #: ``[project.entry-points."raychaos.workloads"] my-workload = "mypkg.chaos:MyWorkload"``.
@@ -35,7 +35,7 @@ def register_workload(name: str, workload: type[Workload], *, replace: bool = Fa
     """
     _check_class(name, workload)
     with _lock:
-        taken = name in _builtin() or (name in _registered and not replace)
+        taken = name in builtin_workloads() or (name in _registered and not replace)
         if not isinstance(name, str) or not name or ":" in name or taken:
             raise InvalidConfig(f"workload name {name!r}: {_name_fix(name, taken)}")
         _registered[name] = workload
@@ -66,12 +66,12 @@ def known_workloads() -> dict[str, type[Workload]]:
     """
     with _lock:
         registered = dict(_registered)
-    return {**_builtin(), **_installed(), **registered}
+    return {**builtin_workloads(), **_installed(), **registered}
 
 
 def _installed() -> dict[str, type[Workload]]:
     found: dict[str, type[Workload]] = {}
-    builtin = _builtin()
+    builtin = builtin_workloads()
     for point in entry_points(group=ENTRY_POINT_GROUP):
         _check_point_name(point.name, point.value, builtin, found)
         try:
@@ -95,15 +95,11 @@ def _check_point_name(name: str, value: str, builtin: Mapping[str, object], foun
                             "the package's entry points, or uninstall one of the packages")
 
 
-def _builtin() -> dict[str, type[Workload]]:
-    from scenarios.workloads._builtin import WORKLOADS  # heavy (Ray's libraries); only when asked
-    from scenarios.workloads._corrupt_checkpoint import CORRUPT_CHECKPOINT_WORKLOADS
-    from scenarios.workloads._disk import DISK_WORKLOADS
-    from scenarios.workloads._lossy import LOSSY_WORKLOADS
-    from scenarios.workloads._partition_head import PARTITION_HEAD_WORKLOADS
-    from scenarios.workloads._power_loss import POWER_LOSS_WORKLOADS
-    from scenarios.workloads._serve import SERVE_WORKLOADS
-    from scenarios.workloads._spill import SPILL_WORKLOADS
+def builtin_workloads() -> dict[str, type[Workload]]:
+    """The built-in workloads, area by area: the one table of them."""
+    # Heavy (Ray's libraries): imported only when asked.
+    from scenarios.workloads import _builtin, apps, disk, gcs, net, serve, surface, user
 
-    return {**WORKLOADS, **DISK_WORKLOADS, **LOSSY_WORKLOADS, **PARTITION_HEAD_WORKLOADS, **POWER_LOSS_WORKLOADS,
-            **SPILL_WORKLOADS, **SERVE_WORKLOADS, **CORRUPT_CHECKPOINT_WORKLOADS}
+    areas = (_builtin.WORKLOADS, surface.WORKLOADS, disk.WORKLOADS, net.WORKLOADS, gcs.WORKLOADS, serve.WORKLOADS,
+             apps.WORKLOADS, user.WORKLOADS)
+    return {name: workload for area in areas for name, workload in area.items()}

@@ -2,7 +2,7 @@
 also the driver's) twice, once for shorter than Ray's health check and once for longer, on a
 cluster whose worker nodes are network namespaces (``network = true``).
 
-An incarnation-tagged writer (:class:`~scenarios.workloads._network.IncarnationLog`) lives on each
+An incarnation-tagged writer (:class:`~scenarios.workloads.net._partition_worker.IncarnationLog`) lives on each
 worker node (``max_restarts=-1``, ``max_task_retries=-1``, no CPU, a soft affinity to its node:
 it may restart anywhere, the head included); the driver calls each one every ``call_every``
 seconds without waiting for the answer, and runs a small task on the head at every step. A
@@ -43,10 +43,10 @@ from chaos.history import OpStatus, SetVerdict, check_set
 from chaos.net import COMMAND_TIMEOUT, NetLab, kill_node_processes, lab_of, run
 from scenarios.model._records import Verdict
 from scenarios.model._workload import CALL_TIMEOUT, Params, Workload
-from scenarios.workloads._network import IncarnationLog, LogLine, read_log, superseded_writes
-from scenarios.workloads._surface import DETECTION_BOUND, _NodeWatch, _states, _worker_nodes
+from scenarios.workloads._kit import DETECTION_BOUND, NodeWatch, states_of, worker_nodes
+from scenarios.workloads.net._partition_worker import IncarnationLog, LogLine, read_log, superseded_writes
 
-__all__ = ["PARTITION_HEAD_WORKLOADS", "Call", "CallOutcome", "CutReader", "CutWindow", "HeadTask",
+__all__ = ["Call", "CallOutcome", "CutReader", "CutWindow", "HeadTask",
            "actors_answer_after", "cut_from_head", "cut_windows", "head_kept_serving", "long_cut_declared",
            "no_call_hung", "no_rejoin", "no_superseded_write", "nothing_acknowledged_lost", "short_cut_tolerated"]
 
@@ -427,7 +427,7 @@ class PartitionHead(Workload):
         self.params = self.ctx.params_as(PartitionHeadParams)
         self.lab = lab_of(self.ctx.address)
         os.makedirs(self.ctx.storage, exist_ok=True)
-        self.workers = frozenset(_worker_nodes())  # the nodes every cut must cut
+        self.workers = frozenset(worker_nodes())  # the nodes every cut must cut
         self.writers = [self._writer(f"w{i}", node) for i, node in enumerate(sorted(self.workers))]
         head = NodeAffinitySchedulingStrategy(self.lab.id_of(self.lab.head), soft=False)
         self.task = ray.remote(num_cpus=0, max_retries=0)(_stall).options(scheduling_strategy=head)
@@ -435,7 +435,7 @@ class PartitionHead(Workload):
         self.inflight: list[_Inflight] = []
         self.calls: list[Call] = []
         self.tasks: list[HeadTask] = []
-        self.watch = _NodeWatch(self.ctx)
+        self.watch = NodeWatch(self.ctx)
         self.cuts = CutReader(self.lab, self.ctx.elapsed)
         self.cuts.start()
 
@@ -548,7 +548,7 @@ class PartitionHead(Workload):
         self._drain()
         self.watch.poll()
         windows, now, p = cut_windows(samples), self.ctx.elapsed(), self.params
-        deaths, states = dict(self.watch.dead_at), _states(self.ctx.address)
+        deaths, states = dict(self.watch.dead_at), states_of(self.ctx.address)
         self._figures(windows, deaths, now)
         return [short_cut_tolerated(windows, deaths, self.calls, workers=self.workers, bound=p.health_check,
                                     settle=p.settle, now=now),
@@ -599,6 +599,3 @@ class PartitionHead(Workload):
         for node_id in self.watch.dead_at:
             if node_id in self.lab.node_ids:
                 kill_node_processes(self.lab, self.lab.node_ids[node_id])
-
-
-PARTITION_HEAD_WORKLOADS: dict[str, type[Workload]] = {"partition-head": PartitionHead}

@@ -38,7 +38,7 @@ from chaos import FaultKind
 from scenarios.model._records import Verdict
 from scenarios.model._workload import Params, Workload
 
-__all__ = ["DOCUMENTED", "SPILL_WORKLOADS", "Read", "ReadOutcome", "SpillDiskFaults", "SpillParams",
+__all__ = ["DOCUMENTED", "Read", "ReadOutcome", "SpillDiskFaults", "SpillParams",
            "failing_disk_met", "gets_bounded", "no_wrong_value", "outcome_of", "restored_after_heal",
            "slowed_by_disk"]
 
@@ -251,6 +251,3 @@ class SpillDiskFaults(Workload):
 
     def teardown(self) -> None:
         self.refs.clear()  # Ray deletes the spilled copies once no reference is left
-
-
-SPILL_WORKLOADS: dict[str, type[Workload]] = {"spill-disk-faults": SpillDiskFaults}

@@ -31,10 +31,10 @@ from chaos import FaultKind
 from chaos.corruption import Corruption
 from scenarios.model._records import Verdict
 from scenarios.model._workload import CALL_TIMEOUT, Params, Workload
-from scenarios.workloads._power_loss import CHUNK, has_room, no_duplicate_transitions, no_lost_transitions, tids
-from scenarios.workloads._surface import Ack
+from scenarios.workloads._kit import Ack
+from scenarios.workloads.disk._power_loss import CHUNK, has_room, no_duplicate_transitions, no_lost_transitions, tids
 
-__all__ = ["CORRUPT_CHECKPOINT_WORKLOADS", "CorruptCheckpoint", "CorruptCheckpointParams", "checkpoint_seq",
+__all__ = ["CorruptCheckpoint", "CorruptCheckpointParams", "checkpoint_seq",
            "resumed_from_last_valid"]
 
 #: A checkpoint's folder, as the store names it: ``ckpt-<seq>``.
@@ -159,6 +159,3 @@ class CorruptCheckpoint(Workload):
 
         if getattr(self, "buffer", None) is not None:
             ray.kill(self.buffer)
-
-
-CORRUPT_CHECKPOINT_WORKLOADS: dict[str, type[Workload]] = {"corrupt-checkpoint": CorruptCheckpoint}

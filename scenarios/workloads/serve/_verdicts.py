@@ -18,7 +18,7 @@ from enum import StrEnum
 from chaos.cluster import short
 from chaos.errors import InvalidConfig
 from scenarios.model._records import Verdict
-from scenarios.workloads._serve_load import Failure, Request
+from scenarios.workloads.serve._load import Failure, Request
 
 __all__ = ["DOCUMENTED_ERRORS", "Attribution", "ServeFault", "ServeSample", "Unexcused", "Window",
            "availability_verdict", "error_of", "errors_documented_verdict", "no_hang_verdict", "p99",

@@ -43,11 +43,10 @@ from chaos.disks import DiskInjection
 from scenarios.model._records import Verdict
 from scenarios.model._workload import CALL_TIMEOUT, FaultWindow, Params, Workload
 from scenarios.workloads._dqn import make_qnet
-from scenarios.workloads._surface import Ack
+from scenarios.workloads._kit import Ack
 
 __all__ = [
     "CUT_JUDGED",
-    "POWER_LOSS_WORKLOADS",
     "Cut",
     "PowerLoss",
     "PowerLossParams",
@@ -462,6 +461,3 @@ class PowerLoss(Workload):
         for actor in (getattr(self, "buffer", None), getattr(self, "server", None)):
             if actor is not None:
                 ray.kill(actor)
-
-
-POWER_LOSS_WORKLOADS: dict[str, type[Workload]] = {"power-loss": PowerLoss}

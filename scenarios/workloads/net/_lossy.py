@@ -47,9 +47,9 @@ from chaos.errors import InvalidConfig
 from chaos.net import COMMAND_TIMEOUT, NetLab, lab_of, run
 from scenarios.model._records import Verdict
 from scenarios.model._workload import Params, Workload
-from scenarios.workloads._surface import _worker_nodes
+from scenarios.workloads._kit import worker_nodes
 
-__all__ = ["LOSSY_WORKLOADS", "LinkSample", "Outcome", "Transfer", "cap_bound", "capped_through", "loss_met",
+__all__ = ["LinkSample", "Outcome", "Transfer", "cap_bound", "capped_through", "loss_met",
            "no_object_lost", "no_task_hung", "outcome_of", "parse_link", "results_correct", "slowed_by_cap",
            "transfers_finished", "transfers_met_loss", "within_cap_bound"]
 
@@ -334,7 +334,7 @@ class _Mover(Workload):
         import ray
 
         self.lab = lab_of(self.ctx.address)
-        self.nodes = _worker_nodes()
+        self.nodes = worker_nodes()
         if len(self.nodes) < 2:
             raise InvalidConfig(f"{type(self).__name__} moves objects between worker nodes and found "
                                 f"{len(self.nodes)}; set nodes >= 3 in the scenario")
@@ -546,6 +546,3 @@ class BandwidthStarved(_Mover):
         return [no_object_lost(done), no_task_hung(done, within=p.hang_within),
                 within_cap_bound(done, slack=p.slack, overhead=p.overhead),
                 slowed_by_cap(done, factor=p.min_slowdown), results_correct(done)]
-
-
-LOSSY_WORKLOADS: dict[str, type[Workload]] = {"lossy-network": LossyNetwork, "bandwidth-starved": BandwidthStarved}

@@ -38,13 +38,13 @@ from chaos.errors import HangError
 from scenarios.model._records import Problem, Verdict
 from scenarios.model._scenario import _ATTACK_FIELDS, Scenario, ScenarioError, _load, _validate, foreign_fields
 from scenarios.model._workload import Params, Workload
-from scenarios.workloads._attack import ProbeRun, probes_from, recovered
+from scenarios.workloads.user._attack import ProbeRun, probes_from, recovered
 
 __all__ = ["ActorSighting", "Job", "JobEnd", "JobRecord", "KilledActors", "RestoreSighting", "TrainAttempt",
            "fault_seen", "job_seconds", "job_succeeded", "load_job", "within_ratio"]
 
 #: The workload as scenario files name it: a ``module:Class`` path, so no registry entry is needed.
-JOB_WORKLOAD = "scenarios.workloads._job:Job"
+JOB_WORKLOAD = "scenarios.workloads.user._job:Job"
 JOB_INVARIANTS = ("job_succeeded", "within_ratio", "fault_seen")
 PROBE_INVARIANTS = ("probes_pass_after_heal", "probes_recover")
 #: The environment variable each job reads its seed from (the same in both runs).

@@ -38,9 +38,9 @@ from chaos import FaultKind, History
 from chaos.errors import CheckpointError, MutationNotLogged
 from scenarios.model._records import Verdict
 from scenarios.model._workload import CALL_TIMEOUT, FaultWindow, Params, Workload
-from scenarios.workloads._surface import _OP_STATUS, Ack, Ledger, _counter, kept
+from scenarios.workloads._kit import OP_STATUS, Ack, Ledger, kept, new_counter
 
-__all__ = ["DISK_ERRNOS", "DISK_WORKLOADS", "AddReply", "Call", "CheckpointSample", "DiskCall", "FailingCheckpointDisk",
+__all__ = ["DISK_ERRNOS", "AddReply", "Call", "CheckpointSample", "DiskCall", "FailingCheckpointDisk",
            "FolderCheck", "ReportingCounter", "SlowCheckpointDisk", "cause_errno", "checkpoint_age_bounded",
            "covered_by_last_checkpoint", "failure_reported", "kept_serving", "last_good_kept", "no_half_checkpoint",
            "oldest_checkpoint_age", "recovered_after_heal", "slowed_by_disk", "stored_seqs"]
@@ -141,7 +141,7 @@ class SlowCheckpointDisk(Workload):
         import ray
 
         self.p = self.ctx.params_as(SlowCheckpointParams)
-        self.ledger = Ledger(_counter(self.ctx, "counter", durability="wal", every_n=self.p.every_n), "driver")
+        self.ledger = Ledger(new_counter(self.ctx, "counter", durability="wal", every_n=self.p.every_n), "driver")
         self.calls: list[Call] = []
         self.samples: list[CheckpointSample] = []
         ray.get(self.ledger.actor.get.remote(), timeout=CALL_TIMEOUT)  # the run's time is for calls
@@ -422,7 +422,7 @@ class FailingCheckpointDisk(Workload):
         import ray
 
         self.p = self.ctx.params_as(FailingCheckpointParams)
-        self.actor = _counter(self.ctx, "counter", cls=ReportingCounter, durability=self.p.durability,
+        self.actor = new_counter(self.ctx, "counter", cls=ReportingCounter, durability=self.p.durability,
                               every_n=self.p.every_n, report_failures=self.p.report_failures)
         self.url = f"{self.ctx.storage}/counter"
         self.history = History()
@@ -460,7 +460,7 @@ class FailingCheckpointDisk(Workload):
         except Exception as exc:  # noqa: BLE001 - a timeout or a dead actor: applied or not
             reply = AddReply(Ack.UNKNOWN, 0, f"{type(exc).__name__}: {exc}"[:300])
         took = time.monotonic() - start
-        self.history.complete((self.WRITER, seq), _OP_STATUS[reply.ack])
+        self.history.complete((self.WRITER, seq), OP_STATUS[reply.ack])
         return DiskCall(seq, round(self.ctx.elapsed() - took, 3), took, reply.ack, reply.errno, reply.error)
 
     def probe(self) -> str:
@@ -498,7 +498,3 @@ class FailingCheckpointDisk(Workload):
         import ray
 
         ray.kill(self.actor)
-
-
-DISK_WORKLOADS: dict[str, type[Workload]] = {"slow-checkpoint-disk": SlowCheckpointDisk,
-                                             "failing-checkpoint-disk": FailingCheckpointDisk}

@@ -26,7 +26,7 @@ from chaos.engine import import_extra
 from scenarios.model._records import Verdict
 from scenarios.model._workload import Params, Workload
 
-__all__ = ["APP_WORKLOADS", "Iteration", "Restart", "RllibPPO", "TrainDDP", "TuneTrials", "combined",
+__all__ = ["Iteration", "Restart", "RllibPPO", "TrainDDP", "TuneTrials", "combined",
            "epoch_record", "recovery_times", "reference_weights", "restarts", "restored_within",
            "resume_verdicts", "silent_drops"]
 
@@ -763,7 +763,3 @@ class RllibPPO(Workload):
 
     def teardown(self) -> None:
         self.algo.stop()
-
-
-APP_WORKLOADS: dict[str, type[Workload]] = {"train-torch-ddp": TrainDDP, "tune-trials": TuneTrials,
-                                             "rllib-ppo-cartpole": RllibPPO}

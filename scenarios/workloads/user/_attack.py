@@ -23,7 +23,7 @@ from scenarios.model._bounded import CallHang, bounded
 from scenarios.model._records import Verdict
 from scenarios.model._workload import Params, Workload
 
-__all__ = ["ATTACK_WORKLOADS", "Attack", "ProbeKind", "ProbeRun", "UserProbe", "probes_from", "recovered"]
+__all__ = ["Attack", "ProbeKind", "ProbeRun", "UserProbe", "probes_from", "recovered"]
 
 ATTACK_WORKLOAD = "attack"
 
@@ -152,6 +152,3 @@ class Attack(Workload):
                 Verdict.over("probes_recover", len(self.results), held=not unrecovered,
                              detail=f"{len(self.results)} probe runs, {total} failed; "
                              f"not recovered: {unrecovered[:3] or 'none'}")]
-
-
-ATTACK_WORKLOADS: dict[str, type[Workload]] = {ATTACK_WORKLOAD: Attack}

@@ -8,8 +8,8 @@ a user's app's 200s are checked only against the scenario's ``expect_body``); it
 application ``raychaos``, so the replicas of its deployment ``D`` are actors of class
 ``ServeReplica:raychaos:D`` (a fault names them by that class), its controller
 ``ServeController`` and its proxy ``ProxyActor``. Every request of the load is
-recorded (:mod:`scenarios.workloads._serve_load`) and the verdicts are pure functions of
-those records (:mod:`scenarios.workloads._serve_verdicts`).
+recorded (:mod:`scenarios.workloads.serve._load`) and the verdicts are pure functions of
+those records (:mod:`scenarios.workloads.serve._verdicts`).
 
 The fault-free twin runs first on the same cluster; the chaos run's recovery verdict reads
 the twin's p99 latency. Each run starts Serve on a free loopback port and shuts it down at
@@ -44,8 +44,8 @@ from chaos.engine import import_extra
 from chaos.errors import HangError, InvalidConfig
 from scenarios.model._records import Problem, Verdict
 from scenarios.model._workload import FaultWindow, Params, Workload
-from scenarios.workloads._serve_load import REPLICA_HEADER, Expect, HttpLoad, Request
-from scenarios.workloads._serve_verdicts import (
+from scenarios.workloads.serve._load import REPLICA_HEADER, Expect, HttpLoad, Request
+from scenarios.workloads.serve._verdicts import (
     Attribution,
     ServeFault,
     ServeSample,
@@ -59,7 +59,7 @@ from scenarios.workloads._serve_verdicts import (
     serve_fault_of,
 )
 
-__all__ = ["SERIES", "SERVE_WORKLOADS", "ServeApp", "ServeParams", "per_second"]
+__all__ = ["SERIES", "ServeApp", "ServeParams", "per_second"]
 
 APP, DEPLOYMENT, HOST = "raychaos", "echo", "127.0.0.1"
 CONTROLLER_CLASS, PROXY_CLASS = "ServeController", "ProxyActor"
@@ -622,6 +622,3 @@ def _serve_status(read: Callable[[Any], T]) -> T | None:
     thread.start()
     thread.join(LOOK_TIMEOUT)
     return answer[0] if answer else None
-
-
-SERVE_WORKLOADS: dict[str, type[Workload]] = {"serve": ServeApp}

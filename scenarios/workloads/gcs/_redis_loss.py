@@ -31,7 +31,7 @@ from chaos.gcs import RedisEvent, RedisServer, head_of, redis_of
 from chaos.history import History, Op, OpStatus
 from scenarios.model._records import Verdict
 from scenarios.model._workload import CALL_TIMEOUT, FaultWindow, Params, Workload
-from scenarios.workloads._surface import Ack, Ledger
+from scenarios.workloads._kit import Ack, Ledger
 
 __all__ = ["DOCUMENTED_FATE", "CaseResult", "GcsFate", "GcsSample", "RedisLoss", "acknowledged_kept_verdict",
            "actors_served_verdict", "fate_verdict", "gcs_fate", "never_hung_verdict", "recovered_verdict"]

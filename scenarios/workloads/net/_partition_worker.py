@@ -24,9 +24,9 @@ from chaos.history import OpStatus, check_set
 from chaos.net import kill_node_processes, lab_of
 from scenarios.model._records import Verdict
 from scenarios.model._workload import CALL_TIMEOUT, Params, Workload
-from scenarios.workloads._surface import _NodeWatch, _states, _worker_nodes, node_detected, nodes_hit
+from scenarios.workloads._kit import NodeWatch, node_detected, nodes_hit, states_of, worker_nodes
 
-__all__ = ["NETWORK_WORKLOADS", "IncarnationLog", "LogLine", "superseded_writes"]
+__all__ = ["IncarnationLog", "LogLine", "superseded_writes"]
 
 
 class IncarnationLog:
@@ -138,8 +138,8 @@ class PartitionWorker(Workload):
         self.params = self.ctx.params_as(PartitionWorkerParams)
         self.lab = lab_of(self.ctx.address)
         os.makedirs(self.ctx.storage, exist_ok=True)
-        self.writers = [self._writer(f"w{i}", node) for i, node in enumerate(_worker_nodes())]
-        self.watch = _NodeWatch(self.ctx)
+        self.writers = [self._writer(f"w{i}", node) for i, node in enumerate(worker_nodes())]
+        self.watch = NodeWatch(self.ctx)
 
     def _writer(self, name: str, node: str) -> _Writer:
         import ray
@@ -181,14 +181,14 @@ class PartitionWorker(Workload):
 
         cut = self._cut()
         now = ray.get([w.actor.node_id.remote() for w in cut], timeout=CALL_TIMEOUT) if cut else []
-        states = _states(self.ctx.address)
+        states = states_of(self.ctx.address)
         stranded = [short(n) for n in now if states.get(n) != "ALIVE"]
         return Verdict.of("actors_moved", bool(cut) and not stranded,
                        f"writers on a dead node: {[w.name for w in cut]}; now on {[short(n) for n in now]}; "
                        f"on a dead node still: {stranded or 'none'}")
 
     def _no_rejoin(self) -> Verdict:
-        states = _states(self.ctx.address)
+        states = states_of(self.ctx.address)
         dead = list(self.watch.dead_at)
         back = [short(n) for n in dead if states.get(n) != "DEAD"]
         return Verdict.of("no_rejoin", bool(dead) and not back,
@@ -253,6 +253,3 @@ def _names(pids: list[int]) -> str:
         except psutil.Error:
             continue
     return ", ".join(sorted(set(names))) or "none"
-
-
-NETWORK_WORKLOADS: dict[str, type[Workload]] = {"partition-worker": PartitionWorker}
