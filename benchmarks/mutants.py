@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import ast
 import concurrent.futures
+import contextlib
 import copy
 import os
 import shutil
@@ -74,8 +75,8 @@ CRASH: dict[str, set[str] | None] = {
 VERDICTS: dict[str, set[str] | None] = {
     "chaos/_driver.py": {"run_schedule", "_result", "_one", "_settle", "check_applied", "FaultOutcome.ok"},
     "chaos/_delay.py": {"rpc_failures_injected", "unconfirmed_rpc_failures"},
-    "chaos/_engine.py": {"_confirm_node_dead", "_confirm_node_dead.dead", "confirm_resident",
-                         "confirm_resident.verdict"},
+    "chaos/_process_faults.py": {"_confirm_node_dead", "_confirm_node_dead.dead"},
+    "chaos/_resource_faults.py": {"confirm_resident", "confirm_resident.verdict"},
     "chaos/agents/_memory.py": {"MemoryProgress.holding"},
     "chaos/agents/_agent.py": {"_confirm_burning", "_confirm_burning.burned"},
     "scenarios/model/_records.py": {"Verdict.over", "RunResult.missed_faults", "RunResult.deviated"},
@@ -351,15 +352,29 @@ def _run_tests(workdir: Path, tests: list[str]) -> tuple[Outcome, str, float]:
     """Run ``tests`` in ``workdir``: (outcome, the first failure or what pytest said, seconds)."""
     env = {**os.environ, "PYTHONPATH": str(workdir), "PYTHONDONTWRITEBYTECODE": "1"}
     start = time.monotonic()
-    try:
-        proc = subprocess.run(
+    with subprocess.Popen(
             [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", f"--timeout={TEST_TIMEOUT}",
-             "-m", "not ray and not slow",
-             f"--basetemp={workdir / '.tmp'}", *tests],
-            cwd=workdir, env=env, capture_output=True, text=True, timeout=TIMEOUT, check=False)
-    except subprocess.TimeoutExpired:
-        return Outcome.TIMED_OUT, f"ran past {TIMEOUT:.0f} s", time.monotonic() - start
-    return (*classify(proc.returncode, proc.stdout + proc.stderr), time.monotonic() - start)
+             "-m", "not ray and not slow", f"--basetemp={workdir / '.tmp'}", *tests],
+            cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        try:
+            output, _ = proc.communicate(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            _kill_started_in(workdir)
+            proc.communicate(timeout=TIMEOUT)
+            return Outcome.TIMED_OUT, f"ran past {TIMEOUT:.0f} s", time.monotonic() - start
+    return (*classify(proc.returncode, output), time.monotonic() - start)
+
+
+def _kill_started_in(workdir: Path) -> None:
+    """SIGKILL every process whose working directory is ``workdir``: the tests and what they
+    started in sessions of their own (a fault filesystem's server a mutant left stalled holds the
+    tests in an uninterruptible FUSE request; only its own end releases them)."""
+    import psutil
+
+    for process in psutil.process_iter(["cwd"]):
+        if process.info["cwd"] and Path(process.info["cwd"]).is_relative_to(workdir):
+            with contextlib.suppress(psutil.Error):
+                process.kill()
 
 
 def classify(returncode: int, output: str) -> tuple[Outcome, str]:

@@ -23,23 +23,10 @@ from chaos._delay import Latency, RpcFailure, delayed
 from chaos._engine import Chaos
 from chaos._errors import ChaosError, HangError
 from chaos._failpoint import failpoint
-from chaos._faults import (
-    CpuHog,
-    DrainNode,
-    Fault,
-    FaultKind,
-    FillDisk,
-    FillObjectStore,
-    FreezeNode,
-    Kill,
-    KillGcs,
-    KillNode,
-    LimitOpenFiles,
-    MemoryPressure,
-    Pause,
-    Starve,
-)
+from chaos._faults import Fault, FaultKind
 from chaos._history import History, check_set
+from chaos._process_faults import DrainNode, FreezeNode, Kill, KillGcs, KillNode, Pause
+from chaos._resource_faults import CpuHog, FillDisk, FillObjectStore, LimitOpenFiles, MemoryPressure, Starve
 from chaos._schedule import Schedule, ScheduledFault
 from chaos._targets import ActorTarget, NodeTarget, TaskTarget, WorkerTarget
 from chaos._wait import wait_until

@@ -13,15 +13,23 @@ import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
+from chaos._errors import TargetNotFound
 from chaos._journal import Journal, Observed
 from chaos._kinds import Fault
 from chaos._ray_state import short
-from chaos._targets import NodeTarget, RayProcess, resolve
+from chaos._targets import NodeTarget, RayProcess, TaskTarget, resolve
+from chaos.agents._agent import agent_for
 from chaos.agents._memory import MemoryResult
 
-__all__ = ["FaultContext", "Injection", "Injector", "MemoryWatch", "StoreFill", "driver_node", "node_of"]
+__all__ = ["CALL_TIMEOUT", "FaultContext", "Injection", "Injector", "MemoryWatch", "StoreFill", "driver_node",
+           "each_resolved", "node_of", "signal_resolved"]
+
+T = TypeVar("T")
+
+#: How long one call an injector makes may take (an agent's answer, a State API query).
+CALL_TIMEOUT = 30.0
 
 
 class FaultContext(Protocol):
@@ -122,3 +130,41 @@ def node_of(ctx: FaultContext, target: NodeTarget | None, rng: random.Random) ->
 
 #: An injector: inject → confirm → ``yield`` an :class:`Injection` → heal in ``finally``.
 Injector = Callable[[FaultContext, Any, "float | None", random.Random], AbstractContextManager[Injection]]
+
+
+# -- resolving a target: what process and node faults act on ---------------------------------------
+
+
+def signal_resolved(ctx: FaultContext, target: Any, signum: int, rng: random.Random,
+                     confirm_within: float) -> list[tuple[RayProcess, float]]:
+    """Resolve, signal and confirm each process gone (see :func:`each_resolved`)."""
+    def signal(proc: RayProcess) -> float:
+        return float(ctx.call(agent_for(proc.node_id).signal.remote(
+            proc.pid, signum, driver_pids=ctx.driver_pids, confirm_within=confirm_within,
+            running=_task_running(target, proc)), timeout=CALL_TIMEOUT + confirm_within))
+    return each_resolved(ctx, target, rng, signal)
+
+
+def each_resolved(ctx: FaultContext, target: Any, rng: random.Random,
+                   act: Callable[[RayProcess], T]) -> list[tuple[RayProcess, T]]:
+    """Resolve ``target`` and ``act`` on each process. One that exited, or a task's worker that
+    moved on, since the State API saw it is skipped and the target resolved again without it
+    (the State API lags by a second: right after a kill it still shows the dead pid ALIVE)."""
+    stale: set[int] = set()
+    for _ in range(5):
+        done = []
+        for proc in resolve(target, address=ctx.address, rng=rng, exclude_pids=frozenset(stale)):
+            try:
+                done.append((proc, act(proc)))
+            except TargetNotFound:
+                stale.add(proc.pid)
+        if done:
+            return done
+    raise TargetNotFound(f"every process matching {target.label()} had exited, or moved on from the "
+                         "task, before the fault reached it")
+
+
+def _task_running(target: Any, proc: RayProcess) -> str | None:
+    """The task a plain task's worker may be running when the signal goes and no other: the
+    State API's RUNNING lags, and the worker it names may run another task now (a probe's)."""
+    return proc.name if isinstance(target, TaskTarget) and proc.actor_id is None else None

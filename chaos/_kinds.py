@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import Field, asdict, dataclass
 from enum import StrEnum
 from types import MappingProxyType
@@ -66,7 +66,8 @@ class FaultKind(StrEnum):
 
 
 #: The modules that implement the scheduled kinds; each registers its kinds' specs on import.
-KIND_MODULES = ("chaos._engine", "chaos.net._faults", "chaos.gcs._faults", "chaos.disks._faults", "chaos.corruption")
+KIND_MODULES = ("chaos._process_faults", "chaos._resource_faults", "chaos.net._faults", "chaos.gcs._faults",
+                "chaos.disks._faults", "chaos.corruption")
 
 
 class Need(StrEnum):
@@ -134,6 +135,9 @@ class FaultSpec:
     needs: frozenset[Need]
     colour: str
     example: Mapping[str, JsonValue]
+    #: Readies a schedule's faults of this kind before its time zero, so none is late (maps the
+    #: object store's memory, leaves an idle worker on each node); None: nothing to ready.
+    warm_up: Callable[[Sequence[Fault]], None] | None = None
 
     @property
     def kind(self) -> FaultKind:

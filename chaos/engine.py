@@ -14,10 +14,10 @@ from chaos._driver import (
     check_applied,
     run_schedule,
 )
-from chaos._engine import NODE_DEATH_CONFIRM
 from chaos._extras import import_extra
 from chaos._kinds import MAX_FAULT_SECONDS, FaultSpec, Need, fault_from_dict, fault_specs, fault_to_dict
 from chaos._preflight import preflight
+from chaos._process_faults import NODE_DEATH_CONFIRM
 from chaos._targets import _KINDS as TARGET_CLASSES
 from chaos._targets import RayProcess, target_from_dict, target_to_dict
 from chaos._watchdog import StuckCause, StuckTask, WatchReport

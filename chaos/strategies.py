@@ -12,7 +12,8 @@ from collections.abc import Sequence
 
 from hypothesis import strategies as st
 
-from chaos._faults import Fault, Kill, Pause
+from chaos._faults import Fault
+from chaos._process_faults import Kill, Pause
 from chaos._schedule import Schedule, ScheduledFault
 from chaos._targets import Target
 

@@ -137,7 +137,7 @@ class ActorChaosMachine(RuleBasedStateMachine):
     def crash(self, *, just_saved: bool = False) -> None:
         """The kill rule's work, for your own rules too (a reply lost to a crash at an exact
         point): SIGKILL, confirmed, then the restart awaited (or ActorDiedError checked)."""
-        from chaos._faults import Kill
+        from chaos._process_faults import Kill
         from chaos._targets import ActorTarget
 
         if just_saved:
@@ -154,7 +154,7 @@ class ActorChaosMachine(RuleBasedStateMachine):
     @precondition(_alive)
     @rule(seconds=st.sampled_from([0.1, 0.3]))
     def pause(self, seconds: float) -> None:
-        from chaos._faults import Pause
+        from chaos._process_faults import Pause
         from chaos._targets import ActorTarget
 
         with self.chaos.inject(Pause(ActorTarget.of(self.actor), seconds=seconds)):

@@ -13,7 +13,8 @@ from typing import Any
 import psutil
 import pytest
 
-import chaos._engine as engine
+import chaos._process_faults as process_faults
+import chaos._resource_faults as resource_faults
 import chaos.agents._agent as agent_module
 from chaos import Chaos, KillNode, MemoryPressure, NodeTarget
 from chaos._targets import RayProcess
@@ -51,7 +52,7 @@ def running() -> MemoryOutcome | None:
 
 
 def test_memory_is_confirmed_once_a_block_is_resident() -> None:
-    note = engine.confirm_resident(stream(None, STARTED, STARTED, HOLDING), running, clock=fake_clock())
+    note = resource_faults.confirm_resident(stream(None, STARTED, STARTED, HOLDING), running, clock=fake_clock())
     assert note.startswith("64 MiB resident (1 blocks of 64 MiB")
 
 
@@ -59,7 +60,7 @@ def test_an_allocator_that_reports_but_never_holds_memory_is_ineffective() -> No
     # Its first report (resident 0, no block) once counted as injected.
     with pytest.raises(FaultIneffective, match=r"held no resident memory within 2 s \(last report: "
                                                r"MemoryProgress\(resident=0"):
-        engine.confirm_resident(stream(None, STARTED), running, timeout=2.0, clock=fake_clock())
+        resource_faults.confirm_resident(stream(None, STARTED), running, timeout=2.0, clock=fake_clock())
 
 
 @pytest.mark.parametrize(("ended", "confirmed"), [(MemoryOutcome.OOM_KILLED, True), (MemoryOutcome.HELD, False),
@@ -67,7 +68,7 @@ def test_an_allocator_that_reports_but_never_holds_memory_is_ineffective() -> No
 def test_a_task_that_ended_before_holding_memory_counts_only_if_ray_oom_killed_it(
         ended: MemoryOutcome, confirmed: bool) -> None:
     def confirm() -> str:
-        return engine.confirm_resident(stream(STARTED), lambda: ended, clock=fake_clock())
+        return resource_faults.confirm_resident(stream(STARTED), lambda: ended, clock=fake_clock())
     if confirmed:
         assert confirm() == "Ray's memory monitor killed the allocating task at once"
     else:
@@ -77,14 +78,14 @@ def test_a_task_that_ended_before_holding_memory_counts_only_if_ray_oom_killed_i
 
 def test_a_task_that_held_memory_then_ended_is_confirmed_by_its_last_report() -> None:
     # Read before its end showed nothing yet; its last report, read after, shows the block.
-    assert engine.confirm_resident(stream(STARTED, HOLDING), lambda: MemoryOutcome.HELD,
+    assert resource_faults.confirm_resident(stream(STARTED, HOLDING), lambda: MemoryOutcome.HELD,
                                    clock=fake_clock()).startswith("64 MiB resident")
 
 
 def test_a_host_already_past_the_target_is_ineffective_at_once() -> None:
     full = MemoryProgress(0, 0.92, cannot=True)
     with pytest.raises(FaultIneffective, match="allocated nothing: the host already used 92%, past its target"):
-        engine.confirm_resident(stream(full), running, clock=fake_clock())
+        resource_faults.confirm_resident(stream(full), running, clock=fake_clock())
 
 
 # -- CPU: the hog's measured CPU time, not its existence ----------------------------------------
@@ -136,10 +137,10 @@ def fake_node(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     def node_states(address: str, node_id: str) -> list[str]:
         return [states[min(next(polls), len(states) - 1)]]
 
-    monkeypatch.setattr(engine, "resolve", lambda target, **_: [node])
-    monkeypatch.setattr(engine, "agent_for", lambda node_id: FakeAgent())
-    monkeypatch.setattr(engine, "_node_states", node_states)
-    monkeypatch.setattr(engine, "NODE_DEATH_CONFIRM", 0.5)
+    monkeypatch.setattr(process_faults, "resolve", lambda target, **_: [node])
+    monkeypatch.setattr(process_faults, "agent_for", lambda node_id: FakeAgent())
+    monkeypatch.setattr(process_faults, "_node_states", node_states)
+    monkeypatch.setattr(process_faults, "NODE_DEATH_CONFIRM", 0.5)
     monkeypatch.setattr(Chaos, "call", lambda self, ref, timeout=0.0: ref)
     yield states
 
@@ -155,7 +156,7 @@ def test_a_killed_node_is_injected_only_once_ray_declares_it_dead(fake_node: lis
     chaos = Chaos(address="fake:6379")
     with kill_node(chaos):
         # Confirmed before the block runs: what it (and the run's verdicts) read is a dead node.
-        assert engine._node_states("fake:6379", "n" * 56) == ["DEAD"]
+        assert process_faults._node_states("fake:6379", "n" * 56) == ["DEAD"]
         (event,) = chaos.journal.events
         assert event.kind == "inject" and "Ray declared the node dead" in event.outcome
     assert [e.kind for e in chaos.journal.events] == ["inject", "heal"]
@@ -205,8 +206,8 @@ def test_an_allocator_on_ray_that_never_holds_memory_is_ineffective(
         ray_cluster: ClusterHandle, monkeypatch: pytest.MonkeyPatch) -> None:
     import ray
 
-    monkeypatch.setattr(engine, "_allocator", lambda: ray.remote(reports_only()))
-    monkeypatch.setattr(engine, "MEMORY_CONFIRM", 3.0)
+    monkeypatch.setattr(resource_faults, "_allocator", lambda: ray.remote(reports_only()))
+    monkeypatch.setattr(resource_faults, "MEMORY_CONFIRM", 3.0)
     chaos = Chaos(address=ray_cluster.address)
     with pytest.raises(FaultIneffective, match=r"held no resident memory within 3 s"), \
             chaos.inject(a_little_memory()):

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from chaos import FaultKind, Schedule
-from chaos._faults import STORAGE, FaultStatus, FillDisk
+from chaos._faults import STORAGE, FaultStatus
+from chaos._resource_faults import FillDisk
 from chaos._schedule import ScheduledFault
 from chaos.cluster import ClusterHandle
 from chaos.disks._faults import SlowDisk

@@ -153,7 +153,7 @@ def test_memory_is_held_only_once_a_block_is_resident(blocks: int, resident: int
 
 
 def test_a_dead_node_is_confirmed_with_the_seconds_it_took(monkeypatch: pytest.MonkeyPatch) -> None:
-    from chaos import _engine
+    from chaos import _process_faults as _engine
 
     answers = iter([["ALIVE"], ["ALIVE", "DEAD"], ["DEAD"]])
     monkeypatch.setattr(_engine, "_node_states", lambda address, node: next(answers))
@@ -230,7 +230,7 @@ def test_the_counters_verdict_counts_the_fewest_seen_and_needs_one_on_a_dead_nod
 
 
 def test_the_last_state_the_gcs_gave_is_the_one_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    from chaos import _engine
+    from chaos import _process_faults as _engine
 
     states = iter([["ALIVE"], ["SUSPECT"], ["DRAINING"]] + [["ALIVE"]] * 10_000)
     given: list[list[str]] = []

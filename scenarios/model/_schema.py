@@ -212,8 +212,8 @@ def reference_markdown() -> str:
 
 _INTRO = f"""# Scenario file reference
 
-<!-- Generated from the scenario model: edit scenarios/model/_scenario.py, chaos/_faults.py or
-scenarios/model/_schema.py, then run: {REGENERATE} -->
+<!-- Generated from the scenario model: edit scenarios/model/_scenario.py, a fault kind's module
+(chaos._kinds.KIND_MODULES) or scenarios/model/_schema.py, then run: {REGENERATE} -->
 
 This page is generated from the scenario model: every field of a scenario file, with its type,
 default and allowed values, and each fault kind and target kind with an example. For a guided
