@@ -1,14 +1,19 @@
 """Mutation score of the suite over the code whose bugs would ship silently (``make mutants``).
 
-Two groups of code, each against the part of ``make test``'s suite that exercises it without
-Ray (a cluster per mutant would take hours):
+Groups of code, each against the part of ``make test``'s suite that exercises it without Ray
+(a cluster per mutant would take hours):
 
 - ``crash``: the crash-consistency code: the checkpoint store, the WAL, the checkpointer, the
   writer table, the actors' idempotent mutations, the history checker (the in-process
   failpoint sweep with real SIGKILLs included);
 - ``verdicts``: the code that decides a run's result: the fault loop's outcomes, the checks
   that a fault happened (RPC knob, memory, CPU), the runner's verdicts, ``Verdict.over``, a
-  run's ``deviated``, the scenario model's refusals.
+  run's ``deviated``, the scenario model's refusals;
+- ``network``: the network lab and its faults' confirmations, read-backs and heals;
+- ``disk``: the fault filesystem's model of a power loss, its served faults and deadlines, the
+  disk faults' probes and confirmations;
+- ``serve_job``: the Serve and job verdicts (what a fault excuses, a body checked, a kill answered);
+- ``hunt``: the hunt's oracle and what makes a fault land on what it judges.
 
 Plants one small bug at a time (a mutant) and runs that code's tests against it. A mutant is
 *caught* when a test fails; one that makes the tests run past their bound is *timed out*, one
@@ -24,7 +29,7 @@ dropping a ``not``, negating an ``if``/``while`` condition, integer constants ±
 adjacent call statements (the order of a commit protocol). Failpoint calls are never mutated:
 they are the sweep's instruments.
 
-Usage: ``python benchmarks/mutants.py [--group crash|verdicts] [--workers N]
+Usage: ``python benchmarks/mutants.py [--group crash|verdicts|network|disk|serve_job|hunt] [--workers N]
 [--only actors/_wal.py] [--limit K]``.
 """
 

@@ -19,7 +19,7 @@ from chaos.disks._fusefs import fuse_mounts_left
 from chaos.errors import InvalidConfig, InvalidFaultSpec
 from scenarios import ScenarioError, load_scenario, run_scenario
 from scenarios.model._needs import scenario_needs
-from scenarios.model._records import RunLabel, RunStatus
+from scenarios.model._records import RunLabel, RunStatus, Validity
 from scenarios.model._spill import SPILL, aim_spill_faults, fault_or_spill
 from scenarios.runner._spill_dir import spill_config, spill_on_faultfs
 from scenarios.workloads.disk._spill import (
@@ -205,3 +205,25 @@ def test_an_eio_part_way_through_a_restore_leaves_an_object_lost_after_the_heal(
     assert [f.status for f in chaos.faults] == [FaultStatus.INJECTED, FaultStatus.INJECTED], chaos.faults
     assert not verdicts["restored_after_heal"].held and "timed_out" in verdicts["restored_after_heal"].detail
     assert verdicts["no_wrong_value"].held
+
+
+def test_each_fault_trace_is_measured_inside_its_own_confirmed_window() -> None:
+    """A busy host slows a restore before the slow disk was confirmed or after its heal, and a
+    read fails long after the failing disk's: none is the fault's trace. The rule that measured
+    from a call's bound before the confirmation, with no end, held on either."""
+    from scenarios.model._workload import FaultWindow
+    from scenarios.workloads.disk._spill import in_fault_windows
+
+    def verdicts(reads: list[Read]) -> list[bool]:
+        return [v.held for v in in_fault_windows(reads, slow=[FaultWindow(FaultKind.SLOW_DISK, 2.0, 5.0)],
+                                                 failing=[FaultWindow(FaultKind.FAILING_DISK, 7.0, 10.0)],
+                                                 at_least=0.3, get_timeout=2.0)]
+
+    assert verdicts(READS) == [True, True]
+    quiet = [replace(r, seconds=0.02, outcome=C, error="") for r in READS]
+    assert verdicts([*quiet, Read(1, 1.9, 0.75, C)]) == [False, False]  # slowed just before its window
+    assert verdicts([*quiet, Read(1, 5.2, 0.75, C)]) == [False, False]  # slowed after its heal
+    assert verdicts([*quiet, Read(1, 12.5, 2.0, T)]) == [False, False]  # failed after its heal and a bound
+    assert verdicts([*quiet, Read(1, 4.9, 0.75, C), Read(2, 11.0, 0.5, T)]) == [True, True]  # inside each
+    none = in_fault_windows(READS, slow=[], failing=[], at_least=0.3, get_timeout=2.0)
+    assert [v.validity for v in none] == [Validity.UNKNOWN] * 2  # no window: nothing to measure in

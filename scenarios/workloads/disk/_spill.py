@@ -36,11 +36,10 @@ from typing import Any
 
 from chaos import FaultKind
 from scenarios.model._records import Verdict
-from scenarios.model._workload import Params, Workload
+from scenarios.model._workload import FaultWindow, Params, Workload
 
-__all__ = ["DOCUMENTED", "Read", "ReadOutcome", "SpillDiskFaults", "SpillParams",
-           "failing_disk_met", "gets_bounded", "no_wrong_value", "outcome_of", "restored_after_heal",
-           "slowed_by_disk"]
+__all__ = ["DOCUMENTED", "Read", "ReadOutcome", "SpillDiskFaults", "SpillParams", "failing_disk_met",
+           "gets_bounded", "in_fault_windows", "no_wrong_value", "outcome_of", "restored_after_heal", "slowed_by_disk"]
 
 MIB = 1 << 20
 
@@ -125,6 +124,19 @@ def slowed_by_disk(reads: Sequence[Read], *, at_least: float, since: float | Non
               f"after >= {at_least:g} s (slowest correct read there {slowest:.2f} s)" if since is not None
               else "no slow disk was confirmed")
     return Verdict.over("slowed_by_disk", len(window), held=bool(slow), detail=detail)
+
+
+def in_fault_windows(reads: Sequence[Read], *, slow: Sequence[FaultWindow], failing: Sequence[FaultWindow],
+                     at_least: float, get_timeout: float) -> list[Verdict]:
+    """``slowed_by_disk`` and ``failing_disk_met``, each measured inside its fault's first window
+    (confirmed to healed; in the fault-free twin, the schedule's span): the slow disk's up to its
+    heal or the failing disk's start, whichever is first; the failing disk's up to a read's
+    timeout after its heal (a read begun before the heal ends by then)."""
+    slow, failing = slow[:1], failing[:1]
+    return [slowed_by_disk(reads, at_least=at_least, since=slow[0].start if slow else None,
+                           until=min([*(w.end for w in slow), *(w.start for w in failing)], default=0.0)),
+            failing_disk_met(reads, since=failing[0].start if failing else None,
+                             until=failing[0].end + get_timeout if failing else 0.0)]
 
 
 def failing_disk_met(reads: Sequence[Read], *, since: float | None, until: float) -> Verdict:
@@ -232,17 +244,12 @@ class SpillDiskFaults(Workload):
         return f"object {read.index} read back in {read.seconds:.2f} s"
 
     def invariants(self) -> list[Verdict]:
-        # Each fault's window: confirmed to healed (in the fault-free twin, the schedule's span).
-        slow = self.ctx.windows(FaultKind.SLOW_DISK)[:1]
-        failing = self.ctx.windows(FaultKind.FAILING_DISK)[:1]
         after = [self._read(i, timeout=self.p.heal_bound) for i in range(self.p.objects)]
         return [no_wrong_value([*self.reads, *after]),
                 gets_bounded(self.reads, bound=self.p.get_timeout + self.p.slack),
-                slowed_by_disk(self.reads, at_least=self.p.slowed_at_least,
-                               since=slow[0].start if slow else None,
-                               until=min([*(w.end for w in slow), *(w.start for w in failing)], default=0.0)),
-                failing_disk_met(self.reads, since=failing[0].start if failing else None,
-                                 until=failing[0].end + self.p.get_timeout if failing else 0.0),
+                *in_fault_windows(self.reads, slow=self.ctx.windows(FaultKind.SLOW_DISK),
+                                  failing=self.ctx.windows(FaultKind.FAILING_DISK),
+                                  at_least=self.p.slowed_at_least, get_timeout=self.p.get_timeout),
                 restored_after_heal(after, objects=self.p.objects, bound=self.p.heal_bound)]
 
     def call_bounds(self) -> dict[str, float]:
