@@ -103,8 +103,8 @@ class Chaos:
         by_kind: dict[FaultKind, list[Fault]] = {}
         for entry in schedule.entries:
             by_kind.setdefault(entry.fault.KIND, []).append(entry.fault)
-        for kind, faults in by_kind.items():
-            if (warm_up := spec_of(kind).warm_up) is not None:
+        for faults in by_kind.values():
+            if (warm_up := spec_of(faults[0]).warm_up) is not None:
                 warm_up(faults)
 
     def kill(self, fault: Kill | KillNode | DrainNode) -> Injection:

@@ -278,3 +278,21 @@ def test_the_allocation_reports_its_pace(tmp_path: Path) -> None:
     assert progress.resident >= 0.9 * held, progress
     assert 0 < progress.slowest <= progress.seconds <= 0.3 + progress.slowest, progress
     assert re.fullmatch(rf"{progress.blocks} blocks of 64 MiB in \d\.\d s, the slowest \d\.\d\d s", progress.pace())
+
+
+def test_warm_up_readies_each_kind_through_its_own_spec(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before time zero each kind readies its faults (the engine names none): two fills map the
+    store once per chunk size; a kind with nothing to ready is passed over."""
+    import ray.util.state
+
+    from chaos import Chaos, FillObjectStore, Schedule, Starve, _resource_faults
+
+    monkeypatch.setattr(ray.util.state, "list_nodes", lambda **_: [])  # the State API's first call
+    warmed: list[int] = []
+    monkeypatch.setattr(_resource_faults, "_warm_store", warmed.append)
+    schedule = Schedule.explicit([(1.0, FillObjectStore(fraction=0.5, seconds=1, chunk_mb=8)),
+                                  (2.0, Starve(seconds=1, cpus=1)),
+                                  (3.0, FillObjectStore(fraction=0.5, seconds=1, chunk_mb=16)),
+                                  (4.0, FillObjectStore(fraction=0.2, seconds=1, chunk_mb=8))])
+    Chaos(address="fake:6379").warm_up(schedule)
+    assert sorted(warmed) == [8, 16]
