@@ -84,30 +84,25 @@ class MemoryWatch:
 
 @dataclass(frozen=True, slots=True)
 class Injection:
-    """What an injection hit: the processes (pid 0 for a node), and what it observed, each
-    fault its own field: ``pids`` it started or stopped (CPU hogs; a frozen node's raylet and
-    workers), ``ballast_bytes`` (a full disk's), ``store`` (filling the object store),
-    ``memory`` (a memory fault's task and, after its heal, how it ended); what a kind's
-    injector found as its own record in ``found`` (a disk fault's ``DiskInjection``: its
-    confirmation, and what a power loss dropped)."""
+    """What an injection hit: the processes (pid 0 for a node), the ``pids`` it started or
+    stopped (CPU hogs; a frozen node's raylet and workers), and what the kind's injector found,
+    as that kind's own typed record, in ``found``: a memory fault's :class:`MemoryWatch` (its
+    task and, after its heal, how it ended), a full object store's :class:`StoreFill`, a full
+    disk's ``Filled`` ballast, a disk fault's ``DiskInjection`` (its confirmation, and what a power
+    loss dropped), a file corruption's ``Corruption``. Read it back with ``isinstance``; None
+    when the kind reports nothing."""
 
     fault: Fault
     processes: tuple[RayProcess, ...]
     pids: tuple[int, ...] = ()
-    ballast_bytes: int = 0
-    store: StoreFill | None = None
-    memory: MemoryWatch | None = None
-    #: What a kind's injector found, as that kind's own typed record (a file corruption's
-    #: ``Corruption``, a disk fault's ``DiskInjection``): read it back with ``isinstance``.
-    #: None when the kind reports none.
     found: object = None
 
     def heal_note(self) -> str:
         """What the heal observed, for people ("" when there is nothing to say)."""
-        if self.memory is not None and self.memory.result is not None:
-            return self.memory.result.note
-        if self.store is not None:
-            return "ObjectStoreFullError" if self.store.full else "filled"
+        if isinstance(self.found, MemoryWatch) and self.found.result is not None:
+            return self.found.result.note
+        if isinstance(self.found, StoreFill):
+            return "ObjectStoreFullError" if self.found.full else "filled"
         return ""
 
 

@@ -217,7 +217,7 @@ def _memory(ctx: FaultContext, fault: MemoryPressure, at: float | None,
 
     with ctx.on_heal(heal):
         ctx.record("inject", fault, at, node, _confirm_started(ctx, hog, node, path))
-        yield Injection(fault, (node,), memory=watch)
+        yield Injection(fault, (node,), found=watch)
     # Its effect is known once it is over: bytes held resident, or Ray's memory monitor's kill.
     result = watch.result
     if result is not None and result.outcome is not MemoryOutcome.OOM_KILLED and result.peak_bytes == 0:
@@ -374,7 +374,7 @@ def _object_store(ctx: FaultContext, fault: FillObjectStore, at: float | None,
         ctx.record("heal", fault, at, node, "references dropped")
 
     with ctx.on_heal(heal):
-        yield Injection(fault, (node,), store=StoreFill(held, capacity, full))
+        yield Injection(fault, (node,), found=StoreFill(held, capacity, full))
 
 
 @contextmanager
@@ -436,7 +436,7 @@ def _fill_disk(ctx: FaultContext, fault: FillDisk, at: float | None,
         ctx.record("heal", fault, at, node, f"ballast deleted; {free} bytes free again")
 
     with ctx.on_heal(heal):
-        yield Injection(fault, (node,), ballast_bytes=filled.bytes)
+        yield Injection(fault, (node,), found=filled)
 
 
 _ON_PROCESSES = frozenset({Need.AGENT, Need.STATE_API, Need.PROC, Need.CONTROL})

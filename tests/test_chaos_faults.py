@@ -37,7 +37,7 @@ from chaos._targets import resolve
 from chaos.agents import agent_for
 from chaos.agents._agent import worker_title
 from chaos.cluster import ClusterHandle
-from chaos.engine import FaultStatus, run_schedule
+from chaos.engine import FaultStatus, StoreFill, run_schedule
 from chaos.errors import FaultIneffective, TargetNotFound, UnsafeTarget
 from conftest import CALL_TIMEOUT
 
@@ -330,8 +330,8 @@ def test_cpu_hog_burns_then_stops(chaos: Chaos) -> None:
 
 def test_fill_the_object_store_until_it_spills(chaos: Chaos, ray_cluster: ClusterHandle) -> None:
     with chaos.inject(FillObjectStore(fraction=1.5, seconds=30, chunk_mb=16)) as injection:
-        store = injection.store
-        assert store is not None and (store.held_bytes >= store.capacity_bytes or store.full)
+        store = injection.found
+        assert isinstance(store, StoreFill) and (store.held_bytes >= store.capacity_bytes or store.full)
         spilled = glob.glob(f"{ray_cluster.temp_dir}/**/ray_spilled_objects*/*", recursive=True)
         assert spilled or store.full
 

@@ -96,10 +96,10 @@ def test_memory_pressure_makes_ray_raise_out_of_memory(tmp_path: Path) -> None:
                 return value
 
             with chaos.inject(fault) as injection:
-                ref = injection.memory.ref
+                ref = injection.found.ref
                 after = dependent.remote(ref)
                 ready, _ = ray.wait([ref, after], num_returns=2, timeout=60)
-            print("OUTCOME", injection.memory.result.outcome.value, flush=True)
+            print("OUTCOME", injection.found.result.outcome.value, flush=True)
             print("READY", len(ready), flush=True)  # a killed task and its dependent: both ready
             try:
                 ray.get(after, timeout=30)

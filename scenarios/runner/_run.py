@@ -38,6 +38,7 @@ from chaos.engine import (
     FaultOutcome,
     FaultStatus,
     Injection,
+    MemoryWatch,
     ScheduleObserver,
     preflight,
     rpc_failure_env,
@@ -812,8 +813,8 @@ class _RunObserver(ScheduleObserver):
         return outcome
 
     def _heal_observed(self, injection: Injection) -> str:
-        if injection.memory is not None and injection.memory.result is not None:
-            self.ctx.memory_outcome(injection.memory.result.outcome)
+        if isinstance(injection.found, MemoryWatch) and injection.found.result is not None:
+            self.ctx.memory_outcome(injection.found.result.outcome)
         return injection.heal_note()
 
 
