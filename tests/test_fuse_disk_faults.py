@@ -157,3 +157,63 @@ def test_records_are_validated_before_anything_is_injected(fs: FaultFS, tmp_path
             bad()
     with pytest.raises(TargetNotFound), inject_disk(PowerLoss(str(tmp_path))):
         pass
+
+
+# -- what each confirmation says, and what it leaves behind -----------------------------------------
+
+
+def test_a_power_loss_that_took_nothing_is_ineffective_and_leaves_no_probe(
+        fs: FaultFS, monkeypatch: pytest.MonkeyPatch) -> None:
+    from chaos.disks._fusefs import PowerLossResult
+
+    monkeypatch.setattr(FaultFS, "power_loss", lambda self: PowerLossResult(0, 0, 0, 0, 0))  # the server kept all
+    with pytest.raises(FaultIneffective, match="unsynced probe file .* survived the power loss"), \
+            inject_disk(PowerLoss(fs.mount)):
+        pytest.fail("a power loss that dropped nothing was confirmed")
+    assert [n for n in os.listdir(fs.mount) if n.startswith(".raychaos-probe")] == []
+
+
+def test_a_failing_disk_whose_probe_write_worked_says_it_got_no_error(
+        fs: FaultFS, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(FaultFS, "fail", lambda self, code, **_: None)  # the rule never reaches the server
+    with pytest.raises(FaultIneffective, match="got no error, not EIO"), \
+            inject_disk(FailingDisk(fs.mount, seconds=1, errno="EIO", glob="*")):
+        pytest.fail("a failing disk no write met was confirmed")
+
+
+def test_a_failing_disk_whose_rules_outlive_the_heal_is_ineffective(
+        fs: FaultFS, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No probe (it fails reads only): the heal is read back from the server's own list."""
+    from chaos.disks import _faults
+
+    heal = FaultFS.heal
+    monkeypatch.setattr(_faults, "_seen", lambda *_, **__: 0.0)  # the workload's read: not this test's
+    monkeypatch.setattr(FaultFS, "heal", lambda self, *kinds: None)
+    try:
+        with pytest.raises(FaultIneffective, match="still lists errno rules after the heal"), \
+                inject_disk(FailingDisk(fs.mount, seconds=1, errno="EIO", glob="/ckpt/*", ops=("read",))):
+            pass
+    finally:
+        heal(fs, "errors")
+    assert not fs.state().errors
+
+
+def test_a_confirmation_by_the_workloads_operation_takes_the_seconds_it_waited(fs: FaultFS) -> None:
+    from chaos.disks._faults import _seen
+
+    done = threading.Event()
+
+    def workload() -> None:  # stats the mount until the wait has seen one, at most 5 s
+        deadline = time.monotonic() + 5.0
+        while not done.is_set() and time.monotonic() < deadline:
+            os.stat(fs.mount)
+            done.wait(0.01)
+
+    thread = threading.Thread(target=workload)
+    thread.start()
+    try:
+        took = _seen(fs, "op.getattr", 5.0, lambda event: None, PowerLoss(fs.mount))
+    finally:
+        done.set()
+        thread.join(timeout=10)
+    assert 0.0 <= took < 5.0

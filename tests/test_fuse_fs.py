@@ -469,3 +469,17 @@ def test_a_rule_added_after_its_kinds_deadline_passed_outlives_that_deadline() -
     state.set_latency({"write": 0.001})
     state.gate("open", "/f")
     assert state.errors == [new] and state.latency == {"write": 0.001}
+
+
+def test_a_heal_drops_its_kinds_deadline_so_a_later_rule_outlives_it() -> None:
+    from chaos.disks._fuse_faults import ErrorRule, FaultState
+
+    state = FaultState()
+    old, new = ErrorRule(errno.EIO, "*", frozenset({"read"})), ErrorRule(errno.EROFS, "*", frozenset({"write"}))
+    state.add_error(old, until=0.05)
+    state.heal(frozenset({"errors"}))
+    state.add_error(new)  # no deadline of its own: on until healed
+    passed = time.monotonic() + 0.06
+    wait_until(lambda: time.monotonic() > passed, timeout=1.0, interval=0.01, what="the old deadline to pass")
+    state.gate("open", "/f")
+    assert state.errors == [new] and state.counts["expired.errors"] == 0
