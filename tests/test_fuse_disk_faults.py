@@ -166,8 +166,9 @@ def test_a_power_loss_that_took_nothing_is_ineffective_and_leaves_no_probe(
         fs: FaultFS, monkeypatch: pytest.MonkeyPatch) -> None:
     from chaos.disks._fusefs import PowerLossResult
 
-    monkeypatch.setattr(FaultFS, "power_loss", lambda self: PowerLossResult(0, 0, 0, 0, 0))  # the server kept all
-    with pytest.raises(FaultIneffective, match="unsynced probe file .* survived the power loss"), \
+    monkeypatch.setattr(FaultFS, "power_loss", lambda self: PowerLossResult(  # the server kept all
+        files_reverted=0, bytes_cut=0, pages_restored=0, names_undone=0, handles_killed=0))
+    with pytest.raises(FaultIneffective, match=r"unsynced probe file .* survived the power loss"), \
             inject_disk(PowerLoss(fs.mount)):
         pytest.fail("a power loss that dropped nothing was confirmed")
     assert [n for n in os.listdir(fs.mount) if n.startswith(".raychaos-probe")] == []
