@@ -218,3 +218,15 @@ def test_a_confirmation_by_the_workloads_operation_takes_the_seconds_it_waited(f
         done.set()
         thread.join(timeout=10)
     assert 0.0 <= took < 5.0
+
+
+def test_a_stall_no_operation_met_is_ineffective(fs: FaultFS, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(FaultFS, "stall", lambda self, **_: None)  # the stall never reaches the server
+    with pytest.raises(FaultIneffective, match="was stalled within"), \
+            inject_disk(StallDisk(fs.mount, seconds=1, glob="*"), confirm_within=0.5):
+        pytest.fail("a stall no operation met was confirmed")
+
+
+def test_a_stall_is_confirmed_with_the_seconds_its_probe_waited_to_be_seen(fs: FaultFS) -> None:
+    with inject_disk(StallDisk(fs.mount, seconds=1, glob="*")) as injection:
+        assert 0.0 <= (injection.confirmed.measured or 0.0) < 5.0
