@@ -157,7 +157,8 @@ TESTS = {
 #: The tests that exercise a file most directly, run first for its mutants: a caught mutant
 #: then fails within seconds instead of after the group's other files (the rest follow).
 FIRST: dict[str, list[str]] = {
-    "chaos/disks/_faults.py": ["tests/test_fuse_disk_faults.py", "tests/test_disk_kinds.py", "tests/test_power_loss.py"],
+    "chaos/disks/_faults.py": ["tests/test_fuse_disk_faults.py", "tests/test_disk_kinds.py",
+                               "tests/test_power_loss.py"],
 }
 
 GROUPS = {"crash": CRASH, "verdicts": VERDICTS, "network": NETWORK, "disk": DISK, "serve_job": SERVE_JOB, "hunt": HUNT}
