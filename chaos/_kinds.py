@@ -26,7 +26,8 @@ from chaos._errors import InvalidFaultSpec
 from chaos._json import JsonValue
 from chaos._targets import target_from_dict, target_to_dict
 
-__all__ = ["KIND_MODULES", "MAX_FAULT_SECONDS", "Fault", "FaultKind", "FaultSpec", "Need", "duration",
+__all__ = ["KIND_MODULES", "MAX_FAULT_SECONDS", "ON_NODES", "ON_PROCESSES",
+           "Fault", "FaultKind", "FaultSpec", "Need", "duration",
            "fault_from_dict", "fault_specs", "fault_to_dict", "number_in", "register", "spec_of"]
 
 #: The longest any fault is held, in seconds: every fault is bounded in time.
@@ -80,6 +81,12 @@ class Need(StrEnum):
     GCS = "a GCS this driver may kill and restart (a cluster it started, with Redis)"
     RAYCHAOS = "raychaos importable by the node's workers (the memory fault's task is a Ray task)"
     NETWORK = "links raychaos made (nodes it started in network namespaces, network = true)"
+
+
+#: What a kind acting on a node's processes through its agent needs of every node.
+ON_PROCESSES = frozenset({Need.AGENT, Need.STATE_API, Need.PROC, Need.CONTROL})
+#: What a kind acting on a node (not on a chosen process) through its agent needs.
+ON_NODES = frozenset({Need.AGENT, Need.STATE_API})
 
 
 class Fault:

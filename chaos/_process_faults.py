@@ -23,7 +23,7 @@ from chaos._context import (
 from chaos._errors import FaultIneffective, HangError, InvalidFaultSpec
 from chaos._journal import Observed
 from chaos._json import JsonValue
-from chaos._kinds import Fault, FaultKind, FaultSpec, Need, duration, register
+from chaos._kinds import ON_PROCESSES, Fault, FaultKind, FaultSpec, Need, duration, register
 from chaos._ray_state import short
 from chaos._targets import NodeTarget, RayProcess, Target, resolve
 from chaos._wait import wait_until
@@ -351,21 +351,18 @@ def _kill_gcs(ctx: FaultContext, fault: KillGcs, at: float | None,
         yield Injection(fault, (proc,))
 
 
-_ON_PROCESSES = frozenset({Need.AGENT, Need.STATE_API, Need.PROC, Need.CONTROL})
-_ON_NODES = frozenset({Need.AGENT, Need.STATE_API})
 _TARGETS: dict[str, JsonValue] = {"actor": {"kind": "actor", "class_name": "EnvWorker"}, "node": {"kind": "node"},
-            "replay": {"kind": "actor", "name": "replay", "namespace": "raychaos"},
-            "files": {"kind": "actor", "name": "files", "namespace": "raychaos"}}
+            "replay": {"kind": "actor", "name": "replay", "namespace": "raychaos"}}
 register(
-    FaultSpec(record=Kill, inject=_kill, needs=_ON_PROCESSES, colour="#e4572e",
+    FaultSpec(record=Kill, inject=_kill, needs=ON_PROCESSES, colour="#e4572e",
               example={"target": _TARGETS["actor"], "signal": "SIGKILL"}),
-    FaultSpec(record=KillNode, inject=_kill_node, needs=_ON_PROCESSES, colour="#a4031f",
+    FaultSpec(record=KillNode, inject=_kill_node, needs=ON_PROCESSES, colour="#a4031f",
               example={"target": _TARGETS["node"]}),
-    FaultSpec(record=Pause, inject=_pause, needs=_ON_PROCESSES, colour="#f3a712",
+    FaultSpec(record=Pause, inject=_pause, needs=ON_PROCESSES, colour="#f3a712",
               example={"seconds": 3, "target": _TARGETS["replay"]}),
-    FaultSpec(record=FreezeNode, inject=_freeze_node, needs=_ON_PROCESSES, colour="#0b6e4f",
+    FaultSpec(record=FreezeNode, inject=_freeze_node, needs=ON_PROCESSES, colour="#0b6e4f",
               example={"seconds": 12, "workers": False}),
-    FaultSpec(record=DrainNode, inject=_drain_node, needs=_ON_PROCESSES, colour="#3a506b",
+    FaultSpec(record=DrainNode, inject=_drain_node, needs=ON_PROCESSES, colour="#3a506b",
               example={"deadline_s": 2, "reason": "preemption", "grace_s": 2}),
     FaultSpec(record=KillGcs, inject=_kill_gcs, needs=frozenset({Need.GCS}), colour="#c5283d",
               example={"seconds": 1, "restart": True}),

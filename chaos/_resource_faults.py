@@ -23,8 +23,7 @@ from chaos._context import (
 from chaos._errors import FaultIneffective, HangError, InvalidFaultSpec
 from chaos._faults import STORAGE
 from chaos._journal import Observed
-from chaos._json import JsonValue
-from chaos._kinds import Fault, FaultKind, FaultSpec, Need, duration, number_in, register
+from chaos._kinds import ON_NODES, ON_PROCESSES, Fault, FaultKind, FaultSpec, Need, duration, number_in, register
 from chaos._ray_state import live_nodes
 from chaos._targets import NodeTarget, RayProcess, Target, resolve
 from chaos._wait import wait_until
@@ -439,11 +438,6 @@ def _fill_disk(ctx: FaultContext, fault: FillDisk, at: float | None,
         yield Injection(fault, (node,), found=filled)
 
 
-_ON_PROCESSES = frozenset({Need.AGENT, Need.STATE_API, Need.PROC, Need.CONTROL})
-_ON_NODES = frozenset({Need.AGENT, Need.STATE_API})
-_TARGETS: dict[str, JsonValue] = {"actor": {"kind": "actor", "class_name": "EnvWorker"}, "node": {"kind": "node"},
-            "replay": {"kind": "actor", "name": "replay", "namespace": "raychaos"},
-            "files": {"kind": "actor", "name": "files", "namespace": "raychaos"}}
 def _warm_up_store(faults: Sequence[Fault]) -> None:
     """Map the object store's memory for each chunk size the schedule's fills put."""
     for size in {f.chunk_mb for f in faults if isinstance(f, FillObjectStore)}:
@@ -458,15 +452,15 @@ def _warm_up_memory(faults: Sequence[Fault]) -> None:
 
 
 register(
-    FaultSpec(record=MemoryPressure, inject=_memory, needs=_ON_NODES | {Need.RAYCHAOS}, colour="#5d2e8c",
+    FaultSpec(record=MemoryPressure, inject=_memory, needs=ON_NODES | {Need.RAYCHAOS}, colour="#5d2e8c",
               example={"fraction": 0.2, "host_cap": 0.5, "seconds": 3}, warm_up=_warm_up_memory),
-    FaultSpec(record=CpuHog, inject=_cpu, needs=_ON_NODES, colour="#29335c", example={"cores": 2, "seconds": 4}),
+    FaultSpec(record=CpuHog, inject=_cpu, needs=ON_NODES, colour="#29335c", example={"cores": 2, "seconds": 4}),
     FaultSpec(record=FillObjectStore, inject=_object_store, needs=frozenset({Need.STATE_API}), colour="#2e86ab",
               example={"fraction": 0.8, "seconds": 3}, warm_up=_warm_up_store),
     FaultSpec(record=Starve, inject=_starve, needs=frozenset({Need.STATE_API}), colour="#669bbc",
               example={"seconds": 5, "cpus": 2}),
-    FaultSpec(record=LimitOpenFiles, inject=_limit_open_files, needs=_ON_PROCESSES, colour="#8f2d56",
-              example={"target": _TARGETS["files"], "seconds": 2}),
-    FaultSpec(record=FillDisk, inject=_fill_disk, needs=_ON_NODES, colour="#6b4226",
+    FaultSpec(record=LimitOpenFiles, inject=_limit_open_files, needs=ON_PROCESSES, colour="#8f2d56",
+              example={"target": {"kind": "actor", "name": "files", "namespace": "raychaos"}, "seconds": 2}),
+    FaultSpec(record=FillDisk, inject=_fill_disk, needs=ON_NODES, colour="#6b4226",
               example={"path": "$STORAGE", "seconds": 2}),
 )
