@@ -230,3 +230,93 @@ def test_a_stall_no_operation_met_is_ineffective(fs: FaultFS, monkeypatch: pytes
 def test_a_stall_is_confirmed_with_the_seconds_its_probe_waited_to_be_seen(fs: FaultFS) -> None:
     with inject_disk(StallDisk(fs.mount, seconds=1, glob="*")) as injection:
         assert 0.0 <= (injection.confirmed.measured or 0.0) < 5.0
+
+
+@pytest.mark.parametrize("op", ["create", "open", "getattr", "write", "fsync", "read"])
+def test_a_probe_reaches_the_fault_on_its_own_operation_and_leaves_no_file_or_descriptor(
+        fs: FaultFS, op: str) -> None:
+    from chaos.disks._faults import _fresh_probe, _timed_op
+
+    fs.set_latency({op: 0.05}, until=30)
+    try:
+        fds = len(os.listdir("/proc/self/fd"))
+        took = _timed_op(op, _fresh_probe(fs))
+        assert len(os.listdir("/proc/self/fd")) == fds
+    finally:
+        fs.heal("latency")
+    assert took >= 0.045, f"a probe {op} took {took:.3f} s: it never met the latency on {op}"
+    assert not [name for name in os.listdir(fs.mount) if name.startswith(".raychaos-probe")]
+
+
+def test_a_slow_open_is_confirmed_by_opening_a_file_that_is_there(fs: FaultFS) -> None:
+    # An open that creates its file is the filesystem's create: it could never see a slow open.
+    with inject_disk(SlowDisk(fs.mount, seconds=5, latency=0.2, ops=("open",))) as hit:
+        assert hit.confirmed.measured is not None and hit.confirmed.measured >= 0.18
+
+
+def test_a_heal_probe_stops_at_its_first_fast_operation_and_tries_each_while_they_are_slow(fs: FaultFS) -> None:
+    from chaos.disks._faults import HEAL_PROBES, _fastest_probe
+
+    before = fs.state().count("op.fsync")
+    assert _fastest_probe("fsync", fs, under=1.0) < 1.0
+    assert fs.state().count("op.fsync") == before + 1
+    fs.set_latency({"fsync": 0.02}, until=30)
+    try:
+        assert _fastest_probe("fsync", fs, under=0.01) >= 0.018
+    finally:
+        fs.heal("latency")
+    assert fs.state().count("op.fsync") == before + 1 + HEAL_PROBES
+
+
+def test_a_heal_names_only_the_filesystems_faults_and_a_power_loss_has_none_to_switch_off(fs: FaultFS) -> None:
+    from chaos._errors import InvalidConfig
+    from chaos.disks._faults import switch_off
+
+    fs.set_latency({"fsync": 0.01}, until=30)
+    try:
+        with pytest.raises(InvalidConfig, match=r"cannot heal \['latncy'\].*name some of them"):
+            fs.heal("latncy")
+        switch_off(PowerLoss(fs.mount))  # instant: nothing of it is on, nothing else is touched
+        assert fs.state().latency == {"fsync": 0.01}
+    finally:
+        fs.heal()
+    assert fs.state().latency == {}
+
+
+def test_a_failing_disk_whose_probe_got_another_error_names_the_one_it_got(
+        fs: FaultFS, monkeypatch: pytest.MonkeyPatch) -> None:
+    fail = FaultFS.fail
+    monkeypatch.setattr(FaultFS, "fail", lambda self, code, **options: fail(self, errno.ENOSPC, **options))
+    with pytest.raises(FaultIneffective, match="got ENOSPC, not EIO"), \
+            inject_disk(FailingDisk(fs.mount, seconds=1, errno="EIO")):
+        pytest.fail("a disk failing with another error was confirmed")
+    assert not fs.state().errors
+
+
+def test_a_stall_no_probe_can_reach_is_healed_only_when_the_filesystem_reads_it_back_off(
+        fs: FaultFS, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stall's folder is made by the workload once the stall is on, so no probe waits in it."""
+    import shutil
+    import uuid
+
+    from chaos._wait import wait_until
+
+    name, heal = f"later-{uuid.uuid4().hex[:8]}", FaultFS.heal
+
+    def workload() -> None:
+        wait_until(lambda: fs.state().stall is not None, timeout=10, what="the stall")
+        os.mkdir(f"{fs.mount}/{name}")
+        open(f"{fs.mount}/{name}/f", "w").close()  # blocked by the stall until it is healed
+
+    thread = threading.Thread(target=workload)
+    thread.start()
+    monkeypatch.setattr(FaultFS, "heal", lambda self, *kinds: None)  # a heal that never reaches the server
+    try:
+        with pytest.raises(FaultIneffective, match="held 5 s after the heal"), \
+                inject_disk(StallDisk(fs.mount, seconds=1, glob=f"/{name}/*"), confirm_within=5):
+            pass
+    finally:
+        heal(fs, "stall")
+        thread.join(timeout=10)
+        shutil.rmtree(f"{fs.mount}/{name}", ignore_errors=True)
+    assert not thread.is_alive() and fs.state().stall is None

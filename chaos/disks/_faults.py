@@ -250,25 +250,52 @@ def _check_not_expired(fs: FaultFS, kind: str, before: int, steps: Record, fault
 
 def _probe_path(fs: FaultFS, glob: str = "*") -> str | None:
     """A path in the mount matching ``glob`` whose folder exists (None: no such path can be probed)."""
-    name = f"{_PROBE}-{uuid.uuid4().hex[:8]}"
+    name = _probe_name()
     inside = "/" + re.sub(r"\[[^]]*\]", "p", glob).replace("?", "p").replace("*", name).lstrip("/")
     if not fnmatch.fnmatchcase(inside, glob) or not os.path.isdir(fs.mount + os.path.dirname(inside)):
         return None
     return fs.mount + inside
 
 
+#: A probe file's permissions: the driver's own, for the moment it exists.
+_PROBE_MODE = 0o600
+
+
+def _fresh_probe(fs: FaultFS) -> str:
+    """A path at the mount's root no file holds yet, named as a probe's."""
+    return fs.mount + f"/{_probe_name()}"
+
+
+def _probe_name() -> str:
+    return f"{_PROBE}-{uuid.uuid4().hex[:8]}"
+
+
 def _timed_op(op: str, path: str) -> float:
-    """Run one ``op`` on ``path`` (created first when the op needs a file); its seconds."""
-    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600) if op not in ("create", "getattr", "open") else -1
+    """Run one ``op`` on ``path`` (created first when the op needs a file); its seconds. The
+    probe file is gone afterwards, and so is its descriptor."""
+    try:
+        return _timed_name_op(op, path) if op in ("create", "getattr") else _timed_file_op(op, path)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+def _timed_name_op(op: str, path: str) -> float:
+    start = time.perf_counter()
+    if op == "create":
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, _PROBE_MODE))
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.stat(path)
+    return time.perf_counter() - start
+
+
+def _timed_file_op(op: str, path: str) -> float:
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, _PROBE_MODE)
     try:
         start = time.perf_counter()
-        if op == "create":
-            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-        elif op == "open":
-            os.close(os.open(path, os.O_CREAT | os.O_RDONLY, 0o600))
-        elif op == "getattr":
-            with contextlib.suppress(FileNotFoundError):
-                os.stat(path)
+        if op == "open":  # of the file there now: an open that creates is the filesystem's create
+            os.close(os.open(path, os.O_RDONLY))
         elif op == "fsync":
             os.fsync(fd)
         elif op == "write":
@@ -280,10 +307,7 @@ def _timed_op(op: str, path: str) -> float:
             os.pread(fd, 1, 0)
         return time.perf_counter() - start
     finally:
-        if fd >= 0:
-            os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(path)
+        os.close(fd)
 
 
 # -- injectors: inject → confirm → yield → heal → confirm healed ----------------------------------
@@ -295,7 +319,7 @@ def _slow(fs: FaultFS, fault: SlowDisk, steps: Record, within: float, grace: flo
     expired = fs.state().count("expired.latency")
     fs.set_latency({o: fault.latency for o in fault.ops}, until=_until(fault, within, grace))
     try:
-        took = _timed_op(op, fs.mount + f"/{_PROBE}-{uuid.uuid4().hex[:8]}") if op else None
+        took = _timed_op(op, _fresh_probe(fs)) if op else None
         if took is not None and took < 0.9 * fault.latency:
             raise _ineffective(steps, fault, f"a probe {op} took {took:.3f} s, not {fault.latency:g} s")
         if took is None:
@@ -328,7 +352,7 @@ def _fastest_probe(op: str, fs: FaultFS, *, under: float) -> float:
     """Time ``op`` up to ``HEAL_PROBES`` times; the first time under ``under``, else the least."""
     least = float("inf")
     for _ in range(HEAL_PROBES):
-        least = min(least, _timed_op(op, fs.mount + f"/{_PROBE}-{uuid.uuid4().hex[:8]}"))
+        least = min(least, _timed_op(op, _fresh_probe(fs)))
         if least < under:
             break
     return least
@@ -429,7 +453,7 @@ def _failed_probe(path: str) -> int | None:
 @contextlib.contextmanager
 def _power_loss(fs: FaultFS, fault: PowerLoss, steps: Record, within: float,
                 grace: float) -> Iterator[DiskInjection]:
-    probe = fs.mount + f"/{_PROBE}-{uuid.uuid4().hex[:8]}"
+    probe = _fresh_probe(fs)
     with open(probe, "wb") as f:  # written, never fsynced: the power loss must take it
         f.write(b"unsynced")
     lost = fs.power_loss()

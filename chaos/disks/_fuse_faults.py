@@ -30,6 +30,8 @@ MAX_STALL_SECONDS = 600.0
 #: and mknod as ``create``; opendir as ``readdir``).
 OPS = ("open", "create", "read", "write", "fsync", "rename", "unlink", "mkdir", "rmdir", "truncate",
        "getattr", "readdir")
+#: The faults a heal switches off, each by its name.
+SWITCHES = ("latency", "stall", "errors")
 _CHANGING = frozenset({"create", "write", "fsync", "rename", "unlink", "mkdir", "rmdir", "truncate"})
 #: Which operations an errno rule hits unless told: what a failing, full or read-only disk fails.
 DEFAULT_ERROR_OPS: Mapping[int, frozenset[str]] = {

@@ -28,7 +28,7 @@ from typing import Any
 
 import mfusepy
 
-from chaos.disks._fuse_faults import DEFAULT_ERROR_OPS, OPS, ErrorRule, FaultState
+from chaos.disks._fuse_faults import DEFAULT_ERROR_OPS, OPS, SWITCHES, ErrorRule, FaultState
 from chaos.disks._fuse_model import GRAVEYARD, Volatile
 
 FSNAME = "raychaos-faultfs"
@@ -337,7 +337,7 @@ def command(ops: FaultOps, request: dict[str, Any]) -> dict[str, Any]:
         chosen = request.get("ops") or sorted(DEFAULT_ERROR_OPS.get(code, frozenset(OPS)))
         faults.add_error(ErrorRule(code, str(request["glob"]), frozenset(chosen)), until=_until(request))
     elif kind == "heal":
-        faults.heal(frozenset(request.get("kinds") or ("latency", "stall", "errors")))
+        faults.heal(frozenset(request.get("kinds") or SWITCHES))
     elif kind == "power_loss":
         return {"ok": True, **ops.power_loss()}
     elif kind not in ("state", "ping"):
@@ -380,7 +380,7 @@ def _watch_parent(ops: FaultOps, mount: str, orphaned: threading.Event) -> None:
         while os.read(0, 4096):
             pass
     orphaned.set()
-    ops.faults.heal(frozenset(("latency", "stall", "errors")))
+    ops.faults.heal(frozenset(SWITCHES))
     for flags in (["-u"], ["-u", "-z"]):
         if subprocess.run(["fusermount3", *flags, mount], capture_output=True, timeout=30,
                           check=False).returncode == 0:

@@ -34,7 +34,7 @@ from chaos._errors import ChaosError, HangError, InvalidConfig, MissingExtra, Ta
 from chaos._reclaim._owner import OWNER_ENV, Owner, me, remove_folder, undo_all
 from chaos._reclaim._reaper import Claim, ClaimKind, claim, release
 from chaos._wait import wait_until
-from chaos.disks._fuse_faults import MAX_FAULT_SECONDS, MAX_STALL_SECONDS, OPS
+from chaos.disks._fuse_faults import MAX_FAULT_SECONDS, MAX_STALL_SECONDS, OPS, SWITCHES
 
 __all__ = ["FSNAME", "FaultFS", "FaultFSError", "FaultFSState", "MountOwner", "PowerLossResult", "connect",
            "fault_filesystem", "fuse_mounts_left", "fuse_servers_left", "mount_owners", "reclaim_mount", "unmount"]
@@ -153,7 +153,15 @@ class FaultFS:
         self._send({"op": "fail", "errno": code, "glob": glob, "ops": chosen, **_bound(until)})
 
     def heal(self, *kinds: str) -> None:
-        """Switch faults off (``"latency"``, ``"stall"``, ``"errors"``; all when none is named)."""
+        """Switch faults off (``"latency"``, ``"stall"``, ``"errors"``; all when none is named).
+
+        Raises:
+            InvalidConfig: a kind is none of those (nothing is switched off).
+        """
+        unknown = [kind for kind in kinds if kind not in SWITCHES]
+        if unknown:
+            raise InvalidConfig(f"cannot heal {unknown!r}: the fault filesystem's faults are {SWITCHES}; "
+                                "name some of them, or none to heal all")
         self._send({"op": "heal", "kinds": list(kinds)})
 
     def power_loss(self) -> PowerLossResult:
