@@ -113,8 +113,9 @@ NETWORK: dict[str, set[str] | None] = {
 DISK: dict[str, set[str] | None] = {
     "chaos/disks/_fuse_model.py": None,
     "chaos/disks/_fuse_faults.py": None,
-    "chaos/disks/_faults.py": {"_probe_path", "_fresh_probe", "_timed_op", "_timed_name_op", "_timed_file_op", "_slow", "_fastest_probe", "_until", "_seen", "_stall",
-                              "_failing", "_failed_probe", "_power_loss", "_check_not_expired", "switch_off"},
+    "chaos/disks/_faults.py": {"_probe_path", "_fresh_probe", "_timed_op", "_timed_name_op", "_timed_file_op",
+                              "_slow", "_fastest_probe", "_until", "_seen", "_stall", "_failing",
+                              "_failed_probe", "_power_loss", "_check_not_expired", "switch_off"},
     "chaos/disks/_fusefs.py": {"PowerLossResult.cut_under", "FaultFS.heal"},
 }
 #: The Serve and job verdicts: what excuses an error, a body checked, a kill answered.
