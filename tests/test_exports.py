@@ -61,7 +61,8 @@ SUBMODULES = {
         "target_to_dict", "unconfirmed_rpc_failures",
     },
     "chaos.agents": {"AGENT_START_TIMEOUT", "ChaosAgent", "agent_for", "start_agents", "stop_agents"},
-    "chaos.net": {"COMMAND_TIMEOUT", "NetLab", "NetNode", "kill_node_processes", "lab_of", "run"},
+    "chaos.net": {"COMMAND_TIMEOUT", "LinkState", "NetLab", "NetNode", "kill_node_processes", "lab_of", "read_link",
+                  "run"},
     "chaos.gcs": {"KillRedis", "RedisClientKill", "RedisEvent", "RedisFault", "RedisIdleTimeout", "RedisServer",
                   "gcs_connections", "head_of", "inject_redis_fault", "redis_of"},
     "chaos.cluster": {

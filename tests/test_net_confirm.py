@@ -14,6 +14,7 @@ import pytest
 
 import chaos.net._faults as net_faults
 from chaos._errors import FaultIneffective
+from chaos.net import LinkState
 from chaos.net._faults import (
     CHAINS,
     Flaps,
@@ -28,6 +29,7 @@ from chaos.net._faults import (
     drop_table,
     heal_each,
     parse_table,
+    read_link,
     read_table,
     rules_problem,
 )
@@ -204,6 +206,23 @@ def test_heal_each_heals_all_and_reports_every_failure() -> None:
         heal_each(nodes, heal, what="the heal")  # type: ignore[arg-type]
     assert healed == ["a", "b", "c"]
     assert "a would not heal" in str(failed.value) and "c would not heal" in str(failed.value)
+
+
+def test_a_links_state_is_read_back_from_its_namespace_and_the_hosts_side(lab: NetLab) -> None:
+    node = lab.workers[0]
+    assert node.namespace is not None and node.link is not None
+    before = read_link(node)
+    table = _table(lab, node, "both", percent=30.0)
+    _tbf(node.namespace, node.link, 20)
+    try:
+        on = read_link(node)
+    finally:
+        net_faults.delete_table(node, table, check=True)
+        _untbf(node.namespace, node.link)
+    assert (before.loss, before.sends_mbit, before.receives_mbit) == (0.0, 0.0, 0.0)
+    assert (on.loss, on.sends_mbit, on.receives_mbit) == (30.0, 20.0, 0.0)  # one side capped: read so
+    assert on.retransmitted >= before.retransmitted >= 0
+    assert read_link(node) == LinkState(retransmitted=read_link(node).retransmitted)
 
 
 def test_a_tables_rules_read_back_typed() -> None:

@@ -2,8 +2,8 @@
 
 Ray-free: each verdict function fed fabricated transfers holds on good ones and turns red on
 the planted bad one (a hung task, a wrong checksum, an error, a transfer slower than the cap's
-bound, a cap or loss that no transfer met); the link read-back parses what nft, tc and the
-kernel print. With Ray (slow tier, root): each scenario on the runner's own network cluster,
+bound, a cap or loss that no transfer met); the links read back decide which transfers met a
+fault. With Ray (slow tier, root): each scenario on the runner's own network cluster,
 chaos run and fault-free twin; the twin misses the fault's trace. A planted corruption in the
 consuming tasks turns ``results_correct`` red on a real run.
 """
@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
+from chaos.net import LinkState
 from chaos.net._lab import network_missing
 from scenarios.model._records import RunLabel, Verdict
 from scenarios.workloads.net._lossy import (
-    LinkSample,
     Outcome,
     Transfer,
     cap_bound,
@@ -28,7 +28,6 @@ from scenarios.workloads.net._lossy import (
     no_object_lost,
     no_task_hung,
     outcome_of,
-    parse_link,
     results_correct,
     retransmitted_under_loss,
     slowed_by_cap,
@@ -46,44 +45,26 @@ def _t(outcome: Outcome = Outcome.OK, took: float | None = 0.2, *, loss: float =
     return Transfer("n1->head", size, 3.0, outcome, took, error, loss, mbit)
 
 
-# -- the link read back ---------------------------------------------------------------------------
-
-NFT = """table inet rc-3e1a-f2 {
-\tchain output {
-\t\ttype filter hook output priority filter; policy accept;
-\t\tip daddr { 10.245.165.1, 10.245.165.12 } numgen random mod 10000 < 3000 counter packets 4 bytes 9 drop
-\t}
-}
-"""
-TC = '[{"kind":"tbf","handle":"801e:","root":true,"refcnt":3,"options":{"rate":10000000,"burst":200000}}]'
-SNMP = ("Tcp: RtoAlgorithm RtoMin RtoMax MaxConn ActiveOpens PassiveOpens AttemptFails EstabResets CurrEstab "
-        "InSegs OutSegs RetransSegs InErrs\nTcp: 1 200 120000 -1 12 3 0 0 9 4410 4520 37 0\n")
-
-
-def _text(*parts: str) -> str:
-    return "\n--raychaos--\n".join(parts)
-
-
-def test_a_link_read_back_gives_the_loss_the_rate_and_the_retransmissions() -> None:
-    assert parse_link(_text(NFT, TC, SNMP)) == LinkSample(loss=30.0, mbit=80.0, retransmitted=37)
-
-
-def test_a_link_without_faults_reads_back_as_none() -> None:
-    plain = '[{"kind":"noqueue","handle":"0:","root":true,"refcnt":2,"options":{}}]'
-    assert parse_link(_text("", plain, SNMP)) == LinkSample(retransmitted=37)
-    assert parse_link("") == LinkSample()
+# -- the link read back, used ------------------------------------------------------------------
 
 
 def test_a_transfer_is_capped_only_when_the_cap_was_on_at_both_reads() -> None:
-    on, off = {0: LinkSample(), 1: LinkSample(mbit=80.0)}, {0: LinkSample(), 1: LinkSample()}
-    assert capped_through((1, 0), on, on) == 80.0
+    on = {0: LinkState(), 1: LinkState(sends_mbit=80.0, receives_mbit=80.0)}
+    off = {0: LinkState(), 1: LinkState()}
+    assert capped_through((1, 0), on, on) == capped_through((0, 1), on, on) == 80.0
     assert capped_through((1, 0), off, off) == 0.0
     assert capped_through((1, 0), off, on) is None
     assert capped_through((0, 2), on, on) == 0.0  # a route that misses the capped node
 
 
+def test_a_transfer_meets_the_sources_sending_cap_and_the_destinations_receiving_one() -> None:
+    half = {0: LinkState(), 1: LinkState(sends_mbit=80.0)}  # only what node 1 sends is capped
+    assert capped_through((1, 0), half, half) == 80.0
+    assert capped_through((0, 1), half, half) == 0.0
+
+
 def test_a_transfer_met_the_loss_that_was_on_at_either_read() -> None:
-    on, off = {0: LinkSample(), 1: LinkSample(loss=30.0)}, {0: LinkSample(), 1: LinkSample()}
+    on, off = {0: LinkState(), 1: LinkState(loss=30.0)}, {0: LinkState(), 1: LinkState()}
     assert loss_met((1, 0), off, on) == loss_met((1, 0), on, off) == 30.0
     assert loss_met((1, 0), off, off) == 0.0
     assert loss_met((2, 0), on, on) == 0.0  # a route that misses the lossy node
@@ -91,10 +72,10 @@ def test_a_transfer_met_the_loss_that_was_on_at_either_read() -> None:
 
 
 def test_only_retransmissions_while_the_loss_was_on_count() -> None:
-    before = {1: LinkSample(loss=10.0, retransmitted=5), 2: LinkSample(retransmitted=5)}
-    after = {1: LinkSample(retransmitted=25), 2: LinkSample(retransmitted=50)}
+    before = {1: LinkState(loss=10.0, retransmitted=5), 2: LinkState(retransmitted=5)}
+    after = {1: LinkState(retransmitted=25), 2: LinkState(retransmitted=50)}
     assert retransmitted_under_loss(before, after) == 20
-    assert retransmitted_under_loss({**before, 1: LinkSample(retransmitted=5)}, after) == 0
+    assert retransmitted_under_loss({**before, 1: LinkState(retransmitted=5)}, after) == 0
 
 
 def test_errors_are_classified_by_type() -> None:
@@ -223,7 +204,7 @@ def test_a_link_read_that_fails_mid_round_fails_the_round(monkeypatch: pytest.Mo
     from chaos.net._lab import NetCommandFailed
     from scenarios.workloads.net import _lossy
 
-    def broken(lab: object) -> dict[int, LinkSample]:
+    def broken(lab: object) -> dict[int, LinkState]:
         raise NetCommandFailed("`nft list ruleset` failed (1): permission denied")
 
     monkeypatch.setattr(_lossy, "sample_links", broken)

@@ -11,7 +11,8 @@ import pytest
 from chaos import Bandwidth, FaultKind, FlappingLink, NodeTarget, PacketLoss, Partition
 from chaos.engine import fault_from_dict, fault_to_dict
 from chaos.errors import InvalidFaultSpec
-from chaos.net._faults import drop_table, loss_probes
+from chaos.net import LinkState
+from chaos.net._faults import drop_table, loss_probes, parse_link
 from scenarios.model._scenario import ScenarioError, load_scenario
 from scenarios.workloads.net._partition_worker import LogLine, superseded_writes
 
@@ -146,3 +147,36 @@ def test_the_nodes_a_partition_cut_are_read_from_what_it_hit() -> None:
                FaultWindow(FaultKind.PARTITION, 12.0, 14.0, injection=hit)]
     assert nodes_hit(windows) == {"n1": 4.0}
     assert nodes_hit([FaultWindow(FaultKind.PARTITION, 4.0, 9.0, planned=True)]) == {}  # the twin's: no node hit
+
+
+# -- a link read back -------------------------------------------------------------------------------
+
+#: ``nft -j list ruleset`` of two fault tables: each has a chain named ``output``, and only the
+#: first table's is hooked (what the other drops, no packet meets).
+RULESET = (
+    '{"nftables": [{"metainfo": {"version": "1.0.6"}}, {"table": {"family": "inet", "name": "rc-a"}},'
+    ' {"chain": {"family": "inet", "table": "rc-a", "name": "output", "type": "filter", "hook": "output",'
+    ' "prio": 0, "policy": "accept"}}, {"rule": {"family": "inet", "table": "rc-a", "chain": "output", "expr":'
+    ' [{"match": {"op": "==", "left": {"payload": {"protocol": "ip", "field": "daddr"}}, "right": {"set":'
+    ' ["10.245.165.1", "10.245.165.12"]}}}, {"match": {"op": "<", "left": {"numgen": {"mode": "random",'
+    ' "mod": 10000, "offset": 0}}, "right": 3000}}, {"counter": {"packets": 4, "bytes": 9}}, {"drop": null}]}},'
+    ' {"table": {"family": "inet", "name": "rc-b"}}, {"chain": {"family": "inet", "table": "rc-b",'
+    ' "name": "output"}}, {"rule": {"family": "inet", "table": "rc-b", "chain": "output", "expr": [{"match":'
+    ' {"op": "==", "left": {"payload": {"protocol": "ip", "field": "daddr"}}, "right": "10.245.165.1"}},'
+    ' {"match": {"op": "<", "left": {"numgen": {"mode": "random", "mod": 10000, "offset": 0}}, "right": 6000}},'
+    ' {"counter": {"packets": 0, "bytes": 0}}, {"drop": null}]}}]}')
+TBF = '[{"kind":"tbf","handle":"801e:","root":true,"refcnt":3,"options":{"rate":10000000,"burst":200000}}]'
+NOQUEUE = '[{"kind":"noqueue","handle":"0:","root":true,"refcnt":2,"options":{}}]'
+SNMP = ("Tcp: RtoAlgorithm RtoMin RtoMax MaxConn ActiveOpens PassiveOpens AttemptFails EstabResets CurrEstab "
+        "InSegs OutSegs RetransSegs InErrs\nTcp: 1 200 120000 -1 12 3 0 0 9 4410 4520 37 0\n")
+
+
+def test_a_links_state_is_read_back_typed_from_its_hooked_rules_its_buckets_and_the_kernel() -> None:
+    state = parse_link(ruleset=RULESET, sends=TBF, receives=NOQUEUE, snmp=SNMP)
+    assert state == LinkState(loss=30.0, sends_mbit=80.0, receives_mbit=0.0, retransmitted=37)
+    assert parse_link(ruleset=RULESET, sends=NOQUEUE, receives=TBF, snmp="").receives_mbit == 80.0
+
+
+def test_a_link_with_nothing_on_it_reads_back_as_no_fault() -> None:
+    assert parse_link(ruleset="", sends=NOQUEUE, receives=NOQUEUE, snmp=SNMP) == LinkState(retransmitted=37)
+    assert parse_link(ruleset="", sends="", receives="", snmp="") == LinkState()

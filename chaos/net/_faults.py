@@ -15,6 +15,7 @@ import json
 import math
 import random
 import select
+import shlex
 import socket
 import threading
 import time
@@ -240,13 +241,13 @@ CHAINS: dict[Direction, tuple[str, ...]] = {"outgoing": ("output",), "incoming":
 
 
 def parse_table(text: str) -> tuple[DropRule, ...]:
-    """The drop rules of ``nft -j list table`` output (none for empty output)."""
+    """The drop rules of ``nft -j list table`` (or ``list ruleset``) output; none for empty output."""
     items = json.loads(text).get("nftables", []) if text.strip() else []
-    hooked = {c["chain"]["name"]: "hook" in c["chain"] for c in items if "chain" in c}
+    hooked = {(c["chain"].get("table"), c["chain"]["name"]): "hook" in c["chain"] for c in items if "chain" in c}
     return tuple(_drop_rule(item["rule"], hooked) for item in items if "rule" in item)
 
 
-def _drop_rule(rule: dict[str, Any], hooked: dict[str, bool]) -> DropRule:
+def _drop_rule(rule: dict[str, Any], hooked: dict[tuple[str | None, str], bool]) -> DropRule:
     addresses: frozenset[str] = frozenset()
     percent, packets = None, 0
     for expr in rule.get("expr", []):
@@ -258,7 +259,8 @@ def _drop_rule(rule: dict[str, Any], hooked: dict[str, bool]) -> DropRule:
             percent = int(right) / 100
         elif "counter" in expr:
             packets = int(expr["counter"]["packets"])
-    return DropRule(str(rule["chain"]), hooked.get(str(rule["chain"]), False), addresses, percent, packets)
+    chain = str(rule["chain"])
+    return DropRule(chain, hooked.get((rule.get("table"), chain), False), addresses, percent, packets)
 
 
 def read_table(node: NetNode, name: str) -> tuple[DropRule, ...] | None:
@@ -515,11 +517,71 @@ def _links(node: NetNode) -> list[tuple[str | None, str]]:
     return [(node.namespace, node.link), (None, node.host_link)]
 
 
+def _tc(namespace: str | None, *args: str, check: bool = True) -> str:
+    """``tc`` on a link of the host (``namespace`` None) or of a node's namespace."""
+    return run(["tc", *args] if namespace is None else ["tc", "-n", namespace, *args], check=check)
+
+
 def _qdisc(namespace: str | None, link: str) -> dict[str, Any]:
-    text = run(["tc", "-s", "-j", "qdisc", "show", "dev", link] if namespace is None
-               else ["tc", "-n", namespace, "-s", "-j", "qdisc", "show", "dev", link])
+    return parse_qdisc(_tc(namespace, "-s", "-j", "qdisc", "show", "dev", link))
+
+
+def parse_qdisc(text: str) -> dict[str, Any]:
+    """The root queue of ``tc -j qdisc show`` output (empty: none)."""
     rows = json.loads(text) if text.strip() else []
     return next((r for r in rows if r.get("root")), {})
+
+
+def bucket_mbit(queue: dict[str, Any]) -> float:
+    """The rate of a root queue that is a token bucket, in Mbit/s (0: it is not one)."""
+    return int(queue.get("options", {}).get("rate", 0)) * 8 / 1e6 if queue.get("kind") == "tbf" else 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LinkState:
+    """A worker node's link read back: the largest share a fault table's hooked rule drops at
+    random (percent; 0: none), the rate of the token bucket on what the node sends and on what
+    it receives (Mbit/s; 0: none), and the TCP segments its namespace retransmitted so far.
+    The defaults are a link with no fault on it."""
+
+    loss: float = 0.0
+    sends_mbit: float = 0.0
+    receives_mbit: float = 0.0
+    retransmitted: int = 0
+
+
+_SEPARATOR = "--raychaos--"
+
+
+def read_link(node: NetNode) -> LinkState:
+    """``node``'s link read back: its nftables ruleset, the queues on both sides of its veth,
+    the kernel's TCP counters.
+
+    Raises:
+        NetCommandFailed: a read failed; a link that cannot be read is not read as unfaulted.
+    """
+    (namespace, link), (_, host_link) = _links(node)
+    script = f"set -e; nft -j list ruleset; echo {_SEPARATOR}; tc -j qdisc show dev {shlex.quote(link)}; " \
+             f"echo {_SEPARATOR}; cat /proc/net/snmp"
+    ruleset, sends, snmp = [*run(["sh", "-c", script], namespace=namespace).split(_SEPARATOR), "", ""][:3]
+    receives = _tc(None, "-j", "qdisc", "show", "dev", host_link)
+    return parse_link(ruleset=ruleset, sends=sends, receives=receives, snmp=snmp)
+
+
+def parse_link(*, ruleset: str, sends: str, receives: str, snmp: str) -> LinkState:
+    """A :class:`LinkState` from ``nft -j list ruleset``, ``tc -j qdisc show`` of each side of
+    the link, and ``/proc/net/snmp`` (each may be empty: nothing there)."""
+    shares = [rule.percent for rule in parse_table(ruleset) if rule.hooked and rule.percent is not None]
+    return LinkState(loss=max(shares, default=0.0), sends_mbit=bucket_mbit(parse_qdisc(sends)),
+                     receives_mbit=bucket_mbit(parse_qdisc(receives)), retransmitted=_retransmitted(snmp))
+
+
+def _retransmitted(snmp: str) -> int:
+    """``Tcp: RetransSegs`` of ``/proc/net/snmp`` (its header line, then its values line)."""
+    rows = [line.split()[1:] for line in snmp.splitlines() if line.startswith("Tcp:")]
+    if len(rows) < 2 or "RetransSegs" not in rows[0]:
+        return 0
+    return int(rows[1][rows[0].index("RetransSegs")])
 
 
 def burst_bytes(mbit: float) -> int:
@@ -564,7 +626,7 @@ def _bucket_at(node: NetNode, namespace: str | None, link: str, mbit: float, way
         FaultIneffective: the link's queue is not a token bucket at that rate.
     """
     queue = _qdisc(namespace, link)
-    rate = int(queue.get("options", {}).get("rate", 0)) * 8 / 1e6 if queue.get("kind") == "tbf" else 0.0
+    rate = bucket_mbit(queue)
     if abs(rate - mbit) > 0.01 * mbit:
         raise FaultIneffective(f"the link of {node.label} has no token bucket at {mbit:g} Mbit/s for what it {way} "
                                f"after `tc qdisc replace` (read back: {queue.get('kind', 'none')}, {rate:g} Mbit/s)")
@@ -579,8 +641,7 @@ def _bandwidth(ctx: FaultContext, fault: Bandwidth, at: float | None, rng: rando
 
     def heal_one(node: NetNode) -> None:
         for namespace, link in _links(node):
-            run(["tc", "qdisc", "del", "dev", link, "root"] if namespace is None
-                else ["tc", "-n", namespace, "qdisc", "del", "dev", link, "root"], check=False)
+            _tc(namespace, "qdisc", "del", "dev", link, "root", check=False)
             if _qdisc(namespace, link).get("kind") == "tbf":
                 raise FaultIneffective(f"the token bucket on {link} of {node.label} outlived its deletion")
         took = confirm_open(lab, node)
@@ -592,8 +653,7 @@ def _bandwidth(ctx: FaultContext, fault: Bandwidth, at: float | None, rng: rando
         for node in group:
             capped.append(node)
             for namespace, link in _links(node):
-                run(["tc", "qdisc", "replace", "dev", link, "root", *tbf] if namespace is None
-                    else ["tc", "-n", namespace, "qdisc", "replace", "dev", link, "root", *tbf])
+                _tc(namespace, "qdisc", "replace", "dev", link, "root", *tbf)
         for node in group:
             up, down = (confirm_capped(lab, node, fault.mbit, upload=upload) for upload in (True, False))
             ctx.record("inject", fault, at, _process(lab, node), f"links capped at {fault.mbit:g} Mbit/s each "

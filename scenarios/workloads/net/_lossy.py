@@ -28,8 +28,6 @@ size / rate x slack + overhead, and they are measurably slower than those the ca
 
 from __future__ import annotations
 
-import re
-import shlex
 import statistics
 import threading
 import time
@@ -44,13 +42,13 @@ import numpy as np
 
 from chaos import FaultKind
 from chaos.errors import InvalidConfig
-from chaos.net import COMMAND_TIMEOUT, NetLab, lab_of, run
+from chaos.net import COMMAND_TIMEOUT, LinkState, NetLab, lab_of, read_link
 from scenarios.model._records import Verdict
 from scenarios.model._workload import Params, Workload
 from scenarios.workloads._kit import worker_nodes
 
-__all__ = ["LinkSample", "Outcome", "Transfer", "cap_bound", "capped_through", "loss_met",
-           "no_object_lost", "no_task_hung", "outcome_of", "parse_link", "results_correct", "slowed_by_cap",
+__all__ = ["LinkState", "Outcome", "Transfer", "cap_bound", "capped_through", "loss_met",
+           "no_object_lost", "no_task_hung", "outcome_of", "results_correct", "slowed_by_cap",
            "transfers_finished", "transfers_met_loss", "within_cap_bound"]
 
 
@@ -81,74 +79,44 @@ class Transfer:
     mbit: float | None = 0.0
 
 
-@dataclass(frozen=True, slots=True)
-class LinkSample:
-    """A worker namespace's link read back: the random-drop share of its nftables rules
-    (percent, 0: none), its token bucket's rate (Mbit/s, 0: none), and the TCP segments the
-    namespace has retransmitted so far."""
-
-    loss: float = 0.0
-    mbit: float = 0.0
-    retransmitted: int = 0
-
-
 # -- the link, read back --------------------------------------------------------------------------
 
-_SEPARATOR = "--raychaos--"
-_DROP = re.compile(r"numgen random mod 10000 < (\d+)")
 
-
-def parse_link(text: str) -> LinkSample:
-    """A :class:`LinkSample` from the output of ``nft list ruleset``, ``tc -j qdisc show`` and
-    ``/proc/net/snmp`` of one namespace, in that order, split by ``_SEPARATOR`` lines."""
-    rules, qdisc, snmp = [*text.split(_SEPARATOR), "", "", ""][:3]
-    loss = max((int(n) / 100 for n in _DROP.findall(rules)), default=0.0)
-    rate = re.search(r'"kind":"tbf".*?"rate":(\d+)', qdisc)
-    return LinkSample(loss, int(rate.group(1)) * 8 / 1e6 if rate else 0.0, _retransmitted(snmp))
-
-
-def _retransmitted(snmp: str) -> int:
-    """``Tcp: RetransSegs`` of ``/proc/net/snmp`` (its header line, then its values line)."""
-    rows = [line.split()[1:] for line in snmp.splitlines() if line.startswith("Tcp:")]
-    if len(rows) < 2 or "RetransSegs" not in rows[0]:
-        return 0
-    return int(rows[1][rows[0].index("RetransSegs")])
-
-
-def sample_links(lab: NetLab) -> dict[int, LinkSample]:
-    """Each worker node's link read back, by its lab index (the head's is never faulted: 0).
+def sample_links(lab: NetLab) -> dict[int, LinkState]:
+    """Each worker node's link read back, by its lab index (the head's is never faulted).
 
     Raises:
         NetCommandFailed: a read failed; a link that cannot be read is not read as unfaulted.
     """
-    found = {lab.head.index: LinkSample()}
-    for node in lab.workers:
-        script = (f"set -e; nft list ruleset; echo {_SEPARATOR}; tc -j qdisc show dev "
-                  f"{shlex.quote(str(node.link))}; echo {_SEPARATOR}; cat /proc/net/snmp")
-        found[node.index] = parse_link(run(["sh", "-c", script], namespace=node.namespace))
-    return found
+    return {lab.head.index: LinkState(), **{node.index: read_link(node) for node in lab.workers}}
 
 
-def capped_through(route: tuple[int, int], before: Mapping[int, LinkSample],
-                   after: Mapping[int, LinkSample]) -> float | None:
-    """The cap on the route's nodes at both reads (0: none), or None when it changed between:
-    a transfer the cap met part of the way is neither capped nor free."""
-    start, end = (max(sample.get(i, LinkSample()).mbit for i in route) for sample in (before, after))
+def capped_through(route: tuple[int, int], before: Mapping[int, LinkState],
+                   after: Mapping[int, LinkState]) -> float | None:
+    """The cap a transfer from ``route[0]`` to ``route[1]`` met at both reads (the source's
+    bucket on what it sends, the destination's on what it receives; 0: none), or None when it
+    changed between: a transfer the cap met part of the way is neither capped nor free."""
+    start, end = (_cap_on(route, sample) for sample in (before, after))
     return start if start == end else None
 
 
-def loss_met(route: tuple[int, int], *samples: Mapping[int, LinkSample]) -> float:
+def _cap_on(route: tuple[int, int], sample: Mapping[int, LinkState]) -> float:
+    source, destination = (sample.get(i, LinkState()) for i in route)
+    return max(source.sends_mbit, destination.receives_mbit)
+
+
+def loss_met(route: tuple[int, int], *samples: Mapping[int, LinkState]) -> float:
     """The share of loss on the route's nodes at any read of the round (before, during, after):
     a round slower than the fault (30 % loss can stretch one past it) still met it."""
-    return max((sample.get(i, LinkSample()).loss for sample in samples for i in route), default=0.0)
+    return max((sample.get(i, LinkState()).loss for sample in samples for i in route), default=0.0)
 
 
 @contextmanager
-def sampling(lab: NetLab, *, every: float = 0.25) -> Iterator[list[dict[int, LinkSample]]]:
+def sampling(lab: NetLab, *, every: float = 0.25) -> Iterator[list[dict[int, LinkState]]]:
     """The links read back every ``every`` seconds while the block runs (a round can begin
     before a fault and end after it, and both its end reads miss it). A failed read fails the
     block: a link that cannot be read is not read as unfaulted."""
-    samples: list[dict[int, LinkSample]] = []
+    samples: list[dict[int, LinkState]] = []
     errors: list[BaseException] = []
     stop = threading.Event()
 
@@ -171,7 +139,7 @@ def sampling(lab: NetLab, *, every: float = 0.25) -> Iterator[list[dict[int, Lin
         raise errors[0]
 
 
-def retransmitted_under_loss(before: Mapping[int, LinkSample], after: Mapping[int, LinkSample]) -> int:
+def retransmitted_under_loss(before: Mapping[int, LinkState], after: Mapping[int, LinkState]) -> int:
     """TCP segments retransmitted between two reads in the namespaces that lost packets at either."""
     return sum(after[i].retransmitted - b.retransmitted for i, b in before.items()
                if i in after and (b.loss > 0 or after[i].loss > 0))
