@@ -165,6 +165,7 @@ FIRST: dict[str, list[str]] = {
 GROUPS = {"crash": CRASH, "verdicts": VERDICTS, "network": NETWORK, "disk": DISK, "serve_job": SERVE_JOB, "hunt": HUNT}
 TIMEOUT = 180.0  # per mutant; each group's selection takes ~15 s here unmutated
 TEST_TIMEOUT = 120  # per test (pytest-timeout)
+KILL_ROUNDS, KILL_WAIT = 5, 10.0  # ending a timed-out mutant's processes
 _FLIPS = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,
           ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In, ast.Is: ast.IsNot, ast.IsNot: ast.Is}
 
@@ -372,20 +373,33 @@ def _run_tests(workdir: Path, tests: list[str]) -> tuple[Outcome, str, float]:
         try:
             output, _ = proc.communicate(timeout=TIMEOUT)
         except subprocess.TimeoutExpired:
-            _kill_started_in(workdir)
-            proc.communicate(timeout=TIMEOUT)
+            _end_started_in(workdir, proc)
             return Outcome.TIMED_OUT, f"ran past {TIMEOUT:.0f} s", time.monotonic() - start
     return (*classify(proc.returncode, output), time.monotonic() - start)
 
 
+def _end_started_in(workdir: Path, proc: subprocess.Popen[str]) -> None:
+    """Kill what the tests in ``workdir`` started until their pytest has exited (bounded: a
+    process that outlives every round is left to ``raychaos cleanup`` and named)."""
+    for _ in range(KILL_ROUNDS):
+        _kill_started_in(workdir)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.communicate(timeout=KILL_WAIT)
+            return
+    raise SystemExit(f"pytest pid {proc.pid} in {workdir} outlived {KILL_ROUNDS} rounds of SIGKILL: "
+                     "run `raychaos cleanup`, then the group again")
+
+
 def _kill_started_in(workdir: Path) -> None:
-    """SIGKILL every process whose working directory is ``workdir``: the tests and what they
-    started in sessions of their own (a fault filesystem's server a mutant left stalled holds the
-    tests in an uninterruptible FUSE request; only its own end releases them)."""
+    """SIGKILL every process the tests in ``workdir`` started: those whose working directory is
+    in it, and those that inherited its ``PYTHONPATH`` in sessions of their own (a fault
+    filesystem's server runs in ``/``; one a mutant left stalled holds the tests in an
+    uninterruptible FUSE request, which only its own end releases)."""
     import psutil
 
-    for process in psutil.process_iter(["cwd"]):
-        if process.info["cwd"] and Path(process.info["cwd"]).is_relative_to(workdir):
+    for process in psutil.process_iter(["cwd", "environ"]):
+        cwd, env = process.info["cwd"], process.info["environ"] or {}
+        if (cwd and Path(cwd).is_relative_to(workdir)) or env.get("PYTHONPATH") == str(workdir):
             with contextlib.suppress(psutil.Error):
                 process.kill()
 
