@@ -628,7 +628,7 @@ class _Checkpointer:
         self.writer: _wal.WalWriter | None = None
         self.since, self.records, self.count = 0, 0, 0
         self.last_seq, self.last_time, self.deltas = 0, clock(), 0
-        self.restore_info = RestoreInfo(False, 0, 0, 0.0)
+        self.restore_info = RestoreInfo(restored=False, seq=0, replayed=0, seconds=0.0)
         self.failed_checkpoints = 0
         self.diverged = ""  # why memory no longer matches the log, once it does not
         self.terminating, self.final_done, self.sigterm_pending = False, False, False
@@ -652,8 +652,8 @@ class _Checkpointer:
         failpoint(fp.RESTORE_LOADED)
         replayed, torn = self._replay() if self.config.durability == "wal" else (0, 0)
         skipped = loaded.skipped if loaded else tuple(self.store.seqs())  # none restored: all
-        self.restore_info = RestoreInfo(True, self.last_seq, replayed, time.perf_counter() - start,
-                                        skipped, torn)
+        self.restore_info = RestoreInfo(restored=True, seq=self.last_seq, replayed=replayed,
+                                        seconds=time.perf_counter() - start, skipped=skipped, torn_bytes=torn)
         return self.restore_info
 
     def _load_latest(self) -> LoadedCheckpoint | None:
@@ -909,4 +909,5 @@ class _Checkpointer:
 
     def stats(self) -> CheckpointStats:
         repeats = _writers(self.owner).duplicates if self.dedupe else 0
-        return CheckpointStats(self.count, self.last_seq, self.since, self.records, self.restore_info, repeats)
+        return CheckpointStats(checkpoints=self.count, last_seq=self.last_seq, mutations_since_checkpoint=self.since,
+                               wal_records=self.records, restore=self.restore_info, repeats=repeats)

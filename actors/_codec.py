@@ -57,8 +57,8 @@ class ArrayRef:
         if not tensor and _ARRAY not in node:
             return None
         shape = node.get("shape")
-        return ArrayRef(node[_TENSOR if tensor else _ARRAY], tensor, node.get("dtype"),
-                        None if shape is None else tuple(shape))
+        return ArrayRef(key=node[_TENSOR if tensor else _ARRAY], tensor=tensor, dtype=node.get("dtype"),
+                        shape=None if shape is None else tuple(shape))
 
 
 def _is_tensor(value: object) -> bool:
@@ -132,7 +132,7 @@ def unflatten(tree: Any, load_array: Callable[[ArrayRef], np.ndarray]) -> Any:
 
 
 def _ref(index: int, array: np.ndarray, is_tensor: bool) -> dict[str, Any]:
-    return ArrayRef(index, is_tensor, array.dtype.str, tuple(array.shape)).to_json()
+    return ArrayRef(key=index, tensor=is_tensor, dtype=array.dtype.str, shape=tuple(array.shape)).to_json()
 
 
 def encode(tree: Mapping[str, Any]) -> bytes:

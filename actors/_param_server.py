@@ -346,9 +346,10 @@ class ParameterServer(Checkpointable):
     def stats(self) -> ServerStats:
         with self._lock:
             c = self._counts
-            return ServerStats(self._version, c["applied"], c["duplicates"], c["dropped"],
-                               c["skipped"], self._puts, len(self._pending), self.checkpoint_stats(),
-                               self._spare_error)
+            return ServerStats(version=self._version, applied_pushes=c["applied"], duplicate_pushes=c["duplicates"],
+                               dropped_stale=c["dropped"], skipped_nonfinite=c["skipped"], puts=self._puts,
+                               pending=len(self._pending), checkpoint=self.checkpoint_stats(),
+                               spare_error=self._spare_error)
 
     def pid(self) -> int:
         return os.getpid()

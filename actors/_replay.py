@@ -276,8 +276,8 @@ class PrioritizedReplayBuffer:
     # -- state -----------------------------------------------------------------------------
 
     def stats(self) -> ReplayStats:
-        return ReplayStats(self._size, self.capacity, self._cursor, self._writes, self._samples,
-                           self._updates, self._max_priority)
+        return ReplayStats(size=self._size, capacity=self.capacity, cursor=self._cursor, total_writes=self._writes,
+                           samples=self._samples, updates=self._updates, max_priority=self._max_priority)
 
     def column(self, name: str) -> np.ndarray:
         """A copy of the stored rows of column ``name``, by slot (for checks and tests)."""

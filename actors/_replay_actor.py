@@ -147,8 +147,8 @@ class ReplayBufferActor(Checkpointable):
         return self._seqs.last_of(writer_id)
 
     def stats(self) -> ReplayActorStats:
-        return ReplayActorStats(self.buffer.stats(), self._seqs.duplicates, self._seqs.writers(),
-                                self.checkpoint_stats())
+        return ReplayActorStats(buffer=self.buffer.stats(), duplicate_adds=self._seqs.duplicates,
+                                writers=self._seqs.writers(), checkpoint=self.checkpoint_stats())
 
     def ping(self) -> None:
         """A no-op call, for measuring round trips against."""

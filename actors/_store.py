@@ -182,7 +182,7 @@ def _manifest_fields(data: Mapping[str, Any], version: int, folder: str) -> Mani
         metas = {str(n): FileMeta(int(m["size"]), m.get("crc32"), m.get("sha256")) for n, m in files.items()}
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise CheckpointError(f"checkpoint {folder}'s manifest lists a file without a size ({exc})") from None
-    return Manifest(version, seq, parent, float(data.get("created", 0.0)), metas)
+    return Manifest(format=version, seq=seq, parent=parent, created=float(data.get("created", 0.0)), files=metas)
 
 
 def _packable(array: np.ndarray) -> bool:
@@ -279,7 +279,8 @@ class CheckpointStore:
         _fsync_dir(tmp)  # the files' names, not only their bytes, before the folder is committed
         final = self.folder(seq)
         self.fs.mv(tmp, final, recursive=True)
-        info = CheckpointInfo(seq, final, sum(meta.size for meta in files.values()), 0.0, parent)
+        info = CheckpointInfo(seq=seq, path=final, nbytes=sum(meta.size for meta in files.values()), seconds=0.0,
+                              parent=parent)
         try:
             failpoint(fp.CHECKPOINT_RENAMED)
             _fsync_dir(self.root)
@@ -291,7 +292,7 @@ class CheckpointStore:
 
     def _write_tmp(self, tmp: str, seq: int, tree: StateTree, parent: int | None) -> dict[str, FileMeta]:
         files = self._write_payload(tmp, tree)
-        manifest = Manifest(FORMAT_VERSION, seq, parent, time.time(), files)
+        manifest = Manifest(format=FORMAT_VERSION, seq=seq, parent=parent, created=time.time(), files=files)
         failpoint(fp.CHECKPOINT_BEFORE_MANIFEST)
         self._write_bytes(f"{tmp}/{_MANIFEST}", manifest.to_json())
         failpoint(fp.CHECKPOINT_MANIFEST)

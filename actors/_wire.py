@@ -95,10 +95,10 @@ def unpack_request(data: bytes) -> Request:
                             f"({_REQUEST.size + 16 * max(n, 0)} bytes): use ReplayClient, which packs them")
     beta_or_default = None if math.isnan(beta) else beta
     if n < 0:
-        return Request(batch_size, None, None, beta_or_default)
+        return Request(batch_size=batch_size, indices=None, priorities=None, beta=beta_or_default)
     indices = np.frombuffer(data, dtype=np.int64, count=n, offset=_REQUEST.size)
     priorities = np.frombuffer(data, dtype=np.float64, count=n, offset=_REQUEST.size + 8 * n)
-    return Request(batch_size, indices, priorities, beta_or_default)
+    return Request(batch_size=batch_size, indices=indices, priorities=priorities, beta=beta_or_default)
 
 
 def pack_batch(batch: Mapping[str, np.ndarray]) -> bytes:

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeVar
 
 from chaos._errors import TargetNotFound
-from chaos._journal import Journal, Observed
+from chaos._journal import Journal
 from chaos._kinds import Fault
+from chaos._observed import Observed
 from chaos._ray_state import short
 from chaos._targets import NodeTarget, RayProcess, TaskTarget, resolve
 from chaos.agents._agent import agent_for

@@ -161,10 +161,11 @@ def _one(chaos: Any, index: int, entry: ScheduledFault, stop: threading.Event, s
             stop.wait(observer.hold(entry))
     except Exception as exc:  # noqa: BLE001 - every failure becomes a typed outcome
         status = next((s for t, s in _STATUS_OF if isinstance(exc, t)), FaultStatus.FAILED)
-        return _settle(observer, FaultOutcome(index, entry, status, began, clock() - start,
-                                              injection, f"{type(exc).__name__}: {exc}"[:500], confirmed))
-    return _settle(observer, FaultOutcome(index, entry, FaultStatus.INJECTED, began,
-                                          clock() - start, injection, confirmed=confirmed))
+        return _settle(observer, FaultOutcome(index=index, entry=entry, status=status, started=began,
+                                              ended=clock() - start, injection=injection,
+                                              error=f"{type(exc).__name__}: {exc}"[:500], confirmed=confirmed))
+    return _settle(observer, FaultOutcome(index=index, entry=entry, status=FaultStatus.INJECTED, started=began,
+                                          ended=clock() - start, injection=injection, confirmed=confirmed))
 
 
 #: Why a fault whose time never came did not happen.

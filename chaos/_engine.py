@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from chaos._context import CALL_TIMEOUT, Injection, MemoryWatch, StoreFill
 from chaos._errors import FaultIneffective, TargetNotFound, UnsafeTarget
 from chaos._faults import Fault
-from chaos._journal import FaultEvent, Journal, Observed, RecoverEvent
+from chaos._journal import FaultEvent, Journal, RecoverEvent
 from chaos._kinds import FaultKind, spec_of
+from chaos._observed import Observed
 from chaos._schedule import Schedule
 from chaos._targets import RayProcess
 from chaos._wait import wait_until

@@ -236,8 +236,8 @@ def firings(evidence_dir: str) -> list[Firing]:
             continue
         with open(os.path.join(evidence_dir, entry), "rb") as f:
             record = json.loads(f.read() or b"{}")  # JSON only: never unpickled
-        found.append(Firing(name, int(n), int(record.get("pid", 0)), float(record.get("at", 0.0)),
-                            FailAction(record.get("action", "crash"))))
+        found.append(Firing(name=name, n=int(n), pid=int(record.get("pid", 0)), at=float(record.get("at", 0.0)),
+                            action=FailAction(record.get("action", "crash"))))
     return sorted(found, key=lambda f: f.at)
 
 

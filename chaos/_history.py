@@ -61,12 +61,12 @@ class History:
         with self._lock:
             if key in self._ops:
                 raise InvalidConfig(f"write {key!r} was invoked twice; give every write its own key")
-            self._ops[key] = Op(key, client, self._clock(), None, OpStatus.PENDING)
+            self._ops[key] = Op(key=key, client=client, invoked=self._clock(), completed=None, status=OpStatus.PENDING)
 
     def complete(self, key: Hashable, status: OpStatus) -> None:
         with self._lock:
             op = self._ops[key]
-            self._ops[key] = Op(key, op.client, op.invoked, self._clock(), status)
+            self._ops[key] = Op(key=key, client=op.client, invoked=op.invoked, completed=self._clock(), status=status)
 
     def ops(self) -> list[Op]:
         with self._lock:

@@ -16,12 +16,24 @@ import time
 from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator, TypeAdapter, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    SerializeAsAny,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from chaos._checker import Validity, Verdict
 from chaos._errors import ChaosError
 from chaos._faults import Fault, FaultStatus, fault_from_dict, fault_to_dict
-from chaos.agents._memory import MemoryOutcome
+from chaos._kinds import fault_specs
+from chaos._observed import Observed
 
 __all__ = ["EndEvent", "FaultEvent", "Journal", "JournalCorrupt", "JournalEvent", "Observed", "PlannedFault",
            "RecoverEvent", "StartEvent", "VerdictEntry", "dump_event", "read_journal"]
@@ -73,23 +85,6 @@ class VerdictEntry(_Record):
         return cls(name=verdict.name, held=verdict.held, detail=verdict.detail, validity=verdict.validity)
 
 
-class Observed(_Record):
-    """What an injector observed, each fact its own field (absent when it does not apply)."""
-
-    name: str | None = None  #: the target process's name: stable across runs, unlike pids
-    resume_by: float | None = None  #: a pause's deadline on the agent's clock
-    pids: tuple[int, ...] = ()  #: processes the fault started or stopped
-    bytes: int | None = None  #: bytes held (object store) or written as ballast (disk)
-    capacity: float | None = None  #: the object store's capacity on the node
-    cpus: float | None = None  #: CPUs held by a starvation
-    resources: dict[str, float] = Field(default_factory=dict)  #: other resources held
-    memory_outcome: MemoryOutcome | None = None  #: how a memory fault's allocation ended
-    peak_bytes: int | None = None  #: its peak resident bytes
-    new_pid: int | None = None  #: the restarted GCS's pid
-    limit: int | None = None  #: the open-file limit set
-    old_limit: int | None = None  #: the one it replaced
-
-
 class _Event(_Record):
     mono: float = Field(default_factory=time.monotonic)  #: orders events
     wall: float = Field(default_factory=time.time)
@@ -123,7 +118,20 @@ class FaultEvent(_Event):
     node: str | None = None
     pid: int | None = None
     outcome: str = ""
-    observed: Observed = Field(default_factory=Observed)
+    observed: SerializeAsAny[Observed] = Field(default_factory=Observed, validate_default=True)
+
+    @field_validator("observed", mode="before")
+    @classmethod
+    def _of_its_kind(cls, value: object, info: ValidationInfo) -> object:
+        """The observation as its fault kind's own type, so that a line reads back as it was written."""
+        fault = info.data.get("fault")
+        spec = fault_specs().get(fault.KIND) if isinstance(fault, Fault) else None
+        model = spec.observed if spec is not None else Observed
+        if isinstance(value, Observed) and type(value) not in (model, Observed):
+            raise ValueError(f"a {fault.KIND if fault else 'fault'} event's observation is {model.__name__}, "
+                             f"not {type(value).__name__}")
+        # A plain Observed (nothing of the kind's own seen) becomes the kind's type, as it reads back.
+        return model.model_validate(value.model_dump() if isinstance(value, Observed) else value)
 
 
 class RecoverEvent(_Event):

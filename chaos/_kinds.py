@@ -3,8 +3,9 @@
 A kind is one module: its record (a frozen dataclass deriving :class:`Fault`), its injector
 (inject → confirm → ``yield`` → heal in ``finally``, written against
 :class:`chaos.engine.FaultContext`), and one :class:`FaultSpec` it registers on import with
-what the kind needs of a cluster, the colour a report draws it in and an example a reference
-shows. Its name is a :class:`FaultKind` member, and its module is listed in
+what the kind needs of a cluster, the colour a report draws it in, an example a reference
+shows and what its injector records as observed (:class:`~chaos._observed.Observed`, or the
+kind's own subclass of it). Its name is a :class:`FaultKind` member, and its module is listed in
 :data:`KIND_MODULES`: adding a kind touches this file and the kind's own.
 
 Nothing here imports the engine, Ray or the journal: records, their serialised form and the
@@ -24,6 +25,7 @@ from typing import Any, ClassVar
 
 from chaos._errors import InvalidFaultSpec
 from chaos._json import JsonValue
+from chaos._observed import Observed
 from chaos._targets import target_from_dict, target_to_dict
 
 __all__ = ["KIND_MODULES", "MAX_FAULT_SECONDS", "ON_NODES", "ON_PROCESSES",
@@ -135,13 +137,17 @@ Injector = Callable[..., Any]
 class FaultSpec:
     """One kind of fault, whole: its record, its injector, what it needs of every node it may hit
     (empty: nothing of the cluster, e.g. a disk fault on this driver's mount), the colour a
-    report draws it in, and an example of its fields for the scenario reference."""
+    report draws it in, an example of its fields for the scenario reference, and the type of
+    what its injector observes."""
 
     record: type[Fault]
     inject: Injector
     needs: frozenset[Need]
     colour: str
     example: Mapping[str, JsonValue]
+    #: What its injector records as observed: :class:`Observed`, or the kind's own subclass
+    #: with the facts only it gives (a pause's deadline, a memory fault's peak).
+    observed: type[Observed] = Observed
     #: Readies a schedule's faults of this kind before its time zero, so none is late (maps the
     #: object store's memory, leaves an idle worker on each node); None: nothing to ready.
     warm_up: Callable[[Sequence[Fault]], None] | None = None

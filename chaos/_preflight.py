@@ -110,7 +110,7 @@ def _state_api(address: str, kinds: tuple[FaultKind, ...]) -> list[Missing]:
     try:
         list_nodes(address=address, limit=1, timeout=CALL_TIMEOUT)
     except Exception as exc:  # noqa: BLE001 - whatever it is, targets cannot be found
-        return [Missing(CLUSTER, kinds, Need.STATE_API, f"{type(exc).__name__}: {exc}"[:300]
+        return [Missing(where=CLUSTER, kinds=kinds, need=Need.STATE_API, detail=f"{type(exc).__name__}: {exc}"[:300]
                         + "; start the head from ray[default] with its dashboard on")]
     return []
 
@@ -121,7 +121,7 @@ def _gcs(address: str, kinds: tuple[FaultKind, ...]) -> list[Missing]:
     try:
         head_of(address)
     except ChaosError as exc:
-        return [Missing(CLUSTER, kinds, Need.GCS, str(exc))]
+        return [Missing(where=CLUSTER, kinds=kinds, need=Need.GCS, detail=str(exc))]
     return []
 
 
@@ -131,7 +131,7 @@ def _network(address: str, kinds: tuple[FaultKind, ...]) -> list[Missing]:
     try:
         lab_of(address)  # a cluster someone else runs has no links of raychaos's to cut
     except ChaosError as exc:
-        return [Missing(CLUSTER, kinds, Need.NETWORK, str(exc))]
+        return [Missing(where=CLUSTER, kinds=kinds, need=Need.NETWORK, detail=str(exc))]
     return []
 
 
@@ -141,7 +141,8 @@ def _agents(nodes: Mapping[str, str], needs: Mapping[Need, tuple[FaultKind, ...]
     import ray
 
     problems = check_agents(list(nodes), timeout=timeout)
-    found = [Missing(nodes[node], needs[Need.AGENT], Need.AGENT, str(p).removeprefix(f"node {short(node)}: "))
+    found = [Missing(where=nodes[node], kinds=needs[Need.AGENT], need=Need.AGENT,
+                     detail=str(p).removeprefix(f"node {short(node)}: "))
              for node, p in problems.items() if p is not None]
     ready = [node for node, p in problems.items() if p is None]
     facts = ray.get([agent_for(node).facts.remote() for node in ready], timeout=CALL_TIMEOUT)
@@ -153,10 +154,10 @@ def _agents(nodes: Mapping[str, str], needs: Mapping[Need, tuple[FaultKind, ...]
 def _facts_missing(where: str, facts: NodeFacts, needs: Mapping[Need, tuple[FaultKind, ...]]) -> list[Missing]:
     found = []
     if Need.PROC in needs and facts.proc:
-        found.append(Missing(where, needs[Need.PROC], Need.PROC, facts.proc))
+        found.append(Missing(where=where, kinds=needs[Need.PROC], need=Need.PROC, detail=facts.proc))
     if Need.CONTROL in needs and facts.control:
-        found.append(Missing(where, needs[Need.CONTROL], Need.CONTROL,
-                             f"{facts.control} (the agent runs as uid {facts.euid})"))
+        found.append(Missing(where=where, kinds=needs[Need.CONTROL], need=Need.CONTROL,
+                             detail=f"{facts.control} (the agent runs as uid {facts.euid})"))
     return found
 
 
@@ -185,6 +186,7 @@ def _raychaos_on_nodes(nodes: Mapping[str, str], kinds: tuple[FaultKind, ...]) -
         except Exception as exc:  # noqa: BLE001 - a node that runs no task runs no memory fault either
             why = f"{type(exc).__name__}: {exc}"[:300]
         if why:
-            found.append(Missing(nodes[node], kinds, Need.RAYCHAOS, f"{why}; install raychaos on it, or leave "
-                                 "memory faults out of an attack on it"))
+            found.append(Missing(where=nodes[node], kinds=kinds, need=Need.RAYCHAOS,
+                                 detail=f"{why}; install raychaos on it, or leave memory faults out of an attack "
+                                        "on it"))
     return found

@@ -21,9 +21,9 @@ from chaos._context import (
     signal_resolved,
 )
 from chaos._errors import FaultIneffective, HangError, InvalidFaultSpec
-from chaos._journal import Observed
 from chaos._json import JsonValue
 from chaos._kinds import ON_PROCESSES, Fault, FaultKind, FaultSpec, Need, duration, register
+from chaos._observed import Observed
 from chaos._ray_state import short
 from chaos._targets import NodeTarget, RayProcess, Target, resolve
 from chaos._wait import wait_until
@@ -88,6 +88,12 @@ class Pause(Fault):
 
     def __post_init__(self) -> None:
         duration("seconds", self.seconds)
+
+
+class PauseObserved(Observed):
+    """A pause as observed: when the agent's own timer resumes the process if no heal does."""
+
+    resume_by: float | None = None  #: the pause's deadline on the agent's clock
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +167,12 @@ class KillGcs(Fault):
 
     def __post_init__(self) -> None:
         duration("seconds", self.seconds)
+
+
+class GcsRestartObserved(Observed):
+    """A GCS kill's heal as observed: the restarted server's pid."""
+
+    new_pid: int | None = None  #: the restarted GCS's pid
 
 
 @contextmanager
@@ -248,7 +260,7 @@ def _pause_one(ctx: FaultContext, fault: Pause, at: float | None, proc: RayProce
     agent = agent_for(proc.node_id)
     ticket = ctx.call(agent.pause.remote(proc.pid, fault.seconds, driver_pids=ctx.driver_pids,
                                          owner=driver_token()))
-    ctx.record("inject", fault, at, proc, "SIGSTOP; seen in state T", Observed(resume_by=ticket.deadline))
+    ctx.record("inject", fault, at, proc, "SIGSTOP; seen in state T", PauseObserved(resume_by=ticket.deadline))
     return int(ticket.token)
 
 
@@ -345,7 +357,7 @@ def _kill_gcs(ctx: FaultContext, fault: KillGcs, at: float | None,
             return
         new_pid, took = head.restart_gcs(ctx.address)
         ctx.record("heal", fault, at, proc, f"gcs_server restarted as pid {new_pid}; it answered "
-                                            f"after {took:.2f} s", Observed(new_pid=new_pid))
+                                            f"after {took:.2f} s", GcsRestartObserved(new_pid=new_pid))
 
     with ctx.on_heal(heal):
         yield Injection(fault, (proc,))
@@ -359,11 +371,11 @@ register(
     FaultSpec(record=KillNode, inject=_kill_node, needs=ON_PROCESSES, colour="#a4031f",
               example={"target": _TARGETS["node"]}),
     FaultSpec(record=Pause, inject=_pause, needs=ON_PROCESSES, colour="#f3a712",
-              example={"seconds": 3, "target": _TARGETS["replay"]}),
+              example={"seconds": 3, "target": _TARGETS["replay"]}, observed=PauseObserved),
     FaultSpec(record=FreezeNode, inject=_freeze_node, needs=ON_PROCESSES, colour="#0b6e4f",
               example={"seconds": 12, "workers": False}),
     FaultSpec(record=DrainNode, inject=_drain_node, needs=ON_PROCESSES, colour="#3a506b",
               example={"deadline_s": 2, "reason": "preemption", "grace_s": 2}),
     FaultSpec(record=KillGcs, inject=_kill_gcs, needs=frozenset({Need.GCS}), colour="#c5283d",
-              example={"seconds": 1, "restart": True}),
+              example={"seconds": 1, "restart": True}, observed=GcsRestartObserved),
 )

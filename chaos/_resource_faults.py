@@ -12,6 +12,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from pydantic import Field
+
 from chaos._context import (
     CALL_TIMEOUT,
     FaultContext,
@@ -22,8 +24,8 @@ from chaos._context import (
 )
 from chaos._errors import FaultIneffective, HangError, InvalidFaultSpec
 from chaos._faults import STORAGE
-from chaos._journal import Observed
 from chaos._kinds import ON_NODES, ON_PROCESSES, Fault, FaultKind, FaultSpec, Need, duration, number_in, register
+from chaos._observed import Observed
 from chaos._ray_state import live_nodes
 from chaos._targets import NodeTarget, RayProcess, Target, resolve
 from chaos._wait import wait_until
@@ -69,6 +71,13 @@ class MemoryPressure(Fault):
                                    f"{self.host_cap}; lower it, or raise host_cap knowingly", field="fraction")
 
 
+class MemoryObserved(Observed):
+    """A memory fault's heal as observed: how its allocation ended and its peak resident bytes."""
+
+    memory_outcome: MemoryOutcome | None = None
+    peak_bytes: int | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class CpuHog(Fault):
     """Busy-loop ``cores`` processes on a node for ``seconds``."""
@@ -109,6 +118,12 @@ class FillObjectStore(Fault):
         duration("seconds", self.seconds)
 
 
+class StoreObserved(Observed):
+    """An object-store fill as observed: ``bytes`` held of the node's store ``capacity``."""
+
+    capacity: float | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class Starve(Fault):
     """Hold ``cpus`` and custom ``resources`` for ``seconds`` so new work stays pending."""
@@ -131,6 +146,13 @@ class Starve(Fault):
                                    field="resources" if self.resources else "cpus")
 
 
+class StarveObserved(Observed):
+    """A starvation as observed: what its placement group holds, once Ray granted it."""
+
+    cpus: float | None = None
+    resources: dict[str, float] = Field(default_factory=dict)
+
+
 @dataclass(frozen=True, slots=True)
 class LimitOpenFiles(Fault):
     """Lower the target process's open-file limit (``RLIMIT_NOFILE``) for ``seconds`` so that it
@@ -150,6 +172,13 @@ class LimitOpenFiles(Fault):
     def __post_init__(self) -> None:
         duration("seconds", self.seconds)
         number_in("headroom", self.headroom, 0, 4096, what="a whole number of descriptors", whole=True)
+
+
+class OpenFilesObserved(Observed):
+    """An open-file limit as observed: the limit set and the one it replaced (both read back)."""
+
+    limit: int | None = None
+    old_limit: int | None = None
 
 
 #: ``FillDisk(path=STORAGE)`` in a scenario: the run's checkpoint storage (see ``storage_mb``).
@@ -212,7 +241,7 @@ def _memory(ctx: FaultContext, fault: MemoryPressure, at: float | None,
         _prestart(node.node_id, wait=False)  # the killed worker's replacement, for the next one
         result = watch.result = outcome_of(hog, _progress(node, path))
         ctx.record("heal", fault, at, node, result.note,
-                   Observed(memory_outcome=result.outcome, peak_bytes=result.peak_bytes))
+                   MemoryObserved(memory_outcome=result.outcome, peak_bytes=result.peak_bytes))
 
     with ctx.on_heal(heal):
         ctx.record("inject", fault, at, node, _confirm_started(ctx, hog, node, path))
@@ -366,7 +395,7 @@ def _object_store(ctx: FaultContext, fault: FillObjectStore, at: float | None,
     if held == 0 and not full:
         raise FaultIneffective(f"nothing put in the object store (capacity {capacity:.0f} bytes)")
     ctx.record("inject", fault, at, node, "ObjectStoreFullError" if full else "filled",
-               Observed(bytes=held, capacity=capacity))
+               StoreObserved(bytes=held, capacity=capacity))
 
     def heal() -> None:
         refs.clear()
@@ -390,7 +419,7 @@ def _starve(ctx: FaultContext, fault: Starve, at: float | None, rng: random.Rand
                                "cluster; are they free?")
     node = node_of(ctx, None, rng)
     ctx.record("inject", fault, at, node, "resources held",
-               Observed(cpus=fault.cpus, resources=dict(fault.resources)))
+               StarveObserved(cpus=fault.cpus, resources=dict(fault.resources)))
 
     def heal() -> None:
         remove_placement_group(group)
@@ -417,7 +446,7 @@ def _limit_open_files(ctx: FaultContext, fault: LimitOpenFiles, at: float | None
                 proc.pid, fault.headroom, driver_pids=ctx.driver_pids))
             limited.append((proc, soft, hard))
             ctx.record("inject", fault, at, proc, f"open-file limit {soft} -> {low} (read back)",
-                       Observed(old_limit=soft, limit=low))
+                       OpenFilesObserved(old_limit=soft, limit=low))
         yield Injection(fault, tuple(p for p, _, _ in limited))
 
 
@@ -453,14 +482,16 @@ def _warm_up_memory(faults: Sequence[Fault]) -> None:
 
 register(
     FaultSpec(record=MemoryPressure, inject=_memory, needs=ON_NODES | {Need.RAYCHAOS}, colour="#5d2e8c",
-              example={"fraction": 0.2, "host_cap": 0.5, "seconds": 3}, warm_up=_warm_up_memory),
+              example={"fraction": 0.2, "host_cap": 0.5, "seconds": 3}, warm_up=_warm_up_memory,
+              observed=MemoryObserved),
     FaultSpec(record=CpuHog, inject=_cpu, needs=ON_NODES, colour="#29335c", example={"cores": 2, "seconds": 4}),
     FaultSpec(record=FillObjectStore, inject=_object_store, needs=frozenset({Need.STATE_API}), colour="#2e86ab",
-              example={"fraction": 0.8, "seconds": 3}, warm_up=_warm_up_store),
+              example={"fraction": 0.8, "seconds": 3}, warm_up=_warm_up_store, observed=StoreObserved),
     FaultSpec(record=Starve, inject=_starve, needs=frozenset({Need.STATE_API}), colour="#669bbc",
-              example={"seconds": 5, "cpus": 2}),
+              example={"seconds": 5, "cpus": 2}, observed=StarveObserved),
     FaultSpec(record=LimitOpenFiles, inject=_limit_open_files, needs=ON_PROCESSES, colour="#8f2d56",
-              example={"target": {"kind": "actor", "name": "files", "namespace": "raychaos"}, "seconds": 2}),
+              example={"target": {"kind": "actor", "name": "files", "namespace": "raychaos"}, "seconds": 2},
+              observed=OpenFilesObserved),
     FaultSpec(record=FillDisk, inject=_fill_disk, needs=ON_NODES, colour="#6b4226",
               example={"path": "$STORAGE", "seconds": 2}),
 )

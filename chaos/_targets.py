@@ -209,8 +209,9 @@ def _actors(target: ActorTarget, address: str) -> list[RayProcess]:
     rows = list_actors(address=address, filters=filters, limit=10_000, raise_on_missing_output=False)
     if target.class_name:  # Ray records the qualified name: "f.<locals>.Flock" matches "Flock"
         rows = [a for a in rows if target.class_name in (a.class_name, a.class_name.rsplit(".", 1)[-1])]
-    alive = [RayProcess(a.pid, a.node_id, f"{a.class_name} {short(a.actor_id)} pid {a.pid}", a.actor_id,
-                     a.name or None) for a in rows if a.state == "ALIVE" and _placed(a.pid, a.node_id)]
+    alive = [RayProcess(pid=a.pid, node_id=a.node_id, label=f"{a.class_name} {short(a.actor_id)} pid {a.pid}",
+                        actor_id=a.actor_id,
+                        name=a.name or None) for a in rows if a.state == "ALIVE" and _placed(a.pid, a.node_id)]
     if not alive and any(a.state in _COMING for a in rows):
         raise _OnItsWay(f"no live process matches {target.label()} yet: "
                         f"{sorted({a.state for a in rows})} on the cluster at {address}")
@@ -229,8 +230,8 @@ def _tasks(name: str, address: str) -> list[RayProcess]:
 
     rows = list_tasks(address=address, filters=[("name", "=", name), ("state", "=", "RUNNING")],
                       limit=10_000, raise_on_missing_output=False)
-    return [RayProcess(t.worker_pid, t.node_id, f"task {t.name} pid {t.worker_pid}", t.actor_id,
-                    t.name) for t in rows if _placed(t.worker_pid, t.node_id)]
+    return [RayProcess(pid=t.worker_pid, node_id=t.node_id, label=f"task {t.name} pid {t.worker_pid}",
+                       actor_id=t.actor_id, name=t.name) for t in rows if _placed(t.worker_pid, t.node_id)]
 
 
 def _busy_workers(address: str, exclude: frozenset[int]) -> list[RayProcess]:
@@ -240,7 +241,7 @@ def _busy_workers(address: str, exclude: frozenset[int]) -> list[RayProcess]:
                          raise_on_missing_output=False)
     tasks = list_tasks(address=address, filters=[("state", "=", "RUNNING")], limit=10_000,
                        raise_on_missing_output=False)
-    found = {a.pid: RayProcess(a.pid, a.node_id, f"{a.class_name} pid {a.pid}", a.actor_id)
+    found = {a.pid: RayProcess(pid=a.pid, node_id=a.node_id, label=f"{a.class_name} pid {a.pid}", actor_id=a.actor_id)
              for a in actors if _placed(a.pid, a.node_id) and not a.class_name.startswith("ChaosAgent")}
     found.update({t.worker_pid: RayProcess(t.worker_pid, t.node_id, f"task {t.name} pid {t.worker_pid}")
                   for t in tasks if _placed(t.worker_pid, t.node_id) and t.worker_pid not in found

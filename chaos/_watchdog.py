@@ -109,15 +109,15 @@ def diagnose(ref: Any, address: str, *, cancelled: frozenset[str] | set[str] = f
                       raise_on_missing_output=False, timeout=CALL_TIMEOUT)
     if not rows:
         kind, cause = _object_cause(ref)
-        return StuckTask(task_id, "?", "UNKNOWN", cause, kind)
+        return StuckTask(task_id=task_id, name="?", state="UNKNOWN", cause=cause, kind=kind)
     task = max(rows, key=lambda t: t.attempt_number)
     if task_id in cancelled and task.state == "RUNNING":
-        return StuckTask(task_id, task.name, task.state, (
+        return StuckTask(task_id=task_id, name=task.name, state=task.state, cause=(
             f"ray.cancel was called on it, yet it is still RUNNING (attempt {task.attempt_number}, "
             f"worker {task.worker_pid}): the cancel was lost; cancel it again or kill its worker"),
-            StuckCause.CANCEL_LOST)
+            kind=StuckCause.CANCEL_LOST)
     kind, cause = _cause(task, address)
-    return StuckTask(task_id, task.name, task.state, cause, kind)
+    return StuckTask(task_id=task_id, name=task.name, state=task.state, cause=cause, kind=kind)
 
 
 def _object_cause(ref: Any) -> tuple[StuckCause, str]:
@@ -189,7 +189,7 @@ def _is_group(item: Any) -> bool:
 
 def _group_stuck(group_id: str, address: str) -> StuckTask:
     kind, cause = _group_cause(group_id, address)
-    return StuckTask(group_id, "placement group", "PENDING", cause, kind)
+    return StuckTask(task_id=group_id, name="placement group", state="PENDING", cause=cause, kind=kind)
 
 
 def _group_cause(group_id: str, address: str) -> tuple[StuckCause, str]:

@@ -24,8 +24,8 @@ from typing import Any, ClassVar, Literal
 from chaos._byvalue import by_value
 from chaos._context import FaultContext, Injection, driver_node, node_of
 from chaos._errors import FaultIneffective, InvalidFaultSpec, TargetNotFound
-from chaos._journal import Observed
 from chaos._kinds import Fault, FaultKind, FaultSpec, Need, number_in, register
+from chaos._observed import Observed
 from chaos._targets import NodeTarget, RayProcess
 
 __all__ = ["MAX_FILES", "CorruptFile", "Corruption"]

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from hypothesis import given
+from pydantic import ValidationError
 
 from chaos import (
     ActorTarget,
@@ -26,6 +27,7 @@ from chaos import (
     delayed,
     strategies,
 )
+from chaos._resource_faults import MemoryObserved
 from chaos.engine import FaultStatus, MemoryOutcome, fault_from_dict, fault_to_dict, rpc_delay_env
 from chaos.errors import InvalidFaultSpec, JournalCorrupt
 from chaos.journal import (
@@ -133,16 +135,30 @@ def test_every_event_kind_reads_back_as_written(tmp_path: Path) -> None:
     schedule = Schedule.explicit([(0.5, Kill(A)), (1.0, CpuHog(cores=1, seconds=2.0))])
     events = [StartEvent(seed=7, schedule=schedule.planned(), scenario="s", source="builtin:s", run="chaos"),
               FaultEvent(kind="inject", at=0.5, fault=Kill(A), pid=9, observed=Observed(pids=(1, 2), name="w")),
-              FaultEvent(kind="heal", at=1.0, fault=CpuHog(cores=1, seconds=2.0),
-                         observed=Observed(memory_outcome=MemoryOutcome.OOM_KILLED, peak_bytes=3)),
+              FaultEvent(kind="heal", at=1.0, fault=MemoryPressure(fraction=0.1, seconds=2.0),
+                         observed=MemoryObserved(memory_outcome=MemoryOutcome.OOM_KILLED, peak_bytes=3)),
               RecoverEvent(at=0.5, fault=Kill(A), outcome="recovered", seconds=0.25),
               EndEvent(outcome="completed", faults=(FaultStatus.INJECTED,),
                        verdicts=(VerdictEntry(name="x", held=False, detail="d"),))]
     with Journal(path) as journal:
         for event in events:
             journal.record(event)
-    assert list(read_journal(path)) == events
+    read = list(read_journal(path))
+    assert read == events
+    assert type(read[2].observed) is MemoryObserved  # type: ignore[union-attr]  # its kind's own type
     assert Schedule.from_journal(events) == Schedule(schedule.entries)
+
+
+def test_an_event_observes_only_what_its_kind_observes(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="a cpu event's observation is Observed, not MemoryObserved"):
+        FaultEvent(kind="heal", fault=CpuHog(cores=1, seconds=2.0), observed=MemoryObserved(peak_bytes=3))
+    path = tmp_path / "journal.jsonl"
+    line = FaultEvent(kind="heal", fault=MemoryPressure(fraction=0.1, seconds=2.0),
+                      observed=MemoryObserved(peak_bytes=3)).model_dump_json()
+    path.write_text(line + "\n" + line.replace('"memory"', '"cpu"', 1).replace(
+        '"fraction":0.1', '"cores":1').replace(',"host_cap":0.8,"node":null', '') + "\n")
+    with pytest.raises(JournalCorrupt, match=r"journal\.jsonl:2 is not a journal event"):
+        list(read_journal(str(path)))
 
 
 def test_delays_are_seeded_and_reproducible(monkeypatch: pytest.MonkeyPatch) -> None:

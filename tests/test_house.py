@@ -212,6 +212,45 @@ def test_no_exported_signature_or_record_carries_an_untyped_dict() -> None:
     assert leaks == []
 
 
+# -- records built with keywords -------------------------------------------------------------
+
+#: Positional arguments a record may be built with: past three, a reader counts fields.
+MOST_POSITIONAL = 3
+
+
+def _is_dataclass(node: ast.ClassDef) -> bool:
+    return any(getattr(d.func if isinstance(d, ast.Call) else d, "id", None) == "dataclass"
+               or getattr(d.func if isinstance(d, ast.Call) else d, "attr", None) == "dataclass"
+               for d in node.decorator_list)
+
+
+def record_names(trees: list[ast.Module]) -> set[str]:
+    """The records' class names: a dataclass's, unless a plain class shares it."""
+    classes = [n for tree in trees for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
+    return {c.name for c in classes if _is_dataclass(c)} - {c.name for c in classes if not _is_dataclass(c)}
+
+
+def positional_records(tree: ast.Module, records: set[str]) -> list[str]:
+    """Calls that build a record with more than ``MOST_POSITIONAL`` positional arguments."""
+    return [f"{getattr(n.func, 'id', getattr(n.func, 'attr', '?'))}:{n.lineno}" for n in ast.walk(tree)
+            if isinstance(n, ast.Call) and getattr(n.func, "id", getattr(n.func, "attr", None)) in records
+            and len(n.args) > MOST_POSITIONAL and not any(isinstance(a, ast.Starred) for a in n.args)]
+
+
+def test_the_record_scan_sees_a_record_built_by_position() -> None:
+    tree = ast.parse("@dataclass(frozen=True)\nclass R:\n    a: int\n\nR(1, 2, 3, 4)\nR(1, 2, 3)\nR(a=1)\n")
+    assert positional_records(tree, record_names([tree])) == ["R:5"]
+
+
+def test_records_are_built_with_keywords() -> None:
+    trees = {path: ast.parse(path.read_text(encoding="utf-8")) for path in modules().values()}
+    records = record_names(list(trees.values()))
+    assert len(records) > 150  # the scan saw the records
+    found = [f"{path.relative_to(ROOT)}: {call}" for path, tree in trees.items()
+             for call in positional_records(tree, records)]
+    assert found == []
+
+
 # -- one schedule loop ------------------------------------------------------------------------
 
 

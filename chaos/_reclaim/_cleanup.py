@@ -95,7 +95,8 @@ def _labelled_processes() -> list[tuple[int, Owner]]:
 
 
 def _processes() -> list[Leftover]:
-    return [Leftover(_describe(pid), owner, _ownership(owner), 1, functools.partial(_kill, pid))
+    return [Leftover(what=_describe(pid), owner=owner, ownership=_ownership(owner), order=1,
+                     remove=functools.partial(_kill, pid))
             for pid, owner in _labelled_processes()]
 
 
@@ -106,15 +107,16 @@ def _fault_filesystems() -> list[Leftover]:
     for mount, held in mount_owners().items():
         # A mount whose server is gone is dead: nothing can serve it again.
         ownership = Ownership.ENDED if held.server is None else _ownership(held.owner)
-        found.append(Leftover(f"fault filesystem {mount}", held.owner, ownership, 0,
-                              functools.partial(held.remove, mount)))
+        found.append(Leftover(what=f"fault filesystem {mount}", owner=held.owner, ownership=ownership, order=0,
+                              remove=functools.partial(held.remove, mount)))
     return found
 
 
 def _tmpfs() -> list[Leftover]:
     from chaos.disks._capped import capped_mounts, release_capped
 
-    return [Leftover(f"tmpfs {point}", owner, _ownership(owner), 2, functools.partial(release_capped, point))
+    return [Leftover(what=f"tmpfs {point}", owner=owner, ownership=_ownership(owner), order=2,
+                     remove=functools.partial(release_capped, point))
             for point, owner in capped_mounts().items()]
 
 
@@ -127,7 +129,8 @@ def _network() -> list[Leftover]:
         return []
     # After processes and mounts: namespaces (what runs in them first), tables, links, bridges.
     order = {LabObjectKind.NAMESPACE: 3, LabObjectKind.TABLE: 4, LabObjectKind.LINK: 5, LabObjectKind.BRIDGE: 6}
-    return [Leftover(str(obj), obj.owner, _ownership(obj.owner), order[obj.kind], obj.delete) for obj in lab_objects()]
+    return [Leftover(what=str(obj), owner=obj.owner, ownership=_ownership(obj.owner), order=order[obj.kind],
+                     remove=obj.delete) for obj in lab_objects()]
 
 
 @dataclass(frozen=True, slots=True)

@@ -301,8 +301,8 @@ class ChaosAgent:
         """
         proc = check_target(pid, agent_pid=os.getpid(), driver_pids=driver_pids,
                             allow_raylet=allow_raylet)
-        entry = _Pause(proc.create_time(), next(self._tokens),
-                       _spawn_healer(pid, proc.create_time(), time.time() + seconds + STOP_TIMEOUT), owner)
+        entry = _Pause(created=proc.create_time(), token=next(self._tokens),
+                       healer=_spawn_healer(pid, proc.create_time(), time.time() + seconds + STOP_TIMEOUT), owner=owner)
         with self._lock:  # signals are sent under the lock: a resume's SIGCONT cannot overtake
             earlier, self._paused[pid] = self._paused.get(pid), entry
             proc.send_signal(signals.SIGSTOP)

@@ -90,7 +90,7 @@ def fill(path: str) -> Filled:
     if after > 0:
         unfill(ballast, confirm=False)
         raise FaultIneffective(f"{path} still had {after} bytes free after writing {written}")
-    return Filled(ballast, written, before, after)
+    return Filled(ballast=ballast, bytes=written, free_before=before, free_after=after)
 
 
 def unfill(ballast: str, *, confirm: bool = True) -> int:

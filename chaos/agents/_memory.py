@@ -128,8 +128,9 @@ def allocate(fraction: float, host_cap: float, seconds: float, path: str) -> int
             began = time.monotonic()
             blocks.append(_resident_block())
             slowest = max(slowest, time.monotonic() - began)
-            _report(path, MemoryProgress(max(0, me.memory_info().rss - base), 1 - used.available / used.total,
-                                         False, len(blocks), time.monotonic() - start, slowest))
+            _report(path, MemoryProgress(resident=max(0, me.memory_info().rss - base),
+                                         host_used=1 - used.available / used.total, cannot=False, blocks=len(blocks),
+                                         seconds=time.monotonic() - start, slowest=slowest))
         else:
             time.sleep(0.05)  # at the target: hold until the deadline (or Ray kills us)
     return sum(len(b) for b in blocks)

@@ -30,8 +30,8 @@ from typing import ClassVar, Literal
 from chaos._context import FaultContext, Injection, driver_node
 from chaos._errors import FaultIneffective, InvalidFaultSpec, TargetNotFound
 from chaos._faults import STORAGE
-from chaos._journal import Observed
 from chaos._kinds import Fault, FaultKind, FaultSpec, Need, duration, number_in, register
+from chaos._observed import Observed
 from chaos._targets import RayProcess
 from chaos._wait import wait_until
 from chaos.disks._fuse_faults import DEFAULT_ERROR_OPS, MAX_FAULT_SECONDS, MAX_STALL_SECONDS, OPS
@@ -324,7 +324,8 @@ def _slow(fs: FaultFS, fault: SlowDisk, steps: Record, within: float, grace: flo
             raise _ineffective(steps, fault, f"a probe {op} took {took:.3f} s, not {fault.latency:g} s")
         if took is None:
             took = _seen(fs, "delayed", within, steps, fault)
-        event = DiskEvent("inject", fault, f"{op or 'a workload operation'} delayed {took:.3f} s", took)
+        event = DiskEvent(kind="inject", fault=fault, outcome=f"{op or 'a workload operation'} delayed {took:.3f} s",
+                          measured=took)
         steps(event)
         yield DiskInjection(fault, fs.mount, event)
     finally:
@@ -333,13 +334,14 @@ def _slow(fs: FaultFS, fault: SlowDisk, steps: Record, within: float, grace: flo
     if op is None:  # nothing a probe can time: the server's own state says the latency is off
         if fs.state().latency:
             raise _ineffective(steps, fault, f"the latency is still on after the heal: {fs.state().latency}")
-        steps(DiskEvent("heal", fault, "latency off (read back from the fault filesystem)", None))
+        steps(DiskEvent(kind="heal", fault=fault, outcome="latency off (read back from the fault filesystem)",
+                        measured=None))
         return
     after = _fastest_probe(op, fs, under=0.5 * fault.latency)
     if after >= 0.5 * fault.latency:
         raise _ineffective(steps, fault, f"each of {HEAL_PROBES} probe {op}s still took {after:.3f} s "
                                          "or more after the heal")
-    steps(DiskEvent("heal", fault, f"latency off; a probe {op} took {after:.3f} s", after))
+    steps(DiskEvent(kind="heal", fault=fault, outcome=f"latency off; a probe {op} took {after:.3f} s", measured=after))
 
 
 #: Probes a heal may take to show a fast operation: one alone can be slow on a loaded machine
@@ -397,7 +399,8 @@ def _stall(fs: FaultFS, fault: StallDisk, steps: Record, within: float, grace: f
                 from None
         if done.is_set():
             raise _ineffective(steps, fault, "the probe was released while the stall was on")
-        event = DiskEvent("inject", fault, f"an operation on {fault.glob!r} blocked", time.monotonic() - start)
+        event = DiskEvent(kind="inject", fault=fault, outcome=f"an operation on {fault.glob!r} blocked",
+                          measured=time.monotonic() - start)
         steps(event)
         yield DiskInjection(fault, fs.mount, event)
     finally:
@@ -423,7 +426,8 @@ def _failing(fs: FaultFS, fault: FailingDisk, steps: Record, within: float,
             raise _ineffective(steps, fault, f"a probe write to {probe} got {seen}, not {fault.errno}")
         if got is None:
             _seen(fs, f"errno.{fault.code}", within, steps, fault)
-        event = DiskEvent("inject", fault, f"an operation on {fault.glob!r} failed with {fault.errno}", fault.code)
+        event = DiskEvent(kind="inject", fault=fault,
+                          outcome=f"an operation on {fault.glob!r} failed with {fault.errno}", measured=fault.code)
         steps(event)
         yield DiskInjection(fault, fs.mount, event)
     finally:
@@ -460,13 +464,14 @@ def _power_loss(fs: FaultFS, fault: PowerLoss, steps: Record, within: float,
     if os.path.exists(probe):
         os.unlink(probe)
         raise _ineffective(steps, fault, f"an unsynced probe file {probe} survived the power loss")
-    event = DiskEvent("inject", fault, f"unsynced writes dropped: {lost.files_reverted} files reverted, "
-                                       f"{lost.bytes_cut} bytes cut, {lost.names_undone} name changes undone, "
-                                       f"{lost.handles_killed} open handles dead", lost.bytes_cut)
+    event = DiskEvent(kind="inject", fault=fault, measured=lost.bytes_cut,
+                      outcome=f"unsynced writes dropped: {lost.files_reverted} files reverted, {lost.bytes_cut} bytes "
+                              f"cut, {lost.names_undone} name changes undone, {lost.handles_killed} open handles dead")
     steps(event)
-    yield DiskInjection(fault, fs.mount, event, lost)
+    yield DiskInjection(fault=fault, mount=fs.mount, confirmed=event, power_loss=lost)
     took = _timed_op("fsync", probe)  # nothing to heal: the disk answers again, as after a reboot
-    steps(DiskEvent("heal", fault, f"the mount answers: a probe write and fsync took {took:.3f} s", took))
+    steps(DiskEvent(kind="heal", fault=fault, outcome=f"the mount answers: a probe write and fsync took {took:.3f} s",
+                    measured=took))
 
 
 _INJECTORS: dict[type, Callable[..., contextlib.AbstractContextManager[DiskInjection]]] = {

@@ -150,7 +150,7 @@ class Volatile:
     def added(self, parent: str, name: str) -> None:
         key = self.dir_key(parent)
         ino = os.stat(name, dir_fd=self._dir_fds[key], follow_symlinks=False).st_ino
-        self._names.append(NameChange(NameKind.ADDED, (key,), (name,), ino, pending={key}))
+        self._names.append(NameChange(kind=NameKind.ADDED, dirs=(key,), names=(name,), ino=ino, pending={key}))
 
     def remove(self, parent: str, name: str) -> None:
         """Unlink or rmdir ``parent/name`` by moving it to the graveyard, and log it."""
@@ -159,14 +159,15 @@ class Volatile:
         ino = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_ino
         grave = str(next(self._grave_names))
         os.rename(name, grave, src_dir_fd=dir_fd, dst_dir_fd=self._grave_fd)
-        self._names.append(NameChange(NameKind.REMOVED, (key,), (name,), ino, grave, pending={key}))
+        self._names.append(NameChange(kind=NameKind.REMOVED, dirs=(key,), names=(name,), ino=ino, grave=grave,
+                                      pending={key}))
 
     def rename(self, src: tuple[str, str], dst: tuple[str, str]) -> None:
         """Rename ``src`` (parent, name) to ``dst``, keeping a replaced file in the graveyard."""
         keys = (self.dir_key(src[0]), self.dir_key(dst[0]))
         src_fd, dst_fd = self._dir_fds[keys[0]], self._dir_fds[keys[1]]
         ino = os.stat(src[1], dir_fd=src_fd, follow_symlinks=False).st_ino
-        change = NameChange(NameKind.RENAMED, keys, (src[1], dst[1]), ino, pending=set(keys))
+        change = NameChange(kind=NameKind.RENAMED, dirs=keys, names=(src[1], dst[1]), ino=ino, pending=set(keys))
         with contextlib.suppress(FileNotFoundError):
             target = os.stat(dst[1], dir_fd=dst_fd, follow_symlinks=False)
             if stat.S_ISDIR(target.st_mode):  # only an empty one can be replaced: remade on undo
@@ -213,7 +214,7 @@ class Volatile:
         undone = len(self._names)
         self._names.clear()
         self.close_dirs()
-        return PowerLossReport(files, cut, pages, undone)
+        return PowerLossReport(files_reverted=files, bytes_cut=cut, pages_restored=pages, names_undone=undone)
 
     def _revert(self, dirty: _Dirty) -> int:
         size = os.fstat(dirty.fd).st_size

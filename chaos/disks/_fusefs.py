@@ -168,14 +168,16 @@ class FaultFS:
         """Drop every write no fsync covered; handles open now fail with ``EIO`` from here on
         (their processes did not survive the power loss). Stop the writers first."""
         reply = self._send({"op": "power_loss"})
-        return PowerLossResult(reply["files_reverted"], reply["bytes_cut"], reply["pages_restored"],
-                               reply["names_undone"], reply["handles_killed"], tuple(reply["killed_paths"]))
+        return PowerLossResult(files_reverted=reply["files_reverted"], bytes_cut=reply["bytes_cut"],
+                               pages_restored=reply["pages_restored"], names_undone=reply["names_undone"],
+                               handles_killed=reply["handles_killed"], killed_paths=tuple(reply["killed_paths"]))
 
     def state(self) -> FaultFSState:
         reply = self._send({"op": "state"})
         errors = tuple((int(c), str(g), tuple(o)) for c, g, o in reply["errors"])
-        return FaultFSState(reply["latency"], reply["stall"], errors, reply["counts"],
-                            reply["unsynced_files"], reply["unsynced_names"], reply["pid"], reply["backing"])
+        return FaultFSState(latency=reply["latency"], stall=reply["stall"], errors=errors, counts=reply["counts"],
+                            unsynced_files=reply["unsynced_files"], unsynced_names=reply["unsynced_names"],
+                            pid=reply["pid"], backing=reply["backing"])
 
 
 def _bound(until: float | None) -> dict[str, float]:
@@ -243,7 +245,7 @@ def _start(backing: str, mount: str, work: str) -> tuple[FaultFS, subprocess.Pop
              "--fsname", f"{FSNAME}@{control}", "--workdir", work],
             stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             env={**os.environ, OWNER_ENV: str(me())})  # its driver, for `raychaos cleanup`
-    fs = FaultFS(os.path.realpath(mount), os.path.realpath(backing), control, proc.pid)
+    fs = FaultFS(mount=os.path.realpath(mount), backing=os.path.realpath(backing), control=control, pid=proc.pid)
     try:
         wait_until(lambda: _up(fs, proc, work), timeout=_START_TIMEOUT, what=f"the fault filesystem at {mount}")
     except (HangError, InvalidConfig):
@@ -372,8 +374,8 @@ def connect(mount: str) -> FaultFS:
     if not control:
         raise TargetNotFound(f"no fault filesystem is mounted at {mount!r} (mounted: {fuse_mounts_left()}); "
                              "mount one with chaos.cluster.fault_filesystem, or give its mount point")
-    state = FaultFS(real, "", control, 0).state()
-    return FaultFS(real, state.backing, control, state.pid)
+    state = FaultFS(mount=real, backing="", control=control, pid=0).state()
+    return FaultFS(mount=real, backing=state.backing, control=control, pid=state.pid)
 
 
 @dataclass(frozen=True, slots=True)

@@ -165,8 +165,8 @@ def _kill(fault: KillRedis, server: RedisServer, gcs_pid: int, journal: Callable
     server.command("SET", sentinel, "1")
     entries = _entries(server)
     pid = server.kill()
-    event = RedisEvent("inject", fault.KIND, time.monotonic(),
-                       f"redis-server pid {pid} SIGKILLed holding {entries} entries; {server.address} refuses "
+    event = RedisEvent(step="inject", kind=fault.KIND, at=time.monotonic(),
+                       detail=f"redis-server pid {pid} SIGKILLed holding {entries} entries; {server.address} refuses "
                        "connections")
     journal(event)
 
@@ -178,8 +178,8 @@ def _kill(fault: KillRedis, server: RedisServer, gcs_pid: int, journal: Callable
                                    f"it held when killed{'' if kept else ', nor the sentinel written last'}: "
                                    "its append-only file did not keep them")
         server.command("DEL", sentinel)
-        journal(RedisEvent("heal", fault.KIND, time.monotonic(),
-                           f"redis-server restarted as pid {new} {'with' if fault.keep_data else 'without'} "
+        journal(RedisEvent(step="heal", kind=fault.KIND, at=time.monotonic(),
+                           detail=f"redis-server restarted as pid {new} {'with' if fault.keep_data else 'without'} "
                            f"its data: {back - kept} entries"))
     return event, heal
 
@@ -202,13 +202,14 @@ def _client_kill(fault: RedisClientKill, server: RedisServer, gcs_pid: int,
     if killed != len(ids) or left:
         raise FaultIneffective(f"CLIENT KILL closed {killed} of the GCS's {len(ids)} connections; still open: "
                                f"{sorted(left)}")
-    event = RedisEvent("inject", fault.KIND, time.monotonic(),
-                       f"CLIENT KILL closed all {killed} connections of gcs_server pid {gcs_pid}; the server stays up")
+    event = RedisEvent(step="inject", kind=fault.KIND, at=time.monotonic(),
+                       detail=f"CLIENT KILL closed all {killed} connections of gcs_server pid {gcs_pid}; the server "
+                              "stays up")
     journal(event)
 
     def heal() -> None:
-        journal(RedisEvent("heal", fault.KIND, time.monotonic(),
-                           "nothing to heal: the server is up; connecting again is the GCS's part"))
+        journal(RedisEvent(step="heal", kind=fault.KIND, at=time.monotonic(),
+                           detail="nothing to heal: the server is up; connecting again is the GCS's part"))
     return event, heal
 
 
@@ -221,8 +222,8 @@ def _idle_timeout(fault: RedisIdleTimeout, server: RedisServer, gcs_pid: int,
         now = _config_timeout(server)
         if now != old:
             raise FaultIneffective(f"CONFIG SET timeout {old} left the server's timeout at {now}")
-        journal(RedisEvent("heal", fault.KIND, time.monotonic(),
-                           f"timeout set back to {old}; {_closed_text(server, gcs_pid, held)}"))
+        journal(RedisEvent(step="heal", kind=fault.KIND, at=time.monotonic(),
+                           detail=f"timeout set back to {old}; {_closed_text(server, gcs_pid, held)}"))
 
     with socket.create_connection(("127.0.0.1", server.port), timeout=1.0) as idle:
         server.command("CONFIG", "SET", "timeout", fault.timeout)
@@ -231,8 +232,8 @@ def _idle_timeout(fault: RedisIdleTimeout, server: RedisServer, gcs_pid: int,
         except BaseException:
             heal()  # set, but not confirmed: set back before the fault is reported ineffective
             raise
-    event = RedisEvent("inject", fault.KIND, time.monotonic(),
-                       f"timeout {old} -> {fault.timeout} s; an idle connection was closed by the server "
+    event = RedisEvent(step="inject", kind=fault.KIND, at=time.monotonic(),
+                       detail=f"timeout {old} -> {fault.timeout} s; an idle connection was closed by the server "
                        f"{took:.1f} s later")
     journal(event)
     return event, heal

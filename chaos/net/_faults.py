@@ -260,7 +260,8 @@ def _drop_rule(rule: dict[str, Any], hooked: dict[tuple[str | None, str], bool])
         elif "counter" in expr:
             packets = int(expr["counter"]["packets"])
     chain = str(rule["chain"])
-    return DropRule(chain, hooked.get((rule.get("table"), chain), False), addresses, percent, packets)
+    return DropRule(chain=chain, hooked=hooked.get((rule.get("table"), chain), False), addresses=addresses,
+                    percent=percent, packets=packets)
 
 
 def read_table(node: NetNode, name: str) -> tuple[DropRule, ...] | None:

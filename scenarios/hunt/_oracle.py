@@ -367,8 +367,9 @@ class KnownFinding:
 #: restart or not); the hunt saw it only with both faults, so it is known only under both.
 KNOWN: tuple[KnownFinding, ...] = (
     KnownFinding(StepKind.CANCEL, Seen.CANCEL_LOST, "findings/cancel_lost_under_load.py"),
-    KnownFinding(StepKind.CALL, Seen.HANG, "findings/actor_call_hangs_after_gcs_restart_with_rpc_failures.py",
-                 frozenset({FaultKind.GCS_RESTART, FaultKind.RPC_FAILURES})),
+    KnownFinding(step=StepKind.CALL, seen=Seen.HANG,
+                 script="findings/actor_call_hangs_after_gcs_restart_with_rpc_failures.py",
+                 under=frozenset({FaultKind.GCS_RESTART, FaultKind.RPC_FAILURES})),
 )
 
 
@@ -415,7 +416,7 @@ def judge(program: Program, landed: Sequence[Fault], seen: dict[int, Observed | 
         wrong = _judged(step, outcome, observed)
         if wrong is not None:
             what, detail = wrong
-            failures.append(Failure(Signature(step.kind, faults, what, detail), index,
+            failures.append(Failure(Signature(step=step.kind, faults=faults, seen=what, detail=detail), index,
                                     f"step {index} {step}: expected {outcome}, saw {observed}"))
     return failures
 

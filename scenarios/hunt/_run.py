@@ -146,7 +146,8 @@ class Interpreter:
             processes = self.processes()  # while the marks are there
         failures = [*judge(self.program, self.landed, self.seen, processes=processes), *failures]
         slowest = max((o.seconds for o in self.seen.values() if isinstance(o, Observed)), default=0.0)
-        return ProgramVerdict(self.program, tuple(self.landed), tuple(self.missed), tuple(failures), slowest)
+        return ProgramVerdict(program=self.program, landed=tuple(self.landed), missed=tuple(self.missed),
+                              failures=tuple(failures), slowest=slowest)
 
     def _drive(self) -> list[Failure]:
         """Submit every step and land every fault; a raise here is the driver crashing."""
@@ -159,7 +160,8 @@ class Interpreter:
                 for fault in (f for f in self.program.faults if f.after == index):
                     self.land(fault)
         except Exception as exc:  # noqa: BLE001 - the driver must never raise: a finding
-            return [Failure(Signature(None, self._fault_kinds(), Seen.DRIVER_CRASH, type(exc).__name__),
+            return [Failure(Signature(step=None, faults=self._fault_kinds(), seen=Seen.DRIVER_CRASH,
+                                      detail=type(exc).__name__),
                             -1, f"the driver raised {exc!r}")]
         return []
 
@@ -624,4 +626,5 @@ def run_program(program: Program, *, address: str, bound: float = BOUND, cluster
     (a GCS killed without Redis would take the cluster with it). ``rpc_failures``: ``cluster``
     also has the node :func:`scenarios.hunt._rpc.add_rpc_node` adds, where RPC_FAILURES victims
     run; without it they are missed."""
-    return Interpreter(program, address, bound, cluster, gcs_restart, rpc_failures).run()
+    return Interpreter(program=program, address=address, bound=bound, cluster=cluster, gcs_restart=gcs_restart,
+                       rpc_failures=rpc_failures).run()

@@ -59,21 +59,22 @@ def _step(draw: Any, steps: list[Step]) -> Step:
     if kind is StepKind.PUT:
         return Put(const)
     if kind is StepKind.TASK:
-        return Task(const, _args(draw, steps), draw(st.sampled_from([0, 0, 1, 2])), draw(st.booleans()),
-                    draw(st.booleans()), draw(st.booleans()))
+        return Task(const=const, args=_args(draw, steps), max_retries=draw(st.sampled_from([0, 0, 1, 2])),
+                    retry_exceptions=draw(st.booleans()), flaky=draw(st.booleans()), boxed=draw(st.booleans()))
     if kind is StepKind.ACTOR:
-        return Actor(const, _args(draw, steps), draw(st.sampled_from([0, 1, -1])), draw(st.sampled_from([0, 1, -1])),
-                     draw(st.sampled_from(list(Naming))))
+        return Actor(const=const, args=_args(draw, steps), max_restarts=draw(st.sampled_from([0, 1, -1])),
+                     max_task_retries=draw(st.sampled_from([0, 1, -1])), naming=draw(st.sampled_from(list(Naming))))
     if kind is StepKind.CALL:
         actor = draw(st.sampled_from(actors))
-        return Call(actor, const, _unordered_safe(steps, actor, _args(draw, steps)), draw(st.booleans()))
+        return Call(actor=actor, const=const, args=_unordered_safe(steps, actor, _args(draw, steps)),
+                    boxed=draw(st.booleans()))
     if kind is StepKind.STREAM:
         count = draw(st.integers(1, 4))
-        return Stream(const, count, draw(st.integers(0, count)), _args(draw, steps))
+        return Stream(const=const, count=count, take=draw(st.integers(0, count)), args=_args(draw, steps))
     if kind is StepKind.WAIT:
         sources = tuple(sorted(draw(st.lists(st.sampled_from(gettable), min_size=1, max_size=3, unique=True))))
-        return Wait(sources, draw(st.integers(1, len(sources))), draw(st.sampled_from([None, 0.0, 0.5])),
-                    draw(st.booleans()))
+        return Wait(sources=sources, num_returns=draw(st.integers(1, len(sources))),
+                    timeout=draw(st.sampled_from([None, 0.0, 0.5])), fetch_local=draw(st.booleans()))
     return Cancel(const, draw(st.booleans()))
 
 

@@ -59,7 +59,7 @@ def blocking_method(address: str) -> Result:
     mistake = _ping_latency(remote(_SyncService, num_cpus=0).remote())
     fix = _ping_latency(remote(_AsyncService, num_cpus=0).remote())
     # Ideally 2 s (behind all of slow()) against a round trip; the fix must save half of it.
-    return [Measure("ping latency during slow()", "s", mistake, fix, margin=1.0)], []
+    return [Measure(what="ping latency during slow()", unit="s", mistake=mistake, fix=fix, margin=1.0)], []
 
 
 class _Idle:
@@ -90,7 +90,7 @@ def leaked_actors(address: str) -> Result:
     ray.wait([ended], timeout=TIMEOUT)
     wait_until(lambda: free_cpus(address) >= before, timeout=TIMEOUT, what="the ended actors' CPUs to return")
     states = sorted(actor_state(address, a) for a in actors)
-    return ([Measure("CPUs held by finished actors", "CPUs", held, before - free_cpus(address))],
+    return ([Measure(what="CPUs held by finished actors", unit="CPUs", mistake=held, fix=before - free_cpus(address))],
             [f"after ray.kill and exit_actor the two actors are {' and '.join(states)}"])
 
 
@@ -134,7 +134,7 @@ def restarts_without_state(address: str) -> Result:
     with tempfile.TemporaryDirectory(prefix="raychaos-lesson-") as root:
         counter = remote(CheckpointedCounter, **opts).remote(root, durability="wal", every_n=100)
         saved = _lost_after_kill(counter, 10)
-    return [Measure("adds lost to one SIGKILL", "of 10", plain, saved)], []
+    return [Measure(what="adds lost to one SIGKILL", unit="of 10", mistake=plain, fix=saved)], []
 
 
 LESSONS: tuple[Lesson, ...] = (blocking_method, leaked_actors, restarts_without_state,)

@@ -49,7 +49,8 @@ def run_lesson(item: Lesson, *, address: str | None = None) -> LessonResult:
     start = time.monotonic()
     with _cluster_for(item, address) as addr:
         measures, notes = item.run(addr)
-    return LessonResult(item, tuple(measures), round(time.monotonic() - start, 2), tuple(notes))
+    return LessonResult(lesson=item, measures=tuple(measures), seconds=round(time.monotonic() - start, 2),
+                        notes=tuple(notes))
 
 
 @contextmanager

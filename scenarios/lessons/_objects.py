@@ -49,8 +49,9 @@ def get_then_put(address: str) -> Result:
     mistake_s, fix_s = _hand_offs(task, data)
     _, fix_bytes = _store_objects(address, [data])
     del data
-    return [Measure("bytes in the object store", "MiB", mistake_bytes / 2**20, fix_bytes / 2**20),
-            Measure("time to hand the data to a task (best of 5)", "s", mistake_s, fix_s, margin=0.002)], []
+    return [Measure(what="bytes in the object store", unit="MiB", mistake=mistake_bytes / 2**20, fix=fix_bytes / 2**20),
+            Measure(what="time to hand the data to a task (best of 5)", unit="s", mistake=mistake_s, fix=fix_s,
+                    margin=0.002)], []
 
 
 def _hand_offs(task: Any, data: Any) -> tuple[float, float]:
@@ -89,8 +90,8 @@ def held_refs(address: str) -> Result:
     del refs  # the fix: nothing refers to the results any more
     wait_until(lambda: _stored(address, hexes)[0] == 0, timeout=TIMEOUT, what="the dropped objects to be freed")
     left, left_bytes = _stored(address, hexes)
-    return [Measure("objects pinned after use", "objects", held, left),
-            Measure("bytes pinned after use", "MiB", held_bytes / 2**20, left_bytes / 2**20)], []
+    return [Measure(what="objects pinned after use", unit="objects", mistake=held, fix=left),
+            Measure(what="bytes pinned after use", unit="MiB", mistake=held_bytes / 2**20, fix=left_bytes / 2**20)], []
 
 
 def _small(i: int) -> int:
@@ -111,7 +112,7 @@ def get_in_loop(address: str) -> Result:
     one_by_one = min(timed(lambda: [ray.get(r, timeout=TIMEOUT) for r in refs]) for _ in range(5))
     batched = min(timed(lambda: ray.get(refs, timeout=TIMEOUT)) for _ in range(5))
     # ~3.6 ms against ~1.7 here; best-of-5 figures vary by ~0.2 ms, so the fix must win by 0.5.
-    return [Measure("time to fetch 300 ready results (best of 5)", "s", one_by_one, batched,
+    return [Measure(what="time to fetch 300 ready results (best of 5)", unit="s", mistake=one_by_one, fix=batched,
                     margin=0.0005)], []
 
 

@@ -52,9 +52,9 @@ def undeclared_gpu(address: str) -> Result:
     # Ideally 3 s (three waves of two on the CPUs) against 2 (the GPU's two beside two waves);
     # here 3.02-3.03 against 2.01 with the GPU's worker started first (without it, 3.04 against
     # 3.75 once under a suite's load: two GPU worker starts inside the timing).
-    return [Measure("time for 2 training + 4 env tasks", "s", mistake, fix, margin=0.1),
-            Measure("training tasks that got the GPU", "of 2", on_gpu(mistake_train), on_gpu(fix_train),
-                    better="higher")], []
+    return [Measure(what="time for 2 training + 4 env tasks", unit="s", mistake=mistake, fix=fix, margin=0.1),
+            Measure(what="training tasks that got the GPU", unit="of 2", mistake=on_gpu(mistake_train),
+                    fix=on_gpu(fix_train), better="higher")], []
 
 
 def _train(seconds: float) -> int:
@@ -71,8 +71,8 @@ def _train(seconds: float) -> int:
             "keeps three other tasks out.")
 def over_request(address: str) -> Result:
     n = 2 * all_cpus_free(address)
-    return [Measure(f"{n} I/O tasks running at once", "tasks", concurrency(n, HOLD, num_cpus=2),
-                    concurrency(n, HOLD, num_cpus=0.5), better="higher")], []
+    return [Measure(what=f"{n} I/O tasks running at once", unit="tasks", mistake=concurrency(n, HOLD, num_cpus=2),
+                    fix=concurrency(n, HOLD, num_cpus=0.5), better="higher")], []
 
 
 class _Peer:
@@ -134,10 +134,10 @@ def placement_groups(address: str) -> Result:
     packed_nodes, packed_ms = _pair({"scheduling_strategy": PlacementGroupSchedulingStrategy(group)})
     remove_placement_group(group)
     ray.kill(busy)
-    return [Measure("nodes the two actors span", "nodes", free_nodes, packed_nodes),
+    return [Measure(what="nodes the two actors span", unit="nodes", mistake=free_nodes, fix=packed_nodes),
             # ~54 ms across nodes against ~15 within one; medians of 5 vary by a few ms.
-            Measure("a 16 MiB object from one to the other (median of 5)", "ms", free_ms, packed_ms,
-                    margin=15)], []
+            Measure(what="a 16 MiB object from one to the other (median of 5)", unit="ms", mistake=free_ms,
+                    fix=packed_ms, margin=15)], []
 
 
 def _crash(tally: str) -> None:
@@ -182,7 +182,8 @@ def max_retries_zero(address: str) -> Result:
             seen = 1
         notes.append(f"the fix's WorkerCrashedError reached the driver after {time.monotonic() - start:.2f} s")
         fix = _crashes(f"{tmp}/shown") - seen
-    return [Measure("worker crashes the driver was not told of (5 s)", "crashes", mistake, fix)], notes
+    return [Measure(what="worker crashes the driver was not told of (5 s)", unit="crashes", mistake=mistake,
+                    fix=fix)], notes
 
 
 LESSONS: tuple[Lesson, ...] = (undeclared_gpu, over_request, placement_groups, max_retries_zero,)

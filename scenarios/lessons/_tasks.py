@@ -39,7 +39,7 @@ def global_state(address: str) -> Result:
     ray.get(refs, timeout=TIMEOUT)
     lost_mistake = 20 - _COUNTER["value"]
     lost_fix = 20 - sum(ray.get([task.remote(1) for _ in range(20)], timeout=TIMEOUT))
-    return [Measure("updates lost", "of 20", lost_mistake, lost_fix)], []
+    return [Measure(what="updates lost", unit="of 20", mistake=lost_mistake, fix=lost_fix)], []
 
 
 @lesson(id="02-num-cpus", section="4.1", title="Ignoring num_cpus for I/O-bound tasks",
@@ -48,8 +48,8 @@ def global_state(address: str) -> Result:
             "that hold a whole CPU each halve how many run at once.")
 def num_cpus(address: str) -> Result:
     n = 2 * all_cpus_free(address)  # twice what fits at 1 CPU each
-    return [Measure(f"{n} I/O tasks running at once", "tasks", concurrency(n, HOLD, num_cpus=1),
-                    concurrency(n, HOLD, num_cpus=0.5), better="higher")], []
+    return [Measure(what=f"{n} I/O tasks running at once", unit="tasks", mistake=concurrency(n, HOLD, num_cpus=1),
+                    fix=concurrency(n, HOLD, num_cpus=0.5), better="higher")], []
 
 
 @lesson(id="03-eager-get", section="4.1", title="Calling ray.get inside the submit loop",
@@ -67,7 +67,7 @@ def eager_get(address: str) -> Result:
     batch = timed(lambda: ray.get([task.remote(0.3) for _ in range(6)], timeout=TIMEOUT), warm=at_once)
     # Ideally 1.8 s against 0.6 s on 2 CPUs (two waves of four), 0.3 s on 4. The fix must win by
     # two tasks' length: with no margin, a fix no better than the mistake would pass half the time.
-    return [Measure("wall time for 6 × 0.3 s tasks", "s", eager, batch, margin=0.6)], []
+    return [Measure(what="wall time for 6 × 0.3 s tasks", unit="s", mistake=eager, fix=batch, margin=0.6)], []
 
 
 def _block(i: int) -> bytes:
@@ -111,8 +111,8 @@ def batches(address: str) -> Result:
     fix = _in_batches(task)
     mistake = _all_at_once(task)
     # Ideally 120 MiB against 10; the allocator moves either by a few MiB.
-    return [Measure("driver heap growth while it holds results (RssAnon)", "MiB", mistake / 2**20,
-                    fix / 2**20, margin=30)], []
+    return [Measure(what="driver heap growth while it holds results (RssAnon)", unit="MiB", mistake=mistake / 2**20,
+                    fix=fix / 2**20, margin=30)], []
 
 
 def _evaluate(cfg: int, fail: bool) -> float:
@@ -166,9 +166,10 @@ def wait_num_returns(address: str) -> Result:
     clean_fix, _ = _fixed([task.remote(i, False) for i in range(25)])
     failing_mistake, failing_end = _as_printed([task.remote(i, i == 0) for i in range(25)])
     failing_fix, failed = _fixed([task.remote(i, i == 0) for i in range(25)])
-    return ([Measure("evaluations collected of 25", "results", clean_mistake, clean_fix, better="higher"),
-             Measure("collected of 25, one environment failing", "results", failing_mistake, failing_fix,
-                     better="higher")],
+    return ([Measure(what="evaluations collected of 25", unit="results", mistake=clean_mistake, fix=clean_fix,
+                     better="higher"),
+             Measure(what="collected of 25, one environment failing", unit="results", mistake=failing_mistake,
+                     fix=failing_fix, better="higher")],
             [f"as printed, all succeeding: {clean_end}", f"as printed, one failing: {failing_end}",
              f"fixed, one failing: {failing_fix} results and {failed} failure reported"])
 

@@ -61,8 +61,8 @@ def driver_bottleneck(address: str) -> Result:
     fix = _left_after_last_task(task, durations, as_completed=True)
     # Ideally 0.8 s against 0.1 s; runs here vary by 0.07 s. Without a margin, the fix replaced
     # by the mistake still passed, 0.804 against 0.806: noise decided it.
-    return [Measure("driver's work left once the last of 8 tasks ended (0.1 s a result)", "s", mistake, fix,
-                    margin=0.3)], []
+    return [Measure(what="driver's work left once the last of 8 tasks ended (0.1 s a result)", unit="s",
+                    mistake=mistake, fix=fix, margin=0.3)], []
 
 
 @lesson(id="11-no-timeout", section="4.4", title="Waiting with no timeout",
@@ -91,9 +91,10 @@ def no_timeout(address: str) -> Result:
     notes = diagnose(pending, address)
     for ref in refs:
         ray.cancel(ref, force=True)
-    return [Measure("results handled within 3 s", "of 8", got, handled, better="higher"),
+    return [Measure(what="results handled within 3 s", unit="of 8", mistake=got, fix=handled, better="higher"),
             # 3 s (the bound) against the 0.5 s timeout, ideally.
-            Measure("longest the loop was blocked in one call", "s", blocked, longest, margin=1.0)], notes
+            Measure(what="longest the loop was blocked in one call", unit="s", mistake=blocked, fix=longest,
+                    margin=1.0)], notes
 
 
 def _maybe_fail(i: int) -> int:
@@ -125,7 +126,7 @@ def get_raises_first(address: str) -> Result:
             fix += 1
         except RayTaskError:
             continue
-    return [Measure("successful results recovered", "of 5", mistake, fix, better="higher")], []
+    return [Measure(what="successful results recovered", unit="of 5", mistake=mistake, fix=fix, better="higher")], []
 
 
 def _infer(state: int) -> int:
@@ -162,7 +163,8 @@ def _batching(num_returns: Callable[[int], int]) -> tuple[int, str]:
 def dynamic_batching(address: str) -> Result:
     mistake, mistake_end = _batching(lambda pending: 4)
     fix, fix_end = _batching(lambda pending: min(4, pending))
-    return ([Measure("inference results collected of 10", "results", mistake, fix, better="higher")],
+    return ([Measure(what="inference results collected of 10", unit="results", mistake=mistake, fix=fix,
+                     better="higher")],
             [f"as printed: {mistake_end}", f"fixed: {fix_end}"])
 
 

@@ -57,63 +57,89 @@ class FieldSpec:
 
 #: Every top-level field of a scenario file, in the order the reference lists them.
 FIELDS: dict[str, FieldSpec] = {f.name: f for f in (
-    FieldSpec("name", "string", "The scenario's name in reports and journals (default: `unnamed`).", ""),
-    FieldSpec("description", "string", "One paragraph: what the scenario does and what must hold.", ""),
-    FieldSpec("workload", "string", "The workload to run: a built-in name, a registered or installed one, or "
-              "`module:Class` naming a `scenarios.Workload` subclass.", required=True),
-    FieldSpec("params", "object", "The workload's own options (see the workloads below).", {}),
-    FieldSpec("duration", "number", "Seconds the workload runs under faults, from time zero (after setup).",
-              60.0, 1.0, MAX_DURATION),
-    FieldSpec("nodes", "integer", "Embedded nodes, the head included (each a raylet and its workers on "
-              "this machine).", 1, 1, MAX_NODES),
-    FieldSpec("num_cpus", "integer", "CPUs each embedded node declares.", 2, 1, 64),
-    FieldSpec("network", "boolean", "Put each embedded worker node in its own network namespace, with its own "
-              "address on a bridge, so that network faults (`partition`, `packet_loss`, `bandwidth`, "
-              "`flapping_link`) can cut its links; needs root, `nft`, `ip` and `tc` (`make net`), and "
-              "`nodes` >= 2.", False),
-    FieldSpec("system_config", "object", "Ray system config for the embedded cluster (`_system_config`).", {}),
-    FieldSpec("oom_headroom_gib", "number", "Set Ray's memory monitor threshold to the host's use at the "
-              "start plus this many GiB, and aim every memory fault just past it (unset: Ray's threshold).",
-              None, 0.25, 64.0),
-    FieldSpec("heal", "string", "When faults are healed: after each one, or all at the run's end.",
-              "after_each", choices=get_args(HealStrategy)),
-    FieldSpec("invariants", "array", "The workload's invariants to judge; each yields a verdict or the run "
-              "fails. Left out: the workload's defaults. An empty list is refused."),
-    FieldSpec("steady_state", "object", "When the workload's probe must hold (`[steady_state]`)."),
-    FieldSpec("faults", "array", "The fault schedule (`[[faults]]`): each entry a fault kind, its fields "
-              "and `at`, seconds after time zero. Not with `[random]`."),
-    FieldSpec("random", "object", "A seeded random schedule (`[random]`): `rate` faults per second drawn "
-              "from `menu`. Not with `[[faults]]`."),
-    FieldSpec("strict_faults", "boolean", "A scheduled fault that did not happen fails the run; false "
-              "accepts it (best effort).", True),
-    FieldSpec("gcs_fault_tolerance", "boolean", "Start a Redis (`redis-server`) and give the embedded head GCS "
-              "fault tolerance: it survives `kill_gcs`.", False),
-    FieldSpec("rpc_failures", "array", "Ray's RPC failure knob on the worker nodes' processes for the whole "
-              "run (`[[rpc_failures]]`); needs `nodes` >= 2."),
-    FieldSpec("storage_mb", "integer", "Put each run's checkpoint storage on a tmpfs of this many MiB (needs "
-              "root); a `fill_disk` of `path = \"$STORAGE\"` fills it. Unset: a temporary directory.",
-              None, 1, 1024),
-    FieldSpec("storage_faultfs", "boolean", "Mount each run's checkpoint storage through a fault filesystem "
-              "(needs FUSE 3 and mfusepy: `pip install 'raychaos[disk]'`; over the tmpfs when `storage_mb` is "
-              "set too), so that disk faults (`slow_disk`, `stall_disk`, `failing_disk`, `power_loss`) of "
-              "`mount = \"$STORAGE\"` reach it.", False),
-    FieldSpec("spill_faultfs", "boolean", "Point Ray's object spilling (and its fallback allocation) of the "
-              "embedded cluster at a directory mounted through a fault filesystem for the whole run (needs "
-              "FUSE 3 and mfusepy), so that disk faults of `mount = \"$SPILL\"` reach it. Not with "
-              "`--address`.", False),
-    FieldSpec("object_store_mb", "integer", "Object store MiB per node of the embedded cluster (small, so "
-              "that objects spill).", 200, 80, 65536),
-    FieldSpec("recovery_within", "number", "Seconds each fault has, from its heal, until the probe holds "
-              "again (the `recovered_after_each_fault` verdict).", RECOVERY_WITHIN, 0.1, MAX_DURATION),
+    FieldSpec(name="name", type="string",
+              description="The scenario's name in reports and journals (default: `unnamed`).", default=""),
+    FieldSpec(name="description", type="string",
+              description="One paragraph: what the scenario does and what must hold.", default=""),
+    FieldSpec(name="workload", type="string",
+              description="The workload to run: a built-in name, a registered or installed one, or `module:Class` "
+                          "naming a `scenarios.Workload` subclass.", required=True),
+    FieldSpec(name="params", type="object",
+              description="The workload's own options (see the workloads below).", default={}),
+    FieldSpec(name="duration", type="number",
+              description="Seconds the workload runs under faults, from time zero (after setup).",
+              default=60.0, minimum=1.0, maximum=MAX_DURATION),
+    FieldSpec(name="nodes", type="integer",
+              description="Embedded nodes, the head included (each a raylet and its workers on this machine).",
+              default=1, minimum=1, maximum=MAX_NODES),
+    FieldSpec(name="num_cpus", type="integer",
+              description="CPUs each embedded node declares.", default=2, minimum=1, maximum=64),
+    FieldSpec(name="network", type="boolean",
+              description="Put each embedded worker node in its own network namespace, with its own address on a "
+                          "bridge, so that network faults (`partition`, `packet_loss`, `bandwidth`, `flapping_link`) "
+                          "can cut its links; needs root, `nft`, `ip` and `tc` (`make net`), and `nodes` >= 2.",
+              default=False),
+    FieldSpec(name="system_config", type="object",
+              description="Ray system config for the embedded cluster (`_system_config`).", default={}),
+    FieldSpec(name="oom_headroom_gib", type="number",
+              description="Set Ray's memory monitor threshold to the host's use at the start plus this many GiB, and "
+                          "aim every memory fault just past it (unset: Ray's threshold).",
+              default=None, minimum=0.25, maximum=64.0),
+    FieldSpec(name="heal", type="string",
+              description="When faults are healed: after each one, or all at the run's end.",
+              default="after_each", choices=get_args(HealStrategy)),
+    FieldSpec(name="invariants", type="array",
+              description="The workload's invariants to judge; each yields a verdict or the run fails. Left out: the "
+                          "workload's defaults. An empty list is refused."),
+    FieldSpec(name="steady_state", type="object",
+              description="When the workload's probe must hold (`[steady_state]`)."),
+    FieldSpec(name="faults", type="array",
+              description="The fault schedule (`[[faults]]`): each entry a fault kind, its fields and `at`, seconds "
+                          "after time zero. Not with `[random]`."),
+    FieldSpec(name="random", type="object",
+              description="A seeded random schedule (`[random]`): `rate` faults per second drawn from `menu`. Not with "
+                          "`[[faults]]`."),
+    FieldSpec(name="strict_faults", type="boolean",
+              description="A scheduled fault that did not happen fails the run; false accepts it (best effort).",
+              default=True),
+    FieldSpec(name="gcs_fault_tolerance", type="boolean",
+              description="Start a Redis (`redis-server`) and give the embedded head GCS fault tolerance: it survives "
+                          "`kill_gcs`.", default=False),
+    FieldSpec(name="rpc_failures", type="array",
+              description="Ray's RPC failure knob on the worker nodes' processes for the whole run "
+                          "(`[[rpc_failures]]`); needs `nodes` >= 2."),
+    FieldSpec(name="storage_mb", type="integer",
+              description="Put each run's checkpoint storage on a tmpfs of this many MiB (needs root); a `fill_disk` of"
+                          " `path = \"$STORAGE\"` fills it. Unset: a temporary directory.",
+              default=None, minimum=1, maximum=1024),
+    FieldSpec(name="storage_faultfs", type="boolean",
+              description="Mount each run's checkpoint storage through a fault filesystem (needs FUSE 3 and mfusepy: "
+                          "`pip install 'raychaos[disk]'`; over the tmpfs when `storage_mb` is set too), so that disk "
+                          "faults (`slow_disk`, `stall_disk`, `failing_disk`, `power_loss`) of `mount = \"$STORAGE\"` "
+                          "reach it.", default=False),
+    FieldSpec(name="spill_faultfs", type="boolean",
+              description="Point Ray's object spilling (and its fallback allocation) of the embedded cluster at a "
+                          "directory mounted through a fault filesystem for the whole run (needs FUSE 3 and mfusepy), "
+                          "so that disk faults of `mount = \"$SPILL\"` reach it. Not with `--address`.", default=False),
+    FieldSpec(name="object_store_mb", type="integer",
+              description="Object store MiB per node of the embedded cluster (small, so that objects spill).",
+              default=200, minimum=80, maximum=65536),
+    FieldSpec(name="recovery_within", type="number",
+              description="Seconds each fault has, from its heal, until the probe holds again (the "
+                          "`recovered_after_each_fault` verdict).",
+              default=RECOVERY_WITHIN, minimum=0.1, maximum=MAX_DURATION),
 )}
 _TOP_LEVEL = frozenset(FIELDS)
 #: The fields of ``[steady_state]``.
 STEADY_STATE_FIELDS: dict[str, FieldSpec] = {f.name: f for f in (
-    FieldSpec("before", "boolean", "The probe must hold before the first fault.", True),
-    FieldSpec("after", "boolean", "The probe must hold after the last heal (and each fault must recover "
-              "within `recovery_within`).", True),
-    FieldSpec("during_min", "number", "The share of probes during the run that must hold.", 0.0, 0.0, 1.0),
-    FieldSpec("probe_every", "number", "Seconds between probes.", 2.0, 0.1, 60.0),
+    FieldSpec(name="before", type="boolean", description="The probe must hold before the first fault.", default=True),
+    FieldSpec(name="after", type="boolean",
+              description="The probe must hold after the last heal (and each fault must recover within "
+                          "`recovery_within`).", default=True),
+    FieldSpec(name="during_min", type="number",
+              description="The share of probes during the run that must hold.", default=0.0, minimum=0.0, maximum=1.0),
+    FieldSpec(name="probe_every", type="number",
+              description="Seconds between probes.", default=2.0, minimum=0.1, maximum=60.0),
 )}
 
 

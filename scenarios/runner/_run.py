@@ -158,9 +158,9 @@ def run_scenario(scenario: Scenario, *, seed: int = 0, address: str | None = Non
             for label in labels:
                 journal = _journal_path(report_dir, label)
                 with _storage(scenario, f"{tmp}/{label}") as storage:
-                    run = _Run(_at_storage(scenario, storage), addr, seed, label, label is RunLabel.CHAOS,
-                               journal, storage, embedded=address is None, knob=knob,
-                               twin_met=twin_met(results))
+                    run = _Run(scenario=_at_storage(scenario, storage), address=addr, seed=seed, label=label,
+                               faults=label is RunLabel.CHAOS, journal_path=journal, storage=storage,
+                               embedded=address is None, knob=knob, twin_met=twin_met(results))
                     results.append(_run_once(run, workload_cls, params, progress))
             return results
 
@@ -667,9 +667,9 @@ def _late_text(f: FaultRecord, within: float) -> str:
 
 def _probe(workload: Workload | _Bounded, ctx: RunContext, phase: Phase) -> Probe:
     try:
-        return Probe(phase, round(ctx.elapsed(), 3), True, workload.probe())
+        return Probe(phase=phase, t=round(ctx.elapsed(), 3), ok=True, detail=workload.probe())
     except Exception as exc:  # noqa: BLE001 - a failed probe is a result
-        return Probe(phase, round(ctx.elapsed(), 3), False, f"{type(exc).__name__}: {exc}"[:300])
+        return Probe(phase=phase, t=round(ctx.elapsed(), 3), ok=False, detail=f"{type(exc).__name__}: {exc}"[:300])
 
 
 def _sample(ctx: RunContext, rec: _Recorder, embedded: bool) -> None:

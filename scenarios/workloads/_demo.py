@@ -54,7 +54,8 @@ def _kill_and_restore(storage: str, durability: str, adds: int) -> DemoRow:
     mttr = time.monotonic() - start
     info = ray.get(counter.restored.remote(), timeout=CALL_TIMEOUT)
     ray.kill(counter)
-    return DemoRow(durability, adds, before, after, info.seq, info.replayed, old_pid, new_pid, mttr)
+    return DemoRow(durability=durability, adds=adds, before=before, after=after, restored_seq=info.seq,
+                   replayed=info.replayed, old_pid=old_pid, new_pid=new_pid, mttr_s=mttr)
 
 
 def _other_pid(counter: object, old_pid: int) -> int | None:

@@ -202,7 +202,8 @@ def restarts(journal: Sequence[Mapping[str, Any]], kills: Sequence[float]) -> li
             killed = min((k for k in kills if began <= k <= record["t"]), default=None)
             ended = tuple((r["epoch"], r["t"]) for r in work[:i] if r["event"] == "end")
             taken = tuple((r["epoch"], r["t"]) for r in journal if r["event"] == TAKEN and r["t"] <= record["t"])
-            found.append(Restart(record["epoch"], record["t"], killed, ended, taken))
+            found.append(Restart(resumed_at=record["epoch"], started=record["t"], killed_at=killed, ended_before=ended,
+                                 taken_before=taken))
             began = record["t"]
     return found
 
@@ -680,15 +681,16 @@ class RllibPPO(Workload):
         try:
             result = self.algo.train()
         except Exception as exc:  # noqa: BLE001 - an iteration that fails is the finding
-            self.iterations.append(Iteration(self.ctx.elapsed(), time.monotonic() - start, float("nan"),
-                                             0, 0, 0, f"{type(exc).__name__}: {exc}"[:200]))
+            self.iterations.append(Iteration(at=self.ctx.elapsed(), seconds=time.monotonic() - start,
+                                             episode_return=float("nan"), sampled=0, healthy=0, restarts=0,
+                                             error=f"{type(exc).__name__}: {exc}"[:200]))
             return False
         runners, tolerance = result.get("env_runners", {}), result.get("fault_tolerance", {})
-        done = Iteration(self.ctx.elapsed(), time.monotonic() - start,
-                         float(runners.get("episode_return_mean", float("nan"))),
-                         _count(runners.get("num_env_steps_sampled")),
-                         _count(tolerance.get("num_healthy_workers")),
-                         _count(tolerance.get("num_remote_worker_restarts")))
+        done = Iteration(at=self.ctx.elapsed(), seconds=time.monotonic() - start,
+                         episode_return=float(runners.get("episode_return_mean", float("nan"))),
+                         sampled=_count(runners.get("num_env_steps_sampled")),
+                         healthy=_count(tolerance.get("num_healthy_workers")),
+                         restarts=_count(tolerance.get("num_remote_worker_restarts")))
         self.iterations.append(done)
         self.ctx.count("iterations")
         if done.episode_return == done.episode_return:  # not NaN

@@ -461,7 +461,8 @@ class FailingCheckpointDisk(Workload):
             reply = AddReply(Ack.UNKNOWN, 0, f"{type(exc).__name__}: {exc}"[:300])
         took = time.monotonic() - start
         self.history.complete((self.WRITER, seq), OP_STATUS[reply.ack])
-        return DiskCall(seq, round(self.ctx.elapsed() - took, 3), took, reply.ack, reply.errno, reply.error)
+        return DiskCall(seq=seq, t=round(self.ctx.elapsed() - took, 3), seconds=took, ack=reply.ack, errno=reply.errno,
+                        error=reply.error)
 
     def probe(self) -> str:
         import ray

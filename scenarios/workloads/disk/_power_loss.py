@@ -385,7 +385,7 @@ class PowerLoss(Workload):
         else:
             ref = self.server.push.remote(gradient(self.shapes, self.rng), worker_id="learner", seq=seq,
                                           base_version=seq)
-        return _Pending(role, seq, t, time.monotonic(), ref)
+        return _Pending(role=role, seq=seq, t=t, started=time.monotonic(), ref=ref)
 
     def _collect(self, *, drain: bool) -> None:
         """Record each write that ended or ran out of its ``call_timeout`` (``drain``: every one,
@@ -410,10 +410,12 @@ class PowerLoss(Workload):
         try:
             ray.get(sent.ref, timeout=left)
         except RayTaskError as exc:  # the actor raised: Ray does not retry an application error
-            return Write(role, seq, t, time.monotonic() - started, Ack.UNKNOWN, True, str(exc)[:300])
+            return Write(role=role, seq=seq, t=t, seconds=time.monotonic() - started, ack=Ack.UNKNOWN, raised=True,
+                         error=str(exc)[:300])
         except (GetTimeoutError, RayActorError) as exc:
-            return Write(role, seq, t, time.monotonic() - started, Ack.UNKNOWN, False, type(exc).__name__)
-        return Write(role, seq, t, time.monotonic() - started, Ack.ACKED)
+            return Write(role=role, seq=seq, t=t, seconds=time.monotonic() - started, ack=Ack.UNKNOWN, raised=False,
+                         error=type(exc).__name__)
+        return Write(role=role, seq=seq, t=t, seconds=time.monotonic() - started, ack=Ack.ACKED)
 
     def probe(self) -> str:
         import ray
@@ -449,7 +451,7 @@ class PowerLoss(Workload):
         found = []
         for role, actor in actors.items():
             pid, stats = ray.get([actor.pid.remote(), actor.checkpoint_stats.remote()], timeout=CALL_TIMEOUT)
-            found.append(Restart(role, self.pids[role], pid, stats.restore))
+            found.append(Restart(role=role, pid_before=self.pids[role], pid_after=pid, restore=stats.restore))
         return found
 
     def call_bounds(self) -> dict[str, float]:

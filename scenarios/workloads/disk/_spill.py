@@ -227,7 +227,7 @@ class SpillDiskFaults(Workload):
         except Exception as exc:  # noqa: BLE001 - how a read fails is what is recorded
             outcome, error = outcome_of(exc), type(exc).__name__
         took = time.monotonic() - start
-        return Read(index, round(self.ctx.elapsed() - took, 3), took, outcome, error)
+        return Read(index=index, t=round(self.ctx.elapsed() - took, 3), seconds=took, outcome=outcome, error=error)
 
     def step(self) -> bool:
         read = self._read(len(self.reads) % self.p.objects, timeout=self.p.get_timeout)

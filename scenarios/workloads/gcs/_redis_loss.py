@@ -250,7 +250,8 @@ class RedisLoss(Workload):
             except Exception:  # noqa: BLE001 - unanswered: the write may or may not have landed
                 answered = False
             self.history.complete(key, OpStatus.OK if answered else OpStatus.INFO)
-            self.samples.append(GcsSample(start, time.monotonic() - start, self._alive(pid), answered))
+            self.samples.append(GcsSample(at=start, took=time.monotonic() - start, alive=self._alive(pid),
+                                          answered=answered))
             self.ctx.count("gcs writes")
 
     def _namespace(self) -> bytes:
@@ -315,8 +316,9 @@ class RedisLoss(Workload):
         fate = gcs_fate(list(self.samples), list(self.exits), start=start, end=end, hang_bound=self.p.hang_bound)
         event = window.injection.found if window.injection is not None else None
         restarted = any(start <= t <= until for t in self.restarts)
-        return CaseResult(window.kind, fate, self.recoveries.get((window.kind, window.start)), restarted,
-                          event.detail if isinstance(event, RedisEvent) else "no injection recorded")
+        return CaseResult(kind=window.kind, fate=fate, recovered_in=self.recoveries.get((window.kind, window.start)),
+                          restarted=restarted,
+                          detail=event.detail if isinstance(event, RedisEvent) else "no injection recorded")
 
     def _told(self, start: float, healed: float, until: float) -> float:
         """When the probes told the GCS's fate (an exit, a probe answered after the heal, a

@@ -358,12 +358,13 @@ class _Mover(Workload):
 
     def _unanswered(self, route: tuple[int, int], at: float) -> tuple[tuple[int, int], Transfer]:
         """A transfer whose object was never made: its producing task did not end in the bound."""
-        return route, Transfer(self._label(route), self._size(), at, Outcome.HUNG, error="producing task unanswered")
+        return route, Transfer(route=self._label(route), size=self._size(), at=at, outcome=Outcome.HUNG,
+                               error="producing task unanswered")
 
     def _consumer(self, route: tuple[int, int], ref: Any, node: str, seed: int, at: float) -> _Move:
         moved = self.consume.options(**self._on(node)).remote([ref], self._corrupt())
-        return _Move(route, self._label(route), at, checksum(payload(seed, self._size())), moved,
-                     time.monotonic() + self._bound())
+        return _Move(route=route, label=self._label(route), at=at, expected=checksum(payload(seed, self._size())),
+                     ref=moved, deadline=time.monotonic() + self._bound())
 
     def _fetch(self, route: tuple[int, int], ref: Any, seed: int, at: float) -> tuple[tuple[int, int], Transfer]:
         """The driver's own fetch of a worker's object, timed here."""
@@ -376,7 +377,8 @@ class _Mover(Workload):
             return route, self._failed(route, at, exc)
         took = time.monotonic() - start
         expected = checksum(payload(seed, self._size()))
-        return route, Transfer(self._label(route), self._size(), at, _judged(checksum(data), expected), took)
+        return route, Transfer(route=self._label(route), size=self._size(), at=at,
+                               outcome=_judged(checksum(data), expected), took=took)
 
     def _await(self, move: _Move) -> tuple[tuple[int, int], Transfer]:
         import ray
@@ -386,10 +388,12 @@ class _Mover(Workload):
         except Exception as exc:  # noqa: BLE001 - classified: hung, lost or failed
             ray.cancel(move.ref, force=True)
             return move.route, self._failed(move.route, move.at, exc)
-        return move.route, Transfer(move.label, self._size(), move.at, _judged(got, move.expected), took)
+        return move.route, Transfer(route=move.label, size=self._size(), at=move.at,
+                                    outcome=_judged(got, move.expected), took=took)
 
     def _failed(self, route: tuple[int, int], at: float, exc: BaseException) -> Transfer:
-        return Transfer(self._label(route), self._size(), at, outcome_of(exc), error=type(exc).__name__)
+        return Transfer(route=self._label(route), size=self._size(), at=at, outcome=outcome_of(exc),
+                        error=type(exc).__name__)
 
     def probe(self) -> str:
         """One small object from a worker's task to the driver, within the bound."""

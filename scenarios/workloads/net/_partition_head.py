@@ -484,7 +484,8 @@ class PartitionHead(Workload):
     def _call(self, writer: _Writer, now: float) -> None:
         key, writer.seq = (writer.name, writer.seq), writer.seq + 1
         writer.history.invoke(key, "driver")
-        self.inflight.append(_Inflight(writer.name, key[1], now, writer.actor.write_where.remote(key[1])))
+        self.inflight.append(_Inflight(actor=writer.name, seq=key[1], at=now,
+                                       ref=writer.actor.write_where.remote(key[1])))
         writer.next_at = now + self.params.call_every
         self.ctx.count("calls")
 
@@ -509,9 +510,11 @@ class PartitionHead(Workload):
             pid, node = ray.get(call.ref, timeout=CALL_TIMEOUT)
         except Exception as exc:  # noqa: BLE001 - an error reply: the write may have landed
             history.complete((call.actor, call.seq), OpStatus.INFO)
-            return Call(call.actor, call.seq, call.at, self.ctx.elapsed(), CallOutcome.FAILED, error=type(exc).__name__)
+            return Call(actor=call.actor, seq=call.seq, at=call.at, ended=self.ctx.elapsed(),
+                        outcome=CallOutcome.FAILED, error=type(exc).__name__)
         history.complete((call.actor, call.seq), OpStatus.OK)
-        return Call(call.actor, call.seq, call.at, self.ctx.elapsed(), CallOutcome.OK, node, pid)
+        return Call(actor=call.actor, seq=call.seq, at=call.at, ended=self.ctx.elapsed(), outcome=CallOutcome.OK,
+                    node=node, pid=pid)
 
     def _head_task(self) -> None:
         import ray
@@ -523,7 +526,7 @@ class PartitionHead(Workload):
             ray.get(self.task.remote(self.params.head_stall, self.cuts.cut()), timeout=self.params.hang_within)
         except Exception as exc:  # noqa: BLE001 - kept: a failed or hung task on the head
             outcome = CallOutcome.PENDING if isinstance(exc, GetTimeoutError) else CallOutcome.FAILED
-            self.tasks.append(HeadTask(at, None, outcome, type(exc).__name__))
+            self.tasks.append(HeadTask(at=at, took=None, outcome=outcome, error=type(exc).__name__))
             return
         self.tasks.append(HeadTask(at, time.monotonic() - start, CallOutcome.OK))
         self.ctx.count("head tasks")
@@ -540,7 +543,8 @@ class PartitionHead(Workload):
         is left then is pending."""
         deadline = max((c.at for c in self.inflight), default=0.0) + self.params.hang_within
         self._collect(timeout=max(0.0, deadline - self.ctx.elapsed()))
-        self.calls += [Call(c.actor, c.seq, c.at, None, CallOutcome.PENDING) for c in self.inflight]
+        self.calls += [Call(actor=c.actor, seq=c.seq, at=c.at, ended=None, outcome=CallOutcome.PENDING)
+                       for c in self.inflight]
         self.inflight = []
 
     def invariants(self) -> list[Verdict]:

@@ -76,7 +76,7 @@ def read_log(path: str) -> list[LogLine]:
     with open(path, encoding="utf-8") as log:
         for raw in log:
             kind, pid, seq, at = raw.split()
-            lines.append(LogLine(kind, int(pid), int(seq), float(at)))
+            lines.append(LogLine(kind=kind, pid=int(pid), seq=int(seq), at=float(at)))
     return lines
 
 
@@ -150,7 +150,8 @@ class PartitionWorker(Workload):
         # A sliver of a resource with the affinity: Ray places a request for nothing anywhere.
         actor = remote.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=True),
                                resources={"worker": 0.01}).remote(path, self.params.background_writes)
-        return _Writer(actor, name, path, ray.get(actor.node_id.remote(), timeout=CALL_TIMEOUT), History())
+        home = ray.get(actor.node_id.remote(), timeout=CALL_TIMEOUT)
+        return _Writer(actor=actor, name=name, path=path, home=home, history=History())
 
     def step(self) -> bool:
         for writer in self.writers:

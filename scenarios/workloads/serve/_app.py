@@ -457,7 +457,8 @@ class ServeApp(Workload):
                         for r in controllers)
         running = _serve_status(lambda status: sum(_running(d) for d in status.applications[APP].deployments.values()))
         proxies = sum(r.state == "ALIVE" for r in self._actors(PROXY_CLASS))
-        return ServeSample(self.ctx.elapsed(), running, replaced, restarted, proxies)
+        return ServeSample(at=self.ctx.elapsed(), running=running, new_replicas=replaced,
+                           controller_restarted=restarted, proxies=proxies)
 
     def _await_restored(self, faults_at: Sequence[float], killed: Sequence[ServeFault]) -> list[ServeSample]:
         """Looks at Serve every :data:`LOOK_EVERY` s until one shows it whole again, or until

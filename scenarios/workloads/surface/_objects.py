@@ -192,6 +192,7 @@ class LostObjects(Workload):
         try:
             value = ray.get(ref, timeout=CALL_TIMEOUT)
         except Exception as exc:  # noqa: BLE001 - the error's type is the outcome
-            return Made(kind, node, classify_get_error(exc), f"{type(exc).__name__}: {exc}"[:160])
+            return Made(kind=kind, node=node, outcome=classify_get_error(exc),
+                        error=f"{type(exc).__name__}: {exc}"[:160])
         whole = int(value[0]) == i and len(value) == PLASMA_ELEMENTS
         return Made(kind, node, GetOutcome.VALUE if whole else GetOutcome.WRONG_VALUE)

@@ -124,7 +124,7 @@ class Attack(Workload):
         found = []
         for probe in self.probes:
             ok, detail = probe.run(timeout=self.timeout)
-            found.append(ProbeRun(round(self.ctx.elapsed(), 3), probe.spec, ok, detail))
+            found.append(ProbeRun(at=round(self.ctx.elapsed(), 3), probe=probe.spec, ok=ok, detail=detail))
             self.ctx.count("probes passed" if ok else "probes failed")
         self.results += found
         return found

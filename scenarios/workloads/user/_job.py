@@ -334,7 +334,8 @@ class Job(Workload):
         info = self.client.get_job_info(job_id)
         self.ray_job_id = self.ray_job_id or info.job_id
         seconds = job_seconds(info.start_time, info.end_time, fallback=time.monotonic() - started)
-        self.record = JobRecord(end, round(seconds, 3), job_id, self.client.get_job_logs(job_id)[-2000:])
+        self.record = JobRecord(end=end, seconds=round(seconds, 3), submission_id=job_id,
+                                log_tail=self.client.get_job_logs(job_id)[-2000:])
         self.ctx.metric("job seconds", seconds)
         if not self.ctx.faults:
             with open(self.p.handoff, "w", encoding="utf-8") as out:
@@ -409,8 +410,9 @@ class Job(Workload):
         except Exception:  # noqa: BLE001 - a listing missed is a sighting missed: fault_seen fails closed
             self.ctx.count("State API listings failed")
             return
-        self.sightings += [ActorSighting(at, a.actor_id, a.state == "ALIVE", int(a.num_restarts or 0),
-                                         _short(a.class_name), str(a.job_id or ""), a.state == "PENDING_CREATION")
+        self.sightings += [ActorSighting(at=at, actor_id=a.actor_id, alive=a.state == "ALIVE",
+                                         restarts=int(a.num_restarts or 0), class_name=_short(a.class_name),
+                                         job_id=str(a.job_id or ""), creating=a.state == "PENDING_CREATION")
                            for a in rows if any(_matches(t, a) for t in self.targets)]
         if self.kills:
             self._look_for_answers()
@@ -419,7 +421,7 @@ class Job(Workload):
         found = []
         for probe in self.probes:
             ok, detail = probe.run(timeout=self.p.probe_timeout)
-            found.append(ProbeRun(round(self.ctx.elapsed(), 3), probe.spec, ok, detail))
+            found.append(ProbeRun(at=round(self.ctx.elapsed(), 3), probe=probe.spec, ok=ok, detail=detail))
         self.probe_runs += found
         return found
 
@@ -448,8 +450,8 @@ class Job(Workload):
             tasks = list_tasks(address=self.ctx.address, filters=[("actor_id", "=", actor_id)], limit=10_000,
                                raise_on_missing_output=False)
             if any(_method(t) == "restore" for t in tasks):
-                self.restores.append(RestoreSighting(round(self.ctx.elapsed(), 3), actor_id, sighting.class_name,
-                                                     sighting.job_id))
+                self.restores.append(RestoreSighting(at=round(self.ctx.elapsed(), 3), actor_id=actor_id,
+                                                     class_name=sighting.class_name, job_id=sighting.job_id))
 
     def invariants(self) -> list[Verdict]:
         verdicts = [job_succeeded(self.record), *(self._fault_verdicts() if self.ctx.faults else _REFERENCE)]
@@ -513,8 +515,9 @@ def train_attempts(dashboard: str) -> list[TrainAttempt]:
 
 def attempts_of(data: Mapping[str, Any]) -> list[TrainAttempt]:
     """The attempts in Train's ``TrainRunsResponse`` JSON."""
-    return [TrainAttempt(str(run["id"]), str(a["attempt_id"]), int(a["start_time_ns"]), str(a["status"]),
-                         tuple((int(w["world_rank"]), str(w["actor_id"])) for w in a.get("workers", [])))
+    return [TrainAttempt(run_id=str(run["id"]), attempt_id=str(a["attempt_id"]), start_ns=int(a["start_time_ns"]),
+                         status=str(a["status"]),
+                         workers=tuple((int(w["world_rank"]), str(w["actor_id"])) for w in a.get("workers", [])))
             for run in data.get("train_runs", []) for a in run.get("attempts", [])]
 
 
