@@ -131,7 +131,11 @@ class FaultEvent(_Event):
             raise ValueError(f"a {fault.KIND if fault else 'fault'} event's observation is {model.__name__}, "
                              f"not {type(value).__name__}")
         # A plain Observed (nothing of the kind's own seen) becomes the kind's type, as it reads back.
-        return model.model_validate(value.model_dump() if isinstance(value, Observed) else value)
+        if isinstance(value, Observed):
+            return model.model_validate(value.model_dump())
+        if isinstance(value, dict):  # older journals list every kind's facts, an absent one null or empty
+            value = {k: v for k, v in value.items() if k in model.model_fields or v not in (None, {}, [])}
+        return model.model_validate(value)
 
 
 class RecoverEvent(_Event):

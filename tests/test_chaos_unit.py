@@ -27,6 +27,7 @@ from chaos import (
     delayed,
     strategies,
 )
+from chaos._process_faults import PauseObserved
 from chaos._resource_faults import MemoryObserved
 from chaos.engine import FaultStatus, MemoryOutcome, fault_from_dict, fault_to_dict, rpc_delay_env
 from chaos.errors import InvalidFaultSpec, JournalCorrupt
@@ -147,6 +148,19 @@ def test_every_event_kind_reads_back_as_written(tmp_path: Path) -> None:
     assert read == events
     assert type(read[2].observed) is MemoryObserved  # type: ignore[union-attr]  # its kind's own type
     assert Schedule.from_journal(events) == Schedule(schedule.entries)
+
+
+def test_a_journal_that_lists_every_kinds_facts_reads_back_as_each_kinds_own(tmp_path: Path) -> None:
+    """Journals written before observations were typed per kind list every fact, absent as null."""
+    facts = {"name": "w", "resume_by": 9.5, "pids": [], "bytes": None, "capacity": None, "cpus": None,
+             "resources": {}, "memory_outcome": None, "peak_bytes": None, "new_pid": None, "limit": None,
+             "old_limit": None}
+    old = json.dumps({"mono": 1.0, "wall": 2.0, "kind": "inject", "at": 0.5, "outcome": "SIGSTOP",
+                      "fault": fault_to_dict(Pause(A, seconds=1.0)), "observed": facts})
+    path = tmp_path / "journal.jsonl"
+    path.write_text(old + "\n")
+    (event,) = read_journal(str(path))
+    assert isinstance(event, FaultEvent) and event.observed == PauseObserved(name="w", resume_by=9.5)
 
 
 def test_an_event_observes_only_what_its_kind_observes(tmp_path: Path) -> None:
