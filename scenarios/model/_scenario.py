@@ -466,9 +466,8 @@ def _validate(source: str, data: dict[str, Any], seed: int,
     nodes = c.spec(FIELDS["nodes"])
     invariants = _invariants(c, workload_cls)
     schedule = _schedule(c, seed, duration)
-    refusals = getattr(workload_cls, "schedule_problems", None)
-    if refusals is not None:  # a fault the workload cannot judge: refused before anything runs
-        c.problems.extend(refusals(schedule.entries))
+    if workload_cls is not None:  # a fault the workload cannot judge: refused before anything runs
+        c.problems.extend(workload_cls.schedule_problems(schedule.entries))
     heal = c.get("heal", str, "after_each", "must be a string")
     if heal not in get_args(HealStrategy):
         c.add("heal", heal, f"use one of {', '.join(get_args(HealStrategy))}")
@@ -578,14 +577,14 @@ def _rpc_failures(c: _Checker, nodes: int) -> tuple[RpcFailure, ...]:
     return tuple(found)
 
 
-def _invariants(c: _Checker, workload: Any) -> tuple[str, ...]:
+def _invariants(c: _Checker, workload: type[Workload] | None) -> tuple[str, ...]:
     """The declared invariants; without the field, the workload's defaults: its
     ``DEFAULT_INVARIANTS`` when it has them (not all of its invariants can hold in one run),
     else every one it names (a scenario that leaves it out checks all of them, not none). An
     empty list is refused."""
-    known = tuple(getattr(workload, "INVARIANTS", ())) if workload is not None else ()
+    known = workload.INVARIANTS if workload is not None else ()
     if "invariants" not in c.data:
-        default = getattr(workload, "DEFAULT_INVARIANTS", None)
+        default = workload.DEFAULT_INVARIANTS if workload is not None else None
         return known if default is None else tuple(default)
     names = c.get("invariants", list, [], "must be a list of invariant names")
     if names == [] and isinstance(c.data["invariants"], list):

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, TypeVar, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from chaos import FaultKind, Schedule
+from chaos import FaultKind, Schedule, ScheduledFault
 from chaos.engine import Injection, MemoryOutcome
 from chaos.errors import InvalidConfig
 from scenarios.model._records import Problem, Verdict
@@ -240,6 +240,12 @@ class Workload:
 
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx
+
+    @classmethod
+    def schedule_problems(cls, entries: Sequence[ScheduledFault]) -> list[Problem]:
+        """The faults of a schedule this workload cannot judge, each a problem the loader reports
+        before anything runs (the base judges any schedule: none)."""
+        return []
 
     def setup(self) -> None:
         """Create actors and warm up; runs before the first probe and the first fault."""
