@@ -244,7 +244,7 @@ def test_a_probe_reaches_the_fault_on_its_own_operation_and_leaves_no_file_or_de
         assert len(os.listdir("/proc/self/fd")) == fds
     finally:
         fs.heal("latency")
-    assert took >= 0.045, f"a probe {op} took {took:.3f} s: it never met the latency on {op}"
+    assert 0.045 <= took < 10.0, f"a probe {op} took {took:.3f} s, not the latency on {op} (0.05 s)"
     assert not [name for name in os.listdir(fs.mount) if name.startswith(".raychaos-probe")]
 
 

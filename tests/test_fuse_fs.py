@@ -483,3 +483,24 @@ def test_a_heal_drops_its_kinds_deadline_so_a_later_rule_outlives_it() -> None:
     wait_until(lambda: time.monotonic() > passed, timeout=1.0, interval=0.01, what="the old deadline to pass")
     state.gate("open", "/f")
     assert state.errors == [new] and state.counts["expired.errors"] == 0
+
+
+def test_a_heal_that_comes_after_its_kinds_deadline_counts_the_fault_expired() -> None:
+    """The filesystem's own deadline ended the fault before the heal: the injector reads that
+    from the count, so a heal must not hide it by switching off what already ended."""
+    from chaos.disks._fuse_faults import FaultState
+
+    state = FaultState()
+    state.set_latency({"read": 0.001}, until=0.0)
+    state.heal(frozenset({"latency"}))
+    assert state.counts["expired.latency"] == 1 and state.latency == {}
+
+
+def test_a_snapshot_names_the_stalls_glob_while_it_is_on_and_none_after_its_heal() -> None:
+    from chaos.disks._fuse_faults import FaultState
+
+    state = FaultState()
+    state.set_stall("/ckpt/*", 30.0)
+    assert state.snapshot()["stall"] == "/ckpt/*"
+    state.heal(frozenset({"stall"}))
+    assert state.snapshot()["stall"] is None
