@@ -385,9 +385,18 @@ def _end_started_in(workdir: Path, proc: subprocess.Popen[str]) -> None:
         _kill_started_in(workdir)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.communicate(timeout=KILL_WAIT)
+            _remove_what_they_left()
             return
     raise SystemExit(f"pytest pid {proc.pid} in {workdir} outlived {KILL_ROUNDS} rounds of SIGKILL: "
                      "run `raychaos cleanup`, then the group again")
+
+
+def _remove_what_they_left() -> None:
+    """What the killed tests left (a fault filesystem's mount, a tmpfs), removed as ``raychaos
+    cleanup`` removes it: only what an ended driver owned, so the other workers' stay."""
+    from chaos.cluster import cleanup_machine
+
+    cleanup_machine(dry_run=False, echo=lambda *args, **_: console.print(*args))
 
 
 def _kill_started_in(workdir: Path) -> None:
