@@ -24,7 +24,7 @@ from chaos._errors import FaultIneffective, HangError, InvalidFaultSpec
 from chaos._json import JsonValue
 from chaos._kinds import ON_PROCESSES, Fault, FaultKind, FaultSpec, Need, duration, register
 from chaos._observed import Observed
-from chaos._ray_state import short
+from chaos._ray_state import node_states, short
 from chaos._targets import NodeTarget, RayProcess, Target, resolve
 from chaos._wait import wait_until
 from chaos.agents._agent import agent_for, driver_token
@@ -209,12 +209,8 @@ def _kill_node(ctx: FaultContext, fault: KillNode, at: float | None,
 
 
 def _node_states(address: str, node_id: str) -> list[str]:
-    """The GCS's state of each row for ``node_id`` (the State API; empty if it lists none)."""
-    from ray.util.state import list_nodes
-
-    rows = list_nodes(address=address, filters=[("node_id", "=", node_id)],
-                      raise_on_missing_output=False, timeout=CALL_TIMEOUT)
-    return [str(n.state) for n in rows]
+    """The GCS's state of each row for ``node_id`` (empty if it lists none)."""
+    return [found.state for found in node_states(address, node_id=node_id).values()]
 
 
 def _confirm_node_dead(ctx: FaultContext, node_id: str, *, since: float) -> float:

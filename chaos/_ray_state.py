@@ -61,9 +61,12 @@ class NodeState:
         return self.state == "DEAD"
 
 
-def node_states(address: str) -> dict[str, NodeState]:
-    """Every node the cluster at ``address`` knows, dead ones included, by id."""
+def node_states(address: str, *, node_id: str | None = None) -> dict[str, NodeState]:
+    """Every node the cluster at ``address`` knows, dead ones included, by id (only ``node_id``'s
+    when given: empty while the GCS lists no such node)."""
     from ray.util.state import list_nodes
 
-    rows = list_nodes(address=address, limit=1000, raise_on_missing_output=False, timeout=STATE_TIMEOUT)
+    filters: list[tuple[str, str, str]] = [] if node_id is None else [("node_id", "=", node_id)]
+    rows = list_nodes(address=address, filters=filters, limit=1000, raise_on_missing_output=False,
+                      timeout=STATE_TIMEOUT)
     return {str(n.node_id): NodeState(str(n.state), int(n.end_time_ms or 0)) for n in rows}
