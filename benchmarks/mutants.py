@@ -366,34 +366,41 @@ def _run_tests(workdir: Path, tests: list[str]) -> tuple[Outcome, str, float]:
     """Run ``tests`` in ``workdir``: (outcome, the first failure or what pytest said, seconds)."""
     env = {**os.environ, "PYTHONPATH": str(workdir), "PYTHONDONTWRITEBYTECODE": "1"}
     start = time.monotonic()
-    with subprocess.Popen(
-            [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", f"--timeout={TEST_TIMEOUT}",
-             "-m", "not ray and not slow", f"--basetemp={workdir / '.tmp'}", *tests],
-            cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
-        try:
-            output, _ = proc.communicate(timeout=TIMEOUT)
-        except subprocess.TimeoutExpired:
-            _end_started_in(workdir, proc)
-            return Outcome.TIMED_OUT, f"ran past {TIMEOUT:.0f} s", time.monotonic() - start
+    # Not `with Popen`: its exit waits for the process without a bound, and a pytest held in a
+    # FUSE request by a stalled server would hold this worker with it.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", f"--timeout={TEST_TIMEOUT}",
+         "-m", "not ray and not slow", f"--basetemp={workdir / '.tmp'}", *tests],
+        cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        output, _ = proc.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        if not _ended_started_in(workdir, proc):
+            raise SystemExit(f"pytest pid {proc.pid} in {workdir} outlived {KILL_ROUNDS} rounds of SIGKILL: "
+                             "run `raychaos cleanup`, then the group again") from None
+        return Outcome.TIMED_OUT, f"ran past {TIMEOUT:.0f} s", time.monotonic() - start
+    finally:
+        assert proc.stdout is not None
+        proc.stdout.close()
     return (*classify(proc.returncode, output), time.monotonic() - start)
 
 
-def _end_started_in(workdir: Path, proc: subprocess.Popen[str]) -> None:
-    """Kill what the tests in ``workdir`` started until their pytest has exited (bounded: a
-    process that outlives every round is left to ``raychaos cleanup`` and named)."""
+def _ended_started_in(workdir: Path, proc: subprocess.Popen[str]) -> bool:
+    """Kill what the tests in ``workdir`` started until their pytest has exited, at most
+    ``KILL_ROUNDS`` times; whether it exited."""
     for _ in range(KILL_ROUNDS):
         _kill_started_in(workdir)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.communicate(timeout=KILL_WAIT)
-            _remove_what_they_left()
-            return
-    raise SystemExit(f"pytest pid {proc.pid} in {workdir} outlived {KILL_ROUNDS} rounds of SIGKILL: "
-                     "run `raychaos cleanup`, then the group again")
+        try:
+            proc.wait(timeout=KILL_WAIT)
+        except subprocess.TimeoutExpired:
+            continue
+        return True
+    return False
 
 
 def _remove_what_they_left() -> None:
-    """What the killed tests left (a fault filesystem's mount, a tmpfs), removed as ``raychaos
-    cleanup`` removes it: only what an ended driver owned, so the other workers' stay."""
+    """What the killed tests of timed-out mutants left (a fault filesystem's mount), removed
+    once every worker is done, as ``raychaos cleanup`` removes it: only what ended drivers owned."""
     from chaos.cluster import cleanup_machine
 
     cleanup_machine(dry_run=False, echo=lambda *args, **_: console.print(*args))
@@ -512,6 +519,8 @@ def main() -> None:
                        for i, d in enumerate(dirs)]
             for future in futures:
                 future.result()
+        if any(r.outcome is Outcome.TIMED_OUT for r in done):
+            _remove_what_they_left()
     report(done, groups)
 
 

@@ -61,6 +61,8 @@ def test_a_transfer_meets_the_sources_sending_cap_and_the_destinations_receiving
     half = {0: LinkState(), 1: LinkState(sends_mbit=80.0)}  # only what node 1 sends is capped
     assert capped_through((1, 0), half, half) == 80.0
     assert capped_through((0, 1), half, half) == 0.0
+    both = {1: LinkState(sends_mbit=80.0), 2: LinkState(receives_mbit=20.0)}  # two caps: the tighter limits
+    assert capped_through((1, 2), both, both) == 20.0
 
 
 def test_a_transfer_met_the_loss_that_was_on_at_either_read() -> None:

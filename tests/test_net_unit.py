@@ -152,7 +152,7 @@ def test_the_nodes_a_partition_cut_are_read_from_what_it_hit() -> None:
 # -- a link read back -------------------------------------------------------------------------------
 
 #: ``nft -j list ruleset`` of two fault tables: each has a chain named ``output``, and only the
-#: first table's is hooked (what the other drops, no packet meets).
+#: first table's is hooked (what the other drops, no packet meets); and another tool's table.
 RULESET = (
     '{"nftables": [{"metainfo": {"version": "1.0.6"}}, {"table": {"family": "inet", "name": "rc-a"}},'
     ' {"chain": {"family": "inet", "table": "rc-a", "name": "output", "type": "filter", "hook": "output",'
@@ -164,7 +164,13 @@ RULESET = (
     ' "name": "output"}}, {"rule": {"family": "inet", "table": "rc-b", "chain": "output", "expr": [{"match":'
     ' {"op": "==", "left": {"payload": {"protocol": "ip", "field": "daddr"}}, "right": "10.245.165.1"}},'
     ' {"match": {"op": "<", "left": {"numgen": {"mode": "random", "mod": 10000, "offset": 0}}, "right": 6000}},'
-    ' {"counter": {"packets": 0, "bytes": 0}}, {"drop": null}]}}]}')
+    ' {"counter": {"packets": 0, "bytes": 0}}, {"drop": null}]}},'
+    # another tool's table in the namespace: a prefix match raychaos never writes, not read
+    ' {"table": {"family": "ip", "name": "nat"}}, {"chain": {"family": "ip", "table": "nat", "name": "output",'
+    ' "hook": "output"}}, {"rule": {"family": "ip", "table": "nat", "chain": "output", "expr": [{"match":'
+    ' {"op": "==", "left": {"payload": {"protocol": "ip", "field": "daddr"}}, "right": {"prefix":'
+    ' {"addr": "10.0.0.0", "len": 8}}}}, {"match": {"op": "<", "left": {"numgen": {"mode": "random",'
+    ' "mod": 10000, "offset": 0}}, "right": 9000}}, {"drop": null}]}}]}')
 TBF = '[{"kind":"tbf","handle":"801e:","root":true,"refcnt":3,"options":{"rate":10000000,"burst":200000}}]'
 NOQUEUE = '[{"kind":"noqueue","handle":"0:","root":true,"refcnt":2,"options":{}}]'
 SNMP = ("Tcp: RtoAlgorithm RtoMin RtoMax MaxConn ActiveOpens PassiveOpens AttemptFails EstabResets CurrEstab "

@@ -30,7 +30,7 @@ from chaos._kinds import Fault, FaultKind, FaultSpec, Need, duration, number_in,
 from chaos._ray_state import live_nodes, short
 from chaos._targets import NodeTarget, RayProcess
 from chaos._wait import wait_until
-from chaos.net._lab import NetLab, NetNode, in_namespace, lab_of, run
+from chaos.net._lab import PREFIX, NetLab, NetNode, in_namespace, lab_of, run
 
 __all__ = ["Bandwidth", "Direction", "FlappingLink", "PacketLoss", "Partition", "PartitionPeers"]
 
@@ -240,11 +240,19 @@ CHAINS: dict[Direction, tuple[str, ...]] = {"outgoing": ("output",), "incoming":
                                              "both": ("output", "input")}
 
 
-def parse_table(text: str) -> tuple[DropRule, ...]:
-    """The drop rules of ``nft -j list table`` (or ``list ruleset``) output; none for empty output."""
+def parse_table(text: str, *, prefix: str = "") -> tuple[DropRule, ...]:
+    """The drop rules of ``nft -j list table`` (or ``list ruleset``) output; none for empty output.
+    ``prefix``: only the tables whose names start with it (a ruleset may hold others' rules)."""
     items = json.loads(text).get("nftables", []) if text.strip() else []
-    hooked = {(c["chain"].get("table"), c["chain"]["name"]): "hook" in c["chain"] for c in items if "chain" in c}
-    return tuple(_drop_rule(item["rule"], hooked) for item in items if "rule" in item)
+    ours = [item for item in items if _table_of(item).startswith(prefix)]
+    hooked = {(c["chain"].get("table"), c["chain"]["name"]): "hook" in c["chain"] for c in ours if "chain" in c}
+    return tuple(_drop_rule(item["rule"], hooked) for item in ours if "rule" in item)
+
+
+def _table_of(item: dict[str, dict[str, Any]]) -> str:
+    """The table an item of nft's JSON (``{"chain": {...}}``, ``{"rule": {...}}``) belongs to."""
+    body = next(iter(item.values()), {})
+    return str(body.get("table", "")) if isinstance(body, dict) else ""
 
 
 def _drop_rule(rule: dict[str, Any], hooked: dict[tuple[str | None, str], bool]) -> DropRule:
@@ -572,7 +580,7 @@ def read_link(node: NetNode) -> LinkState:
 def parse_link(*, ruleset: str, sends: str, receives: str, snmp: str) -> LinkState:
     """A :class:`LinkState` from ``nft -j list ruleset``, ``tc -j qdisc show`` of each side of
     the link, and ``/proc/net/snmp`` (each may be empty: nothing there)."""
-    shares = [rule.percent for rule in parse_table(ruleset) if rule.hooked and rule.percent is not None]
+    shares = [rule.percent for rule in parse_table(ruleset, prefix=PREFIX) if rule.hooked and rule.percent is not None]
     return LinkState(loss=max(shares, default=0.0), sends_mbit=bucket_mbit(parse_qdisc(sends)),
                      receives_mbit=bucket_mbit(parse_qdisc(receives)), retransmitted=_retransmitted(snmp))
 

@@ -582,7 +582,7 @@ def _invariants(c: _Checker, workload: type[Workload] | None) -> tuple[str, ...]
     ``DEFAULT_INVARIANTS`` when it has them (not all of its invariants can hold in one run),
     else every one it names (a scenario that leaves it out checks all of them, not none). An
     empty list is refused."""
-    known = workload.INVARIANTS if workload is not None else ()
+    known = tuple(workload.INVARIANTS) if workload is not None else ()
     if "invariants" not in c.data:
         default = workload.DEFAULT_INVARIANTS if workload is not None else None
         return known if default is None else tuple(default)

@@ -101,8 +101,9 @@ def capped_through(route: tuple[int, int], before: Mapping[int, LinkState],
 
 
 def _cap_on(route: tuple[int, int], sample: Mapping[int, LinkState]) -> float:
+    """The tighter of the caps the transfer crosses (0: none)."""
     source, destination = (sample.get(i, LinkState()) for i in route)
-    return max(source.sends_mbit, destination.receives_mbit)
+    return min((cap for cap in (source.sends_mbit, destination.receives_mbit) if cap > 0), default=0.0)
 
 
 def loss_met(route: tuple[int, int], *samples: Mapping[int, LinkState]) -> float:
