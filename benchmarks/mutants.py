@@ -104,7 +104,8 @@ NETWORK: dict[str, set[str] | None] = {
         "peer_addresses", "drop_table", "parse_table", "_drop_rule", "rules_problem", "dropped", "confirm_rules",
         "confirm_cut", "_dropped_probe", "_ways", "confirm_open", "loss_probes", "confirm_loss", "burst_bytes",
         "confirm_capped", "confirm_capped.held", "_bucket_at", "heal_each", "_tables", "_tables.heal_one",
-        "Flaps.flaps", "_flapped", "_flap", "table_present", "read_table", "delete_table"},
+        "Flaps.flaps", "_flapped", "_flap", "table_present", "read_table", "delete_table", "_table_of", "_tc",
+        "_qdisc", "parse_qdisc", "bucket_mbit", "read_link", "parse_link", "_retransmitted"},
     "chaos/net/_lab.py": {"_plan", "_create", "network_leftovers", "_listing", "_json", "require_network",
                       "network_missing"},
 }
