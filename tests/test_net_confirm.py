@@ -186,7 +186,8 @@ def test_a_heal_of_several_nodes_heals_every_one_and_names_each_failure(lab: Net
     with registered(chaos.address, lab), pytest.raises(FaultIneffective) as failed:  # type: ignore[arg-type]
         blocks = _tables(chaos, fault, 0.0, [first, second], table, drop_table(table, [lab.head.address], "both"))
         with blocks:
-            pass
+            present = [read_table(node, table) is not None for node in (first, second)]
+    assert present == [True, True]  # the table was on each node while the block ran
     assert confirmed == [first, second]
     assert read_table(first, table) is None and read_table(second, table) is None  # both deleted
     assert "failed on 1 of 2 nodes" in str(failed.value) and first.label in str(failed.value)
