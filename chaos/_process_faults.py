@@ -262,7 +262,7 @@ def _pause_one(ctx: FaultContext, fault: Pause, at: float | None, proc: RayProce
 
 def _resume_one(ctx: FaultContext, fault: Pause, at: float | None, proc: RayProcess, token: int) -> None:
     # This pause's own token: healing an earlier pause of the same process must not resume a
-    # later one that overlaps it (a seeded plugin run saw that later pause never confirmed).
+    # later one that overlaps it (that later pause would never be confirmed).
     resumed = ctx.call(agent_for(proc.node_id).resume.remote(proc.pid, token=token))
     ctx.record("heal", fault, at, proc, "SIGCONT" if resumed else
                "already resumed by its own timer, or held on by a later pause of the same process")

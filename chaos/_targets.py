@@ -220,8 +220,8 @@ def _actors(target: ActorTarget, address: str) -> list[RayProcess]:
 
 def _placed(pid: int | None, node_id: str | None) -> bool:
     """Whether a State API row names both a process and its node. A row of a task being
-    retried can show RUNNING with its worker's pid before its node id (seen in make test:
-    a kill then failed with a TypeError on the missing node): no agent can act on it."""
+    retried can show RUNNING with its worker's pid before its node id (a kill of it would fail
+    on the missing node): no agent can act on it."""
     return bool(pid) and bool(node_id)
 
 

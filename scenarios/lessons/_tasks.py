@@ -63,7 +63,7 @@ def eager_get(address: str) -> Result:
     task = remote(io, num_cpus=0.5)
     eager = timed(lambda: [ray.get(task.remote(0.3), timeout=TIMEOUT) for _ in range(6)], warm=at_once)
     # Warmed to as many workers as run together: on 4 CPUs, 4 warm workers left the batch's other
-    # two to start cold (1.5 s in CI, against 0.3).
+    # two to start cold (1.5 s on 2 cores, against 0.3).
     batch = timed(lambda: ray.get([task.remote(0.3) for _ in range(6)], timeout=TIMEOUT), warm=at_once)
     # Ideally 1.8 s against 0.6 s on 2 CPUs (two waves of four), 0.3 s on 4. The fix must win by
     # two tasks' length: with no margin, a fix no better than the mistake would pass half the time.
