@@ -226,6 +226,15 @@ def test_a_links_state_is_read_back_from_its_namespace_and_the_hosts_side(lab: N
     assert read_link(node) == LinkState(retransmitted=read_link(node).retransmitted)
 
 
+def test_a_link_that_cannot_be_read_is_not_read_as_unfaulted(lab: NetLab) -> None:
+    from chaos.net._lab import NetCommandFailed
+
+    gone = NetNode(index=9, address="10.0.0.9", namespace=f"{lab.workers[0].namespace}-gone",
+                   host_link="rc-gone-h", link="rc-gone-n")
+    with pytest.raises(NetCommandFailed):
+        read_link(gone)
+
+
 def test_a_tables_rules_read_back_typed() -> None:
     text = ('{"nftables": [{"chain": {"name": "output", "hook": "output"}}, {"chain": {"name": "input"}},'
             ' {"rule": {"chain": "output", "expr": [{"match": {"op": "==", "left": {"payload": {"protocol": "ip",'
