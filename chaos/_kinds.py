@@ -83,6 +83,8 @@ class Need(StrEnum):
     GCS = "a GCS this driver may kill and restart (a cluster it started, with Redis)"
     RAYCHAOS = "raychaos importable by the node's workers (the memory fault's task is a Ray task)"
     NETWORK = "links raychaos made (nodes it started in network namespaces, network = true)"
+    WORKER_NODE = "a live worker node besides the head (a cluster of two or more nodes)"
+    REDIS = "a Redis this driver started, holding the GCS's tables (GCS fault tolerance)"
 
 
 #: What a kind acting on a node's processes through its agent needs of every node.

@@ -84,6 +84,10 @@ def find_missing(schedule: Schedule, *, address: str, timeout: float = AGENT_STA
         found += _gcs(address, needs[Need.GCS])
     if Need.NETWORK in needs:
         found += _network(address, needs[Need.NETWORK])
+    if Need.WORKER_NODE in needs:
+        found += _worker_node(needs[Need.WORKER_NODE])
+    if Need.REDIS in needs:
+        found += _redis(address, needs[Need.REDIS])
     if Need.AGENT in needs:
         found += _agents(_alive_nodes(), needs, timeout)
     if Need.RAYCHAOS in needs:
@@ -132,6 +136,24 @@ def _network(address: str, kinds: tuple[FaultKind, ...]) -> list[Missing]:
         lab_of(address)  # a cluster someone else runs has no links of raychaos's to cut
     except ChaosError as exc:
         return [Missing(where=CLUSTER, kinds=kinds, need=Need.NETWORK, detail=str(exc))]
+    return []
+
+
+def _worker_node(kinds: tuple[FaultKind, ...]) -> list[Missing]:
+    """A node kind needs a live node that is not the head (it never hits the head unasked)."""
+    if any(not row.is_head for row in live_nodes()):
+        return []
+    return [Missing(where=CLUSTER, kinds=kinds, need=Need.WORKER_NODE,
+                    detail="only the head is alive; add a worker node (or leave out the node faults)")]
+
+
+def _redis(address: str, kinds: tuple[FaultKind, ...]) -> list[Missing]:
+    from chaos.gcs._faults import redis_behind
+
+    try:
+        redis_behind(address)
+    except ChaosError as exc:
+        return [Missing(where=CLUSTER, kinds=kinds, need=Need.REDIS, detail=str(exc))]
     return []
 
 

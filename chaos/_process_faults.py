@@ -359,18 +359,20 @@ def _kill_gcs(ctx: FaultContext, fault: KillGcs, at: float | None,
         yield Injection(fault, (proc,))
 
 
+#: A node kind needs, as well, a worker node to hit (never the head unless its target asks).
+ON_NODE_PROCESSES = ON_PROCESSES | {Need.WORKER_NODE}
 _TARGETS: dict[str, JsonValue] = {"actor": {"kind": "actor", "class_name": "EnvWorker"}, "node": {"kind": "node"},
             "replay": {"kind": "actor", "name": "replay", "namespace": "raychaos"}}
 register(
     FaultSpec(record=Kill, inject=_kill, needs=ON_PROCESSES, colour="#e4572e",
               example={"target": _TARGETS["actor"], "signal": "SIGKILL"}),
-    FaultSpec(record=KillNode, inject=_kill_node, needs=ON_PROCESSES, colour="#a4031f",
+    FaultSpec(record=KillNode, inject=_kill_node, needs=ON_NODE_PROCESSES, colour="#a4031f",
               example={"target": _TARGETS["node"]}),
     FaultSpec(record=Pause, inject=_pause, needs=ON_PROCESSES, colour="#f3a712",
               example={"seconds": 3, "target": _TARGETS["replay"]}, observed=PauseObserved),
-    FaultSpec(record=FreezeNode, inject=_freeze_node, needs=ON_PROCESSES, colour="#0b6e4f",
+    FaultSpec(record=FreezeNode, inject=_freeze_node, needs=ON_NODE_PROCESSES, colour="#0b6e4f",
               example={"seconds": 12, "workers": False}),
-    FaultSpec(record=DrainNode, inject=_drain_node, needs=ON_PROCESSES, colour="#3a506b",
+    FaultSpec(record=DrainNode, inject=_drain_node, needs=ON_NODE_PROCESSES, colour="#3a506b",
               example={"deadline_s": 2, "reason": "preemption", "grace_s": 2}),
     FaultSpec(record=KillGcs, inject=_kill_gcs, needs=frozenset({Need.GCS}), colour="#c5283d",
               example={"seconds": 1, "restart": True}, observed=GcsRestartObserved),

@@ -33,6 +33,11 @@ class NodeRow:
     address: str
     resources: Mapping[str, float] = field(default_factory=dict)
 
+    @property
+    def is_head(self) -> bool:
+        """Ray gives the head, and only the head, the ``node:__internal_head__`` resource."""
+        return "node:__internal_head__" in self.resources
+
     def label(self) -> str:
         """``node <short id> (<address>)``, for people."""
         return f"node {short(self.node_id)} ({self.address})"

@@ -33,7 +33,7 @@ from chaos.cluster._cluster import head_of
 from chaos.gcs._redis import RedisServer, redis_of
 
 __all__ = ["KillRedis", "RedisClientKill", "RedisEvent", "RedisFault", "RedisIdleTimeout", "gcs_connections",
-           "inject_redis_fault"]
+           "inject_redis_fault", "redis_behind"]
 
 #: The longest a Redis fault may be held or a Redis idle timeout set, in seconds.
 MAX_REDIS_SECONDS = 600.0
@@ -283,11 +283,25 @@ def _config_timeout(server: RedisServer) -> int:
     return _int(reply[1] if isinstance(reply, list) and len(reply) == 2 else reply)
 
 
+def redis_behind(address: str) -> RedisServer:
+    """The Redis holding the GCS's tables of the cluster at ``address``, both started by this process.
+
+    Raises:
+        InvalidFaultSpec: another process started the cluster or its Redis, or its GCS keeps no Redis.
+    """
+    head = head_of(address)
+    if not head.node.redis_address:
+        raise InvalidFaultSpec(f"the cluster at {address} keeps its GCS's tables in memory, not in a Redis; "
+                               "start it with a Redis (local_cluster(redis_address=...), or the "
+                               "ray_cluster marker's redis=True)")
+    return redis_of(head.node.redis_address)
+
+
 @contextmanager
 def _inject(ctx: FaultContext, fault: RedisFault, at: float | None, rng: random.Random) -> Iterator[Injection]:
     """A Redis fault on the cluster at the engine's address: its Redis, and its GCS's pid now."""
     head = head_of(ctx.address)
-    server = redis_of(head.node.redis_address or "")
+    server = redis_behind(ctx.address)
     proc = RayProcess(0, head.node_id, f"redis-server at {server.address}")
 
     def journal(event: RedisEvent) -> None:
@@ -298,7 +312,7 @@ def _inject(ctx: FaultContext, fault: RedisFault, at: float | None, rng: random.
         yield Injection(fault, (proc,), found=event)
 
 
-_ON_ITS_GCS = frozenset({Need.GCS})
+_ON_ITS_GCS = frozenset({Need.GCS, Need.REDIS})
 register(
     FaultSpec(record=KillRedis, inject=_inject, needs=_ON_ITS_GCS, colour="#9d0208",
               example={"seconds": 5, "keep_data": True}),
