@@ -17,18 +17,11 @@ from chaos._errors import InvalidFaultSpec
 from chaos._faults import Fault
 from chaos._journal import EndEvent, StartEvent
 from chaos._schedule import Schedule, ScheduledFault
+from chaos._suite import CHAOS_MARKER_HELP
 
 __all__ = ["MARKER_HELP", "NO_FAULT_NO_FIXTURE", "NO_FAULT_RAN", "ChaosRun", "ChaosSpec", "parse_marker"]
 
-MARKER_HELP = (
-    "chaos(seed=None, faults=(), menu=(), rate=0.5, duration=5.0, strict=True): run the test "
-    "under a seeded fault schedule that starts with the test body: `faults` as faults or "
-    "(at, fault) pairs, and/or a random schedule drawn from `menu` at `rate` faults a second "
-    "for `duration` seconds (the seed draws it). A fault whose target is not found, that is "
-    "refused, ineffective, or not reached before the body ends fails the test, and so does a "
-    "test that ran without any fault, unless strict=False. "
-    "Example: @pytest.mark.chaos(seed=7, faults=[(0.5, Kill(ActorTarget(name='victim')))])"
-)
+MARKER_HELP = CHAOS_MARKER_HELP
 _OPTIONS = ("seed", "faults", "menu", "rate", "duration", "strict")
 _FAULT_FIX = ("give a fault record such as Kill(ActorTarget(name='victim')), or an (at, fault) "
               "pair such as (1.0, Kill(ActorTarget(name='victim')))")

@@ -1,81 +1,87 @@
-"""The raychaos pytest plugin: a leak-free Ray harness, the ``chaos`` fixture and marker.
+"""The raychaos pytest plugin: Ray cluster fixtures a suite builds on, the ``chaos`` fixture and marker.
 
 Registered under ``pytest11``, so it loads in every pytest run once raychaos is installed.
-It is a guest there: it never imports ``ray`` at import time, loads no Hypothesis profile
-and changes no setting of tests that do not use it (it only *registers* a ``thorough``
-profile, which ``--hypothesis-profile=thorough`` loads).
+It is a guest there: at import it loads neither ``ray`` nor Hypothesis nor the engine (a suite
+that never uses raychaos pays a few milliseconds), loads no Hypothesis profile and changes no
+setting of tests that do not use it (it only *registers* profiles, which
+``--hypothesis-profile=...`` loads).
 
 Fixtures:
-    ray_cluster: a single-node embedded cluster (shared by the whole session).
-    ray_multinode_cluster: a head plus two worker nodes on ``ray.cluster_utils.Cluster``.
-    chaos: a :class:`chaos.Chaos` engine on ``ray_cluster``, seeded by the test's
-        ``@pytest.mark.chaos(seed=...)``, else ``--chaos-seed``, else a random seed. The
-        marker's faults run in the background from the start of the test body; a fault
-        not found, refused, ineffective or not reached before the body ends fails the test
-        (unless ``strict=False``). A failing test prints its journal and the command that
-        replays it.
+    ray_cluster: an embedded Ray cluster, one per shape for the session (or per module, with the
+        ini option ``raychaos_cluster_scope = module``), so a suite's own session- and
+        module-scoped fixtures can start their actors on it. Its shape comes from the ini options
+        (``raychaos_nodes``, ``raychaos_cpus``, ...), overridden by the closest
+        ``@pytest.mark.ray_cluster(nodes=..., cpus=..., resources=..., redis=..., network=...)``.
+    ray_multinode_cluster: the same fixture with a head and two 1-CPU worker nodes (each with a
+        ``worker`` resource) before any marker.
+    chaos: a :class:`chaos.Chaos` engine on the test's cluster, whichever fixture gave it, seeded
+        by the test's ``@pytest.mark.chaos(seed=...)``, else ``--chaos-seed``, else a random seed.
+        The marker's faults run in the background from the start of the test body; a fault not
+        found, refused, ineffective or not reached before the body ends fails the test (unless
+        ``strict=False``). A fault the test's cluster cannot take (a node fault on one node, a
+        partition without network namespaces) fails at collection, naming the fixture or marker
+        to use. A failing test prints its journal and the command that replays it.
 
-Both yield a :class:`chaos.cluster.ClusterHandle`; pass its ``address`` explicitly everywhere.
-Only one cluster is up at a time (one driver connection per process), so tests that
-use the multi-node fixture are moved to the end of the run.
+Every cluster fixture yields a :class:`chaos.cluster.ClusterHandle`; pass its ``address``
+explicitly everywhere. One process drives one cluster at a time (one driver connection), so the
+plugin parametrizes its cluster fixture with the test's shape, hidden from test ids: pytest then
+runs the tests of one shape together and tears that cluster down, with every fixture built on
+it, before it starts the next. Under pytest-xdist each worker starts its own clusters, on ports
+of their own.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 from collections.abc import Generator, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
-from hypothesis import HealthCheck, settings
 
-from chaos._marker import MARKER_HELP, NO_FAULT_NO_FIXTURE, NO_FAULT_RAN, ChaosRun, ChaosSpec, parse_marker
+from chaos._suite import CHAOS_MARKER_HELP, CLUSTER_MARKER_HELP, INI_OPTIONS, ClusterShape, Scope, scope_of, shape_for
 
 if TYPE_CHECKING:
     from chaos._driver import FaultOutcome
+    from chaos._marker import ChaosRun, ChaosSpec
     from chaos.cluster._cluster import ClusterHandle
 
-#: Registered, never loaded unless asked: ten times Hypothesis's default examples and steps.
-settings.register_profile(
-    "thorough", max_examples=1000, stateful_step_count=500, deadline=None, print_blob=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-
 MARKERS = (
-    "multinode: the test needs the 3-node cluster (head + 2 workers); run last. "
-    "Example: @pytest.mark.multinode",
+    "multinode: the test needs the 3-node cluster (head + 2 workers). Example: @pytest.mark.multinode",
     "ray: the test starts real Ray processes (deselect with -m 'not ray'). Example: @pytest.mark.ray",
-    MARKER_HELP,
+    CLUSTER_MARKER_HELP,
+    CHAOS_MARKER_HELP,
 )
-SINGLE_NODE_CPUS = 4
-MULTI_NODE_WORKER_RESOURCES = {"worker": 100.0}
+#: The fixture every cluster fixture and ``chaos`` stand on; parametrized with the test's shape.
+CLUSTER_FIXTURE = "_raychaos_cluster"
+#: The cluster fixtures a user asks for.
+USER_FIXTURES = ("ray_cluster", "ray_multinode_cluster")
 
 
 class RayHarness:
-    """Owns the one embedded cluster of this pytest process; switches size on demand."""
+    """Owns the one embedded cluster of this pytest process (one driver connection per process)."""
 
     def __init__(self) -> None:
         self._stack: ExitStack | None = None
         self.handle: ClusterHandle | None = None
+        self.shape: ClusterShape | None = None
+        #: Every cluster folder this process started, for the leak check at the session's end.
+        self.temp_dirs: list[str] = []
 
-    def get(self, nodes: int) -> ClusterHandle:
+    def get(self, shape: ClusterShape) -> ClusterHandle:
+        """The cluster of ``shape``, started (after closing another) unless it is up."""
         import ray
 
-        from chaos.cluster._cluster import local_cluster
-
-        if self.handle is not None and self.handle.nodes == nodes and ray.is_initialized():
+        if self.handle is not None and self.shape == shape and ray.is_initialized():
             return self.handle
         self.close()
-        stack = ExitStack()
-        resources = MULTI_NODE_WORKER_RESOURCES if nodes > 1 else None
-        cpus = SINGLE_NODE_CPUS if nodes == 1 else 1
-        self.handle = stack.enter_context(
-            local_cluster(nodes=nodes, num_cpus=cpus, worker_resources=resources)
-        )
-        self._stack = stack
+        with ExitStack() as stack:
+            self.handle = stack.enter_context(_started(shape))
+            self.shape, self._stack = shape, stack.pop_all()
+        self.temp_dirs.append(self.handle.temp_dir)
         return self.handle
 
     def lost_head(self) -> str | None:
@@ -93,11 +99,67 @@ class RayHarness:
         self.close()
         return "; ".join(down) + ("\n" + "\n".join(logs) if logs else "")
 
+    def restore(self) -> list[str]:
+        """Put the cluster back in its shape after a test: each worker node that died (killed,
+        frozen past its health checks, drained) is dropped and a node like it added, so that the
+        next test of this shape finds every node. Returns the short ids of the nodes replaced.
+        A network cluster's nodes live in namespaces this cannot rejoin: it is closed instead,
+        and the next test starts another."""
+        cluster = None if self.handle is None else self.handle.cluster
+        if cluster is None or self.shape is None:
+            return []
+        from chaos._ray_state import live_nodes, short
+
+        alive = {row.node_id for row in live_nodes()}
+        dead = [node for node in list(cluster.worker_nodes) if node.node_id not in alive]
+        if dead and self.handle is not None and self.handle.lab is not None:
+            self.close()
+            return [short(node.node_id) for node in dead]
+        for node in dead:
+            resources = dict(node._ray_params.resources or {})
+            cluster.remove_node(node, allow_graceful=False)  # only its bookkeeping is left
+            cluster.add_node(num_cpus=self.shape.cpus, object_store_memory=self.shape.object_store_mb * 1024 * 1024,
+                             resources=resources)
+        if dead:
+            cluster.wait_for_nodes(timeout=60)
+        return [short(node.node_id) for node in dead]
+
     def close(self) -> None:
-        stack, self._stack, self.handle = self._stack, None, None
+        stack, self._stack, self.handle, self.shape = self._stack, None, None, None
         if stack is not None:
             with _sigint_deferred():  # a second Ctrl-C must not leave Ray half torn down
                 stack.close()
+
+    def leftovers(self) -> list[str]:
+        """Processes still running that belong to a cluster this process started (after
+        :meth:`close`, none: its teardown reaps them), each as ``pid name``."""
+        from chaos.cluster._cluster import ray_processes
+
+        found = []
+        for proc in ray_processes():
+            try:
+                line = " ".join(proc.cmdline())
+            except Exception:  # noqa: BLE001 - gone since it was listed: not left over
+                continue
+            if any(folder in line for folder in self.temp_dirs):
+                found.append(f"{proc.pid} {proc.name()}")
+        return found
+
+
+@contextmanager
+def _started(shape: ClusterShape) -> Iterator[ClusterHandle]:
+    """A cluster of ``shape``, with its Redis first when it has one."""
+    from chaos.cluster._cluster import local_cluster
+    from chaos.gcs._redis import redis_server
+
+    with ExitStack() as stack:
+        redis = stack.enter_context(redis_server()) if shape.redis else None
+        yield stack.enter_context(local_cluster(
+            nodes=shape.nodes, num_cpus=shape.cpus, object_store_mb=shape.object_store_mb,
+            worker_resources=dict(shape.resources) or None, redis_address=redis, network=shape.network,
+            # pytest-xdist: every worker starts its clusters, and Ray's dashboard agent would take
+            # the same fixed port on each worker's head.
+            own_ports="PYTEST_XDIST_WORKER" in os.environ))
 
 
 @contextmanager
@@ -116,7 +178,7 @@ def _sigint_deferred() -> Iterator[None]:
 
 _HARNESS = pytest.StashKey[RayHarness]()
 _SPEC = pytest.StashKey["ChaosSpec | Exception"]()
-_RUN = pytest.StashKey[ChaosRun]()
+_RUN = pytest.StashKey["ChaosRun"]()
 
 
 @dataclass(frozen=True)
@@ -129,6 +191,8 @@ class _TestFaults:
 
 
 _SUMMARY = pytest.StashKey[list[_TestFaults]]()
+#: Processes of this process's clusters still running after the session's teardown.
+_LEFT = pytest.StashKey[list[str]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -136,21 +200,44 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--chaos-seed", type=int, default=None,
                     help="seed for the fault schedules (targets and timing) of "
                          "@pytest.mark.chaos tests without a seed of their own (default: random)")
+    group.addoption("--chaos-profile", choices=("ci", "thorough"), default=None,
+                    help="how deep chaos.testing.ActorChaosMachine searches by default: ci (a few "
+                         "examples) or thorough (default: thorough under --hypothesis-profile=thorough, else ci)")
+    group.addoption("--chaos-journals", metavar="DIR", default=None,
+                    help="write each chaos test's journal (JSON lines, passing tests too) into DIR, "
+                         "as <test id>.jsonl: a CI artifact that Schedule.from_journal replays")
+    for name, help_text, default in INI_OPTIONS:
+        parser.addini(name, help_text, default=default)
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
+    # First: Hypothesis's own plugin loads --hypothesis-profile in its pytest_configure.
     for marker in MARKERS:
         config.addinivalue_line("markers", marker)
+    _scope(config)  # a wrong scope stops the run here, named (pytest reads it when fixtures are defined)
     config.stash[_HARNESS] = RayHarness()
     config.stash[_SUMMARY] = []
+    profile = config.getoption("hypothesis_profile", None)
+    if profile == "thorough":  # registered only when asked for: Hypothesis costs 0.2 s to import
+        from chaos._profiles import register_profiles
+
+        register_profiles()
+    from chaos import _suite
+
+    _suite.MACHINE_PROFILE = config.getoption("chaos_profile") or ("thorough" if profile == "thorough" else "ci")
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
     # After fixture teardown, before the summary: the cluster goes down inside the run.
     harness = session.config.stash.get(_HARNESS, None)
-    if harness is not None:
-        harness.close()
+    if harness is None:
+        return
+    harness.close()
+    if harness.temp_dirs and (left := harness.leftovers()):
+        session.config.stash[_LEFT] = left
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -161,34 +248,106 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     seed = config.getoption("chaos_seed")
-    return [
-        f"raychaos: hypothesis profile {settings.get_current_profile_name()!r}, "
-        f"chaos seed {'random' if seed is None else seed}, "
-        f"single node {SINGLE_NODE_CPUS} CPUs, multinode 3 nodes"
-    ]
+    try:
+        shape = _default_shape(config).describe()
+    except Exception as exc:  # noqa: BLE001 - a bad ini value is reported where a test needs the shape
+        shape = f"unusable ({exc})"
+    from chaos import _suite
+
+    profile = config.getoption("hypothesis_profile", None)
+    loaded = f"hypothesis profile {profile!r}, " if profile else ""
+    return [f"raychaos: {loaded}machine profile {_suite.MACHINE_PROFILE!r}, chaos seed "
+            f"{'random' if seed is None else seed}, clusters per {_scope(config).value}, ray_cluster {shape}"]
+
+
+def _ini(config: pytest.Config) -> dict[str, str]:
+    return {name: str(config.getini(name)) for name, _, _ in INI_OPTIONS}
+
+
+def _scope(config: pytest.Config) -> Scope:
+    from chaos._errors import InvalidConfig
+
+    try:
+        return scope_of(str(config.getini("raychaos_cluster_scope")))
+    except InvalidConfig as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def _default_shape(config: pytest.Config) -> ClusterShape:
+    return shape_for(_ini(config), multinode=False, markers=())
+
+
+def _cluster_scope(fixture_name: str, config: pytest.Config) -> Literal["session", "module"]:
+    return "module" if _scope(config) is Scope.MODULE else "session"
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test on a cluster gets its shape as a hidden parameter of the cluster fixture: pytest
+    groups the tests of one shape (per session, or per module) and tears a cluster down before
+    it starts another, each fixture built on it first."""
+    if CLUSTER_FIXTURE not in metafunc.fixturenames:
+        return
+    from chaos._errors import ChaosError
+
+    multinode = "ray_multinode_cluster" in metafunc.fixturenames
+    markers = [m.kwargs for m in reversed(list(metafunc.definition.iter_markers("ray_cluster")))]
+    try:
+        shape = shape_for(_ini(metafunc.config), multinode=multinode, markers=markers)
+        if "chaos" in metafunc.fixturenames:
+            _check_faults_fit(metafunc, shape, multinode=multinode)
+    except ChaosError as exc:  # InvalidConfig (the shape), InvalidFaultSpec (a fault it cannot take)
+        raise pytest.Collector.CollectError(f"{metafunc.definition.nodeid}: raychaos: {exc}") from None
+    metafunc.parametrize(CLUSTER_FIXTURE, [shape], indirect=True, ids=[pytest.HIDDEN_PARAM],
+                         scope=_cluster_scope(CLUSTER_FIXTURE, metafunc.config))
+
+
+def _check_faults_fit(metafunc: pytest.Metafunc, shape: ClusterShape, *, multinode: bool) -> None:
+    """A fault the marker schedules that this test's cluster cannot take fails the collection,
+    naming what it lacks and the fixture or marker that gives it."""
+    from chaos._errors import InvalidFaultSpec
+    from chaos._kinds import spec_of
+    from chaos._suite import fix_for, unmet
+
+    try:
+        spec = _merged_spec(metafunc.definition)
+    except InvalidFaultSpec:
+        return  # the test fails with the marker's own usage error when it runs
+    for fault in (*(e.fault for e in spec.explicit), *spec.menu):
+        if lacking := unmet(shape, spec_of(fault).needs):
+            fixture = "ray_multinode_cluster" if multinode else "ray_cluster"
+            raise InvalidFaultSpec(
+                f"@pytest.mark.chaos schedules {type(fault).__name__}, which needs "
+                f"{' and '.join(n.value for n in lacking)}; this test's cluster ({fixture}: {shape.describe()}) "
+                f"has none: {fix_for(shape, lacking, multinode=multinode)}")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if {"ray_cluster", "ray_multinode_cluster"} & set(getattr(item, "fixturenames", ())):
+        if CLUSTER_FIXTURE in getattr(item, "fixturenames", ()):
             item.add_marker("ray")
         if item.get_closest_marker("chaos") is not None:
             item.stash[_SPEC] = _spec_of(item)
-    # Switching cluster size costs a shutdown and a start: group multinode tests at the end.
-    items.sort(key=lambda item: "ray_multinode_cluster" in getattr(item, "fixturenames", ()))
+
+
+def _merged_spec(node: Any) -> ChaosSpec:
+    """The node's chaos markers merged, the closest winning option by option."""
+    from chaos._marker import parse_marker
+
+    kwargs: dict[str, Any] = {}
+    args: list[Any] = []
+    for marker in reversed(list(node.iter_markers("chaos"))):
+        kwargs.update(marker.kwargs)
+        args.extend(marker.args)
+    return parse_marker(args, kwargs)
 
 
 def _spec_of(item: pytest.Item) -> ChaosSpec | Exception:
     """The validated marker, or the error to fail the test with (the session goes on)."""
     from chaos._errors import InvalidFaultSpec
+    from chaos._marker import NO_FAULT_NO_FIXTURE
 
-    kwargs: dict[str, Any] = {}
-    args: list[Any] = []
-    for marker in reversed(list(item.iter_markers("chaos"))):  # the closest marker wins
-        kwargs.update(marker.kwargs)
-        args.extend(marker.args)
     try:
-        spec = parse_marker(args, kwargs)
+        spec = _merged_spec(item)
     except InvalidFaultSpec as exc:
         return exc
     if "chaos" in getattr(item, "fixturenames", ()):
@@ -210,7 +369,7 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     run = item.stash.get(_RUN, None)
     if run is None:
         return (yield)
-    if run.strict and isinstance(spec, ChaosSpec) and spec.drew_nothing(run.schedule):
+    if run.strict and spec is not None and spec.drew_nothing(run.schedule):
         pytest.fail(f"raychaos: {spec.nothing_drawn(run.engine.seed)}", pytrace=False)
     run.start()
     try:
@@ -219,18 +378,35 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
         _remember(item, run.finish())
         raise
     _fail_unless_applied(run, _remember(item, run.finish()))
-    if isinstance(spec, ChaosSpec) and run.strict and not run.schedule.entries and not run.injected():
+    if spec is not None and run.strict and not run.schedule.entries and not run.injected():
+        from chaos._marker import NO_FAULT_RAN
+
         pytest.fail(f"raychaos: {NO_FAULT_RAN}", pytrace=False)  # a marker, yet no fault
     return result
 
 
 def _remember(item: pytest.Item, outcomes: list[FaultOutcome]) -> list[FaultOutcome]:
     """Keep what each scheduled fault did, so a passing test shows it too (the terminal
-    summary, ``-rA``, and a ``raychaos_faults`` property in JUnit XML)."""
+    summary, ``-rA``, a ``raychaos_faults`` property in JUnit XML, the journal's file)."""
+    if folder := item.config.getoption("chaos_journals"):
+        _write_journal(folder, item)
     lines = tuple(fault_line(outcome) for outcome in outcomes)
     item.config.stash[_SUMMARY].append(_TestFaults(item.nodeid, lines, sum(o.ok for o in outcomes)))
     item.user_properties.append(("raychaos_faults", "; ".join(lines) or "none scheduled"))
     return outcomes
+
+
+def _write_journal(folder: str, item: pytest.Item) -> None:
+    """The test's journal as ``<folder>/<test id>.jsonl``, the id made a file name."""
+    import re
+
+    from chaos._journal import dump_event
+
+    run = item.stash[_RUN]
+    os.makedirs(folder, exist_ok=True)
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", item.nodeid).strip("_")[:200]
+    with open(os.path.join(folder, f"{name}.jsonl"), "w", encoding="utf-8") as out:
+        out.writelines(dump_event(event) + "\n" for event in run.engine.journal.events)
 
 
 def fault_line(outcome: FaultOutcome) -> str:
@@ -243,6 +419,8 @@ def fault_line(outcome: FaultOutcome) -> str:
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     """One line over the session's chaos tests; with ``-v``, each test's faults."""
+    for line in config.stash.get(_LEFT, []):
+        terminalreporter.write_line(f"raychaos: LEFT RUNNING after this session's clusters closed: {line}", red=True)
     runs = config.stash.get(_SUMMARY, [])
     if not runs:
         return
@@ -274,27 +452,55 @@ def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
     with nothing printed. The next test gets a fresh cluster."""
     yield
     harness = item.config.stash.get(_HARNESS, None)
-    if harness is not None and (lost := harness.lost_head()):
+    if harness is None or CLUSTER_FIXTURE not in getattr(item, "fixturenames", ()):
+        return
+    if lost := harness.lost_head():
+        _forget_cluster(item._request)  # type: ignore[attr-defined]
         pytest.fail(f"raychaos: the shared Ray cluster's head died during this test: {lost}", pytrace=False)
+    if harness.restore() and harness.handle is None:  # a network cluster: closed, not mended
+        _forget_cluster(item._request)  # type: ignore[attr-defined]
 
 
-@pytest.fixture
-def ray_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterHandle]:
-    """A single-node embedded Ray cluster, shared by the session; its address is explicit."""
-    yield request.config.stash[_HARNESS].get(nodes=1)
+def _forget_cluster(request: Any) -> None:
+    """Tear the cluster fixture down now, each fixture built on it first, so the next test that
+    asks for it starts a cluster instead of reusing a closed one. pytest has no public call for
+    this: ``FixtureDef.finish`` is what pytest itself calls when a parameter changes."""
+    definitions = request._fixturemanager.getfixturedefs(CLUSTER_FIXTURE, request.node) or ()
+    for definition in definitions:
+        definition.finish(request)
 
 
-@pytest.fixture
-def ray_multinode_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterHandle]:
-    """Head plus 2 worker nodes (1 CPU each, a ``worker`` resource on the workers)."""
-    yield request.config.stash[_HARNESS].get(nodes=3)
+@pytest.fixture(scope=_cluster_scope)
+def _raychaos_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterHandle]:
+    """The test's cluster, of the shape it was parametrized with (the ini's default when a test
+    asked for it only at run time, with ``request.getfixturevalue``)."""
+    harness = request.config.stash[_HARNESS]
+    shape = getattr(request, "param", None) or _default_shape(request.config)
+    yield harness.get(shape)
+    if harness.shape == shape:
+        harness.close()
+
+
+@pytest.fixture(scope=_cluster_scope)
+def ray_cluster(_raychaos_cluster: ClusterHandle) -> ClusterHandle:
+    """An embedded Ray cluster of the ini options' shape and the test's ``ray_cluster`` marker
+    (one node with 4 CPUs by default), for the session or the module; its address is explicit."""
+    return _raychaos_cluster
+
+
+@pytest.fixture(scope=_cluster_scope)
+def ray_multinode_cluster(_raychaos_cluster: ClusterHandle) -> ClusterHandle:
+    """Head plus 2 worker nodes (1 CPU each, a ``worker`` resource on the workers) unless the
+    test's ``ray_cluster`` marker says otherwise."""
+    return _raychaos_cluster
 
 
 @pytest.fixture(scope="module")
 def no_shared_cluster(request: pytest.FixtureRequest) -> None:
     """For a module whose tests start Ray clusters of their own (``local_cluster``, a scenario run
     without an address): the session's shared cluster stops first, since one process holds one
-    driver connection. A later ``ray_cluster`` user starts it again."""
+    driver connection, with every fixture built on it. A later ``ray_cluster`` user starts it again."""
+    _forget_cluster(request)
     request.config.stash[_HARNESS].close()
 
 
@@ -306,14 +512,15 @@ def _seed_for(request: pytest.FixtureRequest, spec: ChaosSpec) -> int:
 
 
 @pytest.fixture
-def chaos(request: pytest.FixtureRequest, ray_cluster: ClusterHandle) -> Iterator[object]:
-    """A seeded chaos engine on ``ray_cluster``; the marker's faults run during the test body."""
+def chaos(request: pytest.FixtureRequest, _raychaos_cluster: ClusterHandle) -> Iterator[object]:
+    """A seeded chaos engine on the test's cluster; the marker's faults run during the test body."""
     from chaos._engine import Chaos
+    from chaos._marker import ChaosRun, ChaosSpec
 
     spec = request.node.stash.get(_SPEC, None)
     spec = spec if isinstance(spec, ChaosSpec) else ChaosSpec()
     seed = _seed_for(request, spec)
-    engine = Chaos(address=ray_cluster.address, seed=seed)
+    engine = Chaos(address=_raychaos_cluster.address, seed=seed)
     schedule = spec.schedule(seed)
     engine.warm_up(schedule)  # agents and the State API, before time zero: no fault is late
     run = ChaosRun(engine, schedule, strict=spec.strict, nodeid=request.node.nodeid)

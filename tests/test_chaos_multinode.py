@@ -140,3 +140,22 @@ def test_nothing_hangs_silently_when_a_node_dies(ray_multinode_cluster: ClusterH
             except (NodeDiedError, WorkerCrashedError, ObjectLostError):
                 assert kind != "value_error"
     replace_dead_worker(ray_multinode_cluster, victim)
+
+
+@pytest.mark.chaos(seed=2, faults=[(0.5, KillNode(NodeTarget()))])
+def test_the_marker_kills_a_node_of_the_multinode_cluster_the_test_asked_for(
+        ray_multinode_cluster: ClusterHandle, chaos: Chaos) -> None:
+    """Before, the ``chaos`` fixture stood on the one-node cluster: asking for it swapped the
+    test's three nodes for one, and the node fault found no worker node to kill."""
+    assert chaos.address == ray_multinode_cluster.address
+    alive = lambda: [n for n in list_nodes(address=chaos.address, raise_on_missing_output=False)  # noqa: E731
+                     if n.state == "ALIVE"]
+    assert len(alive()) == 3
+    wait_until(lambda: len(alive()) == 2, timeout=60, what="the marker's KillNode to leave two live nodes")
+
+
+def test_a_node_a_test_killed_is_replaced_before_the_next_test(ray_multinode_cluster: ClusterHandle) -> None:
+    rows = [n for n in list_nodes(address=ray_multinode_cluster.address, raise_on_missing_output=False)
+            if n.state == "ALIVE"]
+    assert len(rows) == 3 and sum(not n.is_head_node for n in rows) == 2, rows
+    assert all(any(r.startswith("rc_node") for r in n.resources_total) for n in rows if not n.is_head_node)

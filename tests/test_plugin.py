@@ -55,8 +55,8 @@ def test_an_unrelated_given_test_still_runs_100_examples(pytester: pytest.Pytest
     pytester.makepyfile(COUNTING)
     result = pytester.runpytest_subprocess("-s")
     profile = "ci" if ci else "default"
-    result.stdout.fnmatch_lines([f"raychaos: hypothesis profile '{profile}'*",
-                                 f"*EXAMPLES 100 PROFILE {profile}*", "*2 passed*"])
+    result.stdout.fnmatch_lines(["raychaos: machine profile 'ci'*", f"*EXAMPLES 100 PROFILE {profile}*",
+                                 "*2 passed*"])
 
 
 def test_the_thorough_profile_is_loaded_only_when_asked(pytester: pytest.Pytester) -> None:

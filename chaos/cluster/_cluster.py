@@ -215,6 +215,7 @@ def local_cluster(
     worker_env: Mapping[str, str] | None = None,
     runtime_env: Mapping[str, object] | None = None,
     network: bool = False,
+    own_ports: bool = False,
 ) -> Iterator[ClusterHandle]:
     """Start a fresh embedded Ray cluster, connect this driver to it, and tear it all down.
 
@@ -242,6 +243,9 @@ def local_cluster(
             a bridge (the head stays on the host, on the bridge's address), so that network
             faults (:class:`chaos.Partition` and its siblings) can cut, thin and slow the links
             between nodes. Needs root, ``nft``, ``ip`` and ``tc``, and ``nodes >= 2``.
+        own_ports: give the head's dashboard agent a free port instead of Ray's fixed 52365 (a
+            single node is then started through ``ray.cluster_utils`` as well), so that several
+            clusters can run on one machine at once: pytest-xdist workers, each with its own.
 
     Raises:
         InvalidConfig: a bad size, or this process is already connected to Ray.
@@ -277,7 +281,7 @@ def local_cluster(
         with ExitStack() as stack:
             lab = stack.enter_context(network_lab(nodes - 1)) if network else None
             handle = stack.enter_context(_started(nodes, num_cpus, object_store_mb, config, temp_dir,
-                                                  worker_resources, init_args, env, lab))
+                                                  worker_resources, init_args, env, lab, own_ports=own_ports))
             if lab is not None:
                 stack.enter_context(registered(handle.address, lab))
             yield handle
@@ -329,13 +333,13 @@ def _environ(variables: Mapping[str, str]) -> Iterator[None]:
 def _started(nodes: int, num_cpus: int, object_store_mb: int, config: dict[str, Any],
              temp_dir: str, worker_resources: Mapping[str, float] | None,
              init_args: dict[str, Any], env: _NodeEnv,
-             lab: NetLab | None = None) -> Iterator[ClusterHandle]:
+             lab: NetLab | None = None, *, own_ports: bool = False) -> Iterator[ClusterHandle]:
     import ray
 
     store = object_store_mb * 1024 * 1024
     cluster, address = None, ""
     try:
-        if nodes == 1:
+        if nodes == 1 and not own_ports:
             with _environ(env.head):
                 ctx = ray.init(address="local", num_cpus=num_cpus, object_store_memory=store,
                                _temp_dir=temp_dir, _system_config=config, include_dashboard=True,
@@ -343,7 +347,8 @@ def _started(nodes: int, num_cpus: int, object_store_mb: int, config: dict[str, 
             address = ctx.address_info["gcs_address"]
             _HEADS[address] = ray._private.worker._global_node
         else:
-            cluster = _multi_node(nodes, num_cpus, store, config, temp_dir, worker_resources, env, lab)
+            cluster = _multi_node(nodes, num_cpus, store, config, temp_dir, worker_resources, env, lab,
+                                  own_ports=own_ports)
             ray.init(address=cluster.address, **{k: v for k, v in init_args.items() if k != "num_gpus"})
             address = cluster.address
             _HEADS[address] = cluster.head_node
@@ -359,7 +364,8 @@ def _started(nodes: int, num_cpus: int, object_store_mb: int, config: dict[str, 
 
 
 def _multi_node(nodes: int, num_cpus: int, store: int, config: dict[str, Any], temp_dir: str,
-                worker_resources: Mapping[str, float] | None, env: _NodeEnv, lab: NetLab | None) -> Any:
+                worker_resources: Mapping[str, float] | None, env: _NodeEnv, lab: NetLab | None,
+                *, own_ports: bool = False) -> Any:
     from ray._private.utils import get_ray_address_file
     from ray.cluster_utils import Cluster
 
@@ -371,6 +377,7 @@ def _multi_node(nodes: int, num_cpus: int, store: int, config: dict[str, Any], t
             "temp_dir": temp_dir, "include_dashboard": True, "resources": {"rc_head": 1.0},
             # Unlike ray.init, Cluster's head fails if 8265 is taken (another cluster here).
             "dashboard_port": _free_port(),
+            **({"dashboard_agent_listen_port": _free_port()} if own_ports else {}),
             **({"node_ip_address": lab.head.address} if lab is not None else {}),
         })
     try:

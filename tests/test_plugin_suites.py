@@ -1,0 +1,198 @@
+"""The plugin in a user's own suite: cluster fixtures with the scopes suites use, the shape from
+ini options and a marker, a fault the test's cluster cannot take refused at collection, bounded
+state machines, and a plugin that costs a suite that never uses it nothing but its load."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from chaos._errors import InvalidConfig
+from chaos._suite import ClusterShape, shape_for
+
+pytest_plugins = ["pytester"]
+
+
+# -- the shape: ini options, then the multi-node fixture, then the closest marker ----------------------
+
+
+def test_the_shape_comes_from_the_ini_then_the_fixture_then_the_closest_marker() -> None:
+    ini = {"raychaos_nodes": "2", "raychaos_cpus": "3", "raychaos_resources": "worker=4 disk=1",
+           "raychaos_redis": "yes"}
+    assert shape_for(ini, multinode=False, markers=()) == ClusterShape(
+        nodes=2, cpus=3, resources=(("disk", 1.0), ("worker", 4.0)), redis=True)
+    assert shape_for({}, multinode=True, markers=()) == ClusterShape(nodes=3, cpus=1, resources=(("worker", 100.0),))
+    module, function = {"nodes": 4, "cpus": 2}, {"cpus": 1, "resources": {"gpu_slot": 1}}
+    assert shape_for({}, multinode=False, markers=[module, function]) == ClusterShape(
+        nodes=4, cpus=1, resources=(("gpu_slot", 1.0),))
+
+
+@pytest.mark.parametrize(("ini", "markers", "multinode", "match"), [
+    ({"raychaos_nodes": "two"}, (), False, "raychaos_nodes = 'two' is not a whole number"),
+    ({"raychaos_redis": "maybe"}, (), False, "raychaos_redis = 'maybe' is not true or false"),
+    ({"raychaos_resources": "worker"}, (), False, "'worker' is not name=amount"),
+    ({"raychaos_resources": "worker=-1"}, (), False, "is not an amount"),
+    ({}, [{"nodes": 0}], False, "`nodes` must be a whole number >= 1, got 0"),
+    ({}, [{"node": 3}], False, r"unknown argument\(s\) \['node'\]"),
+    ({}, [{"resources": {"worker": 1}}], False, "go on worker nodes, and nodes=1 has none"),
+    ({}, [{"nodes": 1}], True, "asks for ray_multinode_cluster but its @pytest.mark.ray_cluster says nodes=1"),
+])
+def test_a_wrong_shape_is_refused_naming_the_value_and_the_fix(
+        ini: dict[str, str], markers: list[dict[str, object]], multinode: bool, match: str) -> None:
+    with pytest.raises(InvalidConfig, match=match):
+        shape_for(ini, multinode=multinode, markers=markers)
+
+
+# -- collection: shapes, scopes and faults the cluster cannot take ------------------------------------
+
+NODE_FAULTS = """
+    import pytest
+    from chaos import KillNode, NodeTarget, Partition
+
+    @pytest.mark.chaos(faults=[(1.0, KillNode(NodeTarget()))])
+    def test_on_one_node(ray_cluster, chaos): ...
+
+    @pytest.mark.chaos(faults=[(1.0, KillNode(NodeTarget()))])
+    def test_on_three_nodes(ray_multinode_cluster, chaos): ...
+"""
+
+
+def test_a_node_fault_on_a_one_node_cluster_fails_at_collection_naming_the_fixture(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_nodes=NODE_FAULTS)
+    result = pytester.runpytest_subprocess("--collect-only", "-q")
+    result.stdout.fnmatch_lines([
+        "*test_on_one_node: raychaos: @pytest.mark.chaos schedules KillNode, which needs a live worker node "
+        "besides the head*; this test's cluster (ray_cluster: 1 node x 4 CPUs) has none: ask for the "
+        "ray_multinode_cluster fixture, or mark the test @pytest.mark.ray_cluster(nodes=3)*",
+    ])
+    assert result.ret == pytest.ExitCode.INTERRUPTED  # a collection error stops the run before any cluster
+
+
+def test_a_partition_needs_a_network_cluster_and_says_which_marker_gives_it(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_net="""
+        import pytest
+        from chaos import NodeTarget, Partition
+
+        @pytest.mark.chaos(faults=[(1.0, Partition(seconds=5, target=NodeTarget()))])
+        def test_cut(ray_multinode_cluster, chaos): ...
+    """)
+    result = pytester.runpytest_subprocess("--collect-only", "-q")
+    result.stdout.fnmatch_lines(["*Partition, which needs links raychaos made*"
+                                 "mark the test @pytest.mark.ray_cluster(nodes=3, network=True)*"])
+
+
+def test_the_multinode_fixture_and_a_marked_shape_collect_with_the_test_ids_unchanged(
+        pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_nodes="""
+        import pytest
+        from chaos import KillNode, NodeTarget
+
+        @pytest.mark.chaos(faults=[(1.0, KillNode(NodeTarget()))])
+        def test_on_three_nodes(ray_multinode_cluster, chaos): ...
+
+        @pytest.mark.ray_cluster(nodes=2)
+        @pytest.mark.chaos(faults=[(1.0, KillNode(NodeTarget()))])
+        def test_on_two_nodes(ray_cluster, chaos): ...
+
+        @pytest.mark.parametrize("x", [1, 2])
+        def test_mine(ray_cluster, x): ...
+    """)
+    result = pytester.runpytest_subprocess("--collect-only", "-q")
+    result.stdout.fnmatch_lines(["test_nodes.py::test_on_three_nodes", "test_nodes.py::test_on_two_nodes",
+                                 "test_nodes.py::test_mine[1]", "test_nodes.py::test_mine[2]", "*4 tests collected*"])
+
+
+def test_the_cluster_fixtures_have_the_scope_the_ini_gives(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_x="def test_x(ray_cluster): ...")
+    for scope in ("session", "module"):
+        pytester.makeini(f"[pytest]\nraychaos_cluster_scope = {scope}\nraychaos_nodes = 2\nraychaos_cpus = 1\n")
+        result = pytester.runpytest_subprocess("--fixtures", "-v")
+        result.stdout.fnmatch_lines([f"ray_cluster [[]{scope} scope[]]*",
+                                     f"ray_multinode_cluster [[]{scope} scope[]]*"])
+        result = pytester.runpytest_subprocess("--collect-only")
+        result.stdout.fnmatch_lines([f"raychaos: *clusters per {scope}, ray_cluster 2 nodes x 1 CPU"])
+    pytester.makeini("[pytest]\nraychaos_cluster_scope = class\n")
+    result = pytester.runpytest_subprocess("--collect-only", "-q")
+    result.stderr.fnmatch_lines(["*raychaos_cluster_scope = 'class' is not a scope; use session or module*"])
+
+
+SCOPED = """
+    import pytest, ray
+
+    @ray.remote
+    class Service:
+        def address(self):
+            return ray.get_runtime_context().gcs_address
+
+    @pytest.fixture(scope="session")
+    def service(ray_cluster):
+        return Service.options(name="service", lifetime="detached").remote()
+
+    @pytest.fixture(scope="module")
+    def same_service(ray_cluster, service):
+        return ray.get_actor("service")
+
+    def test_{name}_session_and_module_fixtures_share_the_cluster(ray_cluster, service, same_service):
+        assert ray.get(service.address.remote(), timeout=60) == ray_cluster.address
+        assert ray.get(same_service.address.remote(), timeout=60) == ray_cluster.address
+        print("CLUSTER", ray_cluster.address)
+"""
+
+
+@pytest.mark.ray
+def test_a_suites_session_and_module_fixtures_start_actors_on_the_session_cluster(pytester: pytest.Pytester) -> None:
+    """``ray_cluster`` was function-scoped: a module- or session-scoped fixture on it was a
+    ScopeMismatch. Now it lives for the session: two modules' fixtures share one cluster."""
+    pytester.makepyfile(test_a=SCOPED.format(name="a"), test_b=SCOPED.format(name="b"))
+    result = pytester.runpytest_subprocess("-s", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+    addresses = {line.split()[-1] for line in result.outlines if line.startswith("CLUSTER")}
+    assert len(addresses) == 1, result.outlines
+
+
+# -- bounded state machines -----------------------------------------------------------------------
+
+MACHINE = """
+    from hypothesis import settings
+    from chaos.testing import ActorChaosMachine
+
+    class Plain(ActorChaosMachine):
+        pass
+
+    @settings(max_examples=2, stateful_step_count=3)
+    class Mine(ActorChaosMachine):
+        pass
+
+    def test_depth():
+        for cls in (Plain, Mine):
+            s = cls.TestCase.settings
+            print("DEPTH", cls.__name__, cls.profile, s.max_examples, s.stateful_step_count)
+        print("FOREIGN", settings.default.max_examples)
+"""
+
+
+@pytest.mark.parametrize(("args", "depth"), [
+    ((), "ci 5 10"), (("--chaos-profile=thorough",), "thorough 50 30"),
+    (("--hypothesis-profile=thorough",), "thorough 50 30"),
+])
+def test_a_machine_runs_a_bounded_profile_unless_given_settings_and_foreign_tests_keep_theirs(
+        pytester: pytest.Pytester, args: tuple[str, ...], depth: str) -> None:
+    """Before, a subclass ran Hypothesis's 100 examples of 50 real-kill steps."""
+    pytester.makepyfile(test_machine=MACHINE)
+    result = pytester.runpytest_subprocess("-s", *args)
+    foreign = 1000 if "--hypothesis-profile=thorough" in args else 100
+    result.stdout.fnmatch_lines([f"*DEPTH Plain {depth}", "DEPTH Mine * 2 3", f"FOREIGN {foreign}"])
+
+
+# -- a guest's cost ---------------------------------------------------------------------------------
+
+
+def test_loading_the_plugin_imports_neither_ray_nor_hypothesis_nor_pydantic() -> None:
+    """Every pytest run of the environment loads the plugin; before, it imported pydantic, the
+    engine and Hypothesis (about 0.4 s)."""
+    code = ("import sys, chaos.pytest_plugin; "
+            "print(sorted(m for m in ('ray', 'hypothesis', 'pydantic', 'chaos._engine') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
