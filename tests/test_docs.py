@@ -4,7 +4,11 @@ or parsed here, and README's four quickstarts run end to end (those in the slow 
 What each fenced block gets, by its language:
 
 - ``python``: compiled (``ast.parse``); run as well when an ``<!-- docs-test: run -->``
-  comment stands on the line before it (a self-contained, fast example).
+  comment stands on the line before it (a self-contained, fast example). A block that defines
+  tests (``def test_...``, a state machine) must be marked ``<!-- docs-test: pytest -->``
+  instead: each page's such blocks are test files of one pytester project, whose
+  ``conftest.py`` is ``tests/docs_fixtures/<page>.py`` when the page names fixtures of "yours",
+  and their tests must all pass (slow tier: they start Ray).
 - ``toml``: parsed with ``tomllib``; a complete scenario (it names a ``workload``) is loaded
   with :func:`scenarios.load_scenario`, an attack schedule (``[[faults]]`` or ``[random]``
   without a workload) with :func:`scenarios.load_attack`.
@@ -61,7 +65,7 @@ def doc_files() -> list[Path]:
 # -- the collector --------------------------------------------------------------------------------
 
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>[^`]*)$")
-DIRECTIVE = re.compile(r"<!--\s*docs-test:\s*(?P<what>run|file)\s*(?P<arg>\S*)\s*-->")
+DIRECTIVE = re.compile(r"<!--\s*docs-test:\s*(?P<what>run|file|pytest)\s*(?P<arg>\S*)\s*-->")
 SNIPPET = re.compile(r'^--8<--\s+"(?P<path>[^"]+)"$')
 
 
@@ -74,6 +78,7 @@ class Block:
     lang: str
     text: str
     run: bool = False  #: marked ``<!-- docs-test: run -->``
+    pytest: bool = False  #: marked ``<!-- docs-test: pytest -->``: a test file, run under pytest
     same_as: str | None = None  #: marked ``<!-- docs-test: file PATH -->``
 
     @property
@@ -99,6 +104,7 @@ def collect(path: Path) -> list[Block]:
         directive = DIRECTIVE.search(lines[i - 1]) if i else None
         blocks.append(Block(path, i + 1, opened["info"].strip().split(" ")[0].lower(), "\n".join(body) + "\n",
                             run=bool(directive and directive["what"] == "run"),
+                            pytest=bool(directive and directive["what"] == "pytest"),
                             same_as=directive["arg"] if directive and directive["what"] == "file" else None))
         i = j + 1
     return blocks
@@ -203,6 +209,15 @@ def _text(block: Block, text: str, tmp_path: Path) -> None:
     """Printed output: shown as is."""
 
 
+def defines_tests(text: str) -> list[str]:
+    """The tests a block of Python defines: ``test_*`` functions, and classes deriving from a
+    state machine (a name ending in ``Machine``)."""
+    tree = ast.parse(text)
+    names = [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")]
+    return names + [n.name for n in tree.body if isinstance(n, ast.ClassDef) and any(
+        (b.id if isinstance(b, ast.Name) else getattr(b, "attr", "")).endswith("Machine") for b in n.bases)]
+
+
 CHECKERS = {"python": _python, "toml": _toml, "bash": _shell, "console": _shell, "text": _text}
 
 BLOCKS = [block for path in doc_files() for block in collect(path)]
@@ -216,6 +231,37 @@ def test_the_pages_have_code_blocks() -> None:
 @pytest.mark.parametrize("block", BLOCKS, ids=[b.where for b in BLOCKS])
 def test_code_block(block: Block, tmp_path: Path) -> None:
     check(block, tmp_path)
+
+
+def test_a_block_that_defines_tests_is_run_under_pytest() -> None:
+    """``exec`` of a block defines its tests and never calls them: such a block could never fail."""
+    unrun = [f"{b.where}: {defines_tests(b.text)}" for b in BLOCKS
+             if b.lang == "python" and not b.pytest and not SNIPPET.match(b.text.strip())
+             and b.same_as is None and defines_tests(b.text)]
+    assert not unrun, ("blocks define tests that nothing runs; mark each `<!-- docs-test: pytest -->` "
+                       f"(fixtures of \"yours\" go in tests/docs_fixtures/<page>.py): {unrun}")
+
+
+PAGE_TESTS = sorted({b.path for b in BLOCKS if b.pytest})
+FIXTURES = ROOT / "tests" / "docs_fixtures"
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.usefixtures("no_shared_cluster")
+@pytest.mark.parametrize("page", PAGE_TESTS, ids=[str(p.relative_to(ROOT)) for p in PAGE_TESTS])
+def test_the_tests_a_page_shows_pass(page: Path, pytester: pytest.Pytester) -> None:
+    blocks = [b for b in BLOCKS if b.path == page and b.pytest]
+    for block in blocks:
+        assert defines_tests(block.text), f"{block.where}: a pytest block that defines no test"
+        pytester.makepyfile(**{f"test_block_{block.line}": block.text})
+    conftest = FIXTURES / f"{page.stem}.py"
+    if conftest.exists():
+        pytester.makeconftest(conftest.read_text(encoding="utf-8"))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", timeout=900)
+    tests = sum(len(defines_tests(b.text)) - sum(n.endswith("Machine") for n in defines_tests(b.text))
+                for b in blocks)
+    result.assert_outcomes(passed=tests)
 
 
 BROKEN = {
