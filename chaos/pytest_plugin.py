@@ -106,22 +106,29 @@ class RayHarness:
         A network cluster's nodes live in namespaces this cannot rejoin: it is closed instead,
         and the next test starts another."""
         cluster = None if self.handle is None else self.handle.cluster
-        if cluster is None or self.shape is None:
+        if cluster is None or self.shape is None or self.handle is None:
             return []
-        from chaos._ray_state import live_nodes, short
+        from chaos._ray_state import live_nodes, node_states, short
 
-        alive = {row.node_id for row in live_nodes()}
-        dead = [node for node in list(cluster.worker_nodes) if node.node_id not in alive]
-        if dead and self.handle is not None and self.handle.lab is not None:
+        # Dead as the GCS says: a node just added and not yet registered is not dead.
+        states = node_states(self.handle.address)
+        dead = [node for node in list(cluster.worker_nodes)
+                if node.node_id in states and states[node.node_id].dead]
+        if not dead:
+            return []
+        rows = live_nodes()
+        if self.handle.lab is not None:
             self.close()
             return [short(node.node_id) for node in dead]
-        for node in dead:
-            resources = dict(node._ray_params.resources or {})
+        # Each worker node i carries an rc_node<i> resource (local_cluster): a replacement takes a
+        # missing index, so that what pins to a node by it finds one again.
+        held = {name for row in rows for name in row.resources if name.startswith("rc_node")}
+        missing = [i for i in range(1, self.shape.nodes + len(dead)) if f"rc_node{i}" not in held]
+        for node, index in zip(dead, missing):
             cluster.remove_node(node, allow_graceful=False)  # only its bookkeeping is left
             cluster.add_node(num_cpus=self.shape.cpus, object_store_memory=self.shape.object_store_mb * 1024 * 1024,
-                             resources=resources)
-        if dead:
-            cluster.wait_for_nodes(timeout=60)
+                             resources={f"rc_node{index}": 1.0, **dict(self.shape.resources)})
+        cluster.wait_for_nodes(timeout=60)
         return [short(node.node_id) for node in dead]
 
     def close(self) -> None:

@@ -108,8 +108,11 @@ def pinned(node_id: str) -> Any:
 def replace_dead_worker(cluster_handle: ClusterHandle, node_id: str) -> None:
     cluster = cluster_handle.cluster
     dead = next(n for n in cluster.worker_nodes if n.node_id == node_id)
+    (row,) = list_nodes(address=cluster_handle.address, filters=[("node_id", "=", node_id)],
+                        raise_on_missing_output=False)
+    pin = {r: 1.0 for r in row.resources_total if r.startswith("rc_node")}  # what pins to it finds one again
     cluster.remove_node(dead, allow_graceful=False)  # only its bookkeeping is left: drop it
-    cluster.add_node(num_cpus=1, resources={"worker": 100.0})  # back to 3 live nodes
+    cluster.add_node(num_cpus=1, resources={"worker": 100.0, **pin})  # back to 3 live nodes
     cluster.wait_for_nodes(timeout=60)
 
 
@@ -148,14 +151,26 @@ def test_the_marker_kills_a_node_of_the_multinode_cluster_the_test_asked_for(
     """Before, the ``chaos`` fixture stood on the one-node cluster: asking for it swapped the
     test's three nodes for one, and the node fault found no worker node to kill."""
     assert chaos.address == ray_multinode_cluster.address
-    alive = lambda: [n for n in list_nodes(address=chaos.address, raise_on_missing_output=False)  # noqa: E731
-                     if n.state == "ALIVE"]
-    assert len(alive()) == 3
-    wait_until(lambda: len(alive()) == 2, timeout=60, what="the marker's KillNode to leave two live nodes")
+    assert len(alive_nodes(chaos.address)) == 3
+    PINS.update(pins(chaos.address))
+    wait_until(lambda: len(alive_nodes(chaos.address)) == 2, timeout=60,
+               what="the marker's KillNode to leave two live nodes")
+
+
+#: The rc_node<i> resources the live worker nodes held before the marker's KillNode.
+PINS: set[str] = set()
+
+
+def alive_nodes(address: str) -> list[Any]:
+    return [n for n in list_nodes(address=address, raise_on_missing_output=False) if n.state == "ALIVE"]
+
+
+def pins(address: str) -> set[str]:
+    return {r for n in alive_nodes(address) for r in n.resources_total if r.startswith("rc_node")}
 
 
 def test_a_node_a_test_killed_is_replaced_before_the_next_test(ray_multinode_cluster: ClusterHandle) -> None:
-    rows = [n for n in list_nodes(address=ray_multinode_cluster.address, raise_on_missing_output=False)
-            if n.state == "ALIVE"]
+    """The plugin replaces the dead node after the test, with the rc_node<i> resource it had."""
+    rows = alive_nodes(ray_multinode_cluster.address)
     assert len(rows) == 3 and sum(not n.is_head_node for n in rows) == 2, rows
-    assert all(any(r.startswith("rc_node") for r in n.resources_total) for n in rows if not n.is_head_node)
+    assert PINS and pins(ray_multinode_cluster.address) == PINS

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from typing import Any
 
 import pytest
 import ray
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
+from ray import cloudpickle
 
 from actors import Checkpointable, CheckpointConfig, Writer, mutation
 from chaos import wait_until
@@ -19,6 +21,7 @@ from chaos.cluster import ClusterHandle
 from chaos.testing import ActorChaosMachine
 
 pytestmark = pytest.mark.ray
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
 
 
 class Ledger(Checkpointable):

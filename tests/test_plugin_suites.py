@@ -128,7 +128,7 @@ SCOPED = """
 
     @pytest.fixture(scope="session")
     def service(ray_cluster):
-        return Service.options(name="service", lifetime="detached").remote()
+        return Service.options(name="service", lifetime="detached", get_if_exists=True).remote()
 
     @pytest.fixture(scope="module")
     def same_service(ray_cluster, service):
@@ -148,7 +148,7 @@ def test_a_suites_session_and_module_fixtures_start_actors_on_the_session_cluste
     pytester.makepyfile(test_a=SCOPED.format(name="a"), test_b=SCOPED.format(name="b"))
     result = pytester.runpytest_subprocess("-s", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)
-    addresses = {line.split()[-1] for line in result.outlines if line.startswith("CLUSTER")}
+    addresses = {line.split("CLUSTER ")[1].split()[0] for line in result.outlines if "CLUSTER " in line}
     assert len(addresses) == 1, result.outlines
 
 
