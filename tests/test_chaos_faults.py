@@ -28,6 +28,7 @@ from chaos import (
     Kill,
     Pause,
     Schedule,
+    ScheduledFault,
     Starve,
     TaskTarget,
     WorkerTarget,
@@ -189,6 +190,28 @@ def test_a_killed_worker_not_yet_reaped_is_no_target(chaos: Chaos) -> None:
         for call in (agent.signal.remote(pid, 9, confirm_within=1.0), agent.pause.remote(pid, 0.5)):
             with pytest.raises(TargetNotFound, match="has exited: it is not reaped yet"):
                 ray.get(call, timeout=CALL_TIMEOUT)
+
+
+@pytest.mark.parametrize("second", ["kill", "pause"])
+def test_two_faults_at_once_on_one_actor_each_hit_a_process_of_its_own(chaos: Chaos, second: str) -> None:
+    """Two faults on one actor at the same moment found the same process (the State API lists a
+    killed actor's old process ALIVE for a second): the second kill was "confirmed" by the first
+    one's effect, a fault that did nothing (1 round in 4), and a pause failed as ineffective. The
+    agent refuses a process it has SIGKILLed, so the engine finds the restarted process."""
+    victim = Victim.options(max_restarts=-1).remote()
+    pid_of(victim)
+    # Two kills at once; a pause 10 ms after a kill (at once, either may land first: a pause cut
+    # short by the kill is ineffective, rightly).
+    follow = ScheduledFault(0.0, Kill(ActorTarget.of(victim))) if second == "kill" else \
+        ScheduledFault(0.01, Pause(ActorTarget.of(victim), seconds=0.2))
+    for _ in range(3):
+        before = len(chaos.journal.events)
+        outcomes = run_schedule(chaos, Schedule((ScheduledFault(0.0, Kill(ActorTarget.of(victim))), follow)))
+        assert [o.status for o in outcomes] == [FaultStatus.INJECTED] * 2, [o.error for o in outcomes]
+        pids = [e.pid for e in chaos.journal.events[before:] if e.kind == "inject"]
+        assert len(pids) == 2 and pids[0] != pids[1], pids
+        pid_of(victim)  # up again before the next round
+    ray.kill(victim)
 
 
 def test_kill_the_worker_running_a_named_task(chaos: Chaos, ray_cluster: ClusterHandle) -> None:

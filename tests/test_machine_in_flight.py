@@ -5,13 +5,16 @@ example; a plain (at-least-once) deposit killed in flight is found and shrunk.""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
+import traceback
 from typing import Any
 
 import pytest
 import ray
 from hypothesis import settings
+from hypothesis.errors import Flaky
 from hypothesis.stateful import run_state_machine_as_test
 from ray import cloudpickle
 
@@ -97,8 +100,11 @@ def test_a_restart_the_machine_did_not_cause_fails_the_example(ray_cluster: Clus
 @pytest.mark.slow  # a real search and its shrink: about a minute
 def test_a_deposit_counted_twice_after_a_kill_in_flight_is_found(ray_cluster: ClusterHandle) -> None:
     """Killed only between completed calls, the plain ledger passed in 19 of 20 runs of the
-    tutorial; with the window in flight the search finds the doubled deposit."""
-    with pytest.raises(AssertionError, match=r"actor state \d+ != model \d+") as excinfo:
+    tutorial; with the window in flight the search finds the doubled deposit. Whether a replay
+    doubles a deposit again is timing, so Hypothesis may report the failure as flaky while it
+    shrinks: either way the mismatch is what it found."""
+    with pytest.raises((AssertionError, Flaky)) as excinfo:
         run_state_machine_as_test(PlainLedgerMachine, settings=settings(
             PlainLedgerMachine.TestCase.settings, derandomize=True, database=None))
-    assert "kill_in_flight" in str(excinfo.value.__notes__), excinfo.value.__notes__
+    assert re.search(r"actor state \d+ != model \d+ after \d+ kill", "".join(traceback.format_exception(
+        excinfo.value))), excinfo.value

@@ -57,6 +57,9 @@ STOP_TIMEOUT = 5.0
 _REPLY_S = 0.2  # a kill_node reply's head start over the raylet's SIGKILL, which ends this agent
 _STOPPED = (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
 _ENDED = ("gone", psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+#: A signal no process survives: once it is sent, the process is exiting (one that may be
+#: handled, as SIGTERM, leaves it a target).
+_FATAL = frozenset({signals.SIGKILL})
 #: A busy process: it says when its loop begins (its start, Python's own, costs CPU too), then burns.
 _HOG = ("import time, sys\nend = time.monotonic() + float(sys.argv[1])\nsys.stdout.write('burning\\n')\n"
         "sys.stdout.flush()\nwhile time.monotonic() < end:\n    pass\n")
@@ -146,6 +149,8 @@ class ChaosAgent:
         self._tokens = itertools.count(1)
         self._hogs: dict[subprocess.Popen[bytes], str] = {}  # each busy process, and who asked for it
         self._held: list[Any] = []
+        #: Each process (pid, start time) this agent sent SIGKILL: it is exiting.
+        self._doomed: set[tuple[int, float]] = set()
 
     def protocol(self) -> int:
         """This agent's :data:`PROTOCOL`: the one method every version keeps as it is."""
@@ -185,6 +190,10 @@ class ChaosAgent:
         proc = check_target(pid, agent_pid=os.getpid(), driver_pids=driver_pids)
         if running is not None:
             _check_running(proc, running)
+        with self._lock:  # two faults at once on one process: the second must not count the first's kill
+            self._refuse_exiting(proc)
+            if signum in _FATAL:
+                self._doomed.add((proc.pid, proc.create_time()))
         sent = time.monotonic()
         proc.send_signal(signum)
         if confirm_within <= 0:
@@ -301,6 +310,8 @@ class ChaosAgent:
         """
         proc = check_target(pid, agent_pid=os.getpid(), driver_pids=driver_pids,
                             allow_raylet=allow_raylet)
+        with self._lock:
+            self._refuse_exiting(proc)
         entry = _Pause(created=proc.create_time(), token=next(self._tokens),
                        healer=_spawn_healer(pid, proc.create_time(), time.time() + seconds + STOP_TIMEOUT), owner=owner)
         with self._lock:  # signals are sent under the lock: a resume's SIGCONT cannot overtake
@@ -311,6 +322,23 @@ class ChaosAgent:
         self._confirm_stopped(proc, entry.token)
         self._arm(pid, entry.token, seconds)
         return PauseTicket(time.time() + seconds, entry.token)
+
+    def _refuse_exiting(self, proc: psutil.Process) -> None:
+        """A process a fault before this one sent SIGKILL, or one already exiting, is no
+        target: the State API lists a killed actor's old process ALIVE for a second, and a kill
+        sent to it again would be confirmed by the first kill's effect (a fault that did
+        nothing). TargetNotFound: the engine resolves the target again, without this process.
+        Called under the lock."""
+        status = _status(proc)
+        try:
+            killed = (proc.pid, proc.create_time()) in self._doomed
+        except psutil.NoSuchProcess:
+            killed, status = False, "gone"
+        if killed:
+            raise TargetNotFound(f"process {proc.pid} is exiting: an earlier fault sent it SIGKILL (its state is "
+                                 f"{status!r}); its actor or task runs in another process, if anywhere")
+        if status in _ENDED:
+            raise TargetNotFound(f"process {proc.pid} has exited (its state is {status!r})")
 
     def _arm(self, pid: int, token: int, seconds: float) -> None:
         """Start the resume timer of pause ``token``, unless it was resumed meanwhile."""
