@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from chaos import wait_until
 from chaos._errors import InvalidConfig
 from chaos._suite import ClusterShape, shape_for
 
@@ -196,3 +198,23 @@ def test_loading_the_plugin_imports_neither_ray_nor_hypothesis_nor_pydantic() ->
             "print(sorted(m for m in ('ray', 'hypothesis', 'pydantic', 'chaos._engine') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_the_sessions_leak_check_names_a_process_of_its_clusters_left_running(tmp_path: Path) -> None:
+    """Each process (each xdist worker) checks at its end that nothing of the clusters it started
+    runs on; the check finds a process that names one of their folders, and no other."""
+    from chaos.pytest_plugin import RayHarness
+
+    harness = RayHarness()
+    harness.temp_dirs = [str(tmp_path / "rc-mine")]
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)", "raylet"]  # "raylet": a Ray process's name
+    mine = subprocess.Popen([*sleeper, str(tmp_path / "rc-mine")])
+    other = subprocess.Popen([*sleeper, str(tmp_path / "rc-other")])
+    try:
+        wait_until(lambda: harness.leftovers(), timeout=10, what="the left process to be listed")
+        assert [line.split()[0] for line in harness.leftovers()] == [str(mine.pid)]
+    finally:
+        for proc in (mine, other):
+            proc.kill()
+            proc.wait(timeout=10)
+    assert harness.leftovers() == []
