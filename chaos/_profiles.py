@@ -9,6 +9,7 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from hypothesis import HealthCheck, settings
+from hypothesis.errors import InvalidArgument
 
 from chaos._errors import InvalidConfig
 
@@ -21,7 +22,13 @@ MACHINE_DEPTH = MappingProxyType({"ci": (5, 10), "thorough": (50, 30)})
 
 
 def register_profiles() -> None:
-    """Register ``thorough`` (ten times Hypothesis's default examples and steps) without loading it."""
+    """Register ``thorough`` (ten times Hypothesis's default examples and steps) without loading it,
+    unless a profile of that name is registered already (the suite's own wins)."""
+    try:
+        settings.get_profile("thorough")
+        return
+    except InvalidArgument:
+        pass
     settings.register_profile(
         "thorough", max_examples=1000, stateful_step_count=500, deadline=None, print_blob=True,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],

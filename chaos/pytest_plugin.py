@@ -61,6 +61,10 @@ CLUSTER_FIXTURE = "_raychaos_cluster"
 USER_FIXTURES = ("ray_cluster", "ray_multinode_cluster")
 
 
+class Unmendable(Exception):
+    """The cluster lost what the harness cannot put back (a network cluster's node)."""
+
+
 class RayHarness:
     """Owns the one embedded cluster of this pytest process (one driver connection per process)."""
 
@@ -86,8 +90,8 @@ class RayHarness:
 
     def lost_head(self) -> str | None:
         """What of this cluster's head has exited or is stopped (its GCS or raylet), with the last severe
-        lines of the head's logs; then the cluster is closed, for the next test to start
-        another. None while the head runs (or no cluster is up)."""
+        lines of the head's logs (the caller tears the cluster down, fixtures built on it first).
+        None while the head runs (or no cluster is up)."""
         if self.handle is None:
             return None
         from chaos.cluster._cluster import head_down
@@ -96,15 +100,14 @@ class RayHarness:
         if not (down := head_down(self.handle.address)):
             return None
         logs = report(self.handle.temp_dir, last=5)[1:]
-        self.close()
         return "; ".join(down) + ("\n" + "\n".join(logs) if logs else "")
 
     def restore(self) -> list[str]:
         """Put the cluster back in its shape after a test: each worker node that died (killed,
         frozen past its health checks, drained) is dropped and a node like it added, so that the
         next test of this shape finds every node. Returns the short ids of the nodes replaced.
-        A network cluster's nodes live in namespaces this cannot rejoin: it is closed instead,
-        and the next test starts another."""
+        A network cluster's nodes live in namespaces this cannot rejoin: :class:`Unmendable` is
+        raised, and the caller tears the cluster down for the next test to start another."""
         cluster = None if self.handle is None else self.handle.cluster
         if cluster is None or self.shape is None or self.handle is None:
             return []
@@ -118,8 +121,7 @@ class RayHarness:
             return []
         rows = live_nodes()
         if self.handle.lab is not None:
-            self.close()
-            return [short(node.node_id) for node in dead]
+            raise Unmendable(f"worker node(s) {', '.join(short(n.node_id) for n in dead)} of a network cluster died")
         # Each worker node i carries an rc_node<i> resource (local_cluster): a replacement takes a
         # missing index, so that what pins to a node by it finds one again.
         held = {name for row in rows for name in row.resources if name.startswith("rc_node")}
@@ -145,11 +147,11 @@ class RayHarness:
         found = []
         for proc in ray_processes():
             try:
-                line = " ".join(proc.cmdline())
+                line, name = " ".join(proc.cmdline()), proc.name()
             except Exception:  # noqa: BLE001 - gone since it was listed: not left over
                 continue
             if any(folder in line for folder in self.temp_dirs):
-                found.append(f"{proc.pid} {proc.name()}")
+                found.append(f"{proc.pid} {name}")
         return found
 
 
@@ -294,11 +296,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     it starts another, each fixture built on it first."""
     if CLUSTER_FIXTURE not in metafunc.fixturenames:
         return
-    from chaos._errors import ChaosError
+    from chaos._errors import ChaosError, InvalidConfig
 
     multinode = "ray_multinode_cluster" in metafunc.fixturenames
-    markers = [m.kwargs for m in reversed(list(metafunc.definition.iter_markers("ray_cluster")))]
+    marks = list(metafunc.definition.iter_markers("ray_cluster"))
+    markers = [m.kwargs for m in reversed(marks)]
     try:
+        if args := [m.args for m in marks if m.args]:
+            raise InvalidConfig(f"@pytest.mark.ray_cluster takes keyword arguments only, got positional "
+                                f"{args[0]!r}; e.g. @pytest.mark.ray_cluster(nodes=3)")
         shape = shape_for(_ini(metafunc.config), multinode=multinode, markers=markers)
         if "chaos" in metafunc.fixturenames:
             _check_faults_fit(metafunc, shape, multinode=multinode)
@@ -328,12 +334,31 @@ def _check_faults_fit(metafunc: pytest.Metafunc, shape: ClusterShape, *, multino
                 f"has none: {fix_for(shape, lacking, multinode=multinode)}")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+@pytest.hookimpl(trylast=True)  # after pytest's own reordering by fixture parameters
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if CLUSTER_FIXTURE in getattr(item, "fixturenames", ()):
             item.add_marker("ray")
         if item.get_closest_marker("chaos") is not None:
             item.stash[_SPEC] = _spec_of(item)
+    items[:] = _grouped_by_shape(items, per_module=_scope(config) is Scope.MODULE)
+
+
+def _grouped_by_shape(items: list[pytest.Item], *, per_module: bool) -> list[pytest.Item]:
+    """The tests of one shape together (per module, with module scope), in the order of each
+    shape's first test, each group in pytest's order. Recent pytest groups a parametrized
+    fixture's tests by the parameter's value; earlier releases (the 8.4 this plugin accepts) by
+    its index, and every test's shape is its only parameter (index 0): two shapes would then
+    interleave, and each switch start a cluster."""
+    modules: dict[str, int] = {}
+    shapes: dict[ClusterShape, int] = {}
+
+    def key(item: pytest.Item) -> tuple[int, int]:
+        module = modules.setdefault(item.nodeid.split("::")[0], len(modules)) if per_module else 0
+        shape = getattr(getattr(item, "callspec", None), "params", {}).get(CLUSTER_FIXTURE)
+        return module, (shapes.setdefault(shape, len(shapes)) if shape is not None else 1 << 30)
+
+    return sorted(items, key=key)
 
 
 def _merged_spec(node: Any) -> ChaosSpec:
@@ -456,16 +481,39 @@ def _fail_unless_applied(run: ChaosRun, outcomes: list[Any]) -> None:
 def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
     """Fail the test during which the shared cluster's GCS or head raylet died, naming what
     exited: else the driver (this process) would exit 60 s later, mid-way through another test,
-    with nothing printed. The next test gets a fresh cluster."""
-    yield
+    with nothing printed. The next test gets a fresh cluster. A worker node that died is
+    replaced. Checked even when a fixture's teardown failed."""
+    try:
+        yield
+    finally:
+        _after_test(item)
+
+
+def _after_test(item: pytest.Item) -> None:
     harness = item.config.stash.get(_HARNESS, None)
-    if harness is None or CLUSTER_FIXTURE not in getattr(item, "fixturenames", ()):
+    if harness is None or harness.handle is None:
         return
     if lost := harness.lost_head():
+        pytest.fail(f"raychaos: the shared Ray cluster's head died during this test: {lost}"
+                    f"{_drop_cluster(item, harness)}", pytrace=False)
+    try:
+        harness.restore()
+    except Exception as exc:  # noqa: BLE001 - any half-mended cluster is dropped, and the test fails
+        pytest.fail(f"raychaos: the cluster could not be put back in its shape after this test, so it was torn "
+                    f"down for the next test to start another: {type(exc).__name__}: {exc}"
+                    f"{_drop_cluster(item, harness)}", pytrace=False)
+
+
+def _drop_cluster(item: pytest.Item, harness: RayHarness) -> str:
+    """Tear the cluster down, fixtures built on it first. A fixture's teardown error is returned
+    as a line to add to the failure, not raised: why the cluster is dropped is the error to show."""
+    try:
         _forget_cluster(item._request)  # type: ignore[attr-defined]
-        pytest.fail(f"raychaos: the shared Ray cluster's head died during this test: {lost}", pytrace=False)
-    if harness.restore() and harness.handle is None:  # a network cluster: closed, not mended
-        _forget_cluster(item._request)  # type: ignore[attr-defined]
+    except BaseException as exc:  # noqa: BLE001 - reported with the failure; the cluster goes down anyway
+        return f"\n(a fixture on the dropped cluster failed to tear down: {type(exc).__name__}: {exc})"
+    finally:
+        harness.close()
+    return ""
 
 
 def _forget_cluster(request: Any) -> None:
@@ -482,7 +530,9 @@ def _raychaos_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterHandle]
     """The test's cluster, of the shape it was parametrized with (the ini's default when a test
     asked for it only at run time, with ``request.getfixturevalue``)."""
     harness = request.config.stash[_HARNESS]
-    shape = getattr(request, "param", None) or _default_shape(request.config)
+    shape = getattr(request, "param", None) or shape_for(
+        _ini(request.config), multinode=False,
+        markers=[m.kwargs for m in reversed(list(request.node.iter_markers("ray_cluster")))])
     yield harness.get(shape)
     if harness.shape == shape:
         harness.close()
@@ -499,6 +549,10 @@ def ray_cluster(_raychaos_cluster: ClusterHandle) -> ClusterHandle:
 def ray_multinode_cluster(_raychaos_cluster: ClusterHandle) -> ClusterHandle:
     """Head plus 2 worker nodes (1 CPU each, a ``worker`` resource on the workers) unless the
     test's ``ray_cluster`` marker says otherwise."""
+    if _raychaos_cluster.nodes < 2:  # asked for at run time: collection never gave it its shape
+        pytest.fail("raychaos: ray_multinode_cluster was asked for with request.getfixturevalue, and the plugin "
+                    "shapes a cluster at collection: name it in the test's (or a fixture's) arguments, or mark "
+                    "the test @pytest.mark.ray_cluster(nodes=3)", pytrace=False)
     return _raychaos_cluster
 
 

@@ -337,7 +337,7 @@ class _Pump:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(self.timeout)
-        if self._thread.is_alive():
+        if self._thread.is_alive() and exc[0] is None:  # else the block's own error is the one to show
             raise AssertionError(f"the in-flight window's thread did not stop within {self.timeout:g} s")
         if self.error is not None and exc[0] is None:
             raise self.error

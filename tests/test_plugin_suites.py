@@ -218,3 +218,32 @@ def test_the_sessions_leak_check_names_a_process_of_its_clusters_left_running(tm
             proc.kill()
             proc.wait(timeout=10)
     assert harness.leftovers() == []
+
+
+def test_the_tests_of_one_shape_run_together_whatever_the_order_of_their_files(pytester: pytest.Pytester) -> None:
+    """One cluster start per shape: pytest 9.2 groups a parameter's tests by its value, earlier
+    releases by its index (each test's shape is its only one, index 0), which the plugin's own
+    grouping makes up for."""
+    pytester.makepyfile(test_a="""
+        import pytest
+        def test_a1(ray_cluster): ...
+        def test_a2(ray_multinode_cluster): ...
+        def test_a3(ray_cluster): ...
+    """, test_b="""
+        def test_b1(ray_multinode_cluster): ...
+        def test_b2(ray_cluster): ...
+        def test_b3(): ...
+    """)
+    result = pytester.runpytest_subprocess("--collect-only", "-q")
+    result.stdout.fnmatch_lines(["test_a.py::test_a1", "test_a.py::test_a3", "test_b.py::test_b2",
+                                 "test_a.py::test_a2", "test_b.py::test_b1", "test_b.py::test_b3"])
+
+
+def test_a_positional_ray_cluster_marker_is_refused_at_collection(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_x="""
+        import pytest
+        @pytest.mark.ray_cluster(3)
+        def test_x(ray_cluster): ...
+    """)
+    result = pytester.runpytest_subprocess("--collect-only", "-q")
+    result.stdout.fnmatch_lines(["*ray_cluster takes keyword arguments only, got positional (3,)*"])
