@@ -24,7 +24,7 @@ from chaos._ray_state import live_nodes, short
 from chaos._schedule import Schedule
 from chaos.agents._agent import AGENT_START_TIMEOUT, NodeFacts, agent_for, check_agents
 
-__all__ = ["ClusterUnfit", "Missing", "Need", "find_missing", "needs_of", "preflight"]
+__all__ = ["CHECKED_BY", "ClusterUnfit", "Missing", "Need", "find_missing", "needs_of", "needs_table", "preflight"]
 
 CALL_TIMEOUT = 30.0
 
@@ -33,6 +33,31 @@ def needs_of(kind: FaultKind) -> frozenset[Need]:
     """What ``kind`` needs on every node it may hit (its spec's; Ray's RPC failure knob, set at
     the nodes' start, needs nothing more)."""
     return frozenset() if kind is FaultKind.RPC_FAILURE else fault_specs()[kind].needs
+
+
+#: How the preflight checks each need, for people (the attack how-to's table, :func:`needs_table`).
+CHECKED_BY: dict[Need, str] = {
+    Need.AGENT: "starting it on each node (within `--agent-timeout`, 30 s)",
+    Need.STATE_API: "one call through the dashboard",
+    Need.PROC: "the agent reads the raylet, its children and descriptors",
+    Need.CONTROL: "the agent checks it may signal the raylet and read its limits: it runs as the raylet's user "
+                  "(Ray starts it so), or as root",
+    Need.GCS: "the head is one this process started (so not on a cluster someone else runs)",
+    Need.RAYCHAOS: "a task on each node (the allocating task is a Ray task, not the agent)",
+    Need.NETWORK: "the cluster is one this process started with `network=True`",
+    Need.WORKER_NODE: "a live node that is not the head",
+    Need.REDIS: "the GCS keeps its tables in a Redis this process started",
+}
+
+
+def needs_table() -> str:
+    """The needs of every scheduled kind as a Markdown table: need, how it is checked, the kinds
+    that need it (from each kind's spec: the docs cannot drift from the code)."""
+    rows = ["| need | checked by | needed by |", "|---|---|---|"]
+    for need in Need:
+        kinds = [kind for kind, spec in fault_specs().items() if need in spec.needs]
+        rows.append(f"| {need.value} | {CHECKED_BY[need]} | {', '.join(f'`{k}`' for k in kinds) or 'none'} |")
+    return "\n".join(rows) + "\n"
 
 
 #: Where a need of the whole cluster is said to be missing.

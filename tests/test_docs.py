@@ -233,6 +233,15 @@ def test_code_block(block: Block, tmp_path: Path) -> None:
     check(block, tmp_path)
 
 
+def test_the_attack_pages_table_of_needs_is_the_codes() -> None:
+    """What each kind of fault needs of a node, as the faults declare it (a kind added or a need
+    changed shows here, or this fails)."""
+    from chaos._preflight import needs_table
+
+    page = (ROOT / "docs" / "how-to" / "attack.md").read_text(encoding="utf-8")
+    assert needs_table() in page, "docs/how-to/attack.md: paste chaos._preflight.needs_table()'s output as its table"
+
+
 def test_a_block_that_defines_tests_is_run_under_pytest() -> None:
     """``exec`` of a block defines its tests and never calls them: such a block could never fail."""
     unrun = [f"{b.where}: {defines_tests(b.text)}" for b in BLOCKS
