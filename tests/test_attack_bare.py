@@ -103,6 +103,11 @@ def _python(bare: Bare, code: str, *args: str) -> str:
     return out.stdout
 
 
+# The session's shared cluster (and its chaos agents) down first: these tests look for
+# raychaos's processes on the whole machine, and find none only when no other cluster runs.
+pytestmark = pytest.mark.usefixtures("no_shared_cluster")
+
+
 @pytest.fixture(scope="module")
 def bare(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bare]:
     """A head and a second node from the bare environment, with a token of their own. Each
