@@ -13,7 +13,7 @@ else runs). What is missing is raised at once, one line per node, fault kinds an
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -144,24 +144,27 @@ def _state_api(address: str, kinds: tuple[FaultKind, ...]) -> list[Missing]:
     return []
 
 
+def _owned(need: Need, kinds: tuple[FaultKind, ...], check: Callable[[], object]) -> list[Missing]:
+    """``need`` of the whole cluster: ``check`` raises a ChaosError naming what is missing (a GCS,
+    links or a Redis this process did not start)."""
+    try:
+        check()
+    except ChaosError as exc:
+        return [Missing(where=CLUSTER, kinds=kinds, need=need, detail=str(exc))]
+    return []
+
+
 def _gcs(address: str, kinds: tuple[FaultKind, ...]) -> list[Missing]:
     from chaos.cluster._cluster import head_of
 
-    try:
-        head_of(address)
-    except ChaosError as exc:
-        return [Missing(where=CLUSTER, kinds=kinds, need=Need.GCS, detail=str(exc))]
-    return []
+    return _owned(Need.GCS, kinds, lambda: head_of(address))
 
 
 def _network(address: str, kinds: tuple[FaultKind, ...]) -> list[Missing]:
     from chaos.net._lab import lab_of
 
-    try:
-        lab_of(address)  # a cluster someone else runs has no links of raychaos's to cut
-    except ChaosError as exc:
-        return [Missing(where=CLUSTER, kinds=kinds, need=Need.NETWORK, detail=str(exc))]
-    return []
+    # A cluster someone else runs has no links of raychaos's to cut.
+    return _owned(Need.NETWORK, kinds, lambda: lab_of(address))
 
 
 def _worker_node(kinds: tuple[FaultKind, ...]) -> list[Missing]:
@@ -175,11 +178,7 @@ def _worker_node(kinds: tuple[FaultKind, ...]) -> list[Missing]:
 def _redis(address: str, kinds: tuple[FaultKind, ...]) -> list[Missing]:
     from chaos.gcs._faults import redis_behind
 
-    try:
-        redis_behind(address)
-    except ChaosError as exc:
-        return [Missing(where=CLUSTER, kinds=kinds, need=Need.REDIS, detail=str(exc))]
-    return []
+    return _owned(Need.REDIS, kinds, lambda: redis_behind(address))
 
 
 def _agents(nodes: Mapping[str, str], needs: Mapping[Need, tuple[FaultKind, ...]],

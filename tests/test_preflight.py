@@ -9,6 +9,7 @@ from chaos import Schedule
 from chaos._faults import FaultKind
 from chaos._preflight import ClusterUnfit, Missing, Need, _facts_missing, _kinds_by_need, find_missing, needs_of
 from chaos.agents._agent import NodeFacts
+from chaos.cluster import ClusterHandle
 from chaos.errors import ChaosError
 
 
@@ -63,3 +64,20 @@ def test_the_refusal_lists_every_missing_need() -> None:
 
 def test_a_schedule_without_faults_needs_nothing() -> None:
     assert find_missing(Schedule(()), address="127.0.0.1:1") == []  # nothing asked of the cluster
+
+
+@pytest.mark.ray
+def test_node_and_redis_faults_are_refused_on_one_node_without_redis(ray_cluster: ClusterHandle) -> None:
+    """The two needs a cluster's shape decides: a worker node besides the head (KillNode), a Redis
+    behind the GCS (KillRedis). The plugin's collection check and the attack's preflight read them."""
+    from chaos import KillNode
+    from chaos.gcs import KillRedis
+
+    missing = find_missing(Schedule.explicit([(0.0, KillNode()), (0.0, KillRedis(seconds=1.0))]),
+                           address=ray_cluster.address)
+    by_need = {m.need: m for m in missing}
+    assert set(by_need) == {Need.WORKER_NODE, Need.REDIS}, missing
+    assert by_need[Need.WORKER_NODE].kinds == (FaultKind.KILL_NODE,)
+    assert "only the head is alive" in by_need[Need.WORKER_NODE].detail
+    assert by_need[Need.REDIS].kinds == (FaultKind.KILL_REDIS,)
+    assert "keeps its GCS's tables in memory, not in a Redis" in by_need[Need.REDIS].detail
