@@ -19,7 +19,7 @@ records must have reached the disk before each call was acknowledged, which the 
 Verdicts: every acknowledged transition is in the restored buffer (``no_lost_transitions``),
 none twice (``no_duplicate_transitions``); the server's version counts the acknowledged pushes
 (``ps_version_matches_pushes``); both actors were restarted after the power loss and restored
-through their log (``restored_after_power_loss``: what the fault-free twin misses); each
+from their storage (``restored_after_power_loss``: what the fault-free twin misses); each
 acknowledged a write again within ``answer_within`` seconds of it (``both_answer_again``); and the
 power loss found both stopped: confirmed after both pauses and before both kills, with no
 write failed by a resumed actor (``stopped_at_power_loss``).
@@ -199,8 +199,11 @@ def ps_version_matches_pushes(version: int, writes: Sequence[Write]) -> Verdict:
 
 def restored_after_power_loss(restarts: Sequence[Restart], *, power_loss: float | None) -> Verdict:
     """A power loss was confirmed, and each actor runs in a new process that restored its state
-    through its write-ahead log (replayed records): what a run without the power loss lacks."""
-    fresh = [r for r in restarts if r.pid_after != r.pid_before and r.restore.replayed > 0]
+    from its storage (a checkpoint, log records, or both): what a run without the power loss
+    lacks. Whether the restored state holds every acknowledged write is the loss verdicts' to
+    say; a stop that came right after a checkpoint leaves no log record to replay, and the
+    restart restored no less."""
+    fresh = [r for r in restarts if r.pid_after != r.pid_before and (r.restore.seq > 0 or r.restore.replayed > 0)]
     said = "; ".join(f"{r.role}: pid {r.pid_before} -> {r.pid_after}, checkpoint {r.restore.seq}, "
                      f"{r.restore.replayed} log records replayed in {r.restore.seconds:.2f} s" for r in restarts)
     held = power_loss is not None and len(restarts) == len(Role) and len(fresh) == len(restarts)
