@@ -326,3 +326,20 @@ def test_warm_up_readies_each_kind_through_its_own_spec(monkeypatch: pytest.Monk
                                   (4.0, FillObjectStore(fraction=0.2, seconds=1, chunk_mb=8))])
     Chaos(address="fake:6379").warm_up(schedule)
     assert sorted(warmed) == [8, 16]
+
+
+def test_a_cluster_start_that_fails_carries_its_gcs_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Why a GCS did not come up is in its log, which the failed start's teardown removes: the
+    error keeps its tail; the start waits longer than Ray's 30 s unless the user set the knob."""
+    from chaos.cluster._cluster import GCS_START_PATIENCE, _gcs_log_on_failure, _start_patience
+
+    logs = tmp_path / "session_1" / "logs"
+    logs.mkdir(parents=True)
+    (logs / "gcs_server.err").write_text("early line\nbind failed: address in use\n")
+    with pytest.raises(RuntimeError) as caught, _gcs_log_on_failure(str(tmp_path)):
+        raise RuntimeError("Timed out waiting for file gcs_server_port")
+    assert any("bind failed: address in use" in note for note in caught.value.__notes__)
+    monkeypatch.delenv("RAY_gcs_server_port_wait_time_s", raising=False)
+    assert _start_patience() == {"RAY_gcs_server_port_wait_time_s": str(GCS_START_PATIENCE)}
+    monkeypatch.setenv("RAY_gcs_server_port_wait_time_s", "5")
+    assert _start_patience() == {}

@@ -9,6 +9,7 @@ is left running even after a test killed or paused Ray's own processes.
 
 from __future__ import annotations
 
+import glob
 import logging
 import os
 import shutil
@@ -274,7 +275,7 @@ def local_cluster(
             init_args["num_gpus"] = num_gpus
         if runtime_env is not None:
             init_args["runtime_env"] = dict(runtime_env)
-        env = _NodeEnv(head={"RAY_REDIS_ADDRESS": redis_address} if redis_address else {},
+        env = _NodeEnv(head={**_start_patience(), **({"RAY_REDIS_ADDRESS": redis_address} if redis_address else {})},
                        workers=dict(worker_env or {}))
         if env.workers and nodes == 1:
             raise InvalidConfig(f"worker_env {dict(env.workers)} needs worker nodes; pass nodes >= 2")
@@ -334,26 +335,12 @@ def _started(nodes: int, num_cpus: int, object_store_mb: int, config: dict[str, 
              temp_dir: str, worker_resources: Mapping[str, float] | None,
              init_args: dict[str, Any], env: _NodeEnv,
              lab: NetLab | None = None, *, own_ports: bool = False) -> Iterator[ClusterHandle]:
-    import ray
-
     store = object_store_mb * 1024 * 1024
     cluster, address = None, ""
     try:
-        if nodes == 1 and not own_ports:
-            with _environ(env.head):
-                ctx = ray.init(address="local", num_cpus=num_cpus, object_store_memory=store,
-                               _temp_dir=temp_dir, _system_config=config, include_dashboard=True,
-                               **init_args)
-            address = ctx.address_info["gcs_address"]
-            _HEADS[address] = ray._private.worker._global_node
-        else:
-            cluster = _multi_node(nodes, num_cpus, store, config, temp_dir, worker_resources, env, lab,
-                                  own_ports=own_ports)
-            ray.init(address=cluster.address, **{k: v for k, v in init_args.items() if k != "num_gpus"})
-            address = cluster.address
-            _HEADS[address] = cluster.head_node
-            if lab is not None:
-                map_node_ids(lab, nodes=nodes)
+        with _gcs_log_on_failure(temp_dir):
+            cluster, address = _start(nodes, num_cpus, store, config, temp_dir, worker_resources, init_args, env,
+                                      lab, own_ports=own_ports)
         yield ClusterHandle(address=address, nodes=nodes, temp_dir=temp_dir, cluster=cluster, lab=lab)
     finally:
         _revive_head(address)
@@ -361,6 +348,55 @@ def _started(nodes: int, num_cpus: int, object_store_mb: int, config: dict[str, 
         if lab is not None:  # first: else the teardown waits out their reconnect attempts
             kill_workers(lab)
         _teardown(cluster, temp_dir)
+
+
+def _start(nodes: int, num_cpus: int, store: int, config: dict[str, Any], temp_dir: str,
+           worker_resources: Mapping[str, float] | None, init_args: dict[str, Any], env: _NodeEnv,
+           lab: NetLab | None, *, own_ports: bool) -> tuple[Any, str]:
+    """The cluster started and this driver connected: (``ray.cluster_utils.Cluster`` or None, address)."""
+    import ray
+
+    cluster = None
+    if nodes == 1 and not own_ports:
+            with _environ(env.head):
+                ctx = ray.init(address="local", num_cpus=num_cpus, object_store_memory=store,
+                               _temp_dir=temp_dir, _system_config=config, include_dashboard=True,
+                               **init_args)
+            address = ctx.address_info["gcs_address"]
+            _HEADS[address] = ray._private.worker._global_node
+    else:
+        cluster = _multi_node(nodes, num_cpus, store, config, temp_dir, worker_resources, env, lab,
+                              own_ports=own_ports)
+        ray.init(address=cluster.address, **{k: v for k, v in init_args.items() if k != "num_gpus"})
+        address = cluster.address
+        _HEADS[address] = cluster.head_node
+        if lab is not None:
+            map_node_ids(lab, nodes=nodes)
+    return cluster, address
+
+
+#: Seconds a starting head's GCS has to publish its port. Ray's 30 s was overrun once in a long
+#: test session on a loaded 2-core machine; a GCS that never starts still fails, later.
+GCS_START_PATIENCE = 90
+
+
+def _start_patience() -> dict[str, str]:
+    """Ray's GCS port wait for the start, unless the user set their own."""
+    knob = "RAY_gcs_server_port_wait_time_s"
+    return {} if knob in os.environ else {knob: str(GCS_START_PATIENCE)}
+
+
+@contextmanager
+def _gcs_log_on_failure(temp_dir: str) -> Iterator[None]:
+    """A start that fails carries the tail of each GCS log of its session as a note: why the
+    GCS did not come up is there, and the folder is removed right after."""
+    try:
+        yield
+    except Exception as exc:
+        for path in sorted(glob.glob(os.path.join(temp_dir, "session_*", "logs", "gcs_server.*"))):
+            with open(path, encoding="utf-8", errors="replace") as log:
+                exc.add_note(f"{path} (last lines):\n" + "".join(log.readlines()[-20:]))
+        raise
 
 
 def _multi_node(nodes: int, num_cpus: int, store: int, config: dict[str, Any], temp_dir: str,
