@@ -13,16 +13,18 @@ from __future__ import annotations
 import dataclasses
 import sys
 from importlib.metadata import PackageNotFoundError, version
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 import click
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
+    from scenarios.model._experiment import Overrides
     from scenarios.model._records import RunResult
     from scenarios.model._scenario import Scenario
 
+F = TypeVar("F", bound="Callable[..., object]")
 EXIT_DEVIATED, EXIT_BAD_INPUT, EXIT_NOISY, EXIT_INTERRUPTED = 1, 2, 3, 130
 #: A run with a verdict that could not be judged (unknown): not a pass, not a break. The same
 #: code as a lesson too noisy to tell: both say "inconclusive".
@@ -102,16 +104,25 @@ def _print_scenarios(*, err: bool = False) -> None:
     Console(stderr=err, width=None if sys.stdout.isatty() else 160).print(table)
 
 
+#: What ``raychaos show`` prints besides the built-ins: a template of each other kind of file.
+TEMPLATES = ("attack",)
+
+
 @main.command()
 @click.argument("name")
 def show(name: str) -> None:
-    """Print built-in scenario NAME's TOML file, to copy and start from."""
+    """Print built-in scenario NAME's TOML file, or `attack` for an attack file's template, to
+    copy and start from."""
     from importlib import resources
 
     from scenarios.model._scenario import builtin_names
 
+    if name in TEMPLATES:
+        click.echo((resources.files("scenarios") / "templates" / f"{name}.toml").read_text(encoding="utf-8"), nl=False)
+        return
     if name not in builtin_names():
-        _fail(f"no built-in scenario {name!r}; `raychaos list` lists them: {', '.join(builtin_names())}")
+        _fail(f"no built-in scenario {name!r}; `raychaos list` lists them: {', '.join(builtin_names())}; "
+              f"`raychaos show attack` prints an attack file's template")
     click.echo((resources.files("scenarios") / "builtin" / f"{name}.toml").read_text(encoding="utf-8"), nl=False)
 
 
@@ -123,20 +134,39 @@ def validate(scenarios: tuple[str, ...], seed: int) -> None:
     """Check scenario files (or built-in names) and print the schedule each would run.
 
     Starts nothing. Exits 0 when every one is valid, 2 otherwise, with one line per problem."""
-    from scenarios.model._scenario import ScenarioError, load_scenario
+    from scenarios.model._scenario import ScenarioError
 
     bad = 0
     for source in scenarios:
         try:
-            scenario = load_scenario(source, seed=seed)
+            scenario, attack = _load_any(source, seed)
         except ScenarioError as exc:
             bad += 1
             for problem in exc.problems:
                 click.echo(f"{exc.source}: {problem}", err=True)
             continue
-        _print_plan(scenario, seed)
+        _print_plan(scenario, seed, attack=attack)
     if bad:
         sys.exit(EXIT_BAD_INPUT)
+
+
+def _load_any(source: str, seed: int) -> tuple[Scenario, bool]:
+    """A scenario file or built-in name, or an attack file (``kind = "attack"``, its probes
+    optional: ``run --job`` judges by the job); whether it is an attack's."""
+    import tomllib
+    from pathlib import Path
+
+    from scenarios.model._experiment import is_attack_file, load_attack
+    from scenarios.model._scenario import load_scenario
+
+    path = Path(source)
+    try:
+        attack = path.is_file() and is_attack_file(tomllib.loads(path.read_text(encoding="utf-8")))
+    except (tomllib.TOMLDecodeError, OSError, UnicodeDecodeError):
+        attack = False  # the scenario loader says what is wrong with it
+    if attack:
+        return load_attack(source, seed=seed, require_probes=False), True
+    return load_scenario(source, seed=seed), False
 
 
 @main.command()
@@ -159,20 +189,39 @@ def cleanup(dry_run: bool) -> None:
         sys.exit(EXIT_DEVIATED)
 
 
-def _print_plan(scenario: Scenario, seed: int) -> None:
-    """What a valid scenario would run: its workload, cluster, faults in order, invariants."""
+def _print_plan(scenario: Scenario, seed: int, *, attack: bool = False) -> None:
+    """What a valid file would run: its workload (or an attack's probes), cluster, faults in
+    order, invariants."""
     from scenarios.model._needs import scenario_needs
     from scenarios.model._scenario import resolve_workload
 
     needs = scenario_needs(scenario, resolve_workload(scenario.workload))
-    click.echo(f"{scenario.source or scenario.name}: valid — {scenario.name}, workload {scenario.workload!r}, "
-               f"{scenario.duration:g} s on {scenario.nodes} node(s), seed {seed}"
-               + (f"; needs {', '.join(needs)}" if needs else ""))
+    what = "an attack" if attack else f"workload {scenario.workload!r}"
+    where = "on the cluster at --address" if attack else f"on {scenario.nodes} node(s)"
+    click.echo(f"{scenario.source or scenario.name}: valid — {scenario.name}, {what}, "
+               f"{scenario.duration:g} s {where}, seed {seed}" + (f"; needs {', '.join(needs)}" if needs else ""))
     for entry in scenario.schedule.entries:
         click.echo(f"  at {entry.at:6.2f} s  {entry.kind.value:<16} {entry.target_label}")
     for failure in scenario.rpc_failures:
         click.echo(f"  whole run    rpc_failure      {failure.method}")
+    if attack:
+        _print_probes(scenario)
+        return
     click.echo(f"  invariants: {', '.join(scenario.invariants) or 'none (the steady-state probe judges)'}")
+
+
+def _print_probes(scenario: Scenario) -> None:
+    from scenarios.model._probes import probe_from
+
+    tables: list[dict[str, object]] = list(scenario.params.get("probes") or [])  # type: ignore[call-overload]
+    probes = [probe_from(p) for p in tables]
+    for probe in probes:
+        click.echo(f"  probe every {scenario.params['every']:g} s: {probe.KIND.value} {probe.label}")
+    if not probes:
+        click.echo("  no probe in the file: `raychaos attack` needs one ([[probes]] or --probe); `run --job` "
+                   "judges the job (job_succeeded, within_ratio, fault_seen)")
+        return
+    click.echo(f"  invariants: {', '.join(scenario.invariants)}; recovery within {scenario.recovery_within:g} s")
 
 
 @main.command()
@@ -197,6 +246,32 @@ def _fail(problem: str) -> NoReturn:
     sys.exit(EXIT_BAD_INPUT)
 
 
+#: How every attack option meets the file (``attack --help``, ``run --help`` and the docs say it).
+PRECEDENCE = ("Each option overrides the file's field of the same meaning (the command line wins); an option "
+              "left out leaves the file's value. Probes given on the command line replace all the file's.")
+
+
+def _probe_options(command: F) -> F:
+    """The probe options of ``attack`` and ``run --job``, each overriding the file's."""
+    options: tuple[Callable[[F], F], ...] = (
+            click.option("--probe", "shell_probes", multiple=True, metavar="COMMAND",
+                         help="a shell command that passes (exit 0) while the program is healthy; repeatable"),
+            click.option("--probe-python", "python_probes", multiple=True, metavar="MODULE:FUNCTION",
+                         help="a callable that passes unless it raises or returns False; repeatable"),
+            click.option("--probe-http", "http_probes", multiple=True, metavar="URL",
+                         help="a GET that passes on status 200; repeatable (the file's [[probes]] say more)"),
+            click.option("--every", type=click.FloatRange(0.1, 600), default=None,
+                         help="seconds between rounds of probes [file's probe_every, else 1]"),
+            click.option("--probe-timeout", type=click.FloatRange(0.1, 600), default=None,
+                         help="seconds each probe has to pass [file's probe_timeout, else 10]"),
+            click.option("--recover-within", type=click.FloatRange(0.1, 3600), default=None,
+                         help="seconds a failing probe has to pass again, and each fault from its heal "
+                         "[file's recovery_within, else 30]"))
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
 @main.command()
 @click.argument("scenario", required=False)
 @click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=0, show_default=True,
@@ -218,18 +293,19 @@ def _fail(problem: str) -> NoReturn:
 @click.option("--job-timeout", type=float, default=None,
               help="with --job: seconds each job may run before it is stopped and fails (default: 600 "
               "for the fault-free run, 10 times its time, at least 60, for the run under faults)")
-@click.option("--probe", "shell_probes", multiple=True, metavar="COMMAND",
-              help="with --job: a shell command that passes (exit 0) while the job is healthy; repeatable")
-@click.option("--probe-python", "python_probes", multiple=True, metavar="MODULE:FUNCTION",
-              help="with --job: a callable that passes unless it raises or returns False; repeatable")
+@_probe_options
 def run(scenario: str | None, seed: int, duration: float | None, address: str | None, nodes: int | None,
         report_dir: str | None, baseline: bool | None, job: str | None, max_slowdown: float,
-        job_timeout: float | None, shell_probes: tuple[str, ...], python_probes: tuple[str, ...]) -> None:
+        job_timeout: float | None, shell_probes: tuple[str, ...], python_probes: tuple[str, ...],
+        http_probes: tuple[str, ...], every: float | None, probe_timeout: float | None,
+        recover_within: float | None) -> None:
     """Run SCENARIO (a built-in name or a TOML file) and check its invariants.
 
-    With --job, SCENARIO is an attack-style schedule file run against your command as a Ray
-    job, judged by job_succeeded, within_ratio (against the same command without faults;
-    RAYCHAOS_SEED is the same in both) and fault_seen (Ray restarted what was killed).
+    With --job, SCENARIO is an attack file (kind = "attack") run against your command as a
+    Ray job, judged by job_succeeded, within_ratio (against the same command without faults;
+    RAYCHAOS_SEED is the same in both), fault_seen (Ray restarted what was killed) and the
+    file's probes, if any. Each probe option overrides the file's field of the same meaning
+    (the command line wins); probes given replace all the file's.
 
     Without SCENARIO it lists the built-ins and starts nothing; the flagship is
     `raychaos run dqn-cartpole` (`make run` in a checkout)."""
@@ -241,12 +317,14 @@ def run(scenario: str | None, seed: int, duration: float | None, address: str | 
     if address and nodes:
         _fail(f"--address {address!r} and --nodes {nodes} exclude each other: an existing cluster "
               "has the nodes it has; drop one")
+    overrides = _overrides(shell_probes, python_probes, http_probes, every=every, probe_timeout=probe_timeout,
+                           recover_within=recover_within, duration=duration)
     if job is not None:
-        _run_job(scenario, job, seed=seed, duration=duration, address=address, nodes=nodes, report_dir=report_dir,
-                 baseline=baseline, max_slowdown=max_slowdown, job_timeout=job_timeout,
-                 probes=_probe_params(shell_probes, python_probes))
-    if shell_probes or python_probes:
-        _fail("--probe and --probe-python judge a job: give --job 'COMMAND' (a scenario's workload has its own probe)")
+        _run_job(scenario, job, seed=seed, overrides=overrides, address=address, nodes=nodes, report_dir=report_dir,
+                 baseline=baseline, max_slowdown=max_slowdown, job_timeout=job_timeout)
+    if dataclasses.replace(overrides, duration=None) != type(overrides)():
+        _fail("--probe, --probe-python, --probe-http, --every, --probe-timeout and --recover-within judge a job: "
+              "give --job 'COMMAND' (a scenario's workload has its own probe)")
     try:
         loaded = load_scenario(scenario, seed=seed, duration=duration)
     except ScenarioError as exc:
@@ -255,63 +333,52 @@ def run(scenario: str | None, seed: int, duration: float | None, address: str | 
              report_dir=report_dir, baseline=baseline)
 
 
-@main.command()
-@click.argument("schedule", type=click.Path(exists=True, dir_okay=False))
+@main.command(epilog=PRECEDENCE)
+@click.argument("experiment", type=click.Path(exists=True, dir_okay=False), metavar="FILE")
 @click.option("--address", required=True, help="the running cluster's GCS address (host:port)")
-@click.option("--probe", "shell_probes", multiple=True, metavar="COMMAND",
-              help="a shell command that passes (exit 0) while the program is healthy; repeatable")
-@click.option("--probe-python", "python_probes", multiple=True, metavar="MODULE:FUNCTION",
-              help="a callable that passes unless it raises or returns False; repeatable")
-@click.option("--every", type=click.FloatRange(0.1, 600), default=1.0, show_default=True,
-              help="seconds between rounds of probes")
-@click.option("--recover-within", type=click.FloatRange(0.1, 3600), default=30.0, show_default=True,
-              help="seconds a failing probe has to pass again")
+@_probe_options
 @click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=0, show_default=True,
               help="seeds target choice and any random schedule")
 @click.option("--duration", type=click.FloatRange(1, 3600), default=None,
-              help="seconds; overrides the file's duration")
+              help="seconds of attack [file's duration, else 60]")
 @click.option("--report", "report_dir", type=click.Path(file_okay=False), default=None,
               help="write journal.jsonl, summary.json, junit.xml and report.html here")
 @click.option("--agent-timeout", type=click.FloatRange(1, 600), default=30.0, show_default=True,
               help="seconds each node's chaos agent has to start and answer before the first fault")
-def attack(schedule: str, address: str, shell_probes: tuple[str, ...], python_probes: tuple[str, ...],
-           every: float, recover_within: float, seed: int, duration: float | None, report_dir: str | None,
+def attack(experiment: str, address: str, shell_probes: tuple[str, ...], python_probes: tuple[str, ...],
+           http_probes: tuple[str, ...], every: float | None, probe_timeout: float | None,
+           recover_within: float | None, seed: int, duration: float | None, report_dir: str | None,
            agent_timeout: float) -> None:
-    """Run SCHEDULE's faults against a program already running on the cluster at --address,
-    judged by your probes; exit codes as `run`.
+    """Run FILE's faults (an attack file, kind = "attack") against a program already running on
+    the cluster at --address, judged by its probes; exit codes as `run`.
 
     Nothing needs installing on the nodes: the chaos agent travels with the attack. Before the
     first fault each node is checked for what the schedule's faults need there; a node that
     lacks it is named and the attack refused (exit 2)."""
-    from scenarios.model._scenario import ScenarioError, load_attack
+    from scenarios.model._experiment import load_attack
+    from scenarios.model._scenario import ScenarioError
 
-    probes = [{"kind": "shell", "spec": p} for p in shell_probes] + [
-        {"kind": "python", "spec": p} for p in python_probes]
-    if not probes:
-        _fail("no probe: give --probe 'COMMAND' or --probe-python MODULE:FUNCTION (what must keep "
-              "working while the program is attacked); without one nothing would judge it")
-    bad = [p for p in python_probes if ":" not in p]
-    if bad:
-        _fail(f"--probe-python {bad[0]!r}: use MODULE:FUNCTION, e.g. myapp.health:check")
+    overrides = _overrides(shell_probes, python_probes, http_probes, every=every, probe_timeout=probe_timeout,
+                           recover_within=recover_within, duration=duration)
     try:
-        loaded = load_attack(schedule, probes=probes, every=every, recover_within=recover_within,
-                             seed=seed, duration=duration)
+        loaded = load_attack(experiment, overrides=overrides, seed=seed)
     except ScenarioError as exc:
         _fail(str(exc))
     _execute(loaded, seed=seed, address=address, report_dir=report_dir, baseline=False, agent_timeout=agent_timeout)
 
 
-def _probe_params(shell_probes: Sequence[str], python_probes: Sequence[str]) -> list[dict[str, str]]:
-    """The probes as the attack and job workloads take them; a Python probe without ':' refused."""
-    bad = [p for p in python_probes if ":" not in p]
-    if bad:
-        _fail(f"--probe-python {bad[0]!r}: use MODULE:FUNCTION, e.g. myapp.health:check")
-    return [{"kind": "shell", "spec": p} for p in shell_probes] + [{"kind": "python", "spec": p} for p in python_probes]
+def _overrides(shell: Sequence[str], python: Sequence[str], http: Sequence[str], *, every: float | None,
+               probe_timeout: float | None, recover_within: float | None, duration: float | None) -> Overrides:
+    """The command line's overrides of an attack file."""
+    from scenarios.model._experiment import Overrides, probe_options
+
+    return Overrides(probes=probe_options(shell, python, http), probe_every=every, probe_timeout=probe_timeout,
+                     recovery_within=recover_within, duration=duration)
 
 
-def _run_job(schedule: str, command: str, *, seed: int, duration: float | None, address: str | None,
+def _run_job(schedule: str, command: str, *, seed: int, overrides: Overrides, address: str | None,
              nodes: int | None, report_dir: str | None, baseline: bool | None, max_slowdown: float,
-             job_timeout: float | None, probes: list[dict[str, str]]) -> NoReturn:
+             job_timeout: float | None) -> NoReturn:
     """``run --job``: the schedule file against the command as a Ray job, after its fault-free run."""
     import os
     import tempfile
@@ -324,8 +391,8 @@ def _run_job(schedule: str, command: str, *, seed: int, duration: float | None, 
     with tempfile.TemporaryDirectory(prefix="raychaos-job-") as tmp:
         try:
             loaded = load_job(schedule, command=command, working_dir=os.getcwd(), handoff=f"{tmp}/baseline.json",
-                              max_slowdown=max_slowdown, job_timeout=job_timeout, probes=probes, seed=seed,
-                              duration=duration, embedded=address is None)
+                              max_slowdown=max_slowdown, job_timeout=job_timeout, overrides=overrides,
+                              seed=seed, embedded=address is None)
         except ScenarioError as exc:
             _fail(str(exc))
         _refuse_missing_needs(loaded, address)  # before the wait for the agent's port, as before a cluster

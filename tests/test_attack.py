@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +21,9 @@ from chaos.cluster._cluster import _free_port
 from conftest import stop_ray_start
 from scenarios import ScenarioError, load_attack
 from scenarios.cli import main
-from scenarios.workloads.user._attack import ProbeKind, ProbeRun, UserProbe, recovered
+from scenarios.model._experiment import Overrides
+from scenarios.model._probes import CommandProbe, HttpProbe, PythonProbe
+from scenarios.workloads.user._attack import ProbeRun, recovered
 
 #: Ray 2.60 clusters use token authentication; a client sends its token (~/.ray/auth_token,
 #: which `ray start` writes) only when asked to.
@@ -40,12 +44,14 @@ kind = "kill"
 target = { kind = "actor", name = "worker", namespace = "app" }
 """
 
+TRUE_PROBE = Overrides(probes=({"kind": "command", "command": "true"},))  # a probe that always passes
+
 
 def test_an_attack_file_refuses_what_belongs_to_the_program(tmp_path: Path) -> None:
     path = tmp_path / "attack.toml"
     path.write_text('workload = "sampling"\nnodes = 3\n' + SCHEDULE)
     with pytest.raises(ScenarioError, match="nodes = 3: not for an attack") as caught:
-        load_attack(str(path), probes=[{"kind": "shell", "spec": "true"}])
+        load_attack(str(path), overrides=TRUE_PROBE)
     assert [(p.field, p.value) for p in caught.value.problems] == [("nodes", 3), ("workload", "sampling")]
 
 
@@ -53,18 +59,95 @@ def test_an_attack_without_a_probe_is_refused_before_anything_runs(tmp_path: Pat
     path = tmp_path / "attack.toml"
     path.write_text(SCHEDULE)
     result = CliRunner().invoke(main, ["attack", str(path), "--address", "127.0.0.1:1"])
-    assert result.exit_code == 2 and "no probe" in result.output
+    assert result.exit_code == 2 and "probes = []" in result.output and "add [[probes]]" in result.output
     result = CliRunner().invoke(main, ["attack", str(path), "--address", "127.0.0.1:1", "--probe-python", "os.getcwd"])
     assert result.exit_code == 2 and "use MODULE:FUNCTION" in result.output
 
 
 def test_probes_pass_or_fail_and_say_why() -> None:
-    assert UserProbe(ProbeKind.SHELL, "exit 0").run(timeout=5) == (True, "exit 0")
-    assert UserProbe(ProbeKind.SHELL, "echo down; exit 3").run(timeout=5) == (False, "exit 3: down")
-    assert UserProbe(ProbeKind.SHELL, "sleep 5").run(timeout=0.2) == (False, "still running after 0.2 s")
-    assert UserProbe(ProbeKind.PYTHON, "os:getcwd").run(timeout=5)[0]
-    assert UserProbe(ProbeKind.PYTHON, "os:nothing_here").run(timeout=5) == (
+    assert CommandProbe(command="exit 0").run(timeout=5) == (True, "exit 0")
+    assert CommandProbe(command="echo down; exit 3").run(timeout=5) == (False, "exit 3: down")
+    assert CommandProbe(command="sleep 5").run(timeout=0.2) == (False, "still running after 0.2 s")
+    assert PythonProbe(call="os:getcwd").run(timeout=5)[0]
+    assert PythonProbe(call="os:nothing_here").run(timeout=5) == (
         False, "AttributeError: module 'os' has no attribute 'nothing_here'")
+
+
+class _Service(http.server.BaseHTTPRequestHandler):
+    """A service that answers by path: /ok 200 "count 3", /down 503, /slow after 2 s; POSTs echo."""
+
+    def do_GET(self) -> None:
+        if self.path == "/slow":
+            threading.Event().wait(2.0)  # longer than the probe's timeout
+        code, body = {"/ok": (200, b"count 3"), "/down": (503, b"draining")}.get(self.path, (200, b""))
+        self.send_response(code)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self) -> None:
+        data = self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(201 if self.headers.get("X-Token") == "t" else 401)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def service() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Service)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    thread.join(timeout=10)
+
+
+def test_an_http_probe_judges_status_body_and_time(service: str) -> None:
+    ok, said = HttpProbe(url=f"{service}/ok", body="count").run(timeout=5)
+    assert ok and said.startswith("200 in "), said
+    ok, said = HttpProbe(url=f"{service}/ok", body="total").run(timeout=5)
+    assert not ok and "body without 'total'" in said, said
+    ok, said = HttpProbe(url=f"{service}/down").run(timeout=5)
+    assert not ok and "expected 200: draining" in said, said
+    assert HttpProbe(url=f"{service}/down", status=503).run(timeout=5)[0]
+    ok, said = HttpProbe(url=f"{service}/slow").run(timeout=0.3)
+    assert not ok and said.startswith("no answer: TimeoutError"), said
+    assert HttpProbe(url=f"{service}/x", method="POST", data="hi", status=201, body="hi",
+                     headers={"X-Token": "t"}).run(timeout=5)[0]
+    assert not HttpProbe(url=f"{service}/x", method="POST", data="hi", status=201).run(timeout=5)[0]
+    ok, said = HttpProbe(url=f"http://127.0.0.1:{_free_port()}/").run(timeout=5)
+    assert not ok and said.startswith("no answer: ") and "refused" in said, said
+
+
+def test_the_command_line_wins_over_the_file_field_by_field(tmp_path: Path) -> None:
+    path = tmp_path / "attack.toml"
+    path.write_text('kind = "attack"\nprobe_every = 2\nprobe_timeout = 4\nrecovery_within = 20\n' + SCHEDULE
+                    + '[[probes]]\nkind = "http"\nurl = "http://127.0.0.1:1/"\n', encoding="utf-8")
+    from_file = load_attack(str(path))
+    assert (from_file.duration, from_file.recovery_within) == (8.0, 20.0)
+    assert {k: from_file.params[k] for k in ("every", "probe_timeout", "recover_within")} == {
+        "every": 2.0, "probe_timeout": 4.0, "recover_within": 20.0}
+    assert from_file.params["probes"] == [{"kind": "http", "url": "http://127.0.0.1:1/"}]
+    given = Overrides(probes=({"kind": "command", "command": "true"},), probe_every=5.0, probe_timeout=1.0,
+                      recovery_within=12.0, duration=9.0)
+    overridden = load_attack(str(path), overrides=given)
+    assert (overridden.duration, overridden.recovery_within) == (9.0, 12.0)
+    assert {k: overridden.params[k] for k in ("every", "probe_timeout", "recover_within")} == {
+        "every": 5.0, "probe_timeout": 1.0, "recover_within": 12.0}
+    assert overridden.params["probes"] == [{"kind": "command", "command": "true"}]  # replaced, not added to
+
+
+def test_the_attack_options_map_onto_the_files_fields() -> None:
+    from scenarios.cli import _overrides
+
+    assert _overrides((), (), (), every=None, probe_timeout=None, recover_within=None, duration=None) == Overrides()
+    given = _overrides(("true",), ("m:f",), ("http://h/",), every=2.0, probe_timeout=3.0, recover_within=4.0,
+                       duration=5.0)
+    assert given == Overrides(probes=({"kind": "command", "command": "true"}, {"kind": "python", "call": "m:f"},
+                                      {"kind": "http", "url": "http://h/"}),
+                              probe_every=2.0, probe_timeout=3.0, recovery_within=4.0, duration=5.0)
 
 
 def test_a_failed_probe_must_pass_again_within_the_bound() -> None:

@@ -46,6 +46,7 @@ import pytest
 from conftest import stop_ray_start
 from scenarios import load_attack, load_scenario
 from scenarios.cli import main
+from scenarios.model._experiment import Overrides
 
 pytest_plugins = ["pytester"]
 
@@ -151,8 +152,10 @@ def _toml(block: Block, text: str, tmp_path: Path) -> None:
     try:
         if "workload" in data:
             load_scenario(str(path))
-        elif "faults" in data or "random" in data:
-            load_attack(str(path), probes=[{"kind": "shell", "spec": "true"}])
+        elif "kind" in data:  # an attack's file, whole: as `raychaos validate` checks it
+            load_attack(str(path), require_probes=False)
+        elif "faults" in data or "random" in data:  # a part of one: its faults
+            load_attack(str(path), overrides=Overrides(probes=({"kind": "command", "command": "true"},)))
     except Exception as exc:
         raise AssertionError(f"{block.where}: the scenario does not load: {exc}") from exc
 
@@ -482,9 +485,11 @@ def _healthy(port: int) -> bool:
 def test_quickstart_attack_a_running_program(head_with_app: Head, tmp_path: Path) -> None:
     """(b) README's attack command, its schedule file, against README's program."""
     words = _readme_command("raychaos attack")
+    schedule = tmp_path / "schedule.toml"  # the file's probe, at the port the program serves here
+    schedule.write_text((QUICKSTART / "schedule.toml").read_text(encoding="utf-8")
+                        .replace("127.0.0.1:8000", f"127.0.0.1:{head_with_app.app_port}"), encoding="utf-8")
     command = [RAYCHAOS, *(w.replace("127.0.0.1:6379", head_with_app.address)
-                           .replace("127.0.0.1:8000", f"127.0.0.1:{head_with_app.app_port}")
-                           .replace("schedule.toml", str(QUICKSTART / "schedule.toml"))
+                           .replace("schedule.toml", str(schedule))
                            .replace("report/attack", str(tmp_path / "report")) for w in words[1:])]
     out = subprocess.run(command, capture_output=True, text=True, timeout=240, check=False, env=TOKEN_ENV,
                          cwd=tmp_path)

@@ -226,7 +226,8 @@ def test_load_job_builds_the_job_scenario(tmp_path: Path) -> None:
     (["--job", "python t.py", "--max-slowdown", "1"], "--max-slowdown = 1.0: must be above 1"),
     (["--job", "python t.py", "--job-timeout", "0"], "--job-timeout = 0.0: must be a positive"),
     (["--job", "python t.py", "--no-baseline"], "--no-baseline with --job"),
-    (["--probe", "true"], "--probe and --probe-python judge a job"),
+    (["--probe", "true"], "--probe, --probe-python, --probe-http, --every, --probe-timeout and --recover-within "
+                          "judge a job"),
 ])
 def test_bad_options_refused_before_anything_starts(args: list[str], said: str) -> None:
     result = CliRunner().invoke(main, ["run", str(EXAMPLES / "train" / "schedule.toml"), *args])
@@ -236,7 +237,7 @@ def test_bad_options_refused_before_anything_starts(args: list[str], said: str) 
 
 @pytest.mark.parametrize(("text", "said"), [
     ('duration = 5\nworkload = "x"\n[[faults]]\nat = 1\nkind = "kill"\n'
-     'target = { kind = "actor", class_name = "A" }\n', "workload = 'x': not for a job's schedule"),
+     'target = { kind = "actor", class_name = "A" }\n', "workload = 'x': not for a job's attack file"),
     ('duration = 5\n[[faults]]\nat = 1\nkind = "kill"\ntarget = { kind = "worker" }\n',
      "faults = 'a random busy worker': a job's schedule needs kills of actors"),
     ('duration = 5\n[[faults]]\nat = 1\nkind = "pause"\nseconds = 1\n'

@@ -27,6 +27,7 @@ from chaos._kinds import fault_specs
 from chaos._targets import _KINDS as TARGET_CLASSES
 from scenarios import ScenarioError, builtin_names, load_attack, load_scenario
 from scenarios.cli import main
+from scenarios.model._experiment import Overrides
 from scenarios.model._records import Problem
 from scenarios.model._scenario import FIELDS, STEADY_STATE_FIELDS
 
@@ -38,6 +39,9 @@ RAW = ("Traceback", "__init__()", "unexpected keyword argument", "KeyError", "Ty
        "required positional argument", "is not iterable", "unhashable type", "dictionary update sequence",
        "argument after ** must be", "object is not subscriptable", "Empty module name")
 HEAD = 'name = "x"\nworkload = "sampling"\nduration = 10\ninvariants = ["results_correct"]\n'
+
+TRUE_PROBE = Overrides(probes=({"kind": "command", "command": "true"},))  # a probe that always passes
+
 
 
 def _write(tmp_path: Path, text: str, name: str = "s.toml") -> str:
@@ -188,13 +192,13 @@ def test_attack_and_job_files_suggest_the_field_they_meant(tmp_path: Path) -> No
 
     path = _write(tmp_path, 'duraton = 8\n[[faults]]\nat = 1\nkind = "kill"\n'
                   'target = { kind = "actor", nam = "w" }\n', name="attack.toml")
-    problems = _problems(path, lambda p: load_attack(p, probes=[{"kind": "shell", "spec": "true"}]))
+    problems = _problems(path, lambda p: load_attack(p, overrides=TRUE_PROBE))
     assert [p.field for p in problems] == ["duraton"] and "did you mean 'duration'?" in problems[0].fix
     problems = _problems(path, lambda p: load_job(p, command="python x.py", working_dir=".", handoff="h"))
     assert [p.field for p in problems] == ["duraton"] and "did you mean 'duration'?" in problems[0].fix
     fixed = path.replace("attack.toml", "fixed.toml")
     Path(fixed).write_text(Path(path).read_text().replace("duraton", "duration"), encoding="utf-8")
-    for load in (lambda p: load_attack(p, probes=[{"kind": "shell", "spec": "true"}]),
+    for load in (lambda p: load_attack(p, overrides=TRUE_PROBE),
                  lambda p: load_job(p, command="python x.py", working_dir=".", handoff="h")):
         (problem,) = _problems(fixed, load)
         assert problem.field == "faults[0].target.nam" and "did you mean 'name'?" in problem.fix
@@ -336,7 +340,7 @@ def _as_attack_and_job(path: str) -> None:
     from scenarios.workloads.user._job import load_job
 
     loads: tuple[Callable[[], object], ...] = (
-        lambda: load_attack(path, probes=[{"kind": "shell", "spec": "true"}]),
+        lambda: load_attack(path, overrides=TRUE_PROBE),
         lambda: load_job(path, command="python train.py", working_dir="/tmp", handoff="/tmp/h.json"))
     for load in loads:
         try:

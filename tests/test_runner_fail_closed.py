@@ -21,6 +21,7 @@ from chaos.errors import InvalidConfig
 from scenarios import ScenarioError, Verdict, load_attack, load_scenario
 from scenarios.cli import main
 from scenarios.model._bounded import CallHang, bounded
+from scenarios.model._probes import PythonProbe
 from scenarios.model._records import FaultRecord, Probe, RunLabel, RunStatus
 from scenarios.model._scenario import CHECKS_NOTHING, EMPTY_INVARIANTS, NO_PROBE
 from scenarios.model._workload import Params, RunContext, Workload
@@ -44,7 +45,6 @@ from scenarios.runner._run import (
     steady_verdicts,
     undeclared_verdicts,
 )
-from scenarios.workloads.user._attack import ProbeKind, UserProbe
 
 BUILTIN = Path(__file__).parents[1] / "scenarios" / "builtin"
 
@@ -144,7 +144,7 @@ def test_a_steady_state_asked_of_a_workload_without_a_probe_is_refused(tmp_path:
 def test_an_attack_without_a_probe_is_refused_at_load(tmp_path: Path) -> None:
     (tmp_path / "a.toml").write_text(HEAD)
     with pytest.raises(ScenarioError, match=re.escape(f"probes = []: {CHECKS_NOTHING}")):
-        load_attack(str(tmp_path / "a.toml"), probes=[])
+        load_attack(str(tmp_path / "a.toml"))
 
 
 # -- no probe: no steady state, no recovery, never "held" ------------------------------------------
@@ -361,7 +361,7 @@ def test_an_attacks_python_probe_keeps_its_timeout(tmp_path: Path, monkeypatch: 
         f"def health():\n    GATE.wait({BLOCKED_FOR})\n    return True\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     start = time.monotonic()
-    assert UserProbe(ProbeKind.PYTHON, "paused_service:health").run(timeout=0.2) == (False, "still running after 0.2 s")
+    assert PythonProbe(call="paused_service:health").run(timeout=0.2) == (False, "still running after 0.2 s")
     assert time.monotonic() - start < BLOCKED_FOR / 2
     sys.modules["paused_service"].GATE.set()
 

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from chaos import Kill, MemoryPressure, Pause
 from scenarios import ScenarioError, Verdict, builtin_names, load_attack, load_scenario
 from scenarios.cli import main
+from scenarios.model._experiment import Overrides
 from scenarios.model._records import Probe
 from scenarios.model._workload import Params, RunContext, Workload
 from scenarios.runner import SteadyState
@@ -291,15 +292,17 @@ def test_a_file_without_invariants_checks_the_workloads_defaults_which_can_hold_
         assert set(cls.DEFAULT_INVARIANTS or cls.INVARIANTS) <= set(cls.INVARIANTS), name
 
 
-@pytest.mark.parametrize(("file_bound", "flag", "both"), [(None, 12.0, 12.0), (20.0, 12.0, 20.0)])
+@pytest.mark.parametrize(("file_bound", "flag", "both"), [(None, 12.0, 12.0), (20.0, 12.0, 12.0), (20.0, None, 20.0)])
 def test_an_attack_judges_probes_and_faults_by_one_recovery_bound(tmp_path: Path, file_bound: float | None,
-                                                                  flag: float, both: float) -> None:
-    # --recover-within 12 must not leave each fault's recovery judged against another bound.
+                                                                  flag: float | None, both: float) -> None:
+    # --recover-within 12 must not leave each fault's recovery judged against another bound; the
+    # command line wins over the file, whose value stands when the option is left out.
     line = "" if file_bound is None else f"recovery_within = {file_bound}\n"
     path = tmp_path / "a.toml"
     path.write_text(f'duration = 5\n{line}[[faults]]\nat = 1\nkind = "kill"\n'
                     'target = { kind = "actor", name = "x" }\n', encoding="utf-8")
-    scenario = load_attack(str(path), probes=[{"kind": "shell", "spec": "true"}], recover_within=flag)
+    scenario = load_attack(str(path), overrides=Overrides(probes=({"kind": "command", "command": "true"},),
+                                                      recovery_within=flag))
     assert (scenario.recovery_within, scenario.params["recover_within"]) == (both, both)
 
 

@@ -17,6 +17,7 @@ from chaos._targets import target_from_dict
 from chaos.engine import fault_from_dict
 from scenarios import ScenarioError, builtin_names
 from scenarios.cli import main
+from scenarios.model._experiment import ATTACK_FIELDS
 from scenarios.model._scenario import FIELDS, _validate
 from scenarios.model._schema import REGENERATE, TARGET_EXAMPLES, reference_markdown, scenario_schema
 
@@ -38,7 +39,8 @@ def test_raychaos_schema_prints_a_json_schema() -> None:
     printed = json.loads(result.output)
     jsonschema.Draft7Validator.check_schema(printed)
     assert printed == scenario_schema()
-    assert set(printed["properties"]) == set(FIELDS)
+    assert set(printed["definitions"]["scenario_file"]["properties"]) == set(FIELDS)
+    assert set(printed["definitions"]["attack_file"]["properties"]) == set(ATTACK_FIELDS)
 
 
 @pytest.mark.parametrize("name", builtin_names())
@@ -84,3 +86,57 @@ def test_the_reference_page_is_generated_from_the_model() -> None:
     assert committed == reference_markdown(), (
         f"{PAGE.relative_to(ROOT)} is stale: the scenario model changed since it was generated; "
         f"regenerate it with: {REGENERATE}")
+
+
+#: Every raychaos file the project ships: the built-ins, and the examples' scenario and attack files.
+SHIPPED = sorted([*(ROOT / "scenarios" / "builtin").glob("*.toml"), *(ROOT / "scenarios" / "templates").glob("*.toml"),
+                  *(p for p in (ROOT / "examples").rglob("*.toml") if p.name != "pyproject.toml")])
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[str(p.relative_to(ROOT)) for p in SHIPPED])
+def test_every_shipped_file_passes_the_editors_schema_and_raychaos_validate(path: Path) -> None:
+    """What an editor pointed at `raychaos schema` checks, and what `raychaos validate` does."""
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    errors = [f"{list(e.absolute_path)}: {e.message}" for e in _validator().iter_errors(data)]
+    assert not errors, errors
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
+    assert f"{path}: valid" in result.output
+
+
+def test_show_prints_the_attack_template_that_validates() -> None:
+    result = CliRunner().invoke(main, ["show", "attack"])
+    assert result.exit_code == 0
+    assert result.output == (ROOT / "scenarios" / "templates" / "attack.toml").read_text(encoding="utf-8")
+
+
+BROKEN_ATTACK = """kind = "attack"
+duration = 5
+probe_every = 0
+[[probes]]
+kind = "http"
+url = "localhost:8000"
+header = 1
+[[probes]]
+kind = "pyton"
+[[faults]]
+at = 1
+kind = "kill"
+target = { kind = "actor", name = "x" }
+"""
+
+
+def test_a_broken_attack_file_fails_both_one_line_per_problem(tmp_path: Path) -> None:
+    path = tmp_path / "attack.toml"
+    path.write_text(BROKEN_ATTACK, encoding="utf-8")
+    where = {tuple(e.absolute_path) for e in _validator().iter_errors(tomllib.loads(BROKEN_ATTACK))}
+    assert {("probe_every",), ("probes", 0), ("probes", 1)} <= where, where
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 4, result.output
+    assert [line.split(": ")[1].split(" = ")[0] for line in lines] == [
+        "probes[0].header", "probes[0].url", "probes[1].kind", "probe_every"], lines
+    # Without its kind, the same faults are no scenario: the fix is named.
+    path.write_text("duration = 5\n[[faults]]" + BROKEN_ATTACK.split("[[faults]]")[1], encoding="utf-8")
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 2 and 'says kind = "attack" instead' in result.output, result.output

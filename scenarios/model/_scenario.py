@@ -11,7 +11,7 @@ import math
 import os
 import sys
 import tomllib
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -29,12 +29,16 @@ if TYPE_CHECKING:
     from scenarios.model._workload import Workload
 
 __all__ = ["FIELDS", "STEADY_STATE_FIELDS", "FieldSpec", "HealStrategy", "Problem", "Scenario", "ScenarioError",
-           "SteadyState", "builtin_names", "load_attack", "load_scenario", "resolve_workload"]
+           "SteadyState", "builtin_names", "load_scenario", "resolve_workload"]
 
 HealStrategy = Literal["after_each", "at_end"]
 JsonType = Literal["string", "number", "integer", "boolean", "array", "object"]
 MAX_DURATION = 3600.0
 MAX_NODES = 8
+#: What an attack's file says it is (``kind``), and how it is run.
+ATTACK_KIND = "attack"
+ATTACK_FILE_USE = ("an attack's file runs with `raychaos attack FILE --address HOST:PORT` or `raychaos run --job "
+                   "'COMMAND' FILE`, and `raychaos validate FILE` checks it")
 #: Seconds a fault has, from its heal, until the workload's probe holds again (the default).
 RECOVERY_WITHIN = 60.0
 
@@ -237,44 +241,11 @@ def load_scenario(name_or_path: str, *, seed: int = 0, duration: float | None = 
         ScenarioError: every problem found, one per line; nothing has run.
     """
     source, data = _load(name_or_path)
+    if data.get("kind") == ATTACK_KIND:
+        raise ScenarioError(source, [Problem("kind", ATTACK_KIND, ATTACK_FILE_USE)])
     if duration is not None:
         data["duration"] = duration
     return _validate(source, data, seed, workloads)
-
-
-#: What an attack's file may hold: the workload and the cluster's shape belong to the program
-#: under attack, which raychaos did not start.
-_ATTACK_FIELDS = {"name", "description", "duration", "heal", "steady_state", "faults", "random",
-                  "strict_faults", "recovery_within"}
-
-
-def load_attack(path: str, *, probes: Sequence[Mapping[str, str]], every: float = 1.0,
-                recover_within: float = 30.0, seed: int = 0, duration: float | None = None) -> Scenario:
-    """A scenario that attacks a running program: the file's fault schedule, the ``attack``
-    workload running ``probes`` (``{"kind": "shell"|"python", "spec": ...}``) every ``every`` s.
-
-    Raises:
-        ScenarioError: every problem found (a field an attack cannot use among them).
-    """
-    source, data = _load(path)
-    refused = foreign_fields(data, _ATTACK_FIELDS, "an attack (the program under attack was not started by raychaos)",
-                             "an attack file")
-    if refused:
-        raise ScenarioError(source, refused)
-    if not probes:  # the probes are an attack's only check: without one it would pass untested
-        raise ScenarioError(source, [Problem("probes", [], f"{CHECKS_NOTHING}; give --probe 'COMMAND' "
-                                             "or --probe-python MODULE:FUNCTION")])
-    data.setdefault("name", f"attack-{Path(path).stem}")
-    # One recovery bound for both verdicts: the probes' and each fault's (a file's own wins;
-    # one that is no number is reported as the file's field, not again as the probes').
-    data.setdefault("recovery_within", recover_within)
-    own = data["recovery_within"]
-    data |= {"workload": "attack", "invariants": ["probes_pass_after_heal", "probes_recover"],
-             "params": {"probes": [dict(p) for p in probes], "every": every,
-                        "recover_within": own if _number(own) else recover_within}}
-    if duration is not None:
-        data["duration"] = duration
-    return _validate(source, data, seed, None)
 
 
 def foreign_fields(data: Mapping[str, object], allowed: Collection[str], not_for: str, holder: str) -> list[Problem]:
@@ -460,7 +431,10 @@ def _validate(source: str, data: dict[str, Any], seed: int,
     name = c.get("name", str, "", "must be a non-empty string") or "unnamed"
     workload = c.get("workload", str, "", "must name a workload")
     workload_cls, fix = _find_workload(workload, workloads)
-    if workload_cls is None:
+    if "workload" not in data:  # a file of faults alone is an attack's, missing its kind
+        c.add("workload", None, "required: the workload this scenario runs; a file of faults against a program "
+              f'raychaos did not start says kind = "{ATTACK_KIND}" instead ({ATTACK_FILE_USE})')
+    elif workload_cls is None:
         c.add("workload", workload, fix)
     duration = c.spec(FIELDS["duration"])
     nodes = c.spec(FIELDS["nodes"])

@@ -22,7 +22,9 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from chaos import NodeTarget, RpcFailure
 from chaos.engine import TARGET_CLASSES, fault_specs
-from scenarios.model._scenario import FIELDS, STEADY_STATE_FIELDS, FieldSpec
+from scenarios.model._experiment import ATTACK_FIELDS
+from scenarios.model._probes import PROBE_CLASSES, ProbeKind
+from scenarios.model._scenario import ATTACK_KIND, FIELDS, STEADY_STATE_FIELDS, FieldSpec
 from scenarios.model._workload import Workload
 
 __all__ = ["REGENERATE", "TARGET_EXAMPLES", "reference_markdown", "scenario_schema"]
@@ -39,25 +41,62 @@ TARGET_EXAMPLES: Mapping[str, Mapping[str, object]] = {
     "node": {"kind": "node", "allow_head": False},
 }
 
+#: An example of each probe kind, as an attack file's ``[[probes]]`` holds it.
+PROBE_EXAMPLES: Mapping[ProbeKind, Mapping[str, object]] = {
+    ProbeKind.COMMAND: {"kind": "command", "command": "curl -fsS http://127.0.0.1:8000/health"},
+    ProbeKind.PYTHON: {"kind": "python", "call": "myapp.health:check"},
+    ProbeKind.HTTP: {"kind": "http", "url": "http://127.0.0.1:8000/count", "method": "POST", "data": "{}",
+                     "status": 200, "body": "count"},
+}
+
 
 # -- the schema ------------------------------------------------------------------------------------
 
 def scenario_schema() -> Schema:
-    """The JSON Schema (draft 7) of a scenario file, generated from the model."""
-    definitions: Schema = {**_target_definitions(), **_fault_definitions()}
-    properties = {name: _top_level(spec) for name, spec in FIELDS.items()}
-    return {
-        "$schema": "http://json-schema.org/draft-07/schema#",
-        "title": "raychaos scenario file",
-        "description": "A workload, a fault schedule, steady-state checks and invariants (TOML).",
+    """The JSON Schema (draft 7) of a raychaos file, generated from the model: an attack's file
+    when it says ``kind = "attack"``, else a scenario file."""
+    definitions: Schema = {**_target_definitions(), **_fault_definitions(), **_probe_definitions()}
+    definitions["scenario_file"] = {
+        "description": "A workload, a fault schedule, steady-state checks and invariants.",
         "type": "object",
-        "properties": properties,
+        "properties": {name: _top_level(spec) for name, spec in FIELDS.items()},
         "required": [name for name, spec in FIELDS.items() if spec.required],
         "additionalProperties": False,
         "not": {"required": ["faults", "random"]},
         "allOf": _workload_rules(definitions),
+    }
+    definitions["attack_file"] = _attack_file()
+    return {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "title": "raychaos scenario or attack file",
+        "description": "A scenario (TOML), or an attack on a running program (`kind = \"attack\"`).",
+        "type": "object",
+        "if": {"properties": {"kind": {"const": ATTACK_KIND}}, "required": ["kind"]},
+        "then": {"$ref": "#/definitions/attack_file"},
+        "else": {"$ref": "#/definitions/scenario_file"},
         "definitions": definitions,
     }
+
+
+def _attack_file() -> Schema:
+    """An attack's file: the schedule's fields a scenario has too, its probes and their pace."""
+    special = {"kind": {"const": ATTACK_KIND},
+               "probes": {"type": "array", "items": {"$ref": "#/definitions/probe"}}}
+    properties = {name: {**_top_level(spec), **special.get(name, {})} for name, spec in ATTACK_FIELDS.items()}
+    return {"description": "Faults against a program raychaos did not start, and the probes that judge it.",
+            "type": "object", "properties": properties, "required": ["kind"], "additionalProperties": False,
+            "not": {"required": ["faults", "random"]}}
+
+
+def _probe_definitions() -> Schema:
+    out: Schema = {}
+    for kind, cls in PROBE_CLASSES.items():
+        body = _dataclass_schema(cls)
+        out[f"probe_{kind}"] = {**body, "properties": {"kind": {"const": kind.value}, **body["properties"]},
+                                "required": ["kind", *body["required"]], "description": _doc(cls),
+                                "examples": [dict(PROBE_EXAMPLES[kind])]}
+    out["probe"] = {"oneOf": [{"$ref": f"#/definitions/probe_{k}"} for k in PROBE_CLASSES]}
+    return out
 
 
 def _top_level(spec: FieldSpec) -> Schema:
@@ -206,7 +245,7 @@ def reference_markdown() -> str:
     """The scenario file's reference page, from the same model as :func:`scenario_schema`."""
     schema = scenario_schema()
     parts = [_INTRO, _fields_section(), _steady_section(), _faults_section(schema), _random_section(),
-             _rpc_section(), _targets_section(schema), _workloads_section()]
+             _rpc_section(), _targets_section(schema), _workloads_section(), _attack_section(schema)]
     return "\n".join(parts)
 
 
@@ -353,6 +392,24 @@ def _workloads_section() -> str:
                 for n, p in params.get("properties", {}).items()]
         if rows:
             out.append(_table_md(("param", "type", "default", "allowed"), rows))
+    return "\n".join(out)
+
+
+def _attack_section(schema: Schema) -> str:
+    rows = [(f"`{name}`", spec.type + (" (required)" if spec.required else ""), _cell(spec.default),
+             _allowed(_spec_schema(spec)), spec.description) for name, spec in ATTACK_FIELDS.items()]
+    out = ["## Attack files\n",
+           f'A file that says `kind = "{ATTACK_KIND}"` attacks a program raychaos did not start (`raychaos attack '
+           "FILE --address HOST:PORT`, or `raychaos run --job COMMAND FILE`): it holds the faults and the probes that "
+           "judge the program, and no workload or cluster shape. Each option of the command line overrides the "
+           "file's field of the same meaning (the command line wins).\n",
+           _table_md(("field", "type", "default", "allowed", "description"), rows),
+           "### `[[probes]]`: probe kinds\n"]
+    for kind in PROBE_CLASSES:
+        body = schema["definitions"][f"probe_{kind}"]
+        out.append(f"#### `{kind}`\n\n{body['description']}\n")
+        out.append(_table_md(("field", "type", "default", "allowed"), _record_rows(body)))
+        out.append(_toml_block(_entry_toml(PROBE_EXAMPLES[kind], table="probes")))
     return "\n".join(out)
 
 

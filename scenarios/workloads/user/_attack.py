@@ -1,5 +1,5 @@
 """``raychaos attack``: a fault schedule against a program raychaos did not start, judged by the
-user's own probes (shell commands, or Python callables), with the journal, watchdog and reports
+user's own probes (shell commands, Python callables or HTTP requests), with the journal, watchdog and reports
 of ``raychaos run``.
 
 The program is a black box: what it must keep doing is what its probes check. A probe is run
@@ -9,43 +9,21 @@ first fault and after the last heal.
 
 from __future__ import annotations
 
-import importlib
-import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
+from typing import Any
 
 from pydantic import Field
 
 from chaos.errors import InvalidConfig
-from scenarios.model._bounded import CallHang, bounded
+from scenarios.model._probes import UserProbe, probe_from
 from scenarios.model._records import Verdict
 from scenarios.model._workload import Params, Workload
 
-__all__ = ["Attack", "ProbeKind", "ProbeRun", "UserProbe", "probes_from", "recovered"]
+__all__ = ["Attack", "ProbeRun", "probes_from", "recovered"]
 
 ATTACK_WORKLOAD = "attack"
-
-
-class ProbeKind(StrEnum):
-    SHELL = "shell"  #: a shell command; passes on exit status 0
-    PYTHON = "python"  #: ``module:function``; passes unless it raises or returns False
-
-
-@dataclass(frozen=True, slots=True)
-class UserProbe:
-    kind: ProbeKind
-    spec: str
-
-    def run(self, *, timeout: float) -> tuple[bool, str]:
-        """Whether it passed, and what it said."""
-        if self.kind is ProbeKind.SHELL:
-            return _shell(self.spec, timeout)
-        return _python(self.spec, timeout)
-
-    def to_param(self) -> dict[str, str]:
-        return {"kind": self.kind.value, "spec": self.spec}
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,29 +34,6 @@ class ProbeRun:
     detail: str
 
 
-def _shell(command: str, timeout: float) -> tuple[bool, str]:
-    try:
-        out = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        return False, f"still running after {timeout:g} s"
-    said = (out.stdout + out.stderr).strip()[-200:]
-    return out.returncode == 0, f"exit {out.returncode}" + (f": {said}" if said else "")
-
-
-def _python(spec: str, timeout: float) -> tuple[bool, str]:
-    """Call ``module:function`` with the probe's deadline, as a shell probe has one: a probe
-    blocked on a paused service fails after ``timeout`` instead of hanging the attack. Its
-    thread cannot be killed and is left to finish on its own (see :func:`bounded`)."""
-    module, _, name = spec.partition(":")
-    try:
-        answer = bounded(lambda: getattr(importlib.import_module(module), name)(), what=spec, seconds=timeout)
-    except CallHang:
-        return False, f"still running after {timeout:g} s"
-    except Exception as exc:  # noqa: BLE001 - a failing probe is the finding, not a crash
-        return False, f"{type(exc).__name__}: {exc}"[:200]
-    return answer is not False, repr(answer)[:200]
-
-
 def recovered(results: Sequence[ProbeRun], *, within: float) -> list[str]:
     """Each failed probe result with no pass of the same probe within ``within`` seconds after."""
     return [f"{r.probe} failed at {r.at:.1f} s ({r.detail}) and did not pass again within {within:g} s"
@@ -86,13 +41,14 @@ def recovered(results: Sequence[ProbeRun], *, within: float) -> list[str]:
                 later.probe == r.probe and later.ok and r.at < later.at <= r.at + within for later in results)]
 
 
-def probes_from(params: Sequence[Mapping[str, str]]) -> list[UserProbe]:
-    return [UserProbe(ProbeKind(p["kind"]), p["spec"]) for p in params]
+def probes_from(params: Sequence[Mapping[str, object]]) -> list[UserProbe]:
+    """The probes of a workload's ``params.probes`` (each a ``[[probes]]`` table, checked at load)."""
+    return [probe_from(p) for p in params]
 
 
 class AttackParams(Params):
-    #: Each ``{"kind": "shell" | "python", "spec": ...}`` (``raychaos attack --probe``).
-    probes: list[dict[str, str]] = Field(default_factory=list)
+    #: Each a ``[[probes]]`` table of the attack file (``kind`` command, python or http).
+    probes: list[dict[str, Any]] = Field(default_factory=list)
     every: float = 1.0
     recover_within: float = 30.0
     probe_timeout: float = 10.0
@@ -112,8 +68,8 @@ class Attack(Workload):
         self.every, self.recover_within, self.timeout = p.every, p.recover_within, p.probe_timeout
         self.results: list[ProbeRun] = []
         if not self.probes:  # without one, nothing would judge the program: a green by default
-            raise InvalidConfig("params.probes = []: an attack needs at least one probe (--probe "
-                                "'shell command' or --probe-python module:function)")
+            raise InvalidConfig("params.probes = []: an attack needs at least one probe ([[probes]] in its file, "
+                                "or --probe 'COMMAND', --probe-python MODULE:FUNCTION, --probe-http URL)")
 
     def call_bounds(self) -> Mapping[str, float]:
         """A round runs every probe in turn, each up to its own timeout."""
@@ -124,7 +80,7 @@ class Attack(Workload):
         found = []
         for probe in self.probes:
             ok, detail = probe.run(timeout=self.timeout)
-            found.append(ProbeRun(at=round(self.ctx.elapsed(), 3), probe=probe.spec, ok=ok, detail=detail))
+            found.append(ProbeRun(at=round(self.ctx.elapsed(), 3), probe=probe.label, ok=ok, detail=detail))
             self.ctx.count("probes passed" if ok else "probes failed")
         self.results += found
         return found

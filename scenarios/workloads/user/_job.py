@@ -35,8 +35,9 @@ from chaos import ActorTarget, FaultKind, Kill, wait_until
 from chaos.cluster import short
 from chaos.engine import target_from_dict, target_to_dict
 from chaos.errors import HangError
+from scenarios.model._experiment import NO_OVERRIDES, Overrides, read_attack
 from scenarios.model._records import Problem, Verdict
-from scenarios.model._scenario import _ATTACK_FIELDS, Scenario, ScenarioError, _load, _validate, foreign_fields
+from scenarios.model._scenario import Scenario, ScenarioError, _validate
 from scenarios.model._workload import Params, Workload
 from scenarios.workloads.user._attack import ProbeRun, probes_from, recovered
 
@@ -271,7 +272,7 @@ class JobParams(Params):
     job_timeout: float | None = None
     #: The schedule's kill targets (``target_to_dict``): whose restarts ``fault_seen`` looks for.
     kill_targets: list[dict[str, Any]] = Field(default_factory=list)
-    probes: list[dict[str, str]] = Field(default_factory=list)
+    probes: list[dict[str, Any]] = Field(default_factory=list)
     #: The job's ``PATH`` (None: the cluster's): on an embedded cluster, the one raychaos runs
     #: with, so ``python`` in the command is the interpreter raychaos was started from.
     path: str | None = None
@@ -421,7 +422,7 @@ class Job(Workload):
         found = []
         for probe in self.probes:
             ok, detail = probe.run(timeout=self.p.probe_timeout)
-            found.append(ProbeRun(at=round(self.ctx.elapsed(), 3), probe=probe.spec, ok=ok, detail=detail))
+            found.append(ProbeRun(at=round(self.ctx.elapsed(), 3), probe=probe.label, ok=ok, detail=detail))
         self.probe_runs += found
         return found
 
@@ -583,9 +584,10 @@ def job_problems(command: str, max_slowdown: float, job_timeout: float | None) -
 
 
 def load_job(path: str, *, command: str, working_dir: str, handoff: str, max_slowdown: float = 3.0,
-             job_timeout: float | None = None, probes: Sequence[Mapping[str, str]] = (),
-             seed: int = 0, duration: float | None = None, embedded: bool = True) -> Scenario:
-    """A scenario running ``command`` as a Ray job under the attack-style schedule at ``path``.
+             job_timeout: float | None = None, overrides: Overrides = NO_OVERRIDES, seed: int = 0,
+             embedded: bool = True) -> Scenario:
+    """A scenario running ``command`` as a Ray job under the attack file at ``path`` (its
+    probes, if any, judge the job besides; ``overrides``: the command line's, over the file's).
     ``embedded``: the cluster is one raychaos starts, so the job gets this process's ``PATH``
     with this interpreter's folder first (``python`` is the one raychaos runs on).
 
@@ -593,20 +595,17 @@ def load_job(path: str, *, command: str, working_dir: str, handoff: str, max_slo
         ScenarioError: every problem found: of the options, a field an attack file cannot hold,
             or a schedule without a kill of an actor (``fault_seen`` would have nothing to see).
     """
-    source, data = _load(path)
-    problems = job_problems(command, max_slowdown, job_timeout) + foreign_fields(
-        data, _ATTACK_FIELDS, "a job's schedule (the job is your script)", "a schedule")
+    read = read_attack(path, overrides, not_for="a job's attack file (the job is your script)")
+    problems = job_problems(command, max_slowdown, job_timeout) + read.problems
     if problems:
-        raise ScenarioError(source, problems)
+        raise ScenarioError(read.source, problems)
+    data = read.data | {
+        "workload": JOB_WORKLOAD, "invariants": list(JOB_INVARIANTS + (PROBE_INVARIANTS if read.probes else ())),
+        "params": {"command": command, "working_dir": working_dir, "handoff": handoff,
+                   "max_slowdown": float(max_slowdown), "job_timeout": job_timeout,
+                   "path": _path() if embedded else None, **read.params()}}
     data.setdefault("name", f"job-{os.path.splitext(os.path.basename(path))[0]}")
-    data |= {"workload": JOB_WORKLOAD, "invariants": list(JOB_INVARIANTS + (PROBE_INVARIANTS if probes else ())),
-             "params": {"command": command, "working_dir": working_dir, "handoff": handoff,
-                        "max_slowdown": float(max_slowdown), "job_timeout": job_timeout,
-                        "probes": [dict(p) for p in probes], "path": _path() if embedded else None}}
-    if duration is not None:
-        data["duration"] = duration
-    scenario = _validate(source, data, seed, None)
-    return _with_kill_targets(scenario)
+    return _with_kill_targets(_validate(read.source, data, seed, None))
 
 
 def agent_port_taken(port: int = AGENT_PORT, *, patience: float = 0.0) -> bool:

@@ -1,0 +1,157 @@
+"""An attack's experiment file: the faults, the probes that judge the program under them, and
+their pace, in one TOML file (``kind = "attack"``) that ``raychaos attack`` and ``run --job``
+run and ``raychaos validate`` checks.
+
+The program under attack was not started by raychaos, so the file holds no workload and no
+cluster shape. Every option of the command line overrides the file's field of the same meaning
+(the command line wins; :class:`Overrides`), and an option left out leaves the file's value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from scenarios.model._probes import probes_problems
+from scenarios.model._records import Problem
+from scenarios.model._scenario import (
+    ATTACK_KIND,
+    CHECKS_NOTHING,
+    FIELDS,
+    FieldSpec,
+    Scenario,
+    ScenarioError,
+    _load,
+    _number,
+    _validate,
+    foreign_fields,
+)
+
+__all__ = ["ATTACK_FIELDS", "ATTACK_KIND", "NO_OVERRIDES", "AttackFile", "Overrides", "is_attack_file", "load_attack",
+           "probe_options", "read_attack"]
+
+#: Seconds a failing probe has to pass again, and each fault from its heal (an attack's default).
+ATTACK_RECOVERY = 30.0
+_SHARED = ("name", "description", "duration", "heal", "steady_state", "faults", "random", "strict_faults")
+
+#: Every top-level field of an attack's file, in the order the reference lists them.
+ATTACK_FIELDS: dict[str, FieldSpec] = {
+    "kind": FieldSpec(name="kind", type="string", choices=(ATTACK_KIND,), required=True,
+                      description="`\"attack\"`: this file attacks a program raychaos did not start (`raychaos "
+                                  "attack FILE --address ...`, or `raychaos run --job COMMAND FILE`)."),
+    **{n: FIELDS[n] for n in _SHARED},
+    "recovery_within": replace(FIELDS["recovery_within"], default=ATTACK_RECOVERY,
+                               description="Seconds a failing probe has to pass again, and each fault from its "
+                                           "heal until the probes pass (`--recover-within` overrides)."),
+    "probes": FieldSpec(name="probes", type="array",
+                        description="What must keep working (`[[probes]]`): each a `command`, `python` or `http` "
+                                    "probe. `--probe`, `--probe-python` and `--probe-http` replace them all."),
+    "probe_every": FieldSpec(name="probe_every", type="number", default=1.0, minimum=0.1, maximum=600.0,
+                             description="Seconds between rounds of probes (`--every` overrides)."),
+    "probe_timeout": FieldSpec(name="probe_timeout", type="number", default=10.0, minimum=0.1, maximum=600.0,
+                               description="Seconds each probe has to pass before it fails (`--probe-timeout` "
+                                           "overrides)."),
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Overrides:
+    """What the command line gives over an attack's file: each None when not given (the file's
+    value, else the field's default, stands). Probes given replace the file's, all of them."""
+
+    probes: tuple[Mapping[str, object], ...] | None = None
+    probe_every: float | None = None
+    probe_timeout: float | None = None
+    recovery_within: float | None = None
+    duration: float | None = None
+
+    def apply(self, data: dict[str, Any]) -> dict[str, Any]:
+        given = {"probe_every": self.probe_every, "probe_timeout": self.probe_timeout,
+                 "recovery_within": self.recovery_within, "duration": self.duration,
+                 "probes": None if self.probes is None else [dict(p) for p in self.probes]}
+        return data | {k: v for k, v in given.items() if v is not None}
+
+
+#: Why a scenario's field (a workload, a cluster's shape) is refused in an attack file.
+NOT_FOR_ATTACK = "an attack (the program under attack was not started by raychaos)"
+#: The command line gave nothing over the file.
+NO_OVERRIDES = Overrides()
+
+
+def is_attack_file(data: Mapping[str, object]) -> bool:
+    """Whether a file's data is an attack's: it says ``kind = "attack"``."""
+    return data.get("kind") == ATTACK_KIND
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttackFile:
+    """An attack file read: its scenario fields (overrides applied), its probes and their pace
+    (the attack-only fields), and the problems found in both so far."""
+
+    source: str
+    data: dict[str, Any]
+    probes: list[dict[str, Any]]
+    every: float
+    timeout: float
+    problems: list[Problem]
+
+    def params(self) -> dict[str, Any]:
+        """The probes' part of the attack and job workloads' ``[params]``."""
+        bound = self.data["recovery_within"]  # one recovery bound: the probes' and each fault's
+        return {"probes": self.probes, "every": self.every, "probe_timeout": self.timeout,
+                "recover_within": bound if _number(bound) else ATTACK_RECOVERY}
+
+
+def read_attack(path: str, overrides: Overrides, *, not_for: str = NOT_FOR_ATTACK) -> AttackFile:
+    """The file with the overrides applied, split into scenario fields and probes, with the
+    problems of the attack's own fields (``not_for``: what a scenario-only field is not for)."""
+    source, data = _load(path)
+    data = overrides.apply(data)
+    problems = foreign_fields(data, ATTACK_FIELDS, not_for, "an attack file")
+    kind = data.pop("kind", ATTACK_KIND)  # the attack commands know what they were given
+    if kind != ATTACK_KIND:
+        problems.append(Problem("kind", kind, f'an attack\'s file says kind = "{ATTACK_KIND}"'))
+    problems += probes_problems(data.get("probes", []))
+    data.setdefault("recovery_within", ATTACK_RECOVERY)
+    pace = {n: data.pop(n, ATTACK_FIELDS[n].default) for n in ("probe_every", "probe_timeout")}
+    problems += [Problem(n, v, "a number of seconds from 0.1 to 600") for n, v in pace.items()
+                 if not (_number(v) and 0.1 <= float(v) <= 600)]
+    probes = data.pop("probes", [])
+    return AttackFile(source=source, data=data, probes=probes if isinstance(probes, list) else [],
+                      every=float(pace["probe_every"]) if _number(pace["probe_every"]) else 1.0,
+                      timeout=float(pace["probe_timeout"]) if _number(pace["probe_timeout"]) else 10.0,
+                      problems=problems)
+
+
+def load_attack(path: str, *, overrides: Overrides = NO_OVERRIDES, seed: int = 0,
+                require_probes: bool = True) -> Scenario:
+    """A scenario that attacks a running program: the file's faults, the ``attack`` workload
+    running the file's probes (or the overriding ones) every ``probe_every`` s.
+
+    ``require_probes=False`` (``raychaos validate``) accepts a file without a probe, which
+    ``run --job`` judges by its job; ``raychaos attack`` refuses it.
+
+    Raises:
+        ScenarioError: every problem found (a field an attack cannot use among them).
+    """
+    read = read_attack(path, overrides)
+    problems = list(read.problems)
+    if require_probes and not read.probes and not problems:  # without one it would pass untested
+        problems.append(Problem("probes", [], f"{CHECKS_NOTHING}; add [[probes]] to the file or give --probe "
+                                              "'COMMAND', --probe-python MODULE:FUNCTION or --probe-http URL"))
+    if problems:
+        raise ScenarioError(read.source, problems)
+    data = read.data | {"workload": "attack", "invariants": ["probes_pass_after_heal", "probes_recover"],
+                        "params": read.params()}
+    data.setdefault("name", f"attack-{Path(path).stem}")
+    return _validate(read.source, data, seed, None)
+
+
+def probe_options(shell: Sequence[str], python: Sequence[str],
+                  http: Sequence[str]) -> tuple[dict[str, str], ...] | None:
+    """The command line's probes as ``[[probes]]`` tables; None when it gave none (the file's stand)."""
+    found = ([{"kind": "command", "command": c} for c in shell] + [{"kind": "python", "call": c} for c in python]
+             + [{"kind": "http", "url": u} for u in http])
+    return tuple(found) or None
