@@ -22,6 +22,7 @@ from chaos._errors import ChaosError
 from chaos._kinds import FaultKind, Need, fault_specs
 from chaos._ray_state import live_nodes, short
 from chaos._schedule import Schedule
+from chaos._scope import check_scope
 from chaos.agents._agent import AGENT_START_TIMEOUT, NodeFacts, agent_for, check_agents
 
 __all__ = ["CHECKED_BY", "ClusterUnfit", "Missing", "Need", "find_missing", "needs_of", "needs_table", "preflight"]
@@ -92,8 +93,12 @@ def preflight(schedule: Schedule, *, address: str, timeout: float = AGENT_START_
     take ``schedule``.
 
     Raises:
+        Unscoped: a target would reach more than one running job (checked first).
         ClusterUnfit: something a fault needs is missing, named per node and fault kind.
     """
+    import ray
+
+    check_scope(schedule, address=address, own=ray.get_runtime_context().get_job_id())
     missing = find_missing(schedule, address=address, timeout=timeout)
     if missing:
         raise ClusterUnfit(missing)

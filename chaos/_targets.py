@@ -6,6 +6,7 @@ work for any Ray application on the cluster, not only actors this driver created
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -33,7 +34,10 @@ class ActorTarget:
     """An actor by id (``ActorTarget.of(handle)``), by name and namespace, or by class name.
 
     With ``class_name``, ``pick="one"`` chooses one live actor of that class at random
-    (seeded), ``"all"`` hits every one.
+    (seeded), ``"all"`` hits every one. ``namespace`` and ``job`` (a job id as the State API
+    shows it, ``02000000``, or a submission id, ``raysubmit_...``) keep a shared cluster's other
+    programs out of reach; ``max_targets`` and ``max_share`` (of the live actors that match)
+    cap how many one fault hits, chosen at random (seeded) beyond the cap.
     """
 
     actor_id: str | None = None
@@ -41,6 +45,9 @@ class ActorTarget:
     namespace: str | None = None
     class_name: str | None = None
     pick: Pick = "one"
+    job: str | None = None
+    max_targets: int | None = None
+    max_share: float | None = None
 
     def __post_init__(self) -> None:
         given = [k for k in ("actor_id", "name", "class_name") if getattr(self, k)]
@@ -49,15 +56,40 @@ class ActorTarget:
                 f"an actor target needs exactly one of actor_id, name, class_name; got {given or 'none'}")
         if self.pick not in ("one", "all"):
             raise InvalidFaultSpec(f"unknown pick {self.pick!r}; use 'one' or 'all'", field="pick")
+        _check_scope(self.job)
+        if self.max_targets is not None and (isinstance(self.max_targets, bool) or not isinstance(
+                self.max_targets, int) or self.max_targets < 1):
+            raise InvalidFaultSpec(f"max_targets = {self.max_targets!r}: a whole number >= 1 (the most actors one "
+                                   "fault may hit)", field="max_targets")
+        if self.max_share is not None and (isinstance(self.max_share, bool) or not isinstance(
+                self.max_share, int | float) or not 0 < self.max_share <= 1):
+            raise InvalidFaultSpec(f"max_share = {self.max_share!r}: a share above 0 and at most 1 of the matching "
+                                   "actors one fault may hit", field="max_share")
+
+    def cap(self, matching: int) -> int:
+        """How many of ``matching`` live actors one fault may hit (0: none, the fault is refused)."""
+        wanted = matching if self.pick == "all" else min(1, matching)
+        share = matching if self.max_share is None else math.floor(self.max_share * matching + 1e-9)
+        return min(wanted, self.max_targets or matching, share)
+
+    def scoped(self) -> bool:
+        """Whether another program's actors are kept out of reach (by name, id, job or namespace)."""
+        return self.class_name is None or bool(self.job or self.namespace)
 
     @classmethod
     def of(cls, handle: Any) -> ActorTarget:
         return cls(actor_id=handle._actor_id.hex())
 
     def label(self) -> str:
+        scope = _scope_label(self.namespace if self.class_name else None, self.job)
         return (f"actor {short(self.actor_id)}" if self.actor_id else
                 f"actor {self.namespace or ''}/{self.name}" if self.name else
-                f"{self.pick} actor(s) of class {self.class_name}")
+                f"{self.pick} actor(s) of class {self.class_name}") + scope
+
+
+def _scope_label(namespace: str | None, job: str | None) -> str:
+    said = [*([f"namespace {namespace}"] if namespace else []), *([f"job {job}"] if job else [])]
+    return f" in {' and '.join(said)}" if said else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,17 +97,39 @@ class TaskTarget:
     """The worker running a task (or actor method) of this name, e.g. ``"collect"``."""
 
     name: str
+    #: Only the tasks of this job (a job id, or a submission id).
+    job: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_scope(self.job)
 
     def label(self) -> str:
-        return f"worker of task {self.name!r}"
+        return f"worker of task {self.name!r}" + (f" of job {self.job}" if self.job else "")
+
+    def scoped(self) -> bool:
+        return bool(self.job)
 
 
 @dataclass(frozen=True, slots=True)
 class WorkerTarget:
     """A random worker process that runs an actor or a task right now (agents excluded)."""
 
+    #: Only the workers of this job (a job id, or a submission id).
+    job: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_scope(self.job)
+
     def label(self) -> str:
-        return "a random busy worker"
+        return "a random busy worker" + (f" of job {self.job}" if self.job else "")
+
+    def scoped(self) -> bool:
+        return bool(self.job)
+
+
+def _check_scope(job: object) -> None:
+    if job is not None and (not isinstance(job, str) or not job.strip()):
+        raise InvalidFaultSpec(f"job = {job!r}: a job id (02000000) or submission id (raysubmit_...)", field="job")
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,9 +227,9 @@ def _resolve_now(target: Target, address: str, rng: random.Random,
     if isinstance(target, ActorTarget):
         found = _actors(target, address)
     elif isinstance(target, TaskTarget):
-        found = _tasks(target.name, address)
+        found = _tasks(target.name, address, target.job)
     elif isinstance(target, WorkerTarget):
-        found = _busy_workers(address, exclude_pids)
+        found = _busy_workers(address, exclude_pids, target.job)
     else:
         found = _nodes(target, address)
     live = [p for p in found if p.pid not in exclude_pids]
@@ -187,9 +241,23 @@ def _resolve_now(target: Target, address: str, rng: random.Random,
                              f"{address}; check the name, or that it is running yet")
     found = live
     found.sort(key=lambda p: (p.name or "", p.pid))
-    if isinstance(target, ActorTarget) and target.pick == "all":
-        return found
+    if isinstance(target, ActorTarget):
+        return _capped(target, found, rng)
     return [rng.choice(found)]
+
+
+def _capped(target: ActorTarget, found: list[RayProcess], rng: random.Random) -> list[RayProcess]:
+    """The live matches one fault hits: all, or one, within the target's caps (seeded beyond them)."""
+    allowed = target.cap(len(found))
+    if allowed == 0:
+        raise TargetNotFound(f"max_share = {target.max_share:g} of the {len(found)} live actor(s) matching "
+                             f"{target.label()} allows none: the fault would hit nothing; raise max_share or "
+                             "give max_targets")
+    if allowed == len(found):
+        return found
+    if allowed == 1:
+        return [rng.choice(found)]
+    return sorted(rng.sample(found, allowed), key=lambda p: (p.name or "", p.pid))
 
 
 #: The states of an actor that is on its way to ALIVE.
@@ -207,6 +275,7 @@ def _actors(target: ActorTarget, address: str) -> list[RayProcess]:
     if target.namespace:
         filters.append(("ray_namespace", "=", target.namespace))
     rows = list_actors(address=address, filters=filters, limit=10_000, raise_on_missing_output=False)
+    rows = _in_job(rows, target.job, address)
     if target.class_name:  # Ray records the qualified name: "f.<locals>.Flock" matches "Flock"
         rows = [a for a in rows if target.class_name in (a.class_name, a.class_name.rsplit(".", 1)[-1])]
     alive = [RayProcess(pid=a.pid, node_id=a.node_id, label=f"{a.class_name} {short(a.actor_id)} pid {a.pid}",
@@ -225,22 +294,39 @@ def _placed(pid: int | None, node_id: str | None) -> bool:
     return bool(pid) and bool(node_id)
 
 
-def _tasks(name: str, address: str) -> list[RayProcess]:
+def job_ids(job: str, address: str) -> frozenset[str]:
+    """The ids of the driver jobs ``job`` names, as the State API shows them: itself when it is
+    one, the job a submission of that id started (none before its driver starts)."""
+    from ray.util.state import list_jobs
+
+    rows = list_jobs(address=address, limit=10_000, raise_on_missing_output=False)
+    found = frozenset(str(j.job_id) for j in rows if j.job_id and job in (j.job_id, j.submission_id))
+    if not found:
+        raise _OnItsWay(f"no job {job!r} on the cluster at {address} yet (a job id such as 02000000, or the "
+                        "submission id `ray job submit` printed)")
+    return found
+
+
+def _in_job(rows: list[Any], job: str | None, address: str) -> list[Any]:
+    return rows if job is None else [r for r in rows if r.job_id in job_ids(job, address)]
+
+
+def _tasks(name: str, address: str, job: str | None = None) -> list[RayProcess]:
     from ray.util.state import list_tasks
 
-    rows = list_tasks(address=address, filters=[("name", "=", name), ("state", "=", "RUNNING")],
-                      limit=10_000, raise_on_missing_output=False)
+    rows = _in_job(list_tasks(address=address, filters=[("name", "=", name), ("state", "=", "RUNNING")],
+                              limit=10_000, raise_on_missing_output=False), job, address)
     return [RayProcess(pid=t.worker_pid, node_id=t.node_id, label=f"task {t.name} pid {t.worker_pid}",
                        actor_id=t.actor_id, name=t.name) for t in rows if _placed(t.worker_pid, t.node_id)]
 
 
-def _busy_workers(address: str, exclude: frozenset[int]) -> list[RayProcess]:
+def _busy_workers(address: str, exclude: frozenset[int], job: str | None = None) -> list[RayProcess]:
     from ray.util.state import list_actors, list_tasks
 
-    actors = list_actors(address=address, filters=[("state", "=", "ALIVE")], limit=10_000,
-                         raise_on_missing_output=False)
-    tasks = list_tasks(address=address, filters=[("state", "=", "RUNNING")], limit=10_000,
-                       raise_on_missing_output=False)
+    actors = _in_job(list_actors(address=address, filters=[("state", "=", "ALIVE")], limit=10_000,
+                                 raise_on_missing_output=False), job, address)
+    tasks = _in_job(list_tasks(address=address, filters=[("state", "=", "RUNNING")], limit=10_000,
+                               raise_on_missing_output=False), job, address)
     found = {a.pid: RayProcess(pid=a.pid, node_id=a.node_id, label=f"{a.class_name} pid {a.pid}", actor_id=a.actor_id)
              for a in actors if _placed(a.pid, a.node_id) and not a.class_name.startswith("ChaosAgent")}
     found.update({t.worker_pid: RayProcess(t.worker_pid, t.node_id, f"task {t.name} pid {t.worker_pid}")

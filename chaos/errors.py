@@ -21,6 +21,7 @@ from chaos._failpoint import FailpointError
 from chaos._journal import JournalCorrupt
 from chaos._preflight import ClusterUnfit
 from chaos._reclaim._owner import StillMounted, TeardownFailed
+from chaos._scope import Unscoped
 from chaos.agents._agent import AgentMismatch, AgentUnavailable
 from chaos.disks._fusefs import FaultFSError
 from chaos.net._lab import NetworkUnavailable
@@ -48,4 +49,5 @@ __all__ = [
     "TargetNotFound",
     "TeardownFailed",
     "UnsafeTarget",
+    "Unscoped",
 ]

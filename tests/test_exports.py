@@ -39,7 +39,7 @@ SUBMODULES = {
         "AgentMismatch", "AgentUnavailable", "ChaosError", "CheckpointError", "CheckpointFormatError",
         "ClusterUnfit", "FailpointError", "FaultFSError", "FaultIneffective", "FaultsNotApplied", "HangError",
         "InvalidConfig", "InvalidFaultSpec", "JournalCorrupt", "MissingExtra", "MutationNotLogged",
-        "NetworkUnavailable", "StillMounted", "StorageUnreachable", "TargetNotFound", "TeardownFailed",
+        "NetworkUnavailable", "StillMounted", "StorageUnreachable", "TargetNotFound", "TeardownFailed", "Unscoped",
         "UnsafeTarget",
     },
     "chaos.failpoints": {

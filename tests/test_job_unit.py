@@ -215,9 +215,13 @@ def test_load_job_builds_the_job_scenario(tmp_path: Path) -> None:
                         working_dir=str(tmp_path), handoff=str(tmp_path / "b.json"))
     assert scenario.workload == JOB_WORKLOAD
     assert scenario.invariants == ("job_succeeded", "within_ratio", "fault_seen")
+    # Scoped to the job the run under faults submits: another job's RayTrainWorker is out of reach.
+    submission = scenario.params["submission_id"]
+    assert isinstance(submission, str) and submission.startswith("raychaos-")
     assert scenario.params["kill_targets"] == [{"kind": "actor", "actor_id": None, "name": None,
                                                 "namespace": None, "class_name": "RayTrainWorker",
-                                                "pick": "one"}]
+                                                "pick": "one", "job": submission, "max_targets": None,
+                                                "max_share": None}]
     assert str(Path(sys.executable).parent) == str(scenario.params["path"]).split(os.pathsep)[0]
 
 
@@ -239,7 +243,7 @@ def test_bad_options_refused_before_anything_starts(args: list[str], said: str) 
     ('duration = 5\nworkload = "x"\n[[faults]]\nat = 1\nkind = "kill"\n'
      'target = { kind = "actor", class_name = "A" }\n', "workload = 'x': not for a job's attack file"),
     ('duration = 5\n[[faults]]\nat = 1\nkind = "kill"\ntarget = { kind = "worker" }\n',
-     "faults = 'a random busy worker': a job's schedule needs kills of actors"),
+     "a job's schedule needs kills of actors"),
     ('duration = 5\n[[faults]]\nat = 1\nkind = "pause"\nseconds = 1\n'
      'target = { kind = "actor", class_name = "A" }\n', "faults = 'no kill'"),
 ])

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from chaos import ActorTarget, Schedule, ScheduledFault, TaskTarget, WorkerTarget
 from scenarios.model._probes import probes_problems
 from scenarios.model._records import Problem
 from scenarios.model._scenario import (
@@ -28,9 +29,22 @@ from scenarios.model._scenario import (
     _validate,
     foreign_fields,
 )
+from scenarios.model._tables import did_you_mean
 
-__all__ = ["ATTACK_FIELDS", "ATTACK_KIND", "NO_OVERRIDES", "AttackFile", "Overrides", "is_attack_file", "load_attack",
-           "probe_options", "read_attack"]
+__all__ = [
+    "ABORT_FIELDS",
+    "ATTACK_FIELDS",
+    "ATTACK_KIND",
+    "NO_OVERRIDES",
+    "SCOPE_FIELDS",
+    "AttackFile",
+    "Overrides",
+    "is_attack_file",
+    "load_attack",
+    "probe_options",
+    "read_attack",
+    "within_scope",
+]
 
 #: Seconds a failing probe has to pass again, and each fault from its heal (an attack's default).
 ATTACK_RECOVERY = 30.0
@@ -53,7 +67,25 @@ ATTACK_FIELDS: dict[str, FieldSpec] = {
     "probe_timeout": FieldSpec(name="probe_timeout", type="number", default=10.0, minimum=0.1, maximum=600.0,
                                description="Seconds each probe has to pass before it fails (`--probe-timeout` "
                                            "overrides)."),
+    "scope": FieldSpec(name="scope", type="object",
+                       description="What the faults may reach (`scope = { namespace = \"...\", job = \"...\" }`): "
+                                   "given to every actor, task and worker target that names no scope of its own. A "
+                                   "job is a job id (`02000000`) or a submission id; a namespace scopes actors."),
+    "abort_when": FieldSpec(name="abort_when", type="object",
+                            description="Stop conditions (`[abort_when]`): the attack stops early, heals every fault "
+                                        "and exits 1 naming the condition."),
 }
+#: The fields of ``scope``.
+SCOPE_FIELDS: dict[str, FieldSpec] = {f.name: f for f in (
+    FieldSpec(name="namespace", type="string", description="Only actors of this Ray namespace."),
+    FieldSpec(name="job", type="string",
+              description="Only actors, tasks and workers of this job: a job id or a submission id."),
+)}
+#: The fields of ``[abort_when]``.
+ABORT_FIELDS: dict[str, FieldSpec] = {f.name: f for f in (
+    FieldSpec(name="probe_failures", type="integer", minimum=1, maximum=10_000,
+              description="Stop once one probe failed this many rounds in a row."),
+)}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,6 +127,8 @@ class AttackFile:
     probes: list[dict[str, Any]]
     every: float
     timeout: float
+    scope: Mapping[str, str]
+    abort_when: Mapping[str, int]
     problems: list[Problem]
 
     def params(self) -> dict[str, Any]:
@@ -102,6 +136,31 @@ class AttackFile:
         bound = self.data["recovery_within"]  # one recovery bound: the probes' and each fault's
         return {"probes": self.probes, "every": self.every, "probe_timeout": self.timeout,
                 "recover_within": bound if _number(bound) else ATTACK_RECOVERY}
+
+
+def _table(data: dict[str, Any], name: str, fields: Mapping[str, FieldSpec],
+           problems: list[Problem]) -> dict[str, Any]:
+    """Table ``name`` popped from ``data``, its problems (not a table, an unknown or mistyped
+    field, a number out of bounds) added to ``problems``; what is wrong is left out."""
+    raw = data.pop(name, {})
+    if not isinstance(raw, Mapping):
+        problems.append(Problem(name, raw, f"a table of {', '.join(fields)}"))
+        return {}
+    kept = {}
+    for key, value in raw.items():
+        spec = fields.get(key)
+        if spec is None:
+            problems.append(Problem(f"{name}.{key}", value, f"unknown field; {did_you_mean(key, sorted(fields))}"
+                                                            f"{name} holds {', '.join(fields)}"))
+        elif spec.type == "string" and not (isinstance(value, str) and value.strip()):
+            problems.append(Problem(f"{name}.{key}", value, "a non-empty string"))
+        elif spec.type == "integer" and (isinstance(value, bool) or not isinstance(value, int)
+                                         or not (spec.minimum or 0) <= value <= (spec.maximum or value)):
+            problems.append(Problem(f"{name}.{key}", value,
+                                    f"a whole number from {spec.minimum:g} to {spec.maximum:g}"))
+        else:
+            kept[key] = value
+    return kept
 
 
 def read_attack(path: str, overrides: Overrides, *, not_for: str = NOT_FOR_ATTACK) -> AttackFile:
@@ -119,10 +178,31 @@ def read_attack(path: str, overrides: Overrides, *, not_for: str = NOT_FOR_ATTAC
     problems += [Problem(n, v, "a number of seconds from 0.1 to 600") for n, v in pace.items()
                  if not (_number(v) and 0.1 <= float(v) <= 600)]
     probes = data.pop("probes", [])
+    scope = _table(data, "scope", SCOPE_FIELDS, problems)
+    abort_when = _table(data, "abort_when", ABORT_FIELDS, problems)
     return AttackFile(source=source, data=data, probes=probes if isinstance(probes, list) else [],
                       every=float(pace["probe_every"]) if _number(pace["probe_every"]) else 1.0,
                       timeout=float(pace["probe_timeout"]) if _number(pace["probe_timeout"]) else 10.0,
-                      problems=problems)
+                      scope=scope, abort_when=abort_when, problems=problems)
+
+
+def within_scope(scenario: Scenario, scope: Mapping[str, str]) -> Scenario:
+    """The scenario with ``scope`` given to each actor, task and worker target that names none
+    of its own: a namespace to actors, a job to all three."""
+    if not scope:
+        return scenario
+    entries = tuple(ScheduledFault(e.at, replace(e.fault, target=_scoped(target, scope)))
+                    if isinstance(target := getattr(e.fault, "target", None), ActorTarget | TaskTarget | WorkerTarget)
+                    else e for e in scenario.schedule.entries)
+    return replace(scenario, schedule=Schedule(entries, scenario.schedule.seed))
+
+
+def _scoped(target: ActorTarget | TaskTarget | WorkerTarget,
+            scope: Mapping[str, str]) -> ActorTarget | TaskTarget | WorkerTarget:
+    job = target.job or scope.get("job")
+    if isinstance(target, ActorTarget):
+        return replace(target, job=job, namespace=target.namespace or scope.get("namespace"))
+    return replace(target, job=job)
 
 
 def load_attack(path: str, *, overrides: Overrides = NO_OVERRIDES, seed: int = 0,
@@ -143,10 +223,11 @@ def load_attack(path: str, *, overrides: Overrides = NO_OVERRIDES, seed: int = 0
                                               "'COMMAND', --probe-python MODULE:FUNCTION or --probe-http URL"))
     if problems:
         raise ScenarioError(read.source, problems)
+    params = read.params() | {"abort_probe_failures": read.abort_when.get("probe_failures")}
     data = read.data | {"workload": "attack", "invariants": ["probes_pass_after_heal", "probes_recover"],
-                        "params": read.params()}
+                        "params": params}
     data.setdefault("name", f"attack-{Path(path).stem}")
-    return _validate(read.source, data, seed, None)
+    return within_scope(_validate(read.source, data, seed, None), read.scope)
 
 
 def probe_options(shell: Sequence[str], python: Sequence[str],

@@ -22,7 +22,7 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from chaos import NodeTarget, RpcFailure
 from chaos.engine import TARGET_CLASSES, fault_specs
-from scenarios.model._experiment import ATTACK_FIELDS
+from scenarios.model._experiment import ABORT_FIELDS, ATTACK_FIELDS, SCOPE_FIELDS
 from scenarios.model._probes import PROBE_CLASSES, ProbeKind
 from scenarios.model._scenario import ATTACK_KIND, FIELDS, STEADY_STATE_FIELDS, FieldSpec
 from scenarios.model._workload import Workload
@@ -80,8 +80,9 @@ def scenario_schema() -> Schema:
 
 def _attack_file() -> Schema:
     """An attack's file: the schedule's fields a scenario has too, its probes and their pace."""
-    special = {"kind": {"const": ATTACK_KIND},
-               "probes": {"type": "array", "items": {"$ref": "#/definitions/probe"}}}
+    special: Schema = {"kind": {"const": ATTACK_KIND},
+                       "probes": {"type": "array", "items": {"$ref": "#/definitions/probe"}},
+                       "scope": _table(SCOPE_FIELDS), "abort_when": _table(ABORT_FIELDS)}
     properties = {name: {**_top_level(spec), **special.get(name, {})} for name, spec in ATTACK_FIELDS.items()}
     return {"description": "Faults against a program raychaos did not start, and the probes that judge it.",
             "type": "object", "properties": properties, "required": ["kind"], "additionalProperties": False,
@@ -403,8 +404,12 @@ def _attack_section(schema: Schema) -> str:
            "FILE --address HOST:PORT`, or `raychaos run --job COMMAND FILE`): it holds the faults and the probes that "
            "judge the program, and no workload or cluster shape. Each option of the command line overrides the "
            "file's field of the same meaning (the command line wins).\n",
-           _table_md(("field", "type", "default", "allowed", "description"), rows),
-           "### `[[probes]]`: probe kinds\n"]
+           _table_md(("field", "type", "default", "allowed", "description"), rows)]
+    for name, fields in (("scope", SCOPE_FIELDS), ("abort_when", ABORT_FIELDS)):
+        sub = [(f"`{n}`", f.type, _cell(f.default), _allowed(_spec_schema(f)), f.description)
+               for n, f in fields.items()]
+        out.append(f"### `{name}`\n\n" + _table_md(("field", "type", "default", "allowed", "description"), sub))
+    out.append("### `[[probes]]`: probe kinds\n")
     for kind in PROBE_CLASSES:
         body = schema["definitions"][f"probe_{kind}"]
         out.append(f"#### `{kind}`\n\n{body['description']}\n")

@@ -16,12 +16,12 @@ from typing import Any
 
 from pydantic import Field
 
-from chaos.errors import InvalidConfig
+from chaos.errors import ChaosError, InvalidConfig
 from scenarios.model._probes import UserProbe, probe_from
 from scenarios.model._records import Verdict
 from scenarios.model._workload import Params, Workload
 
-__all__ = ["Attack", "ProbeRun", "probes_from", "recovered"]
+__all__ = ["Attack", "ProbeRun", "StopConditionMet", "failing_streak", "probes_from", "recovered"]
 
 ATTACK_WORKLOAD = "attack"
 
@@ -52,6 +52,23 @@ class AttackParams(Params):
     every: float = 1.0
     recover_within: float = 30.0
     probe_timeout: float = 10.0
+    #: ``[abort_when] probe_failures``: stop once one probe failed this many rounds in a row.
+    abort_probe_failures: int | None = Field(default=None, ge=1)
+
+
+class StopConditionMet(ChaosError, RuntimeError):
+    """A stop condition of the attack (``[abort_when]``) was met: the run stops, every fault is
+    healed, and it ends aborted (exit 1) with this as its one cause."""
+
+
+def failing_streak(results: Sequence[ProbeRun], probe: str) -> int:
+    """How many of ``probe``'s latest runs in a row failed."""
+    streak = 0
+    for r in reversed([r for r in results if r.probe == probe]):
+        if r.ok:
+            break
+        streak += 1
+    return streak
 
 
 class Attack(Workload):
@@ -86,9 +103,18 @@ class Attack(Workload):
         return found
 
     def step(self) -> bool:
-        self._round()
+        self._abort_when(self._round())
         self.ctx.stop.wait(self.every)  # the probes' pace
         return True
+
+    def _abort_when(self, found: Sequence[ProbeRun]) -> None:
+        """Raise :class:`StopConditionMet` when a probe of this round failed its limit of rounds in a row."""
+        limit = self.ctx.params_as(AttackParams).abort_probe_failures
+        for run in found:
+            if limit is not None and not run.ok and failing_streak(self.results, run.probe) >= limit:
+                raise StopConditionMet(f"abort_when probe_failures = {limit}: {run.probe} failed {limit} rounds "
+                                       f"in a row, the last at {run.at:.1f} s ({run.detail}); the attack stopped "
+                                       "and every fault was healed")
 
     def probe(self) -> str:
         failed = [r for r in self._round() if not r.ok]

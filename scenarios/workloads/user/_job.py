@@ -24,6 +24,7 @@ import os
 import socket
 import sys
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
@@ -35,7 +36,7 @@ from chaos import ActorTarget, FaultKind, Kill, wait_until
 from chaos.cluster import short
 from chaos.engine import target_from_dict, target_to_dict
 from chaos.errors import HangError
-from scenarios.model._experiment import NO_OVERRIDES, Overrides, read_attack
+from scenarios.model._experiment import NO_OVERRIDES, Overrides, read_attack, within_scope
 from scenarios.model._records import Problem, Verdict
 from scenarios.model._scenario import Scenario, ScenarioError, _validate
 from scenarios.model._workload import Params, Workload
@@ -273,6 +274,9 @@ class JobParams(Params):
     #: The schedule's kill targets (``target_to_dict``): whose restarts ``fault_seen`` looks for.
     kill_targets: list[dict[str, Any]] = Field(default_factory=list)
     probes: list[dict[str, Any]] = Field(default_factory=list)
+    #: The submission id of the run under faults' job, the scope of its faults (the fault-free
+    #: run's is Ray's own).
+    submission_id: str | None = None
     #: The job's ``PATH`` (None: the cluster's): on an embedded cluster, the one raychaos runs
     #: with, so ``python`` in the command is the interpreter raychaos was started from.
     path: str | None = None
@@ -356,8 +360,11 @@ class Job(Workload):
         env = {SEED_VARIABLE: str(self.ctx.seed), TRAIN_STATE_VARIABLE: "1",
                **({"PATH": self.p.path} if self.p.path else {})}
 
+        # The run under faults' submission id is the one its faults are scoped to (load_job).
+        submission = self.p.submission_id if self.ctx.faults else None
+
         def submit() -> str:
-            return str(self.client.submit_job(entrypoint=self.p.command, runtime_env={
+            return str(self.client.submit_job(entrypoint=self.p.command, submission_id=submission, runtime_env={
                 "working_dir": self.p.working_dir, "env_vars": env}))
 
         # Right after a head starts its dashboard may have no job agent yet ("No available
@@ -596,16 +603,21 @@ def load_job(path: str, *, command: str, working_dir: str, handoff: str, max_slo
             or a schedule without a kill of an actor (``fault_seen`` would have nothing to see).
     """
     read = read_attack(path, overrides, not_for="a job's attack file (the job is your script)")
-    problems = job_problems(command, max_slowdown, job_timeout) + read.problems
+    problems = job_problems(command, max_slowdown, job_timeout) + read.problems + [
+        Problem(name, dict(value), why) for name, value, why in (
+            ("scope", read.scope, "not for run --job: its faults reach only the job it submits"),
+            ("abort_when", read.abort_when, "not for run --job: the job is judged by its end; use it with "
+                                            "raychaos attack")) if value]
     if problems:
         raise ScenarioError(read.source, problems)
+    submission = f"raychaos-{uuid.uuid4().hex[:12]}"  # the run under faults' job: its faults' scope
     data = read.data | {
         "workload": JOB_WORKLOAD, "invariants": list(JOB_INVARIANTS + (PROBE_INVARIANTS if read.probes else ())),
         "params": {"command": command, "working_dir": working_dir, "handoff": handoff,
                    "max_slowdown": float(max_slowdown), "job_timeout": job_timeout,
-                   "path": _path() if embedded else None, **read.params()}}
+                   "path": _path() if embedded else None, "submission_id": submission, **read.params()}}
     data.setdefault("name", f"job-{os.path.splitext(os.path.basename(path))[0]}")
-    return _with_kill_targets(_validate(read.source, data, seed, None))
+    return _with_kill_targets(within_scope(_validate(read.source, data, seed, None), {"job": submission}))
 
 
 def agent_port_taken(port: int = AGENT_PORT, *, patience: float = 0.0) -> bool:
