@@ -104,9 +104,11 @@ def preflight(schedule: Schedule, *, address: str, timeout: float = AGENT_START_
         raise ClusterUnfit(missing)
 
 
-def find_missing(schedule: Schedule, *, address: str, timeout: float = AGENT_START_TIMEOUT) -> list[Missing]:
-    """What the cluster lacks for ``schedule``'s faults, per node and need (empty: nothing)."""
-    needs = _kinds_by_need({e.kind for e in schedule.entries})
+def find_missing(schedule: Schedule, *, address: str, timeout: float = AGENT_START_TIMEOUT,
+                 skip: frozenset[Need] = frozenset()) -> list[Missing]:
+    """What the cluster lacks for ``schedule``'s faults, per node and need (empty: nothing);
+    ``skip``: needs left unchecked (a dry run's: those whose check starts something)."""
+    needs = {n: k for n, k in _kinds_by_need({e.kind for e in schedule.entries}).items() if n not in skip}
     found: list[Missing] = []
     if Need.STATE_API in needs:
         found += _state_api(address, needs[Need.STATE_API])

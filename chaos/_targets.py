@@ -179,6 +179,8 @@ class RayProcess:
     label: str
     actor_id: str | None = None
     name: str | None = None
+    #: The job it belongs to, when the State API says (an actor's, a task's).
+    job_id: str | None = None
 
 
 #: A task target may be between two tasks when a fault comes, an actor target restarting or
@@ -224,6 +226,19 @@ def _patiently(target: Target, address: str, rng: random.Random, exclude_pids: f
 
 def _resolve_now(target: Target, address: str, rng: random.Random,
                  exclude_pids: frozenset[int]) -> list[RayProcess]:
+    found = candidates(target, address=address, exclude_pids=exclude_pids)
+    if isinstance(target, ActorTarget):
+        return _capped(target, found, rng)
+    return [rng.choice(found)]
+
+
+def candidates(target: Target, *, address: str, exclude_pids: frozenset[int] = frozenset()) -> list[RayProcess]:
+    """Every live process ``target`` matches now, sorted; a fault hits one of them (or, for an
+    actor target, as many as :meth:`ActorTarget.cap` allows). No choice is made, nothing touched.
+
+    Raises:
+        TargetNotFound: nothing alive matches.
+    """
     if isinstance(target, ActorTarget):
         found = _actors(target, address)
     elif isinstance(target, TaskTarget):
@@ -239,11 +254,7 @@ def _resolve_now(target: Target, address: str, rng: random.Random,
     if not live:
         raise TargetNotFound(f"no live process matches {target.label()} on the cluster at "
                              f"{address}; check the name, or that it is running yet")
-    found = live
-    found.sort(key=lambda p: (p.name or "", p.pid))
-    if isinstance(target, ActorTarget):
-        return _capped(target, found, rng)
-    return [rng.choice(found)]
+    return sorted(live, key=lambda p: (p.name or "", p.pid))
 
 
 def _capped(target: ActorTarget, found: list[RayProcess], rng: random.Random) -> list[RayProcess]:
@@ -279,8 +290,8 @@ def _actors(target: ActorTarget, address: str) -> list[RayProcess]:
     if target.class_name:  # Ray records the qualified name: "f.<locals>.Flock" matches "Flock"
         rows = [a for a in rows if target.class_name in (a.class_name, a.class_name.rsplit(".", 1)[-1])]
     alive = [RayProcess(pid=a.pid, node_id=a.node_id, label=f"{a.class_name} {short(a.actor_id)} pid {a.pid}",
-                        actor_id=a.actor_id,
-                        name=a.name or None) for a in rows if a.state == "ALIVE" and _placed(a.pid, a.node_id)]
+                        actor_id=a.actor_id, name=a.name or None, job_id=a.job_id or None)
+             for a in rows if a.state == "ALIVE" and _placed(a.pid, a.node_id)]
     if not alive and any(a.state in _COMING for a in rows):
         raise _OnItsWay(f"no live process matches {target.label()} yet: "
                         f"{sorted({a.state for a in rows})} on the cluster at {address}")
@@ -317,7 +328,8 @@ def _tasks(name: str, address: str, job: str | None = None) -> list[RayProcess]:
     rows = _in_job(list_tasks(address=address, filters=[("name", "=", name), ("state", "=", "RUNNING")],
                               limit=10_000, raise_on_missing_output=False), job, address)
     return [RayProcess(pid=t.worker_pid, node_id=t.node_id, label=f"task {t.name} pid {t.worker_pid}",
-                       actor_id=t.actor_id, name=t.name) for t in rows if _placed(t.worker_pid, t.node_id)]
+                       actor_id=t.actor_id, name=t.name, job_id=t.job_id or None)
+            for t in rows if _placed(t.worker_pid, t.node_id)]
 
 
 def _busy_workers(address: str, exclude: frozenset[int], job: str | None = None) -> list[RayProcess]:

@@ -345,10 +345,13 @@ def run(scenario: str | None, seed: int, duration: float | None, address: str | 
               help="write journal.jsonl, summary.json, junit.xml and report.html here")
 @click.option("--agent-timeout", type=click.FloatRange(1, 600), default=30.0, show_default=True,
               help="seconds each node's chaos agent has to start and answer before the first fault")
+@click.option("--dry-run", is_flag=True,
+              help="connect, look up what each fault would hit now and check the cluster; inject nothing, "
+              "start nothing (exit 0: it would run, 2: it would be refused or a fault would fail)")
 def attack(experiment: str, address: str, shell_probes: tuple[str, ...], python_probes: tuple[str, ...],
            http_probes: tuple[str, ...], every: float | None, probe_timeout: float | None,
            recover_within: float | None, seed: int, duration: float | None, report_dir: str | None,
-           agent_timeout: float) -> None:
+           agent_timeout: float, dry_run: bool) -> None:
     """Run FILE's faults (an attack file, kind = "attack") against a program already running on
     the cluster at --address, judged by its probes; exit codes as `run`.
 
@@ -364,7 +367,23 @@ def attack(experiment: str, address: str, shell_probes: tuple[str, ...], python_
         loaded = load_attack(experiment, overrides=overrides, seed=seed)
     except ScenarioError as exc:
         _fail(str(exc))
+    if dry_run:
+        _dry_run(loaded, address)
     _execute(loaded, seed=seed, address=address, report_dir=report_dir, baseline=False, agent_timeout=agent_timeout)
+
+
+def _dry_run(scenario: Scenario, address: str) -> NoReturn:
+    """Print what the attack would meet now; exit 0 when it would run, 2 when not."""
+    from scenarios.runner._dry_run import dry_run
+
+    _refuse_missing_needs(scenario, address)
+    _print_plan(scenario, 0, attack=True)
+    found = dry_run(scenario, address=address)
+    for line in found.lines():
+        click.echo(line)
+    for problem in found.problems:
+        click.echo(f"error: {problem}", err=True)
+    sys.exit(EXIT_BAD_INPUT if found.problems else 0)
 
 
 def _overrides(shell: Sequence[str], python: Sequence[str], http: Sequence[str], *, every: float | None,

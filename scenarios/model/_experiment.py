@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from chaos import ActorTarget, Schedule, ScheduledFault, TaskTarget, WorkerTarget
 from scenarios.model._probes import probes_problems
@@ -29,7 +31,7 @@ from scenarios.model._scenario import (
     _validate,
     foreign_fields,
 )
-from scenarios.model._tables import did_you_mean
+from scenarios.model._tables import MISSING, did_you_mean
 
 __all__ = [
     "ABORT_FIELDS",
@@ -71,10 +73,79 @@ ATTACK_FIELDS: dict[str, FieldSpec] = {
                        description="What the faults may reach (`scope = { namespace = \"...\", job = \"...\" }`): "
                                    "given to every actor, task and worker target that names no scope of its own. A "
                                    "job is a job id (`02000000`) or a submission id; a namespace scopes actors."),
+    "load": FieldSpec(name="load", type="object",
+                      description="An open-loop HTTP load (`[load]`) on any endpoint, judged by `[slo]` fault by "
+                                  "fault against its steady state before the first fault."),
+    "slo": FieldSpec(name="slo", type="object",
+                     description="The load's service level objectives (`[slo]`; needs `[load]`)."),
     "abort_when": FieldSpec(name="abort_when", type="object",
                             description="Stop conditions (`[abort_when]`): the attack stops early, heals every fault "
                                         "and exits 1 naming the condition."),
 }
+class RouteSpec(BaseModel):
+    """One kind of request of the load (`[[load.routes]]`), drawn by its weight against the others'."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    #: The path (and query) on the load's host.
+    path: str = Field(default="/", pattern=r"^/")
+    method: Literal["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"] = "GET"
+    headers: dict[str, str] = Field(default_factory=dict)
+    #: The request's body.
+    data: str = ""
+    weight: float = Field(default=1.0, gt=0)
+    #: Text each 200 of this route must contain ("" checks none).
+    body: str = ""
+
+
+class LoadSpec(BaseModel):
+    """An open-loop HTTP load (`[load]`): `rate` requests a second, each sent at its time whatever
+    the others are doing, to `url` or to its `routes` on that host; each answer judged against
+    `timeout`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    url: str = Field(pattern=r"^https?://[^/]+(/.*)?$")
+    rate: float = Field(default=20.0, gt=0, le=2000)
+    timeout: float = Field(default=2.0, gt=0, le=60)
+    #: Text each 200 of the default route (`url`) must contain ("" checks none).
+    body: str = ""
+    routes: list[RouteSpec] = Field(default_factory=list)
+
+
+class SloSpec(BaseModel):
+    """The service level objectives the load is judged by (`[slo]`), fault by fault, against its
+    steady state before the first fault."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    #: The share of requests answered (200, the body right, within the timeout) in each fault's window.
+    availability: float = Field(default=0.99, gt=0, le=1)
+    #: Each fault window's p99 at most the steady state's times this...
+    p99_factor: float = Field(default=3.0, ge=1)
+    #: ... plus this many milliseconds.
+    p99_slack_ms: float = Field(default=50.0, ge=0)
+    #: Seconds from each fault's confirmation it is judged over (its own length if longer).
+    window: float = Field(default=5.0, gt=0, le=600)
+    #: Seconds after each fault's window until a second of requests meets the objective again.
+    recover_within: float = Field(default=10.0, gt=0, le=3600)
+
+
+def model_problems(model: type[BaseModel], raw: object, where: str) -> list[Problem]:
+    """Every problem of ``raw`` as ``model`` at ``where`` (``load``): field, value, fix."""
+    if not isinstance(raw, Mapping):
+        return [Problem(where, raw, f"a table ({_doc_line(model)})")]
+    try:
+        model.model_validate(dict(raw))
+    except ValidationError as exc:
+        return [Problem(where + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e["loc"]),
+                        MISSING if e["type"] == "missing" else e["input"],
+                        "unknown field" if e["type"] == "extra_forbidden" else e["msg"].lower())
+                for e in exc.errors()]
+    return []
+
+
+def _doc_line(model: type[BaseModel]) -> str:
+    return " ".join((model.__doc__ or "").split())
+
+
 #: The fields of ``scope``.
 SCOPE_FIELDS: dict[str, FieldSpec] = {f.name: f for f in (
     FieldSpec(name="namespace", type="string", description="Only actors of this Ray namespace."),
@@ -85,6 +156,9 @@ SCOPE_FIELDS: dict[str, FieldSpec] = {f.name: f for f in (
 ABORT_FIELDS: dict[str, FieldSpec] = {f.name: f for f in (
     FieldSpec(name="probe_failures", type="integer", minimum=1, maximum=10_000,
               description="Stop once one probe failed this many rounds in a row."),
+    FieldSpec(name="slo_breach_seconds", type="integer", minimum=1, maximum=3600,
+              description="Stop once the load has been below its availability objective this many seconds "
+                          "without a break (needs `[load]`)."),
 )}
 
 
@@ -108,6 +182,9 @@ class Overrides:
 
 #: Why a scenario's field (a workload, a cluster's shape) is refused in an attack file.
 NOT_FOR_ATTACK = "an attack (the program under attack was not started by raychaos)"
+#: The verdicts of an attack's probes, and of its load.
+PROBE_VERDICTS = ("probes_pass_after_heal", "probes_recover")
+SLO_VERDICTS = ("slo_steady_state", "slo_availability", "slo_latency", "slo_recovered")
 #: The command line gave nothing over the file.
 NO_OVERRIDES = Overrides()
 
@@ -129,6 +206,8 @@ class AttackFile:
     timeout: float
     scope: Mapping[str, str]
     abort_when: Mapping[str, int]
+    load: Mapping[str, Any] | None
+    slo: Mapping[str, Any]
     problems: list[Problem]
 
     def params(self) -> dict[str, Any]:
@@ -180,10 +259,16 @@ def read_attack(path: str, overrides: Overrides, *, not_for: str = NOT_FOR_ATTAC
     probes = data.pop("probes", [])
     scope = _table(data, "scope", SCOPE_FIELDS, problems)
     abort_when = _table(data, "abort_when", ABORT_FIELDS, problems)
+    load, slo = data.pop("load", None), data.pop("slo", {})
+    problems += ([] if load is None else model_problems(LoadSpec, load, "load")) + model_problems(SloSpec, slo, "slo")
+    problems += [Problem(name, value, "needs [load]: it judges the load") for name, value in
+                 (("slo", slo), ("abort_when.slo_breach_seconds", abort_when.get("slo_breach_seconds")))
+                 if load is None and value]
     return AttackFile(source=source, data=data, probes=probes if isinstance(probes, list) else [],
                       every=float(pace["probe_every"]) if _number(pace["probe_every"]) else 1.0,
                       timeout=float(pace["probe_timeout"]) if _number(pace["probe_timeout"]) else 10.0,
-                      scope=scope, abort_when=abort_when, problems=problems)
+                      scope=scope, abort_when=abort_when, load=load if isinstance(load, Mapping) else None,
+                      slo=slo if isinstance(slo, Mapping) else {}, problems=problems)
 
 
 def within_scope(scenario: Scenario, scope: Mapping[str, str]) -> Scenario:
@@ -218,14 +303,17 @@ def load_attack(path: str, *, overrides: Overrides = NO_OVERRIDES, seed: int = 0
     """
     read = read_attack(path, overrides)
     problems = list(read.problems)
-    if require_probes and not read.probes and not problems:  # without one it would pass untested
-        problems.append(Problem("probes", [], f"{CHECKS_NOTHING}; add [[probes]] to the file or give --probe "
-                                              "'COMMAND', --probe-python MODULE:FUNCTION or --probe-http URL"))
+    if require_probes and not read.probes and read.load is None and not problems:  # it would pass untested
+        problems.append(Problem("probes", [], f"{CHECKS_NOTHING}; add [[probes]] or [load] to the file, or give "
+                                              "--probe 'COMMAND', --probe-python MODULE:FUNCTION or --probe-http URL"))
     if problems:
         raise ScenarioError(read.source, problems)
-    params = read.params() | {"abort_probe_failures": read.abort_when.get("probe_failures")}
-    data = read.data | {"workload": "attack", "invariants": ["probes_pass_after_heal", "probes_recover"],
-                        "params": params}
+    params = read.params() | {"abort_probe_failures": read.abort_when.get("probe_failures"),
+                              "abort_slo_breach": read.abort_when.get("slo_breach_seconds"),
+                              "load": None if read.load is None else dict(read.load), "slo": dict(read.slo)}
+    # Without probes of its own, a load's URL is probed (its steady state before and after).
+    invariants = [*PROBE_VERDICTS, *(SLO_VERDICTS if read.load is not None else ())]
+    data = read.data | {"workload": "attack", "invariants": invariants, "params": params}
     data.setdefault("name", f"attack-{Path(path).stem}")
     return within_scope(_validate(read.source, data, seed, None), read.scope)
 

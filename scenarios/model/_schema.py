@@ -22,7 +22,7 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from chaos import NodeTarget, RpcFailure
 from chaos.engine import TARGET_CLASSES, fault_specs
-from scenarios.model._experiment import ABORT_FIELDS, ATTACK_FIELDS, SCOPE_FIELDS
+from scenarios.model._experiment import ABORT_FIELDS, ATTACK_FIELDS, SCOPE_FIELDS, LoadSpec, RouteSpec, SloSpec
 from scenarios.model._probes import PROBE_CLASSES, ProbeKind
 from scenarios.model._scenario import ATTACK_KIND, FIELDS, STEADY_STATE_FIELDS, FieldSpec
 from scenarios.model._workload import Workload
@@ -49,6 +49,31 @@ PROBE_EXAMPLES: Mapping[ProbeKind, Mapping[str, object]] = {
                      "status": 200, "body": "count"},
 }
 
+#: An attack file's load, objectives and stop conditions, as the reference shows them.
+LOAD_EXAMPLE = """[load]
+url = "http://127.0.0.1:8000/"
+rate = 50
+timeout = 2
+
+[[load.routes]]
+path = "/count"
+method = "POST"
+data = "{}"
+headers = { "Content-Type" = "application/json" }
+weight = 3
+body = "count"
+
+[[load.routes]]
+path = "/health"
+
+[slo]
+availability = 0.99
+p99_factor = 3
+recover_within = 10
+
+[abort_when]
+slo_breach_seconds = 10"""
+
 
 # -- the schema ------------------------------------------------------------------------------------
 
@@ -65,7 +90,7 @@ def scenario_schema() -> Schema:
         "not": {"required": ["faults", "random"]},
         "allOf": _workload_rules(definitions),
     }
-    definitions["attack_file"] = _attack_file()
+    definitions["attack_file"] = _attack_file(definitions)
     return {
         "$schema": "http://json-schema.org/draft-07/schema#",
         "title": "raychaos scenario or attack file",
@@ -78,11 +103,21 @@ def scenario_schema() -> Schema:
     }
 
 
-def _attack_file() -> Schema:
-    """An attack's file: the schedule's fields a scenario has too, its probes and their pace."""
+def _model(model: type[Any], definitions: Schema) -> Schema:
+    """A pydantic model's schema, its nested models added to ``definitions``."""
+    body: Schema = model.model_json_schema(ref_template="#/definitions/{model}")
+    definitions.update(body.pop("$defs", {}))
+    body.pop("title", None)
+    return body
+
+
+def _attack_file(definitions: Schema) -> Schema:
+    """An attack's file: the schedule's fields a scenario has too, its probes and their pace,
+    its load and objectives, scope and stop conditions."""
     special: Schema = {"kind": {"const": ATTACK_KIND},
                        "probes": {"type": "array", "items": {"$ref": "#/definitions/probe"}},
-                       "scope": _table(SCOPE_FIELDS), "abort_when": _table(ABORT_FIELDS)}
+                       "scope": _table(SCOPE_FIELDS), "abort_when": _table(ABORT_FIELDS),
+                       "load": _model(LoadSpec, definitions), "slo": _model(SloSpec, definitions)}
     properties = {name: {**_top_level(spec), **special.get(name, {})} for name, spec in ATTACK_FIELDS.items()}
     return {"description": "Faults against a program raychaos did not start, and the probes that judge it.",
             "type": "object", "properties": properties, "required": ["kind"], "additionalProperties": False,
@@ -303,6 +338,8 @@ def _num(value: object) -> str:
 def _type_name(schema: Schema) -> str:
     if "$ref" in schema:
         ref = schema["$ref"].rsplit("/", 1)[1]
+        if not ref.startswith("target"):
+            return "table"
         return "target" if ref == "target" else f"{ref.removeprefix('target_')} target"
     if "anyOf" in schema:
         return " or ".join(_type_name(s) for s in schema["anyOf"] if s.get("type") != "null")
@@ -409,6 +446,12 @@ def _attack_section(schema: Schema) -> str:
         sub = [(f"`{n}`", f.type, _cell(f.default), _allowed(_spec_schema(f)), f.description)
                for n, f in fields.items()]
         out.append(f"### `{name}`\n\n" + _table_md(("field", "type", "default", "allowed", "description"), sub))
+    for name, model in (("[load]", LoadSpec), ("[[load.routes]]", RouteSpec), ("[slo]", SloSpec)):
+        body = model.model_json_schema()
+        cells = [(f"`{n}`", _type_name(p), "required" if n in body.get("required", ()) else _cell(p.get("default")),
+                  _allowed(p)) for n, p in body["properties"].items()]
+        out.append(f"### `{name}`\n\n{_doc(model)}\n\n" + _table_md(("field", "type", "default", "allowed"), cells))
+    out.append(_toml_block(LOAD_EXAMPLE))
     out.append("### `[[probes]]`: probe kinds\n")
     for kind in PROBE_CLASSES:
         body = schema["definitions"][f"probe_{kind}"]

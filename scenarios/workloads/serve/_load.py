@@ -15,18 +15,19 @@ from __future__ import annotations
 
 import http.client
 import json
+import random
 import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from enum import StrEnum
 
 from chaos.errors import InvalidConfig
 
-__all__ = ["MAX_BODY", "REPLICA_HEADER", "BodyRule", "Expect", "Failure", "HttpLoad", "Request", "classify"]
+__all__ = ["MAX_BODY", "REPLICA_HEADER", "BodyRule", "Expect", "Failure", "HttpLoad", "Request", "Route", "classify"]
 
 #: Seconds past a request's deadline its thread may take to return (the last socket call
 #: is bounded by the deadline; the record is written after it).
@@ -98,6 +99,22 @@ class Expect:
                 and found.get("replica") == replica)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Route:
+    """One kind of request of a load: its method, path, headers and body, how often it is sent
+    (``weight``, against the others'), and what its 200s must carry (``expect``, "" checks none)."""
+
+    path: str = "/"
+    method: str = "GET"
+    headers: tuple[tuple[str, str], ...] = ()
+    data: bytes = b""
+    weight: float = 1.0
+    expect: str = ""
+
+    def label(self) -> str:
+        return f"{self.method} {self.path}"
+
+
 @dataclass(frozen=True, slots=True)
 class Request:
     """One request of the load and what came of it."""
@@ -111,6 +128,8 @@ class Request:
     replica: str | None = None
     #: A 200 whose body was checked against what the app must answer (:class:`Expect`).
     body_checked: bool = False
+    #: Which route it was (:meth:`Route.label`): "" for a load of one route.
+    route: str = ""
 
     def ok(self, timeout: float) -> bool:
         """Answered 200, with the right body where it was checked, within ``timeout`` seconds."""
@@ -138,7 +157,9 @@ def _validate_positive(name: str, value: float) -> float:
 
 
 class HttpLoad:
-    """``rate`` GET requests a second to ``http://host:port/path`` for ``duration`` seconds.
+    """``rate`` requests a second to ``http://host:port/path`` (GETs), or to ``routes`` drawn by
+    their weights from ``seed``, for ``duration`` seconds: an open loop, each request sent at its
+    due time whatever the ones before it are doing.
 
     :meth:`start` returns at once; the load stops sending at its end time by itself (or at
     :meth:`stop`), and :meth:`join` waits, bounded, for the requests still out. A request
@@ -147,8 +168,13 @@ class HttpLoad:
     """
 
     def __init__(self, host: str, port: int, *, rate: float, duration: float, timeout: float,
-                 path: str = "/", expect: Expect = Expect(), clock: Callable[[], float] = time.monotonic) -> None:
-        self.host, self.port, self.path, self.expect = host, port, path, expect
+                 path: str = "/", expect: Expect = Expect(), clock: Callable[[], float] = time.monotonic,
+                 routes: Sequence[Route] = (), seed: int = 0, tls: bool = False) -> None:
+        self.host, self.port, self.path, self.expect, self.tls = host, port, path, expect, tls
+        self.routes = tuple(routes)
+        if any(not r.weight > 0 for r in self.routes):
+            raise InvalidConfig(f"route weights {[r.weight for r in self.routes]}: each must be positive")
+        self._draw = random.Random(seed)  # which route each request takes: the same for a seed
         # Each request's nonce is this load's token and its number: no other load's answer echoes it.
         self._token = secrets.token_hex(4)
         self.rate = _validate_positive("rate", rate)
@@ -186,14 +212,15 @@ class HttpLoad:
                 return
             with self._lock:
                 self._out[n] = due - self.started  # out from now: a request still queued at the end is hung too
-            self._futures.append(self._pool.submit(self._one, n, due))
+            route = self._draw.choices(self.routes, [r.weight for r in self.routes])[0] if self.routes else None
+            self._futures.append(self._pool.submit(self._one, n, due, route))
             n += 1
 
-    def _one(self, n: int, due: float) -> None:
+    def _one(self, n: int, due: float, route: Route | None = None) -> None:
         with self._lock:
             if n not in self._out:  # written off as hung by join while it queued: send nothing
                 return
-        record = self._send(due, f"{self._token}-{n}")
+        record = self._send(due, f"{self._token}-{n}") if route is None else self._send_route(due, route)
         with self._lock:
             if self._out.pop(n, None) is not None:  # not yet written off as hung by join
                 self._records.append(record)
@@ -212,6 +239,30 @@ class HttpLoad:
             return self._answered(due, response.status, body, nonce=nonce, replica=response.getheader(REPLICA_HEADER))
         except Exception as exc:  # noqa: BLE001 - every failure is a record of the load
             return Request(due - self.started, self.clock() - due, failure=classify(exc), detail=type(exc).__name__)
+        finally:
+            conn.close()
+
+    def _send_route(self, due: float, route: Route) -> Request:
+        """One request of ``route``; its 200 checked for the route's expected text."""
+        deadline = due + self.timeout
+        kind = http.client.HTTPSConnection if self.tls else http.client.HTTPConnection
+        conn = kind(self.host, self.port, timeout=self._left(deadline))
+        try:
+            conn.connect()
+            sock = conn.sock
+            conn.request(route.method, route.path, body=route.data or None, headers=dict(route.headers))
+            sock.settimeout(self._left(deadline))
+            response = conn.getresponse()
+            body = self._body(response, sock, deadline)
+            self._left(deadline)
+            checked = response.status == 200 and bool(route.expect)
+            wrong = checked and route.expect.encode() not in body
+            return Request(due - self.started, self.clock() - due, status=response.status,
+                           failure=Failure.WRONG_BODY if wrong else None, detail=repr(body[:80]) if wrong else "",
+                           body_checked=checked, route=route.label())
+        except Exception as exc:  # noqa: BLE001 - every failure is a record of the load
+            return Request(due - self.started, self.clock() - due, failure=classify(exc), detail=type(exc).__name__,
+                           route=route.label())
         finally:
             conn.close()
 

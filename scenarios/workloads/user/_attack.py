@@ -10,16 +10,23 @@ first fault and after the last heal.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+import urllib.parse
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import Field
 
 from chaos.errors import ChaosError, InvalidConfig
-from scenarios.model._probes import UserProbe, probe_from
+from scenarios.model._experiment import SLO_VERDICTS, LoadSpec, SloSpec
+from scenarios.model._probes import HttpProbe, UserProbe, probe_from
 from scenarios.model._records import Verdict
 from scenarios.model._workload import Params, Workload
+from scenarios.workloads.serve._load import HttpLoad, Request, Route
+from scenarios.workloads.user._slo import Objective, breached_for, fault_windows, slo_verdicts, steady_state
+
+#: Seconds the load may run past the run's duration: it is stopped when the invariants start.
+LOAD_TAIL = 120.0
 
 __all__ = ["Attack", "ProbeRun", "StopConditionMet", "failing_streak", "probes_from", "recovered"]
 
@@ -54,6 +61,11 @@ class AttackParams(Params):
     probe_timeout: float = 10.0
     #: ``[abort_when] probe_failures``: stop once one probe failed this many rounds in a row.
     abort_probe_failures: int | None = Field(default=None, ge=1)
+    #: ``[abort_when] slo_breach_seconds``: stop once the load missed its objective this long.
+    abort_slo_breach: int | None = Field(default=None, ge=1)
+    #: ``[load]`` and ``[slo]`` of the attack file (None: no load).
+    load: LoadSpec | None = None
+    slo: SloSpec = Field(default_factory=SloSpec)
 
 
 class StopConditionMet(ChaosError, RuntimeError):
@@ -71,22 +83,37 @@ def failing_streak(results: Sequence[ProbeRun], probe: str) -> int:
     return streak
 
 
+def load_of(spec: LoadSpec, *, duration: float, seed: int, clock: Callable[[], float]) -> HttpLoad:
+    """The open-loop load ``spec`` describes (not started)."""
+    url = urllib.parse.urlsplit(spec.url)
+    default = Route(path=(url.path or "/") + (f"?{url.query}" if url.query else ""), expect=spec.body)
+    routes = [Route(path=r.path, method=r.method, headers=tuple(r.headers.items()), data=r.data.encode(),
+                    weight=r.weight, expect=r.body) for r in spec.routes] or [default]
+    return HttpLoad(url.hostname or "127.0.0.1", url.port or (443 if url.scheme == "https" else 80), rate=spec.rate,
+                    duration=duration, timeout=spec.timeout, routes=routes, seed=seed, clock=clock,
+                    tls=url.scheme == "https")
+
+
 class Attack(Workload):
     """The user's probes, run all along while the schedule hits their program: they pass once
     every fault is healed, and every failure of one is followed by a pass within
-    ``recover_within`` seconds."""
+    ``recover_within`` seconds. With ``[load]``, an open-loop HTTP load runs from time zero and
+    is judged by ``[slo]`` fault by fault against its steady state before the first fault."""
 
-    INVARIANTS = ("probes_pass_after_heal", "probes_recover")
+    INVARIANTS = ("probes_pass_after_heal", "probes_recover", *SLO_VERDICTS)
     Params = AttackParams
 
     def setup(self) -> None:
-        p = self.ctx.params_as(AttackParams)
-        self.probes = probes_from(p.probes)
+        p = self.p = self.ctx.params_as(AttackParams)
+        # Without probes of its own, a load's URL is its probe: a steady state is checked either way.
+        own = [HttpProbe(url=p.load.url, body=p.load.body)] if p.load is not None and not p.probes else []
+        self.probes = probes_from(p.probes) or own
         self.every, self.recover_within, self.timeout = p.every, p.recover_within, p.probe_timeout
         self.results: list[ProbeRun] = []
+        self.load: HttpLoad | None = None
         if not self.probes:  # without one, nothing would judge the program: a green by default
             raise InvalidConfig("params.probes = []: an attack needs at least one probe ([[probes]] in its file, "
-                                "or --probe 'COMMAND', --probe-python MODULE:FUNCTION, --probe-http URL)")
+                                "or --probe 'COMMAND', --probe-python MODULE:FUNCTION, --probe-http URL) or a [load]")
 
     def call_bounds(self) -> Mapping[str, float]:
         """A round runs every probe in turn, each up to its own timeout."""
@@ -103,9 +130,36 @@ class Attack(Workload):
         return found
 
     def step(self) -> bool:
+        if self.load is None and self.p.load is not None:  # from time zero: its start is the steady state's
+            self.load = load_of(self.p.load, duration=self.ctx.duration + LOAD_TAIL, seed=self.ctx.seed,
+                                clock=self.ctx.elapsed).start()
         self._abort_when(self._round())
+        self._abort_on_breach()
         self.ctx.stop.wait(self.every)  # the probes' pace
         return True
+
+    def _requests(self) -> list[Request]:
+        """The load's requests so far, each ``sent`` in seconds of the run."""
+        if self.load is None:
+            return []
+        return [replace(r, sent=r.sent + self.load.started) for r in self.load.requests()]
+
+    def _abort_on_breach(self) -> None:
+        limit, slo = self.p.abort_slo_breach, self._objective()
+        if limit is None or self.load is None:
+            return
+        seconds = breached_for(self._requests(), now=self.ctx.elapsed(), slo=slo)
+        if seconds >= limit:
+            raise StopConditionMet(f"abort_when slo_breach_seconds = {limit}: the load answered less than "
+                                   f"{slo.availability:.1%} of its requests for {seconds:g} s without a break, up to "
+                                   f"{self.ctx.elapsed() - slo.timeout:.1f} s; the attack stopped and every fault "
+                                   "was healed")
+
+    def _objective(self) -> Objective:
+        s = self.p.slo
+        return Objective(availability=s.availability, p99_factor=s.p99_factor, p99_slack=s.p99_slack_ms / 1000,
+                         recover_within=s.recover_within, window=s.window,
+                         timeout=self.p.load.timeout if self.p.load is not None else 2.0)
 
     def _abort_when(self, found: Sequence[ProbeRun]) -> None:
         """Raise :class:`StopConditionMet` when a probe of this round failed its limit of rounds in a row."""
@@ -133,4 +187,25 @@ class Attack(Workload):
                              f"({time.monotonic() - start:.1f} s)"),
                 Verdict.over("probes_recover", len(self.results), held=not unrecovered,
                              detail=f"{len(self.results)} probe runs, {total} failed; "
-                             f"not recovered: {unrecovered[:3] or 'none'}")]
+                             f"not recovered: {unrecovered[:3] or 'none'}"), *self._slo_verdicts()]
+
+    def _slo_verdicts(self) -> list[Verdict]:
+        """The load's verdicts against ``[slo]``: its requests once every one ended, the faults'
+        windows as the run confirmed and healed them."""
+        if self.load is None:
+            return []
+        self.load.stop()
+        offset = self.load.started
+        requests = [replace(r, sent=r.sent + offset) for r in self.load.join()]
+        slo = self._objective()
+        faults = sorted((f"{w.kind.value}@{w.start:.1f}s", w.start, w.end)
+                        for kind in {e.kind for e in self.ctx.plan.entries} for w in self.ctx.windows(kind))
+        windows = fault_windows([(label, start, end) for label, start, end in faults], at_least=slo.window)
+        before = min((w.start for w in windows), default=self.ctx.elapsed())
+        self.ctx.metric("load requests", len(requests))
+        return slo_verdicts(requests, windows, steady_state(requests, before=before, timeout=slo.timeout), slo)
+
+    def teardown(self) -> None:
+        if self.load is not None:  # an aborted run: its load stops with it
+            self.load.stop()
+            self.load.join()

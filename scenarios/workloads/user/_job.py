@@ -607,7 +607,9 @@ def load_job(path: str, *, command: str, working_dir: str, handoff: str, max_slo
         Problem(name, dict(value), why) for name, value, why in (
             ("scope", read.scope, "not for run --job: its faults reach only the job it submits"),
             ("abort_when", read.abort_when, "not for run --job: the job is judged by its end; use it with "
-                                            "raychaos attack")) if value]
+                                            "raychaos attack"),
+            ("load", read.load, "not for run --job: a job is judged by its end and time; use it with raychaos attack"),
+            ("slo", read.slo, "not for run --job: it judges a [load]")) if value]
     if problems:
         raise ScenarioError(read.source, problems)
     submission = f"raychaos-{uuid.uuid4().hex[:12]}"  # the run under faults' job: its faults' scope
