@@ -16,7 +16,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from chaos.errors import InvalidConfig
-from scenarios.workloads.serve._load import REPLICA_HEADER, BodyRule, Expect, Failure, HttpLoad, classify
+from scenarios.workloads.serve._load import REPLICA_HEADER, BodyRule, Expect, Failure, HttpLoad, Route, classify
 
 RELEASE = threading.Event()  # the slow path's answer waits for it (or its own bound)
 
@@ -48,6 +48,14 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(REPLICA_HEADER, "replica-2")
         self.end_headers()
         self.wfile.write(b"ok")
+
+    def do_POST(self) -> None:  # echoes its body, marked with the header it was sent with
+        data = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        body = data + b" " + self.headers.get("X-Who", "nobody").encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
     def _echo(self, *, stale: bool) -> None:
         nonce = parse_qs(urlsplit(self.path).query).get("nonce", [""])[0]
@@ -193,3 +201,21 @@ def test_the_replica_an_error_names_is_recorded() -> None:
     # A 500's body is not judged: only a 200 must carry the right one.
     assert named and all(r.status == 500 and r.failure is None and r.replica == "replica-2" and not r.body_checked
                          for r in named), named
+
+
+def test_routes_are_drawn_by_weight_from_the_seed_each_with_its_method_headers_body_and_check() -> None:
+    routes = [Route(path="/ok", weight=3.0, expect="ok"),
+              Route(path="/post", method="POST", data=b"hello", headers=(("X-Who", "me"),), expect="hello me"),
+              Route(path="/post", method="POST", data=b"hello", expect="hello me")]  # no header: wrong body
+    with _server() as port:
+        first = HttpLoad("127.0.0.1", port, rate=50, duration=1.2, timeout=1.0, routes=routes, seed=4).start().join()
+        again = HttpLoad("127.0.0.1", port, rate=50, duration=1.2, timeout=1.0, routes=routes, seed=4).start().join()
+    assert [r.route for r in first] == [r.route for r in again]  # the same seed, the same draws
+    by_route = {label: [r for r in first if r.route == label] for label in ("GET /ok", "POST /post")}
+    assert len(first) == 60 and len(by_route["GET /ok"]) > len(by_route["POST /post"]) > 0
+    assert all(r.ok(1.0) and r.body_checked for r in by_route["GET /ok"])
+    wrong = [r for r in by_route["POST /post"] if r.failure is Failure.WRONG_BODY]
+    assert wrong and all(r.detail == repr(b"hello nobody") for r in wrong)  # the route without its header
+    assert len(wrong) < len(by_route["POST /post"])  # the one with it answered right
+    with pytest.raises(InvalidConfig, match="each must be positive"):
+        HttpLoad("127.0.0.1", 1, rate=1, duration=1, timeout=1, routes=[Route(weight=0)])
