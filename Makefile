@@ -35,7 +35,7 @@ LOCK_ARGS ?=
 
 REPORT ?= report/dqn-cartpole
 
-.PHONY: install bytecode browser redis fuse net run test slow deep lint docs thorough mutants soak hunt bench latency lock leakcheck clean
+.PHONY: install bytecode browser redis fuse net run test slow deep lint docs thorough mutants soak hunt bench bench-load latency lock leakcheck clean
 
 # constraints.txt pins every package the install resolves (see `make lock`); pyproject keeps
 # loose ranges for users.
@@ -156,6 +156,12 @@ leakcheck: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/replay_buffer.py
+
+# The attack's HTTP load generator against wrk (Debian's), on one local server.
+bench-load: $(STAMP)
+	@command -v wrk >/dev/null || (apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends wrk)
+	$(PY) benchmarks/load_generator.py
 
 # Schedule tick → fault confirmed, per fault kind, on 1 and 3 embedded nodes.
 latency: $(STAMP)

@@ -28,6 +28,21 @@ def _depth() -> float:
     return settings.default.max_examples / BASE_EXAMPLES
 
 
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Every summary.json and journal the session's tests wrote under its temporary folder is
+    held to the published schemas (``raychaos schema --summary``, ``--journal``): one that is not
+    fails the session, each named."""
+    from scenarios.reports._schemas import off_schema
+
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    base = factory.getbasetemp() if factory is not None and factory._basetemp is not None else None
+    found = off_schema(str(base)) if base is not None else []
+    for line in found:
+        print(f"report off its published schema: {line}")
+    if found and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The last-resort per-test bound (pyproject's ``timeout``) grows with the profile's depth
     for the suite's own properties: under ``thorough`` one runs ten times the examples, so a

@@ -39,6 +39,11 @@ __all__ = ["EndEvent", "FaultEvent", "Journal", "JournalCorrupt", "JournalEvent"
            "RecoverEvent", "StartEvent", "VerdictEntry", "dump_event", "read_journal"]
 
 
+#: The version of the journal's published schema; it changes when a field is removed, renamed or
+#: changes meaning (a field added keeps it).
+JOURNAL_SCHEMA_VERSION = 1
+
+
 class JournalCorrupt(ChaosError, ValueError):
     """A journal line other than a torn last one is not an event: the file was damaged or
     written by something else. Nothing is skipped silently."""
@@ -96,6 +101,8 @@ class StartEvent(_Event):
     marker the test's node id."""
 
     kind: Literal["start"] = "start"
+    #: The version of the journal's published schema (``raychaos schema --journal``).
+    schema_version: int = JOURNAL_SCHEMA_VERSION
     seed: int = 0
     schedule: tuple[PlannedFault, ...] = ()
     scenario: str | None = None

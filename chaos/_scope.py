@@ -74,5 +74,5 @@ def check_scope(schedule: Schedule, *, address: str, own: str | None) -> None:
 def _refusal(loose: Sequence[str], jobs: Sequence[JobRow], address: str) -> str:
     return (f"{len(jobs)} jobs run on the cluster at {address}: {'; '.join(j.label() for j in jobs)}; and "
             f"{', '.join(loose)} would reach any of them. Scope each fault: scope = {{ job = \"<job or "
-            "submission id>\" }} in the attack file (or namespace = \"...\" for actors), or job = \"...\" on the "
+            'submission id>" } in the attack file (or namespace = "..." for actors), or job = "..." on the '
             "target; nothing was injected")

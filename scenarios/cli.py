@@ -226,14 +226,24 @@ def _print_probes(scenario: Scenario) -> None:
 
 @main.command()
 @click.option("--markdown", is_flag=True, help="print the reference page generated from the same model instead")
-def schema(markdown: bool) -> None:
-    """Print the scenario file's JSON Schema (for a TOML editor to validate and complete
-    from), generated from the scenario model. Starts nothing."""
+@click.option("--summary", "report", flag_value="summary", help="print summary.json's published JSON Schema instead")
+@click.option("--journal", "report", flag_value="journal",
+              help="print the JSON Schema of each line of journal.jsonl instead")
+@click.option("--reports", "report", flag_value="reports", help="print the report files' reference page instead")
+def schema(markdown: bool, report: str | None) -> None:
+    """Print the JSON Schema of scenario and attack files (for a TOML editor to validate and
+    complete from), generated from the scenario model; or a report's. Starts nothing."""
     import json
 
     from scenarios.model._schema import reference_markdown, scenario_schema
+    from scenarios.reports._schemas import reports_markdown, shipped_schema
 
-    click.echo(reference_markdown() if markdown else json.dumps(scenario_schema(), indent=2), nl=not markdown)
+    if report == "reports":
+        click.echo(reports_markdown(), nl=False)
+    elif report is not None:
+        click.echo(shipped_schema(report), nl=False)
+    else:
+        click.echo(reference_markdown() if markdown else json.dumps(scenario_schema(), indent=2), nl=not markdown)
 
 
 #: What ``raychaos run`` without a scenario says, under the list.

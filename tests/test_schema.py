@@ -4,6 +4,7 @@ valid against the schema, the committed page never stale. Nothing here starts Ra
 from __future__ import annotations
 
 import json
+import tempfile
 import tomllib
 from pathlib import Path
 
@@ -140,3 +141,37 @@ def test_a_broken_attack_file_fails_both_one_line_per_problem(tmp_path: Path) ->
     path.write_text("duration = 5\n[[faults]]" + BROKEN_ATTACK.split("[[faults]]")[1], encoding="utf-8")
     result = CliRunner().invoke(main, ["validate", str(path)])
     assert result.exit_code == 2 and 'says kind = "attack" instead' in result.output, result.output
+
+
+def test_the_shipped_report_schemas_are_the_generated_ones_and_the_page_follows() -> None:
+    from scenarios.reports._schemas import SCHEMA_FILES, journal_schema, reports_markdown, summary_schema
+
+    for report, made in (("summary", summary_schema()), ("journal", journal_schema())):
+        path = ROOT / "scenarios" / "reports" / "schemas" / SCHEMA_FILES[report]
+        assert json.loads(path.read_text(encoding="utf-8")) == made, f"{path} is stale: regenerate it"
+        jsonschema.Draft7Validator.check_schema(made)
+        printed = CliRunner().invoke(main, ["schema", f"--{report}"])
+        assert printed.exit_code == 0 and json.loads(printed.output) == made
+    page = ROOT / "docs" / "reference" / "reports.md"
+    assert page.read_text(encoding="utf-8") == reports_markdown(), (
+        f"{page} is stale: .venv/bin/raychaos schema --reports > docs/reference/reports.md")
+
+
+def test_a_report_off_its_schema_is_named_and_a_damaged_journal_is_left_to_its_reader() -> None:
+    """The session's own check (conftest.py): every report a test writes is held to the schemas.
+    Written outside the session's temporary folder: that check would find this planted one too."""
+    from chaos.journal import Journal, StartEvent
+    from scenarios.reports._schemas import off_schema
+
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        with Journal(str(root / "journal.jsonl")) as journal:
+            journal.record(StartEvent(seed=3))
+        (root / "summary.json").write_text(json.dumps({"schema_version": 1, "scenario": "x"}), encoding="utf-8")
+        (root / "bad").mkdir()
+        (root / "bad" / "journal.jsonl").write_text('{"kind": "start", "zap": 1}\n{}\n', encoding="utf-8")
+        found = off_schema(folder)
+        events = [json.loads(line) for line in (root / "journal.jsonl").read_text().splitlines()]
+    assert found and all("summary.json: []: " in line and "is a required property" in line for line in found), found
+    assert {line.rsplit("'", 2)[1] for line in found} == {"machine", "outcome", "deviated", "runs"}
+    assert events[0]["schema_version"] == 1

@@ -18,6 +18,7 @@ from xml.etree import ElementTree as ET
 
 from scenarios.model._records import NO_PROBE_NOTE, VALIDITY_WORDS, RunResult, Validity, Verdict, outcome_of
 from scenarios.reports._html import render_html
+from scenarios.reports._schemas import SUMMARY_SCHEMA_VERSION
 
 __all__ = ["junit", "summary", "verdict_json", "write_reports"]
 
@@ -38,7 +39,8 @@ def summary(results: Sequence[RunResult]) -> dict[str, object]:
     scenario's (``held``, ``broken``, ``unknown``: what the exit code says); ``deviated`` is
     true unless it held."""
     outcome = outcome_of(results)
-    return {"scenario": results[-1].scenario, "machine": _machine(), "outcome": outcome.value,
+    return {"schema_version": SUMMARY_SCHEMA_VERSION, "scenario": results[-1].scenario, "machine": _machine(),
+            "outcome": outcome.value,
             "deviated": outcome is not Validity.HELD, "runs": [_run_summary(r) for r in results]}
 
 
