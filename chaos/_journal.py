@@ -32,11 +32,12 @@ from pydantic import (
 from chaos._checker import Validity, Verdict
 from chaos._errors import ChaosError
 from chaos._faults import Fault, FaultStatus, fault_from_dict, fault_to_dict
+from chaos._json import JsonValue
 from chaos._kinds import fault_specs
 from chaos._observed import Observed
 
-__all__ = ["EndEvent", "FaultEvent", "Journal", "JournalCorrupt", "JournalEvent", "Observed", "PlannedFault",
-           "RecoverEvent", "StartEvent", "VerdictEntry", "dump_event", "read_journal"]
+__all__ = ["JOURNAL_SCHEMA_VERSION", "EndEvent", "FaultEvent", "Journal", "JournalCorrupt", "JournalEvent", "Observed",
+           "PlannedFault", "RecoverEvent", "StartEvent", "VerdictEntry", "dump_event", "event_schema", "read_journal"]
 
 
 #: The version of the journal's published schema; it changes when a field is removed, renamed or
@@ -171,6 +172,12 @@ class EndEvent(_Event):
 
 JournalEvent = Annotated[StartEvent | FaultEvent | RecoverEvent | EndEvent, Field(discriminator="kind")]
 _EVENT: TypeAdapter[JournalEvent] = TypeAdapter(JournalEvent)
+
+
+def event_schema() -> dict[str, JsonValue]:
+    """The JSON Schema of one journal line (an event of any kind), its models under ``$defs``."""
+    schema: dict[str, JsonValue] = _EVENT.json_schema(mode="serialization", ref_template="#/definitions/{model}")
+    return schema
 
 
 def dump_event(event: JournalEvent) -> str:

@@ -30,14 +30,14 @@ from chaos._targets import (
     candidates,
 )
 
-__all__ = ["PlannedFault", "dry_run_problems", "plan"]
+__all__ = ["FaultPlan", "dry_run_problems", "plan_faults"]
 
 #: Needs a dry run does not check: checking them starts an agent actor or a task on each node.
 NEEDS_A_RUN = frozenset({Need.AGENT, Need.RAYCHAOS})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class PlannedFault:
+class FaultPlan:
     """One scheduled fault as it would meet the cluster now."""
 
     at: float
@@ -65,17 +65,17 @@ class PlannedFault:
         return out
 
 
-def plan(schedule: Schedule, *, address: str) -> list[PlannedFault]:
+def plan_faults(schedule: Schedule, *, address: str) -> list[FaultPlan]:
     """Each fault of ``schedule`` as it would meet the cluster at ``address`` now."""
     return [_planned(entry, address) for entry in schedule.entries]
 
 
-def _planned(entry: ScheduledFault, address: str) -> PlannedFault:
+def _planned(entry: ScheduledFault, address: str) -> FaultPlan:
     target: Target | None = getattr(entry.fault, "target", None)
 
     def planned(matches: tuple[RayProcess, ...] = (), hits: int = 0, *, residents: tuple[str, ...] = (),
-                problem: str = "", note: str = "") -> PlannedFault:
-        return PlannedFault(at=entry.at, kind=entry.kind, target=entry.target_label, matches=matches, hits=hits,
+                problem: str = "", note: str = "") -> FaultPlan:
+        return FaultPlan(at=entry.at, kind=entry.kind, target=entry.target_label, matches=matches, hits=hits,
                             residents=residents, problem=problem, note=note)
 
     if target is None:
@@ -105,7 +105,7 @@ def _residents(nodes: set[str], address: str) -> tuple[str, ...]:
     return tuple(sorted({str(a.job_id) for a in rows if a.node_id in nodes and a.job_id}))
 
 
-def dry_run_problems(schedule: Schedule, planned: Sequence[PlannedFault], *, address: str,
+def dry_run_problems(schedule: Schedule, planned: Sequence[FaultPlan], *, address: str,
                      own: str | None) -> list[str]:
     """What would stop the attack: an unscoped target among several jobs, a need the cluster
     lacks (those a dry run can check), a fault that would find nothing. One line each."""

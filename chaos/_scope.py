@@ -66,7 +66,12 @@ def check_scope(schedule: Schedule, *, address: str, own: str | None) -> None:
     loose = unscoped_targets(schedule)
     if not loose:
         return
-    jobs = running_jobs(address, own=own)
+    try:
+        jobs = running_jobs(address, own=own)
+    except Exception as exc:  # without the list, how far a fault reaches is unknown: refused
+        raise Unscoped(f"the jobs of the cluster at {address} could not be listed ({type(exc).__name__}: "
+                       f"{str(exc)[:200]}), so how far {', '.join(loose)} would reach is unknown; scope each fault "
+                       "(scope = { job = \"...\" }), or make the State API answer (the dashboard)") from exc
     if len(jobs) > 1:
         raise Unscoped(_refusal(loose, jobs, address))
 

@@ -16,8 +16,10 @@ from chaos._driver import (
 )
 from chaos._extras import import_extra
 from chaos._kinds import MAX_FAULT_SECONDS, FaultSpec, Need, fault_from_dict, fault_specs, fault_to_dict
+from chaos._plan import FaultPlan, dry_run_problems, plan_faults
 from chaos._preflight import preflight
 from chaos._process_faults import NODE_DEATH_CONFIRM
+from chaos._scope import JobRow, running_jobs
 from chaos._targets import _KINDS as TARGET_CLASSES
 from chaos._targets import RayProcess, target_from_dict, target_to_dict
 from chaos._watchdog import StuckCause, StuckTask, WatchReport
@@ -30,9 +32,11 @@ __all__ = [
     "TARGET_CLASSES",
     "FaultContext",
     "FaultOutcome",
+    "FaultPlan",
     "FaultSpec",
     "FaultStatus",
     "Injection",
+    "JobRow",
     "MemoryOutcome",
     "MemoryResult",
     "MemoryWatch",
@@ -45,15 +49,18 @@ __all__ = [
     "WatchReport",
     "by_value",
     "check_applied",
+    "dry_run_problems",
     "fault_from_dict",
     "fault_specs",
     "fault_to_dict",
     "import_extra",
+    "plan_faults",
     "preflight",
     "rpc_delay_env",
     "rpc_failure_env",
     "rpc_failures_injected",
     "run_schedule",
+    "running_jobs",
     "target_from_dict",
     "target_to_dict",
     "unconfirmed_rpc_failures",

@@ -2,6 +2,7 @@
 each recovery, end), written as it happens and read back with :func:`read_journal`."""
 
 from chaos._journal import (
+    JOURNAL_SCHEMA_VERSION,
     EndEvent,
     FaultEvent,
     Journal,
@@ -11,11 +12,13 @@ from chaos._journal import (
     RecoverEvent,
     StartEvent,
     VerdictEntry,
+    event_schema,
     read_journal,
 )
 from chaos._json import JsonValue
 
 __all__ = [
+    "JOURNAL_SCHEMA_VERSION",
     "EndEvent",
     "FaultEvent",
     "Journal",
@@ -26,5 +29,6 @@ __all__ = [
     "RecoverEvent",
     "StartEvent",
     "VerdictEntry",
+    "event_schema",
     "read_journal",
 ]

@@ -217,7 +217,12 @@ def _print_probes(scenario: Scenario) -> None:
     probes = [probe_from(p) for p in tables]
     for probe in probes:
         click.echo(f"  probe every {scenario.params['every']:g} s: {probe.KIND.value} {probe.label}")
-    if not probes:
+    load: dict[str, object] | None = scenario.params.get("load")  # type: ignore[assignment]
+    if load is not None:
+        routes = len(load.get("routes") or []) or 1  # type: ignore[arg-type]
+        click.echo(f"  load: {load.get('rate', 20)}/s to {load['url']} ({routes} route(s)), judged by its [slo]"
+                   + ("" if probes else "; its url is the steady-state probe"))
+    if not probes and load is None:
         click.echo("  no probe in the file: `raychaos attack` needs one ([[probes]] or --probe); `run --job` "
                    "judges the job (job_succeeded, within_ratio, fault_seen)")
         return

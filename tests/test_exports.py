@@ -50,7 +50,7 @@ SUBMODULES = {
                       "drive_writers"},
     "chaos.journal": {
         "EndEvent", "FaultEvent", "Journal", "JournalEvent", "JsonValue", "Observed", "PlannedFault",
-        "RecoverEvent", "StartEvent", "VerdictEntry", "read_journal",
+        "RecoverEvent", "StartEvent", "VerdictEntry", "read_journal", "JOURNAL_SCHEMA_VERSION", "event_schema",
     },
     "chaos.engine": {
         "MAX_CONCURRENT_FAULTS", "MAX_FAULT_SECONDS", "NODE_DEATH_CONFIRM", "TARGET_CLASSES", "FaultContext",
@@ -58,7 +58,8 @@ SUBMODULES = {
         "Need", "RayProcess", "ScheduleObserver", "StoreFill", "StuckCause", "StuckTask", "WatchReport", "by_value",
         "check_applied", "fault_from_dict", "fault_specs", "fault_to_dict", "import_extra", "preflight",
         "rpc_delay_env", "rpc_failure_env", "rpc_failures_injected", "run_schedule", "target_from_dict",
-        "target_to_dict", "unconfirmed_rpc_failures",
+        "target_to_dict", "unconfirmed_rpc_failures", "FaultPlan", "JobRow", "dry_run_problems", "plan_faults",
+        "running_jobs",
     },
     "chaos.agents": {"AGENT_START_TIMEOUT", "ChaosAgent", "agent_for", "start_agents", "stop_agents"},
     "chaos.net": {"COMMAND_TIMEOUT", "LinkState", "NetLab", "NetNode", "kill_node_processes", "lab_of", "read_link",

@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from chaos import ActorTarget, Schedule, ScheduledFault, TaskTarget, WorkerTarget
+from scenarios.model._load_spec import PROBE_VERDICTS, SLO_VERDICTS, LoadSpec, SloSpec
 from scenarios.model._probes import probes_problems
 from scenarios.model._records import Problem
 from scenarios.model._scenario import (
@@ -82,52 +83,6 @@ ATTACK_FIELDS: dict[str, FieldSpec] = {
                             description="Stop conditions (`[abort_when]`): the attack stops early, heals every fault "
                                         "and exits 1 naming the condition."),
 }
-class RouteSpec(BaseModel):
-    """One kind of request of the load (`[[load.routes]]`), drawn by its weight against the others'."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-    #: The path (and query) on the load's host.
-    path: str = Field(default="/", pattern=r"^/")
-    method: Literal["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"] = "GET"
-    headers: dict[str, str] = Field(default_factory=dict)
-    #: The request's body.
-    data: str = ""
-    weight: float = Field(default=1.0, gt=0)
-    #: Text each 200 of this route must contain ("" checks none).
-    body: str = ""
-
-
-class LoadSpec(BaseModel):
-    """An open-loop HTTP load (`[load]`): `rate` requests a second, each sent at its time whatever
-    the others are doing, to `url` or to its `routes` on that host; each answer judged against
-    `timeout`."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-    url: str = Field(pattern=r"^https?://[^/]+(/.*)?$")
-    rate: float = Field(default=20.0, gt=0, le=2000)
-    timeout: float = Field(default=2.0, gt=0, le=60)
-    #: Text each 200 of the default route (`url`) must contain ("" checks none).
-    body: str = ""
-    routes: list[RouteSpec] = Field(default_factory=list)
-
-
-class SloSpec(BaseModel):
-    """The service level objectives the load is judged by (`[slo]`), fault by fault, against its
-    steady state before the first fault."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-    #: The share of requests answered (200, the body right, within the timeout) in each fault's window.
-    availability: float = Field(default=0.99, gt=0, le=1)
-    #: Each fault window's p99 at most the steady state's times this...
-    p99_factor: float = Field(default=3.0, ge=1)
-    #: ... plus this many milliseconds.
-    p99_slack_ms: float = Field(default=50.0, ge=0)
-    #: Seconds from each fault's confirmation it is judged over (its own length if longer).
-    window: float = Field(default=5.0, gt=0, le=600)
-    #: Seconds after each fault's window until a second of requests meets the objective again.
-    recover_within: float = Field(default=10.0, gt=0, le=3600)
-
-
 def model_problems(model: type[BaseModel], raw: object, where: str) -> list[Problem]:
     """Every problem of ``raw`` as ``model`` at ``where`` (``load``): field, value, fix."""
     if not isinstance(raw, Mapping):
@@ -182,9 +137,6 @@ class Overrides:
 
 #: Why a scenario's field (a workload, a cluster's shape) is refused in an attack file.
 NOT_FOR_ATTACK = "an attack (the program under attack was not started by raychaos)"
-#: The verdicts of an attack's probes, and of its load.
-PROBE_VERDICTS = ("probes_pass_after_heal", "probes_recover")
-SLO_VERDICTS = ("slo_steady_state", "slo_availability", "slo_latency", "slo_recovered")
 #: The command line gave nothing over the file.
 NO_OVERRIDES = Overrides()
 

@@ -22,7 +22,8 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from chaos import NodeTarget, RpcFailure
 from chaos.engine import TARGET_CLASSES, fault_specs
-from scenarios.model._experiment import ABORT_FIELDS, ATTACK_FIELDS, SCOPE_FIELDS, LoadSpec, RouteSpec, SloSpec
+from scenarios.model._experiment import ABORT_FIELDS, ATTACK_FIELDS, SCOPE_FIELDS
+from scenarios.model._load_spec import LoadSpec, RouteSpec, SloSpec
 from scenarios.model._probes import PROBE_CLASSES, ProbeKind
 from scenarios.model._scenario import ATTACK_KIND, FIELDS, STEADY_STATE_FIELDS, FieldSpec
 from scenarios.model._workload import Workload

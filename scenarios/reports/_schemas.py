@@ -15,9 +15,9 @@ import os
 from importlib import resources
 from typing import Any
 
-from chaos._faults import FaultStatus
-from chaos._journal import JOURNAL_SCHEMA_VERSION
-from chaos._kinds import FaultKind
+from chaos import FaultKind
+from chaos.engine import FaultStatus
+from chaos.journal import JOURNAL_SCHEMA_VERSION
 from scenarios.model._records import FaultRecord, Probe, RunLabel, RunStatus, Validity
 
 __all__ = ["JOURNAL_SCHEMA_VERSION", "SCHEMA_FILES", "SUMMARY_SCHEMA_VERSION", "journal_schema", "off_schema",
@@ -114,9 +114,9 @@ def summary_schema() -> Schema:
 
 def journal_schema() -> Schema:
     """The JSON Schema (draft 7) of one line of ``journal.jsonl`` (an event, by ``kind``)."""
-    from chaos._journal import _EVENT
+    from chaos.journal import event_schema
 
-    body: Schema = _EVENT.json_schema(mode="serialization", ref_template="#/definitions/{model}")
+    body: Schema = event_schema()
     definitions = body.pop("$defs", {})
     # An observation holds its fault kind's own facts (each kind's model adds fields to these).
     definitions["Observed"]["additionalProperties"] = True
@@ -135,7 +135,8 @@ def off_schema(folder: str) -> list[str]:
 
     import jsonschema
 
-    from chaos._journal import JournalCorrupt, read_journal
+    from chaos.errors import JournalCorrupt
+    from chaos.journal import read_journal
 
     found = []
     summary = jsonschema.Draft7Validator(summary_schema())

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from chaos._plan import PlannedFault, dry_run_problems, plan
+from chaos.engine import FaultPlan, dry_run_problems, plan_faults
 from scenarios.model._scenario import Scenario
 
 __all__ = ["DryRun", "dry_run"]
@@ -19,7 +19,7 @@ class DryRun:
     address: str
     nodes: int
     jobs: tuple[str, ...]  #: the jobs running now, this driver's aside
-    faults: tuple[PlannedFault, ...]
+    faults: tuple[FaultPlan, ...]
     problems: tuple[str, ...]
 
     def lines(self) -> list[str]:
@@ -35,15 +35,15 @@ def dry_run(scenario: Scenario, *, address: str) -> DryRun:
     """The plan of ``scenario``'s faults on the cluster at ``address`` (connected, then left)."""
     import ray
 
-    from chaos._ray_state import live_nodes
-    from chaos._scope import running_jobs
+    from chaos.cluster import live_nodes
+    from chaos.engine import running_jobs
 
     os.environ.setdefault("RAY_AUTH_MODE", "token")  # as the attack connects (Ray 2.60's token auth)
     ray.init(address=address, namespace="raychaos", log_to_driver=False)
     try:
         gcs = ray.get_runtime_context().gcs_address
         own = ray.get_runtime_context().get_job_id()
-        planned = tuple(plan(scenario.schedule, address=gcs))
+        planned = tuple(plan_faults(scenario.schedule, address=gcs))
         problems = tuple(dry_run_problems(scenario.schedule, planned, address=gcs, own=own))
         return DryRun(address=gcs, nodes=len(live_nodes()), faults=planned, problems=problems,
                       jobs=tuple(j.label() for j in running_jobs(gcs, own=own)))

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import Field
 
 from chaos.errors import ChaosError, InvalidConfig
-from scenarios.model._experiment import SLO_VERDICTS, LoadSpec, SloSpec
+from scenarios.model._load_spec import PROBE_VERDICTS, SLO_VERDICTS, LoadSpec, SloSpec
 from scenarios.model._probes import HttpProbe, UserProbe, probe_from
 from scenarios.model._records import Verdict
 from scenarios.model._workload import Params, Workload
@@ -100,7 +100,7 @@ class Attack(Workload):
     ``recover_within`` seconds. With ``[load]``, an open-loop HTTP load runs from time zero and
     is judged by ``[slo]`` fault by fault against its steady state before the first fault."""
 
-    INVARIANTS = ("probes_pass_after_heal", "probes_recover", *SLO_VERDICTS)
+    INVARIANTS = (*PROBE_VERDICTS, *SLO_VERDICTS)
     Params = AttackParams
 
     def setup(self) -> None:

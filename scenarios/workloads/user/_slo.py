@@ -17,7 +17,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scenarios.model._experiment import SLO_VERDICTS
+from scenarios.model._load_spec import SLO_VERDICTS
 from scenarios.model._records import Verdict
 from scenarios.workloads.serve._load import Request
 from scenarios.workloads.serve._verdicts import p99, recovery_time
