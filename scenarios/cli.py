@@ -527,6 +527,40 @@ def _print_unchecked(results: Sequence[RunResult]) -> None:
 
 
 @main.command()
+@click.argument("report_a", metavar="A")
+@click.argument("report_b", metavar="B")
+@click.option("--mttr-ratio", type=click.FloatRange(1, 100), default=1.5, show_default=True,
+              help="a fault's MTTR in B may be at most this many times A's")
+@click.option("--seconds-ratio", type=click.FloatRange(1, 100), default=1.5, show_default=True,
+              help="the run's seconds in B may be at most this many times A's")
+@click.option("--availability-drop", type=click.FloatRange(0, 1), default=0.01, show_default=True,
+              help="an availability in B may be at most this much below A's")
+@click.option("--latency-ratio", type=click.FloatRange(1, 100), default=1.5, show_default=True,
+              help="a latency or recovery time in B may be at most this many times A's")
+def compare(report_a: str, report_b: str, mttr_ratio: float, seconds_ratio: float, availability_drop: float,
+            latency_ratio: float) -> None:
+    """Put two runs of the same scenario or attack file side by side (each a --report folder or
+    its summary.json): B against A, e.g. the candidate Ray against the current one.
+
+    \b
+    Exits 0 when B regressed on nothing, 1 when it did (a verdict that held in A and not in B, a
+    fault that happened in A only, a figure past its tolerance: each named), 2 on bad input."""
+    from chaos.errors import InvalidConfig
+    from scenarios.reports._compare import Tolerances, lines, read_summary
+    from scenarios.reports._compare import compare as compare_runs
+
+    tolerances = Tolerances(mttr_ratio=mttr_ratio, seconds_ratio=seconds_ratio,
+                            availability_drop=availability_drop, latency_ratio=latency_ratio)
+    try:
+        found = compare_runs(read_summary(report_a), read_summary(report_b), tolerances)
+    except InvalidConfig as exc:
+        _fail(str(exc))
+    for line in lines(found, names=(report_a, report_b)):
+        click.echo(line)
+    sys.exit(EXIT_DEVIATED if found.regressions else 0)
+
+
+@main.command()
 @click.option("--adds", default=12, show_default=True, type=click.IntRange(1, 10_000),
               help="acknowledged adds before the kill")
 def demo(adds: int) -> None:

@@ -23,7 +23,14 @@ from scenarios.model._probes import HttpProbe, UserProbe, probe_from
 from scenarios.model._records import Verdict
 from scenarios.model._workload import Params, Workload
 from scenarios.workloads.serve._load import HttpLoad, Request, Route
-from scenarios.workloads.user._slo import Objective, breached_for, fault_windows, slo_verdicts, steady_state
+from scenarios.workloads.user._slo import (
+    Objective,
+    breached_for,
+    fault_windows,
+    slo_figures,
+    slo_verdicts,
+    steady_state,
+)
 
 #: Seconds the load may run past the run's duration: it is stopped when the invariants start.
 LOAD_TAIL = 120.0
@@ -202,8 +209,11 @@ class Attack(Workload):
                         for kind in {e.kind for e in self.ctx.plan.entries} for w in self.ctx.windows(kind))
         windows = fault_windows([(label, start, end) for label, start, end in faults], at_least=slo.window)
         before = min((w.start for w in windows), default=self.ctx.elapsed())
+        steady = steady_state(requests, before=before, timeout=slo.timeout)
         self.ctx.metric("load requests", len(requests))
-        return slo_verdicts(requests, windows, steady_state(requests, before=before, timeout=slo.timeout), slo)
+        for name, value in slo_figures(requests, windows, steady, slo).items():
+            self.ctx.metric(name, value)
+        return slo_verdicts(requests, windows, steady, slo)
 
     def teardown(self) -> None:
         if self.load is not None:  # an aborted run: its load stops with it

@@ -17,12 +17,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scenarios.model._load_spec import SLO_VERDICTS
 from scenarios.model._records import Verdict
 from scenarios.workloads.serve._load import Request
 from scenarios.workloads.serve._verdicts import p99, recovery_time
 
-__all__ = ["MIN_STEADY", "SLO_VERDICTS", "Objective", "Steady", "Window", "breached_for", "fault_windows",
+__all__ = ["MIN_STEADY", "Objective", "Steady", "Window", "breached_for", "fault_windows", "slo_figures",
            "slo_verdicts", "steady_state"]
 
 #: Requests the steady state needs before the first fault for the latency bound to stand on.
@@ -93,6 +92,24 @@ def slo_verdicts(requests: Sequence[Request], windows: Sequence[Window], steady:
     """The four SLO verdicts (:data:`SLO_VERDICTS`) of a run's load."""
     return [_steady_verdict(steady, slo), _availability(requests, windows, slo),
             _latency(requests, windows, steady, slo), _recovered(requests, windows, steady, slo)]
+
+
+def slo_figures(requests: Sequence[Request], windows: Sequence[Window], steady: Steady,
+                slo: Objective) -> dict[str, float]:
+    """The load's figures over the faults, as metrics a comparison judges (``raychaos compare``):
+    the lowest availability of a fault's window, the highest p99 (ms) and the longest recovery
+    (s; left out when one never recovered). Empty when no fault window had a request."""
+    found = [(w, seen) for w, seen in _per_window(requests, windows) if seen]
+    if not found:
+        return {}
+    answered = [[r.latency for r in seen if r.ok(slo.timeout)] for _, seen in found]
+    bound = _bound(steady, slo)
+    times = [recovery_time(requests, w.end, bound=bound, timeout=slo.timeout) for w in windows]
+    figures = {"slo availability min": min(_share_ok(seen, slo.timeout) for _, seen in found),
+               "slo p99 max ms": 1000 * max((p99(lat) for lat in answered if lat), default=math.nan),
+               "slo recovery max s": math.nan if any(t is None for t in times) else max(
+                   (t for t in times if t is not None), default=0.0)}
+    return {k: v for k, v in figures.items() if math.isfinite(v)}  # one never measured is left out
 
 
 def _steady_verdict(steady: Steady, slo: Objective) -> Verdict:
