@@ -35,7 +35,7 @@ LOCK_ARGS ?=
 
 REPORT ?= report/dqn-cartpole
 
-.PHONY: install bytecode browser redis fuse net run test slow deep lint docs thorough mutants soak hunt bench bench-load latency lock leakcheck clean
+.PHONY: install bytecode browser redis fuse net run test slow deep lint docs thorough mutants soak hunt bench bench-load compat latency lock leakcheck clean
 
 # constraints.txt pins every package the install resolves (see `make lock`); pyproject keeps
 # loose ranges for users.
@@ -162,6 +162,26 @@ bench-load: $(STAMP)
 	@command -v wrk >/dev/null || (apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends wrk)
 	$(PY) benchmarks/load_generator.py
+
+# The compatibility subset on another Ray minor release (`make compat RAY=2.55`): a venv of its
+# own with that Ray's newest patch and raychaos's dependencies at the lock's versions, then the
+# tests that touch Ray's private APIs and each fault kind's injection and confirmation.
+RAY ?=
+COMPAT_VENV = .compat/ray-$(RAY)
+COMPAT_TESTS ?= tests/test_plugin.py tests/test_chaos_faults.py tests/test_chaos_multinode.py \
+	tests/test_net_faults.py tests/test_redis_loss.py tests/test_attack.py tests/test_scenarios_run.py
+compat: redis fuse net
+	@python3 .ci/compat_requirements.py $(RAY) > /dev/null
+	test -x $(COMPAT_VENV)/bin/python || python3 -m venv $(COMPAT_VENV)
+	$(COMPAT_VENV)/bin/python -m pip install --quiet pip==$(PIP_VERSION) uv==$(UV_VERSION)
+	grep -v -E '^ray(\[|=|-)' constraints.txt > $(COMPAT_VENV)/constraints.txt
+	python3 .ci/compat_requirements.py $(RAY) > $(COMPAT_VENV)/requirements.txt
+	$(COMPAT_VENV)/bin/uv pip install --quiet --python $(COMPAT_VENV)/bin/python \
+		$(foreach l,$(FIND_LINKS),--find-links $(l)) -c $(COMPAT_VENV)/constraints.txt -r $(COMPAT_VENV)/requirements.txt
+	$(COMPAT_VENV)/bin/uv pip install --quiet --python $(COMPAT_VENV)/bin/python --no-deps -e .
+	$(COMPAT_VENV)/bin/python -m pytest -m "not deep" -p no:cacheprovider --durations=10 $(COMPAT_TESTS) $(PYTEST_ARGS) \
+		|| $(POSTMORTEM)
+	@$(MAKE) --no-print-directory leakcheck
 
 # Schedule tick → fault confirmed, per fault kind, on 1 and 3 embedded nodes.
 latency: $(STAMP)

@@ -227,10 +227,11 @@ def _prestart(serialized_env: str) -> None:
     import ray
 
     try:
-        from ray._private.grpc_utils import init_grpc_channel
         from ray._private.utils import get_runtime_env_info
         from ray.core.generated import common_pb2, node_manager_pb2, node_manager_pb2_grpc
         from ray.runtime_env import RuntimeEnv
+
+        from chaos._ray_compat import init_grpc_channel
 
         info = get_runtime_env_info(RuntimeEnv.deserialize(serialized_env), serialize=False)
         info.serialized_runtime_env = serialized_env

@@ -343,3 +343,20 @@ def test_a_cluster_start_that_fails_carries_its_gcs_log(tmp_path: Path, monkeypa
     assert _start_patience() == {"RAY_gcs_server_port_wait_time_s": str(GCS_START_PATIENCE)}
     monkeypatch.setenv("RAY_gcs_server_port_wait_time_s", "5")
     assert _start_patience() == {}
+
+
+def test_the_ray_release_facts_follow_the_installed_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Token authentication (and grpc_utils) came in Ray 2.52: before it there is no token to send."""
+    from chaos import _ray_compat
+
+    assert _ray_compat.ray_minor() >= (2, 50)
+    _ray_compat.ray_minor.cache_clear()
+    monkeypatch.setattr(_ray_compat, "version", lambda name: "2.51.2")
+    try:
+        assert _ray_compat.ray_minor() == (2, 51) and not _ray_compat.token_auth()
+        assert _ray_compat.token_auth_enabled() is False and _ray_compat.auth_headers() == {}
+        _ray_compat.ray_minor.cache_clear()
+        monkeypatch.setattr(_ray_compat, "version", lambda name: "2.60.0rc1")
+        assert _ray_compat.ray_minor() == (2, 60) and _ray_compat.token_auth()
+    finally:
+        _ray_compat.ray_minor.cache_clear()

@@ -21,7 +21,7 @@ ALLOWED = {"chaos": {"chaos"}, "actors": {"chaos", "actors"}, "scenarios": set(P
 #: helpers, which import nothing of the engine. A checkpointed actor must not drag in the
 #: fault engine, its agents or the cluster harness.
 SHARED_GROUND = {"chaos._errors", "chaos._failpoint", "chaos._extras", "chaos._json", "chaos._wait",
-                 "chaos._byvalue"}
+                 "chaos._byvalue", "chaos._ray_compat"}
 
 
 def modules() -> dict[str, Path]:

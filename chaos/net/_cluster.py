@@ -34,9 +34,9 @@ def worker_environment(extra: Mapping[str, str]) -> dict[str, str]:
     token itself is read where the head read it (``RAY_AUTH_TOKEN``, ``~/.ray/auth_token``).
     Each node's processes carry this driver's owner label (:data:`OWNER_ENV`): ``ray start``
     leaves them running apart from it, and ``raychaos cleanup`` finds them by it once it ends."""
-    from ray._private.authentication.authentication_utils import is_token_auth_enabled
+    from chaos._ray_compat import token_auth_enabled
 
-    return {**os.environ, **extra, "RAY_AUTH_MODE": "token" if is_token_auth_enabled() else "disabled",
+    return {**os.environ, **extra, "RAY_AUTH_MODE": "token" if token_auth_enabled() else "disabled",
             OWNER_ENV: str(me())}
 
 

@@ -510,9 +510,9 @@ def train_attempts(dashboard: str) -> list[TrainAttempt]:
     import urllib.error
     import urllib.request
 
-    from ray._private.authentication.http_token_authentication import get_auth_headers_if_auth_enabled
+    from chaos.cluster import auth_headers
 
-    request = urllib.request.Request(dashboard + TRAIN_RUNS_ROUTE, headers=get_auth_headers_if_auth_enabled({}))
+    request = urllib.request.Request(dashboard + TRAIN_RUNS_ROUTE, headers=auth_headers())
     try:
         with urllib.request.urlopen(request, timeout=TRAIN_RUNS_TIMEOUT) as reply:
             data = json.loads(reply.read())

@@ -1,0 +1,65 @@
+"""What differs between the Ray minor releases raychaos runs on, each a fact in one place.
+
+raychaos touches a few private Ray APIs; where a release moved or lacks one, the difference is
+named here once, by the release it came in, and the rest of the code asks this module. Read
+from the installed package's metadata, not ``ray.__version__``: nothing of Ray is imported until
+a fact is used.
+
+| fact | since | before it |
+|---|---|---|
+| token authentication (`ray._private.authentication`) | 2.52 | no token: every client is let in |
+| `init_grpc_channel` in `ray._private.grpc_utils` | 2.52 | in `ray._private.utils` |
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+__all__ = ["TOKEN_AUTH_SINCE", "auth_headers", "init_grpc_channel", "ray_minor", "token_auth", "token_auth_enabled"]
+
+#: The first minor release with token authentication (and ``ray._private.grpc_utils``).
+TOKEN_AUTH_SINCE = (2, 52)
+
+
+@cache
+def ray_minor() -> tuple[int, int]:
+    """The installed Ray's (major, minor); (0, 0) when Ray is not installed."""
+    try:
+        major, minor = version("ray").split(".")[:2]
+    except (PackageNotFoundError, ValueError):
+        return (0, 0)
+    return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
+
+
+def token_auth() -> bool:
+    """Whether the installed Ray has token authentication at all."""
+    return ray_minor() >= TOKEN_AUTH_SINCE
+
+
+def token_auth_enabled() -> bool:
+    """Whether this process authenticates with a token (never before token authentication)."""
+    if not token_auth():
+        return False
+    from ray._private.authentication.authentication_utils import is_token_auth_enabled
+
+    return bool(is_token_auth_enabled())
+
+
+def auth_headers() -> dict[str, str]:
+    """The HTTP headers that authenticate this process to the dashboard (none without a token)."""
+    if not token_auth():
+        return {}
+    from ray._private.authentication.http_token_authentication import get_auth_headers_if_auth_enabled
+
+    return dict(get_auth_headers_if_auth_enabled({}))
+
+
+def init_grpc_channel(address: str) -> Any:
+    """A gRPC channel to ``address`` as Ray's own clients open one (with the token, since 2.52)."""
+    if token_auth():
+        from ray._private.grpc_utils import init_grpc_channel as channel
+    else:
+        from ray._private.utils import init_grpc_channel as channel
+    return channel(address)
