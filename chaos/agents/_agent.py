@@ -354,13 +354,16 @@ class ChaosAgent:
         # The stop is delivered asynchronously: return only once the kernel shows state T, so
         # the caller's next step sees a paused process (and a pause is never merely "sent").
         try:
-            wait_until(lambda: _status(proc) in _STOPPED, timeout=STOP_TIMEOUT, interval=0.002,
+            wait_until(lambda: _status(proc) in _STOPPED or _gone(proc), timeout=STOP_TIMEOUT, interval=0.002,
                        what=f"process {proc.pid} to stop after SIGSTOP")
         except HangError:
-            why = "it exited" if _gone(proc) else f"its state stayed {_status(proc)!r}"
             self.resume(proc.pid, token=token)
-            raise FaultIneffective(f"process {proc.pid} was not seen stopped within "
-                                   f"{STOP_TIMEOUT:g} s of SIGSTOP: {why}") from None
+            raise FaultIneffective(f"process {proc.pid} was not seen stopped within {STOP_TIMEOUT:g} s of "
+                                   f"SIGSTOP: its state stayed {_status(proc)!r}") from None
+        if _status(proc) not in _STOPPED:  # killed meanwhile (a kill at the same moment): its successor is looked for
+            self.resume(proc.pid, token=token)
+            raise TargetNotFound(f"process {proc.pid} exited before it was seen stopped after SIGSTOP; its actor "
+                                 "or task runs in another process, if anywhere")
 
     def resume(self, pid: int, *, token: int | None = None) -> bool:
         """SIGCONT ``pid`` if this agent paused it (and it is still that process). With
