@@ -13,11 +13,13 @@ a fact is used.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cache
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-__all__ = ["TOKEN_AUTH_SINCE", "auth_headers", "init_grpc_channel", "ray_minor", "token_auth", "token_auth_enabled"]
+__all__ = ["TOKEN_AUTH_SINCE", "auth_headers", "ensure_token", "init_grpc_channel", "ray_minor", "token_auth",
+           "token_auth_enabled"]
 
 #: The first minor release with token authentication (and ``ray._private.grpc_utils``).
 TOKEN_AUTH_SINCE = (2, 52)
@@ -54,6 +56,18 @@ def auth_headers() -> dict[str, str]:
     from ray._private.authentication.http_token_authentication import get_auth_headers_if_auth_enabled
 
     return dict(get_auth_headers_if_auth_enabled({}))
+
+
+def ensure_token(system_config: Mapping[str, Any]) -> None:
+    """In token mode, a token for a cluster this process starts, created at Ray's default path
+    when none is found, as ``ray.init`` does for a new local cluster. ``ray.cluster_utils`` does
+    not: its head's GCS aborts ("Token authentication is enabled but Ray couldn't find an
+    authentication token") in a process whose mode is token and whose HOME has no token yet."""
+    if not token_auth():
+        return
+    from ray._private.authentication.authentication_token_setup import ensure_token_if_auth_enabled
+
+    ensure_token_if_auth_enabled(dict(system_config), create_token_if_missing=True)
 
 
 def init_grpc_channel(address: str) -> Any:

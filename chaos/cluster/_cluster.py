@@ -25,6 +25,7 @@ from typing import Any
 import psutil
 
 from chaos._errors import FaultIneffective, InvalidConfig, InvalidFaultSpec
+from chaos._ray_compat import ensure_token
 from chaos._reclaim._reaper import Claim, ClaimKind, claim, release
 from chaos._wait import wait_until
 from chaos.net._cluster import join_workers, kill_workers, map_node_ids
@@ -358,12 +359,12 @@ def _start(nodes: int, num_cpus: int, store: int, config: dict[str, Any], temp_d
 
     cluster = None
     if nodes == 1 and not own_ports:
-            with _environ(env.head):
-                ctx = ray.init(address="local", num_cpus=num_cpus, object_store_memory=store,
-                               _temp_dir=temp_dir, _system_config=config, include_dashboard=True,
-                               **init_args)
-            address = ctx.address_info["gcs_address"]
-            _HEADS[address] = ray._private.worker._global_node
+        with _environ(env.head):
+            ctx = ray.init(address="local", num_cpus=num_cpus, object_store_memory=store,
+                           _temp_dir=temp_dir, _system_config=config, include_dashboard=True,
+                           **init_args)
+        address = ctx.address_info["gcs_address"]
+        _HEADS[address] = ray._private.worker._global_node
     else:
         cluster = _multi_node(nodes, num_cpus, store, config, temp_dir, worker_resources, env, lab,
                               own_ports=own_ports)
@@ -407,13 +408,15 @@ def _multi_node(nodes: int, num_cpus: int, store: int, config: dict[str, Any], t
 
     # Cluster records its address under Ray's default temp root and fails if that is missing.
     os.makedirs(os.path.dirname(get_ray_address_file(None)), exist_ok=True)
+    ensure_token(config)  # as ray.init does for a new cluster: Cluster's GCS aborts without one
     with _environ(env.head):
         cluster = Cluster(initialize_head=True, head_node_args={
             "num_cpus": num_cpus, "object_store_memory": store, "_system_config": config,
             "temp_dir": temp_dir, "include_dashboard": True, "resources": {"rc_head": 1.0},
-            # Unlike ray.init, Cluster's head fails if 8265 is taken (another cluster here).
+            # Unlike ray.init, Cluster's head fails if 8265 is taken (another cluster here); its
+            # agent's port is a free one too (Ray's fixed 52365 is any other cluster's here).
             "dashboard_port": _free_port(),
-            **({"dashboard_agent_listen_port": _free_port()} if own_ports else {}),
+            "dashboard_agent_listen_port": _free_port(),
             **({"node_ip_address": lab.head.address} if lab is not None else {}),
         })
     try:
