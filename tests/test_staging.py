@@ -200,6 +200,10 @@ def test_a_dry_run_names_the_exact_targets_and_changes_nothing(staging: Staging,
         assert f"pid {pid} " not in out.stdout, out.stdout  # team B's workers are out of the scope
     assert "hits 2 of 2 matching now" in out.stdout and "hits 1 of 2 matching now" in out.stdout, out.stdout
     assert _cluster_processes(staging) == before  # no process started, ended or stopped
+    # A fault that would find nothing now: the attack would fail, so the dry run says no.
+    nobody = KILLS.replace('class_name = "Worker"', 'class_name = "Nobody"')
+    out = _attack(staging, _experiment(staging, tmp_path, nobody), "--dry-run")
+    assert out.returncode == 2 and "WOULD FAIL" in out.stdout and "class Nobody" in out.stderr, out.stderr
 
 
 def test_an_unscoped_class_target_is_refused_while_two_jobs_run(staging: Staging, tmp_path: Path) -> None:
