@@ -9,6 +9,8 @@ a fact is used.
 |---|---|---|
 | token authentication (`ray._private.authentication`) | 2.52 | no token: every client is let in |
 | `init_grpc_channel` in `ray._private.grpc_utils` | 2.52 | in `ray._private.utils` |
+| `ray.exceptions.ActorAlreadyExistsError` (a `ValueError`) | 2.53 | a plain `ValueError` |
+| `upload_py_modules_if_needed(include_gitignore=...)` | 2.53 | no such argument (nothing ignored) |
 """
 
 from __future__ import annotations
@@ -18,8 +20,18 @@ from functools import cache
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-__all__ = ["TOKEN_AUTH_SINCE", "auth_headers", "ensure_token", "init_grpc_channel", "ray_minor", "token_auth",
-           "token_auth_enabled"]
+__all__ = [
+    "SINCE_2_53",
+    "TOKEN_AUTH_SINCE",
+    "actor_exists_error",
+    "auth_headers",
+    "ensure_token",
+    "init_grpc_channel",
+    "ray_minor",
+    "token_auth",
+    "token_auth_enabled",
+    "upload_py_modules",
+]
 
 #: The first minor release with token authentication (and ``ray._private.grpc_utils``).
 TOKEN_AUTH_SINCE = (2, 52)
@@ -68,6 +80,29 @@ def ensure_token(system_config: Mapping[str, Any]) -> None:
     from ray._private.authentication.authentication_token_setup import ensure_token_if_auth_enabled
 
     ensure_token_if_auth_enabled(dict(system_config), create_token_if_missing=True)
+
+
+#: The first minor release with ``ActorAlreadyExistsError`` and ``include_gitignore``.
+SINCE_2_53 = (2, 53)
+
+
+def actor_exists_error() -> type[Exception]:
+    """What creating a named actor whose name is taken raises."""
+    if ray_minor() < SINCE_2_53:
+        return ValueError
+    from ray.exceptions import ActorAlreadyExistsError
+
+    error: type[Exception] = ActorAlreadyExistsError
+    return error
+
+
+def upload_py_modules(runtime_env: Mapping[str, Any], *, scratch_dir: str) -> dict[str, Any]:
+    """Ray's own upload of a runtime env's ``py_modules`` (as ``ray.init`` does), every file kept."""
+    from ray._private.runtime_env.py_modules import upload_py_modules_if_needed
+
+    keep = {"include_gitignore": False} if ray_minor() >= SINCE_2_53 else {}
+    uploaded: dict[str, Any] = upload_py_modules_if_needed(dict(runtime_env), scratch_dir=scratch_dir, **keep)
+    return uploaded
 
 
 def init_grpc_channel(address: str) -> Any:

@@ -676,9 +676,9 @@ def _launch(node_id: str) -> tuple[Any, bool]:
     """The agent of ``node_id``: one found there, or one started now, owned by this driver; and
     whether this driver started it (then the handle is that very actor, and only that one)."""
     import ray
-    from ray.exceptions import ActorAlreadyExistsError
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+    from chaos._ray_compat import actor_exists_error
     from chaos.agents._ship import agent_runtime_env
 
     name = agent_name(node_id)
@@ -692,7 +692,7 @@ def _launch(node_id: str) -> tuple[Any, bool]:
             max_restarts=0, runtime_env=agent_runtime_env(),
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
         ).remote(owner=driver_token()), True
-    except ActorAlreadyExistsError:  # another driver started it just now
+    except actor_exists_error():  # another driver started it just now
         return ray.get_actor(name, namespace=AGENT_NAMESPACE), False
 
 

@@ -60,10 +60,9 @@ def agent_runtime_env() -> dict[str, list[str]]:
 def _uploaded(gcs_address: str) -> str:
     """The package's URI on the cluster at ``gcs_address``, uploaded once per cluster."""
     # Ray's own upload, as ray.init does it for a job's py_modules (ray._private.worker).
-    from ray._private.runtime_env.py_modules import upload_py_modules_if_needed
+    from chaos._ray_compat import upload_py_modules
 
     package = agent_package()
-    env = upload_py_modules_if_needed({"py_modules": [package]}, include_gitignore=False,
-                                      scratch_dir=os.path.dirname(package))
+    env = upload_py_modules({"py_modules": [package]}, scratch_dir=os.path.dirname(package))
     (uri,) = env["py_modules"]
     return str(uri)
