@@ -50,11 +50,12 @@ def unscoped_targets(schedule: Schedule) -> list[str]:
 
 def running_jobs(address: str, *, own: str | None) -> list[JobRow]:
     """The jobs running on the cluster at ``address``, but ``own`` (this driver's job id)."""
+    from ray.job_submission import JobStatus
     from ray.util.state import list_jobs
 
     rows = list_jobs(address=address, limit=10_000, raise_on_missing_output=False)
     return [JobRow(job_id=str(r.job_id), submission_id=r.submission_id, entrypoint=str(r.entrypoint or ""))
-            for r in rows if str(r.status) in ("RUNNING", "JobStatus.RUNNING") and r.job_id and r.job_id != own]
+            for r in rows if r.status == JobStatus.RUNNING and r.job_id and r.job_id != own]
 
 
 def check_scope(schedule: Schedule, *, address: str, own: str | None) -> None:

@@ -319,7 +319,10 @@ def job_ids(job: str, address: str) -> frozenset[str]:
 
 
 def _in_job(rows: list[Any], job: str | None, address: str) -> list[Any]:
-    return rows if job is None else [r for r in rows if r.job_id in job_ids(job, address)]
+    if job is None:
+        return rows
+    jobs = job_ids(job, address)  # one listing of the jobs, not one per row
+    return [r for r in rows if r.job_id in jobs]
 
 
 def _tasks(name: str, address: str, job: str | None = None) -> list[RayProcess]:
