@@ -145,11 +145,13 @@ class Attack(Workload):
         self.ctx.stop.wait(self.every)  # the probes' pace
         return True
 
-    def _requests(self) -> list[Request]:
-        """The load's requests so far, each ``sent`` in seconds of the run."""
+    def _requests(self, *, ended: bool = False) -> list[Request]:
+        """The load's requests so far (``ended``: once every one ended), each ``sent`` in seconds
+        of the run (the load's own clock starts at its start)."""
         if self.load is None:
             return []
-        return [replace(r, sent=r.sent + self.load.started) for r in self.load.requests()]
+        found = self.load.join() if ended else self.load.requests()
+        return [replace(r, sent=r.sent + self.load.started) for r in found]
 
     def _abort_on_breach(self) -> None:
         limit, slo = self.p.abort_slo_breach, self._objective()
@@ -202,12 +204,11 @@ class Attack(Workload):
         if self.load is None:
             return []
         self.load.stop()
-        offset = self.load.started
-        requests = [replace(r, sent=r.sent + offset) for r in self.load.join()]
+        requests = self._requests(ended=True)
         slo = self._objective()
         faults = sorted((f"{w.kind.value}@{w.start:.1f}s", w.start, w.end)
                         for kind in {e.kind for e in self.ctx.plan.entries} for w in self.ctx.windows(kind))
-        windows = fault_windows([(label, start, end) for label, start, end in faults], at_least=slo.window)
+        windows = fault_windows(faults, at_least=slo.window)
         before = min((w.start for w in windows), default=self.ctx.elapsed())
         steady = steady_state(requests, before=before, timeout=slo.timeout)
         self.ctx.metric("load requests", len(requests))
