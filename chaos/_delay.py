@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import math
 import os
 import random
@@ -15,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from chaos._errors import InvalidFaultSpec
+from chaos._ray_compat import RPC_IN_FLIGHT_SINCE, ray_minor, rpc_failure_knob, rpc_in_flight
 
 __all__ = ["Latency", "RpcFailure", "delayed", "rpc_delay_env", "rpc_failure_env", "rpc_failures_injected",
            "unconfirmed_rpc_failures"]
@@ -134,16 +134,24 @@ def _first_bad_share(failure: RpcFailure) -> str | None:
 def rpc_failure_env(*failures: RpcFailure) -> dict[str, str]:
     """Environment for Ray processes started with Ray's RPC failure testing knob (read at
     start-up; a testing knob, not a stable API): pass it as :func:`chaos.local_cluster`'s
-    ``worker_env`` to make the worker nodes' RPCs fail. Checked against Ray 2.60's JSON format.
+    ``worker_env`` to make the worker nodes' RPCs fail. In the installed Ray's format (JSON
+    since 2.54, ``M=max:req:resp[:in_flight]`` before: ``chaos._ray_compat``).
+
+    Raises:
+        InvalidFaultSpec: no failure given, or an in-flight share on a Ray before 2.52 (whose
+            knob has none).
     """
     if not failures:
         raise InvalidFaultSpec("give at least one RpcFailure")
-    config = {f.method: {"num_failures": f.num_failures, "req_failure_prob": f.request_percent,
-                         "resp_failure_prob": f.response_percent,
-                         "in_flight_failure_prob": f.in_flight_percent} for f in failures}
+    if not rpc_in_flight() and (late := next((f for f in failures if f.in_flight_percent), None)):
+        raise InvalidFaultSpec(f"in_flight_percent = {late.in_flight_percent} for {late.method!r}: Ray "
+                               f"{'.'.join(map(str, ray_minor()))}'s RPC failure knob has no in-flight failures "
+                               f"(since Ray {'.'.join(map(str, RPC_IN_FLIGHT_SINCE))}); give request_percent "
+                               "or response_percent instead, or upgrade Ray", field="in_flight_percent")
+    knob = rpc_failure_knob({f.method: (f.num_failures, f.request_percent, f.response_percent,
+                                        f.in_flight_percent) for f in failures})
     # Every embedded node shares this machine's address: "intra-node" must not be spared.
-    return {"RAY_testing_rpc_failure": json.dumps(config),
-            "RAY_testing_rpc_failure_avoid_intra_node_failures": "0"}
+    return {"RAY_testing_rpc_failure": knob, "RAY_testing_rpc_failure_avoid_intra_node_failures": "0"}
 
 
 #: The line each Ray 2.60 process logs (INFO, ``grpc_client.h``) for every failure its RPC

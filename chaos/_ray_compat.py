@@ -5,29 +5,35 @@ named here once, by the release it came in, and the rest of the code asks this m
 from the installed package's metadata, not ``ray.__version__``: nothing of Ray is imported until
 a fact is used.
 
-| fact | since | before it |
-|---|---|---|
-| token authentication (`ray._private.authentication`) | 2.52 | no token: every client is let in |
-| `init_grpc_channel` in `ray._private.grpc_utils` | 2.52 | in `ray._private.utils` |
-| `ray.exceptions.ActorAlreadyExistsError` (a `ValueError`) | 2.53 | a plain `ValueError` |
-| `upload_py_modules_if_needed(include_gitignore=...)` | 2.53 | no such argument (nothing ignored) |
+The facts are :data:`FACTS` (the documentation's table is generated from them).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import cache
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 __all__ = [
+    "DRIVER_PICKS_HEAD_SINCE",
+    "FACTS",
+    "RPC_IN_FLIGHT_SINCE",
+    "RPC_KNOB_JSON_SINCE",
     "SINCE_2_53",
     "TOKEN_AUTH_SINCE",
+    "ReleaseFact",
     "actor_exists_error",
     "auth_headers",
     "ensure_token",
+    "facts_markdown",
     "init_grpc_channel",
     "ray_minor",
+    "rpc_failure_knob",
+    "rpc_in_flight",
+    "shared_host_worker_args",
     "token_auth",
     "token_auth_enabled",
     "upload_py_modules",
@@ -112,3 +118,80 @@ def init_grpc_channel(address: str) -> Any:
     else:
         from ray._private.utils import init_grpc_channel as channel
     return channel(address)
+
+
+#: The first minor release whose RPC failure knob fails calls while the request is in flight.
+RPC_IN_FLIGHT_SINCE = (2, 52)
+#: The first minor release that reads the RPC failure knob as JSON.
+RPC_KNOB_JSON_SINCE = (2, 54)
+
+
+def rpc_in_flight() -> bool:
+    """Whether the installed Ray's RPC failure knob has in-flight failures."""
+    return ray_minor() >= RPC_IN_FLIGHT_SINCE
+
+
+def rpc_failure_knob(entries: Mapping[str, tuple[int, int, int, int]]) -> str:
+    """``RAY_testing_rpc_failure``'s value for the installed Ray: per method, (most failures,
+    request %, response %, in-flight %). Before 2.54 Ray reads ``M=max:req:resp`` entries (and
+    a fourth field, in flight, from 2.52): a field count it does not expect fails a check in
+    every process at start-up, so the in-flight share is left out before 2.52 (the caller
+    refuses a non-zero one, see :func:`rpc_in_flight`)."""
+    if ray_minor() >= RPC_KNOB_JSON_SINCE:
+        return json.dumps({method: {"num_failures": most, "req_failure_prob": req, "resp_failure_prob": resp,
+                                    "in_flight_failure_prob": in_flight}
+                           for method, (most, req, resp, in_flight) in entries.items()})
+    fields = 4 if rpc_in_flight() else 3
+    return ",".join(f"{method}=" + ":".join(str(v) for v in shares[:fields]) for method, shares in entries.items())
+
+
+#: The first minor release whose driver, on a host with several nodes, attaches to the head.
+DRIVER_PICKS_HEAD_SINCE = (2, 54)
+
+
+def shared_host_worker_args() -> dict[str, str]:
+    """``add_node`` arguments for a worker node on the driver's own host. Before 2.54 a driver
+    attaches to any node of its IP address, a worker node too: killing that node then kills
+    every actor the driver owns ("Owner's node has crashed"). A worker node at the loopback
+    address leaves the head the only node of the host's address."""
+    return {} if ray_minor() >= DRIVER_PICKS_HEAD_SINCE else {"node_ip_address": "127.0.0.1"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReleaseFact:
+    """One difference between Ray minor releases that raychaos meets."""
+
+    what: str  #: what came in that release
+    since: tuple[int, int]  #: the first minor release that has it
+    before: str  #: what the releases before it do instead
+    verdict: str = ""  #: how it changes a verdict, if it does
+
+
+FACTS: tuple[ReleaseFact, ...] = (
+    ReleaseFact(what="token authentication (`ray._private.authentication`)", since=TOKEN_AUTH_SINCE,
+                before="no token: every client is let in"),
+    ReleaseFact(what="`init_grpc_channel` in `ray._private.grpc_utils`", since=TOKEN_AUTH_SINCE,
+                before="in `ray._private.utils`"),
+    ReleaseFact(what="RPC failures while the request is in flight (the knob's third share)",
+                since=RPC_IN_FLIGHT_SINCE, before="request and response failures only",
+                verdict="an `RpcFailure` with `in_flight_percent` is refused, naming the release"),
+    ReleaseFact(what="`ray.exceptions.ActorAlreadyExistsError` (a `ValueError`)", since=SINCE_2_53,
+                before="a plain `ValueError`"),
+    ReleaseFact(what="`upload_py_modules_if_needed(include_gitignore=...)`", since=SINCE_2_53,
+                before="no such argument (nothing ignored)"),
+    ReleaseFact(what="a driver on a host of several nodes attaches to the head node", since=DRIVER_PICKS_HEAD_SINCE,
+                before="to any node of its IP address: a node kill may take the driver's actors ('Owner's node has "
+                       "crashed')",
+                verdict="embedded clusters put their worker nodes at 127.0.0.1 before 2.54, so a killed node "
+                        "never holds the driver"),
+    ReleaseFact(what="the RPC failure knob (`RAY_testing_rpc_failure`) read as JSON", since=RPC_KNOB_JSON_SINCE,
+                before="`Method=max:req:resp[:in_flight],...` (another field count fails a check at start-up)"),
+)
+
+
+def facts_markdown() -> str:
+    """The table of :data:`FACTS`, as the documentation shows it."""
+    rows = ["| since | what | before it | changes a verdict |", "|---|---|---|---|"]
+    rows += [f"| {f.since[0]}.{f.since[1]} | {f.what} | {f.before} | {f.verdict or 'no'} |"
+             for f in sorted(FACTS, key=lambda f: f.since)]
+    return "\n".join(rows) + "\n"

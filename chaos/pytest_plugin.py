@@ -111,6 +111,7 @@ class RayHarness:
         cluster = None if self.handle is None else self.handle.cluster
         if cluster is None or self.shape is None or self.handle is None:
             return []
+        from chaos._ray_compat import shared_host_worker_args
         from chaos._ray_state import live_nodes, node_states, short
 
         # Dead as the GCS says: a node just added and not yet registered is not dead.
@@ -129,7 +130,8 @@ class RayHarness:
         for node, index in zip(dead, missing):
             cluster.remove_node(node, allow_graceful=False)  # only its bookkeeping is left
             cluster.add_node(num_cpus=self.shape.cpus, object_store_memory=self.shape.object_store_mb * 1024 * 1024,
-                             resources={f"rc_node{index}": 1.0, **dict(self.shape.resources)})
+                             resources={f"rc_node{index}": 1.0, **dict(self.shape.resources)},
+                             **shared_host_worker_args())
         cluster.wait_for_nodes(timeout=60)
         return [short(node.node_id) for node in dead]
 

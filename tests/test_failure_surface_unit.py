@@ -72,6 +72,29 @@ def test_the_rpc_failure_env_is_ray_260s_json_and_spares_no_intra_node_call() ->
         rpc_failure_env()
 
 
+@pytest.mark.parametrize(("release", "knob"), [
+    ("2.51.2", "CoreWorkerService.grpc_client.PushTask=5:0:10,*=-1:20:0"),
+    ("2.53.0", "CoreWorkerService.grpc_client.PushTask=5:0:10:0,*=-1:20:0:0"),
+])
+def test_the_rpc_failure_knob_is_in_the_format_of_the_installed_ray(
+        monkeypatch: pytest.MonkeyPatch, release: str, knob: str) -> None:
+    """Ray before 2.54 reads `M=max:req:resp` (a fourth field, in flight, from 2.52); a field
+    count it does not expect fails a check in every process at start-up (seen on 2.50 and 2.53)."""
+    from chaos import _ray_compat
+
+    _ray_compat.ray_minor.cache_clear()
+    monkeypatch.setattr(_ray_compat, "version", lambda name: release)
+    try:
+        env = rpc_failure_env(RpcFailure("CoreWorkerService.grpc_client.PushTask", response_percent=10,
+                                         num_failures=5), RpcFailure("*", request_percent=20))
+        assert env["RAY_testing_rpc_failure"] == knob
+        if release < "2.52":
+            with pytest.raises(InvalidFaultSpec, match=r"in_flight_percent = 5 .* no in-flight failures"):
+                rpc_failure_env(RpcFailure("*", in_flight_percent=5))
+    finally:
+        _ray_compat.ray_minor.cache_clear()
+
+
 def test_the_open_file_limit_leaves_exactly_the_headroom() -> None:
     held = {0, 1, 2, 5, 6, 9}
     assert _limit_leaving(held, 0) == 3  # the lowest free slot: the next open fails

@@ -25,7 +25,7 @@ from typing import Any
 import psutil
 
 from chaos._errors import FaultIneffective, InvalidConfig, InvalidFaultSpec
-from chaos._ray_compat import ensure_token
+from chaos._ray_compat import ensure_token, shared_host_worker_args
 from chaos._reclaim._reaper import Claim, ClaimKind, claim, release
 from chaos._wait import wait_until
 from chaos.net._cluster import join_workers, kill_workers, map_node_ids
@@ -368,7 +368,10 @@ def _start(nodes: int, num_cpus: int, store: int, config: dict[str, Any], temp_d
     else:
         cluster = _multi_node(nodes, num_cpus, store, config, temp_dir, worker_resources, env, lab,
                               own_ports=own_ports)
-        ray.init(address=cluster.address, **{k: v for k, v in init_args.items() if k != "num_gpus"})
+        # Before Ray 2.54 adding a node in this process leaves its address as this process's own:
+        # the driver would attach to the last worker node added (shared_host_worker_args).
+        head_ip = {"_node_ip_address": cluster.head_node.node_ip_address} if shared_host_worker_args() else {}
+        ray.init(address=cluster.address, **head_ip, **{k: v for k, v in init_args.items() if k != "num_gpus"})
         address = cluster.address
         _HEADS[address] = cluster.head_node
         if lab is not None:
@@ -436,7 +439,8 @@ def _add_workers(cluster: Any, nodes: int, num_cpus: int, store: int,
     for i in range(1, nodes):
         resources = {f"rc_node{i}": 1.0, **(worker_resources or {})}
         with _environ(env.workers):
-            cluster.add_node(num_cpus=num_cpus, object_store_memory=store, resources=resources)
+            cluster.add_node(num_cpus=num_cpus, object_store_memory=store, resources=resources,
+                             **shared_host_worker_args())
     cluster.wait_for_nodes(timeout=60)
 
 

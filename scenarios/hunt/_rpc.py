@@ -60,11 +60,14 @@ def add_rpc_node(cluster: Any, *, object_store_bytes: int, bound: float) -> None
     """Add to ``cluster`` (a ``ray.cluster_utils.Cluster``) one node of 1 CPU holding
     :data:`HUNT_RPC`, whose raylet and workers fail :data:`RPC_SHARE` % of their RPCs three ways."""
     from chaos import RpcFailure
+    from chaos.cluster import rpc_in_flight, shared_host_worker_args
     from chaos.engine import rpc_failure_env
 
+    # Ray's knob fails calls in flight since 2.52; before it, requests and responses only.
     env = rpc_failure_env(RpcFailure("*", request_percent=RPC_SHARE, response_percent=RPC_SHARE,
-                                     in_flight_percent=RPC_SHARE))
-    cluster.add_node(num_cpus=1, object_store_memory=object_store_bytes, resources={HUNT_RPC: 100.0}, env_vars=env)
+                                     in_flight_percent=RPC_SHARE if rpc_in_flight() else 0))
+    cluster.add_node(num_cpus=1, object_store_memory=object_store_bytes, resources={HUNT_RPC: 100.0}, env_vars=env,
+                     **shared_host_worker_args())
     cluster.wait_for_nodes(timeout=bound)
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from chaos.cluster import shared_host_worker_args
 from chaos.history import Verdict
 from scenarios.hunt._model import (
     CANCEL_HOLD,
@@ -339,7 +340,8 @@ class Interpreter:
             self.cluster.remove_node(nodes[0], allow_graceful=False)  # asserts its processes are gone
         except Exception:  # noqa: BLE001 - fail closed: a removal not confirmed is missed
             return False
-        self.cluster.add_node(num_cpus=1, object_store_memory=REPLACEMENT_STORE, resources={HUNT_NODE: 100.0})
+        self.cluster.add_node(num_cpus=1, object_store_memory=REPLACEMENT_STORE, resources={HUNT_NODE: 100.0},
+                              **shared_host_worker_args())
         self.cluster.wait_for_nodes(timeout=NODE_BOUND)
         return True
 
