@@ -19,7 +19,7 @@ from scenarios.reports._schemas import summary_schema
 
 
 def _run(*, mttrs: tuple[float, float] = (0.5, 0.6), seconds: float = 20.0, validity: str = "held",
-         availability: float = 0.995, p99_ms: float = 40.0) -> dict[str, Any]:
+         availability: float = 0.995, p99_ms: float = 40.0, restarts: float = 2.0) -> dict[str, Any]:
     faults = [{"at": 5.0 + 4 * i, "start": 5.0 + 4 * i, "end": 5.1 + 4 * i, "kind": "kill", "target": "actor app/w",
                "outcome": "recovered", "mttr": m, "status": "injected", "confirmed": 5.05 + 4 * i, "index": i}
               for i, m in enumerate(mttrs)]
@@ -27,15 +27,17 @@ def _run(*, mttrs: tuple[float, float] = (0.5, 0.6), seconds: float = 20.0, vali
                "seen": 100, "measured": None}
     return {"label": "chaos", "seed": 0, "status": "completed", "outcome": validity if validity != "n/a" else "held",
             "deviated": validity != "held", "seconds": seconds, "error": "",
-            "metrics": {"slo availability min": availability, "slo p99 max ms": p99_ms, "load requests": 400.0},
+            "metrics": {"slo availability min": availability, "slo p99 max ms": p99_ms, "load requests": 400.0,
+                        "ray actor restarts": restarts, "ray nodes dead": 0.0},
             "peak_rss_gib": 1.0, "mttr_max_s": max(mttrs), "verdicts": [verdict], "faults": faults, "unjudged": [],
             "probed": True, "notes": [], "probes": [], "series": {}, "final_counters": {}}
 
 
-def _summary(**run: Any) -> dict[str, Any]:
+def _summary(*, ray: str = "2.60.0", **run: Any) -> dict[str, Any]:
     r = _run(**run)
     return {"schema_version": 1, "scenario": "staging", "outcome": r["outcome"], "deviated": r["deviated"],
-            "machine": {"cpus": 2, "memory_gib": 24.0, "python": "3.11.7", "platform": "Linux"}, "runs": [r]}
+            "machine": {"cpus": 2, "memory_gib": 24.0, "python": "3.11.7", "platform": "Linux", "ray": ray},
+            "runs": [r]}
 
 
 def test_the_summaries_compared_here_are_of_the_published_schema() -> None:
@@ -60,6 +62,14 @@ def test_the_same_run_twice_regresses_on_nothing() -> None:
 def test_each_regression_is_named(b: dict[str, Any], what: str) -> None:
     regressed = {r.what for r in compare(_summary(), _summary(**b)).regressions}
     assert what in regressed, regressed
+
+
+def test_the_releases_and_rays_own_events_are_shown_side_by_side_not_judged() -> None:
+    found = compare(_summary(ray="2.50.1"), _summary(ray="2.60.0", restarts=5.0))
+    rows = {r.what: r for r in found.rows}
+    assert (rows["ray"].a, rows["ray"].b) == ("2.50.1", "2.60.0")
+    assert (rows["ray actor restarts"].a, rows["ray actor restarts"].b) == ("2", "5")
+    assert found.regressions == []
 
 
 def test_within_the_tolerances_is_no_regression_and_the_tolerances_are_the_users() -> None:

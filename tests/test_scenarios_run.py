@@ -58,6 +58,10 @@ def test_builtin_scenario_holds_its_invariants(name: str, ray_cluster: ClusterHa
     assert result.exit_code == 0, result.output
     assert run["faults"] and all(f["status"] == "injected" for f in run["faults"]), run["faults"]
     assert all(f["mttr"] is not None for f in run["faults"] if name != "replay-crash-loop-beyond")
+    # Ray's own account of the run (what compare shows): measured, and the kills' effect in it.
+    assert {"ray actor restarts", "ray nodes dead", "ray task retries"} <= set(run["metrics"]), run["metrics"]
+    most = {"env-worker-kill": "ray task retries", "replay-crash-loop": "ray actor restarts"}.get(name)
+    assert most is None or run["metrics"][most] >= 1, run["metrics"]
 
 
 @pytest.mark.slow  # make test's budget (the plants show every invariant red there)

@@ -2,8 +2,11 @@
 a new release of the program), read from their published ``summary.json``, and whether B
 regressed beyond stated tolerances.
 
-What is compared is typed, never prose: each verdict's validity, each fault's status and MTTR
-(by schedule index), the run's seconds, and the metrics both runs recorded. A verdict that held
+What is compared is typed, never prose: the Ray release of each, each verdict's validity, each
+fault's status and MTTR (by schedule index), the run's seconds, and the metrics both runs
+recorded, Ray's own events among them (actor restarts, nodes declared dead, task retries: shown
+side by side, not judged, since more of them under the same faults can be either release's
+right answer). A verdict that held
 in A and did not in B is a regression whatever the tolerances; the figures regress past theirs.
 """
 
@@ -102,10 +105,14 @@ def compare(a: Mapping[str, Any], b: Mapping[str, Any], tolerances: Tolerances =
         raise InvalidConfig(f"A ran {a['scenario']!r} and B {b['scenario']!r}: compare two runs of the same "
                             "scenario or attack file")
     ra, rb = _chaos_run(a), _chaos_run(b)
-    rows = [_outcome(a, b), *_verdicts(ra, rb), *_faults(ra, rb, tolerances),
+    rows = [_release(a, b), _outcome(a, b), *_verdicts(ra, rb), *_faults(ra, rb, tolerances),
             _ratio("run seconds", ra["seconds"], rb["seconds"], tolerances.seconds_ratio),
             *_metrics(ra["metrics"], rb["metrics"], tolerances)]
     return Comparison(scenario=str(a["scenario"]), rows=tuple(rows))
+
+
+def _release(a: Mapping[str, Any], b: Mapping[str, Any]) -> Row:
+    return Row(what="ray", a=str(a["machine"].get("ray", "-")), b=str(b["machine"].get("ray", "-")))
 
 
 def _outcome(a: Mapping[str, Any], b: Mapping[str, Any]) -> Row:

@@ -14,6 +14,7 @@ import platform
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict
+from importlib.metadata import version
 from xml.etree import ElementTree as ET
 
 from scenarios.model._records import NO_PROBE_NOTE, VALIDITY_WORDS, RunResult, Validity, Verdict, outcome_of
@@ -68,7 +69,7 @@ def _machine() -> dict[str, object]:
     import psutil
 
     return {"cpus": os.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
-            "python": platform.python_version(), "platform": platform.platform()}
+            "python": platform.python_version(), "platform": platform.platform(), "ray": version("ray")}
 
 
 def junit(results: Sequence[RunResult]) -> ET.Element:

@@ -11,8 +11,10 @@ keeps it.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from chaos import FaultKind
@@ -98,7 +100,8 @@ def _run() -> Schema:
 def summary_schema() -> Schema:
     """The JSON Schema (draft 7) of ``summary.json``."""
     machine = _object({"cpus": (_nullable({"type": "integer"}), ""), "memory_gib": (_NUMBER, ""),
-                       "python": (_STRING, ""), "platform": (_STRING, "")})
+                       "python": (_STRING, ""), "platform": (_STRING, ""),
+                       "ray": (_STRING, "The Ray release the run used.")})
     body = _object({
         "schema_version": ({"const": SUMMARY_SCHEMA_VERSION}, "This schema's version."),
         "scenario": (_STRING, "The scenario's (or attack's) name."),
@@ -159,6 +162,13 @@ def off_schema(folder: str) -> list[str]:
 def shipped_schema(report: str) -> str:
     """The text of the shipped schema file of ``report`` (``summary`` or ``journal``)."""
     return (resources.files("scenarios") / "reports" / "schemas" / SCHEMA_FILES[report]).read_text(encoding="utf-8")
+
+
+def write_shipped() -> None:
+    """Regenerate the shipped schema files from the model (the stale-file test names the command)."""
+    folder = Path(__file__).parent / "schemas"
+    for report, made in (("summary", summary_schema()), ("journal", journal_schema())):
+        (folder / SCHEMA_FILES[report]).write_text(json.dumps(made, indent=2) + "\n", encoding="utf-8")
 
 
 def reports_markdown() -> str:
