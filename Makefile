@@ -35,7 +35,7 @@ LOCK_ARGS ?=
 
 REPORT ?= report/dqn-cartpole
 
-.PHONY: install bytecode browser redis fuse net run test slow deep lint docs thorough mutants soak hunt bench bench-load compat latency lock leakcheck clean
+.PHONY: install bytecode browser redis fuse net run test slow deep lint docs thorough mutants soak hunt bench bench-load compat compat-venv compat-all findings-matrix latency lock leakcheck clean
 
 # constraints.txt pins every package the install resolves (see `make lock`); pyproject keeps
 # loose ranges for users.
@@ -168,19 +168,44 @@ bench-load: $(STAMP)
 # tests that touch Ray's private APIs and each fault kind's injection and confirmation.
 RAY ?=
 COMPAT_VENV = .compat/ray-$(RAY)
+COMPAT_RAYS ?= 2.50 2.51 2.52 2.53 2.54 2.55 2.56 2.57 2.58 2.59 2.60
 COMPAT_TESTS ?= tests/test_plugin.py tests/test_chaos_faults.py tests/test_chaos_multinode.py \
 	tests/test_net_faults.py tests/test_redis_loss.py tests/test_attack.py tests/test_scenarios_run.py
-compat: redis fuse net
+# Not in the subset: what needs the rl or apps extras (torch, Tune, the flagship and its HTML
+# report) and the runs that test raychaos's own handling of signals and replays, not Ray's.
+COMPAT_SELECT ?= not parameter-server and not tune and not flagship and not headless and not replay_reruns \
+	and not os_limit and not ctrl_c
+COMPAT_EXTRA ?=
+compat-venv:
 	@python3 .ci/compat_requirements.py $(RAY) > /dev/null
 	test -x $(COMPAT_VENV)/bin/python || python3 -m venv $(COMPAT_VENV)
 	$(COMPAT_VENV)/bin/python -m pip install --quiet pip==$(PIP_VERSION) uv==$(UV_VERSION)
 	grep -v -E '^ray(\[|=|-)' constraints.txt > $(COMPAT_VENV)/constraints.txt
-	python3 .ci/compat_requirements.py $(RAY) > $(COMPAT_VENV)/requirements.txt
+	python3 .ci/compat_requirements.py $(RAY) $(COMPAT_EXTRA) > $(COMPAT_VENV)/requirements.txt
 	$(COMPAT_VENV)/bin/uv pip install --quiet --python $(COMPAT_VENV)/bin/python \
 		$(foreach l,$(FIND_LINKS),--find-links $(l)) -c $(COMPAT_VENV)/constraints.txt -r $(COMPAT_VENV)/requirements.txt
 	$(COMPAT_VENV)/bin/uv pip install --quiet --python $(COMPAT_VENV)/bin/python --no-deps -e .
-	$(COMPAT_VENV)/bin/python -m pytest -m "not deep" -p no:cacheprovider --durations=10 $(COMPAT_TESTS) $(PYTEST_ARGS) \
-		|| $(POSTMORTEM)
+	@$(COMPAT_VENV)/bin/python -c "import importlib.metadata as m; print('Ray', m.version('ray'), '(compat)')"
+
+compat: redis fuse net compat-venv
+	$(COMPAT_VENV)/bin/python -m pytest -m "not deep" -k "$(COMPAT_SELECT)" -p no:cacheprovider --durations=15 \
+		$(COMPAT_TESTS) $(PYTEST_ARGS) \
+		|| { rc=$$?; $(COMPAT_VENV)/bin/python -m chaos.postmortem; exit $$rc; }
+	$(COMPAT_VENV)/bin/python -m chaos.leakcheck
+
+# `make compat` on every supported minor release, one after another (about 8 minutes each
+# here); a table of outcomes and times at the end, also in .compat/compat-all.json.
+compat-all:
+	python3 .ci/compat_all.py $(COMPAT_RAYS)
+
+# Every script in findings/ on each release of RAYS (a bounded number of rounds each), its
+# outcome merged into findings/matrix.json and the table in findings/README.md.
+RAYS ?= $(COMPAT_RAYS)
+findings-matrix: $(STAMP) redis fuse
+	@for v in $(RAYS); do \
+		$(MAKE) --no-print-directory compat-venv RAY=$$v COMPAT_EXTRA=findings || exit 1; \
+		$(PY) .ci/findings_matrix.py --ray $$v --python .compat/ray-$$v/bin/python || exit 1; \
+	done
 	@$(MAKE) --no-print-directory leakcheck
 
 # Schedule tick → fault confirmed, per fault kind, on 1 and 3 embedded nodes.

@@ -245,6 +245,16 @@ def test_the_attack_pages_table_of_needs_is_the_codes() -> None:
     assert needs_table() in page, "docs/how-to/attack.md: paste chaos._preflight.needs_table()'s output as its table"
 
 
+def test_the_ray_releases_page_states_the_compat_modules_facts() -> None:
+    """Each difference between Ray releases, as `chaos._ray_compat.FACTS` states it (a fact
+    added or changed shows on the page, or this fails)."""
+    from chaos._ray_compat import facts_markdown
+
+    page = (ROOT / "docs" / "reference" / "ray-versions.md").read_text(encoding="utf-8")
+    shown = page.split("<!-- facts:start -->\n", 1)[1].split("<!-- facts:end -->", 1)[0]
+    assert shown == facts_markdown(), "docs/reference/ray-versions.md: paste chaos._ray_compat.facts_markdown()"
+
+
 def test_a_block_that_defines_tests_is_run_under_pytest() -> None:
     """``exec`` of a block defines its tests and never calls them: such a block could never fail."""
     unrun = [f"{b.where}: {defines_tests(b.text)}" for b in BLOCKS

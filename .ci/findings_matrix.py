@@ -1,0 +1,205 @@
+"""Every finding on every Ray release asked for: `make findings-matrix` (or `RAYS="2.50 2.60"`).
+
+    python .ci/findings_matrix.py --ray 2.55 --python .compat/ray-2.55/bin/python
+
+Runs each script of findings/ with the given Python (a venv holding that Ray), each with a
+bounded number of rounds and a deadline, reads its last line (`REPRODUCED k of N`), and merges
+the outcome into `findings/matrix.json`, keyed by finding and Ray release, so releases can be
+run one at a time. A run that ends without that line, or past its deadline, is "unknown":
+never counted as reproduced or as not. Every process a script left in its own session is
+killed (and counted) before the next one starts. `--table` rewrites the table in README.md
+from the JSON without running anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import signal
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+HERE = ROOT / "findings"
+MATRIX = HERE / "matrix.json"
+README = HERE / "README.md"
+START, END = "<!-- matrix:start -->", "<!-- matrix:end -->"
+REPRODUCED = re.compile(r"^REPRODUCED (\d+) of (\d+)", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Finding:
+    script: str
+    args: tuple[str, ...]  # a bounded run: fewer rounds than the README's own command
+    deadline: float  # seconds
+    by_exit: str = ""  # for a script that reproduces by ending (one round a run): text its log shows then
+
+
+FINDINGS = (
+    Finding(script="retry_order.py", args=("3",), deadline=180),
+    Finding(script="cancel_ignored_when_sigint_ignored.py", args=("--ignore", "2"), deadline=180),
+    Finding(script="gcs_restarted_from_ended_thread.py", args=("1",), deadline=240),
+    Finding(script="train_report_lost_with_worker.py", args=("1",), deadline=300),
+    Finding(script="cancel_lost_under_load.py", args=("--rounds", "10", "--graph", "2"), deadline=300),
+    Finding(script="spill_disk_errors.py", args=("enospc",), deadline=180,
+            by_exit="No space left on device"),
+    Finding(script="spill_restore_interrupted.py", args=("1",), deadline=240),
+    Finding(script="gcs_exits_when_redis_connection_drops.py", args=("client_kill", "2"), deadline=240),
+    Finding(script="force_cancel_after_cancel_crashes_driver.py", args=("1",), deadline=240),
+    Finding(script="driver_ended_when_gcs_gone.py", args=("1",), deadline=240),
+    Finding(script="shutdown_blocked_when_gcs_gone.py", args=("1",), deadline=240),
+    Finding(script="actor_call_hangs_after_gcs_restart_with_rpc_failures.py", args=("1",), deadline=420),
+)
+
+
+@dataclass(frozen=True)
+class Result:
+    finding: str
+    ray: str
+    status: str  # "measured" or "unknown"
+    reproduced: int
+    rounds: int
+    seconds: float
+    note: str  # why unknown, or processes the script left behind
+
+
+def reap(session: int) -> int:
+    """Kill every process still in the script's session; how many there were."""
+    left = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.pid != os.getpid() and os.getsid(proc.pid) == session:
+                left.append(proc)
+        except (ProcessLookupError, psutil.Error):
+            continue
+    for proc in left:
+        try:
+            proc.send_signal(signal.SIGKILL)
+        except psutil.Error:
+            continue
+    psutil.wait_procs(left, timeout=10)
+    return len(left)
+
+
+def run(finding: Finding, python: str, ray: str) -> Result:
+    start = time.monotonic()
+    proc = subprocess.Popen([python, str(HERE / finding.script), *finding.args], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        out, timed_out = proc.communicate(timeout=finding.deadline)[0], False
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, timed_out = proc.communicate()[0], True
+    left = reap(proc.pid)
+    logs = ROOT / ".compat" / "findings"
+    logs.mkdir(parents=True, exist_ok=True)
+    (logs / f"{ray}-{finding.script}.log").write_text(out, encoding="utf-8")
+    return judge(finding, ray, out, proc.returncode, timed_out=timed_out, left=left,
+                 seconds=time.monotonic() - start)
+
+
+def judge(finding: Finding, ray: str, out: str, returncode: int | None, *, timed_out: bool, left: int,
+          seconds: float) -> Result:
+    note = f"{left} process(es) left, killed" if left else ""
+    if timed_out:
+        return Result(finding=finding.script, ray=ray, status="unknown", reproduced=0, rounds=0,
+                      seconds=seconds, note=f"past its {finding.deadline:g} s deadline")
+    if finding.by_exit:
+        hit = returncode != 0 and finding.by_exit in out
+        ran = hit or "healed:" in out
+        return Result(finding=finding.script, ray=ray, status="measured" if ran else "unknown",
+                      reproduced=int(hit), rounds=1, seconds=seconds,
+                      note=note if ran else f"exit {returncode}, neither the abort nor the heal seen")
+    found = REPRODUCED.findall(out)
+    if not found:
+        tail = out.strip().splitlines()[-1:] or ["no output"]
+        return Result(finding=finding.script, ray=ray, status="unknown", reproduced=0, rounds=0,
+                      seconds=seconds, note=f"exit {returncode}, no REPRODUCED line: {tail[0][:160]}")
+    k, n = (int(x) for x in found[-1])
+    return Result(finding=finding.script, ray=ray, status="measured", reproduced=k, rounds=n,
+                  seconds=seconds, note=note)
+
+
+def load() -> dict[str, Any]:
+    return json.loads(MATRIX.read_text(encoding="utf-8")) if MATRIX.exists() else {"runs": {}, "results": []}
+
+
+def merge(matrix: dict[str, Any], ray: str, installed: str, results: list[Result]) -> dict[str, Any]:
+    kept = [r for r in matrix["results"] if r["ray"] != ray]
+    runs = {**matrix["runs"], ray: {"installed": installed, "date": date.today().isoformat(),
+                                    "machine": f"{os.cpu_count()} cores, {platform.machine()}, "
+                                               f"Python {platform.python_version()}"}}
+    ordered = sorted([*kept, *(asdict(r) for r in results)],
+                     key=lambda r: ([f.script for f in FINDINGS].index(r["finding"]), r["ray"]))
+    return {"runs": dict(sorted(runs.items())), "results": ordered}
+
+
+def cell(result: dict[str, Any] | None) -> str:
+    if result is None:
+        return "not run"
+    if result["status"] != "measured":
+        return "unknown"
+    return f"{result['reproduced']} of {result['rounds']}"
+
+
+def table(matrix: dict[str, Any]) -> str:
+    rays = list(matrix["runs"])
+    index = {(r["finding"], r["ray"]): r for r in matrix["results"]}
+    rows = ["| finding | " + " | ".join(rays) + " |", "|---|" + "---:|" * len(rays)]
+    for finding in FINDINGS:
+        cells = [cell(index.get((finding.script, ray))) for ray in rays]
+        rows.append(f"| `{finding.script} {' '.join(finding.args)}` | " + " | ".join(cells) + " |")
+    installed = ", ".join(f"{ray}: {run['installed']} ({run['date']})" for ray, run in matrix["runs"].items())
+    return "\n".join([*rows, "", f"Rounds reproduced per release (the release's newest patch; run on: {installed})."])
+
+
+def write_table(matrix: dict[str, Any]) -> None:
+    text = README.read_text(encoding="utf-8")
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    README.write_text(f"{head}{START}\n{table(matrix)}\n{END}{tail}", encoding="utf-8")
+
+
+def installed_ray(python: str) -> str:
+    done = subprocess.run([python, "-c", "import importlib.metadata as m; print(m.version('ray'))"],
+                          capture_output=True, text=True, check=True, timeout=60)
+    return done.stdout.strip()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ray", help="the minor release the Python holds, e.g. 2.55")
+    parser.add_argument("--python", help="a Python whose environment holds that Ray")
+    parser.add_argument("--only", action="append", default=[], help="a finding's script (repeatable)")
+    parser.add_argument("--table", action="store_true", help="only rewrite README.md's table from the JSON")
+    args = parser.parse_args()
+    if args.table:
+        write_table(load())
+        return
+    if not (args.ray and args.python):
+        parser.error("give --ray and --python (or --table)")
+    chosen = [f for f in FINDINGS if not args.only or f.script in args.only]
+    if unknown := set(args.only) - {f.script for f in FINDINGS}:
+        parser.error(f"--only {sorted(unknown)}: not a finding here; one of {[f.script for f in FINDINGS]}")
+    results = []
+    for finding in chosen:
+        results.append(result := run(finding, args.python, args.ray))
+        print(f"Ray {args.ray} {finding.script}: {cell(asdict(result))} in {result.seconds:.0f} s {result.note}",
+              flush=True)
+    matrix = merge(load(), args.ray, installed_ray(args.python), results)
+    MATRIX.write_text(json.dumps(matrix, indent=2) + "\n", encoding="utf-8")
+    write_table(matrix)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""The tools that run raychaos on other Ray releases judge what they read, never assume it:
+`make compat-all` reads each release's pytest summary, `make findings-matrix` each finding's
+`REPRODUCED k of N`; a run that printed neither is unknown, not a pass. No Ray here: the
+outputs as the tools meet them."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load(name: str) -> ModuleType:
+    sys.path.insert(0, str(ROOT / ".ci"))  # compat_all imports compat_requirements as a script would
+    try:
+        spec = importlib.util.spec_from_file_location(name, ROOT / ".ci" / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses resolve their module's annotations through it
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(ROOT / ".ci"))
+
+
+compat_all = _load("compat_all")
+matrix = _load("findings_matrix")
+
+PASSED = "Ray 2.50.1 (compat)\n...\n================ 80 passed, 23 deselected in 402.17s (0:06:42) ================\n"
+FAILED = "Ray 2.51.2 (compat)\n=========== 2 failed, 78 passed, 23 deselected in 410.00s (0:06:50) ===========\n"
+ERRORS = "Ray 2.52.1 (compat)\n============= 79 passed, 1 error in 401.00s (0:06:41) =============\n"
+
+
+@pytest.mark.parametrize(("log", "returncode", "status"), [
+    (PASSED, 0, "passed"), (FAILED, 2, "failed"), (ERRORS, 1, "failed"),
+    (PASSED, 2, "failed"),  # the leak check after a green pytest failed make
+    ("Ray 2.53.0 (compat)\nTimeout >300.0s\n", 2, "unknown"),  # no pytest summary: never a pass
+    ("error: uv could not resolve ray[default]==2.54.*\n", 2, "unknown"),
+])
+def test_a_releases_compat_run_is_judged_by_what_its_log_says(log: str, returncode: int, status: str) -> None:
+    outcome = compat_all.judge("2.5x", log, returncode, 500.0)
+    assert outcome.status == status, outcome
+
+
+def test_compat_all_reads_the_installed_patch_and_the_tests_time() -> None:
+    outcome = compat_all.judge("2.50", PASSED, 0, 480.0)
+    assert (outcome.installed, outcome.test_seconds, outcome.summary) == ("2.50.1", 402.17, "80 passed, 23 deselected")
+
+
+def test_every_finding_is_in_the_matrix_once() -> None:
+    scripts = sorted(p.name for p in (ROOT / "findings").glob("*.py"))
+    assert sorted(f.script for f in matrix.FINDINGS) == scripts
+
+
+@pytest.mark.parametrize(("out", "returncode", "timed_out", "cell"), [
+    ("Ray 2.50.1\nround 0: ...\nREPRODUCED 2 of 3: the retried calls ran out of order\n", 0, False, "2 of 3"),
+    ("REPRODUCED 0 of 1\n", 0, False, "0 of 1"),
+    ("Traceback ...\nImportError: cannot import name 'x'\n", 1, False, "unknown"),
+    ("round 0 ...\n", None, True, "unknown"),  # past its deadline, even had it printed a count
+])
+def test_a_findings_run_is_counted_only_from_its_reproduced_line(out: str, returncode: int | None,
+                                                                  timed_out: bool, cell: str) -> None:
+    finding = matrix.Finding(script="retry_order.py", args=("3",), deadline=60)
+    result = matrix.judge(finding, "2.50", out, returncode, timed_out=timed_out, left=0, seconds=1.0)
+    assert matrix.cell(vars(result)) == cell
+
+
+@pytest.mark.parametrize(("out", "returncode", "cell"), [
+    ("create_buffer failed to open file ... No space left on device\n", 1, "1 of 1"),  # the raylet aborted
+    ("before: ...\nhealed: ['correct in 0.1 s']\n", 0, "0 of 1"),  # ran through: not reproduced
+    ("Traceback: fusermount3 not found\n", 1, "unknown"),  # neither: never ran
+])
+def test_a_finding_that_reproduces_by_ending_is_read_from_its_end(out: str, returncode: int, cell: str) -> None:
+    finding = next(f for f in matrix.FINDINGS if f.by_exit)
+    result = matrix.judge(finding, "2.50", out, returncode, timed_out=False, left=0, seconds=1.0)
+    assert matrix.cell(vars(result)) == cell
+
+
+def test_the_readmes_table_is_the_one_the_matrix_writes() -> None:
+    text = (ROOT / "findings" / "README.md").read_text(encoding="utf-8")
+    shown = text.split(matrix.START, 1)[1].split(matrix.END, 1)[0].strip()
+    assert shown == matrix.table(matrix.load()), "stale: .venv/bin/python .ci/findings_matrix.py --table"
