@@ -20,6 +20,7 @@ from typing import Any
 __all__ = [
     "DRIVER_PICKS_HEAD_SINCE",
     "FACTS",
+    "OWNER_DIED_SURFACES_SINCE",
     "RPC_IN_FLIGHT_SINCE",
     "RPC_KNOB_JSON_SINCE",
     "SINCE_2_53",
@@ -145,6 +146,9 @@ def rpc_failure_knob(entries: Mapping[str, tuple[int, int, int, int]]) -> str:
     return ",".join(f"{method}=" + ":".join(str(v) for v in shares[:fields]) for method, shares in entries.items())
 
 
+#: The first minor release where ``ray.get`` on a dead owner's refs raises OwnerDiedError at once.
+OWNER_DIED_SURFACES_SINCE = (2, 51)
+
 #: The first minor release whose driver, on a host with several nodes, attaches to the head.
 DRIVER_PICKS_HEAD_SINCE = (2, 54)
 
@@ -168,6 +172,10 @@ class ReleaseFact:
 
 
 FACTS: tuple[ReleaseFact, ...] = (
+    ReleaseFact(what="`ray.get` on the refs of an owner that died raises `OwnerDiedError`",
+                since=OWNER_DIED_SURFACES_SINCE,
+                before="some of them wait: `GetTimeoutError` after a 30 s timeout (3 of 5 refs, 2 of 2 runs on 2.50.1)",
+                verdict="the `owner-death` scenario's `owner_death_surfaces` is broken"),
     ReleaseFact(what="token authentication (`ray._private.authentication`)", since=TOKEN_AUTH_SINCE,
                 before="no token: every client is let in"),
     ReleaseFact(what="`init_grpc_channel` in `ray._private.grpc_utils`", since=TOKEN_AUTH_SINCE,

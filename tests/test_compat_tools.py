@@ -85,3 +85,18 @@ def test_the_readmes_table_is_the_one_the_matrix_writes() -> None:
     text = (ROOT / "findings" / "README.md").read_text(encoding="utf-8")
     shown = text.split(matrix.START, 1)[1].split(matrix.END, 1)[0].strip()
     assert shown == matrix.table(matrix.load()), "stale: .venv/bin/python .ci/findings_matrix.py --table"
+
+
+def test_the_install_range_is_the_range_compat_checks() -> None:
+    """pyproject's Ray range, the releases `make compat-all` runs and those `make compat` takes
+    are one range: a release added to one and not the others shows here."""
+    import re
+    import tomllib
+
+    requirements = _load("compat_requirements")
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"]
+    ray = next(d for d in deps if d.startswith("ray["))
+    low, high = (int(m) for m in re.fullmatch(r"ray\[default\]>=2\.(\d+),<2\.(\d+)", ray).groups())
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    listed = re.search(r"^COMPAT_RAYS \?= (.+)$", makefile, re.MULTILINE).group(1).split()
+    assert list(requirements.SUPPORTED) == list(range(low, high)) == [int(v.split(".")[1]) for v in listed]

@@ -196,8 +196,10 @@ def _shell(block: Block, text: str, tmp_path: Path) -> None:
                  ["project"]["optional-dependencies"])
     for words in _commands(text):
         words = [w for w in words if not re.match(r"^[A-Z_]+=", w)]  # VAR=value prefixes
-        if "raychaos" in words:
-            _raychaos(block.where, words[words.index("raychaos") + 1:])
+        # `raychaos`, or a venv's `…/bin/raychaos`; `pip install raychaos` names the package
+        at = next((i for i, w in enumerate(words) if os.path.basename(w) == "raychaos"), None)
+        if at is not None and "install" not in words[:at]:
+            _raychaos(block.where, words[at + 1:])
         if words[:1] == ["make"]:
             for target in (w for w in words[1:] if "=" not in w and not w.startswith("-")):
                 assert re.search(rf"^{re.escape(target)}:", makefile, re.M), \
