@@ -247,6 +247,15 @@ def test_the_attack_pages_table_of_needs_is_the_codes() -> None:
     assert needs_table() in page, "docs/how-to/attack.md: paste chaos._preflight.needs_table()'s output as its table"
 
 
+def test_the_scenario_files_page_lists_every_fault_kind_a_file_takes() -> None:
+    from chaos._kinds import fault_specs
+
+    page = (ROOT / "docs" / "how-to" / "scenario-files.md").read_text(encoding="utf-8")
+    sentence = page.split("Each fault kind (", 1)[1].split(") and each target kind", 1)[0]
+    listed = set(re.findall(r"`(\w+)`", sentence))
+    assert listed == {k.value for k in fault_specs()}, listed ^ {k.value for k in fault_specs()}
+
+
 def test_the_ray_releases_page_states_the_compat_modules_facts() -> None:
     """Each difference between Ray releases, as `chaos._ray_compat.FACTS` states it (a fact
     added or changed shows on the page, or this fails)."""
@@ -543,3 +552,54 @@ def test_explain_lists_the_lessons_without_ray() -> None:
 def test_the_readme_is_a_front_page_of_at_most_200_lines() -> None:
     lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
     assert len(lines) <= 200, f"README.md has {len(lines)} lines; move detail into docs/ and link it"
+
+
+#: A dotted name of raychaos's code in prose: `chaos.watch`, `actors.CheckpointedCounter`,
+#: `raychaos.actors` (no such package: the distribution is raychaos, the packages are not).
+#: Not a name: a file (`scenarios.md`), a pattern (`scenarios._lessons_*`), a call on an object
+#: a page calls `chaos` (`chaos.kill(...)`, a `Chaos`).
+CODE_NAME = re.compile(r"(?<![\w./-])(?:raychaos\.(?:chaos|actors|scenarios)|(?:chaos|actors|scenarios)\.[A-Za-z_]\w*)"
+                       r"(?:\.[A-Za-z_]\w*)*(?P<after>[(*]?)")
+FILE_SUFFIXES = {"md", "py", "toml", "json", "jsonl", "html", "txt", "yml", "yaml", "xml"}
+
+
+def resolves(name: str) -> bool:
+    """Whether ``name`` is a module of the checkout or an attribute of one."""
+    import importlib
+
+    parts = name.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj: object = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attr in parts[cut:]:
+            if not hasattr(obj, attr):
+                return False
+            obj = getattr(obj, attr)
+        return True
+    return False
+
+
+def named_in(text: str) -> set[str]:
+    from chaos import Chaos
+
+    names = set()
+    for match in CODE_NAME.finditer(text):
+        name = match.group(0).rstrip("(*")
+        first, _, rest = name.partition(".")
+        a_chaos_call = match["after"] == "(" and first == "chaos" and "." not in rest and hasattr(Chaos, rest)
+        if match["after"] != "*" and not a_chaos_call and name.rsplit(".", 1)[1] not in FILE_SUFFIXES:
+            names.add(name)
+    return names
+
+
+def test_every_module_a_page_or_lesson_names_exists() -> None:
+    """A page or a lesson's words name real modules and attributes (a test of this test: a
+    made-up name does not resolve)."""
+    lessons = sorted((ROOT / "scenarios" / "lessons").glob("*.py"))
+    pages = [p for p in doc_files() if p.name != "CHANGELOG.md"]  # it names what was renamed, as it was
+    where = {p: named_in(p.read_text(encoding="utf-8")) for p in [*pages, *lessons]}
+    missing = sorted(f"{p.relative_to(ROOT)}: {n}" for p, names in where.items() for n in names if not resolves(n))
+    assert not missing, missing
+    assert not resolves("raychaos.actors") and not resolves("chaos.no_such_thing") and resolves("chaos.watch")

@@ -127,7 +127,7 @@ def _lost_after_kill(counter: Any, adds: int) -> int:
         mistake="max_restarts=1, state in memory, SIGKILL",
         fix="a checkpointed actor (actors.CheckpointedCounter, WAL)",
         why="A restart re-runs __init__ in a new process: the process comes back, its memory does not. "
-            "Checkpoint what matters (raychaos.actors: checkpoint + write-ahead log).")
+            "Checkpoint what matters (actors.Checkpointable: checkpoint + write-ahead log).")
 def restarts_without_state(address: str) -> Result:
     opts = {"max_restarts": 1, "max_task_retries": -1, "num_cpus": 0}
     plain = _lost_after_kill(remote(_PlainCounter, **opts).remote(), 10)

@@ -69,7 +69,7 @@ def driver_bottleneck(address: str) -> Result:
         mistake="ray.get(all refs) with a straggler among them (bounded here to 3 s: it would wait forever)",
         fix="ray.wait(..., timeout=0.5) in a loop; the watchdog names the straggler",
         why="Without a timeout one straggler or lost task blocks the loop forever and says nothing. "
-            "A timeout keeps the loop alive; raychaos.chaos.watch says why the rest is pending.")
+            "A timeout keeps the loop alive; chaos.watch says why the rest is pending.")
 def no_timeout(address: str) -> Result:
     import ray
     from ray.exceptions import GetTimeoutError
