@@ -192,6 +192,8 @@ FACTS: tuple[ReleaseFact, ...] = (
                        "crashed')",
                 verdict="embedded clusters put their worker nodes at 127.0.0.1 before 2.54, so a killed node "
                         "never holds the driver"),
+    ReleaseFact(what="`RAY_gcs_server_port_wait_time_s`: how long a starting GCS may take (raychaos gives 90 s)",
+                since=(2, 57), before="Ray's own fixed wait; the variable is not read"),
     ReleaseFact(what="the RPC failure knob (`RAY_testing_rpc_failure`) read as JSON", since=RPC_KNOB_JSON_SINCE,
                 before="`Method=max:req:resp[:in_flight],...` (another field count fails a check at start-up)"),
 )
