@@ -11,6 +11,7 @@ The facts are :data:`FACTS` (the documentation's table is generated from them).
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -20,6 +21,7 @@ from typing import Any
 __all__ = [
     "DRIVER_PICKS_HEAD_SINCE",
     "FACTS",
+    "MIXED_AUTH_SINCE",
     "OWNER_DIED_SURFACES_SINCE",
     "RPC_IN_FLIGHT_SINCE",
     "RPC_KNOB_JSON_SINCE",
@@ -28,6 +30,7 @@ __all__ = [
     "ReleaseFact",
     "actor_exists_error",
     "auth_headers",
+    "client_auth_mode",
     "ensure_token",
     "facts_markdown",
     "init_grpc_channel",
@@ -37,6 +40,7 @@ __all__ = [
     "shared_host_worker_args",
     "token_auth",
     "token_auth_enabled",
+    "token_found",
     "upload_py_modules",
 ]
 
@@ -149,6 +153,27 @@ def rpc_failure_knob(entries: Mapping[str, tuple[int, int, int, int]]) -> str:
 #: The first minor release where ``ray.get`` on a dead owner's refs raises OwnerDiedError at once.
 OWNER_DIED_SURFACES_SINCE = (2, 51)
 
+#: The first minor release whose client in token mode also works with a cluster without token auth.
+MIXED_AUTH_SINCE = (2, 59)
+
+
+def token_found() -> bool:
+    """Whether this process has a token where Ray's loader looks: ``RAY_AUTH_TOKEN``,
+    ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``."""
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or os.path.join(os.path.expanduser("~"), ".ray", "auth_token")
+    return bool(os.environ.get("RAY_AUTH_TOKEN")) or os.path.exists(path)
+
+
+def client_auth_mode() -> str | None:
+    """The ``RAY_AUTH_MODE`` a client of a cluster it did not start asks for (None: Ray's own
+    default). Token mode sends the token, which a cluster with token authentication demands;
+    before 2.59 a client in token mode fails with a cluster without it (its actors die, or it
+    waits: seen on 2.52-2.58), so there it asks for token mode only when it holds a token."""
+    if not token_auth():
+        return None
+    return "token" if ray_minor() >= MIXED_AUTH_SINCE or token_found() else None
+
+
 #: The first minor release whose driver, on a host with several nodes, attaches to the head.
 DRIVER_PICKS_HEAD_SINCE = (2, 54)
 
@@ -187,6 +212,11 @@ FACTS: tuple[ReleaseFact, ...] = (
                 before="a plain `ValueError`"),
     ReleaseFact(what="`upload_py_modules_if_needed(include_gitignore=...)`", since=SINCE_2_53,
                 before="no such argument (nothing ignored)"),
+    ReleaseFact(what="a client in token mode works with a cluster without token authentication",
+                since=MIXED_AUTH_SINCE,
+                before="its actors die (`ActorDiedError`, 2.53-2.58) or it waits (2.52)",
+                verdict="`run --address` and `attack` ask for token mode before 2.59 only when a token is "
+                        "found (`RAY_AUTH_TOKEN`, `RAY_AUTH_TOKEN_PATH`, `~/.ray/auth_token`)"),
     ReleaseFact(what="a driver on a host of several nodes attaches to the head node", since=DRIVER_PICKS_HEAD_SINCE,
                 before="to any node of its IP address: a node kill may take the driver's actors ('Owner's node has "
                        "crashed')",

@@ -373,3 +373,29 @@ def test_a_task_kill_is_confirmed_only_by_an_attempt_its_workers_death_failed(
     from chaos._context import attempt_end
 
     assert attempt_end(state, error).value == end
+
+
+@pytest.mark.parametrize(("release", "token", "mode"), [
+    ("2.51.2", True, None),  # no token authentication at all
+    ("2.55.1", False, None),  # token mode would fail a cluster without it: asked only with a token
+    ("2.55.1", True, "token"),
+    ("2.60.0", False, "token"),  # a token-mode client works with either cluster
+])
+def test_a_client_asks_for_token_mode_only_where_its_ray_can_use_any_cluster(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, release: str, token: bool, mode: str | None) -> None:
+    """Ray 2.52-2.58: a client in token mode with a cluster without token authentication loses
+    its actors (ActorDiedError, 2.53-2.58) or waits (2.52); measured with `ray start` heads."""
+    from chaos import _ray_compat
+
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    monkeypatch.delenv("RAY_AUTH_TOKEN_PATH", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    if token:
+        (tmp_path / ".ray").mkdir()
+        (tmp_path / ".ray" / "auth_token").write_text("x" * 32)
+    _ray_compat.ray_minor.cache_clear()
+    monkeypatch.setattr(_ray_compat, "version", lambda name: release)
+    try:
+        assert _ray_compat.client_auth_mode() == mode
+    finally:
+        _ray_compat.ray_minor.cache_clear()

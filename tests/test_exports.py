@@ -70,7 +70,8 @@ SUBMODULES = {
         "TEST_SYSTEM_CONFIG", "ClusterHandle", "NodeRow", "NodeState", "capped_filesystem", "cleanup_machine",
         "free_bytes",
         "live_nodes", "local_cluster", "node_states", "ray_processes", "reap", "redis_server", "short",
-        "auth_headers", "ray_minor", "rpc_in_flight", "shared_host_worker_args", "token_auth_enabled",
+        "auth_headers", "client_auth_mode", "ray_minor", "rpc_in_flight", "shared_host_worker_args",
+        "token_auth_enabled",
     },
     "chaos.strategies": {"faults", "schedules"},
     "chaos.disks": {

@@ -4,7 +4,14 @@ filesystem for disk faults, the reaper that leaves no process behind, and one ty
 what Ray says of its nodes (live ones, every node's state and death time, short ids), and the
 facts of the installed Ray release raychaos adapts to (its minor version, token authentication)."""
 
-from chaos._ray_compat import auth_headers, ray_minor, rpc_in_flight, shared_host_worker_args, token_auth_enabled
+from chaos._ray_compat import (
+    auth_headers,
+    client_auth_mode,
+    ray_minor,
+    rpc_in_flight,
+    shared_host_worker_args,
+    token_auth_enabled,
+)
 from chaos._ray_state import NodeRow, NodeState, live_nodes, node_states, short
 from chaos._reclaim._cleanup import cleanup_machine
 from chaos.agents._disk import free_bytes
@@ -20,6 +27,7 @@ __all__ = [
     "auth_headers",
     "capped_filesystem",
     "cleanup_machine",
+    "client_auth_mode",
     "free_bytes",
     "live_nodes",
     "local_cluster",

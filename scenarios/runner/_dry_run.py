@@ -35,10 +35,11 @@ def dry_run(scenario: Scenario, *, address: str) -> DryRun:
     """The plan of ``scenario``'s faults on the cluster at ``address`` (connected, then left)."""
     import ray
 
-    from chaos.cluster import live_nodes
+    from chaos.cluster import client_auth_mode, live_nodes
     from chaos.engine import running_jobs
 
-    os.environ.setdefault("RAY_AUTH_MODE", "token")  # as the attack connects (Ray 2.60's token auth)
+    if (mode := client_auth_mode()) is not None:  # as the attack connects (see runner._run)
+        os.environ.setdefault("RAY_AUTH_MODE", mode)
     ray.init(address=address, namespace="raychaos", log_to_driver=False)
     try:
         gcs = ray.get_runtime_context().gcs_address

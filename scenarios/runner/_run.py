@@ -30,7 +30,7 @@ from chaos import (
     wait_until,
 )
 from chaos.agents import AGENT_START_TIMEOUT, stop_agents
-from chaos.cluster import TEST_SYSTEM_CONFIG, capped_filesystem, ray_processes, redis_server
+from chaos.cluster import TEST_SYSTEM_CONFIG, capped_filesystem, client_auth_mode, ray_processes, redis_server
 from chaos.disks import STORAGE
 from chaos.engine import (
     MAX_FAULT_SECONDS,
@@ -240,9 +240,11 @@ def _cluster(scenario: Scenario, address: str | None,
                                 f"not {address!r}; pass --address {connected} or call ray.shutdown()")
         yield connected, None
         return
-    # Ray 2.60 clusters use token authentication; a client must ask for it to send its token
-    # (from ~/.ray/auth_token or RAY_AUTH_TOKEN, as Ray reads them).
-    os.environ.setdefault("RAY_AUTH_MODE", "token")
+    # A cluster with token authentication demands the client's token, sent only in token mode
+    # (from ~/.ray/auth_token or RAY_AUTH_TOKEN, as Ray reads them); which mode this Ray's client
+    # may ask for without knowing the cluster's: chaos.cluster.client_auth_mode.
+    if (mode := client_auth_mode()) is not None:
+        os.environ.setdefault("RAY_AUTH_MODE", mode)
     ray.init(address=address, namespace="raychaos", log_to_driver=False)
     try:
         yield ray.get_runtime_context().gcs_address, None
