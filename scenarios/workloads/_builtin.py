@@ -642,14 +642,15 @@ class _OwnerDeath(Workload):
 
     @staticmethod
     def _surfaced(ref: Any, deadline: float) -> BaseException | None:
-        """The error ``ray.get`` ends in by ``deadline`` (a single get is bounded by
-        ``CALL_TIMEOUT`` s: GetTimeoutError, a hang), or None: still a value then."""
+        """The error ``ray.get`` ends in by ``deadline`` (a get still waiting then ends in
+        GetTimeoutError: past the bound is a hang as far as the verdict goes), or None: still
+        a value then."""
         import ray
         from ray.exceptions import RayError
 
         while True:
             try:
-                ray.get(ref, timeout=CALL_TIMEOUT)
+                ray.get(ref, timeout=min(CALL_TIMEOUT, max(0.1, deadline - time.monotonic())))
             except RayError as exc:
                 error: BaseException = exc
                 return error
