@@ -13,16 +13,14 @@ import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any, Literal, Protocol, TypeVar
 
-from chaos._errors import FaultIneffective, HangError, TargetNotFound
+from chaos._errors import TargetNotFound
 from chaos._journal import Journal
 from chaos._kinds import Fault
 from chaos._observed import Observed
 from chaos._ray_state import short
 from chaos._targets import NodeTarget, RayProcess, TaskTarget, resolve
-from chaos._wait import wait_until
 from chaos.agents._agent import agent_for
 from chaos.agents._memory import MemoryResult
 
@@ -135,72 +133,12 @@ Injector = Callable[[FaultContext, Any, "float | None", random.Random], Abstract
 
 def signal_resolved(ctx: FaultContext, target: Any, signum: int, rng: random.Random,
                      confirm_within: float) -> list[tuple[RayProcess, float]]:
-    """Resolve, signal and confirm each process gone (see :func:`each_resolved`); a plain
-    task's worker, also confirmed by its task: an attempt of the task in that worker ended
-    FAILED by the worker's death (see :func:`confirm_attempt_failed`)."""
+    """Resolve, signal and confirm each process gone (see :func:`each_resolved`)."""
     def signal(proc: RayProcess) -> float:
-        took = float(ctx.call(agent_for(proc.node_id).signal.remote(
+        return float(ctx.call(agent_for(proc.node_id).signal.remote(
             proc.pid, signum, driver_pids=ctx.driver_pids, confirm_within=confirm_within,
             running=_task_running(target, proc)), timeout=CALL_TIMEOUT + confirm_within))
-        if (task := _task_running(target, proc)) is not None:
-            confirm_attempt_failed(ctx.address, proc, task)
-        return took
     return each_resolved(ctx, target, rng, signal)
-
-
-#: Seconds a killed task attempt may take to show FAILED in the State API (its owner reports
-#: task events about once a second).
-ATTEMPT_END_BOUND = 10.0
-
-
-class AttemptEnd(StrEnum):
-    """How the task attempt a killed worker ran ended, as the State API tells it."""
-
-    FAILED_BY_KILL = "failed_by_kill"  #: FAILED, its worker died: the kill hit the task
-    ENDED_BEFORE = "ended_before"  #: FINISHED, or failed of something else: the kill hit no task
-    STILL_RUNNING = "still_running"  #: no end seen yet
-
-
-def attempt_end(state: str | None, error_type: str | None) -> AttemptEnd:
-    """The end of an attempt from its State API row's ``state`` and ``error_type``."""
-    if state == "FAILED" and error_type in ("WORKER_DIED", "NODE_DIED"):
-        return AttemptEnd.FAILED_BY_KILL
-    if state in ("FINISHED", "FAILED"):
-        return AttemptEnd.ENDED_BEFORE
-    return AttemptEnd.STILL_RUNNING
-
-
-def confirm_attempt_failed(address: str, proc: RayProcess, task: str, *, bound: float = ATTEMPT_END_BOUND) -> None:
-    """Confirm a task kill where its record says: an attempt of ``task`` in the killed worker
-    ended FAILED of the worker's death. The State API's RUNNING lags a task's end by up to a
-    second: a worker that had finished the task and sat idle was killed with no task in it, a
-    fault that tested nothing.
-
-    Raises:
-        TargetNotFound: every attempt of ``task`` in the worker had ended before the kill (the
-            target is resolved again).
-        FaultIneffective: an attempt still shows RUNNING ``bound`` seconds after the kill.
-    """
-    from ray.util.state import list_tasks
-
-    def ended() -> AttemptEnd | None:
-        rows = list_tasks(address=address, filters=[("name", "=", task), ("worker_pid", "=", str(proc.pid))],
-                          detail=True, timeout=CALL_TIMEOUT, raise_on_missing_output=False)
-        ends = {attempt_end(t.state, t.error_type) for t in rows}
-        if not ends:  # a listing that failed (it was RUNNING when resolved): asked again
-            return None
-        if AttemptEnd.FAILED_BY_KILL in ends:
-            return AttemptEnd.FAILED_BY_KILL
-        return None if AttemptEnd.STILL_RUNNING in ends else AttemptEnd.ENDED_BEFORE
-
-    try:
-        end = wait_until(ended, timeout=bound, interval=0.2, what=f"the end of {proc.label}'s attempt")
-    except HangError:
-        raise FaultIneffective(f"{proc.label}: its worker was killed, yet an attempt of task {task!r} in it "
-                               f"still shows RUNNING {bound:g} s later (the State API)") from None
-    if end is AttemptEnd.ENDED_BEFORE:
-        raise TargetNotFound(f"{proc.label}: every attempt of task {task!r} in it had ended before the kill "
-                             "(the worker was idle)")
 
 
 def each_resolved(ctx: FaultContext, target: Any, rng: random.Random,

@@ -362,19 +362,6 @@ def test_the_ray_release_facts_follow_the_installed_version(monkeypatch: pytest.
         _ray_compat.ray_minor.cache_clear()
 
 
-@pytest.mark.parametrize(("state", "error", "end"), [
-    ("FAILED", "WORKER_DIED", "failed_by_kill"), ("FAILED", "NODE_DIED", "failed_by_kill"),
-    ("FINISHED", None, "ended_before"),  # the worker was idle when the kill came: it hit no task
-    ("FAILED", "TASK_EXECUTION_EXCEPTION", "ended_before"),  # the task's own error, not the kill
-    ("RUNNING", None, "still_running"), (None, None, "still_running"),
-])
-def test_a_task_kill_is_confirmed_only_by_an_attempt_its_workers_death_failed(
-        state: str | None, error: str | None, end: str) -> None:
-    from chaos._context import attempt_end
-
-    assert attempt_end(state, error).value == end
-
-
 @pytest.mark.parametrize(("release", "token", "mode"), [
     ("2.51.2", True, None),  # no token authentication at all
     ("2.55.1", False, None),  # token mode would fail a cluster without it: asked only with a token
