@@ -61,8 +61,8 @@ def _assert_held(report: Path, output: str) -> dict:
 def test_builtin_scenario_holds_its_invariants(name: str, ray_cluster: ClusterHandle, tmp_path: Path) -> None:
     if name == "env-worker-kill-no-retries" and ray_minor() < (2, 53):
         pytest.skip("Ray 2.50-2.52: crashes_surface broke in 2 of 3 runs on 2.50 and 1 of 3 on 2.52 (a kill "
-                    "confirmed only by its process gone, fewer WorkerCrashedErrors than kills), in none on "
-                    "2.51, 2.53-2.60; not yet reduced (docs/reference/ray-versions.md)")
+                    "confirmed only by its process gone, fewer WorkerCrashedErrors than kills); not seen on 2.51, "
+                    "2.54, 2.55 (a run each) nor on 2.60; not yet reduced (docs/reference/ray-versions.md)")
     # Short runs; the parameter server's second kill waits for its first restart (torch's import).
     duration = "12" if name == "parameter-server-crash" else "8"
     args = ["run", name, "--address", ray_cluster.address, "--duration", duration, "--report", str(tmp_path)]
