@@ -168,7 +168,7 @@ def client_auth_mode() -> str | None:
     """The ``RAY_AUTH_MODE`` a client of a cluster it did not start asks for (None: Ray's own
     default). Token mode sends the token, which a cluster with token authentication demands;
     before 2.59 a client in token mode fails with a cluster without it (its actors die, or it
-    waits: seen on 2.52-2.58), so there it asks for token mode only when it holds a token."""
+    waits: seen on 2.52, 2.53, 2.54, 2.57 and 2.58), so there it asks for token mode only when it holds a token."""
     if not token_auth():
         return None
     return "token" if ray_minor() >= MIXED_AUTH_SINCE or token_found() else None
@@ -215,7 +215,7 @@ FACTS: tuple[ReleaseFact, ...] = (
                 before="no such argument (nothing ignored)"),
     ReleaseFact(what="a client in token mode works with a cluster without token authentication",
                 since=MIXED_AUTH_SINCE,
-                before="its actors die (`ActorDiedError`, 2.53-2.58) or it waits (2.52)",
+                before="its actors die (`ActorDiedError`: seen on 2.53, 2.54, 2.57, 2.58) or it waits (2.52)",
                 verdict="`run --address` and `attack` ask for token mode before 2.59 only when a token is "
                         "found (`RAY_AUTH_TOKEN`, `RAY_AUTH_TOKEN_PATH`, `~/.ray/auth_token`)"),
     ReleaseFact(what="a driver on a host of several nodes attaches to the head node", since=DRIVER_PICKS_HEAD_SINCE,

@@ -371,7 +371,7 @@ def test_the_ray_release_facts_follow_the_installed_version(monkeypatch: pytest.
 def test_a_client_asks_for_token_mode_only_where_its_ray_can_use_any_cluster(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, release: str, token: bool, mode: str | None) -> None:
     """Ray 2.52-2.58: a client in token mode with a cluster without token authentication loses
-    its actors (ActorDiedError, 2.53-2.58) or waits (2.52); measured with `ray start` heads."""
+    its actors (ActorDiedError: 2.53, 2.54, 2.57, 2.58) or waits (2.52); measured with `ray start` heads."""
     from chaos import _ray_compat
 
     monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
