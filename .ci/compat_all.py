@@ -46,6 +46,10 @@ def judge(ray: str, log: str, returncode: int, seconds: float) -> Outcome:
         return Outcome(ray=ray, installed=installed.group(1) if installed else "?", status="unknown",
                        summary="no pytest summary", seconds=seconds, test_seconds=0.0)
     last = found[-1]
+    if installed is None or not installed.group(1).startswith(f"{ray}."):
+        return Outcome(ray=ray, installed=installed.group(1) if installed else "?", status="unknown",
+                       summary=f"{last['text']} (on another Ray than {ray})", seconds=seconds,
+                       test_seconds=float(last["secs"]))
     tally = counts(last["text"])
     clean = returncode == 0 and not tally.get("failed") and not tally.get("error") and not tally.get("errors")
     return Outcome(ray=ray, installed=installed.group(1) if installed else "?",

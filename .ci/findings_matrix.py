@@ -34,6 +34,9 @@ MATRIX = HERE / "matrix.json"
 README = HERE / "README.md"
 START, END = "<!-- matrix:start -->", "<!-- matrix:end -->"
 REPRODUCED = re.compile(r"^REPRODUCED (\d+) of (\d+)", re.MULTILINE)
+#: What the scripts print for a round that crashed before its outcome: they count it as not
+#: reproduced, the matrix makes the run unknown. (A crash that is the finding prints neither.)
+ERRORED = ("no outcome (exit", "OUTCOME failed: ")
 
 
 @dataclass(frozen=True)
@@ -41,7 +44,7 @@ class Finding:
     script: str
     args: tuple[str, ...]  # a bounded run: fewer rounds than the README's own command
     deadline: float  # seconds
-    by_exit: str = ""  # for a script that reproduces by ending (one round a run): text its log shows then
+    by_exit: str = ""  # for a script that reproduces by ending (one round a run): the abort's own text
 
 
 FINDINGS = (
@@ -50,8 +53,7 @@ FINDINGS = (
     Finding(script="gcs_restarted_from_ended_thread.py", args=("1",), deadline=240),
     Finding(script="train_report_lost_with_worker.py", args=("1",), deadline=300),
     Finding(script="cancel_lost_under_load.py", args=("--rounds", "10", "--graph", "2"), deadline=300),
-    Finding(script="spill_disk_errors.py", args=("enospc",), deadline=180,
-            by_exit="No space left on device"),
+    Finding(script="spill_disk_errors.py", args=("enospc",), deadline=180, by_exit="create_buffer failed"),
     Finding(script="spill_restore_interrupted.py", args=("1",), deadline=240),
     Finding(script="gcs_exits_when_redis_connection_drops.py", args=("client_kill", "2"), deadline=240),
     Finding(script="force_cancel_after_cancel_crashes_driver.py", args=("1",), deadline=240),
@@ -99,7 +101,7 @@ def run(finding: Finding, python: str, ray: str) -> Result:
         out, timed_out = proc.communicate(timeout=finding.deadline)[0], False
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
-        out, timed_out = proc.communicate()[0], True
+        out, timed_out = proc.communicate(timeout=60)[0], True
     left = reap(proc.pid)
     logs = ROOT / ".compat" / "findings"
     logs.mkdir(parents=True, exist_ok=True)
@@ -115,12 +117,16 @@ def judge(finding: Finding, ray: str, out: str, returncode: int | None, *, timed
         return Result(finding=finding.script, ray=ray, status="unknown", reproduced=0, rounds=0,
                       seconds=seconds, note=f"past its {finding.deadline:g} s deadline")
     if finding.by_exit:
-        hit = returncode != 0 and finding.by_exit in out
-        ran = hit or "healed:" in out
+        healed = "healed:" in out
+        hit = returncode != 0 and finding.by_exit in out and not healed
+        ran = hit or healed
         return Result(finding=finding.script, ray=ray, status="measured" if ran else "unknown",
                       reproduced=int(hit), rounds=1, seconds=seconds,
                       note=note if ran else f"exit {returncode}, neither the abort nor the heal seen")
     found = REPRODUCED.findall(out)
+    if errored := next((m for m in ERRORED if m in out), None):  # a round that crashed counts as "not"
+        return Result(finding=finding.script, ray=ray, status="unknown", reproduced=0, rounds=0,
+                      seconds=seconds, note=f"exit {returncode}; a round errored ({errored!r} in its output)")
     if not found:
         tail = out.strip().splitlines()[-1:] or ["no output"]
         return Result(finding=finding.script, ray=ray, status="unknown", reproduced=0, rounds=0,
@@ -135,7 +141,8 @@ def load() -> dict[str, Any]:
 
 
 def merge(matrix: dict[str, Any], ray: str, installed: str, results: list[Result]) -> dict[str, Any]:
-    kept = [r for r in matrix["results"] if r["ray"] != ray]
+    ran = {r.finding for r in results}  # `--only`: the release's other findings keep their results
+    kept = [r for r in matrix["results"] if r["ray"] != ray or r["finding"] not in ran]
     runs = {**matrix["runs"], ray: {"installed": installed, "date": date.today().isoformat(),
                                     "machine": f"{os.cpu_count()} cores, {platform.machine()}, "
                                                f"Python {platform.python_version()}"}}
@@ -154,6 +161,8 @@ def cell(result: dict[str, Any] | None) -> str:
 
 def table(matrix: dict[str, Any]) -> str:
     rays = list(matrix["runs"])
+    if not rays:
+        return "No release measured yet: `make findings-matrix` (or `RAYS=\"2.50 2.60\"`)."
     index = {(r["finding"], r["ray"]): r for r in matrix["results"]}
     rows = ["| finding | " + " | ".join(rays) + " |", "|---|" + "---:|" * len(rays)]
     for finding in FINDINGS:

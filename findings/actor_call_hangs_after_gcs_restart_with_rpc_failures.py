@@ -63,10 +63,16 @@ def start_redis() -> tuple[subprocess.Popen[bytes], str]:
 
 
 def knob() -> dict[str, str]:
-    failures = {"*": {"num_failures": -1, "req_failure_prob": SHARE, "resp_failure_prob": SHARE,
-                      "in_flight_failure_prob": SHARE}}
+    import ray
+
+    minor = int(ray.__version__.split(".")[1])
+    if minor >= 54:  # JSON since Ray 2.54; before it "M=max:req:resp", a fourth share (in flight) from 2.52
+        value = json.dumps({"*": {"num_failures": -1, "req_failure_prob": SHARE, "resp_failure_prob": SHARE,
+                                  "in_flight_failure_prob": SHARE}})
+    else:
+        value = f"*=-1:{SHARE}:{SHARE}" + (f":{SHARE}" if minor >= 52 else "")
     # Every node of this cluster shares the machine's address: intra-node calls must fail too.
-    return {"RAY_testing_rpc_failure": json.dumps(failures), "RAY_testing_rpc_failure_avoid_intra_node_failures": "0"}
+    return {"RAY_testing_rpc_failure": value, "RAY_testing_rpc_failure_avoid_intra_node_failures": "0"}
 
 
 def child(tries: int, rpc_failures: bool, gcs_restart: bool) -> None:

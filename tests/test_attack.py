@@ -207,7 +207,7 @@ def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Head]:
                              f"--temp-dir={temp}", "--disable-usage-stats", "--include-dashboard=true",
                              f"--dashboard-port={dashboard}", f"--dashboard-agent-listen-port={agent}"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                            env=TOKEN_ENV)  # the mode its clients use: Ray 2.52-2.53 fail a mixed one
+                            env=TOKEN_ENV)  # the mode its clients use: Ray 2.52-2.58 fail a mixed one
     address = f"127.0.0.1:{port}"
     try:
         wait_until(lambda: subprocess.run([RAY, "status", f"--address={address}"], capture_output=True,

@@ -41,9 +41,11 @@ ERRORS = "Ray 2.52.1 (compat)\n============= 79 passed, 1 error in 401.00s (0:06
     (PASSED, 2, "failed"),  # the leak check after a green pytest failed make
     ("Ray 2.53.0 (compat)\nTimeout >300.0s\n", 2, "unknown"),  # no pytest summary: never a pass
     ("error: uv could not resolve ray[default]==2.54.*\n", 2, "unknown"),
+    (PASSED.replace("2.50.1", "2.60.0"), 0, "unknown"),  # green, but on another Ray than asked
 ])
 def test_a_releases_compat_run_is_judged_by_what_its_log_says(log: str, returncode: int, status: str) -> None:
-    outcome = compat_all.judge("2.5x", log, returncode, 500.0)
+    ray = {"2.51.2": "2.51", "2.52.1": "2.52"}.get(log.split()[1] if log.startswith("Ray ") else "", "2.50")
+    outcome = compat_all.judge(ray, log, returncode, 500.0)
     assert outcome.status == status, outcome
 
 
@@ -61,6 +63,7 @@ def test_every_finding_is_in_the_matrix_once() -> None:
     ("Ray 2.50.1\nround 0: ...\nREPRODUCED 2 of 3: the retried calls ran out of order\n", 0, False, "2 of 3"),
     ("REPRODUCED 0 of 1\n", 0, False, "0 of 1"),
     ("Traceback ...\nImportError: cannot import name 'x'\n", 1, False, "unknown"),
+    ("round 0: no outcome (exit 1)\nREPRODUCED 0 of 1: the GCS exited\n", 0, False, "unknown"),  # a crashed round
     ("round 0 ...\n", None, True, "unknown"),  # past its deadline, even had it printed a count
 ])
 def test_a_findings_run_is_counted_only_from_its_reproduced_line(out: str, returncode: int | None,
@@ -73,12 +76,24 @@ def test_a_findings_run_is_counted_only_from_its_reproduced_line(out: str, retur
 @pytest.mark.parametrize(("out", "returncode", "cell"), [
     ("create_buffer failed to open file ... No space left on device\n", 1, "1 of 1"),  # the raylet aborted
     ("before: ...\nhealed: ['correct in 0.1 s']\n", 0, "0 of 1"),  # ran through: not reproduced
+    ("spill failed: No space left on device\nhealed: [...]\nexit\n", 1, "0 of 1"),  # healed first: not the abort
     ("Traceback: fusermount3 not found\n", 1, "unknown"),  # neither: never ran
 ])
 def test_a_finding_that_reproduces_by_ending_is_read_from_its_end(out: str, returncode: int, cell: str) -> None:
     finding = next(f for f in matrix.FINDINGS if f.by_exit)
     result = matrix.judge(finding, "2.50", out, returncode, timed_out=False, left=0, seconds=1.0)
     assert matrix.cell(vars(result)) == cell
+
+
+def test_a_run_of_some_findings_keeps_the_releases_other_results() -> None:
+    old = {"runs": {"2.50": {"installed": "2.50.1", "date": "d", "machine": "m"}}, "results": [
+        {"finding": f.script, "ray": "2.50", "status": "measured", "reproduced": 1, "rounds": 1, "seconds": 1.0,
+         "note": ""} for f in matrix.FINDINGS]}
+    again = matrix.Result(finding="retry_order.py", ray="2.50", status="measured", reproduced=0, rounds=3,
+                          seconds=2.0, note="")
+    merged = matrix.merge(old, "2.50", "2.50.1", [again])
+    assert len(merged["results"]) == len(matrix.FINDINGS)
+    assert next(r for r in merged["results"] if r["finding"] == "retry_order.py")["rounds"] == 3
 
 
 def test_the_readmes_table_is_the_one_the_matrix_writes() -> None:

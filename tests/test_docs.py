@@ -603,3 +603,5 @@ def test_every_module_a_page_or_lesson_names_exists() -> None:
     missing = sorted(f"{p.relative_to(ROOT)}: {n}" for p, names in where.items() for n in names if not resolves(n))
     assert not missing, missing
     assert not resolves("raychaos.actors") and not resolves("chaos.no_such_thing") and resolves("chaos.watch")
+    assert named_in("see raychaos.actors, chaos.watch and scenarios.md; chaos.kill(x)") == {
+        "raychaos.actors", "chaos.watch"}

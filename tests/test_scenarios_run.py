@@ -40,6 +40,9 @@ def _assert_only_broken(report: Path, verdict: str, evidence: tuple[str, ...]) -
     chaos_run = _summary(report)["runs"][-1]
     broken = {v["name"]: v["detail"] for v in chaos_run["verdicts"] if not v["held"]}
     assert list(broken) == [verdict] and any(e in broken[verdict] for e in evidence), broken
+    # the fault did happen: without it a dead owner's refs would read as values too
+    assert chaos_run["status"] == "completed" and chaos_run["faults"], chaos_run["error"]
+    assert all(f["status"] == "injected" for f in chaos_run["faults"]), chaos_run["faults"]
 
 
 def _assert_held(report: Path, output: str) -> dict:

@@ -10,6 +10,7 @@ truncated) is left out of the metrics: unknown, never zero.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 
 from scenarios.model._workload import CALL_TIMEOUT
@@ -34,9 +35,13 @@ def _nodes_dead(address: str, namespace: str) -> int:
 
 
 def _task_retries(address: str, namespace: str) -> int:
+    import ray
     from ray.util.state import list_tasks
 
-    rows = list_tasks(address=address, limit=LIMIT, timeout=CALL_TIMEOUT, raise_on_missing_output=True)
+    # This driver's tasks only: a long-lived cluster's whole history would pass the limit.
+    job = ray.get_runtime_context().get_job_id()
+    rows = list_tasks(address=address, filters=[("job_id", "=", job)], limit=LIMIT, timeout=CALL_TIMEOUT,
+                      raise_on_missing_output=True)
     return sum(1 for r in rows if int(r.attempt_number or 0) > 0)
 
 
@@ -47,15 +52,26 @@ COUNTS: Mapping[str, Callable[[str, str], int]] = {
 }
 
 
-def ray_counts(address: str, namespace: str) -> dict[str, int]:
-    """Each count Ray gave whole now; a failed or truncated listing is absent."""
-    counts = {}
-    for name, count in COUNTS.items():
-        try:
-            counts[name] = count(address, namespace)
-        except Exception:  # noqa: BLE001 - any failure of the State API leaves this count unknown
-            continue
-    return counts
+#: Seconds all three listings may take together; what is not read by then is unknown.
+BOUND = 30.0
+
+
+def ray_counts(address: str, namespace: str, *, bound: float = BOUND) -> dict[str, int]:
+    """Each count Ray gave whole within ``bound`` seconds; a failed, truncated or late listing
+    is absent (a State API that cannot find the dashboard retries for longer than its timeout)."""
+    counts: dict[str, int] = {}
+
+    def read() -> None:
+        for name, count in COUNTS.items():
+            try:
+                counts[name] = count(address, namespace)
+            except Exception:  # noqa: BLE001 - any failure of the State API leaves this count unknown
+                continue
+
+    reader = threading.Thread(target=read, daemon=True, name="raychaos-ray-counts")
+    reader.start()
+    reader.join(timeout=bound)
+    return dict(counts) if not reader.is_alive() else {}
 
 
 def ray_events(before: Mapping[str, int], after: Mapping[str, int]) -> dict[str, float]:

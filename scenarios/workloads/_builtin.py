@@ -642,15 +642,15 @@ class _OwnerDeath(Workload):
 
     @staticmethod
     def _surfaced(ref: Any, deadline: float) -> BaseException | None:
-        """The error ``ray.get`` ends in by ``deadline`` (a get still waiting then ends in
-        GetTimeoutError: past the bound is a hang as far as the verdict goes), or None: still
-        a value then."""
+        """The error a ``ray.get`` begun by ``deadline`` ends in (each get is bounded by
+        ``CALL_TIMEOUT`` s: GetTimeoutError, a hang; the owner's death may take seconds to
+        reach a get begun just after it), or None: still a value at ``deadline``."""
         import ray
         from ray.exceptions import RayError
 
         while True:
             try:
-                ray.get(ref, timeout=min(CALL_TIMEOUT, max(0.1, deadline - time.monotonic())))
+                ray.get(ref, timeout=CALL_TIMEOUT)
             except RayError as exc:
                 error: BaseException = exc
                 return error
