@@ -103,11 +103,3 @@ def test_the_command_line_exits_1_on_a_regression_2_on_a_mismatch(tmp_path: Path
     (tmp_path / "old.json").write_text(json.dumps(old), encoding="utf-8")
     refused = CliRunner().invoke(main, ["compare", str(tmp_path / "old.json"), str(tmp_path / "a")])
     assert refused.exit_code == 2 and "schema_version = 0" in refused.output
-
-
-def test_rays_own_counts_are_the_runs_own_and_a_count_read_at_one_end_only_is_left_out() -> None:
-    from scenarios.runner._ray_events import ray_events
-
-    before = {"ray actor restarts": 2, "ray nodes dead": 1, "ray task retries": 5}
-    after = {"ray actor restarts": 5, "ray nodes dead": 1}  # the task listing failed at the end
-    assert ray_events(before, after) == {"ray actor restarts": 3.0, "ray nodes dead": 0.0}

@@ -1,22 +1,34 @@
 """Ray's own account of a run, from its State API: how many times Ray restarted the run's actors,
-how many nodes it declared dead, how many task attempts it retried. They go into the run's
-metrics (``ray actor restarts``, ``ray nodes dead``, ``ray task retries``), so ``raychaos
+how many nodes it declared dead, how many failed task attempts it ran again. They go into the
+run's metrics (``ray actor restarts``, ``ray nodes dead``, ``ray task retries``), so ``raychaos
 compare`` shows what Ray did under the same faults on two releases side by side.
 
-Each count is the run's own: read when the run starts and again before its teardown, the
-difference kept. A count the State API could not give whole (a listing that failed or was
-truncated) is left out of the metrics: unknown, never zero.
+Each figure is the run's own: read when the run starts and again before its teardown. Restarts
+and dead nodes are counts, the difference kept. Retries are read from the driver job's *failed*
+attempts (a source-side filter, so a long-lived driver such as a test session with more tasks
+than one listing holds is still read whole): of the attempts that failed during the run, those
+with a later attempt of the same task. A figure the State API could not give whole (a listing
+that failed or was truncated, too many tasks to look up) is left out of the metrics: unknown,
+never zero.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from scenarios.model._workload import CALL_TIMEOUT
 
-#: Rows asked of each listing (the most Ray's State API gives); a longer one is truncated and its count left out.
+#: Rows asked of each listing (the most Ray's State API gives); a listing that fills it is truncated: unknown.
 LIMIT = 10_000
+#: Failed tasks looked up one by one for a later attempt; a run with more leaves its retries unknown.
+MAX_LOOKUPS = 200
+#: Seconds one account may take; what is not read by then is unknown.
+BOUND = 30.0
+
+Attempt = tuple[str, int]  # (task id, attempt number)
 
 
 def _actor_restarts(address: str, namespace: str) -> int:
@@ -34,46 +46,87 @@ def _nodes_dead(address: str, namespace: str) -> int:
     return sum(1 for r in rows if r.state == "DEAD")
 
 
-def _task_retries(address: str, namespace: str) -> int:
-    import ray
-    from ray.util.state import list_tasks
-
-    # This driver's tasks only: a long-lived cluster's whole history would pass the limit.
-    job = ray.get_runtime_context().get_job_id()
-    rows = list_tasks(address=address, filters=[("job_id", "=", job)], limit=LIMIT, timeout=CALL_TIMEOUT,
-                      raise_on_missing_output=True)
-    return sum(1 for r in rows if int(r.attempt_number or 0) > 0)
-
-
 COUNTS: Mapping[str, Callable[[str, str], int]] = {
     "ray actor restarts": _actor_restarts,
     "ray nodes dead": _nodes_dead,
-    "ray task retries": _task_retries,
 }
+RETRIES = "ray task retries"
 
 
-#: Seconds all three listings may take together; what is not read by then is unknown.
-BOUND = 30.0
+def _tasks(address: str, filters: list[tuple[str, str, str]]) -> list[Any]:
+    from ray.util.state import list_tasks
+
+    rows: list[Any] = list_tasks(address=address, filters=filters, limit=LIMIT, timeout=CALL_TIMEOUT,
+                      raise_on_missing_output=True)
+    if len(rows) >= LIMIT:
+        raise OverflowError(f"{len(rows)} task rows fill the State API's limit: the listing may be cut")
+    return rows
 
 
-def ray_counts(address: str, namespace: str, *, bound: float = BOUND) -> dict[str, int]:
-    """Each count Ray gave whole within ``bound`` seconds; a failed, truncated or late listing
-    is absent (a State API that cannot find the dashboard retries for longer than its timeout)."""
+def _failed_attempts(address: str) -> frozenset[Attempt]:
+    import ray
+
+    # This driver's job, FAILED only: both filtered at the source, before Ray's row limit.
+    job = ray.get_runtime_context().get_job_id()
+    rows = _tasks(address, [("job_id", "=", job), ("state", "=", "FAILED")])
+    return frozenset((r.task_id, int(r.attempt_number or 0)) for r in rows)
+
+
+def _retried(address: str, failed: frozenset[Attempt]) -> int:
+    """How many of these failed attempts Ray ran again: the same task has the next attempt."""
+    tasks = sorted({task for task, _ in failed})
+    if len(tasks) > MAX_LOOKUPS:
+        raise OverflowError(f"{len(tasks)} failed tasks to look up, more than {MAX_LOOKUPS}")
+    retried = 0
+    for task in tasks:
+        numbers = {int(r.attempt_number or 0) for r in _tasks(address, [("task_id", "=", task)])}
+        retried += sum(1 for t, n in failed if t == task and n + 1 in numbers)
+    return retried
+
+
+@dataclass(frozen=True, kw_only=True)
+class RayAccount:
+    """What Ray's State API said at one moment; what it could not give whole is absent or None."""
+
+    counts: Mapping[str, int] = field(default_factory=dict)
+    failed: frozenset[Attempt] | None = None  # the driver job's failed task attempts
+    retried: int | None = None  # of those failed since the account it was read against, how many Ray retried
+
+
+def _read(address: str, namespace: str, since: RayAccount | None, into: dict[str, object]) -> None:
     counts: dict[str, int] = {}
+    for name, count in COUNTS.items():
+        try:
+            counts[name] = count(address, namespace)
+        except Exception:  # noqa: BLE001 - any failure of the State API leaves this count unknown
+            continue
+    into["counts"] = counts
+    try:
+        failed = into["failed"] = _failed_attempts(address)
+        if since is not None and since.failed is not None:
+            into["retried"] = _retried(address, failed - since.failed)
+    except Exception:  # noqa: BLE001 - unknown, as above
+        return
 
-    def read() -> None:
-        for name, count in COUNTS.items():
-            try:
-                counts[name] = count(address, namespace)
-            except Exception:  # noqa: BLE001 - any failure of the State API leaves this count unknown
-                continue
 
-    reader = threading.Thread(target=read, daemon=True, name="raychaos-ray-counts")
+def ray_account(address: str, namespace: str, *, since: RayAccount | None = None,
+                bound: float = BOUND) -> RayAccount:
+    """Ray's account within ``bound`` seconds (a State API that cannot find the dashboard retries
+    for longer than its timeout); with ``since``, also the retries of attempts failed after it."""
+    into: dict[str, object] = {}
+    reader = threading.Thread(target=_read, args=(address, namespace, since, into), daemon=True,
+                              name="raychaos-ray-account")
     reader.start()
     reader.join(timeout=bound)
-    return dict(counts) if not reader.is_alive() else {}
+    if reader.is_alive():
+        return RayAccount()
+    return RayAccount(**into)  # type: ignore[arg-type]
 
 
-def ray_events(before: Mapping[str, int], after: Mapping[str, int]) -> dict[str, float]:
-    """What Ray did during the run: each count read at both ends, after minus before."""
-    return {name: float(after[name] - before[name]) for name in COUNTS if name in before and name in after}
+def ray_events(before: RayAccount, after: RayAccount) -> dict[str, float]:
+    """What Ray did during the run: each count read at both ends, after minus before; the retries."""
+    events = {name: float(after.counts[name] - before.counts[name])
+              for name in COUNTS if name in before.counts and name in after.counts}
+    if after.retried is not None:
+        events[RETRIES] = float(after.retried)
+    return events

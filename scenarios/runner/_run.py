@@ -64,7 +64,7 @@ from scenarios.model._scenario import AT_END_SLACK, Scenario, SteadyState, resol
 from scenarios.model._workload import FaultWindow, Params, RunContext, Workload, validate_params
 from scenarios.runner._disk_storage import aim_disk_faults, storage_on_faultfs
 from scenarios.runner._interrupt import interrupt_once
-from scenarios.runner._ray_events import ray_counts, ray_events
+from scenarios.runner._ray_events import RayAccount, ray_account, ray_events
 from scenarios.runner._spill_dir import spill_on_faultfs
 
 __all__ = ["CHECKED_NOTHING", "RECOVERED", "Progress", "at_end_schedule", "declared_verdicts", "recovery_verdicts",
@@ -359,7 +359,7 @@ class _Recorder:
         self.samples: list[Sample] = []
         self.faults: list[FaultRecord] = []
         self.sampler: threading.Thread | None = None
-        self.ray_before: dict[str, int] = {}  # Ray's own counts at time zero (see _ray_events)
+        self.ray_before = RayAccount()  # Ray's own account at time zero (see _ray_events)
         #: Why the run cannot count as completed, whatever the workload did (first one first).
         self.failures: list[str] = []
         self.interrupted = threading.Event()  # Ctrl-C: nothing more is judged
@@ -514,7 +514,7 @@ def _exercise(run: _Run, workload: _Bounded, ctx: RunContext, chaos: Chaos, rec:
     try:
         workload.setup()
         chaos.warm_up(_schedule(run))  # agents and the State API, before time zero
-        rec.ray_before = ray_counts(ctx.address, ctx.namespace)
+        rec.ray_before = ray_account(ctx.address, ctx.namespace)
         ctx.start_clock()
         started()
         rec.sampler = threading.Thread(target=_sample, args=(ctx, rec, run.embedded), daemon=True,
@@ -554,7 +554,8 @@ def _conclude(run: _Run, workload: _Bounded, ctx: RunContext, rec: _Recorder,
             verdicts = verdicts or [CHECKED_NOTHING]
             fault_verdicts = type(workload.workload).FAULT_VERDICTS
             verdicts = against_twin(verdicts, run.twin_met) if run.faults else twin_verdicts(verdicts, fault_verdicts)
-            ctx.metrics.update(ray_events(rec.ray_before, ray_counts(ctx.address, ctx.namespace)))
+            after = ray_account(ctx.address, ctx.namespace, since=rec.ray_before)
+            ctx.metrics.update(ray_events(rec.ray_before, after))
     except Exception as exc:  # noqa: BLE001 - reported as a broken verdict, not a crash
         verdicts.append(Verdict.of("invariants checked", False, f"{type(exc).__name__}: {exc}"))
     finally:
