@@ -6,7 +6,8 @@ import math
 import os
 import signal
 import subprocess
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
@@ -107,6 +108,22 @@ def default_sigint() -> None:
     runner may have started this suite with SIGINT ignored, which the child would inherit
     (and Python installs no KeyboardInterrupt handler then)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def wait_for_ray_start_head(address: str, *, env: Mapping[str, str], what: str, timeout: float = 90.0) -> None:
+    """Until ``ray status`` lists a node of the ``ray start --head`` cluster at ``address``: its GCS
+    answering is not enough. On Ray 2.54 a driver started before the head's raylet registered
+    dies at once ("No node info found matching node ids"); 2.55 waits for the node instead."""
+    from chaos import wait_until
+
+    ray = os.path.join(os.path.dirname(sys.executable), "ray")
+
+    def listed() -> bool:
+        out = subprocess.run([ray, "status", f"--address={address}"], capture_output=True, text=True,
+                             env=dict(env), timeout=30, check=False)
+        return out.returncode == 0 and " node_" in out.stdout
+
+    wait_until(listed, timeout=timeout, interval=1.0, what=what)
 
 
 def stop_ray_start(proc: subprocess.Popen[Any], *, grace: float = 5.0) -> None:

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from chaos import wait_until
 from chaos.cluster._cluster import _free_port
-from conftest import stop_ray_start
+from conftest import stop_ray_start, wait_for_ray_start_head
 from scenarios import ScenarioError, load_attack
 from scenarios.cli import main
 from scenarios.model._experiment import Overrides
@@ -210,9 +210,7 @@ def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Head]:
                             env=TOKEN_ENV)  # the mode its clients use: Ray 2.52-2.58 fail a mixed one
     address = f"127.0.0.1:{port}"
     try:
-        wait_until(lambda: subprocess.run([RAY, "status", f"--address={address}"], capture_output=True,
-                                          env=TOKEN_ENV, timeout=30, check=False).returncode == 0,
-                   timeout=90, interval=1.0, what="`ray start --head` to answer")
+        wait_for_ray_start_head(address, env=TOKEN_ENV, what="`ray start --head` to list its node")
         yield Head(address, f"http://127.0.0.1:{dashboard}")
     finally:
         stop_ray_start(proc)  # --block: its exit stops the cluster's processes

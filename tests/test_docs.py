@@ -43,7 +43,7 @@ from pathlib import Path
 import click
 import pytest
 
-from conftest import stop_ray_start
+from conftest import stop_ray_start, wait_for_ray_start_head
 from scenarios import load_attack, load_scenario
 from scenarios.cli import main
 from scenarios.model._experiment import Overrides
@@ -476,9 +476,7 @@ def head_with_app(tmp_path: Path) -> Iterator[Head]:
     address = f"127.0.0.1:{port}"
     app_proc = None
     try:
-        wait_until(lambda: subprocess.run([RAY, "status", f"--address={address}"], capture_output=True,
-                                          env=TOKEN_ENV, timeout=30, check=False).returncode == 0,
-                   timeout=90, interval=1.0, what="`ray start --head` to answer")
+        wait_for_ray_start_head(address, env=TOKEN_ENV, what="`ray start --head` to list its node")
         app_proc = subprocess.Popen([sys.executable, str(QUICKSTART / "my_app.py"), str(app)], cwd=tmp_path,
                                     env={**TOKEN_ENV, "RAY_ADDRESS": address},
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

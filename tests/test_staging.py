@@ -27,7 +27,7 @@ import pytest
 
 from chaos import wait_until
 from chaos.cluster._cluster import _free_port
-from conftest import stop_ray_start
+from conftest import stop_ray_start, wait_for_ray_start_head
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray, pytest.mark.usefixtures("no_shared_cluster")]
 
@@ -105,9 +105,7 @@ def staging(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Staging]:
                          f"--dashboard-port={_free_port()}", f"--dashboard-agent-listen-port={_free_port()}"])]
     teams: list[subprocess.Popen[bytes]] = []
     try:
-        wait_until(lambda: subprocess.run([RAY, "status", f"--address={address}"], capture_output=True,
-                                          env=TOKEN_ENV, timeout=30, check=False).returncode == 0,
-                   timeout=90, interval=1.0, what="the staging head to answer")
+        wait_for_ray_start_head(address, env=TOKEN_ENV, what="the staging head to list its node")
         nodes.append(_ray_start([f"--address={address}", "--num-cpus=2",
                                  f"--dashboard-agent-listen-port={_free_port()}"]))
         serve_port = _free_port()

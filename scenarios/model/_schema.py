@@ -299,6 +299,8 @@ The same model gives a JSON Schema: `raychaos schema > scenario.schema.json`, th
 TOML editor at it (for taplo / Even Better TOML, a first line `#:schema ./scenario.schema.json`).
 `raychaos validate FILE` checks a file in full (what the schema cannot say: a memory fault under
 its host cap, `at` within the duration) and prints the schedule it would run, starting nothing.
+A fault in a run is [confirmed](glossary.md#confirmed) by its effect; each invariant and the
+[steady state](glossary.md#steady-state) give a [verdict](glossary.md#verdict).
 """
 
 

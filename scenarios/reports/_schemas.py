@@ -193,6 +193,10 @@ package (`scenarios/reports/schemas/`) and printed by `raychaos schema --summary
 `raychaos schema --journal`: gate CI on their fields, and check `schema_version` (now
 {SUMMARY_SCHEMA_VERSION} for the summary, {JOURNAL_SCHEMA_VERSION} for the journal's `start` event). A version changes
 when a field is removed, renamed or changes meaning; a field added keeps it.
+
+A summary holds its runs, the [fault-free twin](glossary.md#fault-free-twin) first, and each run's
+[verdicts](glossary.md#verdict); the glossary also says what a [steady-state](glossary.md#steady-state)
+probe and a fault's [MTTR](glossary.md#mttr) are.
 """
 
 
