@@ -17,19 +17,23 @@ from click.testing import CliRunner
 from chaos.cluster import ClusterHandle
 from conftest import ci_sample
 from scenarios.cli import main
-from scenarios.lessons._catalog import Measure, find, lessons
+from scenarios.lessons._catalog import Measure, find, lessons, run_lesson
+from scenarios.lessons._model import SECTIONS
 
 pytestmark = pytest.mark.ray
 OWN_CLUSTER = {"13-undeclared-gpu", "15-placement-groups"}
-SHARED = [item.id for item in lessons() if item.id not in OWN_CLUSTER]
-# CI's budget: make slow runs two lessons (a get, a restart), make deep all.
+FAILURES = [item.id for item in lessons() if item.section == "failure"]
+SHARED = [item.id for item in lessons() if item.id not in OWN_CLUSTER and item.id not in FAILURES]
+# CI's budget: make slow runs two lessons (a get, a restart) and two failure modes, make deep all.
 IN_CI = {"03-eager-get", "06-restarts-without-state"}
+FAILURES_IN_CI = {"19-calls-in-flight", "22-method-applied-twice"}
 
 
-def test_there_are_seventeen_pitfalls_and_two_tips() -> None:
+def test_there_are_seventeen_pitfalls_eight_failure_modes_and_two_tips() -> None:
     items = lessons()
-    assert [i.id.split("-")[0] for i in items] == [f"{n:02d}" for n in range(1, 18)] + ["t1", "t2"]
-    assert {i.section for i in items} == {"4.1", "4.2", "4.3", "4.4", "4.5"}
+    assert [i.id.split("-")[0] for i in items] == [f"{n:02d}" for n in range(1, 26)] + ["t1", "t2"]
+    assert {i.section for i in items} == {"4.1", "4.2", "4.3", "4.4", "4.5", "failure"} == set(SECTIONS)
+    assert len(FAILURES) == 8
 
 
 def test_a_measure_knows_which_way_is_better() -> None:
@@ -105,7 +109,22 @@ def test_lesson_favours_the_fix(lesson_id: str, ray_cluster: ClusterHandle) -> N
     result = CliRunner().invoke(main, ["explain", lesson_id, "--address", ray_cluster.address])
     assert result.exit_code == 0, result.output
     assert "mistake?" not in result.output and "Why:" in result.output
-    assert f"Chapter section {find(lesson_id).section}" in result.output
+    # Cited by the chapter's title and the section's (the console wraps lines).
+    assert f"From chapter 4, Ray高级特性 (Ray advanced features), {SECTIONS[find(lesson_id).section]}" in " ".join(
+        result.output.split())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lesson_id", ci_sample(FAILURES, keep=FAILURES_IN_CI))
+def test_a_failure_mode_loses_under_the_mistake_and_nothing_under_the_fix(
+        lesson_id: str, ray_cluster: ClusterHandle) -> None:
+    result = run_lesson(find(lesson_id), address=ray_cluster.address)
+    for m in result.measures:
+        if m.unit.startswith("of "):  # a count of calls, values, effects or actors
+            assert m.mistake > 0 and m.fix == 0, m  # lost, repeated or leaked; then none
+        else:  # the time a frozen actor held the driver: the fix's timeout ends the wait
+            assert m.mistake >= m.fix + m.margin, m
+    assert result.outcome.value == "fix wins", result
 
 
 @pytest.mark.slow
@@ -119,10 +138,10 @@ def test_lesson_on_its_own_cluster_favours_the_fix(lesson_id: str) -> None:
 
 
 def test_each_section_module_holds_its_sections_lessons_once() -> None:
-    from scenarios.lessons import _actors, _objects, _resources, _tasks, _waiting
+    from scenarios.lessons import _actors, _failures, _objects, _resources, _tasks, _waiting
 
     modules = {"4.1": _tasks, "4.2": _actors, "4.3": _objects, "4.4": _waiting,
-               "4.5": _resources}
+               "4.5": _resources, "failure": _failures}
     for section, module in modules.items():
         assert {item.section for item in module.LESSONS} == {section}, module.__name__
     ids = [item.id for item in lessons()]

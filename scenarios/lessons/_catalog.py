@@ -15,18 +15,18 @@ from contextlib import contextmanager
 
 from chaos import local_cluster
 from chaos.errors import InvalidConfig
-from scenarios.lessons import _actors, _objects, _resources, _tasks, _waiting
+from scenarios.lessons import _actors, _failures, _objects, _resources, _tasks, _waiting
 from scenarios.lessons._model import Lesson, LessonResult, Measure
 
 __all__ = ["CATALOGUE", "Lesson", "LessonResult", "Measure", "find", "lessons", "run_lesson"]
 
-#: Every lesson, by chapter section.
+#: Every lesson, by chapter section, then the failure modes.
 CATALOGUE: tuple[Lesson, ...] = (*_tasks.LESSONS, *_actors.LESSONS, *_objects.LESSONS,
-                                 *_waiting.LESSONS, *_resources.LESSONS)
+                                 *_waiting.LESSONS, *_resources.LESSONS, *_failures.LESSONS)
 
 
 def lessons() -> list[Lesson]:
-    """Every lesson, pitfalls first in chapter order, then the tips."""
+    """Every lesson in number order (the chapter's pitfalls, then the failure modes), then the tips."""
     return sorted(CATALOGUE, key=lambda item: (item.tip, _number(item.id)))
 
 

@@ -197,6 +197,103 @@ while pending:
 while pending:
     ready, pending = ray.wait(pending, num_returns=min(4, len(pending)), timeout=0.1)
     serve(ray.get(ready))"""),
+    "18-actor-without-restarts": LessonCode(
+        mistake="""\
+@ray.remote  # max_restarts=0: one death is final
+class Counter: ...
+
+counter = Counter.remote()
+# its process is SIGKILLed
+ray.get(counter.add.remote(1))  # ActorDiedError""",
+        fix="""\
+@ray.remote(max_restarts=-1, max_task_retries=-1)
+class Counter: ...
+
+counter = Counter.remote()
+# its process is SIGKILLed
+ray.get(counter.add.remote(1))  # answered by the restart"""),
+    "19-calls-in-flight": LessonCode(
+        mistake="""\
+@ray.remote(max_restarts=-1)  # comes back...
+class Counter: ...
+
+refs = [counter.add.remote(1) for _ in range(10)]
+# killed with the calls queued: each raises""",
+        fix="""\
+@ray.remote(max_restarts=-1, max_task_retries=-1)
+class Counter: ...
+
+refs = [counter.add.remote(1) for _ in range(10)]
+# killed with the calls queued: resent, answered"""),
+    "20-exceptions-not-retried": LessonCode(
+        mistake="""\
+@ray.remote(max_retries=3)  # for crashes only
+def load(key):
+    return store.read(key)  # ConnectionError: raised""",
+        fix="""\
+@ray.remote(max_retries=3, retry_exceptions=[ConnectionError])
+def load(key):
+    return store.read(key)  # retried on a blip"""),
+    "21-side-effect-twice": LessonCode(
+        mistake="""\
+@ray.remote(max_retries=3)
+def charge(key):
+    ledger.append(key)  # done again by the retry
+    finish_the_work()""",
+        fix="""\
+@ray.remote(max_retries=3)
+def charge(key):
+    if key not in ledger:  # idempotent: once per key
+        ledger.append(key)
+    finish_the_work()"""),
+    "22-method-applied-twice": LessonCode(
+        mistake="""\
+@ray.remote(max_restarts=-1, max_task_retries=-1)
+class Account:  # durable: its log survives a restart
+    def deposit(self, key):
+        self.log.append(key)  # resent call: again
+        return reply()""",
+        fix="""\
+@ray.remote(max_restarts=-1, max_task_retries=-1)
+class Account:
+    def deposit(self, key):
+        if key not in self.log:  # a repeat is ignored
+            self.log.append(key)
+        return reply()"""),
+    "23-get-without-timeout": LessonCode(
+        mistake="""\
+ref = service.answer.remote()
+value = ray.get(ref)  # the process froze: waits forever""",
+        fix="""\
+ref = service.answer.remote()
+try:
+    value = ray.get(ref, timeout=2)
+except ray.exceptions.GetTimeoutError:
+    ...  # retry elsewhere, report, give up"""),
+    "24-owner-died": LessonCode(
+        mistake="""\
+@ray.remote
+class Producer:
+    def make(self):
+        return [ray.put(big_value)]  # the actor owns it
+
+[ref] = ray.get(producer.make.remote())
+# the producer dies: ray.get(ref) -> OwnerDiedError""",
+        fix="""\
+@ray.remote
+class Producer:
+    def make(self):
+        return big_value  # the caller owns the result
+
+ref = producer.make.remote()
+# the producer dies: ray.get(ref) still answers"""),
+    "25-detached-leak": LessonCode(
+        mistake="""\
+cache = Cache.options(name="cache", lifetime="detached").remote()
+# the driver exits: the cache stays, holding its resources""",
+        fix="""\
+cache = Cache.options(name="cache").remote()
+# the driver exits: the cache ends with its job"""),
     "t1-batches": LessonCode(
         mistake="""\
 values = ray.get(refs)  # 120 MiB in the driver at once

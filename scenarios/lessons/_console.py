@@ -24,8 +24,9 @@ __all__ = ["print_lesson", "print_lessons"]
 
 def print_lessons(items: Sequence[Lesson], *, console: Console | None = None) -> None:
     console = console or Console()
-    table = Table(title="raychaos explain ID — the chapter's pitfalls, mistake and fix measured")
-    for col in ("id", "§", "pitfall"):
+    table = Table(title="raychaos explain ID — the chapter's pitfalls and the failure modes, mistake and fix "
+                        "measured")
+    for col in ("id", "section", "pitfall"):
         table.add_column(col)
     for item in items:
         table.add_row(Text(item.id), Text(item.section), Text(item.title))
@@ -37,7 +38,7 @@ def print_lesson(result: LessonResult, *, console: Console | None = None) -> Non
     figure, the figures' table, the outcome (the fix wins, too noisy to tell, or not), why."""
     console = console or Console()
     item = result.lesson
-    console.print(f"[bold]{escape(item.id)}[/] — {escape(item.title)} (chapter §{escape(item.section)})")
+    console.print(f"[bold]{escape(item.id)}[/] — {escape(item.title)} ({escape(item.source)})")
     console.print(_side_by_side(result, width=console.width))
     console.print(_figures(result))
     for note in result.notes:
@@ -48,7 +49,7 @@ def print_lesson(result: LessonResult, *, console: Console | None = None) -> Non
                       "from the fix here (a loaded machine does that); run it again when the machine is quieter",
                       markup=False)
     console.print(f"[italic]Why:[/] {escape(item.why)}")
-    console.print(f"Chapter section {item.section}; ran in {result.seconds:.1f} s on this machine.", markup=False)
+    console.print(f"From {item.source}; ran in {result.seconds:.1f} s on this machine.", markup=False)
 
 
 _STYLE = {LessonOutcome.FIX_WINS: "bold green", LessonOutcome.NOISY: "bold yellow",

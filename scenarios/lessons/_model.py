@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
-__all__ = ["Lesson", "LessonOutcome", "LessonResult", "LessonRun", "Measure", "lesson"]
+__all__ = ["CHAPTER", "SECTIONS", "Lesson", "LessonOutcome", "LessonResult", "LessonRun", "Measure", "lesson"]
 
 Better = Literal["lower", "higher"]
+
+#: The reference chapter the pitfalls come from, by its title (it is not shipped with raychaos).
+CHAPTER = "chapter 4, Ray高级特性 (Ray advanced features)"
+#: Each section a lesson can name: the chapter's five, in English, and raychaos's own failure modes.
+SECTIONS: Mapping[str, str] = {
+    "4.1": "§4.1 Remote functions: the basis of stateless parallel work",
+    "4.2": "§4.2 The actor lifecycle: managing stateful services",
+    "4.3": "§4.3 ObjectRefs and passing data: distributed reference semantics",
+    "4.4": "§4.4 ray.wait and ray.get: balancing blocking and non-blocking",
+    "4.5": "§4.5 Resource management and scheduling",
+    "failure": "failure modes, raychaos's own lessons beyond the chapter",
+}
 
 
 class LessonOutcome(StrEnum):
@@ -96,6 +108,12 @@ class Lesson:
     num_gpus: int = 0
     tip: bool = False
 
+    @property
+    def source(self) -> str:
+        """Where the pitfall comes from: the chapter's title and section, or the failure modes."""
+        where = SECTIONS[self.section]
+        return where if self.section == "failure" else f"{CHAPTER}, {where}"
+
 
 LessonRun = Callable[[str], tuple[Sequence[Measure], Sequence[str]]]
 
@@ -104,6 +122,9 @@ def lesson(*, id: str, section: str, title: str, mistake: str, fix: str, why: st
            num_gpus: int = 0, tip: bool = False) -> Callable[[LessonRun], Lesson]:
     """The decorated measurement as a :class:`Lesson` (the catalogue in
     :mod:`scenarios.lessons._catalog` lists each section's lessons; nothing registers on import)."""
+    if section not in SECTIONS:
+        raise ValueError(f"lesson {id!r}: section {section!r} is none of {sorted(SECTIONS)}; add it to SECTIONS")
+
     def make(run: LessonRun) -> Lesson:
         return Lesson(id=id, section=section, title=title, mistake=mistake, fix=fix, why=why, run=run,
                       nodes=nodes, num_gpus=num_gpus, tip=tip)
