@@ -45,9 +45,14 @@ class Use:
 
 
 def prose(text: str) -> Iterator[tuple[int, str]]:
-    """Each line of prose, numbered, its code spans blanked (columns kept)."""
+    """Each line of prose, numbered, its code spans blanked (columns kept). A ``<details>`` block
+    is raw HTML (its text is no Markdown, so a link there would show as brackets): not prose."""
     fence: str | None = None
+    details = False
     for number, line in enumerate(text.splitlines(), 1):
+        details = (details or line.startswith("<details>")) and "</details>" not in line
+        if details or line.startswith("<details>"):
+            continue
         if m := FENCE.match(line):
             fence = None if fence and m.group(1).startswith(fence) else (fence or m.group(1))
             continue
@@ -103,5 +108,8 @@ def test_the_check_sees_an_unlinked_first_use_and_nothing_else() -> None:
             "See [the verdict](../reference/glossary.md#verdict); a plain verdict later, a "
             "[MTTR link](other.md) and a [page](glossary.md#plant-stuff).\n")
     assert unlinked(page) == ["line 8: 'MTTR' (link it to glossary.md#mttr)"]
+    folded = ("<details><summary>Why?</summary>\nA plant, unlinked: raw HTML.\n</details>\n\n"
+              "A [plant](glossary.md#plant).\n")
+    assert unlinked(folded) == [] and first_uses(folded)["plant"].line == 5
     assert first_uses(page)["verdict"].line == 8
     assert "plant" not in first_uses(page)  # a word inside an address is no use
