@@ -34,6 +34,7 @@ FORMS = {
 SKIPPED = {"glossary.md", "changelog.md", "api-chaos.md", "api-actors.md", "api-scenarios.md"}
 LINK = re.compile(r"\[([^\]]*)\]\(([^)]*)\)")
 CODE_SPAN = re.compile(r"`[^`]*`")
+IMAGE = re.compile(r"!\[[^\]]*\]\([^)]*\)")  # an image's alt text describes a picture: no link there
 FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
 
 
@@ -45,7 +46,7 @@ class Use:
 
 
 def prose(text: str) -> Iterator[tuple[int, str]]:
-    """Each line of prose, numbered, its code spans blanked (columns kept). A ``<details>`` block
+    """Each line of prose, numbered, its code spans and images blanked (columns kept). A ``<details>`` block
     is raw HTML (its text is no Markdown, so a link there would show as brackets): not prose."""
     fence: str | None = None
     details = False
@@ -58,7 +59,8 @@ def prose(text: str) -> Iterator[tuple[int, str]]:
             continue
         if fence or line.lstrip().startswith(("#", "<!--")):
             continue
-        yield number, CODE_SPAN.sub(lambda c: " " * len(c.group()), line)
+        blank = CODE_SPAN.sub(lambda c: " " * len(c.group()), line)
+        yield number, IMAGE.sub(lambda c: " " * len(c.group()), blank)
 
 
 def _use_in(line: str, form: str, number: int) -> Use | None:

@@ -14,6 +14,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import replace
 
+import jsonschema
 import pytest
 from rich.console import Console
 
@@ -23,6 +24,7 @@ from scenarios.model._scenario import Scenario, builtin_names, load_scenario, re
 from scenarios.reports._console import print_results
 from scenarios.reports._files import junit, summary
 from scenarios.reports._html import render_html
+from scenarios.reports._schemas import summary_schema
 from scenarios.runner._run import against_twin, steady_verdicts, twin_met, twin_verdicts
 
 #: What each outcome is called in summary.json, and the exit code that goes with it.
@@ -124,3 +126,22 @@ def test_a_broken_twin_fails_the_scenario_as_every_report_says() -> None:
     results = [broken, results[1]]
     assert exit_code(results) == EXIT_DEVIATED and summary(results)["outcome"] == "broken"
     assert int(next(junit(results).iter("testsuite")).get("failures", "0")) == 1
+
+
+def test_a_twin_asked_only_for_faults_traces_counts_for_nothing() -> None:
+    """lost-objects has no steady-state probe: its twin's one verdict is a fault's trace, n/a. That
+    twin judged nothing and broke nothing, so it is n/a itself and the run under faults decides
+    (it made a healthy run exit 3, inconclusive). A run under faults with nothing but n/a stays
+    unknown: fail closed."""
+    scenario = load_scenario("lost-objects")
+    trace = Verdict.of("lost_objects_as_predicted", True, "measured", 3)
+    twin = _run(scenario, RunLabel.BASELINE, twin_verdicts([trace], ("lost_objects_as_predicted",)))
+    chaos = _run(scenario, RunLabel.CHAOS, [trace])
+    assert twin.outcome is Validity.NOT_APPLICABLE and not twin.deviated
+    assert exit_code([twin, chaos]) == 0
+    data = summary([twin, chaos])
+    assert data["outcome"] == "held" and [r["outcome"] for r in data["runs"]] == ["n/a", "held"]
+    jsonschema.validate(data, summary_schema())
+    assert "ALL INVARIANTS HELD" in _console([twin, chaos])
+    assert exit_code([twin, replace(chaos, label=RunLabel.CHAOS, verdicts=twin.verdicts)]) == EXIT_UNKNOWN
+    assert exit_code([replace(twin, verdicts=())]) == EXIT_UNKNOWN  # a run with no verdict at all

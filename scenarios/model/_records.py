@@ -147,15 +147,21 @@ class RunResult:
     def outcome(self) -> Validity:
         """The run as one validity: ``BROKEN`` when it did not complete, a verdict broke or (with
         ``strict_faults``) a scheduled fault did not happen; else ``UNKNOWN`` when a verdict
-        could not be judged; else ``HELD``. n/a verdicts count for nothing."""
+        could not be judged; else ``HELD``. n/a verdicts count for nothing; a fault-free twin
+        whose every verdict is n/a is n/a itself."""
         if self.status is not RunStatus.COMPLETED or (self.strict_faults and self.missed_faults):
             return Validity.BROKEN
-        return compose(v.validity for v in self.verdicts)
+        found = [v.validity for v in self.verdicts]
+        if self.label is RunLabel.BASELINE and found and all(v is Validity.NOT_APPLICABLE for v in found):
+            # A twin asked only for faults' traces judged nothing and broke nothing: it counts
+            # for nothing, as each of its verdicts does (the run under faults is judged).
+            return Validity.NOT_APPLICABLE
+        return compose(found)
 
     @property
     def deviated(self) -> bool:
         """The run did not pass: it broke (see :attr:`outcome`) or could not be judged."""
-        return self.outcome is not Validity.HELD
+        return self.outcome not in (Validity.HELD, Validity.NOT_APPLICABLE)
 
     @property
     def peak_rss_bytes(self) -> int:

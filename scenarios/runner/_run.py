@@ -554,6 +554,8 @@ def _conclude(run: _Run, workload: _Bounded, ctx: RunContext, rec: _Recorder,
             verdicts = verdicts or [CHECKED_NOTHING]
             fault_verdicts = type(workload.workload).FAULT_VERDICTS
             verdicts = against_twin(verdicts, run.twin_met) if run.faults else twin_verdicts(verdicts, fault_verdicts)
+            if not run.faults:  # the twin's undeclared fault traces read n/a too, never "(BROKEN)"
+                unjudged = twin_verdicts(unjudged, fault_verdicts)
             after = ray_account(ctx.address, ctx.namespace, since=rec.ray_before)
             ctx.metrics.update(ray_events(rec.ray_before, after))
     except Exception as exc:  # noqa: BLE001 - reported as a broken verdict, not a crash

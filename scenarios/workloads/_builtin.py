@@ -92,6 +92,8 @@ class _Tasks(Workload):
     #: ``no_error_visible``; ``memory_monitor_fired`` needs a memory fault: name them in the file.
     DEFAULT_INVARIANTS: ClassVar[tuple[str, ...] | None] = (
         "results_correct", "every_task_terminal", "no_error_visible", "loop_never_blocked")
+    #: Traces only a fault leaves (a crash per kill, the memory monitor's kills): n/a in the twin.
+    FAULT_VERDICTS: ClassVar[tuple[str, ...]] = ("crashes_surface", "memory_monitor_fired")
     Params = TasksParams
     resources: ClassVar[dict[str, float]] = {}
     #: The task under test: its value must be ``_expected(index, steps)``.
@@ -601,6 +603,7 @@ class _OwnerDeath(Workload):
     """The driver holds refs owned by an actor that is killed: ``ray.get`` must raise, not hang."""
 
     INVARIANTS = ("owner_death_surfaces",)
+    FAULT_VERDICTS = ("owner_death_surfaces",)  # no owner died in the twin: nothing to surface
     Params = OwnerDeathParams
 
     def setup(self) -> None:
