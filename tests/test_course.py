@@ -23,7 +23,6 @@ from typing import Any
 import pytest
 
 from chaos.cluster import ClusterHandle
-from conftest import ci_sample
 
 ROOT = Path(__file__).resolve().parent.parent
 COURSE = ROOT / "docs" / "course"
@@ -132,7 +131,7 @@ def _run_claims(page_claims: list[Claim], command: list[str], where: Path) -> li
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("page", ci_sample(PAGES, keep={"01-worker-dies.md", "07-idempotence.md"}))
+@pytest.mark.parametrize("page", PAGES)
 def test_a_course_pages_runs_report_what_it_says(page: str, ray_cluster: ClusterHandle, tmp_path: Path) -> None:
     text = (COURSE / page).read_text(encoding="utf-8")
     page_claims = claims(text)
