@@ -1,0 +1,98 @@
+"""Facts the pages state about the code, held to the code: every extra a page names exists, each
+extras table lists exactly what pyproject's extra installs, and the plugin page's fixture scopes
+are the scopes pytest reports (with the default ini and with ``raychaos_cluster_scope = module``).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+ROOT = Path(__file__).resolve().parent.parent
+EXTRAS: dict[str, list[str]] = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))[
+    "project"]["optional-dependencies"]
+PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
+#: ``raychaos[rl,apps]`` anywhere, or "the `apps` extra" in prose.
+NAMED = re.compile(r"raychaos\[(?P<list>[\w,]+)\]|`(?P<one>\w+)` extra\b")
+#: An extras table's row: the extras (code spans) and what they add, ``;`` between extras.
+TABLE_ROW = re.compile(r"^\|\s*(?P<extras>(?:`\w+`(?:,\s*)?)+)\s*\|\s*(?P<adds>[^|]+?)\s*\|")
+
+
+def named_extras(text: str) -> set[str]:
+    found: set[str] = set()
+    for m in NAMED.finditer(text):
+        found |= set(m["list"].split(",")) if m["list"] else {m["one"]}
+    return found
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_extra_a_page_names_exists(page: Path) -> None:
+    assert named_extras(page.read_text(encoding="utf-8")) <= set(EXTRAS), sorted(EXTRAS)
+
+
+def installs(extra: str) -> set[str]:
+    """What pyproject's extra installs: each distribution, with its own extras, no versions."""
+    reqs = [Requirement(r) for r in EXTRAS[extra]]
+    return {f"{r.name}[{','.join(sorted(r.extras))}]" if r.extras else r.name for r in reqs}
+
+
+def table(text: str) -> dict[str, set[str]]:
+    """An extras table as the page writes it: each extra and the distributions it says it adds."""
+    rows: dict[str, set[str]] = {}
+    for line in text.splitlines():
+        if not (m := TABLE_ROW.match(line)) or m["adds"].strip() == "adds":
+            continue
+        extras = re.findall(r"`(\w+)`", m["extras"])
+        parts = m["adds"].replace("`", "").split(";") if len(extras) > 1 else [m["adds"].replace("`", "")]
+        for extra, part in zip(extras, parts, strict=True):
+            rows[extra] = {w.strip() for w in re.split(r",(?![^\[]*\])", part) if w.strip()}
+    return rows
+
+
+@pytest.mark.parametrize("page", [ROOT / "README.md", ROOT / "docs" / "tutorials" / "install.md"],
+                         ids=["README.md", "install.md"])
+def test_an_extras_table_lists_what_each_extra_installs(page: Path) -> None:
+    rows = table(page.read_text(encoding="utf-8"))
+    assert set(rows) == set(EXTRAS)
+    assert {extra: rows[extra] for extra in EXTRAS} == {extra: installs(extra) for extra in EXTRAS}
+
+
+def test_the_table_reader_sees_a_missing_package() -> None:
+    text = "| extra | adds | for |\n|---|---|---|\n| `apps` | `ray[rllib,train,tune]`, torch | x |\n" \
+           "| `bench`, `test` | cpprb; pillow | y |\n"
+    assert table(text) == {"apps": {"ray[rllib,train,tune]", "torch"}, "bench": {"cpprb"}, "test": {"pillow"}}
+    assert table(text)["apps"] != installs("apps")  # serve left out: the check sees it
+    assert named_extras("pip install 'raychaos[rl,gpu]' or the `apps` extra") == {"rl", "gpu", "apps"}
+
+
+#: What the plugin page's scope column means, with the default ini and with module scope.
+SCOPE_WORDS = {"session (or module)": ("session", "module"), "function": ("function", "function"),
+               "module": ("module", "module")}
+
+
+def reported_scopes(folder: Path) -> dict[str, str]:
+    """Each plugin fixture's scope as ``pytest --fixtures`` reports it, run in ``folder``."""
+    out = subprocess.run([sys.executable, "-m", "pytest", "--fixtures", "-q", "-p", "no:cacheprovider"],
+                         cwd=folder, capture_output=True, text=True, timeout=120, check=False).stdout
+    scopes = {}
+    for m in re.finditer(r"^(\w+)(?: \[(\w+) scope\])? -- .*chaos/pytest_plugin\.py", out, re.MULTILINE):
+        scopes[m[1]] = m[2] or "function"
+    return scopes
+
+
+def test_the_plugin_pages_fixture_scopes_are_pytests(tmp_path: Path) -> None:
+    page = (ROOT / "docs" / "how-to" / "pytest-plugin.md").read_text(encoding="utf-8")
+    documented = {m[1]: SCOPE_WORDS[m[2]] for m in re.finditer(r"^\| `(\w+)` \| ([a-z ()]+) \|", page, re.MULTILINE)
+                  if m[2] in SCOPE_WORDS}
+    (tmp_path / "default").mkdir()
+    (tmp_path / "module").mkdir()
+    (tmp_path / "module" / "pytest.ini").write_text("[pytest]\nraychaos_cluster_scope = module\n", encoding="utf-8")
+    default, module = reported_scopes(tmp_path / "default"), reported_scopes(tmp_path / "module")
+    assert documented and set(documented) == set(default), (documented, default)
+    assert documented == {name: (default[name], module[name]) for name in documented}
