@@ -96,3 +96,22 @@ def test_the_plugin_pages_fixture_scopes_are_pytests(tmp_path: Path) -> None:
     default, module = reported_scopes(tmp_path / "default"), reported_scopes(tmp_path / "module")
     assert documented and set(documented) == set(default), (documented, default)
     assert documented == {name: (default[name], module[name]) for name in documented}
+
+
+@pytest.mark.parametrize("name", sorted(__import__("scenarios").builtin_names()))
+def test_a_builtin_scenarios_quoted_length_nodes_and_fault_times_are_its_files(name: str) -> None:
+    """builtin-scenarios.md's "Runs: N s on K nodes" and each "at T s" of its faults, in order."""
+    from scenarios.model._scenario import load_scenario
+
+    page = (ROOT / "docs" / "reference" / "builtin-scenarios.md").read_text(encoding="utf-8")
+    section = re.split(r"^## ", page, flags=re.MULTILINE)
+    text = next(part for part in section if part.split("\n", 1)[0].strip() == name)
+    scenario = load_scenario(name)
+    runs = re.search(r"\*\*Runs\*\*: ([\d.]+) s (?:under faults and [\d.]+ s without, )?on (\d+) nodes?", text)
+    assert runs, f"{name}: no 'Runs: N s on K nodes' line"
+    assert (float(runs[1]), int(runs[2])) == (scenario.duration, scenario.nodes)
+    faults = re.search(r"\*\*Faults\*\*: (.+)", text)
+    assert faults, f"{name}: no 'Faults:' line"
+    quoted = [float(t) for t in re.findall(r"\bat ([\d.]+) s\b", faults[1])]
+    # Faults at one instant are quoted once ("pause of A and of B at 3 s").
+    assert quoted == sorted({e.at for e in scenario.schedule.entries}), faults[1]
