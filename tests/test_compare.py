@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from scenarios.cli import main
 from scenarios.reports._compare import Tolerances, compare
-from scenarios.reports._schemas import summary_schema
+from scenarios.reports._schemas import SUMMARY_SCHEMA_VERSION, summary_schema
 
 
 def _run(*, mttrs: tuple[float, float] = (0.5, 0.6), seconds: float = 20.0, validity: str = "held",
@@ -35,7 +35,8 @@ def _run(*, mttrs: tuple[float, float] = (0.5, 0.6), seconds: float = 20.0, vali
 
 def _summary(*, ray: str = "2.60.0", **run: Any) -> dict[str, Any]:
     r = _run(**run)
-    return {"schema_version": 1, "scenario": "staging", "outcome": r["outcome"], "deviated": r["deviated"],
+    return {"schema_version": SUMMARY_SCHEMA_VERSION, "scenario": "staging", "outcome": r["outcome"],
+            "deviated": r["deviated"],
             "machine": {"cpus": 2, "memory_gib": 24.0, "python": "3.11.7", "platform": "Linux", "ray": ray},
             "runs": [r]}
 

@@ -44,8 +44,9 @@ def claims(page: str) -> list[Claim]:
     for line in lines[2:]:  # after the header and its rule, until the table ends
         if not line.startswith("|"):
             break
-        if m := ROW.match(line.strip()):
-            found.append(Claim(what=m["what"], says=m["says"].replace("`", "")))
+        m = ROW.match(line.strip())
+        assert m, f"a claims row the course cannot read: {line!r}"
+        found.append(Claim(what=m["what"], says=m["says"].replace("`", "")))
     return found
 
 
@@ -90,7 +91,12 @@ def test_the_course_pages_are_in_order_and_each_leads_to_the_next() -> None:
     for page, following in itertools.pairwise(PAGES):
         text = (COURSE / page).read_text(encoding="utf-8")
         assert text.count("<details>") >= 2 and f"]({following})" in text.split("## Next")[1], page
-        assert claims(text), f"{page}: no claims to check"
+    for page in PAGES:
+        text = (COURSE / page).read_text(encoding="utf-8")
+        page_claims = claims(text)
+        assert page_claims, f"{page}: no claims to check"
+        # A claim about a report needs a run that writes one.
+        assert runs(text) or all(c.what.startswith("lesson ") for c in page_claims), page
 
 
 def test_a_claim_the_report_contradicts_is_named() -> None:
@@ -107,6 +113,8 @@ def test_a_claim_the_report_contradicts_is_named() -> None:
     page = ("x\n<!-- course-claims -->\n| in the report | it says |\n|---|---|\n"
             "| `fault 0` | `kill`, `injected` |\n\nmore")
     assert claims(page) == [Claim("fault 0", "kill, injected")]
+    with pytest.raises(AssertionError, match="cannot read"):
+        claims(page.replace("| `fault 0` |", "| fault 0 |"))  # a row without its code span is no claim
 
 
 def _lesson_claims(page_claims: list[Claim], address: str) -> list[str]:

@@ -1,6 +1,6 @@
 """Ray's own account of a run (the ``ray …`` metrics compare shows), read from a real cluster:
-retries are the run's own and still read whole when the driver's job has more tasks than one
-State API listing holds (a test session that reuses its driver), and unknown when Ray cannot say."""
+retries are the run's own and still read whole when the cluster has more tasks than one State
+API listing holds (a test session that reuses its driver), and unknown when Ray cannot say."""
 
 from __future__ import annotations
 
@@ -69,3 +69,12 @@ def test_a_figure_ray_could_not_give_whole_is_unknown_not_zero(
     after = RayAccount(counts={"ray actor restarts": 5})  # the node listing and the retries failed
     assert ray_events(before, after) == {"ray actor restarts": 3.0}
     assert ray_account("127.0.0.1:1", "none", bound=0.5) == RayAccount()  # no State API in time
+
+
+def test_retries_are_unknown_when_failures_seen_at_the_start_are_gone(ray_cluster: ClusterHandle) -> None:
+    # Ray's task events lost between the two reads (a GCS restart without Redis, an eviction):
+    # failures of the run may be lost as well, so no count is given.
+    since = RayAccount(counts={}, failed=frozenset({("a-task-the-gcs-forgot", 0)}))
+    after = ray_account(ray_cluster.address, "none", since=since)
+    assert after.failed is not None and after.retried is None
+    assert RETRIES not in ray_events(since, after) and "ray nodes dead" in after.counts

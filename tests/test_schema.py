@@ -169,7 +169,7 @@ def test_a_report_off_its_schema_is_named_and_a_damaged_journal_is_left_to_its_r
         root = Path(folder)
         with Journal(str(root / "journal.jsonl")) as journal:
             journal.record(StartEvent(seed=3))
-        (root / "summary.json").write_text(json.dumps({"schema_version": 1, "scenario": "x"}), encoding="utf-8")
+        (root / "summary.json").write_text(json.dumps({"schema_version": 2, "scenario": "x"}), encoding="utf-8")
         (root / "bad").mkdir()
         (root / "bad" / "journal.jsonl").write_text('{"kind": "start", "zap": 1}\n{}\n', encoding="utf-8")
         found = off_schema(folder)

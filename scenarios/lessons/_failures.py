@@ -23,11 +23,22 @@ from pathlib import Path
 from typing import Any
 
 from chaos import HangError, wait_until
+from chaos.errors import FaultIneffective
 from scenarios.lessons._kit import TIMEOUT, Result, remote
 from scenarios.lessons._model import Lesson, Measure, lesson
 
 SECTION = "failure"
 CALLS = 10
+
+
+def _here() -> dict[str, Any]:
+    """Options that keep a task or actor on the driver's node: the lesson signals its process by
+    pid, which names that process only on this machine (and its files are this machine's)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return {"scheduling_strategy": NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(),
+                                                                  soft=False)}
 
 
 class _Counter:
@@ -67,11 +78,12 @@ def _failed(refs: list[Any]) -> int:
 def _calls_after_a_kill(**options: Any) -> int:
     import ray
 
-    actor = remote(_Counter, num_cpus=0, **options).remote()
-    _sigkill(actor)
-    failed = _failed([actor.add.remote(1) for _ in range(CALLS)])
-    ray.kill(actor)
-    return failed
+    actor = remote(_Counter, num_cpus=0, **_here(), **options).remote()
+    try:
+        _sigkill(actor)
+        return _failed([actor.add.remote(1) for _ in range(CALLS)])
+    finally:
+        ray.kill(actor)
 
 
 @lesson(id="18-actor-without-restarts", section=SECTION, title="An actor that is not told to restart",
@@ -88,14 +100,15 @@ def actor_without_restarts(address: str) -> Result:
 def _calls_in_flight_at_a_kill(**options: Any) -> int:
     import ray
 
-    actor = remote(_Counter, num_cpus=0, max_restarts=-1, **options).remote()
-    pid = int(ray.get(actor.pid.remote(), timeout=TIMEOUT))  # asked first: a call runs after those before it
-    refs = [actor.add.remote(1, 0.2) for _ in range(CALLS + 1)]
-    ray.get(refs[0], timeout=TIMEOUT)  # the first answered: the other ten are queued or running
-    os.kill(pid, signal.SIGKILL)
-    failed = _failed(refs[1:])
-    ray.kill(actor)
-    return failed
+    actor = remote(_Counter, num_cpus=0, max_restarts=-1, **_here(), **options).remote()
+    try:
+        pid = int(ray.get(actor.pid.remote(), timeout=TIMEOUT))  # asked first: a call runs after those before it
+        refs = [actor.add.remote(1, 0.2) for _ in range(CALLS + 1)]
+        ray.get(refs[0], timeout=TIMEOUT)  # the first answered: the other ten are queued or running
+        os.kill(pid, signal.SIGKILL)
+        return _failed(refs[1:])
+    finally:
+        ray.kill(actor)
 
 
 @lesson(id="19-calls-in-flight", section=SECTION, title="Restarts without task retries",
@@ -119,7 +132,7 @@ def _flaky(marker: str) -> int:
 
 
 def _tasks_failed(root: Path, label: str, **options: Any) -> int:
-    task = remote(_flaky, max_retries=3, **options)
+    task = remote(_flaky, max_retries=3, **_here(), **options)
     return _failed([task.remote(str(root / f"{label}-{i}")) for i in range(5)])
 
 
@@ -136,15 +149,24 @@ def exceptions_not_retried(address: str) -> Result:
     return [Measure(what="tasks failed", unit="of 5", mistake=mistake, fix=fix)], []
 
 
-def _charge(ledger: str, key: str, idempotent: bool) -> int:
-    """Appends a charge to the ledger (the side effect), then works for a while."""
+def _until_killed(stem: str) -> None:
+    """Where an attempt is killed: it writes its pid and waits for the lesson's mark, which the
+    lesson writes only after its SIGKILL, so the first attempt never passes; the retry finds it."""
+    Path(f"{stem}.pid").write_text(str(os.getpid()), encoding="utf-8")
+    try:
+        wait_until(Path(f"{stem}.killed").exists, timeout=TIMEOUT, what="the lesson's kill")
+    except HangError:
+        return  # never killed: the lesson sees no second attempt and says so
+
+
+def _charge(ledger: str, key: str, *, idempotent: bool) -> int:
+    """Appends a charge to the ledger (the side effect), then works on (and is killed there)."""
     path = Path(ledger)
     lines = path.read_text(encoding="utf-8").split() if path.exists() else []
     if not (idempotent and key in lines):
         with path.open("a", encoding="utf-8") as out:
             out.write(f"{key}\n")
-    Path(f"{ledger}.{key}.pid").write_text(str(os.getpid()), encoding="utf-8")
-    time.sleep(1.0)  # the rest of the task: the worker is killed here
+    _until_killed(f"{ledger}.{key}")
     return 1
 
 
@@ -152,20 +174,34 @@ def _written(path: Path) -> str | None:
     return path.read_text(encoding="utf-8") if path.exists() else None
 
 
-def _kill_when(pid_file: Path) -> None:
-    pid = wait_until(lambda: _written(pid_file), timeout=TIMEOUT, what=f"{pid_file.name} to be written")
+def _kill_attempt(stem: str) -> int:
+    """SIGKILL the attempt waiting at ``stem`` (see :func:`_until_killed`), then let its retry pass."""
+    pid_file = Path(f"{stem}.pid")
+    pid = int(wait_until(lambda: _written(pid_file), timeout=TIMEOUT, what=f"{pid_file.name} to be written"))
     pid_file.unlink()
-    os.kill(int(pid), signal.SIGKILL)
+    os.kill(pid, signal.SIGKILL)
+    Path(f"{stem}.killed").touch()
+    return pid
 
 
-def _applied_twice(ledger: Path, idempotent: bool) -> int:
+def _retried(stem: str, killed: int) -> None:
+    """The retry ran: a second attempt, in another process, wrote its pid. Without one the fault
+    did not do what the lesson counts on, and no figure is given."""
+    again = _written(Path(f"{stem}.pid"))
+    if not again or int(again) == killed:
+        raise FaultIneffective(f"{Path(stem).name}: no second attempt after the SIGKILL of {killed}: the lesson "
+                               "measured nothing; run it again")
+
+
+def _applied_twice(ledger: Path, *, idempotent: bool) -> int:
     import ray
 
-    task = remote(_charge, max_retries=3)
+    task = remote(_charge, max_retries=3, **_here())
     for key in ("a", "b", "c"):
-        ref = task.remote(str(ledger), key, idempotent)
-        _kill_when(Path(f"{ledger}.{key}.pid"))
+        ref = task.remote(str(ledger), key, idempotent=idempotent)
+        killed = _kill_attempt(f"{ledger}.{key}")
         ray.get(ref, timeout=TIMEOUT)  # the retry's answer
+        _retried(f"{ledger}.{key}", killed)
     lines = ledger.read_text(encoding="utf-8").split()
     return sum(1 for key in set(lines) if lines.count(key) > 1)
 
@@ -193,23 +229,26 @@ class _Account:
         if not (self.idempotent and key in keys):
             with self.log.open("a", encoding="utf-8") as out:
                 out.write(f"{key}\n")
-        Path(f"{self.log}.{key}.pid").write_text(str(os.getpid()), encoding="utf-8")
-        time.sleep(1.0)  # before the reply: the actor is killed here
+        _until_killed(f"{self.log}.{key}")  # before the reply: the actor is killed here
         return len(keys) + 1
 
     def pid(self) -> int:
         return os.getpid()
 
 
-def _deposited_twice(log: Path, idempotent: bool) -> int:
+def _deposited_twice(log: Path, *, idempotent: bool) -> int:
     import ray
 
-    account = remote(_Account, num_cpus=0, max_restarts=-1, max_task_retries=-1).remote(str(log), idempotent)
-    for key in ("a", "b", "c"):
-        ref = account.deposit.remote(key)
-        _kill_when(Path(f"{log}.{key}.pid"))
-        ray.get(ref, timeout=TIMEOUT)  # the resent call's answer
-    ray.kill(account)
+    account = remote(_Account, num_cpus=0, max_restarts=-1, max_task_retries=-1, **_here()).remote(
+        str(log), idempotent)
+    try:
+        for key in ("a", "b", "c"):
+            ref = account.deposit.remote(key)
+            killed = _kill_attempt(f"{log}.{key}")
+            ray.get(ref, timeout=TIMEOUT)  # the resent call's answer
+            _retried(f"{log}.{key}", killed)
+    finally:
+        ray.kill(account)
     keys = log.read_text(encoding="utf-8").split()
     return sum(1 for key in set(keys) if keys.count(key) > 1)
 
@@ -246,17 +285,19 @@ def _blocked(get: Callable[[], Any]) -> float:
     return STUCK if not done.wait(timeout=STUCK) else time.monotonic() - start
 
 
-def _frozen_wait(timeout: float | None) -> float:
+def _frozen_wait(*, timeout: float | None) -> float:
     import ray
 
-    actor = remote(_Counter, num_cpus=0).remote()
-    pid = int(ray.get(actor.pid.remote(), timeout=TIMEOUT))
-    os.kill(pid, signal.SIGSTOP)
+    actor = remote(_Counter, num_cpus=0, **_here()).remote()
     try:
-        ref = actor.add.remote(1)
-        return _blocked(lambda: ray.get(ref, timeout=timeout))
+        pid = int(ray.get(actor.pid.remote(), timeout=TIMEOUT))
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            ref = actor.add.remote(1)
+            return _blocked(lambda: ray.get(ref, timeout=timeout))
+        finally:
+            os.kill(pid, signal.SIGCONT)  # healed whatever happened
     finally:
-        os.kill(pid, signal.SIGCONT)  # healed whatever happened
         ray.kill(actor)
 
 
@@ -266,8 +307,8 @@ def _frozen_wait(timeout: float | None) -> float:
         why="A frozen process is not a dead one: Ray sees its worker connected and raises nothing, so a get "
             "without a timeout waits as long as the freeze lasts. A timeout turns the hang into an error.")
 def get_without_timeout(address: str) -> Result:
-    mistake = _frozen_wait(None)
-    fix = _frozen_wait(2.0)
+    mistake = _frozen_wait(timeout=None)
+    fix = _frozen_wait(timeout=2.0)
     note = f"the mistake's get was still waiting when the lesson stopped watching it at {STUCK:g} s"
     return ([Measure(what="driver blocked", unit="s", mistake=mistake, fix=fix, margin=3.0)],
             [note] if mistake >= STUCK else [])
@@ -299,16 +340,24 @@ def _raises(ref: Any) -> bool:
     return False
 
 
-def _lost_with_owner(wrapped: bool) -> int:
+def _lost_with_owner(*, wrapped: bool) -> int:
     """Of five values made by an actor, how many no get could read ``SURFACE`` s after its death."""
     import ray
 
-    producer = remote(_Producer, num_cpus=0).remote()
-    made = [producer.make.remote(wrapped) for _ in range(5)]
-    refs = [ray.get(ref, timeout=TIMEOUT)[0] for ref in made] if wrapped else made
-    ray.wait(refs, num_returns=len(refs), timeout=TIMEOUT)
-    _sigkill(producer)
-    deadline, lost = time.monotonic() + SURFACE, 0
+    producer = remote(_Producer, num_cpus=0, **_here()).remote()
+    try:
+        made = [producer.make.remote(wrapped) for _ in range(5)]
+        refs = [ray.get(ref, timeout=TIMEOUT)[0] for ref in made] if wrapped else made
+        ray.wait(refs, num_returns=len(refs), timeout=TIMEOUT)
+        _sigkill(producer)
+    finally:
+        ray.kill(producer)
+    return _unreadable(refs, deadline=time.monotonic() + SURFACE)
+
+
+def _unreadable(refs: list[Any], *, deadline: float) -> int:
+    """How many of ``refs`` a get could not read by ``deadline`` (each asked until it raises)."""
+    lost = 0
     for ref in refs:
         try:
             wait_until(functools.partial(_raises, ref), timeout=max(0.1, deadline - time.monotonic()), interval=0.2,
@@ -316,7 +365,6 @@ def _lost_with_owner(wrapped: bool) -> int:
             lost += 1
         except HangError:
             continue  # still read at the deadline: not lost
-    ray.kill(producer)
     return lost
 
 
@@ -348,29 +396,39 @@ _DRIVER = textwrap.dedent("""\
 """)
 
 
-def _alive_after_driver(address: str, detached: bool, grace: float) -> tuple[int, float]:
+def _alive_after_driver(address: str, *, detached: bool, grace: float) -> tuple[int, float]:
     """Starts a driver that makes a named actor and exits; whether the actor is alive ``grace``
-    seconds after (or once seen dead), and how long that took."""
-    import ray
+    seconds after (or once seen dead), and how long that took. The actor is killed in the end,
+    whatever happened: the lesson leaves nothing behind."""
+    namespace, name = f"lesson-{uuid.uuid4().hex[:8]}", "cache"
+    try:
+        subprocess.run([sys.executable, "-c", _DRIVER, address, namespace, name, "1" if detached else "0"],
+                       check=True, timeout=120, capture_output=True)
+        start = time.monotonic()
+        try:
+            wait_until(functools.partial(_all_dead, address, namespace), timeout=grace, interval=0.2,
+                       what="the actor to end with its driver")
+            return 0, time.monotonic() - start
+        except HangError:
+            return 1, time.monotonic() - start
+    finally:
+        _kill_named(name, namespace)
+
+
+def _all_dead(address: str, namespace: str) -> bool:
     from ray.util.state import list_actors
 
-    namespace, name = f"lesson-{uuid.uuid4().hex[:8]}", "cache"
-    subprocess.run([sys.executable, "-c", _DRIVER, address, namespace, name, "1" if detached else "0"],
-                   check=True, timeout=120, capture_output=True)
-    start = time.monotonic()
+    rows = list_actors(address=address, filters=[("ray_namespace", "=", namespace)], timeout=TIMEOUT)
+    return bool(rows) and all(r.state == "DEAD" for r in rows)
 
-    def dead() -> bool:
-        rows = list_actors(address=address, filters=[("ray_namespace", "=", namespace)], timeout=TIMEOUT)
-        return bool(rows) and all(r.state == "DEAD" for r in rows)
+
+def _kill_named(name: str, namespace: str) -> None:
+    import ray
 
     try:
-        wait_until(dead, timeout=grace, interval=0.2, what="the actor to end with its driver")
-        alive = 0
-    except HangError:
-        alive = 1
-    if alive:
-        ray.kill(ray.get_actor(name, namespace=namespace))  # the lesson leaves nothing behind
-    return alive, time.monotonic() - start
+        ray.kill(ray.get_actor(name, namespace=namespace))
+    except ValueError:
+        return  # no such actor alive: nothing to clean
 
 
 @lesson(id="25-detached-leak", section=SECTION, title="A detached actor outlives its driver",

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
+from chaos.errors import InvalidConfig
+
 __all__ = ["CHAPTER", "SECTIONS", "Lesson", "LessonOutcome", "LessonResult", "LessonRun", "Measure", "lesson"]
 
 Better = Literal["lower", "higher"]
@@ -123,7 +125,7 @@ def lesson(*, id: str, section: str, title: str, mistake: str, fix: str, why: st
     """The decorated measurement as a :class:`Lesson` (the catalogue in
     :mod:`scenarios.lessons._catalog` lists each section's lessons; nothing registers on import)."""
     if section not in SECTIONS:
-        raise ValueError(f"lesson {id!r}: section {section!r} is none of {sorted(SECTIONS)}; add it to SECTIONS")
+        raise InvalidConfig(f"lesson {id!r}: section {section!r} is none of {sorted(SECTIONS)}; add it to SECTIONS")
 
     def make(run: LessonRun) -> Lesson:
         return Lesson(id=id, section=section, title=title, mistake=mistake, fix=fix, why=why, run=run,

@@ -25,7 +25,7 @@ from scenarios.model._records import FaultRecord, Probe, RunLabel, RunStatus, Va
 __all__ = ["JOURNAL_SCHEMA_VERSION", "SCHEMA_FILES", "SUMMARY_SCHEMA_VERSION", "journal_schema", "off_schema",
            "reports_markdown", "shipped_schema", "summary_schema"]
 
-SUMMARY_SCHEMA_VERSION = 1
+SUMMARY_SCHEMA_VERSION = 2  # 2: a run's outcome may be n/a (a twin with nothing else), not deviated
 #: The shipped files, by report.
 SCHEMA_FILES = {"summary": "summary.schema.json", "journal": "journal.schema.json"}
 Schema = dict[str, Any]

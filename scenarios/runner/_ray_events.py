@@ -4,12 +4,14 @@ run's metrics (``ray actor restarts``, ``ray nodes dead``, ``ray task retries``)
 compare`` shows what Ray did under the same faults on two releases side by side.
 
 Each figure is the run's own: read when the run starts and again before its teardown. Restarts
-and dead nodes are counts, the difference kept. Retries are read from the driver job's *failed*
-attempts (a source-side filter, so a long-lived driver such as a test session with more tasks
-than one listing holds is still read whole): of the attempts that failed during the run, those
-with a later attempt of the same task. A figure the State API could not give whole (a listing
-that failed or was truncated, too many tasks to look up) is left out of the metrics: unknown,
-never zero.
+and dead nodes are counts, the difference kept. Retries are read from the cluster's *failed*
+task attempts, every job's (a user's job under ``run --job`` or an attack is not this driver's;
+the state filter is applied at the source, so a long history of finished tasks does not fill the
+listing): of the attempts that failed during the run, those with a later attempt of the same
+task. A figure the State API could not give whole is left out of the metrics, unknown, never
+zero: a listing that failed or was cut at its limit, too many tasks to look up, or failed
+attempts seen at the start and gone at the end (Ray's task events were lost, as a GCS restart
+without Redis or an eviction does, so some failures of the run may be missing too).
 """
 
 from __future__ import annotations
@@ -64,11 +66,8 @@ def _tasks(address: str, filters: list[tuple[str, str, str]]) -> list[Any]:
 
 
 def _failed_attempts(address: str) -> frozenset[Attempt]:
-    import ray
-
-    # This driver's job, FAILED only: both filtered at the source, before Ray's row limit.
-    job = ray.get_runtime_context().get_job_id()
-    rows = _tasks(address, [("job_id", "=", job), ("state", "=", "FAILED")])
+    # FAILED only, filtered at the source, before Ray's row limit; every job's.
+    rows = _tasks(address, [("state", "=", "FAILED")])
     return frozenset((r.task_id, int(r.attempt_number or 0)) for r in rows)
 
 
@@ -84,27 +83,51 @@ def _retried(address: str, failed: frozenset[Attempt]) -> int:
     return retried
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class RayAccount:
     """What Ray's State API said at one moment; what it could not give whole is absent or None."""
 
     counts: Mapping[str, int] = field(default_factory=dict)
-    failed: frozenset[Attempt] | None = None  # the driver job's failed task attempts
+    failed: frozenset[Attempt] | None = None  # the cluster's failed task attempts
     retried: int | None = None  # of those failed since the account it was read against, how many Ray retried
 
 
-def _read(address: str, namespace: str, since: RayAccount | None, into: dict[str, object]) -> None:
-    counts: dict[str, int] = {}
+class _Reading:
+    """An account being read in a thread: what it has read so far, under a lock, so a reading
+    cut by its bound still gives what it had."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.counts: dict[str, int] = {}
+        self.failed: frozenset[Attempt] | None = None
+        self.retried: int | None = None
+
+    def account(self) -> RayAccount:
+        with self.lock:
+            return RayAccount(counts=dict(self.counts), failed=self.failed, retried=self.retried)
+
+
+def _read_counts(address: str, namespace: str, reading: _Reading) -> None:
     for name, count in COUNTS.items():
         try:
-            counts[name] = count(address, namespace)
+            value = count(address, namespace)
         except Exception:  # noqa: BLE001 - any failure of the State API leaves this count unknown
             continue
-    into["counts"] = counts
+        with reading.lock:
+            reading.counts[name] = value
+
+
+def _read(address: str, namespace: str, since: RayAccount | None, reading: _Reading) -> None:
+    _read_counts(address, namespace, reading)
     try:
-        failed = into["failed"] = _failed_attempts(address)
-        if since is not None and since.failed is not None:
-            into["retried"] = _retried(address, failed - since.failed)
+        failed = _failed_attempts(address)
+        with reading.lock:
+            reading.failed = failed
+        if since is None or since.failed is None or since.failed - failed:
+            return  # nothing to read against, or events seen at the start are gone: unknown
+        retried = _retried(address, failed - since.failed)
+        with reading.lock:
+            reading.retried = retried
     except Exception:  # noqa: BLE001 - unknown, as above
         return
 
@@ -112,15 +135,14 @@ def _read(address: str, namespace: str, since: RayAccount | None, into: dict[str
 def ray_account(address: str, namespace: str, *, since: RayAccount | None = None,
                 bound: float = BOUND) -> RayAccount:
     """Ray's account within ``bound`` seconds (a State API that cannot find the dashboard retries
-    for longer than its timeout); with ``since``, also the retries of attempts failed after it."""
-    into: dict[str, object] = {}
-    reader = threading.Thread(target=_read, args=(address, namespace, since, into), daemon=True,
+    for longer than its timeout): what was read by then; with ``since``, also the retries of the
+    attempts failed after it."""
+    reading = _Reading()
+    reader = threading.Thread(target=_read, args=(address, namespace, since, reading), daemon=True,
                               name="raychaos-ray-account")
     reader.start()
     reader.join(timeout=bound)
-    if reader.is_alive():
-        return RayAccount()
-    return RayAccount(**into)  # type: ignore[arg-type]
+    return reading.account()
 
 
 def ray_events(before: RayAccount, after: RayAccount) -> dict[str, float]:

@@ -545,17 +545,7 @@ def _conclude(run: _Run, workload: _Bounded, ctx: RunContext, rec: _Recorder,
         if status not in (RunStatus.INTERRUPTED, RunStatus.ABORTED) and workload.hung is None and workload.set_up:
             if workload.HAS_PROBE:
                 rec.probe(_probe(workload, ctx, "after"))
-            produced = workload.invariants()
-            verdicts = declared_verdicts(run.scenario.invariants, produced)
-            unjudged = undeclared_verdicts(run.scenario.invariants, produced)
-            verdicts += steady_verdicts(run.scenario.steady_state, rec.probes, has_probe=workload.HAS_PROBE)
-            if _recovery_judged(run.scenario, workload):
-                verdicts += recovery_verdicts(rec.faults, within=run.scenario.recovery_within)
-            verdicts = verdicts or [CHECKED_NOTHING]
-            fault_verdicts = type(workload.workload).FAULT_VERDICTS
-            verdicts = against_twin(verdicts, run.twin_met) if run.faults else twin_verdicts(verdicts, fault_verdicts)
-            if not run.faults:  # the twin's undeclared fault traces read n/a too, never "(BROKEN)"
-                unjudged = twin_verdicts(unjudged, fault_verdicts)
+            verdicts, unjudged = _judged(run, workload, rec)
             after = ray_account(ctx.address, ctx.namespace, since=rec.ray_before)
             ctx.metrics.update(ray_events(rec.ray_before, after))
     except Exception as exc:  # noqa: BLE001 - reported as a broken verdict, not a crash
@@ -566,6 +556,22 @@ def _conclude(run: _Run, workload: _Bounded, ctx: RunContext, rec: _Recorder,
         except Exception:  # noqa: BLE001 - teardown is best effort; the cluster goes next
             pass
     return verdicts, unjudged
+
+
+def _judged(run: _Run, workload: _Bounded, rec: _Recorder) -> tuple[list[Verdict], list[Verdict]]:
+    """The run's verdicts (declared invariants, steady state, recovery; against its twin, or as
+    the twin) and its undeclared ones, shown unjudged (the twin's fault traces n/a there too)."""
+    produced = workload.invariants()
+    verdicts = declared_verdicts(run.scenario.invariants, produced)
+    unjudged = undeclared_verdicts(run.scenario.invariants, produced)
+    verdicts += steady_verdicts(run.scenario.steady_state, rec.probes, has_probe=workload.HAS_PROBE)
+    if _recovery_judged(run.scenario, workload):
+        verdicts += recovery_verdicts(rec.faults, within=run.scenario.recovery_within)
+    verdicts = verdicts or [CHECKED_NOTHING]
+    fault_verdicts = type(workload.workload).FAULT_VERDICTS
+    if run.faults:
+        return against_twin(verdicts, run.twin_met), unjudged
+    return twin_verdicts(verdicts, fault_verdicts), twin_verdicts(unjudged, fault_verdicts)
 
 
 #: Why a fault's trace does not apply to the fault-free twin.
