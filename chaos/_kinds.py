@@ -153,6 +153,10 @@ class FaultSpec:
     #: Readies a schedule's faults of this kind before its time zero, so none is late (maps the
     #: object store's memory, leaves an idle worker on each node); None: nothing to ready.
     warm_up: Callable[[Sequence[Fault]], None] | None = None
+    #: The GCS restarts under it (killed, or exiting when its Redis goes), and Ray keeps task
+    #: events in the GCS's memory only, Redis or not: what Ray says of a run's task attempts
+    #: afterwards misses those before the restart.
+    forgets_task_events: bool = False
 
     @property
     def kind(self) -> FaultKind:

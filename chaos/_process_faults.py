@@ -375,5 +375,5 @@ register(
     FaultSpec(record=DrainNode, inject=_drain_node, needs=ON_NODE_PROCESSES, colour="#3a506b",
               example={"deadline_s": 2, "reason": "preemption", "grace_s": 2}),
     FaultSpec(record=KillGcs, inject=_kill_gcs, needs=frozenset({Need.GCS}), colour="#c5283d",
-              example={"seconds": 1, "restart": True}, observed=GcsRestartObserved),
+              example={"seconds": 1, "restart": True}, observed=GcsRestartObserved, forgets_task_events=True),
 )

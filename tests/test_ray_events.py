@@ -78,3 +78,16 @@ def test_retries_are_unknown_when_failures_seen_at_the_start_are_gone(ray_cluste
     after = ray_account(ray_cluster.address, "none", since=since)
     assert after.failed is not None and after.retried is None
     assert RETRIES not in ray_events(since, after) and "ray nodes dead" in after.counts
+
+
+def test_retries_after_a_fault_that_restarts_the_gcs_are_unknown() -> None:
+    from chaos import FaultKind
+    from chaos.engine import fault_specs
+
+    forgetful = {kind for kind, spec in fault_specs().items() if spec.forgets_task_events}
+    assert forgetful == {FaultKind.KILL_GCS, FaultKind.KILL_REDIS, FaultKind.REDIS_CLIENT_KILL,
+                         FaultKind.REDIS_IDLE_TIMEOUT}
+    before = RayAccount(counts={"ray nodes dead": 0}, failed=frozenset())
+    after = RayAccount(counts={"ray nodes dead": 0}, failed=frozenset({("t", 0)}), retried=1)
+    assert ray_events(before, after) == {"ray nodes dead": 0.0, RETRIES: 1.0}
+    assert ray_events(before, after, task_events_kept=False) == {"ray nodes dead": 0.0}

@@ -315,8 +315,9 @@ def _inject(ctx: FaultContext, fault: RedisFault, at: float | None, rng: random.
 _ON_ITS_GCS = frozenset({Need.GCS, Need.REDIS})
 register(
     FaultSpec(record=KillRedis, inject=_inject, needs=_ON_ITS_GCS, colour="#9d0208",
-              example={"seconds": 5, "keep_data": True}),
-    FaultSpec(record=RedisClientKill, inject=_inject, needs=_ON_ITS_GCS, colour="#f48c06", example={}),
+              example={"seconds": 5, "keep_data": True}, forgets_task_events=True),
+    FaultSpec(record=RedisClientKill, inject=_inject, needs=_ON_ITS_GCS, colour="#f48c06", example={},
+              forgets_task_events=True),
     FaultSpec(record=RedisIdleTimeout, inject=_inject, needs=_ON_ITS_GCS, colour="#588157",
-              example={"timeout": 1, "seconds": 11}),
+              example={"timeout": 1, "seconds": 11}, forgets_task_events=True),
 )

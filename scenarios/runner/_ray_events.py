@@ -145,10 +145,11 @@ def ray_account(address: str, namespace: str, *, since: RayAccount | None = None
     return reading.account()
 
 
-def ray_events(before: RayAccount, after: RayAccount) -> dict[str, float]:
-    """What Ray did during the run: each count read at both ends, after minus before; the retries."""
+def ray_events(before: RayAccount, after: RayAccount, *, task_events_kept: bool = True) -> dict[str, float]:
+    """What Ray did during the run: each count read at both ends, after minus before; the retries,
+    unless a fault of the run made the GCS forget task events (``task_events_kept=False``)."""
     events = {name: float(after.counts[name] - before.counts[name])
               for name in COUNTS if name in before.counts and name in after.counts}
-    if after.retried is not None:
+    if after.retried is not None and task_events_kept:
         events[RETRIES] = float(after.retried)
     return events

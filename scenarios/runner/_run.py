@@ -40,6 +40,7 @@ from chaos.engine import (
     Injection,
     MemoryWatch,
     ScheduleObserver,
+    fault_specs,
     preflight,
     rpc_failure_env,
     rpc_failures_injected,
@@ -547,7 +548,8 @@ def _conclude(run: _Run, workload: _Bounded, ctx: RunContext, rec: _Recorder,
                 rec.probe(_probe(workload, ctx, "after"))
             verdicts, unjudged = _judged(run, workload, rec)
             after = ray_account(ctx.address, ctx.namespace, since=rec.ray_before)
-            ctx.metrics.update(ray_events(rec.ray_before, after))
+            kept = not any(fault_specs()[f.kind].forgets_task_events for f in rec.faults)
+            ctx.metrics.update(ray_events(rec.ray_before, after, task_events_kept=kept))
     except Exception as exc:  # noqa: BLE001 - reported as a broken verdict, not a crash
         verdicts.append(Verdict.of("invariants checked", False, f"{type(exc).__name__}: {exc}"))
     finally:
