@@ -78,6 +78,11 @@ def test_retries_are_unknown_when_failures_seen_at_the_start_are_gone(ray_cluste
     after = ray_account(ray_cluster.address, "none", since=since)
     assert after.failed is not None and after.retried is None
     assert RETRIES not in ray_events(since, after) and "ray nodes dead" in after.counts
+    # Some old ones evicted (the GCS drops its oldest events first), one still there: not a reset.
+    old, kept, new = ("evicted", 0), ("kept", 0), ("the run's", 0)
+    assert not _ray_events._forgotten(frozenset({old, kept}), frozenset({kept, new}))
+    assert _ray_events._forgotten(frozenset({old}), frozenset({new}))
+    assert not _ray_events._forgotten(frozenset(), frozenset({new}))  # nothing to tell a reset by
 
 
 def test_retries_after_a_fault_that_restarts_the_gcs_are_unknown() -> None:

@@ -9,9 +9,9 @@ task attempts, every job's (a user's job under ``run --job`` or an attack is not
 the state filter is applied at the source, so a long history of finished tasks does not fill the
 listing): of the attempts that failed during the run, those with a later attempt of the same
 task. A figure the State API could not give whole is left out of the metrics, unknown, never
-zero: a listing that failed or was cut at its limit, too many tasks to look up, or failed
-attempts seen at the start and gone at the end (Ray's task events were lost, as a GCS restart
-without Redis or an eviction does, so some failures of the run may be missing too).
+zero: a listing that failed or was cut at its limit, too many tasks to look up, or every failed
+attempt seen at the start gone at the end (Ray's task events were reset: a GCS restart, whose
+task events live in its memory only, loses the run's failures before it too).
 """
 
 from __future__ import annotations
@@ -117,14 +117,22 @@ def _read_counts(address: str, namespace: str, reading: _Reading) -> None:
             reading.counts[name] = value
 
 
+def _forgotten(start: frozenset[Attempt], end: frozenset[Attempt]) -> bool:
+    """Ray's task events were reset between the two reads: every failed attempt seen at the start
+    is gone at the end. The GCS evicts its oldest events first when it holds too many, so a few
+    old ones gone leave the run's newer ones in place; all of them gone is a reset (a GCS that
+    restarted), which took the run's own failures before it too."""
+    return bool(start) and not start & end
+
+
 def _read(address: str, namespace: str, since: RayAccount | None, reading: _Reading) -> None:
     _read_counts(address, namespace, reading)
     try:
         failed = _failed_attempts(address)
         with reading.lock:
             reading.failed = failed
-        if since is None or since.failed is None or since.failed - failed:
-            return  # nothing to read against, or events seen at the start are gone: unknown
+        if since is None or since.failed is None or _forgotten(since.failed, failed):
+            return  # nothing to read against, or Ray's task events were reset: unknown
         retried = _retried(address, failed - since.failed)
         with reading.lock:
             reading.retried = retried
