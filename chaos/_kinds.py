@@ -166,6 +166,12 @@ class FaultSpec:
 _SPECS: dict[FaultKind, FaultSpec] = {}
 
 
+def _name(record: type[Fault]) -> str:
+    # A module imported again (pytester restores sys.modules after an in-process run) registers
+    # the same kind from the same place: not a second kind.
+    return f"{record.__module__}.{record.__qualname__}"
+
+
 def register(*specs: FaultSpec) -> None:
     """Register kinds (a kind's module calls this once, on import).
 
@@ -174,7 +180,7 @@ def register(*specs: FaultSpec) -> None:
     """
     for spec in specs:
         known = _SPECS.get(spec.kind)
-        if known is not None and known.record is not spec.record:
+        if known is not None and _name(known.record) != _name(spec.record):
             raise InvalidFaultSpec(f"fault kind {spec.kind!r} is registered twice ({known.record.__module__} "
                                    f"and {spec.record.__module__}): give the new kind a FaultKind of its own")
         _SPECS[spec.kind] = spec

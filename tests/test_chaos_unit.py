@@ -386,3 +386,28 @@ def test_a_client_asks_for_token_mode_only_where_its_ray_can_use_any_cluster(
         assert _ray_compat.client_auth_mode() == mode
     finally:
         _ray_compat.ray_minor.cache_clear()
+
+
+def test_a_kinds_module_imported_again_registers_without_conflict_and_a_second_kind_is_refused() -> None:
+    import dataclasses
+    import importlib
+    import sys
+
+    from chaos._kinds import FaultKind, fault_specs, register
+
+    module = sys.modules["chaos.net._faults"]
+    theirs = [spec for spec in fault_specs().values() if spec.record.__module__ == module.__name__]
+    before = fault_specs()[FaultKind.PARTITION].record
+    try:
+        # pytester restores sys.modules after an in-process run: the module is imported afresh.
+        del sys.modules["chaos.net._faults"]
+        importlib.import_module("chaos.net._faults")
+        again = fault_specs()[FaultKind.PARTITION]
+        assert again.record is not before and again.record.__qualname__ == before.__qualname__
+        impostor = type(before.__name__, (before,), {"__module__": "somewhere.else"})
+        with pytest.raises(InvalidFaultSpec, match="registered twice"):
+            register(dataclasses.replace(again, record=impostor))
+    finally:
+        sys.modules["chaos.net._faults"] = module  # the rest of the session keeps the classes it holds
+        register(*theirs)
+    assert fault_specs()[FaultKind.PARTITION].record is before
