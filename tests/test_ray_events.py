@@ -96,3 +96,7 @@ def test_retries_after_a_fault_that_restarts_the_gcs_are_unknown() -> None:
     after = RayAccount(counts={"ray nodes dead": 0}, failed=frozenset({("t", 0)}), retried=1)
     assert ray_events(before, after) == {"ray nodes dead": 0.0, RETRIES: 1.0}
     assert ray_events(before, after, task_events_kept=False) == {"ray nodes dead": 0.0}
+    from scenarios.runner._run import _forgets_task_events
+
+    # Ray's RPC failure knob is recorded as a fault of the run but has no spec: it restarts nothing.
+    assert _forgets_task_events(FaultKind.KILL_GCS) and not _forgets_task_events(FaultKind.RPC_FAILURE)

@@ -159,13 +159,19 @@ def _until_killed(stem: str) -> None:
         return  # never killed: the lesson sees no second attempt and says so
 
 
-def _charge(ledger: str, key: str, *, idempotent: bool) -> int:
-    """Appends a charge to the ledger (the side effect), then works on (and is killed there)."""
-    path = Path(ledger)
-    lines = path.read_text(encoding="utf-8").split() if path.exists() else []
-    if not (idempotent and key in lines):
+def _append(path: Path, key: str, *, idempotent: bool) -> list[str]:
+    """The side effect: ``key`` appended to the file (skipped, when idempotent, if already there);
+    returns the keys that were there before."""
+    keys = path.read_text(encoding="utf-8").split() if path.exists() else []
+    if not (idempotent and key in keys):
         with path.open("a", encoding="utf-8") as out:
             out.write(f"{key}\n")
+    return keys
+
+
+def _charge(ledger: str, key: str, *, idempotent: bool) -> int:
+    """Appends a charge to the ledger (the side effect), then works on (and is killed there)."""
+    _append(Path(ledger), key, idempotent=idempotent)
     _until_killed(f"{ledger}.{key}")
     return 1
 
@@ -193,17 +199,23 @@ def _retried(stem: str, killed: int) -> None:
                                "measured nothing; run it again")
 
 
-def _applied_twice(ledger: Path, *, idempotent: bool) -> int:
+def _each_killed_once(path: Path, submit: Callable[[str], Any]) -> int:
+    """Three effects (``submit(key)``), each one's attempt SIGKILLed after its write and retried;
+    how many of the three the file holds twice."""
     import ray
 
-    task = remote(_charge, max_retries=3, **_here())
     for key in ("a", "b", "c"):
-        ref = task.remote(str(ledger), key, idempotent=idempotent)
-        killed = _kill_attempt(f"{ledger}.{key}")
+        ref = submit(key)
+        killed = _kill_attempt(f"{path}.{key}")
         ray.get(ref, timeout=TIMEOUT)  # the retry's answer
-        _retried(f"{ledger}.{key}", killed)
-    lines = ledger.read_text(encoding="utf-8").split()
-    return sum(1 for key in set(lines) if lines.count(key) > 1)
+        _retried(f"{path}.{key}", killed)
+    keys = path.read_text(encoding="utf-8").split()
+    return sum(1 for key in set(keys) if keys.count(key) > 1)
+
+
+def _applied_twice(ledger: Path, *, idempotent: bool) -> int:
+    task = remote(_charge, max_retries=3, **_here())
+    return _each_killed_once(ledger, lambda key: task.remote(str(ledger), key, idempotent=idempotent))
 
 
 @lesson(id="21-side-effect-twice", section=SECTION, title="A retried task repeats its side effect",
@@ -225,10 +237,7 @@ class _Account:
         self.log, self.idempotent = Path(log), idempotent
 
     def deposit(self, key: str) -> int:
-        keys = self.log.read_text(encoding="utf-8").split() if self.log.exists() else []
-        if not (self.idempotent and key in keys):
-            with self.log.open("a", encoding="utf-8") as out:
-                out.write(f"{key}\n")
+        keys = _append(self.log, key, idempotent=self.idempotent)
         _until_killed(f"{self.log}.{key}")  # before the reply: the actor is killed here
         return len(keys) + 1
 
@@ -242,15 +251,9 @@ def _deposited_twice(log: Path, *, idempotent: bool) -> int:
     account = remote(_Account, num_cpus=0, max_restarts=-1, max_task_retries=-1, **_here()).remote(
         str(log), idempotent)
     try:
-        for key in ("a", "b", "c"):
-            ref = account.deposit.remote(key)
-            killed = _kill_attempt(f"{log}.{key}")
-            ray.get(ref, timeout=TIMEOUT)  # the resent call's answer
-            _retried(f"{log}.{key}", killed)
+        return _each_killed_once(log, account.deposit.remote)
     finally:
         ray.kill(account)
-    keys = log.read_text(encoding="utf-8").split()
-    return sum(1 for key in set(keys) if keys.count(key) > 1)
 
 
 @lesson(id="22-method-applied-twice", section=SECTION, title="A resent actor call applied twice",

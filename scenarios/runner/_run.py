@@ -548,7 +548,7 @@ def _conclude(run: _Run, workload: _Bounded, ctx: RunContext, rec: _Recorder,
                 rec.probe(_probe(workload, ctx, "after"))
             verdicts, unjudged = _judged(run, workload, rec)
             after = ray_account(ctx.address, ctx.namespace, since=rec.ray_before)
-            kept = not any(fault_specs()[f.kind].forgets_task_events for f in rec.faults)
+            kept = not any(_forgets_task_events(f.kind) for f in rec.faults)
             ctx.metrics.update(ray_events(rec.ray_before, after, task_events_kept=kept))
     except Exception as exc:  # noqa: BLE001 - reported as a broken verdict, not a crash
         verdicts.append(Verdict.of("invariants checked", False, f"{type(exc).__name__}: {exc}"))
@@ -558,6 +558,13 @@ def _conclude(run: _Run, workload: _Bounded, ctx: RunContext, rec: _Recorder,
         except Exception:  # noqa: BLE001 - teardown is best effort; the cluster goes next
             pass
     return verdicts, unjudged
+
+
+def _forgets_task_events(kind: FaultKind) -> bool:
+    """A fault of this kind restarts the GCS (see ``FaultSpec.forgets_task_events``); Ray's RPC
+    failure knob, set for the whole run, has no spec and restarts nothing."""
+    spec = fault_specs().get(kind)
+    return spec is not None and spec.forgets_task_events
 
 
 def _judged(run: _Run, workload: _Bounded, rec: _Recorder) -> tuple[list[Verdict], list[Verdict]]:
