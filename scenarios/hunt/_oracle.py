@@ -52,6 +52,7 @@ class Situation(enum.Enum):
     FORCE_CANCELLED = "a task cancelled with ray.cancel(force=True)"
     SPILLED = "a value Ray spilled when the object store was filled past capacity"
     MADE_UNDER_PRESSURE = "a ref a worker put while the object store was filled past capacity"
+    CALL_ON_FAILING_NODE = "a call of an actor on the node whose processes fail a share of their RPCs"
 
 
 #: Which exception Ray documents for each situation (fault → situation → exception):
@@ -97,6 +98,50 @@ TABLE: dict[Situation, frozenset[ErrorKind]] = {
     Situation.FORCE_CANCELLED: frozenset({ErrorKind.TASK_CANCELLED, ErrorKind.WORKER_CRASHED}),
     Situation.SPILLED: frozenset(),
     Situation.MADE_UNDER_PRESSURE: frozenset({ErrorKind.OBJECT_STORE_FULL}),
+    Situation.CALL_ON_FAILING_NODE: frozenset({ErrorKind.ACTOR_UNAVAILABLE}),
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Citation:
+    """Where Ray documents what a situation may end in: the page, and its words."""
+
+    page: str
+    says: str
+
+
+_API = "https://docs.ray.io/en/latest/ray-core/api/doc/ray.exceptions."
+_FT = "https://docs.ray.io/en/latest/ray-core/fault_tolerance/"
+#: Each row of ``TABLE`` with Ray's own words for it. A situation Ray's pages say nothing about
+#: has no row here and no row in ``TABLE``: what it ends in is judged as outside the table.
+CITATIONS: dict[Situation, Citation] = {
+    Situation.KILLED_TASK: Citation(page=f"{_API}WorkerCrashedError.html",
+                                    says="Indicates that the worker died unexpectedly while executing a task."),
+    Situation.TASK_ON_REMOVED_NODE: Citation(page=f"{_FT}nodes.html", says=(
+        "When a worker node fails, all the running tasks and actors will fail and all the objects owned by "
+        "worker processes of this node will be lost.")),
+    Situation.OBJECT_ON_REMOVED_NODE: Citation(page=f"{_API}ObjectLostError.html", says=(
+        "Indicates that the object is lost from distributed memory, due to node failure or system error.")),
+    Situation.OWNED_BY_KILLED: Citation(page=f"{_API}OwnerDiedError.html", says=(
+        "Indicates that the owner of the object has died while there is still a reference to the object.")),
+    Situation.CALL_OF_DEAD_ACTOR: Citation(page=f"{_API}RayActorError.html", says=(
+        "This exception could happen because the actor process is dead, or is unavailable for the moment. Ray "
+        "raises subclasses ActorDiedError and ActorUnavailableError respectively.")),
+    Situation.CALL_WITHOUT_RETRIES: Citation(page=f"{_API}RayActorError.html", says=(
+        "Indicates that the actor has outages unexpectedly before finishing a task. This exception could happen "
+        "because the actor process is dead, or is unavailable for the moment.")),
+    Situation.CALL_OF_FAILED_ACTOR: Citation(page=f"{_API}ActorDiedError.html", says=(
+        "RayTaskError type means the actor has died because of an exception within __init__.")),
+    Situation.CANCELLED: Citation(page=f"{_API}TaskCancelledError.html", says="Raised when this task is cancelled."),
+    Situation.FORCE_CANCELLED: Citation(page="https://docs.ray.io/en/latest/ray-core/api/doc/ray.cancel.html", says=(
+        "Calling ray.get on a cancelled Task raises a TaskCancelledError if the Task has been scheduled or "
+        "interrupted. It raises a WorkerCrashedError if force=True.")),
+    Situation.SPILLED: Citation(page="https://docs.ray.io/en/latest/ray-core/objects/object-spilling.html", says=(
+        "Ray spills objects to a directory in the local filesystem once the object store is full.")),
+    Situation.MADE_UNDER_PRESSURE: Citation(page=f"{_API}ObjectStoreFullError.html",
+                                            says="Indicates that the object store is full."),
+    Situation.CALL_ON_FAILING_NODE: Citation(page=f"{_API}ActorUnavailableError.html", says=(
+        "Raised when the actor is temporarily unavailable but may be available later.")),
 }
 
 
@@ -269,7 +314,8 @@ def _call(program: Program, index: int, step: Call, landed: Sequence[Fault],
     assert isinstance(spec, Actor)
     for fault in (f for f in landed if f.kind.kills_actor and program.actor_of(f) == step.actor):
         result = _call_under_kill(result, index, step, spec, fault)
-    return result
+    failing = any(f.kind is FaultKind.RPC_FAILURES for f in landed) and step.actor in program.on_rpc_node()
+    return result.may(Situation.CALL_ON_FAILING_NODE) if failing else result
 
 
 def _call_under_kill(result: Expected, index: int, step: Call, spec: Actor, fault: Fault) -> Expected:
