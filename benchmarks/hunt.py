@@ -65,15 +65,18 @@ def main() -> None:
     started = time.monotonic()
     stats, classes, ran = hunt(args.minutes)
     new = [label for label, verdict in classes.items() if any(f.signature.label() == label for f in verdict.new)]
+    silent = [label for label, verdict in classes.items()
+              if any(f.signature.label() == label for f in verdict.undocumented)]
     print(f"\n{ran} programs in {(time.monotonic() - started) / 60:.1f} min; {len(classes)} failure classes, "
-          f"{len(new)} not known (the rest reproduce under findings/)")
+          f"{len(new)} not known, {len(silent)} undocumented (outcomes Ray's docs are silent on); the rest "
+          "reproduce under findings/")
     print("\n| feature or fault | programs |\n|---|---|")
     for label, count in sorted(stats.items()):
         if not label.startswith("failure: "):
             print(f"| {label} | {count} |")
     print("\nfailure classes (first program of each, replayable):")
     for label, verdict in classes.items():
-        known = "" if label in new else ", known"
+        known = "" if label in new else ", undocumented" if label in silent else ", known"
         print(f"\n## {label}  ({stats['failure: ' + label]} steps{known})\n{verdict.report()}")
 
 

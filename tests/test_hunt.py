@@ -763,3 +763,26 @@ def test_a_programs_run_is_judged_as_the_one_verdict_type() -> None:
     hang = Failure(Signature(StepKind.TASK, (FaultKind.KILL_WORKER,), Seen.HANG), 1, "step 1 hung")
     broken = ProgramVerdict(program, program.faults, (), (hang,), 0.0).verdict()
     assert broken.validity is Validity.BROKEN and "hang" in broken.detail
+
+
+def test_a_ray_exception_the_docs_are_silent_on_is_undocumented_counted_apart_never_a_pass() -> None:
+    """On the node failing RPCs (a testing knob whose effects Ray's docs do not describe) a Ray
+    exception outside the table is an undocumented outcome: the program is unknown, not held and
+    not broken; the same exception off that node is a failure class (broken)."""
+    from scenarios.model._records import Validity
+
+    steps = (Task(1),)
+    died = Observed(error=ErrorKind.WORKER_CRASHED, error_type="WorkerCrashedError")
+    on_node = Program(steps, (Fault(RPC, 0, 0),))
+    (failure,) = judge(on_node, on_node.faults, {0: died})
+    assert failure.signature.seen is Seen.UNDOCUMENTED
+    verdict = ProgramVerdict(on_node, on_node.faults, (), (failure,), 0.0)
+    assert verdict.new == () and verdict.undocumented == (failure,)
+    assert verdict.verdict().validity is Validity.UNKNOWN
+    off_node = Program(steps)
+    (elsewhere,) = judge(off_node, (), {0: died})
+    assert elsewhere.signature.seen is Seen.OUTSIDE_TABLE
+    assert ProgramVerdict(off_node, (), (), (elsewhere,), 0.0).verdict().validity is Validity.BROKEN
+    typeless = Observed(error_type="RuntimeError")  # not one of Ray's exceptions: a bug wherever it is
+    (bug,) = judge(on_node, on_node.faults, {0: typeless})
+    assert bug.signature.seen is Seen.OUTSIDE_TABLE

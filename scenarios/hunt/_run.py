@@ -86,14 +86,22 @@ class ProgramVerdict:
             f" ({len(self.failures) - len(self.new)} known)" if self.failures else "")
         if self.new:
             return Verdict.of("program", False, f"{detail}: {self.new[0].signature.label()}", len(self.landed))
+        if self.undocumented:
+            return Verdict.unknown("program", f"{detail}: {self.undocumented[0].signature.label()}", len(self.landed))
         if self.missed and not self.landed:
             return Verdict.unknown("program", f"{detail}: no fault it drew landed", 0)
         return Verdict.of("program", True, detail, len(self.landed))
 
     @property
     def new(self) -> tuple[Failure, ...]:
-        """The failures no known finding explains (see ``findings/``): what a hunt is for."""
-        return tuple(f for f in self.failures if known_finding(f) is None)
+        """The failures no known finding explains (see ``findings/``): what a hunt is for. An
+        outcome Ray's docs are silent on is counted apart (:attr:`undocumented`)."""
+        return tuple(f for f in self.failures if known_finding(f) is None and f.signature.seen is not Seen.UNDOCUMENTED)
+
+    @property
+    def undocumented(self) -> tuple[Failure, ...]:
+        """Outcomes Ray's docs neither allow nor forbid: no pass and no bug, a class of their own."""
+        return tuple(f for f in self.failures if f.signature.seen is Seen.UNDOCUMENTED)
 
     def report(self) -> str:
         """The failures (a known one with its reproduction) and the program that replays them
