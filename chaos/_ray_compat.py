@@ -223,6 +223,12 @@ FACTS: tuple[ReleaseFact, ...] = (
                        "crashed')",
                 verdict="embedded clusters put their worker nodes at 127.0.0.1 before 2.54, so a killed node "
                         "never holds the driver"),
+    ReleaseFact(what="`ray.init(address=...)` on a host whose raylet has not registered yet waits for it",
+                since=(2, 55),
+                before="2.54 raises at once (`RuntimeError: No node info found matching node ids`, from "
+                       "`get_node_to_connect_for_driver`, new in 2.54); 2.53 and earlier pick the node another way",
+                verdict="a program, or `raychaos attack`, started right after `ray start` on 2.54 may die in "
+                        "`ray.init`: wait until `ray status` lists the node (raychaos's own tests do)"),
     ReleaseFact(what="`RAY_gcs_server_port_wait_time_s`: how long a starting GCS may take (raychaos gives 90 s)",
                 since=(2, 57), before="Ray's own fixed wait; the variable is not read"),
     ReleaseFact(what="the RPC failure knob (`RAY_testing_rpc_failure`) read as JSON", since=RPC_KNOB_JSON_SINCE,
