@@ -786,3 +786,22 @@ def test_a_ray_exception_the_docs_are_silent_on_is_undocumented_counted_apart_ne
     typeless = Observed(error_type="RuntimeError")  # not one of Ray's exceptions: a bug wherever it is
     (bug,) = judge(on_node, on_node.faults, {0: typeless})
     assert bug.signature.seen is Seen.OUTSIDE_TABLE
+    own = Observed(error=ErrorKind.VALUE_ERROR, error_type="ValueError")  # the program's own, its retry lost
+    (lost_retry,) = judge(on_node, on_node.faults, {0: own})
+    assert lost_retry.signature.seen is Seen.OUTSIDE_TABLE
+    (hang,) = judge(on_node, on_node.faults, {0: Observed(hung=True)})
+    assert hang.signature.seen is Seen.HANG
+    # Beside another landed fault, the documented outcomes judge: no silence to shelter in.
+    both = Program((Task(1), Task(2)), (Fault(RPC, 0, 0), Fault(FaultKind.KILL_WORKER, 1, 1)))
+    (beside,) = judge(both, both.faults, {0: died, 1: died})  # step 1 was killed: its crash is allowed
+    assert beside.signature.seen is Seen.OUTSIDE_TABLE
+    # An undocumented outcome and a new failure in one program: broken.
+    mixed = ProgramVerdict(on_node, on_node.faults, (), (failure, elsewhere), 0.0)
+    assert mixed.verdict().validity is Validity.BROKEN and "1 undocumented" in mixed.verdict().detail
+
+
+def test_a_call_on_the_failing_node_may_find_its_actor_unavailable_end_to_end() -> None:
+    program = Program((Actor(1), Call(0, 2)), (Fault(RPC, 0, 0),))
+    unavailable = Observed(error=ErrorKind.ACTOR_UNAVAILABLE, error_type="ActorUnavailableError")
+    assert judge(program, program.faults, {0: Observed(value=1), 1: unavailable}) == []
+    assert judge(Program(program.steps), (), {0: Observed(value=1), 1: unavailable})  # off the node: a failure

@@ -185,7 +185,8 @@ class Fault:
     tolerance guide: tasks, actors and objects stay; what needs the GCS waits for it).
     RPC_FAILURES: ``victim`` (a task, a stream, or an actor with its calls) runs on the node
     whose processes were started with Ray's RPC failure knob for every method (``*``): a share
-    of their requests and replies fail, some while the server still runs them. It lands when a
+    of their requests and replies fail, some while the server still runs them. A call there may
+    find its actor unavailable (Ray's exceptions reference); nothing else changes. It lands when a
     call made for a step there failed while the step ran, by the process that ran it (a stream's
     item reported back, a borrowed ref asked of its owner, a put pinned) or by that node's raylet
     (an actor call's args arrived, its objects moved): ``_rpc.WORKER_METHODS``,

@@ -37,6 +37,11 @@ class ErrorKind(enum.Enum):
     OBJECT_LOST = "ObjectLostError"  # or a reconstruction failed for want of attempts (see _run._SPENT)
     VALUE_ERROR = "ValueError"  # the program's own flaky task
 
+    @property
+    def is_rays(self) -> bool:
+        """One of Ray's exceptions (the program's own ValueError is not)."""
+        return self is not ErrorKind.VALUE_ERROR
+
 
 class Situation(enum.Enum):
     """Where a step stands to a landed fault (or to the program's own cancel)."""
@@ -463,22 +468,26 @@ def judge(program: Program, landed: Sequence[Fault], seen: dict[int, Observed | 
             continue
         wrong = _judged(step, outcome, observed)
         if wrong is not None:
-            what, detail = _silent(program, landed, index, observed, wrong)
+            what, detail = wrong
+            if what is Seen.OUTSIDE_TABLE and _undocumented(program, landed, index, observed):
+                what = Seen.UNDOCUMENTED
             failures.append(Failure(Signature(step=step.kind, faults=faults, seen=what, detail=detail), index,
                                     f"step {index} {step}: expected {outcome}, saw {observed}"))
     return failures
 
 
-def _silent(program: Program, landed: Sequence[Fault], index: int, observed: Observed | WaitSeen,
-            wrong: tuple[Seen, str]) -> tuple[Seen, str]:
-    """A Ray exception outside the table from a step on the node failing RPCs is undocumented, not
-    a bug: Ray's RPC failure knob is a testing knob whose effects its docs do not describe (the
-    table allows only what Ray's exception reference names: a call's actor unavailable)."""
+def _undocumented(program: Program, landed: Sequence[Fault], index: int, observed: Observed | WaitSeen) -> bool:
+    """Is a disallowed exception of this step one Ray's docs are silent on? Only when the one kind
+    of fault that landed is Ray's RPC failure knob (a testing knob whose effects Ray's docs do not
+    describe), the step ran on that node (a call where its actor lives), and the exception is a
+    kind of Ray's the table names. Another landed fault has documented outcomes to judge by; the
+    program's own ValueError, an exception the table does not name, a hang: failure classes."""
+    if not landed or any(f.kind is not FaultKind.RPC_FAILURES for f in landed):
+        return False
     step = program.steps[index]
     where = step.actor if isinstance(step, Call) else index  # a call runs where its actor lives
-    on_node = any(f.kind is FaultKind.RPC_FAILURES for f in landed) and where in program.on_rpc_node()
-    ray_error = isinstance(observed, Observed) and observed.error is not None
-    return (Seen.UNDOCUMENTED, wrong[1]) if wrong[0] is Seen.OUTSIDE_TABLE and on_node and ray_error else wrong
+    error = observed.error if isinstance(observed, Observed) else None
+    return where in program.on_rpc_node() and error is not None and error.is_rays
 
 
 def _judged(step: Step, outcome: Expected | None, observed: Observed | WaitSeen) -> tuple[Seen, str] | None:

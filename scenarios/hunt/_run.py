@@ -80,10 +80,12 @@ class ProgramVerdict:
 
     def verdict(self) -> Verdict:
         """The program's run as the one verdict type: broken by a failure no known finding
-        explains, unknown when every fault it drew missed (it tested nothing of them), else held
-        (a known finding's failure is reported, not counted again)."""
+        explains; unknown when it showed an outcome Ray's docs are silent on, or when every fault
+        it drew missed (it tested nothing of them); else held (a known finding's failure is
+        reported, not counted again)."""
+        known = len(self.failures) - len(self.new) - len(self.undocumented)
         detail = f"{len(self.landed)} faults landed, {len(self.missed)} missed, {len(self.failures)} failures" + (
-            f" ({len(self.failures) - len(self.new)} known)" if self.failures else "")
+            f" ({known} known, {len(self.undocumented)} undocumented)" if self.failures else "")
         if self.new:
             return Verdict.of("program", False, f"{detail}: {self.new[0].signature.label()}", len(self.landed))
         if self.undocumented:

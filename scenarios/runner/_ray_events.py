@@ -119,9 +119,10 @@ def _read_counts(address: str, namespace: str, reading: _Reading) -> None:
 
 def _forgotten(start: frozenset[Attempt], end: frozenset[Attempt]) -> bool:
     """Ray's task events were reset between the two reads: every failed attempt seen at the start
-    is gone at the end. The GCS evicts its oldest events first when it holds too many, so a few
-    old ones gone leave the run's newer ones in place; all of them gone is a reset (a GCS that
-    restarted), which took the run's own failures before it too."""
+    is gone at the end (a GCS that restarted, which took the run's own failures before it too).
+    Some gone and some kept is read as the GCS evicting events it holds too many of: those seen
+    at the start are older than the run's and belong mostly to jobs already finished, which its
+    eviction favours; that it never takes a running run's failures first is an assumption."""
     return bool(start) and not start & end
 
 
