@@ -52,7 +52,7 @@ def main() -> None:
     rounds = int(next((a for a in args if a.isdigit()), "5"))
     if "--ignore" in args:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         print(f"Ray {ray.__version__}; SIGINT {'ignored' if '--ignore' in args else 'default'}; "
               f"force={'--force' in args}")

@@ -118,7 +118,7 @@ def main() -> int:
     rows: list[str] = ["| graph | cancel | cancelled | lost (RUNNING 10 s later) | other |", "|---|---|---:|---:|---:|"]
     lost_lines: list[str] = []
     total_lost = 0
-    ray.init(num_cpus=4, log_to_driver=False)
+    ray.init(address="local", num_cpus=4, log_to_driver=False)
     try:
         with tempfile.TemporaryDirectory(prefix="finding-cancel-") as tmp:
             for g, (name, graph, victim, force) in enumerate(GRAPHS):

@@ -68,7 +68,7 @@ def one_round(restart: bool, reconnect: float) -> None:
     def square(x: int) -> int:
         return x * x
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     node = ray._private.worker._global_node
     ray.get(square.remote(1), timeout=60)
     print("SESSION", node.get_session_dir_path(), flush=True)

@@ -55,7 +55,7 @@ def child(tries: int, force: bool) -> None:
             threading.Event().wait(0.05)
         return 1
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     with tempfile.TemporaryDirectory() as folder:
         for attempt in range(tries):
             started = Path(folder, f"started-{attempt}")

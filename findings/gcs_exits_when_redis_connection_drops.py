@@ -180,7 +180,7 @@ def one_round(case: str, folder: str) -> str:
     import ray
     from ray._private import ray_constants
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     node = ray._private.worker._global_node
     counter = ray.remote(num_cpus=0, max_restarts=-1)(Counter).options(name="counter", lifetime="detached").remote()
     ray.get(counter.add.remote(), timeout=60)

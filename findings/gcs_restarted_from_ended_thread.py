@@ -62,7 +62,7 @@ def one_round(from_main_thread: bool) -> str:
     def square(x: int) -> int:
         return x * x
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     node = ray._private.worker._global_node
     ray.get(square.remote(1), timeout=60)
     node.kill_gcs_server()

@@ -54,7 +54,7 @@ def first_runs(order: list[int]) -> list[int]:
 
 def main() -> None:
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 5
-    ray.init(include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", include_dashboard=False, log_to_driver=False)
     try:
         print(f"Ray {ray.__version__}")
         reordered = repeated = 0

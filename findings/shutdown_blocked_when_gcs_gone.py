@@ -60,7 +60,7 @@ def child(control: bool) -> None:
 
     release, through = threading.Event(), threading.Event()
     hold_first_read(release, through)
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
     if control:
         release.set()
         through.wait(timeout=30)

@@ -46,7 +46,7 @@ def read(ref: ray.ObjectRef, crc: int, timeout: float) -> str:
 def main(mode: str) -> None:
     with fault_filesystem() as fs:  # a fresh directory, removed after
         spilling = json.dumps({"type": "filesystem", "params": {"directory_path": fs.mount}})
-        ray.init(num_cpus=1, object_store_memory=80 * MIB, include_dashboard=False, log_to_driver=True,
+        ray.init(address="local", num_cpus=1, object_store_memory=80 * MIB, include_dashboard=False, log_to_driver=True,
                  _system_config={**TEST_SYSTEM_CONFIG, "object_spilling_config": spilling})
         try:
             values = [np.random.default_rng(i).integers(0, 255, SIZE, dtype=np.uint8) for i in range(N)]

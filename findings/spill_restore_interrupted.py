@@ -64,7 +64,7 @@ def one_round(ops: list[str] | None) -> list[int]:
     """The objects that did not read back within BOUND of the heal."""
     with fault_filesystem() as fs:
         spilling = json.dumps({"type": "filesystem", "params": {"directory_path": fs.mount}})
-        ray.init(num_cpus=1, object_store_memory=80 * MIB, include_dashboard=False,
+        ray.init(address="local", num_cpus=1, object_store_memory=80 * MIB, include_dashboard=False,
                  _system_config={**TEST_SYSTEM_CONFIG, "object_spilling_config": spilling})
         try:
             values = [np.random.default_rng(i).integers(0, 255, SIZE, dtype=np.uint8) for i in range(N)]

@@ -68,7 +68,7 @@ def one_round(root: str) -> int:
 
 def main() -> None:
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
-    ray.init(num_cpus=2, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, log_to_driver=False)
     try:
         print(f"Ray {ray.__version__}; a report every {EPOCH:g} s, the worker killed after reporting epoch {KILL_AT}")
         lost_rounds = 0
