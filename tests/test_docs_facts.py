@@ -98,20 +98,32 @@ def test_the_plugin_pages_fixture_scopes_are_pytests(tmp_path: Path) -> None:
     assert documented == {name: (default[name], module[name]) for name in documented}
 
 
-@pytest.mark.parametrize("name", sorted(__import__("scenarios").builtin_names()))
-def test_a_builtin_scenarios_quoted_length_nodes_and_fault_times_are_its_files(name: str) -> None:
-    """builtin-scenarios.md's "Runs: N s on K nodes" and each "at T s" of its faults, in order."""
+def quoted_mismatches(text: str, name: str) -> list[str]:
+    """What a built-in scenario's section quotes that its file does not say: its "Runs: N s on K
+    nodes" and each "at T s" of its faults, in order (faults at one instant quoted once)."""
     from scenarios.model._scenario import load_scenario
 
-    page = (ROOT / "docs" / "reference" / "builtin-scenarios.md").read_text(encoding="utf-8")
-    section = re.split(r"^## ", page, flags=re.MULTILINE)
-    text = next(part for part in section if part.split("\n", 1)[0].strip() == name)
-    scenario = load_scenario(name)
+    scenario, wrong = load_scenario(name), []
     runs = re.search(r"\*\*Runs\*\*: ([\d.]+) s (?:under faults and [\d.]+ s without, )?on (\d+) nodes?", text)
-    assert runs, f"{name}: no 'Runs: N s on K nodes' line"
-    assert (float(runs[1]), int(runs[2])) == (scenario.duration, scenario.nodes)
+    if not runs or (float(runs[1]), int(runs[2])) != (scenario.duration, scenario.nodes):
+        wrong.append(f"runs: page {runs[0] if runs else 'none'}, file {scenario.duration:g} s on {scenario.nodes}")
     faults = re.search(r"\*\*Faults\*\*: (.+)", text)
-    assert faults, f"{name}: no 'Faults:' line"
-    quoted = [float(t) for t in re.findall(r"\bat ([\d.]+) s\b", faults[1])]
-    # Faults at one instant are quoted once ("pause of A and of B at 3 s").
-    assert quoted == sorted({e.at for e in scenario.schedule.entries}), faults[1]
+    quoted = [float(t) for t in re.findall(r"\bat ([\d.]+) s\b", faults[1])] if faults else []
+    if quoted != sorted({e.at for e in scenario.schedule.entries}):
+        wrong.append(f"fault times: page {quoted}, file {sorted({e.at for e in scenario.schedule.entries})}")
+    return wrong
+
+
+@pytest.mark.parametrize("name", sorted(__import__("scenarios").builtin_names()))
+def test_a_builtin_scenarios_quoted_length_nodes_and_fault_times_are_its_files(name: str) -> None:
+    page = (ROOT / "docs" / "reference" / "builtin-scenarios.md").read_text(encoding="utf-8")
+    section = next(part for part in re.split(r"^## ", page, flags=re.MULTILINE)
+                   if part.split("\n", 1)[0].strip() == name)
+    assert quoted_mismatches(section, name) == []
+
+
+def test_the_quoted_facts_check_sees_a_wrong_length_and_a_wrong_fault_time() -> None:
+    right = "- **Faults**: kill at 2 s; kill at 5 s.\n- **Runs**: 12 s on 1 node (workload `sampling`)."
+    assert quoted_mismatches(right, "env-worker-kill") == []
+    assert len(quoted_mismatches(right.replace("12 s on", "20 s on").replace("at 5 s", "at 6 s"),
+                                 "env-worker-kill")) == 2
