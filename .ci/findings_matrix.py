@@ -6,8 +6,10 @@ Runs each script of findings/ with the given Python (a venv holding that Ray), e
 bounded number of rounds and a deadline, reads its last line (`REPRODUCED k of N`), and merges
 the outcome into `findings/matrix.json`, keyed by finding and Ray release, so releases can be
 run one at a time. A run that ends without that line, or past its deadline, is "unknown":
-never counted as reproduced or as not. Every process a script left in its own session is
-killed (and counted) before the next one starts. `--table` rewrites the table in README.md
+never counted as reproduced or as not. Each script's Ray keeps its files in a folder of the
+run's own (RAY_TMPDIR): a finding that shows in an abort is read from Ray's logs there too. Every
+process a script left (in its own session, or naming that folder) is killed and counted before
+the next one starts. `--table` rewrites the table in README.md
 from the JSON without running anything.
 """
 
@@ -20,6 +22,7 @@ import platform
 import re
 import signal
 import subprocess
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from datetime import date
@@ -74,12 +77,14 @@ class Result:
     note: str  # why unknown, or processes the script left behind
 
 
-def reap(session: int) -> int:
-    """Kill every process still in the script's session; how many there were."""
+def reap(session: int, temp: str) -> int:
+    """Kill every process still in the script's session, or naming its Ray folder ``temp`` on its
+    command line (a Ray process that started a session of its own); how many there were."""
     left = []
     for proc in psutil.process_iter():
         try:
-            if proc.pid != os.getpid() and os.getsid(proc.pid) == session:
+            if proc.pid != os.getpid() and (os.getsid(proc.pid) == session
+                                            or any(temp in arg for arg in proc.cmdline())):
                 left.append(proc)
         except (ProcessLookupError, psutil.Error):
             continue
@@ -94,31 +99,46 @@ def reap(session: int) -> int:
 
 def run(finding: Finding, python: str, ray: str) -> Result:
     start = time.monotonic()
-    proc = subprocess.Popen([python, str(HERE / finding.script), *finding.args], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    try:
-        out, timed_out = proc.communicate(timeout=finding.deadline)[0], False
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, timed_out = proc.communicate(timeout=60)[0], True
-    left = reap(proc.pid)
+    # Ray's files for this run alone (Ray reads RAY_TMPDIR for its temp root): an abort that only
+    # the raylet's log states is read from there, and a Ray process that left the script's
+    # session is still found by its command line, which names the folder.
+    with tempfile.TemporaryDirectory(prefix="rcfm-", ignore_cleanup_errors=True) as temp:
+        proc = subprocess.Popen([python, str(HERE / finding.script), *finding.args], cwd=ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True, env={**os.environ, "RAY_TMPDIR": temp})
+        try:
+            out, timed_out = proc.communicate(timeout=finding.deadline)[0], False
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, timed_out = proc.communicate(timeout=60)[0], True
+        left = reap(proc.pid, temp)
+        ray_logs = read_ray_logs(Path(temp))
     logs = ROOT / ".compat" / "findings"
     logs.mkdir(parents=True, exist_ok=True)
     (logs / f"{ray}-{finding.script}.log").write_text(out, encoding="utf-8")
     return judge(finding, ray, out, proc.returncode, timed_out=timed_out, left=left,
-                 seconds=time.monotonic() - start)
+                 seconds=time.monotonic() - start, ray_logs=ray_logs)
+
+
+def read_ray_logs(temp: Path) -> str:
+    """Every log file Ray wrote under ``temp`` (its sessions' ``logs`` folders), joined."""
+    texts = []
+    for path in sorted(temp.glob("ray/session_*/logs/*")):
+        if path.is_file() and not path.is_symlink():
+            texts.append(path.read_text(encoding="utf-8", errors="replace"))
+    return "\n".join(texts)
 
 
 def judge(finding: Finding, ray: str, out: str, returncode: int | None, *, timed_out: bool, left: int,
-          seconds: float) -> Result:
+          seconds: float, ray_logs: str = "") -> Result:
     note = f"{left} process(es) left, killed" if left else ""
     if timed_out:
         return Result(finding=finding.script, ray=ray, status="unknown", reproduced=0, rounds=0,
                       seconds=seconds, note=f"past its {finding.deadline:g} s deadline")
     if finding.by_exit:
         healed = "healed:" in out
-        hit = returncode != 0 and finding.by_exit in out and not healed
+        # The abort is the raylet's; the driver only learns that the store went away.
+        hit = returncode != 0 and finding.by_exit in out + ray_logs and not healed
         ran = hit or healed
         return Result(finding=finding.script, ray=ray, status="measured" if ran else "unknown",
                       reproduced=int(hit), rounds=1, seconds=seconds,

@@ -6,10 +6,12 @@ outputs as the tools meet them."""
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
 
+import psutil
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,16 +75,39 @@ def test_a_findings_run_is_counted_only_from_its_reproduced_line(out: str, retur
     assert matrix.cell(vars(result)) == cell
 
 
-@pytest.mark.parametrize(("out", "returncode", "cell"), [
-    ("create_buffer failed to open file ... No space left on device\n", 1, "1 of 1"),  # the raylet aborted
-    ("before: ...\nhealed: ['correct in 0.1 s']\n", 0, "0 of 1"),  # ran through: not reproduced
-    ("spill failed: No space left on device\nhealed: [...]\nexit\n", 1, "0 of 1"),  # healed first: not the abort
-    ("Traceback: fusermount3 not found\n", 1, "unknown"),  # neither: never ran
+ABORT = "dlmalloc.cc:129: create_buffer failed to open file /mnt/x, No space left on device\n"
+ENDED = "put past the full store ...\nThe connection to the plasma store is failed. Terminate the process.\n"
+
+
+@pytest.mark.parametrize(("out", "ray_logs", "returncode", "cell"), [
+    ("create_buffer failed to open file ... No space left on device\n", "", 1, "1 of 1"),  # the raylet aborted
+    (ENDED, ABORT, 1, "1 of 1"),  # the abort in the raylet's log only, as Ray writes it
+    (ENDED, "", 1, "unknown"),  # the driver ended, the raylet's reason unread
+    ("before: ...\nhealed: ['correct in 0.1 s']\n", "", 0, "0 of 1"),  # ran through: not reproduced
+    ("spill failed: No space left on device\nhealed: [...]\nexit\n", ABORT, 1, "0 of 1"),  # healed first
+    ("Traceback: fusermount3 not found\n", "", 1, "unknown"),  # neither: never ran
 ])
-def test_a_finding_that_reproduces_by_ending_is_read_from_its_end(out: str, returncode: int, cell: str) -> None:
+def test_a_finding_that_reproduces_by_ending_is_read_from_its_end(out: str, ray_logs: str, returncode: int,
+                                                                   cell: str) -> None:
     finding = next(f for f in matrix.FINDINGS if f.by_exit)
-    result = matrix.judge(finding, "2.50", out, returncode, timed_out=False, left=0, seconds=1.0)
+    result = matrix.judge(finding, "2.50", out, returncode, timed_out=False, left=0, seconds=1.0, ray_logs=ray_logs)
     assert matrix.cell(vars(result)) == cell
+
+
+def test_the_ray_logs_of_a_run_are_read_and_its_escaped_processes_killed(tmp_path: Path) -> None:
+    logs = tmp_path / "ray" / "session_2026-12-06_1" / "logs"
+    logs.mkdir(parents=True)
+    (logs / "raylet.out").write_text(ABORT, encoding="utf-8")
+    assert matrix.read_ray_logs(tmp_path) == ABORT
+    # a process in a session of its own, naming the run's folder, as a daemonised raylet would
+    escaped = subprocess.Popen([sys.executable, "-c", "import sys, time; time.sleep(60)", str(tmp_path)],
+                               start_new_session=True)
+    try:
+        assert matrix.reap(-1, str(tmp_path)) == 1  # no session of its own: found by its command line
+        assert not psutil.pid_exists(escaped.pid)  # reap waited for it (its exit status is reap's)
+    finally:
+        escaped.kill()
+        escaped.wait(timeout=10)
 
 
 def test_a_run_of_some_findings_keeps_the_releases_other_results() -> None:
