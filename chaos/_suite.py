@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from chaos._kinds import Need
 
 __all__ = ["CHAOS_MARKER_HELP", "CLUSTER_MARKER_HELP", "INI_OPTIONS", "MACHINE_PROFILE", "MULTINODE", "ClusterShape",
-           "Scope", "fix_for", "scope_of", "shape_for", "unmet"]
+           "Profile", "Scope", "fix_for", "profile_for", "scope_of", "shape_for", "unmet"]
 
 
 class Scope(StrEnum):
@@ -35,9 +35,39 @@ class Scope(StrEnum):
     MODULE = "module"
 
 
-#: How deep :class:`chaos.testing.ActorChaosMachine` searches by default: ``ci`` or ``thorough``
-#: (the plugin sets it from ``--chaos-profile``; outside pytest, ``RAYCHAOS_PROFILE``).
+class Profile(StrEnum):
+    """How deep :class:`chaos.testing.ActorChaosMachine` searches by default."""
+
+    CI = "ci"
+    THOROUGH = "thorough"
+
+
+#: The profile in force (the plugin sets it with :func:`profile_for`; outside pytest,
+#: ``RAYCHAOS_PROFILE``).
 MACHINE_PROFILE = os.environ.get("RAYCHAOS_PROFILE", "ci")
+
+
+def profile_for(*, option: str | None, hypothesis_profile: str | None, env: str | None, ini: str) -> Profile:
+    """The machines' profile, the nearest setting first: ``--chaos-profile``, then
+    ``--hypothesis-profile=thorough``, then ``RAYCHAOS_PROFILE`` (a nightly job's), then the
+    ``raychaos_profile`` ini option (the suite's own), else ``ci``.
+
+    Raises:
+        InvalidConfig: the environment's or the ini's value is not a profile; the message names
+            where it came from, the value and the fix.
+    """
+    if option:
+        return Profile(option)  # pytest checked it against the choices
+    if hypothesis_profile == Profile.THOROUGH:
+        return Profile.THOROUGH
+    for where, value in (("environment variable RAYCHAOS_PROFILE", env), ("ini option raychaos_profile", ini)):
+        if value is not None and value.strip():
+            try:
+                return Profile(value.strip())
+            except ValueError:
+                raise InvalidConfig(f"{where} = {value!r} is not a raychaos profile; use "
+                                    f"{' or '.join(p.value for p in Profile)}") from None
+    return Profile.CI
 
 CHAOS_MARKER_HELP = (
     "chaos(seed=None, faults=(), menu=(), rate=0.5, duration=5.0, strict=True): run the test "
@@ -58,6 +88,8 @@ CLUSTER_MARKER_HELP = (
 #: Each ini option: its name, its help (with the default) and its default.
 INI_OPTIONS: tuple[tuple[str, str, str], ...] = (
     ("raychaos_cluster_scope", "how long one test cluster lives: session (default) or module", "session"),
+    ("raychaos_profile", "how deep ActorChaosMachine searches unless given settings: ci (default) or thorough; "
+     "--chaos-profile and RAYCHAOS_PROFILE override it", ""),
     ("raychaos_nodes", "nodes of the ray_cluster fixture's cluster, head included (default 1)", "1"),
     ("raychaos_cpus", "logical CPUs per node of the ray_cluster fixture's cluster (default 4)", "4"),
     ("raychaos_object_store_mb", "object store per node, in MiB (default 200)", "200"),

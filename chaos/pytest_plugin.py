@@ -42,7 +42,16 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
-from chaos._suite import CHAOS_MARKER_HELP, CLUSTER_MARKER_HELP, INI_OPTIONS, ClusterShape, Scope, scope_of, shape_for
+from chaos._suite import (
+    CHAOS_MARKER_HELP,
+    CLUSTER_MARKER_HELP,
+    INI_OPTIONS,
+    ClusterShape,
+    Scope,
+    profile_for,
+    scope_of,
+    shape_for,
+)
 
 if TYPE_CHECKING:
     from chaos._driver import FaultOutcome
@@ -236,7 +245,17 @@ def pytest_configure(config: pytest.Config) -> None:
         register_profiles()
     from chaos import _suite
 
-    _suite.MACHINE_PROFILE = config.getoption("chaos_profile") or ("thorough" if profile == "thorough" else "ci")
+    _suite.MACHINE_PROFILE = _machine_profile(config, profile)
+
+
+def _machine_profile(config: pytest.Config, hypothesis_profile: str | None) -> str:
+    from chaos._errors import InvalidConfig
+
+    try:
+        return profile_for(option=config.getoption("chaos_profile"), hypothesis_profile=hypothesis_profile,
+                           env=os.environ.get("RAYCHAOS_PROFILE"), ini=str(config.getini("raychaos_profile"))).value
+    except InvalidConfig as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 @pytest.hookimpl(trylast=True)

@@ -17,9 +17,9 @@ restart done — before the next step, so a replayed schedule reproduces its out
 
 Bounded by default: a subclass runs :data:`chaos._profiles.MACHINE_DEPTH` examples and steps of
 the raychaos profile in force (``ci``: 5 examples of 10 steps; ``thorough``: 50 of 30), chosen
-with ``pytest --chaos-profile=thorough`` (or ``--hypothesis-profile=thorough``) or
-``RAYCHAOS_PROFILE``. Settings you give (``@settings(...)`` on the class, or
-``run_state_machine_as_test(M, settings=...)``) win.
+with ``pytest --chaos-profile=thorough`` (or ``--hypothesis-profile=thorough``), the
+``RAYCHAOS_PROFILE`` environment variable or the ``raychaos_profile`` ini option. Settings you
+give (``@settings(...)`` on the class, or ``run_state_machine_as_test(M, settings=...)``) win.
 
 Example (the README's, run by the tests)::
 

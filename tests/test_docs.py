@@ -297,6 +297,26 @@ def test_the_tests_a_page_shows_pass(page: Path, pytester: pytest.Pytester) -> N
     result.assert_outcomes(passed=tests)
 
 
+#: The checkpointed-actors page's caller as it once was: a Writer made anew on each call.
+FRESH_WRITER = ("        ray.get([self.counter.add.remote(1, **self.me.next()) for _ in range(10)], timeout=60)\n",
+                "        me = Writer(\"trainer-0\")  # numbers 0-9 again on every call\n"
+                "        ray.get([self.counter.add.remote(1, **me.next()) for _ in range(10)], timeout=60)\n")
+
+
+@pytest.mark.ray
+@pytest.mark.deep
+@pytest.mark.usefixtures("no_shared_cluster")
+def test_the_checkpointed_actors_pages_test_fails_with_a_writer_made_per_call(pytester: pytest.Pytester) -> None:
+    """The page's own test, run on the shape the page once showed, fails: its second ``add_ten``
+    is dropped as repeats (it reads 10, not 20)."""
+    page = ROOT / "docs" / "how-to" / "checkpointed-actors.md"
+    [block] = [b for b in BLOCKS if b.path == page and b.pytest]
+    assert FRESH_WRITER[0] in block.text, "the page's Trainer changed: update FRESH_WRITER"
+    pytester.makepyfile(test_old_shape=block.text.replace(*FRESH_WRITER))  # the page's fixture is the plugin's
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", timeout=900)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*assert 10 == 20*"])
+
 BROKEN = {
     "python": ("```python\nfrom chaos import Kill\ndef f(:\n```\n", "does not parse"),
     "python-run": ("<!-- docs-test: run -->\n```python\nassert 1 + 1 == 3\n```\n", "the python block fails"),

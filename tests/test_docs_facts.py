@@ -1,6 +1,7 @@
 """Facts the pages state about the code, held to the code: every extra a page names exists, each
 extras table lists exactly what pyproject's extra installs, and the plugin page's fixture scopes
-are the scopes pytest reports (with the default ini and with ``raychaos_cluster_scope = module``).
+are the scopes pytest reports (with the default ini and with ``raychaos_cluster_scope = module``),
+and its ini table lists exactly the plugin's ini options.
 """
 
 from __future__ import annotations
@@ -84,6 +85,21 @@ def reported_scopes(folder: Path) -> dict[str, str]:
     for m in re.finditer(r"^(\w+)(?: \[(\w+) scope\])? -- .*chaos/pytest_plugin\.py", out, re.MULTILINE):
         scopes[m[1]] = m[2] or "function"
     return scopes
+
+
+def ini_table_options(text: str) -> set[str]:
+    """The options of a page's ini table: the first column of the table headed ``ini option``."""
+    rows = text.split("| ini option |", 1)[1].split("\n\n", 1)[0].splitlines()[2:]
+    return {row.split("|")[1].strip().strip("`") for row in rows}
+
+
+def test_the_plugin_pages_ini_table_lists_exactly_the_plugins_ini_options() -> None:
+    from chaos._suite import INI_OPTIONS
+
+    text = (ROOT / "docs" / "how-to" / "pytest-plugin.md").read_text(encoding="utf-8")
+    assert ini_table_options(text) == {name for name, _, _ in INI_OPTIONS}
+    assert ini_table_options(text.replace("| `raychaos_profile` |", "| `raychaos_depth` |")) != {
+        name for name, _, _ in INI_OPTIONS}  # the reader sees a wrong name
 
 
 def test_the_plugin_pages_fixture_scopes_are_pytests(tmp_path: Path) -> None:

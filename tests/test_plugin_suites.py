@@ -171,21 +171,44 @@ MACHINE = """
         for cls in (Plain, Mine):
             s = cls.TestCase.settings
             print("DEPTH", cls.__name__, cls.profile, s.max_examples, s.stateful_step_count)
+        print("NOTE", Plain.depth_note(Plain.__new__(Plain)))  # what a failure's message ends with
         print("FOREIGN", settings.default.max_examples)
 """
 
 
-@pytest.mark.parametrize(("args", "depth"), [
-    ((), "ci 5 10"), (("--chaos-profile=thorough",), "thorough 50 30"),
-    (("--hypothesis-profile=thorough",), "thorough 50 30"),
+@pytest.mark.parametrize(("args", "ini", "env", "depth"), [
+    ((), "", "", "ci 5 10"), (("--chaos-profile=thorough",), "", "", "thorough 50 30"),
+    (("--hypothesis-profile=thorough",), "", "", "thorough 50 30"),
+    ((), "thorough", "", "thorough 50 30"),  # the suite's own ini
+    ((), "ci", "thorough", "thorough 50 30"),  # a nightly job's environment beats the ini
+    (("--chaos-profile=ci",), "thorough", "thorough", "ci 5 10"),  # the command line beats both
 ])
 def test_a_machine_runs_a_bounded_profile_unless_given_settings_and_foreign_tests_keep_theirs(
-        pytester: pytest.Pytester, args: tuple[str, ...], depth: str) -> None:
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...], ini: str, env: str,
+        depth: str) -> None:
     """Before, a subclass ran Hypothesis's 100 examples of 50 real-kill steps."""
     pytester.makepyfile(test_machine=MACHINE)
+    pytester.makeini(f"[pytest]\nraychaos_profile = {ini}\n")
+    monkeypatch.setenv("RAYCHAOS_PROFILE", env)
     result = pytester.runpytest_subprocess("-s", *args)
     foreign = 1000 if "--hypothesis-profile=thorough" in args else 100
-    result.stdout.fnmatch_lines([f"*DEPTH Plain {depth}", "DEPTH Mine * 2 3", f"FOREIGN {foreign}"])
+    profile, examples, steps = depth.split()
+    deeper = "" if profile == "thorough" else "; pytest --chaos-profile=thorough searches 50 examples"
+    result.stdout.fnmatch_lines([f"*DEPTH Plain {depth}", "DEPTH Mine * 2 3",
+                                 f"NOTE Plain runs, unless given settings of its own, raychaos's '{profile}' profile: "
+                                 f"{examples} examples of up to {steps} steps{deeper}", f"FOREIGN {foreign}"])
+
+
+@pytest.mark.parametrize(("ini", "env", "where"), [
+    ("deep", "", "ini option raychaos_profile = 'deep'"), ("", "Thorough", "RAYCHAOS_PROFILE = 'Thorough'")])
+def test_a_profile_that_is_not_one_stops_the_run_naming_it(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+                                                           ini: str, env: str, where: str) -> None:
+    pytester.makepyfile(test_machine=MACHINE)
+    pytester.makeini(f"[pytest]\nraychaos_profile = {ini}\n")
+    monkeypatch.setenv("RAYCHAOS_PROFILE", env)
+    result = pytester.runpytest_subprocess()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{where} is not a raychaos profile; use ci or thorough*"])
 
 
 # -- a guest's cost ---------------------------------------------------------------------------------
