@@ -199,6 +199,15 @@ def test_a_machine_runs_a_bounded_profile_unless_given_settings_and_foreign_test
                                  f"{examples} examples of up to {steps} steps{deeper}", f"FOREIGN {foreign}"])
 
 
+def test_a_suites_own_thorough_profile_is_the_one_loaded(pytester: pytest.Pytester) -> None:
+    """The plugin registers ``thorough`` only where the suite has not: a suite's conftest that
+    registers its own keeps it under ``--hypothesis-profile=thorough``."""
+    pytester.makeconftest("from hypothesis import settings\n"
+                          "settings.register_profile('thorough', max_examples=7)\n")
+    pytester.makepyfile(test_machine=MACHINE)
+    result = pytester.runpytest_subprocess("-s", "--hypothesis-profile=thorough")
+    result.stdout.fnmatch_lines(["*DEPTH Plain thorough 50 30", "FOREIGN 7"])
+
 @pytest.mark.parametrize(("ini", "env", "where"), [
     ("deep", "", "ini option raychaos_profile = 'deep'"), ("", "Thorough", "RAYCHAOS_PROFILE = 'Thorough'")])
 def test_a_profile_that_is_not_one_stops_the_run_naming_it(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
