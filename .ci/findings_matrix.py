@@ -56,7 +56,7 @@ FINDINGS = (
     Finding(script="gcs_restarted_from_ended_thread.py", args=("1",), deadline=240),
     Finding(script="train_report_lost_with_worker.py", args=("1",), deadline=300),
     Finding(script="cancel_lost_under_load.py", args=("--rounds", "10", "--graph", "2"), deadline=300),
-    Finding(script="spill_disk_errors.py", args=("enospc",), deadline=180, by_exit="create_buffer failed"),
+    Finding(script="spill_disk_errors.py", args=(), deadline=180, by_exit="create_buffer failed"),
     Finding(script="spill_restore_interrupted.py", args=("1",), deadline=240),
     Finding(script="gcs_exits_when_redis_connection_drops.py", args=("client_kill", "2"), deadline=240),
     Finding(script="force_cancel_after_cancel_crashes_driver.py", args=("1",), deadline=240),
@@ -187,7 +187,7 @@ def table(matrix: dict[str, Any]) -> str:
     rows = ["| finding | " + " | ".join(rays) + " |", "|---|" + "---:|" * len(rays)]
     for finding in FINDINGS:
         cells = [cell(index.get((finding.script, ray))) for ray in rays]
-        rows.append(f"| `{finding.script} {' '.join(finding.args)}` | " + " | ".join(cells) + " |")
+        rows.append(f"| `{' '.join((finding.script, *finding.args))}` | " + " | ".join(cells) + " |")
     installed = ", ".join(f"{ray}: {run['installed']} ({run['date']})" for ray, run in matrix["runs"].items())
     return "\n".join([*rows, "", f"Rounds reproduced per release (the release's newest patch; run on: {installed})."])
 
