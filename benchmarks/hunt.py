@@ -1,5 +1,6 @@
 """Hunt for Ray bugs: generated programs under faults, for a given time, on a cluster of its
-own; prints the failure classes found and the feature/fault statistics table.
+own; prints its progress as it goes (to standard error: a bar, the time left, programs a minute,
+each fault kind's landed count), then the failure classes found and the feature/fault table.
 
     python benchmarks/hunt.py --minutes 30
 """
@@ -7,6 +8,7 @@ own; prints the failure classes found and the feature/fault statistics table.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections import Counter
 
@@ -16,11 +18,29 @@ from chaos.cluster import local_cluster, redis_server
 from scenarios.hunt import Program, ProgramVerdict, programs, run_program
 from scenarios.hunt._rpc import add_rpc_node
 from scenarios.hunt._run import HUNT_NODE, NODE_BOUND, REPLACEMENT_STORE
-from scenarios.hunt._stats import fault_labels, features
+from scenarios.hunt._stats import Progress, fault_labels, features
 
 #: The hunt's object store (MiB): small, so object-store pressure fills it past capacity (and
 #: frees it) in 1.1 s. It spills to Ray's default directory, under the cluster's temp dir.
 STORE_MB = 96
+#: Seconds between progress lines when standard error is not a terminal (a log, CI).
+PROGRESS_EVERY = 30.0
+
+
+class Reporter:
+    """The progress line: redrawn after each program on a terminal, else every PROGRESS_EVERY s."""
+
+    def __init__(self, minutes: float) -> None:
+        self.started, self.total, self.last = time.monotonic(), minutes * 60, float("-inf")
+        self.live = sys.stderr.isatty()
+
+    def program_done(self, ran: int, classes: int, stats: Counter[str]) -> None:
+        now = time.monotonic()
+        if not self.live and now - self.last < PROGRESS_EVERY:
+            return
+        self.last = now
+        line = Progress(elapsed=now - self.started, total=self.total, ran=ran, classes=classes, stats=stats).line()
+        print(f"\r{line}\033[K" if self.live else line, end="" if self.live else "\n", file=sys.stderr, flush=True)
 
 
 def hunt(minutes: float) -> tuple[Counter[str], dict[str, ProgramVerdict], int]:
@@ -32,6 +52,7 @@ def hunt(minutes: float) -> tuple[Counter[str], dict[str, ProgramVerdict], int]:
     classes: dict[str, ProgramVerdict] = {}
     ran = 0
     end = time.monotonic() + minutes * 60
+    reporter = Reporter(minutes)
     with redis_server() as redis, local_cluster(nodes=2, object_store_mb=STORE_MB, redis_address=redis,
                                                 worker_resources={HUNT_NODE: 100.0}, log_to_driver=False) as cluster:
         add_rpc_node(cluster.cluster, object_store_bytes=REPLACEMENT_STORE, bound=NODE_BOUND)
@@ -52,6 +73,7 @@ def hunt(minutes: float) -> tuple[Counter[str], dict[str, ProgramVerdict], int]:
             for failure in verdict.failures:
                 classes.setdefault(failure.signature.label(), verdict)
                 stats[f"failure: {failure.signature.label()}"] += 1
+            reporter.program_done(ran, len(classes), stats)
 
         while time.monotonic() < end:
             one()

@@ -6,7 +6,10 @@ it (a SIGINT) and that ``ray.get`` then raises ``TaskCancelledError``. Ray's pro
 the driver's SIGINT disposition; a driver started under ``trap "" INT`` — a background job
 (``cmd &``), many CI runners, ``nohup`` — starts workers that ignore SIGINT, and the cancel is
 lost: the task runs to its end and ``ray.get`` returns its value. With ``force=True`` the worker
-is killed and the cancel holds either way.
+is killed and the cancel holds either way. On Ray 2.51 the task failed instead, with
+``TypeError: 'Handlers' object is not callable`` (``signal.SIG_IGN``, the handler the worker
+inherited, is a ``signal.Handlers`` member, not a function): printed as its round's outcome and
+not counted, since the cancel was neither lost nor honoured.
 
 Each round: a task that computes for ``BUSY`` seconds, cancelled ``CANCEL_AFTER`` seconds in.
 ``--ignore`` ignores SIGINT in this driver before ``ray.init`` (as a background job does);
@@ -45,6 +48,8 @@ def one_round(force: bool) -> str:
         return "cancelled"
     except ray.exceptions.WorkerCrashedError:
         return "cancelled (worker killed)"
+    except ray.exceptions.RayTaskError as exc:  # Ray 2.51: the task fails instead (see the docstring)
+        return f"failed with {type(exc.cause).__name__}: {exc.cause}"
 
 
 def main() -> None:

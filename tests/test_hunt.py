@@ -8,12 +8,14 @@ from pathlib import Path
 
 from hypothesis import Phase, find, given, settings
 
+import scenarios.hunt as hunt
 from scenarios.hunt import (
     TABLE,
     Actor,
     Arg,
     Call,
     Cancel,
+    Drop,
     ErrorKind,
     Fault,
     FaultKind,
@@ -207,9 +209,44 @@ def test_an_owner_death_is_an_actor_kill_of_an_actor_that_put_what_the_program_h
 @settings(max_examples=100, deadline=None)
 @given(program=programs())
 def test_a_program_prints_as_the_python_that_replays_it(program: Program) -> None:
-    names = {name: globals()[name] for name in ("Actor", "Arg", "Call", "Cancel", "Fault", "FaultKind", "Naming",
-                                               "Program", "Put", "Stream", "Task", "Wait")}
+    names = {name: getattr(hunt, name) for name in hunt.__all__}
     assert eval(repr(program), names) == program  # the point: a report is replayable
+
+
+@settings(max_examples=200, deadline=None)
+@given(program=programs(gcs_restart=True, rpc_failures=True))
+def test_a_dropped_value_is_never_named_again_nor_a_faults_victim(program: Program) -> None:
+    for index, step in enumerate(program.steps):
+        if isinstance(step, Drop):
+            assert program.steps[step.source].kind in (StepKind.PUT, StepKind.TASK, StepKind.CALL)
+            later = program.steps[index + 1:]
+            assert not any(a.source == step.source for s in later for a in getattr(s, "args", ())), step
+            assert not any(step.source in getattr(s, "sources", ()) for s in later), step
+    victims = {f.victim for f in program.faults if f.kind is not FaultKind.GCS_RESTART}
+    assert not victims & program.dropped()
+
+
+def test_the_generator_draws_values_of_the_object_store_and_drops_what_is_still_needed() -> None:
+    def dropped_while_needed(program: Program) -> bool:
+        labels = features(program)
+        return "drop: an actor's constructor argument" in labels and "drop: a value of the object store" in labels
+
+    needed = find(programs(), dropped_while_needed, settings=settings(max_examples=5000, database=None))
+    assert any(program_size > 100 * 1024 for program_size in map(needed.size, range(len(needed.steps))))
+    padded = find(programs(), lambda p: any(isinstance(s, Stream) and s.size for s in p.steps),
+                  settings=settings(max_examples=5000, database=None))
+    assert any(label.startswith("size: stream of") for label in features(padded))
+
+
+def test_a_drop_changes_no_other_steps_outcome_and_is_not_judged() -> None:
+    program = Program((Put(4, size=200 * 1024), Actor(1, (Arg(0),), max_restarts=1), Drop(0),
+                       Call(1, 2, size=4 * 1024 * 1024)),
+                      (Fault(FaultKind.KILL_ACTOR, 1, 2),))
+    assert [e.value if e is not None else None for e in expect(program, program.faults)] == [4, 5, None, 7]
+    assert features(program) >= {"drop: an actor's constructor argument", "drop: a value of the object store",
+                                 "drop: before a fault", "size: put of 200 KiB (in the object store)",
+                                 "size: call of 4 MiB (in the object store)"}
+    assert judge(program, program.faults, {3: Observed(value=7, seconds=0.1)}) == []
 
 
 def _borrowing_from_own_actor(program: Program) -> list[Call]:
@@ -805,3 +842,15 @@ def test_a_call_on_the_failing_node_may_find_its_actor_unavailable_end_to_end() 
     unavailable = Observed(error=ErrorKind.ACTOR_UNAVAILABLE, error_type="ActorUnavailableError")
     assert judge(program, program.faults, {0: Observed(value=1), 1: unavailable}) == []
     assert judge(Program(program.steps), (), {0: Observed(value=1), 1: unavailable})  # off the node: a failure
+
+
+def test_the_progress_line_shows_the_bar_time_left_rate_and_landed_faults() -> None:
+    from scenarios.hunt._stats import Progress
+
+    line = Progress(elapsed=600, total=1800, ran=40, classes=1,
+                    stats={"fault landed: kill_actor": 12, "fault landed: gcs_restart": 3,
+                           "fault missed: kill_worker": 2, "step: put": 30}).line(width=10)
+    assert line == ("hunt [███░░░░░░░] 33% 20.0 min left · 40 programs, 4.0/min · 1 class · "
+                    "landed: kill_actor 12, gcs_restart 3")
+    done = Progress(elapsed=1900, total=1800, ran=0, classes=2, stats={}).line(width=4)
+    assert done == "hunt [████] 100% 0.0 min left · 0 programs, 0.0/min · 2 classes · landed: none yet"

@@ -18,6 +18,7 @@ from scenarios.hunt import (
     Arg,
     Call,
     Cancel,
+    Drop,
     Fault,
     FaultKind,
     Naming,
@@ -45,7 +46,7 @@ class OffByOne(Interpreter):
 
     def submit_task(self, index: int, step: Task) -> Any:
         return remote(hunt_task).remote(index, step.const + 1, self.marks, False, False, step.boxed,
-                                        *self.args(step.args))
+                                        *self.args(step.args), pad=step.size)
 
 
 class Blocking(Interpreter):
@@ -125,6 +126,25 @@ def test_each_fault_kind_lands_on_what_the_oracle_judges(ray_cluster: ClusterHan
     assert list(verdict.landed) == list(program.faults), f"faults missed: {verdict.missed}"
     assert not verdict.new, verdict.report()
 
+
+#: Big values and a dropped ref: a 4 MiB put is an actor's constructor argument, then the driver
+#: drops it; the actor is killed with a padded call in flight and restarts, which needs that
+#: argument again (Ray keeps it for the actor's restarts); a stream of padded items follows.
+DROPPED_BIG = Program((Put(4, size=4 << 20), Actor(1, (Arg(0),), max_restarts=1), Drop(0),
+                       Call(1, 2, size=200 << 10), Call(1, 3), Stream(0, 3, 3, (Arg(4),), size=200 << 10)),
+                      (Fault(FaultKind.KILL_ACTOR, 3, 3),))
+
+
+def test_an_actors_dropped_big_argument_is_there_for_its_restart(ray_cluster: ClusterHandle) -> None:
+    verdict = run_program(DROPPED_BIG, address=ray_cluster.address)
+    assert list(verdict.landed) == list(DROPPED_BIG.faults), f"faults missed: {verdict.missed}"
+    assert verdict.ok, verdict.report()
+
+
+def test_a_wrong_value_behind_padding_is_caught(ray_cluster: ClusterHandle) -> None:
+    """The padding is stripped before the oracle looks: a planted off-by-one under it is red."""
+    verdict = OffByOne(Program((Task(3, size=200 << 10),)), ray_cluster.address).run()
+    assert seen(verdict) == {(Seen.WRONG_VALUE, "")}, verdict.report()
 
 # Every fault kind and the hardest features, in every CI run: a worker killed under a task with
 # and without retries (its dependents, a borrowed ref, a ref it put); an owner dying with refs

@@ -2,7 +2,8 @@
 oracle that computes each value directly and allows only the exceptions a table documents.
 
 A program is a list of steps over named values (:class:`Put`, :class:`Task`, :class:`Actor`,
-:class:`Call`, :class:`Stream`, :class:`Wait`, :class:`Cancel`) and the :class:`Fault` records
+:class:`Call`, :class:`Stream`, :class:`Wait`, :class:`Cancel`, :class:`Drop`; values padded to
+sizes that live in the object store) and the :class:`Fault` records
 drawn into it; :func:`programs` generates them, :func:`run_program` runs one on the connected
 cluster and returns its :class:`ProgramVerdict`, whose failures are classified by :class:`Signature`.
 A verdict's ``report()`` prints the program as a replayable ``run_program(Program(...))``.
@@ -13,6 +14,7 @@ from scenarios.hunt._model import (
     Arg,
     Call,
     Cancel,
+    Drop,
     Fault,
     FaultKind,
     Naming,
@@ -33,6 +35,7 @@ __all__ = [
     "Arg",
     "Call",
     "Cancel",
+    "Drop",
     "ErrorKind",
     "Fault",
     "FaultKind",

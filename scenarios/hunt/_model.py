@@ -17,6 +17,7 @@ class StepKind(enum.Enum):
     STREAM = "stream"  # a streaming generator, consumed partly or fully
     WAIT = "wait"  # ray.wait over earlier refs
     CANCEL = "cancel"  # a task that runs until cancelled (or a short bound), cancelled at once
+    DROP = "drop"  # the driver drops its ref to an earlier value (del, then a garbage collection)
 
 
 class FaultKind(enum.Enum):
@@ -74,18 +75,28 @@ class Arg:
     nested: bool = False
 
 
+#: Bytes a value may be padded with: none (a small value, inlined in its owner's memory), then
+#: past Ray's 100 KiB inline limit (``max_direct_call_object_size``: the value lives in an object
+#: store), a few store chunks, and a quarter of the hunt's 96 MiB store.
+SIZES = (0, 200 * 1024, 4 * 1024 * 1024, 24 * 1024 * 1024)
+#: A stream item's padding: a stream of 4 such items stays well within a store.
+ITEM_SIZES = (0, 200 * 1024, 1024 * 1024)
+
+
 @dataclass(frozen=True, slots=True)
 class Put:
-    """``ray.put(const)`` by the driver."""
+    """``ray.put(const)`` by the driver; ``size`` > 0: ``[const, size zero bytes]``."""
 
     const: int
+    size: int = 0
     kind: StepKind = field(default=StepKind.PUT, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
 class Task:
     """A task returning ``const + sum(args)``, or, ``boxed``, a list holding a ref it put.
-    ``flaky``: raises ValueError on its first attempt (``retry_exceptions`` decides a retry)."""
+    ``flaky``: raises ValueError on its first attempt (``retry_exceptions`` decides a retry).
+    ``size`` > 0: its return is ``[that, size zero bytes]``."""
 
     const: int
     args: tuple[Arg, ...] = ()
@@ -93,6 +104,7 @@ class Task:
     retry_exceptions: bool = False
     flaky: bool = False
     boxed: bool = False
+    size: int = 0
     kind: StepKind = field(default=StepKind.TASK, repr=False)
 
 
@@ -112,23 +124,26 @@ class Actor:
 @dataclass(frozen=True, slots=True)
 class Call:
     """A method of the actor made by step ``actor``: ``base + const + sum(args)``, or,
-    ``boxed``, a list holding a ref the actor put (the actor owns it)."""
+    ``boxed``, a list holding a ref the actor put (the actor owns it); ``size`` as a task's."""
 
     actor: int
     const: int
     args: tuple[Arg, ...] = ()
     boxed: bool = False
+    size: int = 0
     kind: StepKind = field(default=StepKind.CALL, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
 class Stream:
-    """A generator yielding ``const + sum(args) + i`` for i < count; the driver takes ``take``."""
+    """A generator yielding ``const + sum(args) + i`` for i < count; the driver takes ``take``.
+    ``size`` > 0: each item is ``[that, size zero bytes]``."""
 
     const: int
     count: int
     take: int
     args: tuple[Arg, ...] = ()
+    size: int = 0
     kind: StepKind = field(default=StepKind.STREAM, repr=False)
 
 
@@ -153,7 +168,18 @@ class Cancel:
     kind: StepKind = field(default=StepKind.CANCEL, repr=False)
 
 
-Step = Put | Task | Actor | Call | Stream | Wait | Cancel
+@dataclass(frozen=True, slots=True)
+class Drop:
+    """The driver drops its ref to step ``source``'s value (``del``, then ``gc.collect()``):
+    later steps cannot name it, and its value is not observed. Ray keeps an object while any
+    reference to it lives (a borrower's, a pending task's argument's, an actor constructor's),
+    so dropping changes no other step's outcome."""
+
+    source: int
+    kind: StepKind = field(default=StepKind.DROP, repr=False)
+
+
+Step = Put | Task | Actor | Call | Stream | Wait | Cancel | Drop
 #: Steps whose value is a ref the driver (or a callee) can get.
 GETTABLE = (StepKind.PUT, StepKind.TASK, StepKind.CALL, StepKind.CANCEL)
 #: Steps during which the driver blocks: a fault on a held step must land before them.
@@ -210,6 +236,14 @@ class Program:
         """Steps held running until their fault lands (so the fault finds them in flight)."""
         return frozenset(f.victim for f in self.faults
                          if f.kind.holds and self.steps[f.victim].kind is not StepKind.ACTOR)
+
+    def dropped(self) -> frozenset[int]:
+        """The steps whose value the driver drops (by a :class:`Drop` step)."""
+        return frozenset(s.source for s in self.steps if isinstance(s, Drop))
+
+    def size(self, index: int) -> int:
+        """The bytes step ``index``'s value (each item, for a stream) is padded with."""
+        return int(getattr(self.steps[index], "size", 0))
 
     def on_rpc_node(self) -> frozenset[int]:
         """Steps that run on the node failing RPCs: an RPC_FAILURES victim (an actor for a call)."""

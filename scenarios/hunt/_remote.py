@@ -65,15 +65,14 @@ def note_pid(marks: str, index: int) -> None:
 
 def hunt_task(index: int, const: int, marks: str, held: bool, flaky: bool, box: bool, *args: Any,
               pad: int = 0) -> Any:
-    """``pad`` > 0: the value is returned as ``[value, pad zero bytes]`` (:func:`resolve` reads
-    it), too big for Ray to inline: it lives in this node's object store."""
+    """``pad`` > 0: the value is returned :func:`padded`: it lives in this node's object store."""
     note_pid(marks, index)
     total = const + sum(resolve(a) for a in args)
     if held:
         hold(marks, index)
     if flaky and first_attempt(marks, index):
         raise ValueError(f"step {index}: first attempt")
-    return [boxed(total, box, marks, index), bytes(pad)] if pad else boxed(total, box, marks, index)
+    return padded(boxed(total, box, marks, index), pad)
 
 
 class HuntActor:
@@ -82,20 +81,26 @@ class HuntActor:
     def __init__(self, const: int, *args: Any) -> None:
         self.base = const + sum(resolve(a) for a in args)
 
-    def call(self, index: int, const: int, marks: str, held: bool, box: bool, *args: Any) -> Any:
+    def call(self, index: int, const: int, marks: str, held: bool, box: bool, *args: Any, pad: int = 0) -> Any:
         note_pid(marks, index)
         total = self.base + const + sum(resolve(a) for a in args)
         if held:
             hold(marks, index)
-        return boxed(total, box, marks, index)
+        return padded(boxed(total, box, marks, index), pad)
 
 
-def hunt_stream(const: int, count: int, *args: Any, marks: str = "", index: int = -1) -> Iterator[int]:
+def padded(value: Any, pad: int) -> Any:
+    """``value``, or ``[value, pad zero bytes]`` (:func:`resolve` reads it): past 100 KiB, too big
+    for Ray to inline, so it lives in an object store."""
+    return [value, bytes(pad)] if pad else value
+
+
+def hunt_stream(const: int, count: int, *args: Any, marks: str = "", index: int = -1, pad: int = 0) -> Iterator[Any]:
     if marks:
         note_pid(marks, index)
     base = const + sum(resolve(a) for a in args)
     for i in range(count):
-        yield base + i
+        yield padded(base + i, pad)
 
 
 def hunt_cancellable(const: int, seconds: float, started: str = "", *, marks: str = "", index: int = -1) -> int:

@@ -3,6 +3,7 @@ bound, and judge it against the oracle."""
 
 from __future__ import annotations
 
+import gc
 import tempfile
 import time
 import uuid
@@ -19,6 +20,7 @@ from scenarios.hunt._model import (
     Arg,
     Call,
     Cancel,
+    Drop,
     Fault,
     FaultKind,
     Naming,
@@ -181,8 +183,10 @@ class Interpreter:
     def submit(self, index: int, step: Step) -> Any:
         import ray
 
+        from scenarios.hunt._remote import padded
+
         if isinstance(step, Put):
-            return ray.put(step.const)
+            return ray.put(padded(step.const, step.size))
         if isinstance(step, Task):
             return self.submit_task(index, step)
         if isinstance(step, Actor):
@@ -190,13 +194,21 @@ class Interpreter:
         if isinstance(step, Call):
             held = index in self.program.held()
             actor = self.handles.get(step.actor, self.refs[step.actor])
-            return actor.call.remote(index, step.const, self.marks, held, step.boxed, *self.args(step.args))
+            return actor.call.remote(index, step.const, self.marks, held, step.boxed, *self.args(step.args),
+                                     pad=step.size)
         if isinstance(step, Stream):
             return self.consume(index, step)
         if isinstance(step, Wait):
             return self.wait(index, step)
+        if isinstance(step, Drop):
+            return self.drop(step)
         assert isinstance(step, Cancel)
         return self.submit_cancel(index, step)
+
+    def drop(self, step: Drop) -> None:
+        """Drop the driver's ref to ``step.source`` and collect, so Ray hears it is gone now."""
+        del self.refs[step.source]
+        gc.collect()
 
     def args(self, args: tuple[Arg, ...]) -> list[Any]:
         return [[self.refs[a.source]] if a.nested else self.refs[a.source] for a in args]
@@ -208,9 +220,9 @@ class Interpreter:
         options = remote(hunt_task).options(max_retries=step.max_retries, retry_exceptions=step.retry_exceptions,
                                     name=self.name(index), num_cpus=0 if held else 1,
                                     resources=self.placement(index))
-        pad = {"pad": STORED_PAD} if index in self.program.stored_on_node() else {}
+        pad = max(step.size, STORED_PAD if index in self.program.stored_on_node() else 0)
         return options.remote(index, step.const, self.marks, held, step.flaky, step.boxed, *self.args(step.args),
-                              **pad)
+                              pad=pad)
 
     def submit_actor(self, index: int, step: Actor) -> Any:
         """The actor; named or detached, its calls' handle is the one its name looks up (Ray
@@ -244,7 +256,7 @@ class Interpreter:
 
         started = time.monotonic()
         gen = remote(hunt_stream).options(num_returns="streaming", resources=self.placement(index)).remote(
-            step.const, step.count, *self.args(step.args), marks=self.marks, index=index)
+            step.const, step.count, *self.args(step.args), marks=self.marks, index=index, pad=step.size)
         items: list[int] = []
         try:
             for _ in range(step.take):
@@ -252,7 +264,8 @@ class Interpreter:
                 if ref is None:
                     self.seen[index] = Observed(hung=True, seconds=time.monotonic() - started)
                     return
-                items.append(self._get(ref, started))
+                item = self._get(ref, started)
+                items.append(item[0] if step.size else item)
         except Exception as exc:  # noqa: BLE001 - judged against the table
             self.seen[index] = observed_error(exc, started)
             return
@@ -396,6 +409,7 @@ class Interpreter:
             box = ray.get(ref, timeout=self.bound)
         except Exception:  # noqa: BLE001 - it failed: it put nothing (the failure is judged when observed)
             return None
+        box = box[0] if self._padded(index) and isinstance(box, list) else box
         return box[0] if isinstance(box, list) and box else None
 
     def _injections(self) -> Injections | None:
@@ -496,7 +510,7 @@ class Interpreter:
     def _observe_all(self) -> list[Failure]:
         started = time.monotonic()
         for index, step in enumerate(self.program.steps):
-            if step.kind in GETTABLE:
+            if step.kind in GETTABLE and index in self.refs:  # a dropped value is not the driver's to get
                 self.seen[index] = self.observe(index, step, started)
                 self.ended[index] = time.time()
         return []
@@ -506,13 +520,16 @@ class Interpreter:
         t0 = time.monotonic()
         try:
             value = self._get(self.refs[index], started)
-            if index in self.program.stored_on_node():
+            if self._padded(index):
                 value = value[0]  # [value, padding]
             if getattr(step, "boxed", False):
                 value = self._get(value[0], started)
         except Exception as exc:  # noqa: BLE001 - judged against the table
             return observed_error(exc, t0)
         return Observed(value=value, seconds=time.monotonic() - t0)
+
+    def _padded(self, index: int) -> bool:
+        return index in self.program.stored_on_node() or self.program.size(index) > 0
 
     def _get(self, ref: Any, started: float) -> Any:
         import ray

@@ -3,18 +3,40 @@ hunt's statistics table."""
 
 from __future__ import annotations
 
-from scenarios.hunt._model import Actor, Call, Cancel, Naming, Program, Stream, Task, Wait
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from scenarios.hunt._model import Actor, Call, Cancel, Drop, Naming, Program, Stream, Task, Wait
 from scenarios.hunt._run import ProgramVerdict
 
 
 def features(program: Program) -> set[str]:
     """What the program's steps use (one label per feature, however often it is used)."""
     labels: set[str] = set()
-    for step in program.steps:
+    for index, step in enumerate(program.steps):
         labels.add(f"step: {step.kind.value}")
         labels |= {"ref nested in a list (borrowed)" for a in getattr(step, "args", ()) if a.nested}
         labels |= _step_features(step)
+        if size := program.size(index):
+            labels.add(f"size: {step.kind.value} of {_size_label(size)} (in the object store)")
+        if isinstance(step, Drop):
+            labels |= _drop_features(program, index, step)
     return labels
+
+
+def _size_label(size: int) -> str:
+    return f"{size // (1 << 20)} MiB" if size >= 1 << 20 else f"{size // 1024} KiB"
+
+
+def _drop_features(program: Program, index: int, step: Drop) -> set[str]:
+    """What a dropped value was still needed by, and whether a fault came after the drop."""
+    uses = [(s, a) for s in program.steps for a in getattr(s, "args", ()) if a.source == step.source]
+    labels = {label for label, on in (
+        ("drop: an actor's constructor argument", any(isinstance(s, Actor) for s, _ in uses)),
+        ("drop: a borrowed ref", any(a.nested for _, a in uses)),
+        ("drop: a value of the object store", program.size(step.source) > 0),
+        ("drop: before a fault", any(f.after >= index for f in program.faults))) if on}
+    return labels or {"drop: a value nothing else needs"}
 
 
 def _step_features(step: object) -> set[str]:
@@ -53,3 +75,29 @@ def fault_labels(verdict: ProgramVerdict) -> set[str]:
                 for i, s in enumerate(program.steps)):
             labels.add("calls in flight while their actor restarts")
     return labels or {"no fault"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Progress:
+    """Where a timed hunt is: for its progress line, printed as it goes."""
+
+    elapsed: float  # seconds since the hunt started
+    total: float  # seconds it runs for
+    ran: int  # programs run
+    classes: int  # failure classes found
+    stats: Mapping[str, int]  # label -> programs
+
+    def line(self, *, width: int = 20) -> str:
+        """``hunt [██████░░░░] 31% 20.6 min left · 84 programs, 4.1/min · 1 class · landed: ...``:
+        the bar and the time left by the clock (the hunt stops at its time), the rate so far,
+        and each fault kind's landed count, most first."""
+        share = min(1.0, self.elapsed / self.total) if self.total > 0 else 1.0
+        filled = round(share * width)
+        rate = self.ran / (self.elapsed / 60) if self.elapsed > 0 else 0.0
+        landed = sorted(((label.removeprefix("fault landed: "), n) for label, n in self.stats.items()
+                         if label.startswith("fault landed: ")), key=lambda kv: (-kv[1], kv[0]))
+        kinds = ", ".join(f"{kind} {n}" for kind, n in landed) or "none yet"
+        left = max(0.0, self.total - self.elapsed) / 60
+        return (f"hunt [{'█' * filled}{'░' * (width - filled)}] {share:.0%} {left:.1f} min left · "
+                f"{self.ran} programs, {rate:.1f}/min · {self.classes} class{'es' * (self.classes != 1)} · "
+                f"landed: {kinds}")

@@ -9,10 +9,13 @@ from hypothesis import strategies as st
 from scenarios.hunt._model import (
     BLOCKING,
     GETTABLE,
+    ITEM_SIZES,
+    SIZES,
     Actor,
     Arg,
     Call,
     Cancel,
+    Drop,
     Fault,
     FaultKind,
     Naming,
@@ -29,8 +32,19 @@ from scenarios.hunt._model import (
 MAX_STEPS = 7
 
 
+def _gettable(steps: list[Step] | tuple[Step, ...]) -> list[int]:
+    """The values a later step can name: gettable ones the driver has not dropped."""
+    dropped = {s.source for s in steps if isinstance(s, Drop)}
+    return [i for i, s in enumerate(steps) if s.kind in GETTABLE and i not in dropped]
+
+
+def _size(draw: Any, sizes: tuple[int, ...]) -> int:
+    """No padding half the time, else one of the sizes that live in the object store."""
+    return int(draw(st.sampled_from((0,) * (len(sizes) - 1) + sizes)))
+
+
 def _args(draw: Any, steps: list[Step]) -> tuple[Arg, ...]:
-    sources = [i for i, s in enumerate(steps) if s.kind in GETTABLE]
+    sources = _gettable(steps)
     if not sources:
         return ()
     chosen = draw(st.lists(st.sampled_from(sources), max_size=2, unique=True))
@@ -51,26 +65,32 @@ def _unordered_safe(steps: list[Step], actor: int, args: tuple[Arg, ...]) -> tup
 
 def _step(draw: Any, steps: list[Step]) -> Step:
     actors = [i for i, s in enumerate(steps) if s.kind is StepKind.ACTOR]
-    gettable = [i for i, s in enumerate(steps) if s.kind in GETTABLE]
+    gettable = _gettable(steps)
+    droppable = [i for i in gettable if steps[i].kind is not StepKind.CANCEL]  # a cancel's value is judged
     kinds = [StepKind.PUT, StepKind.TASK, StepKind.TASK, StepKind.ACTOR, StepKind.STREAM, StepKind.CANCEL]
     kinds += [StepKind.CALL] * 4 if actors else []  # calls are where restarts and owners meet
     kinds += [StepKind.WAIT] if gettable else []
+    kinds += [StepKind.DROP] if droppable else []
     kind, const = draw(st.sampled_from(kinds)), draw(st.integers(0, 9))
     if kind is StepKind.PUT:
-        return Put(const)
+        return Put(const, size=_size(draw, SIZES))
+    if kind is StepKind.DROP:
+        return Drop(draw(st.sampled_from(droppable)))
     if kind is StepKind.TASK:
         return Task(const=const, args=_args(draw, steps), max_retries=draw(st.sampled_from([0, 0, 1, 2])),
-                    retry_exceptions=draw(st.booleans()), flaky=draw(st.booleans()), boxed=draw(st.booleans()))
+                    retry_exceptions=draw(st.booleans()), flaky=draw(st.booleans()), boxed=draw(st.booleans()),
+                    size=_size(draw, SIZES))
     if kind is StepKind.ACTOR:
         return Actor(const=const, args=_args(draw, steps), max_restarts=draw(st.sampled_from([0, 1, -1])),
                      max_task_retries=draw(st.sampled_from([0, 1, -1])), naming=draw(st.sampled_from(list(Naming))))
     if kind is StepKind.CALL:
         actor = draw(st.sampled_from(actors))
         return Call(actor=actor, const=const, args=_unordered_safe(steps, actor, _args(draw, steps)),
-                    boxed=draw(st.booleans()))
+                    boxed=draw(st.booleans()), size=_size(draw, SIZES))
     if kind is StepKind.STREAM:
         count = draw(st.integers(1, 4))
-        return Stream(const=const, count=count, take=draw(st.integers(0, count)), args=_args(draw, steps))
+        return Stream(const=const, count=count, take=draw(st.integers(0, count)), args=_args(draw, steps),
+                      size=_size(draw, ITEM_SIZES))
     if kind is StepKind.WAIT:
         sources = tuple(sorted(draw(st.lists(st.sampled_from(gettable), min_size=1, max_size=3, unique=True))))
         return Wait(sources=sources, num_returns=draw(st.integers(1, len(sources))),
@@ -106,7 +126,7 @@ def _rpc(draw: Any, program: Program) -> Fault | None:
     steps, taken = program.steps, _taken(program)
     candidates = [i for i, s in enumerate(steps)
                   if s.kind in (StepKind.TASK, StepKind.STREAM, StepKind.ACTOR, StepKind.CALL)
-                  and (s.actor if isinstance(s, Call) else i) not in taken]
+                  and (s.actor if isinstance(s, Call) else i) not in taken and i not in taken]
     if not candidates:
         return None
     victim = draw(st.sampled_from(candidates))
@@ -124,8 +144,10 @@ def _gcs(draw: Any, program: Program) -> Fault | None:
 
 def _taken(program: Program) -> set[int]:
     """The victims faults have already: an actor kill's actor, what runs on the node failing
-    RPCs (a step there is no other fault's: it would be placed on two nodes), else the victim step."""
-    return {program.actor_of(f) if f.kind.kills_actor else f.victim for f in program.faults} | program.on_rpc_node()
+    RPCs (a step there is no other fault's: it would be placed on two nodes), else the victim
+    step; and the values the driver drops (a fault's victim is a value it still holds)."""
+    faulted = {program.actor_of(f) if f.kind.kills_actor else f.victim for f in program.faults}
+    return faulted | program.on_rpc_node() | program.dropped()
 
 
 def _pressure(draw: Any, program: Program) -> Fault | None:
@@ -149,7 +171,7 @@ def _kill(draw: Any, program: Program) -> Fault | None:
     steps, taken, held = program.steps, _taken(program), program.held()
     candidates = [i for i, s in enumerate(steps)
                   if s.kind in (StepKind.TASK, StepKind.ACTOR, StepKind.CALL)
-                  and (s.actor if isinstance(s, Call) else i) not in taken
+                  and (s.actor if isinstance(s, Call) else i) not in taken and i not in taken
                   and not (program.depends(i) & held)]
     if not candidates:
         return None
