@@ -36,6 +36,10 @@ HERE = ROOT / "findings"
 MATRIX = HERE / "matrix.json"
 README = HERE / "README.md"
 START, END = "<!-- matrix:start -->", "<!-- matrix:end -->"
+#: Seconds a script past its deadline has between SIGTERM and SIGKILL.
+STOP_GRACE = 20
+#: The source name of the filesystems the findings mount (a tmpfs, a FUSE passthrough).
+FINDING_MOUNT = "spill-finding"
 REPRODUCED = re.compile(r"^REPRODUCED (\d+) of (\d+)", re.MULTILINE)
 #: What the scripts print for a round that crashed before its outcome: they count it as not
 #: reproduced, the matrix makes the run unknown. (A crash that is the finding prints neither.)
@@ -79,12 +83,14 @@ class Result:
 
 def reap(session: int, temp: str) -> int:
     """Kill every process still in the script's session, or naming its Ray folder ``temp`` on its
-    command line (a Ray process that started a session of its own); how many there were."""
+    command line or in its environment (a Ray process or driver in a session of its own); how
+    many there were."""
     left = []
     for proc in psutil.process_iter():
         try:
             if proc.pid != os.getpid() and (os.getsid(proc.pid) == session
-                                            or any(temp in arg for arg in proc.cmdline())):
+                                            or any(temp in arg for arg in proc.cmdline())
+                                            or proc.environ().get("RAY_TMPDIR") == temp):
                 left.append(proc)
         except (ProcessLookupError, psutil.Error):
             continue
@@ -109,15 +115,34 @@ def run(finding: Finding, python: str, ray: str) -> Result:
         try:
             out, timed_out = proc.communicate(timeout=finding.deadline)[0], False
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, timed_out = proc.communicate(timeout=60)[0], True
-        left = reap(proc.pid, temp)
+            out, timed_out = stop(proc), True
+        left = reap(proc.pid, temp) + unmount_left()
         ray_logs = read_ray_logs(Path(temp))
     logs = ROOT / ".compat" / "findings"
     logs.mkdir(parents=True, exist_ok=True)
     (logs / f"{ray}-{finding.script}.log").write_text(out, encoding="utf-8")
     return judge(finding, ray, out, proc.returncode, timed_out=timed_out, left=left,
                  seconds=time.monotonic() - start, ray_logs=ray_logs)
+
+
+def stop(proc: subprocess.Popen[str]) -> str:
+    """A script past its deadline: SIGTERM (it may clean up: unmount, stop its Ray), then
+    SIGKILL what is left of its session; its output."""
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        return proc.communicate(timeout=STOP_GRACE)[0]
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        return proc.communicate(timeout=60)[0]
+
+
+def unmount_left() -> int:
+    """Unmount what a finding left mounted (its filesystems are named ``spill-finding``); how many."""
+    with open("/proc/mounts", encoding="utf-8") as mounts:
+        left = [line.split()[1] for line in mounts if line.split()[0] == FINDING_MOUNT]
+    for mount in left:
+        subprocess.run(["umount", "--lazy", mount], timeout=60, check=False)
+    return len(left)
 
 
 def read_ray_logs(temp: Path) -> str:

@@ -222,7 +222,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "@pytest.mark.chaos tests without a seed of their own (default: random)")
     group.addoption("--chaos-profile", choices=("ci", "thorough"), default=None,
                     help="how deep chaos.testing.ActorChaosMachine searches by default: ci (a few "
-                         "examples) or thorough (default: thorough under --hypothesis-profile=thorough, else ci)")
+                         "examples) or thorough (default: thorough under --hypothesis-profile=thorough, else "
+                         "RAYCHAOS_PROFILE, else the ini option raychaos_profile, else ci)")
     group.addoption("--chaos-journals", metavar="DIR", default=None,
                     help="write each chaos test's journal (JSON lines, passing tests too) into DIR, "
                          "as <test id>.jsonl: a CI artifact that Schedule.from_journal replays")

@@ -32,9 +32,11 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import zlib
 from collections.abc import Iterator
@@ -60,7 +62,7 @@ def serve(backing: str, mount: str, control: str) -> None:
         use_ns = True
 
         def __init__(self) -> None:
-            self.seen, self.state = -1, {}
+            self.seen, self.state = -1, dict[str, Any]()
 
         def _gate(self, op: str, path: str) -> None:
             if (changed := os.stat(control).st_mtime_ns) != self.seen:
@@ -76,6 +78,11 @@ def serve(backing: str, mount: str, control: str) -> None:
             st = os.lstat(backing + path)
             attrs = {k: getattr(st, k) for k in ("st_mode", "st_nlink", "st_uid", "st_gid", "st_size")}
             return {**attrs, "st_atime": st.st_atime_ns, "st_mtime": st.st_mtime_ns, "st_ctime": st.st_ctime_ns}
+
+        def statfs(self, path: str) -> dict[str, int]:  # Ray refuses to spill to a disk reporting no room
+            st = os.statvfs(backing)
+            return {k: getattr(st, k) for k in ("f_bsize", "f_frsize", "f_blocks", "f_bfree", "f_bavail",
+                                                "f_files", "f_ffree", "f_favail", "f_flag", "f_namemax")}
 
         def readdir(self, path: str, fh: int) -> list[str]:
             return [".", "..", *os.listdir(backing + path)]
@@ -117,6 +124,11 @@ def serve(backing: str, mount: str, control: str) -> None:
             os.close(fh)
             return 0
 
+    def unmount_when_orphaned() -> None:  # the parent holds our stdin open: EOF is its end
+        sys.stdin.buffer.read()
+        subprocess.run(["fusermount3", "-u", "-z", mount], timeout=60, check=False)
+
+    threading.Thread(target=unmount_when_orphaned, daemon=True).start()
     mfusepy.FUSE(Faulty(), mount, foreground=True, fsname="spill-finding")
 
 
@@ -163,11 +175,12 @@ def faulty_disk() -> Iterator[Disk]:
     """A fresh backing folder served at a fresh mount by a child process; all removed after."""
     root = tempfile.mkdtemp(prefix="spill-fuse-")
     backing, mount, control = (os.path.join(root, name) for name in ("backing", "mount", "control.json"))
-    os.mkdir(backing), os.mkdir(mount)
+    for folder in (backing, mount):
+        os.mkdir(folder)
     with open(backing + PROBE, "wb") as probe, open(control, "w", encoding="utf-8") as faults:
         probe.write(b"p")
         json.dump({}, faults)
-    server = subprocess.Popen([sys.executable, __file__, "--serve", backing, mount, control])
+    server = subprocess.Popen([sys.executable, __file__, "--serve", backing, mount, control], stdin=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 30
         while not os.path.ismount(mount):
@@ -176,9 +189,9 @@ def faulty_disk() -> Iterator[Disk]:
         yield Disk(mount, control)
     finally:
         subprocess.run(["fusermount3", "-u", "-z", mount], timeout=60, check=False)
-        server.terminate()
+        server.kill()
         server.wait(timeout=60)
-        shutil.rmtree(root)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 # -- the reproduction --------------------------------------------------------------------------
@@ -244,6 +257,7 @@ def _importable(module: str) -> bool:
 
 def main(rounds: int, ops: list[str] | None) -> None:
     check_tools()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a deadline's SIGTERM still unmounts
     import ray
 
     print(f"Ray {ray.__version__}; EIO on {ops or 'every operation'} of the spilled files", flush=True)

@@ -6,6 +6,7 @@ outputs as the tools meet them."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -140,3 +141,13 @@ def test_the_install_range_is_the_range_compat_checks() -> None:
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
     listed = re.search(r"^COMPAT_RAYS \?= (.+)$", makefile, re.MULTILINE).group(1).split()
     assert list(requirements.SUPPORTED) == list(range(low, high)) == [int(v.split(".")[1]) for v in listed]
+
+
+def test_a_mount_a_finding_left_is_unmounted(tmp_path: Path) -> None:
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", matrix.FINDING_MOUNT, str(tmp_path)], check=True,
+                   timeout=60)
+    try:
+        assert matrix.unmount_left() == 1
+        assert not os.path.ismount(tmp_path)
+    finally:
+        subprocess.run(["umount", "--lazy", str(tmp_path)], timeout=60, check=False)

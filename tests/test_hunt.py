@@ -229,24 +229,42 @@ def test_a_dropped_value_is_never_named_again_nor_a_faults_victim(program: Progr
 def test_the_generator_draws_values_of_the_object_store_and_drops_what_is_still_needed() -> None:
     def dropped_while_needed(program: Program) -> bool:
         labels = features(program)
-        return "drop: an actor's constructor argument" in labels and "drop: a value of the object store" in labels
+        return "drop: an actor's constructor argument" in labels and any(x.startswith("size: ") for x in labels)
 
-    needed = find(programs(), dropped_while_needed, settings=settings(max_examples=5000, database=None))
-    assert any(program_size > 100 * 1024 for program_size in map(needed.size, range(len(needed.steps))))
+    assert find(programs(), dropped_while_needed, settings=settings(max_examples=5000, database=None))
     padded = find(programs(), lambda p: any(isinstance(s, Stream) and s.size for s in p.steps),
                   settings=settings(max_examples=5000, database=None))
     assert any(label.startswith("size: stream of") for label in features(padded))
 
 
 def test_a_drop_changes_no_other_steps_outcome_and_is_not_judged() -> None:
-    program = Program((Put(4, size=200 * 1024), Actor(1, (Arg(0),), max_restarts=1), Drop(0),
-                       Call(1, 2, size=4 * 1024 * 1024)),
-                      (Fault(FaultKind.KILL_ACTOR, 1, 2),))
+    program = Program((Put(4, size=200 * 1024), Task(1, (Arg(0, nested=True),), max_retries=1), Drop(0),
+                       Task(2, (Arg(1),), size=4 * 1024 * 1024)),
+                      (Fault(FaultKind.KILL_WORKER, 1, 2),))
     assert [e.value if e is not None else None for e in expect(program, program.faults)] == [4, 5, None, 7]
-    assert features(program) >= {"drop: an actor's constructor argument", "drop: a value of the object store",
+    assert features(program) >= {"drop: a borrowed ref", "drop: a value of the object store",
                                  "drop: before a fault", "size: put of 200 KiB (in the object store)",
-                                 "size: call of 4 MiB (in the object store)"}
-    assert judge(program, program.faults, {3: Observed(value=7, seconds=0.1)}) == []
+                                 "size: task of 4 MiB (in the object store)"}
+    assert judge(program, program.faults, {1: Observed(value=5, seconds=0.1), 3: Observed(value=7, seconds=0.1)}) == []
+
+
+#: A restartable actor killed after the driver dropped its constructor's argument (a put, so in
+#: the object store): Ray says such a restart fails (ray-project/ray#53727), so its later calls
+#: may raise ActorDiedError. The same program keeping its put must restart and answer.
+ARG_DROPPED = Program((Put(4), Actor(1, (Arg(0),), max_restarts=1, max_task_retries=-1), Drop(0), Call(1, 2)),
+                      (Fault(FaultKind.KILL_ACTOR, 1, 2),))
+ARG_KEPT = Program((Put(4), Actor(1, (Arg(0),), max_restarts=1, max_task_retries=-1), Put(9), Call(1, 2)),
+                   (Fault(FaultKind.KILL_ACTOR, 1, 2),))
+
+
+def test_a_restart_without_its_dropped_argument_may_fail_and_only_then() -> None:
+    died = {3: Observed(error=ErrorKind.ACTOR_DIED, error_type="ActorDiedError", seconds=0.1)}
+    assert judge(ARG_DROPPED, ARG_DROPPED.faults, died) == []
+    assert judge(ARG_DROPPED, ARG_DROPPED.faults, {3: Observed(value=7, seconds=0.1)}) == []  # or it restarted
+    [planted] = judge(ARG_KEPT, ARG_KEPT.faults, died)  # the put kept: the restart must work
+    assert planted.signature.seen is Seen.OUTSIDE_TABLE
+    wrong = judge(ARG_DROPPED, ARG_DROPPED.faults, {3: Observed(value=8, seconds=0.1)})
+    assert [f.signature.seen for f in wrong] == [Seen.WRONG_VALUE]
 
 
 def _borrowing_from_own_actor(program: Program) -> list[Call]:
@@ -620,7 +638,10 @@ def test_every_row_of_the_table_is_cited_from_rays_docs() -> None:
 
     assert set(CITATIONS) == set(TABLE) == set(Situation)
     for situation, citation in CITATIONS.items():
-        assert citation.page.startswith("https://docs.ray.io/") and citation.says, situation
+        # Ray's docs, or (where they are silent) the warning Ray itself prints, with its issue
+        where = ("https://docs.ray.io/", "https://github.com/ray-project/ray/issues/")
+        assert citation.page.startswith(where), situation
+        assert citation.says, situation
         if ErrorKind.ACTOR_UNAVAILABLE in TABLE[situation]:  # allowed only where Ray says "unavailable"
             assert "unavailable" in citation.says, situation
 

@@ -127,18 +127,21 @@ def test_each_fault_kind_lands_on_what_the_oracle_judges(ray_cluster: ClusterHan
     assert not verdict.new, verdict.report()
 
 
-#: Big values and a dropped ref: a 4 MiB put is an actor's constructor argument, then the driver
-#: drops it; the actor is killed with a padded call in flight and restarts, which needs that
-#: argument again (Ray keeps it for the actor's restarts); a stream of padded items follows.
-DROPPED_BIG = Program((Put(4, size=4 << 20), Actor(1, (Arg(0),), max_restarts=1), Drop(0),
-                       Call(1, 2, size=200 << 10), Call(1, 3), Stream(0, 3, 3, (Arg(4),), size=200 << 10)),
-                      (Fault(FaultKind.KILL_ACTOR, 3, 3),))
+#: Big values and a dropped ref: a 4 MiB put is borrowed by a task (nested in a list) that is
+#: held running while the driver drops the put, then its worker is SIGKILLed: the retry gets the
+#: borrowed value again (Ray keeps what a pending task's arguments hold); a padded call and a
+#: stream of padded items follow.
+DROPPED_BIG = Program((Put(4, size=4 << 20), Task(1, (Arg(0, nested=True),), max_retries=1, size=200 << 10),
+                       Drop(0), Actor(2), Call(3, 3, (Arg(1),), size=4 << 20),
+                       Stream(0, 3, 3, (Arg(4),), size=200 << 10)),
+                      (Fault(FaultKind.KILL_WORKER, 1, 2),))
 
 
-def test_an_actors_dropped_big_argument_is_there_for_its_restart(ray_cluster: ClusterHandle) -> None:
+def test_a_dropped_big_value_a_retried_task_borrows_is_there_for_the_retry(ray_cluster: ClusterHandle) -> None:
     verdict = run_program(DROPPED_BIG, address=ray_cluster.address)
     assert list(verdict.landed) == list(DROPPED_BIG.faults), f"faults missed: {verdict.missed}"
     assert verdict.ok, verdict.report()
+    assert verdict.program.size(4) == 4 << 20  # the values the oracle judged were padded: 5, 10, (10, 11, 12)
 
 
 def test_a_wrong_value_behind_padding_is_caught(ray_cluster: ClusterHandle) -> None:

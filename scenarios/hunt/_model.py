@@ -75,9 +75,10 @@ class Arg:
     nested: bool = False
 
 
-#: Bytes a value may be padded with: none (a small value, inlined in its owner's memory), then
-#: past Ray's 100 KiB inline limit (``max_direct_call_object_size``: the value lives in an object
-#: store), a few store chunks, and a quarter of the hunt's 96 MiB store.
+#: Bytes a value may be padded with: none (a small task or call return is inlined in its owner's
+#: memory; a put is in the object store whatever its size), then past Ray's 100 KiB inline limit
+#: (``max_direct_call_object_size``: the value lives in an object store), a few store chunks, and
+#: a quarter of the hunt's 96 MiB store.
 SIZES = (0, 200 * 1024, 4 * 1024 * 1024, 24 * 1024 * 1024)
 #: A stream item's padding: a stream of 4 such items stays well within a store.
 ITEM_SIZES = (0, 200 * 1024, 1024 * 1024)
@@ -172,8 +173,10 @@ class Cancel:
 class Drop:
     """The driver drops its ref to step ``source``'s value (``del``, then ``gc.collect()``):
     later steps cannot name it, and its value is not observed. Ray keeps an object while any
-    reference to it lives (a borrower's, a pending task's argument's, an actor constructor's),
-    so dropping changes no other step's outcome."""
+    reference to it lives (a borrower's, a pending task's argument's), so dropping changes no
+    other step's outcome, with one exception Ray states: an actor whose constructor argument in
+    the object store goes out of scope cannot be restarted (ray-project/ray#53727; the oracle's
+    ``Situation.RESTART_WITHOUT_ARGS``)."""
 
     source: int
     kind: StepKind = field(default=StepKind.DROP, repr=False)

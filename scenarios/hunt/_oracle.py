@@ -59,6 +59,7 @@ class Situation(enum.Enum):
     SPILLED = "a value Ray spilled when the object store was filled past capacity"
     MADE_UNDER_PRESSURE = "a ref a worker put while the object store was filled past capacity"
     CALL_ON_FAILING_NODE = "a call of an actor on the node whose processes fail a share of their RPCs"
+    RESTART_WITHOUT_ARGS = "a call of a killed actor whose constructor argument in the object store was dropped"
 
 
 #: Which exception Ray documents for each situation (fault → situation → exception):
@@ -105,6 +106,7 @@ TABLE: dict[Situation, frozenset[ErrorKind]] = {
     Situation.SPILLED: frozenset(),
     Situation.MADE_UNDER_PRESSURE: frozenset({ErrorKind.OBJECT_STORE_FULL}),
     Situation.CALL_ON_FAILING_NODE: frozenset({ErrorKind.ACTOR_UNAVAILABLE}),
+    Situation.RESTART_WITHOUT_ARGS: frozenset({ErrorKind.ACTOR_DIED}),
 }
 
 
@@ -148,6 +150,10 @@ CITATIONS: dict[Situation, Citation] = {
                                             says="Indicates that the object store is full."),
     Situation.CALL_ON_FAILING_NODE: Citation(page=f"{_API}ActorUnavailableError.html", says=(
         "Raised when the actor is temporarily unavailable but may be available later.")),
+    # Ray's own warning (ray/_raylet, printed when such an actor is created), not a docs page.
+    Situation.RESTART_WITHOUT_ARGS: Citation(page="https://github.com/ray-project/ray/issues/53727", says=(
+        "has constructor arguments in the object store and max_restarts > 0. If the arguments in the object "
+        "store go out of scope or are lost, the actor restart will fail.")),
 }
 
 
@@ -223,12 +229,14 @@ def _expect_step(program: Program, index: int, step: Step, landed: Sequence[Faul
 
 
 def _pressed(result: Expected, index: int, step: Task | Call, landed: Sequence[Fault]) -> Expected:
-    """A ref a worker put may fail to be created while the store is over capacity: a boxed step
+    """A ref a worker put, or a return too big to inline (padded), may fail to be created while
+    the store is over capacity: a boxed or padded step
     submitted by the pressure's moment may have run during it, but not the pressure's own
     victim (its put is awaited before the store is filled). Other values only spill."""
     pressed = any(f.kind is FaultKind.OBJECT_STORE_PRESSURE and index <= f.after and f.victim != index
                   for f in landed)
-    return result.may(Situation.MADE_UNDER_PRESSURE) if step.boxed and pressed else result
+    made_in_store = step.boxed or step.size > 0  # a ref it put, or a return too big to inline
+    return result.may(Situation.MADE_UNDER_PRESSURE) if made_in_store and pressed else result
 
 
 def _args(args: tuple[Arg, ...], out: list[Expected | None]) -> Expected:
@@ -320,8 +328,18 @@ def _call(program: Program, index: int, step: Call, landed: Sequence[Fault],
     assert isinstance(spec, Actor)
     for fault in (f for f in landed if f.kind.kills_actor and program.actor_of(f) == step.actor):
         result = _call_under_kill(result, index, step, spec, fault)
+        if spec.max_restarts != 0 and _dropped_stored_args(program, spec):
+            result = result.may(Situation.RESTART_WITHOUT_ARGS)
     failing = any(f.kind is FaultKind.RPC_FAILURES for f in landed) and step.actor in program.on_rpc_node()
     return result.may(Situation.CALL_ON_FAILING_NODE) if failing else result
+
+
+def _dropped_stored_args(program: Program, spec: Actor) -> bool:
+    """Does the actor's constructor take a value the driver dropped that lives in the object
+    store (a put, or a padded return), which its restart needs and Ray does not keep?"""
+    stored = {i for i, s in enumerate(program.steps)
+              if isinstance(s, Put) or program.size(i) > 0 or i in program.stored_on_node()}
+    return any(a.source in program.dropped() & stored for a in spec.args)
 
 
 def _call_under_kill(result: Expected, index: int, step: Call, spec: Actor, fault: Fault) -> Expected:

@@ -440,9 +440,9 @@ class Interpreter:
 
     def _rpc_steps(self) -> set[int]:
         """The steps placed on the HUNT_RPC node: a victim, or an actor victim's calls."""
-        on_node = self.program.on_rpc_node()
+        on_node, dropped = self.program.on_rpc_node(), self.program.dropped()  # a dropped step is not judged
         return {i for i, s in enumerate(self.program.steps)
-                if i in on_node or (isinstance(s, Call) and s.actor in on_node)}
+                if (i in on_node or (isinstance(s, Call) and s.actor in on_node)) and i not in dropped}
 
     def _pids(self, index: int) -> set[int]:
         """The processes that ran step ``index`` (each attempt's pid mark)."""

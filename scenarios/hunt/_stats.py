@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from scenarios.hunt._model import Actor, Call, Cancel, Drop, Naming, Program, Stream, Task, Wait
+from scenarios.hunt._model import Actor, Call, Cancel, Drop, Naming, Program, Put, Stream, Task, Wait
 from scenarios.hunt._run import ProgramVerdict
 
 
@@ -34,7 +34,8 @@ def _drop_features(program: Program, index: int, step: Drop) -> set[str]:
     labels = {label for label, on in (
         ("drop: an actor's constructor argument", any(isinstance(s, Actor) for s, _ in uses)),
         ("drop: a borrowed ref", any(a.nested for _, a in uses)),
-        ("drop: a value of the object store", program.size(step.source) > 0),
+        ("drop: a value of the object store", program.size(step.source) > 0
+         or isinstance(program.steps[step.source], Put)),
         ("drop: before a fault", any(f.after >= index for f in program.faults))) if on}
     return labels or {"drop: a value nothing else needs"}
 

@@ -39,7 +39,7 @@ def _gettable(steps: list[Step] | tuple[Step, ...]) -> list[int]:
 
 
 def _size(draw: Any, sizes: tuple[int, ...]) -> int:
-    """No padding half the time, else one of the sizes that live in the object store."""
+    """No padding more often than not, else one of the sizes that live in the object store."""
     return int(draw(st.sampled_from((0,) * (len(sizes) - 1) + sizes)))
 
 
@@ -178,7 +178,9 @@ def _kill(draw: Any, program: Program) -> Fault | None:
     victim = draw(st.sampled_from(candidates))
     after = _moment(draw, steps, victim)
     if steps[victim].kind is StepKind.TASK:
-        removals = [] if _removed(program) else [FaultKind.NODE_REMOVAL, FaultKind.OBJECT_NODE_REMOVAL]
+        # Lineage reconstruction runs the task again, which needs its arguments: not one the driver dropped.
+        rebuildable = not program.depends(victim) & program.dropped()
+        removals = [] if _removed(program) else [FaultKind.NODE_REMOVAL] + [FaultKind.OBJECT_NODE_REMOVAL] * rebuildable
         kind = draw(st.sampled_from([FaultKind.KILL_WORKER] * 3 + removals))
         # Its value's only copy is lost once the task ends, before a later step pulls a second one.
         return Fault(kind, victim, victim if kind is FaultKind.OBJECT_NODE_REMOVAL else after)
