@@ -110,6 +110,9 @@ LANDS = {
                            (Fault(FaultKind.KILL_WORKER, 0, 0),)),
     "kill_actor": Program((Actor(1, max_restarts=1, max_task_retries=-1), Call(0, 2), Call(0, 3)),
                           (Fault(FaultKind.KILL_ACTOR, 1, 1),)),
+    # its constructor takes 2 s when it runs again: call 2 arrives while the actor restarts
+    "kill_actor-slow-restart": Program((Actor(1, max_restarts=1, max_task_retries=-1, slow_restart=2.0),
+                                        Call(0, 2), Call(0, 3)), (Fault(FaultKind.KILL_ACTOR, 1, 1),)),
     "owner_death": Program((Actor(1, max_restarts=1, max_task_retries=-1), Call(0, 2, boxed=True), Call(0, 3)),
                            (Fault(FaultKind.OWNER_DEATH, 2, 2),)),
     "pressure-on-a-put": Program((Put(3), Task(1, (Arg(0, nested=True),))),

@@ -80,6 +80,8 @@ class Arg:
 #: (``max_direct_call_object_size``: the value lives in an object store), a few store chunks, and
 #: a quarter of the hunt's 96 MiB store.
 SIZES = (0, 200 * 1024, 4 * 1024 * 1024, 24 * 1024 * 1024)
+#: Seconds a slow actor's constructor takes when it runs again after a restart.
+SLOW_RESTART = 2.0
 #: A stream item's padding: a stream of 4 such items stays well within a store.
 ITEM_SIZES = (0, 200 * 1024, 1024 * 1024)
 
@@ -112,13 +114,16 @@ class Task:
 @dataclass(frozen=True, slots=True)
 class Actor:
     """An actor whose base is ``const + sum(args)`` (its constructor gets the args); named or
-    detached, its calls go through the handle ``ray.get_actor`` returns for its name."""
+    detached, its calls go through the handle ``ray.get_actor`` returns for its name.
+    ``slow_restart`` seconds: its constructor takes that long when it runs again after a
+    restart, so calls arrive while the actor is restarting."""
 
     const: int
     args: tuple[Arg, ...] = ()
     max_restarts: int = 0
     max_task_retries: int = 0
     naming: Naming = Naming.ANONYMOUS
+    slow_restart: float = 0.0
     kind: StepKind = field(default=StepKind.ACTOR, repr=False)
 
 

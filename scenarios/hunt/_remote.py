@@ -78,8 +78,10 @@ def hunt_task(index: int, const: int, marks: str, held: bool, flaky: bool, box: 
 class HuntActor:
     """An actor whose base comes from its constructor's args (resolved again on a restart)."""
 
-    def __init__(self, const: int, *args: Any) -> None:
+    def __init__(self, const: int, *args: Any, slow_restart: float = 0.0) -> None:
         self.base = const + sum(resolve(a) for a in args)
+        if slow_restart and ray.get_runtime_context().was_current_actor_reconstructed:
+            threading.Event().wait(slow_restart)  # the workload: a constructor that takes seconds
 
     def call(self, index: int, const: int, marks: str, held: bool, box: bool, *args: Any, pad: int = 0) -> Any:
         note_pid(marks, index)

@@ -235,7 +235,7 @@ class Interpreter:
         detached = {"lifetime": "detached"} if step.naming is Naming.DETACHED else {}
         options = remote(HuntActor).options(max_restarts=step.max_restarts, max_task_retries=step.max_task_retries,
                                     num_cpus=0, resources=self.placement(index), **named, **detached)
-        actor = options.remote(step.const, *self.args(step.args))
+        actor = options.remote(step.const, *self.args(step.args), slow_restart=step.slow_restart)
         if named:
             self.handles[index] = ray.get_actor(named["name"])
         return actor

@@ -51,7 +51,9 @@ def _step_features(step: object) -> set[str]:
                                         ("actor: max_restarts != 0", step.max_restarts != 0),
                                         ("actor: max_task_retries != 0", step.max_task_retries != 0),
                                         ("actor: named (called through ray.get_actor)", step.naming is Naming.NAMED),
-                                        ("actor: detached (and named)", step.naming is Naming.DETACHED)) if on}
+                                        ("actor: detached (and named)", step.naming is Naming.DETACHED),
+                                        ("actor: restarts slowly (its constructor takes seconds)",
+                                         step.slow_restart > 0)) if on}
     if isinstance(step, Call):
         return {"call: returns a ref the actor put"} if step.boxed else set()
     if isinstance(step, Stream):

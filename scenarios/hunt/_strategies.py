@@ -11,6 +11,7 @@ from scenarios.hunt._model import (
     GETTABLE,
     ITEM_SIZES,
     SIZES,
+    SLOW_RESTART,
     Actor,
     Arg,
     Call,
@@ -81,8 +82,11 @@ def _step(draw: Any, steps: list[Step]) -> Step:
                     retry_exceptions=draw(st.booleans()), flaky=draw(st.booleans()), boxed=draw(st.booleans()),
                     size=_size(draw, SIZES))
     if kind is StepKind.ACTOR:
-        return Actor(const=const, args=_args(draw, steps), max_restarts=draw(st.sampled_from([0, 1, -1])),
-                     max_task_retries=draw(st.sampled_from([0, 1, -1])), naming=draw(st.sampled_from(list(Naming))))
+        restarts = draw(st.sampled_from([0, 1, -1]))
+        slow = draw(st.sampled_from([0.0, SLOW_RESTART])) if restarts != 0 else 0.0
+        return Actor(const=const, args=_args(draw, steps), max_restarts=restarts,
+                     max_task_retries=draw(st.sampled_from([0, 1, -1])), naming=draw(st.sampled_from(list(Naming))),
+                     slow_restart=slow)
     if kind is StepKind.CALL:
         actor = draw(st.sampled_from(actors))
         return Call(actor=actor, const=const, args=_unordered_safe(steps, actor, _args(draw, steps)),
