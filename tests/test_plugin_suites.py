@@ -4,6 +4,7 @@ state machines, and a plugin that costs a suite that never uses it nothing but i
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 
 from chaos import wait_until
 from chaos._errors import InvalidConfig
-from chaos._suite import ClusterShape, shape_for
+from chaos._suite import ClusterShape, Profile, profile_for, shape_for
 
 pytest_plugins = ["pytester"]
 
@@ -179,9 +180,7 @@ MACHINE = """
 @pytest.mark.parametrize(("args", "ini", "env", "depth"), [
     ((), "", "", "ci 5 10"), (("--chaos-profile=thorough",), "", "", "thorough 50 30"),
     (("--hypothesis-profile=thorough",), "", "", "thorough 50 30"),
-    ((), "thorough", "", "thorough 50 30"),  # the suite's own ini
-    ((), "ci", "thorough", "thorough 50 30"),  # a nightly job's environment beats the ini
-    (("--chaos-profile=ci",), "thorough", "thorough", "ci 5 10"),  # the command line beats both
+    ((), "thorough", "", "thorough 50 30"),  # the suite's own ini (the order of the rest: below)
 ])
 def test_a_machine_runs_a_bounded_profile_unless_given_settings_and_foreign_tests_keep_theirs(
         pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...], ini: str, env: str,
@@ -208,16 +207,34 @@ def test_a_suites_own_thorough_profile_is_the_one_loaded(pytester: pytest.Pytest
     result = pytester.runpytest_subprocess("-s", "--hypothesis-profile=thorough")
     result.stdout.fnmatch_lines(["*DEPTH Plain thorough 50 30", "FOREIGN 7"])
 
-@pytest.mark.parametrize(("ini", "env", "where"), [
-    ("deep", "", "ini option raychaos_profile = 'deep'"), ("", "Thorough", "RAYCHAOS_PROFILE = 'Thorough'")])
-def test_a_profile_that_is_not_one_stops_the_run_naming_it(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
-                                                           ini: str, env: str, where: str) -> None:
+@pytest.mark.parametrize(("option", "hypothesis", "env", "ini", "profile"), [
+    (None, None, None, "", Profile.CI),
+    (None, None, None, "thorough", Profile.THOROUGH),
+    (None, None, "thorough", "ci", Profile.THOROUGH),  # a nightly job's environment beats the suite's ini
+    (None, "thorough", "ci", "ci", Profile.THOROUGH),  # the command line beats both
+    ("ci", "thorough", "thorough", "thorough", Profile.CI),  # and --chaos-profile beats Hypothesis's
+    (None, "default", "", " ci ", Profile.CI),  # an empty variable is not set; spaces around a word go
+])
+def test_the_nearest_profile_setting_wins(option: str | None, hypothesis: str | None, env: str | None, ini: str,
+                                          profile: Profile) -> None:
+    assert profile_for(option=option, hypothesis_profile=hypothesis, env=env, ini=ini) is profile
+
+
+@pytest.mark.parametrize(("env", "ini", "where"), [
+    (None, "deep", "ini option raychaos_profile = 'deep'"),
+    ("Thorough", "ci", "environment variable RAYCHAOS_PROFILE = 'Thorough'")])
+def test_a_profile_that_is_not_one_is_refused_naming_where_it_came_from(env: str | None, ini: str,
+                                                                        where: str) -> None:
+    with pytest.raises(InvalidConfig, match=f"{re.escape(where)} is not a raychaos profile; use ci or thorough"):
+        profile_for(option=None, hypothesis_profile=None, env=env, ini=ini)
+
+
+def test_a_wrong_ini_profile_stops_the_run(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_machine=MACHINE)
-    pytester.makeini(f"[pytest]\nraychaos_profile = {ini}\n")
-    monkeypatch.setenv("RAYCHAOS_PROFILE", env)
+    pytester.makeini("[pytest]\nraychaos_profile = deep\n")
     result = pytester.runpytest_subprocess()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([f"*{where} is not a raychaos profile; use ci or thorough*"])
+    result.stderr.fnmatch_lines(["*ini option raychaos_profile = 'deep' is not a raychaos profile*"])
 
 
 # -- a guest's cost ---------------------------------------------------------------------------------
