@@ -10,7 +10,8 @@ never counted as reproduced or as not. Each script's Ray keeps its files in a fo
 run's own (RAY_TMPDIR): a finding that shows in an abort is read from Ray's logs there too. Every
 process a script left (in its own session, or naming that folder) is killed and counted before
 the next one starts. `--table` rewrites the table in README.md
-from the JSON without running anything.
+(and the per-finding summary of releases in docs/explanation/ray-under-faults.md) from the JSON
+without running anything.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ HERE = ROOT / "findings"
 MATRIX = HERE / "matrix.json"
 README = HERE / "README.md"
 START, END = "<!-- matrix:start -->", "<!-- matrix:end -->"
+#: The docs page that says, per finding, on which releases it reproduced (from the same JSON).
+DOCS = ROOT / "docs" / "explanation" / "ray-under-faults.md"
+RELEASES_START, RELEASES_END = "<!-- releases:start -->", "<!-- releases:end -->"
 #: Seconds a script past its deadline has between SIGTERM and SIGKILL.
 STOP_GRACE = 20
 #: The source name of the filesystems the findings mount (a tmpfs, a FUSE passthrough).
@@ -217,11 +221,72 @@ def table(matrix: dict[str, Any]) -> str:
     return "\n".join([*rows, "", f"Rounds reproduced per release (the release's newest patch; run on: {installed})."])
 
 
+def minors(rays: list[str]) -> list[str]:
+    """Every minor release from the first of ``rays`` to the last (``2.50``, ``2.51``, ...): a
+    release not measured breaks a span."""
+    numbers = sorted((int(r.split(".")[0]), int(r.split(".")[1])) for r in rays)
+    if not numbers:
+        return []
+    (major, low), (_, high) = numbers[0], numbers[-1]
+    return [f"{major}.{m}" for m in range(low, high + 1)]
+
+
+def spans(rays: list[str], chosen: set[str]) -> str:
+    """The releases of ``chosen``, consecutive minors joined: ``2.50–2.54, 2.56``."""
+    runs: list[list[str]] = [[]]
+    for ray in minors(rays):
+        if ray in chosen:
+            runs[-1].append(ray)
+        elif runs[-1]:
+            runs.append([])
+    return ", ".join(r[0] if len(r) == 1 else f"{r[0]}–{r[-1]}" for r in runs if r)
+
+
+def releases(rays: list[str], results: dict[str, dict[str, Any]]) -> str:
+    """On which of ``rays`` one finding reproduced, from its results by release: since when, up
+    to when, or where. "Not seen" is only that: its bounded rounds did not show it."""
+    hit = {r for r, x in results.items() if x["status"] == "measured" and x["reproduced"] > 0}
+    miss = {r for r, x in results.items() if x["status"] == "measured" and x["reproduced"] == 0}
+    unknown = {r for r, x in results.items() if x["status"] != "measured"}
+    order = [r for r in rays if r in hit | miss]
+    if not order:
+        text = "not measured"
+    elif not miss:
+        text = f"reproduced on every release measured ({spans(rays, hit)})"
+    elif not hit:
+        text = f"not seen in its rounds on any release ({spans(rays, miss)})"
+    else:
+        first, last = order.index(min(hit, key=order.index)), order.index(max(hit, key=order.index))
+        complete = set(minors(rays)) <= hit | miss  # no release between unmeasured: "since" holds
+        since = complete and all(order.index(r) < first for r in miss)
+        until = complete and all(order.index(r) > last for r in miss)
+        lead = f"reproduced from {order[first]} on" if since else f"reproduced up to {order[last]}" if until else \
+            "reproduced"
+        text = f"{lead} ({spans(rays, hit)}); not seen in its rounds on {spans(rays, miss)}"
+    return f"{text}; unknown on {spans(rays, unknown)}" if unknown else text
+
+
+def releases_table(matrix: dict[str, Any]) -> str:
+    """Each finding and the releases it reproduced on, for the docs."""
+    rays = list(matrix["runs"])
+    rows = ["| finding | on Ray's releases (bounded rounds each: `findings/README.md`) |", "|---|---|"]
+    for finding in FINDINGS:
+        results = {r["ray"]: r for r in matrix["results"] if r["finding"] == finding.script}
+        rows.append(f"| `{finding.script}` | {releases(rays, results)} |")
+    return "\n".join(rows)
+
+
+def replace_between(path: Path, start: str, end: str, block: str) -> None:
+    text = path.read_text(encoding="utf-8")
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    path.write_text(f"{head}{start}\n{block}\n{end}{tail}", encoding="utf-8")
+
+
 def write_table(matrix: dict[str, Any]) -> None:
-    text = README.read_text(encoding="utf-8")
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    README.write_text(f"{head}{START}\n{table(matrix)}\n{END}{tail}", encoding="utf-8")
+    """The README's table and the docs' summary, from the JSON."""
+    replace_between(README, START, END, table(matrix))
+    replace_between(DOCS, RELEASES_START, RELEASES_END, releases_table(matrix))
 
 
 def installed_ray(python: str) -> str:

@@ -151,3 +151,30 @@ def test_a_mount_a_finding_left_is_unmounted(tmp_path: Path) -> None:
         assert not os.path.ismount(tmp_path)
     finally:
         subprocess.run(["umount", "--lazy", str(tmp_path)], timeout=60, check=False)
+
+
+def _runs(cells: dict[str, str]) -> dict[str, dict[str, object]]:
+    """Results by release from ``{"2.50": "1/1", "2.51": "0/1", "2.52": "?"}``."""
+    return {ray: {"status": "unknown" if c == "?" else "measured", "reproduced": 0 if c == "?" else int(c[0])}
+            for ray, c in cells.items()}
+
+
+@pytest.mark.parametrize(("cells", "said"), [
+    ({"2.50": "1", "2.51": "1", "2.52": "1"}, "reproduced on every release measured (2.50–2.52)"),
+    ({"2.50": "0", "2.51": "1", "2.52": "1"}, "reproduced from 2.51 on (2.51–2.52); not seen in its rounds on 2.50"),
+    ({"2.50": "1", "2.51": "1", "2.52": "0"}, "reproduced up to 2.51 (2.50–2.51); not seen in its rounds on 2.52"),
+    ({"2.50": "1", "2.51": "0", "2.52": "1"}, "reproduced (2.50, 2.52); not seen in its rounds on 2.51"),
+    ({"2.50": "0", "2.52": "1"}, "reproduced (2.52); not seen in its rounds on 2.50"),  # 2.51 unmeasured: no "since"
+    ({"2.50": "0", "2.51": "0"}, "not seen in its rounds on any release (2.50–2.51)"),
+    ({"2.50": "1", "2.51": "?", "2.52": "1"},
+     "reproduced on every release measured (2.50, 2.52); unknown on 2.51"),
+])
+def test_a_findings_releases_say_since_when_up_to_when_or_where(cells: dict[str, str], said: str) -> None:
+    results = _runs({ray: f"{c}" for ray, c in cells.items()})
+    assert matrix.releases(sorted(cells), results) == said
+
+
+def test_the_docs_releases_summary_is_the_one_the_matrix_writes() -> None:
+    text = matrix.DOCS.read_text(encoding="utf-8")
+    shown = text.split(matrix.RELEASES_START, 1)[1].split(matrix.RELEASES_END, 1)[0].strip()
+    assert shown == matrix.releases_table(matrix.load()), "stale: .venv/bin/python .ci/findings_matrix.py --table"
