@@ -35,7 +35,7 @@ LOCK_ARGS ?=
 
 REPORT ?= report/dqn-cartpole
 
-.PHONY: install bytecode browser redis fuse net run test slow deep lint docs thorough mutants soak hunt bench bench-load compat compat-venv compat-all findings-matrix latency lock leakcheck clean
+.PHONY: install bytecode browser redis fuse net run test slow deep lint docs thorough mutants soak hunt bench bench-load compat compat-venv compat-all findings-matrix findings-report latency lock leakcheck clean
 
 # constraints.txt pins every package the install resolves (see `make lock`); pyproject keeps
 # loose ranges for users.
@@ -219,6 +219,11 @@ findings-matrix: $(STAMP) redis fuse
 		$(PY) .ci/findings_matrix.py --ray $$v --python .compat/ray-$$v/bin/python || exit 1; \
 	done
 	@$(MAKE) --no-print-directory leakcheck
+
+# A ready-to-file issue for one finding (its docstring, command, rate, releases and nearest
+# known issues): make findings-report FINDING=retry_order.py
+findings-report: $(STAMP)
+	@$(PY) .ci/findings_matrix.py --report "$(FINDING)"
 
 # Schedule tick → fault confirmed, per fault kind, on 1 and 3 embedded nodes.
 latency: $(STAMP)

@@ -9,14 +9,15 @@ run one at a time. A run that ends without that line, or past its deadline, is "
 never counted as reproduced or as not. Each script's Ray keeps its files in a folder of the
 run's own (RAY_TMPDIR): a finding that shows in an abort is read from Ray's logs there too. Every
 process a script left (in its own session, or naming that folder) is killed and counted before
-the next one starts. `--table` rewrites the table in README.md
-(and the per-finding summary of releases in docs/explanation/ray-under-faults.md) from the JSON
-without running anything.
+the next one starts. `--table` rewrites the table in README.md (and the per-finding summary of
+releases in docs/explanation/ray-under-faults.md) from the JSON without running anything;
+`--report SCRIPT` prints a ready-to-file issue for one finding.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import platform
@@ -276,6 +277,36 @@ def releases_table(matrix: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+def report(script: str, matrix: dict[str, Any]) -> str:
+    """A ready-to-file issue for ``script``: its title and what happens (its docstring), how to
+    run it and its rate (the README's table), the releases it reproduced on (the matrix), and
+    the nearest known issues (the README's bullet naming it)."""
+    source = (HERE / script).read_text(encoding="utf-8")
+    doc = (ast.get_docstring(ast.parse(source)) or "").removeprefix("Standalone reproduction: ")
+    title, _, body = doc.partition("\n\n")
+    readme = README.read_text(encoding="utf-8")
+    row = next((line for line in readme.splitlines() if line.startswith("| ") and f"findings/{script}" in line), "")
+    cells = [c.strip() for c in row.strip("|").split("|")] if row else ["", "(no row)", "(no rate)", ""]
+    bullet = _bullet(readme, script)
+    results = {r["ray"]: r for r in matrix["results"] if r["finding"] == script}
+    return "\n".join([
+        f"### {' '.join(title.split())}", "",
+        f"**Ray releases**: {releases(list(matrix['runs']), results)} (`make findings-matrix` in raychaos).", "",
+        f"**Reproduction** (Ray and Python's standard library; the script attached): {cells[1]}; "
+        f"reproduced {cells[2]}; control: {cells[3]}.", "",
+        "**What happens**", "", body.strip(), "",
+        "**Nearest known issues**", "", bullet or "(none listed)"])
+
+
+def _bullet(readme: str, script: str) -> str:
+    """The README's issue-tracker bullet that names ``script``, unwrapped."""
+    section = readme.split("## Does Ray's issue tracker know them?", 1)[-1]
+    for bullet in section.split("\n- ")[1:]:
+        if f"(`{script}`)" in bullet.split(":", 1)[0]:
+            return " ".join(bullet.split("\n\n")[0].split())
+    return ""
+
+
 def replace_between(path: Path, start: str, end: str, block: str) -> None:
     text = path.read_text(encoding="utf-8")
     head, rest = text.split(start, 1)
@@ -301,7 +332,13 @@ def main() -> None:
     parser.add_argument("--python", help="a Python whose environment holds that Ray")
     parser.add_argument("--only", action="append", default=[], help="a finding's script (repeatable)")
     parser.add_argument("--table", action="store_true", help="only rewrite README.md's table from the JSON")
+    parser.add_argument("--report", metavar="SCRIPT", help="print a ready-to-file issue for one finding")
     args = parser.parse_args()
+    if args.report:
+        if args.report not in {f.script for f in FINDINGS}:
+            parser.error(f"--report {args.report!r}: not a finding here; one of {[f.script for f in FINDINGS]}")
+        print(report(args.report, load()))
+        return
     if args.table:
         write_table(load())
         return

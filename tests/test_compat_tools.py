@@ -178,3 +178,14 @@ def test_the_docs_releases_summary_is_the_one_the_matrix_writes() -> None:
     text = matrix.DOCS.read_text(encoding="utf-8")
     shown = text.split(matrix.RELEASES_START, 1)[1].split(matrix.RELEASES_END, 1)[0].strip()
     assert shown == matrix.releases_table(matrix.load()), "stale: .venv/bin/python .ci/findings_matrix.py --table"
+
+
+@pytest.mark.parametrize("finding", [f.script for f in matrix.FINDINGS])
+def test_every_finding_has_a_ready_to_file_report(finding: str) -> None:
+    """Its title and what happens, its command and rate, its releases, its nearest known issues."""
+    text = matrix.report(finding, matrix.load())
+    assert f"findings/{finding}" in text and "(no row)" not in text, "findings/README.md: a row running it"
+    assert "(none listed)" not in text, f"findings/README.md: an issue-tracker bullet naming (`{finding}`)"
+    assert "**Ray releases**: not measured" not in text, "make findings-matrix"
+    what = text.split("**What happens**", 1)[1].split("**Nearest known issues**", 1)[0]
+    assert len(what.split()) > 20, what
