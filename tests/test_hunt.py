@@ -875,3 +875,35 @@ def test_the_progress_line_shows_the_bar_time_left_rate_and_landed_faults() -> N
                     "landed: kill_actor 12, gcs_restart 3")
     done = Progress(elapsed=1900, total=1800, ran=0, classes=2, stats={}).line(width=4)
     assert done == "hunt [████] 100% 0.0 min left · 0 programs, 0.0/min · 2 classes · landed: none yet"
+
+
+
+#: A task with retries left, held running, cancelled once its dependent (a borrower) exists.
+CANCELLED = Program((Task(1, max_retries=2), Task(2, (Arg(0, nested=True),))), (Fault(FaultKind.CANCEL, 0, 1),))
+
+
+def test_a_cancelled_running_task_must_raise_retries_or_not_and_its_dependents_may() -> None:
+    victim, dependent = expect(CANCELLED, CANCELLED.faults)
+    assert victim is not None and victim.value is None and victim.errors == TABLE[Situation.CANCELLED]
+    assert dependent is not None and ErrorKind.TASK_CANCELLED in dependent.errors
+    forced = Program(CANCELLED.steps, (Fault(FaultKind.FORCE_CANCEL, 0, 1),))
+    assert expect(forced, forced.faults)[0] == Expected(None, TABLE[Situation.FORCE_CANCELLED])
+    assert {"cancel fault: a task with retries left", "cancel fault: after its dependents were submitted"} <= \
+        fault_labels(ProgramVerdict(program=CANCELLED, landed=CANCELLED.faults, missed=(), failures=(), slowest=0.0))
+
+
+def test_a_cancelled_task_that_returns_its_value_is_a_lost_cancel() -> None:
+    """Planted: the cancel fault landed, yet the task returned its value (a retry ran, or the
+    interrupt never came)."""
+    [lost] = judge(CANCELLED, CANCELLED.faults, {0: Observed(value=1, seconds=0.1)})
+    assert (lost.signature.step, lost.signature.seen, lost.signature.detail) == (
+        StepKind.TASK, Seen.CANCEL_LOST, "force=False")
+    raised = Observed(error=ErrorKind.TASK_CANCELLED, error_type="TaskCancelledError", seconds=0.1)
+    assert judge(CANCELLED, CANCELLED.faults, {0: raised, 1: raised}) == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(program=programs())
+def test_a_cancel_fault_is_on_a_held_task(program: Program) -> None:
+    for fault in (f for f in program.faults if f.kind.cancels):
+        assert isinstance(program.steps[fault.victim], Task) and fault.victim in program.held()

@@ -115,6 +115,10 @@ LANDS = {
                                         Call(0, 2), Call(0, 3)), (Fault(FaultKind.KILL_ACTOR, 1, 1),)),
     "owner_death": Program((Actor(1, max_restarts=1, max_task_retries=-1), Call(0, 2, boxed=True), Call(0, 3)),
                            (Fault(FaultKind.OWNER_DEATH, 2, 2),)),
+    # a task with retries left, held running, cancelled once a borrower of its value exists
+    "cancel": Program((Task(1, max_retries=2), Task(2, (Arg(0, nested=True),))), (Fault(FaultKind.CANCEL, 0, 1),)),
+    "force_cancel": Program((Task(1, max_retries=2, boxed=True), Task(2, (Arg(0),))),
+                            (Fault(FaultKind.FORCE_CANCEL, 0, 1),)),
     "pressure-on-a-put": Program((Put(3), Task(1, (Arg(0, nested=True),))),
                                  (Fault(FaultKind.OBJECT_STORE_PRESSURE, 0, 1),)),
     "pressure-on-a-boxed-ref": Program((Task(4, boxed=True), Task(1, (Arg(0),))),

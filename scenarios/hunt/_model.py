@@ -32,10 +32,16 @@ class FaultKind(enum.Enum):
     OBJECT_NODE_REMOVAL = "object_node_removal"  # remove the node holding a task's return, its only copy
     GCS_RESTART = "gcs_restart"  # SIGKILL the GCS and start it again (it keeps its tables on Redis)
     RPC_FAILURES = "rpc_failures"  # run the victim on the node whose processes fail a share of their RPCs
+    CANCEL = "cancel"  # ray.cancel(ref) of a task while it runs (held), at a drawn moment
+    FORCE_CANCEL = "force_cancel"  # ray.cancel(ref, force=True) of a task while it runs
 
     @property
     def kills_actor(self) -> bool:
         return self in (FaultKind.KILL_ACTOR, FaultKind.OWNER_DEATH, FaultKind.ACTOR_NODE_REMOVAL)
+
+    @property
+    def cancels(self) -> bool:
+        return self in (FaultKind.CANCEL, FaultKind.FORCE_CANCEL)
 
     @property
     def removes_node(self) -> bool:
@@ -226,7 +232,13 @@ class Fault:
     (an actor call's args arrived, its objects moved): ``_rpc.WORKER_METHODS``,
     ``_rpc.RAYLET_METHODS``. Their background calls do not count. ``after`` is its victim.
     Ray retries its RPCs (its own chaos tests inject failures into every RPC), so it changes no
-    step's outcome."""
+    step's outcome.
+    CANCEL / FORCE_CANCEL: ``victim`` is a task, held running until ``ray.cancel`` of its ref
+    (with ``force`` for FORCE_CANCEL), issued once step ``after`` is submitted (its dependents
+    and borrowers may exist by then); the driver releases it only once it ended (bounded). Ray's
+    ``ray.cancel`` reference: a running task gets a KeyboardInterrupt (or its worker exits, with
+    ``force``), ``ray.get`` raises TaskCancelledError (or WorkerCrashedError), and cancelled
+    tasks are not retried, whatever their ``max_retries``."""
 
     kind: FaultKind
     victim: int

@@ -270,6 +270,10 @@ def _task(program: Program, index: int, step: Task, landed: Sequence[Fault], arg
     if failed is not None:
         crash = TABLE[Situation.TASK_ON_REMOVED_NODE if removed else Situation.KILLED_TASK]
         result = result.must(crash if failed is ErrorKind.WORKER_CRASHED else frozenset({failed}))
+    cancel = next((f for f in landed if f.kind.cancels and f.victim == index), None)
+    if cancel is not None:  # cancelled while it ran: it raises, retries or not (ray.cancel's reference)
+        forced = cancel.kind is FaultKind.FORCE_CANCEL
+        result = result.must(TABLE[Situation.FORCE_CANCELLED if forced else Situation.CANCELLED])
     if step.boxed and _worker_killed_after(index, processes):
         result = result.may(Situation.OWNED_BY_KILLED)
     if any(f.kind is FaultKind.OBJECT_NODE_REMOVAL and f.victim == index for f in landed):
@@ -480,12 +484,13 @@ def judge(program: Program, landed: Sequence[Fault], seen: dict[int, Observed | 
           processes: Processes = Processes()) -> list[Failure]:
     """Every step the run observed against the oracle's outcome for it."""
     faults = tuple(sorted({f.kind for f in landed}, key=lambda k: k.value))
+    cancelled = {f.victim: f.kind is FaultKind.FORCE_CANCEL for f in landed if f.kind.cancels}
     failures = []
     for index, outcome in enumerate(expect(program, landed, processes=processes)):
         step, observed = program.steps[index], seen.get(index)
         if observed is None:
             continue
-        wrong = _judged(step, outcome, observed)
+        wrong = _judged(step, outcome, observed, cancelled=cancelled.get(index))
         if wrong is not None:
             what, detail = wrong
             if what is Seen.OUTSIDE_TABLE and _undocumented(program, landed, index, observed):
@@ -509,7 +514,10 @@ def _undocumented(program: Program, landed: Sequence[Fault], index: int, observe
     return where in program.on_rpc_node() and error is not None and error.is_rays
 
 
-def _judged(step: Step, outcome: Expected | None, observed: Observed | WaitSeen) -> tuple[Seen, str] | None:
+def _judged(step: Step, outcome: Expected | None, observed: Observed | WaitSeen, *,
+            cancelled: bool | None = None) -> tuple[Seen, str] | None:
+    """What was wrong with a step, if anything; ``cancelled``: a cancel fault landed on it (with
+    force, or not), so a value it returns is a lost cancel."""
     if isinstance(step, Wait):
         if isinstance(observed, WaitSeen):
             return None if judge_wait(step, observed) else (Seen.WAIT_CONTRACT, "")
@@ -517,4 +525,6 @@ def _judged(step: Step, outcome: Expected | None, observed: Observed | WaitSeen)
     assert outcome is not None and isinstance(observed, Observed)
     if isinstance(step, Cancel) and not observed.hung and not observed.error_type:
         return (Seen.CANCEL_LOST, f"force={step.force}") if observed.value == step.const else (Seen.WRONG_VALUE, "")
+    if cancelled is not None and not observed.hung and not observed.error_type:
+        return Seen.CANCEL_LOST, f"force={cancelled}"
     return judge_step(outcome, observed)

@@ -33,6 +33,7 @@ def resolve(value: Any) -> int:
 def hold(marks: str, index: int) -> None:
     """Say the step started, in which process, then wait (bounded) until the driver releases it
     after its fault. The mark appears whole (renamed into place): the driver reads the pid at once."""
+    interruptible()  # a cancel fault's KeyboardInterrupt must reach a held task
     said = Path(marks, f"starting-{index}-{os.getpid()}")
     said.write_text(str(os.getpid()))
     said.replace(Path(marks, f"started-{index}"))

@@ -56,6 +56,9 @@ HUNT_NODE = "hunt_node"
 HEAD = "rc_head"
 #: Seconds a GCS restart keeps the GCS down before starting it again.
 GCS_DOWN = 0.5
+#: Seconds a cancelled running task has to end before the driver releases it anyway (then a
+#: value it returns is a lost cancel).
+CANCEL_BOUND = 10.0
 #: Seconds the replacement of a removed node has to join.
 NODE_BOUND = 60.0
 #: The replacement node's object store (bytes): small, as the hunt's own.
@@ -329,6 +332,9 @@ class Interpreter:
             return
         if fault.kind is FaultKind.RPC_FAILURES:
             return  # its node fails RPCs all along: landed or missed once the program has run
+        if fault.kind.cancels:
+            self.cancel(fault)
+            return
         if fault.kind is FaultKind.OBJECT_NODE_REMOVAL:
             stored = self.cluster is not None and self._stored(fault.victim)  # no removable node: missed
             (self.landed if stored and self.remove_node() else self.missed).append(fault)
@@ -350,6 +356,26 @@ class Interpreter:
             self.landed.append(fault)
         except ChaosError:  # nothing alive to kill (e.g. an actor whose constructor failed)
             self.missed.append(fault)
+        finally:
+            Path(self.marks, f"release-{fault.victim}").touch()
+
+    def cancel(self, fault: Fault) -> None:
+        """``ray.cancel`` the held task once it runs (landed), wait (bounded) for it to end, then
+        release it: released first, it could return before the cancel reached it. A task that
+        ended before it started (its args failed) makes the cancel missed."""
+        import ray
+
+        force = fault.kind is FaultKind.FORCE_CANCEL
+        try:
+            if not self._started(fault.victim):
+                self.missed.append(fault)
+                return
+            running, ref = self._running(fault.victim), self.refs[fault.victim]
+            ray.cancel(ref, force=force)
+            self.landed.append(fault)
+            if force and running is not None:
+                self.kills.add(running)  # the worker exits: what it put is lost with it
+            ray.wait([ref], timeout=CANCEL_BOUND, fetch_local=False)
         finally:
             Path(self.marks, f"release-{fault.victim}").touch()
 

@@ -77,6 +77,12 @@ def fault_labels(verdict: ProgramVerdict) -> set[str]:
                 isinstance(s, Call) and (i > fault.after or i == fault.victim)
                 for i, s in enumerate(program.steps)):
             labels.add("calls in flight while their actor restarts")
+    for fault in (f for f in verdict.landed if f.kind.cancels):
+        victim = program.steps[fault.victim]
+        if isinstance(victim, Task) and victim.max_retries > 0:
+            labels.add("cancel fault: a task with retries left")
+        if any(fault.victim in program.depends(i) for i in range(fault.victim + 1, fault.after + 1)):
+            labels.add("cancel fault: after its dependents were submitted")
     return labels or {"no fault"}
 
 

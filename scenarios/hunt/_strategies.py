@@ -185,7 +185,8 @@ def _kill(draw: Any, program: Program) -> Fault | None:
         # Lineage reconstruction runs the task again, which needs its arguments: not one the driver dropped.
         rebuildable = not program.depends(victim) & program.dropped()
         removals = [] if _removed(program) else [FaultKind.NODE_REMOVAL] + [FaultKind.OBJECT_NODE_REMOVAL] * rebuildable
-        kind = draw(st.sampled_from([FaultKind.KILL_WORKER] * 3 + removals))
+        cancels = [FaultKind.CANCEL, FaultKind.FORCE_CANCEL]
+        kind = draw(st.sampled_from([FaultKind.KILL_WORKER] * 3 + removals + cancels))
         # Its value's only copy is lost once the task ends, before a later step pulls a second one.
         return Fault(kind, victim, victim if kind is FaultKind.OBJECT_NODE_REMOVAL else after)
     actor = steps[victim].actor if isinstance(steps[victim], Call) else victim
