@@ -3,9 +3,12 @@ each landed fault's exceptions from the table, and every verdict able to be fals
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
+from typing import Any
 
+import pytest
 from hypothesis import Phase, find, given, settings
 
 import scenarios.hunt as hunt
@@ -907,3 +910,15 @@ def test_a_cancelled_task_that_returns_its_value_is_a_lost_cancel() -> None:
 def test_a_cancel_fault_is_on_a_held_task(program: Program) -> None:
     for fault in (f for f in program.faults if f.kind.cancels):
         assert isinstance(program.steps[fault.victim], Task) and fault.victim in program.held()
+
+
+@pytest.mark.parametrize(("steps", "faults", "says"), [
+    ((Put(1), Drop(0), Task(1, (Arg(0),))), (), "names step(s) [0], which an earlier Drop dropped"),
+    ((Put(1), Drop(0), Wait((0,), 1, None)), (), "names step(s) [0], which an earlier Drop dropped"),
+    ((Put(1), Drop(0)), (Fault(FaultKind.OBJECT_STORE_PRESSURE, 0, 1),), "faults on step(s) [0]"),
+    ((Put(1), Drop(2)), (), "drops step 2, which is not an earlier put"),
+])
+def test_a_program_that_names_a_dropped_value_is_refused_saying_which(steps: tuple[Any, ...],
+                                                                      faults: tuple[Fault, ...], says: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(says)):
+        Program(steps, faults)

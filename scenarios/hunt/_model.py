@@ -6,6 +6,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from chaos.errors import InvalidConfig
+
 
 class StepKind(enum.Enum):
     """What a step does; its value is named by the step's index."""
@@ -251,6 +253,22 @@ class Program:
 
     steps: tuple[Step, ...]
     faults: tuple[Fault, ...] = ()
+
+    def __post_init__(self) -> None:
+        """A program written by hand (a report's replay, edited) names no value its driver
+        dropped: such a step would fail in the driver, not in Ray."""
+        for index, step in enumerate(self.steps):
+            if isinstance(step, Drop) and not (0 <= step.source < index and self.steps[step.source].kind in GETTABLE):
+                raise InvalidConfig(f"step {index} {step!r} drops step {step.source}, which is not an earlier "
+                                    "put, task, call or cancel; drop an earlier value")
+            dropped = {s.source for s in self.steps[:index] if isinstance(s, Drop)}
+            named = {a.source for a in getattr(step, "args", ())} | set(getattr(step, "sources", ()))
+            if named & dropped:
+                raise InvalidConfig(f"step {index} {step!r} names step(s) {sorted(named & dropped)}, which an earlier "
+                                    "Drop dropped; name a value the driver still holds, or drop it later")
+        if victims := {f.victim for f in self.faults if f.kind is not FaultKind.GCS_RESTART} & self.dropped():
+            raise InvalidConfig(f"faults on step(s) {sorted(victims)}, whose value the program drops; a fault's "
+                                "victim is a value the driver holds: drop another, or fault another step")
 
     def held(self) -> frozenset[int]:
         """Steps held running until their fault lands (so the fault finds them in flight)."""
