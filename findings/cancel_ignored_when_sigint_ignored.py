@@ -6,10 +6,10 @@ it (a SIGINT) and that ``ray.get`` then raises ``TaskCancelledError``. Ray's pro
 the driver's SIGINT disposition; a driver started under ``trap "" INT`` — a background job
 (``cmd &``), many CI runners, ``nohup`` — starts workers that ignore SIGINT, and the cancel is
 lost: the task runs to its end and ``ray.get`` returns its value. With ``force=True`` the worker
-is killed and the cancel holds either way. On Ray 2.51 the task failed instead, with
-``TypeError: 'Handlers' object is not callable`` (``signal.SIG_IGN``, the handler the worker
-inherited, is a ``signal.Handlers`` member, not a function): printed as its round's outcome and
-not counted, since the cancel was neither lost nor honoured.
+is killed and the cancel holds either way. Once, on Ray 2.51 (the first of two runs there), the
+task failed instead, with ``TypeError: 'Handlers' object is not callable`` (``signal.SIG_IGN``,
+the handler the worker inherited, is a ``signal.Handlers`` member, not a function): such a round
+is printed as its outcome and not counted, since the cancel was neither lost nor honoured.
 
 Each round: a task that computes for ``BUSY`` seconds, cancelled ``CANCEL_AFTER`` seconds in.
 ``--ignore`` ignores SIGINT in this driver before ``ray.init`` (as a background job does);
