@@ -89,7 +89,7 @@ SUBMODULES = {
     "actors.param_server": {"GradientError", "PushResult", "ServerStats", "StaleGradientError", "VersionTimeout"},
     "actors.spare": {"SpareState", "SpareWorkerError", "spare_actor_env", "spare_job_env"},
     "scenarios.hunt": {
-        "TABLE", "Actor", "Arg", "Call", "Cancel", "ErrorKind", "Fault", "FaultKind", "Naming", "Program",
+        "TABLE", "Actor", "Arg", "Call", "Cancel", "Drop", "ErrorKind", "Fault", "FaultKind", "Naming", "Program",
         "ProgramVerdict", "Put", "Seen", "Signature", "Situation", "StepKind", "Stream", "Task", "Wait", "programs",
         "run_program",
     },
