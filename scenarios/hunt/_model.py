@@ -283,6 +283,11 @@ class Program:
         """The bytes step ``index``'s value (each item, for a stream) is padded with."""
         return int(getattr(self.steps[index], "size", 0))
 
+    def padded(self, index: int) -> bool:
+        """Does step ``index``'s value travel as ``[value, padding]`` (drawn a size, or made big
+        to stay on the removable node)?"""
+        return self.size(index) > 0 or index in self.stored_on_node()
+
     def on_rpc_node(self) -> frozenset[int]:
         """Steps that run on the node failing RPCs: an RPC_FAILURES victim (an actor for a call)."""
         found = set()

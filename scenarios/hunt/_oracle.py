@@ -341,8 +341,7 @@ def _call(program: Program, index: int, step: Call, landed: Sequence[Fault],
 def _dropped_stored_args(program: Program, spec: Actor) -> bool:
     """Does the actor's constructor take a value the driver dropped that lives in the object
     store (a put, or a padded return), which its restart needs and Ray does not keep?"""
-    stored = {i for i, s in enumerate(program.steps)
-              if isinstance(s, Put) or program.size(i) > 0 or i in program.stored_on_node()}
+    stored = {i for i, s in enumerate(program.steps) if isinstance(s, Put) or program.padded(i)}
     return any(a.source in program.dropped() & stored for a in spec.args)
 
 

@@ -435,7 +435,7 @@ class Interpreter:
             box = ray.get(ref, timeout=self.bound)
         except Exception:  # noqa: BLE001 - it failed: it put nothing (the failure is judged when observed)
             return None
-        box = box[0] if self._padded(index) and isinstance(box, list) else box
+        box = box[0] if self.program.padded(index) and isinstance(box, list) else box
         return box[0] if isinstance(box, list) and box else None
 
     def _injections(self) -> Injections | None:
@@ -546,16 +546,13 @@ class Interpreter:
         t0 = time.monotonic()
         try:
             value = self._get(self.refs[index], started)
-            if self._padded(index):
+            if self.program.padded(index):
                 value = value[0]  # [value, padding]
             if getattr(step, "boxed", False):
                 value = self._get(value[0], started)
         except Exception as exc:  # noqa: BLE001 - judged against the table
             return observed_error(exc, t0)
         return Observed(value=value, seconds=time.monotonic() - t0)
-
-    def _padded(self, index: int) -> bool:
-        return index in self.program.stored_on_node() or self.program.size(index) > 0
 
     def _get(self, ref: Any, started: float) -> Any:
         import ray
