@@ -43,6 +43,10 @@ class Reporter:
         print(f"\r{line}\033[K" if self.live else line, end="" if self.live else "\n", file=sys.stderr, flush=True)
 
 
+#: Seconds spent in each phase of the programs' runs, summed over the hunt.
+SPENT: Counter[str] = Counter()
+
+
 def hunt(minutes: float) -> tuple[Counter[str], dict[str, ProgramVerdict], int]:
     """Run generated programs until ``minutes`` pass, on a head, one removable node (where
     node removals land) and one node whose processes fail RPCs (where RPC failures land), whose
@@ -66,6 +70,7 @@ def hunt(minutes: float) -> tuple[Counter[str], dict[str, ProgramVerdict], int]:
             verdict = run_program(program, address=cluster.address, cluster=cluster.cluster, gcs_restart=True,
                                   rpc_failures=True)
             ran += 1
+            SPENT.update({phase.value: seconds for phase, seconds in verdict.phases})
             for label in sorted(features(program) | fault_labels(verdict)):
                 event(label)
                 stats[label] += 1
@@ -96,6 +101,10 @@ def main() -> None:
     for label, count in sorted(stats.items()):
         if not label.startswith("failure: "):
             print(f"| {label} | {count} |")
+    total = sum(SPENT.values())
+    print("\n| phase of a program's run | seconds | share |\n|---|---:|---:|")
+    for phase, seconds in SPENT.most_common():
+        print(f"| {phase} | {seconds:.0f} | {seconds / total:.0%} |")
     print("\nfailure classes (first program of each, replayable):")
     for label, verdict in classes.items():
         known = "" if label in new else ", undocumented" if label in silent else ", known"

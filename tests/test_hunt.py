@@ -203,7 +203,7 @@ def test_generated_programs_can_always_land_their_faults(program: Program) -> No
 @settings(max_examples=50, deadline=None)
 @given(program=programs())
 def test_an_owner_death_is_an_actor_kill_of_an_actor_that_put_what_the_program_holds(program: Program) -> None:
-    for fault in (f for f in program.faults if f.kind.kills_actor):
+    for fault in (f for f in program.faults if f.kind in (FaultKind.KILL_ACTOR, FaultKind.OWNER_DEATH)):
         owns = any(isinstance(s, Call) and s.actor == program.actor_of(fault) and s.boxed
                    and i <= fault.after and i != fault.victim for i, s in enumerate(program.steps))
         assert (fault.kind is FaultKind.OWNER_DEATH) == owns
@@ -486,10 +486,18 @@ def test_calls_of_an_actor_whose_node_was_removed_follow_its_restarts_as_a_kills
 GCS = FaultKind.GCS_RESTART
 
 
-def test_gcs_restarts_are_drawn_only_where_asked_for_and_once_a_program() -> None:
-    drawn = find(programs(gcs_restart=True), lambda p: any(f.kind is GCS for f in p.faults), settings=DRAWN)
-    assert len([f for f in drawn.faults if f.kind is GCS]) == 1
-    assert GCS not in drawn.held() and not GCS.holds
+def test_gcs_restarts_are_drawn_only_where_asked_for_several_in_a_program() -> None:
+    twice = find(programs(gcs_restart=True), lambda p: sum(f.kind is GCS for f in p.faults) > 1, settings=DRAWN)
+    assert GCS not in twice.held() and not GCS.holds
+    fault_labels_of = fault_labels(ProgramVerdict(twice, twice.faults, (), (), 0.0))
+    assert "gcs_restart: several in one program" in fault_labels_of
+
+
+@settings(max_examples=200, deadline=None)
+@given(program=programs(gcs_restart=True))
+def test_a_programs_gcs_restarts_are_at_most_two_each_at_its_own_moment(program: Program) -> None:
+    moments = [f.after for f in program.faults if f.kind is GCS]
+    assert len(moments) <= 2 and len(set(moments)) == len(moments)
 
 
 @settings(max_examples=200, deadline=None)
@@ -907,9 +915,11 @@ def test_a_cancelled_task_that_returns_its_value_is_a_lost_cancel() -> None:
 
 @settings(max_examples=300, deadline=None)
 @given(program=programs())
-def test_a_cancel_fault_is_on_a_held_task(program: Program) -> None:
+def test_a_cancel_fault_is_on_a_held_task_or_a_held_call_without_force(program: Program) -> None:
     for fault in (f for f in program.faults if f.kind.cancels):
-        assert isinstance(program.steps[fault.victim], Task) and fault.victim in program.held()
+        victim = program.steps[fault.victim]
+        assert isinstance(victim, Task) or (isinstance(victim, Call) and fault.kind is FaultKind.CANCEL)
+        assert fault.victim in program.held()
 
 
 @pytest.mark.parametrize(("steps", "faults", "says"), [
@@ -917,8 +927,100 @@ def test_a_cancel_fault_is_on_a_held_task(program: Program) -> None:
     ((Put(1), Drop(0), Wait((0,), 1, None)), (), "names step(s) [0], which an earlier Drop dropped"),
     ((Put(1), Drop(0)), (Fault(FaultKind.OBJECT_STORE_PRESSURE, 0, 1),), "faults on step(s) [0]"),
     ((Put(1), Drop(2)), (), "drops step 2, which is not an earlier put"),
+    ((Actor(1), Call(0, 2)), (Fault(FaultKind.FORCE_CANCEL, 1, 1),), "or an actor call without force"),
+    ((Put(1), Task(2)), (Fault(FaultKind.CANCEL, 0, 1),), "a cancel's victim is a task"),
 ])
 def test_a_program_that_names_a_dropped_value_is_refused_saying_which(steps: tuple[Any, ...],
                                                                       faults: tuple[Fault, ...], says: str) -> None:
     with pytest.raises(ValueError, match=re.escape(says)):
         Program(steps, faults)
+
+
+RAY_KILL, NO_RESTART = FaultKind.RAY_KILL, FaultKind.RAY_KILL_NO_RESTART
+DIED = frozenset({ErrorKind.ACTOR_DIED})
+#: A restartable actor that retries its calls, with one in flight at the fault and one after it.
+RETRYING = (Actor(1, max_restarts=-1, max_task_retries=-1), Call(0, 2), Call(0, 3))
+
+
+def test_ray_kill_restarts_a_restartable_actor_and_may_fail_the_call_it_interrupted() -> None:
+    program = Program(RETRYING, (Fault(RAY_KILL, 1, 1),))
+    assert expect(program, program.faults)[1:] == [Expected(3, DIED), Expected(4)]
+    assert judge(program, program.faults, {1: Observed(value=3), 2: Observed(value=4)}) == []
+    died = Observed(error=ErrorKind.ACTOR_DIED, error_type="ActorDiedError")
+    assert judge(program, program.faults, {1: died, 2: Observed(value=4)}) == []
+    planted = {  # a wrong value, a hang, and the call after the kill dying though the actor restarts
+        1: Observed(value=4), 2: died}
+    assert [f.signature.seen for f in judge(program, program.faults, planted)] == [Seen.WRONG_VALUE,
+                                                                                   Seen.OUTSIDE_TABLE]
+    assert [f.signature.seen for f in judge(program, program.faults, {1: Observed(hung=True)})] == [Seen.HANG]
+
+
+def test_ray_kill_with_no_restart_leaves_the_actor_dead_whatever_its_max_restarts() -> None:
+    program = Program(RETRYING, (Fault(NO_RESTART, 1, 1),))
+    assert expect(program, program.faults)[1:] == [Expected(None, ACTOR_ERRORS)] * 2
+    answered = judge(program, program.faults, {1: Observed(value=3), 2: Observed(value=4)})
+    assert [f.signature.seen for f in answered] == [Seen.VALUE_NOT_ERROR] * 2
+    dropped = Program((Put(4), Actor(1, (Arg(0),), max_restarts=1), Drop(0), Call(1, 2)),
+                      (Fault(NO_RESTART, 1, 2),))  # no restart: the dropped argument is never needed again
+    assert expect(dropped, dropped.faults)[3] == Expected(None, ACTOR_ERRORS)
+
+
+def test_a_cancelled_call_is_flagged_not_interrupted_so_it_returns_its_value_or_is_cancelled() -> None:
+    program = Program((Actor(1), Call(0, 2), Call(0, 3)), (Fault(FaultKind.CANCEL, 1, 1),))
+    assert expect(program, program.faults)[1:] == [Expected(3, TABLE[Situation.CANCELLED_CALL]), Expected(4)]
+    cancelled = Observed(error=ErrorKind.TASK_CANCELLED, error_type="TaskCancelledError")
+    assert judge(program, program.faults, {1: Observed(value=3), 2: Observed(value=4)}) == []  # not a lost cancel
+    assert judge(program, program.faults, {1: cancelled, 2: Observed(value=4)}) == []
+    crashed = Observed(error=ErrorKind.WORKER_CRASHED, error_type="WorkerCrashedError")
+    planted = judge(program, program.faults, {1: crashed, 2: cancelled})  # the next call was not cancelled
+    assert [f.signature.seen for f in planted] == [Seen.OUTSIDE_TABLE, Seen.OUTSIDE_TABLE]
+    assert [f.signature.seen for f in judge(program, program.faults, {1: Observed(value=4)})] == [Seen.WRONG_VALUE]
+
+
+def test_a_late_replacement_changes_no_outcome_and_is_for_node_removals_only() -> None:
+    steps = (Task(1, max_retries=1), Actor(2, max_restarts=1, max_task_retries=-1), Call(1, 3))
+    for fault in (Fault(FaultKind.NODE_REMOVAL, 0, 0), Fault(ACTOR_REMOVAL, 2, 2), Fault(OBJECT_REMOVAL, 0, 0)):
+        late = Fault(fault.kind, fault.victim, fault.after, replace_after=5.0)
+        assert expect(Program(steps, (late,)), (late,)) == expect(Program(steps, (fault,)), (fault,)), fault
+    with pytest.raises(ValueError, match=re.escape("replace_after=5.0 is for node removals only")):
+        Fault(FaultKind.KILL_ACTOR, 1, 1, replace_after=5.0)
+    with pytest.raises(ValueError, match="give 0"):
+        Fault(FaultKind.NODE_REMOVAL, 0, 0, replace_after=-1.0)
+
+
+@pytest.mark.parametrize("wanted", [
+    "fault landed: ray_kill", "fault landed: ray_kill_no_restart", "cancel fault: an actor call (flagged)",
+    "node removal: its replacement joined late"])
+def test_the_strategy_draws_ray_kills_call_cancels_and_late_replacements(wanted: str) -> None:
+    def labelled(program: Program) -> bool:
+        return wanted in fault_labels(ProgramVerdict(program, program.faults, (), (), 0.0))
+
+    assert labelled(find(programs(), labelled, settings=DRAWN))
+
+
+def test_a_stream_killed_mid_stream_runs_again_with_a_retry_else_fails_past_what_it_yielded() -> None:
+    def outcome(retries: int, take: int) -> Expected | None:
+        program = Program((Put(1), Stream(2, 4, take, (Arg(0),), max_retries=retries)),
+                          (Fault(FaultKind.KILL_WORKER, 1, 1),))
+        return expect(program, program.faults)[1]
+
+    assert outcome(1, 4) == Expected((3, 4, 5, 6))  # run again: every item, in order
+    assert outcome(0, 2) == Expected((3, 4))  # taken before the kill (it held after two)
+    assert outcome(0, 3) == Expected(None, KILLED)  # the third comes from the killed worker
+    program = Program((Stream(0, 2, 2, max_retries=0),), (Fault(FaultKind.KILL_WORKER, 0, 0),))
+    planted = judge(program, program.faults, {0: Observed(value=(0, 1))})  # the kill left it whole
+    assert [f.signature.seen for f in planted] == [Seen.VALUE_NOT_ERROR]
+    retried = Program((Stream(0, 2, 2, max_retries=1),), (Fault(FaultKind.KILL_WORKER, 0, 0),))
+    for wrong, seen_as in ((Observed(value=(0, 0)), Seen.WRONG_VALUE), (Observed(hung=True), Seen.HANG),
+                           (Observed(error=ErrorKind.WORKER_CRASHED, error_type="WorkerCrashedError"),
+                            Seen.OUTSIDE_TABLE)):
+        assert [f.signature.seen for f in judge(retried, retried.faults, {0: wrong})] == [seen_as]
+
+
+def test_a_streams_fault_is_a_worker_kill_landing_as_it_is_consumed() -> None:
+    with pytest.raises(ValueError, match="after=victim"):
+        Program((Stream(0, 2, 2), Task(1)), (Fault(FaultKind.KILL_WORKER, 0, 1),))
+    with pytest.raises(ValueError, match="KILL_WORKER"):
+        Program((Stream(0, 2, 2),), (Fault(FaultKind.CANCEL, 0, 0),))
+    drawn = find(programs(), lambda p: any(isinstance(p.steps[f.victim], Stream) for f in p.faults), settings=DRAWN)
+    assert all(f.victim in drawn.held() for f in drawn.faults if isinstance(drawn.steps[f.victim], Stream))

@@ -26,6 +26,7 @@ from scenarios.hunt import (
     Wait,
     run_program,
 )
+from scenarios.hunt._model import LATE_REPLACEMENT
 from scenarios.hunt._rpc import add_rpc_node
 from scenarios.hunt._run import HUNT_NODE, NODE_BOUND, REPLACEMENT_STORE, Interpreter
 
@@ -60,25 +61,28 @@ def test_a_node_removal_lands_and_keeps_to_the_oracle(removable: ClusterHandle, 
     assert list(verdict.landed) == list(program.faults), f"faults missed: {verdict.missed}"
 
 
-@pytest.mark.parametrize("restarts", [pytest.param(0, marks=DEEP), -1], ids=["dies", "restarts"])
+@pytest.mark.parametrize("restarts", [pytest.param(0, marks=DEEP), -1], ids=["dies", "restarts-late"])
 def test_the_removal_of_an_actors_node_lands_and_keeps_to_the_oracle(removable: ClusterHandle, restarts: int) -> None:
     """A named actor on the removable node, a call held in flight there and one queued behind it,
-    a boxed call's ref it owns: the node goes; without restarts every call raises, with them the
-    replacement node runs it again and the calls return their values."""
+    a boxed call's ref it owns: the node goes, and its replacement joins only
+    ``LATE_REPLACEMENT`` seconds later; without restarts every call raises, with them the actor's
+    restart waits for the replacement, runs there, and the calls return their values."""
     program = Program((Put(1), Actor(2, (Arg(0),), restarts, -1, Naming.NAMED), Call(1, 3, boxed=True),
                        Call(1, 4), Call(1, 5), Task(6, (Arg(0),))),
-                      (Fault(FaultKind.ACTOR_NODE_REMOVAL, 3, 4),))
+                      (Fault(FaultKind.ACTOR_NODE_REMOVAL, 3, 4, replace_after=LATE_REPLACEMENT),))
     verdict = run_program(program, address=removable.address, cluster=removable.cluster)
     assert not verdict.new, verdict.report()
     assert list(verdict.landed) == list(program.faults), f"faults missed: {verdict.missed}"
+    assert restarts == 0 or verdict.ok, verdict.report()
 
 
-def test_a_gcs_restart_with_work_in_flight_lands_and_changes_no_outcome(removable: ClusterHandle) -> None:
+def test_two_gcs_restarts_with_work_in_flight_land_and_change_no_outcome(removable: ClusterHandle) -> None:
     """The GCS killed and started again while a task, an actor's calls and a stream run, before
-    an actor is created and a named one looked up: every value as without the restart."""
+    an actor is created and a named one looked up, and again once that actor's call is in
+    flight: every value as without the restarts."""
     program = Program((Put(1), Actor(2, (Arg(0),), 1, -1), Call(1, 3), Task(4, (Arg(0),), boxed=True),
                        Actor(5, (Arg(3, nested=True),), 0, 0, Naming.NAMED), Call(4, 6), Wait((2, 3, 5), 3, None)),
-                      (Fault(FaultKind.GCS_RESTART, 2, 3),))
+                      (Fault(FaultKind.GCS_RESTART, 2, 3), Fault(FaultKind.GCS_RESTART, 5, 5)))
     verdict = run_program(program, address=removable.address, cluster=removable.cluster, gcs_restart=True)
     assert list(verdict.landed) == list(program.faults), f"faults missed: {verdict.missed}"
     assert not verdict.failures, verdict.report()

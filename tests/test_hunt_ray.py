@@ -119,6 +119,18 @@ LANDS = {
     "cancel": Program((Task(1, max_retries=2), Task(2, (Arg(0, nested=True),))), (Fault(FaultKind.CANCEL, 0, 1),)),
     "force_cancel": Program((Task(1, max_retries=2, boxed=True), Task(2, (Arg(0),))),
                             (Fault(FaultKind.FORCE_CANCEL, 0, 1),)),
+    # ray.kill: of a call in flight on a restartable actor that retries; of an idle actor, for good
+    "ray_kill": Program((Actor(1, max_restarts=1, max_task_retries=-1), Call(0, 2), Call(0, 3)),
+                        (Fault(FaultKind.RAY_KILL, 1, 1),)),
+    "ray_kill_no_restart": Program((Actor(1, max_restarts=-1, max_task_retries=-1), Call(0, 2), Call(0, 3)),
+                                   (Fault(FaultKind.RAY_KILL_NO_RESTART, 0, 1),)),
+    # a regular actor's running call: flagged (it saw the flag), then released
+    "cancel-an-actor-call": Program((Actor(1), Call(0, 2), Call(0, 3)), (Fault(FaultKind.CANCEL, 1, 1),)),
+    # a stream's worker killed after two of four items, which the driver took first; no retry and one
+    "kill_worker-mid-stream": Program((Put(1), Stream(2, 4, 4, (Arg(0),), max_retries=0)),
+                                      (Fault(FaultKind.KILL_WORKER, 1, 1),)),
+    "kill_worker-mid-stream-retried": Program((Put(1), Stream(2, 4, 4, (Arg(0),), max_retries=1, size=200 << 10)),
+                                              (Fault(FaultKind.KILL_WORKER, 1, 1),)),
     "pressure-on-a-put": Program((Put(3), Task(1, (Arg(0, nested=True),))),
                                  (Fault(FaultKind.OBJECT_STORE_PRESSURE, 0, 1),)),
     "pressure-on-a-boxed-ref": Program((Task(4, boxed=True), Task(1, (Arg(0),))),

@@ -36,10 +36,18 @@ class FaultKind(enum.Enum):
     RPC_FAILURES = "rpc_failures"  # run the victim on the node whose processes fail a share of their RPCs
     CANCEL = "cancel"  # ray.cancel(ref) of a task while it runs (held), at a drawn moment
     FORCE_CANCEL = "force_cancel"  # ray.cancel(ref, force=True) of a task while it runs
+    RAY_KILL = "ray_kill"  # ray.kill(actor): it restarts as max_restarts allows
+    RAY_KILL_NO_RESTART = "ray_kill_no_restart"  # ray.kill(actor, no_restart=True): dead for good
 
     @property
     def kills_actor(self) -> bool:
-        return self in (FaultKind.KILL_ACTOR, FaultKind.OWNER_DEATH, FaultKind.ACTOR_NODE_REMOVAL)
+        return self in (FaultKind.KILL_ACTOR, FaultKind.OWNER_DEATH, FaultKind.ACTOR_NODE_REMOVAL,
+                        FaultKind.RAY_KILL, FaultKind.RAY_KILL_NO_RESTART)
+
+    @property
+    def ray_kills(self) -> bool:
+        """Is it Ray's own ``ray.kill`` rather than a signal from outside?"""
+        return self in (FaultKind.RAY_KILL, FaultKind.RAY_KILL_NO_RESTART)
 
     @property
     def cancels(self) -> bool:
@@ -151,14 +159,22 @@ class Call:
 @dataclass(frozen=True, slots=True)
 class Stream:
     """A generator yielding ``const + sum(args) + i`` for i < count; the driver takes ``take``.
-    ``size`` > 0: each item is ``[that, size zero bytes]``."""
+    ``size`` > 0: each item is ``[that, size zero bytes]``. ``max_retries``: Ray's task option
+    (its default, 3, unless drawn): a worker killed mid-stream runs the generator again.
+    A KILL_WORKER's victim, it yields :meth:`held_at` items, then is held until the kill; the
+    driver takes what it wants of those first."""
 
     const: int
     count: int
     take: int
     args: tuple[Arg, ...] = ()
     size: int = 0
+    max_retries: int = 3
     kind: StepKind = field(default=StepKind.STREAM, repr=False)
+
+    def held_at(self) -> int:
+        """How many items a held stream yields before it waits for its fault: half of them."""
+        return self.count // 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,13 +218,17 @@ GETTABLE = (StepKind.PUT, StepKind.TASK, StepKind.CALL, StepKind.CANCEL)
 BLOCKING = (StepKind.STREAM, StepKind.WAIT)
 #: How long a cancelled task runs when its cancel never lands (then it returns its value).
 CANCEL_HOLD = 3.0
+#: Seconds a late replacement of a removed node waits before it joins: what was on the node
+#: (a task's retry, an actor's restart, a lost object's reconstruction) has nowhere to go meanwhile.
+LATE_REPLACEMENT = 5.0
 
 
 @dataclass(frozen=True, slots=True)
 class Fault:
     """A fault on step ``victim``, landing once step ``after`` has been submitted.
 
-    KILL_WORKER: ``victim`` is a task, held running until the kill. KILL_ACTOR / OWNER_DEATH:
+    KILL_WORKER: ``victim`` is a task, held running until the kill, or a stream, held mid-stream
+    (``after`` is the stream: it lands as the driver consumes it). KILL_ACTOR / OWNER_DEATH:
     ``victim`` is an actor step (no call in flight) or a call (held in flight at the kill).
     OBJECT_STORE_PRESSURE: ``victim`` is a value in the object store (a put, or a task's boxed
     ref, once the task has put it), not held: the store is filled past its capacity, so Ray
@@ -240,11 +260,26 @@ class Fault:
     and borrowers may exist by then); the driver releases it only once it ended (bounded). Ray's
     ``ray.cancel`` reference: a running task gets a KeyboardInterrupt (or its worker exits, with
     ``force``), ``ray.get`` raises TaskCancelledError (or WorkerCrashedError), and cancelled
-    tasks are not retried, whatever their ``max_retries``."""
+    tasks are not retried, whatever their ``max_retries``. A CANCEL's victim may be an actor call
+    (held running, a regular actor's): Ray does not interrupt it but flags it
+    (``ray.get_runtime_context().is_canceled()``); it lands once the call saw the flag.
+    RAY_KILL / RAY_KILL_NO_RESTART: as KILL_ACTOR, by ``ray.kill(actor)`` (``no_restart=True``
+    for the latter: the actor is dead for good whatever its ``max_restarts``); it lands once the
+    actor's process has exited.
+    ``replace_after`` (node removals only): seconds before the removed node's replacement joins
+    (0: at once; :data:`LATE_REPLACEMENT`: a late one, so what the node ran waits for somewhere to go)."""
 
     kind: FaultKind
     victim: int
     after: int
+    replace_after: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.replace_after and not self.kind.removes_node:
+            raise InvalidConfig(f"{self!r}: replace_after={self.replace_after!r} is for node removals only "
+                                "(a replacement node joins after them); leave it 0 for other faults")
+        if self.replace_after < 0:
+            raise InvalidConfig(f"{self!r}: replace_after={self.replace_after!r} seconds; give 0 (at once) or more")
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,6 +301,16 @@ class Program:
             if named & dropped:
                 raise InvalidConfig(f"step {index} {step!r} names step(s) {sorted(named & dropped)}, which an earlier "
                                     "Drop dropped; name a value the driver still holds, or drop it later")
+        for fault in (f for f in self.faults if isinstance(self.steps[f.victim], Stream)
+                      and f.kind is not FaultKind.GCS_RESTART):  # a GCS restart's victim only dates it
+            if fault.kind not in (FaultKind.KILL_WORKER, FaultKind.RPC_FAILURES) or fault.after != fault.victim:
+                raise InvalidConfig(f"{fault!r} falls on the stream at step {fault.victim}; a stream's fault is a "
+                                    "KILL_WORKER (or RPC_FAILURES) landing as it is consumed: after=victim")
+        for fault in (f for f in self.faults if f.kind.cancels):
+            victim = self.steps[fault.victim]
+            if not (isinstance(victim, Task) or (isinstance(victim, Call) and fault.kind is FaultKind.CANCEL)):
+                raise InvalidConfig(f"{fault!r} cancels step {fault.victim} {victim!r}; a cancel's victim is a task, "
+                                    "or an actor call without force (Ray refuses force=True for actor calls)")
         if victims := {f.victim for f in self.faults if f.kind is not FaultKind.GCS_RESTART} & self.dropped():
             raise InvalidConfig(f"faults on step(s) {sorted(victims)}, whose value the program drops; a fault's "
                                 "victim is a value the driver holds: drop another, or fault another step")

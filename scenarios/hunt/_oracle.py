@@ -60,6 +60,8 @@ class Situation(enum.Enum):
     MADE_UNDER_PRESSURE = "a ref a worker put while the object store was filled past capacity"
     CALL_ON_FAILING_NODE = "a call of an actor on the node whose processes fail a share of their RPCs"
     RESTART_WITHOUT_ARGS = "a call of a killed actor whose constructor argument in the object store was dropped"
+    INTERRUPTED_BY_RAY_KILL = "a call running on its actor when ray.kill killed it"
+    CANCELLED_CALL = "an actor call cancelled with ray.cancel while it ran (a regular actor's)"
 
 
 #: Which exception Ray documents for each situation (fault → situation → exception):
@@ -73,7 +75,11 @@ class Situation(enum.Enum):
 #: object_node_removal → OBJECT_ON_REMOVED_NODE, and OWNED_BY_KILLED for what the task put
 #: (Ray's object fault-tolerance guide: a lost object is recovered by lineage reconstruction,
 #: re-executing its task, up to the task's max_retries; past them ray.get raises an
-#: ObjectReconstructionFailedError whose reason is MAX_ATTEMPTS_EXCEEDED or RETRIES_DISABLED).
+#: ObjectReconstructionFailedError whose reason is MAX_ATTEMPTS_EXCEEDED or RETRIES_DISABLED);
+#: ray_kill → as kill_actor, and INTERRUPTED_BY_RAY_KILL for the call it interrupted, retries or
+#: not; ray_kill_no_restart → CALL_OF_DEAD_ACTOR whatever max_restarts; a cancel of a running
+#: actor call → CANCELLED_CALL, or its value. A late replacement of a removed node changes no
+#: outcome: what waits for it (a retry, a restart, a reconstruction) runs once it joins.
 #: Anything else is a finding.
 #:
 #: A task whose node died raises NodeDiedError ("the node is either dead or unreachable", as
@@ -107,6 +113,8 @@ TABLE: dict[Situation, frozenset[ErrorKind]] = {
     Situation.MADE_UNDER_PRESSURE: frozenset({ErrorKind.OBJECT_STORE_FULL}),
     Situation.CALL_ON_FAILING_NODE: frozenset({ErrorKind.ACTOR_UNAVAILABLE}),
     Situation.RESTART_WITHOUT_ARGS: frozenset({ErrorKind.ACTOR_DIED}),
+    Situation.INTERRUPTED_BY_RAY_KILL: frozenset({ErrorKind.ACTOR_DIED}),
+    Situation.CANCELLED_CALL: frozenset({ErrorKind.TASK_CANCELLED}),
 }
 
 
@@ -154,6 +162,14 @@ CITATIONS: dict[Situation, Citation] = {
     Situation.RESTART_WITHOUT_ARGS: Citation(page="https://github.com/ray-project/ray/issues/53727", says=(
         "has constructor arguments in the object store and max_restarts > 0. If the arguments in the object "
         "store go out of scope or are lost, the actor restart will fail.")),
+    Situation.INTERRUPTED_BY_RAY_KILL: Citation(page="https://docs.ray.io/en/latest/ray-core/api/doc/ray.kill.html",
+                                                says=("This will interrupt any running tasks on the actor, causing "
+                                                      "them to fail immediately.")),
+    # A regular actor's running call is flagged, not interrupted (so it may return its value), and
+    # the same reference says what a get of a cancelled actor task raises.
+    Situation.CANCELLED_CALL: Citation(page="https://docs.ray.io/en/latest/ray-core/api/doc/ray.cancel.html", says=(
+        "Calling ray.get on a cancelled Task raises a TaskCancelledError if the Task has been scheduled or "
+        "interrupted.")),
 }
 
 
@@ -219,7 +235,7 @@ def _expect_step(program: Program, index: int, step: Step, landed: Sequence[Faul
     if isinstance(step, Call):
         return _pressed(_call(program, index, step, landed, out), index, step, landed)
     if isinstance(step, Stream):
-        return _shifted(_args(step.args, out), step.const, step.take)
+        return _stream(step, index, _shifted(_args(step.args, out), step.const, step.take), landed)
     if isinstance(step, Cancel):
         # The value stays for its consumers (a lost cancel is judged once, on the Cancel step:
         # see _judged); the step itself must raise.
@@ -257,6 +273,17 @@ def _shifted(args: Expected, const: int, take: int) -> Expected:
     if not isinstance(args.value, int):
         return args
     return Expected(tuple(args.value + const + i for i in range(take)), args.errors)
+
+
+def _stream(step: Stream, index: int, items: Expected, landed: Sequence[Fault]) -> Expected:
+    """A stream whose worker was SIGKILLed mid-stream: run again while a retry is left (Ray's
+    generator guide: task fault tolerance works with generator tasks), else the item after the
+    last one yielded raises; the driver took those before the kill."""
+    killed = any(f.kind is FaultKind.KILL_WORKER and f.victim == index for f in landed)
+    spent = attempts(step.max_retries, False, killed=killed, flaky=False) is not None
+    if spent and isinstance(items.value, tuple) and step.take > step.held_at():
+        return items.must(TABLE[Situation.KILLED_TASK])
+    return items
 
 
 def _task(program: Program, index: int, step: Task, landed: Sequence[Fault], args: Expected,
@@ -332,8 +359,10 @@ def _call(program: Program, index: int, step: Call, landed: Sequence[Fault],
     assert isinstance(spec, Actor)
     for fault in (f for f in landed if f.kind.kills_actor and program.actor_of(f) == step.actor):
         result = _call_under_kill(result, index, step, spec, fault)
-        if spec.max_restarts != 0 and _dropped_stored_args(program, spec):
+        if _restarts(spec, fault) and _dropped_stored_args(program, spec):
             result = result.may(Situation.RESTART_WITHOUT_ARGS)
+    if any(f.kind is FaultKind.CANCEL and f.victim == index for f in landed):
+        result = result.may(Situation.CANCELLED_CALL)  # flagged, not interrupted: its value may come back
     failing = any(f.kind is FaultKind.RPC_FAILURES for f in landed) and step.actor in program.on_rpc_node()
     return result.may(Situation.CALL_ON_FAILING_NODE) if failing else result
 
@@ -345,14 +374,23 @@ def _dropped_stored_args(program: Program, spec: Actor) -> bool:
     return any(a.source in program.dropped() & stored for a in spec.args)
 
 
+def _restarts(spec: Actor, fault: Fault) -> bool:
+    """Does the actor restart after ``fault``? Not without restarts, nor after ``ray.kill`` with
+    ``no_restart`` (its reference: "Whether or not this actor should be restarted")."""
+    return spec.max_restarts != 0 and fault.kind is not FaultKind.RAY_KILL_NO_RESTART
+
+
 def _call_under_kill(result: Expected, index: int, step: Call, spec: Actor, fault: Fault) -> Expected:
     """A call of a killed actor: dead for good without restarts; at most once without task
-    retries; what it put before the kill is lost with its owner."""
+    retries; what it put before the kill is lost with its owner; running at a ``ray.kill``, it
+    may fail whatever its retries."""
     hit = index > fault.after or index == fault.victim  # queued after, or in flight at the kill
     if step.boxed and index <= fault.after and index != fault.victim:  # restarts or not
         result = result.may(Situation.OWNED_BY_KILLED)
-    if spec.max_restarts == 0:
+    if not _restarts(spec, fault):
         return result.must(TABLE[Situation.CALL_OF_DEAD_ACTOR]) if hit else result.may(Situation.CALL_OF_DEAD_ACTOR)
+    if fault.kind is FaultKind.RAY_KILL and index == fault.victim:
+        result = result.may(Situation.INTERRUPTED_BY_RAY_KILL)
     if spec.max_task_retries == 0 and (hit or index <= fault.after):
         result = result.may(Situation.CALL_WITHOUT_RETRIES)
     return result
@@ -483,7 +521,9 @@ def judge(program: Program, landed: Sequence[Fault], seen: dict[int, Observed | 
           processes: Processes = Processes()) -> list[Failure]:
     """Every step the run observed against the oracle's outcome for it."""
     faults = tuple(sorted({f.kind for f in landed}, key=lambda k: k.value))
-    cancelled = {f.victim: f.kind is FaultKind.FORCE_CANCEL for f in landed if f.kind.cancels}
+    # A cancelled task must raise; a cancelled actor call is flagged, not interrupted (see _call).
+    cancelled = {f.victim: f.kind is FaultKind.FORCE_CANCEL for f in landed
+                 if f.kind.cancels and isinstance(program.steps[f.victim], Task)}
     failures = []
     for index, outcome in enumerate(expect(program, landed, processes=processes)):
         step, observed = program.steps[index], seen.get(index)

@@ -3,13 +3,16 @@ bound, and judge it against the oracle."""
 
 from __future__ import annotations
 
+import enum
 import gc
 import tempfile
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from chaos.cluster import shared_host_worker_args
 from chaos.history import Verdict
@@ -44,6 +47,8 @@ from scenarios.hunt._oracle import (
 )
 from scenarios.hunt._rpc import HUNT_RPC, Injected, Injections, Window, rpc_raylet
 
+T = TypeVar("T")
+
 #: Seconds every get of a program shares: past it, what has not ended is a hang.
 BOUND = 30.0
 #: The least a get waits once the shared bound is spent (so one hang does not hide the rest).
@@ -61,11 +66,40 @@ GCS_DOWN = 0.5
 CANCEL_BOUND = 10.0
 #: Seconds the replacement of a removed node has to join.
 NODE_BOUND = 60.0
+#: Seconds an actor's process has to exit after ``ray.kill`` (else the kill is missed).
+KILL_BOUND = 10.0
 #: The replacement node's object store (bytes): small, as the hunt's own.
 REPLACEMENT_STORE = 96 * 1024 * 1024
 #: Bytes an object node removal's victim pads its return with: past Ray's 100 KiB inline
 #: limit (``max_direct_call_object_size``), so the value lives in its node's object store.
 STORED_PAD = 256 * 1024
+
+
+class Phase(enum.Enum):
+    """A part of a program's run, timed."""
+
+    DRIVE = "submit and land faults"
+    OBSERVE = "get every value"
+    CLEAN_UP = "release, cancel, kill actors"
+    REPLACE = "wait for a late replacement node"
+    PROBE = "probe the cluster"
+
+
+class _Phases:
+    """Seconds per phase of one run."""
+
+    def __init__(self) -> None:
+        self.spent: dict[Phase, float] = {}
+
+    def timed(self, phase: Phase, work: Callable[[], T]) -> T:
+        started = time.monotonic()
+        try:
+            return work()
+        finally:
+            self.spent[phase] = self.spent.get(phase, 0.0) + time.monotonic() - started
+
+    def seconds(self) -> tuple[tuple[Phase, float], ...]:
+        return tuple(self.spent.items())
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +112,8 @@ class ProgramVerdict:
     missed: tuple[Fault, ...]
     failures: tuple[Failure, ...]
     slowest: float
+    #: Seconds the run spent in each phase (where a hunt's time goes: benchmarks/hunt.py sums them).
+    phases: tuple[tuple[Phase, float], ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -123,6 +159,15 @@ def _known_note(failure: Failure) -> str:
 
 
 @dataclass
+class _Taking:
+    """A stream being consumed: its generator, when it started, the items taken so far."""
+
+    gen: Any
+    started: float
+    items: list[int] = field(default_factory=list)
+
+
+@dataclass
 class Interpreter:
     """Submits a program's steps in order, lands each fault once its step is submitted, then
     gets every value. One per program run; its methods are the seams tests plant bugs in."""
@@ -148,22 +193,28 @@ class Interpreter:
     kills: set[int] = field(default_factory=set)
     #: The raylet of the HUNT_RPC node (its pid): it leases, feeds and answers the steps placed there.
     rpc_raylet: int | None = None
+    #: A late replacement of the removed node, joining in the background (joined before the probe).
+    replacing: threading.Thread | None = None
+    #: Streams being consumed: their generator, and the items taken so far.
+    streams: dict[int, _Taking] = field(default_factory=dict)
 
     def run(self) -> ProgramVerdict:
         injections = self._injections()
+        clock = _Phases()
         with tempfile.TemporaryDirectory(prefix="hunt-") as marks:
             self.marks = marks
             try:
-                failures = [*self._drive(), *self._observe_all()]
+                failures = clock.timed(Phase.DRIVE, self._drive) + clock.timed(Phase.OBSERVE, self._observe_all)
             finally:
-                self._clean_up()
+                clock.timed(Phase.CLEAN_UP, self._clean_up)
+                clock.timed(Phase.REPLACE, self._replaced)
             self._judge_rpc_failures(injections)  # before the probe: its failures carry the fault
-            failures += self._cluster_usable()  # once what the program left running is cancelled
+            failures += clock.timed(Phase.PROBE, self._cluster_usable)  # once what it left running is cancelled
             processes = self.processes()  # while the marks are there
         failures = [*judge(self.program, self.landed, self.seen, processes=processes), *failures]
         slowest = max((o.seconds for o in self.seen.values() if isinstance(o, Observed)), default=0.0)
         return ProgramVerdict(program=self.program, landed=tuple(self.landed), missed=tuple(self.missed),
-                              failures=tuple(failures), slowest=slowest)
+                              failures=tuple(failures), slowest=slowest, phases=clock.seconds())
 
     def _drive(self) -> list[Failure]:
         """Submit every step and land every fault; a raise here is the driver crashing."""
@@ -171,10 +222,11 @@ class Interpreter:
             for index, step in enumerate(self.program.steps):
                 self.submitted[index] = time.time()
                 self.refs[index] = self.submit(index, step)
-                if isinstance(step, Stream):  # consumed as it is submitted: its result is in
-                    self.ended[index] = time.time()
                 for fault in (f for f in self.program.faults if f.after == index):
                     self.land(fault)
+                if isinstance(step, Stream):  # consumed as it is submitted (a held one, after its fault)
+                    self.finish(index, step)
+                    self.ended[index] = time.time()
         except Exception as exc:  # noqa: BLE001 - the driver must never raise: a finding
             return [Failure(Signature(step=None, faults=self._fault_kinds(), seen=Seen.DRIVER_CRASH,
                                       detail=type(exc).__name__),
@@ -253,26 +305,40 @@ class Interpreter:
         ray.cancel(ref, force=step.force)
         return ref
 
-    def consume(self, index: int, step: Stream) -> None:
-        """Take ``step.take`` items of a streaming generator; the rest are left unconsumed."""
+    def consume(self, index: int, step: Stream) -> Any:
+        """Start a streaming generator and take its first items: all ``step.take`` of them, or,
+        held for a fault, those it yields before it waits (:meth:`finish` takes the rest)."""
         from scenarios.hunt._remote import hunt_stream, remote
 
-        started = time.monotonic()
-        gen = remote(hunt_stream).options(num_returns="streaming", resources=self.placement(index)).remote(
-            step.const, step.count, *self.args(step.args), marks=self.marks, index=index, pad=step.size)
-        items: list[int] = []
+        held = index in self.program.held()
+        gen = remote(hunt_stream).options(num_returns="streaming", max_retries=step.max_retries,
+                                          name=self.name(index), resources=self.placement(index)).remote(
+            step.const, step.count, *self.args(step.args), marks=self.marks, index=index, pad=step.size,
+            held_at=step.held_at() if held else -1)
+        self.streams[index] = _Taking(gen=gen, started=time.monotonic())
+        self.take(index, step, min(step.take, step.held_at()) if held else step.take)
+        return gen
+
+    def finish(self, index: int, step: Stream) -> None:
+        """Take the rest of the stream's ``take`` items (after its fault, if it was held), and record them."""
+        taking = self.streams.pop(index)
+        self.take(index, step, step.take)
+        if index not in self.seen:
+            self.seen[index] = Observed(value=tuple(taking.items), seconds=time.monotonic() - taking.started)
+
+    def take(self, index: int, step: Stream, upto: int) -> None:
+        """Take items until ``upto`` are in (bounded); a hang or an exception is the step's outcome."""
+        taking = self.streams[index]
         try:
-            for _ in range(step.take):
-                ref = self.next_item(gen, started)
+            while index not in self.seen and len(taking.items) < upto:
+                ref = self.next_item(taking.gen, taking.started)
                 if ref is None:
-                    self.seen[index] = Observed(hung=True, seconds=time.monotonic() - started)
+                    self.seen[index] = Observed(hung=True, seconds=time.monotonic() - taking.started)
                     return
-                item = self._get(ref, started)
-                items.append(item[0] if step.size else item)
+                item = self._get(ref, taking.started)
+                taking.items.append(item[0] if step.size else item)
         except Exception as exc:  # noqa: BLE001 - judged against the table
-            self.seen[index] = observed_error(exc, started)
-            return
-        self.seen[index] = Observed(value=tuple(items), seconds=time.monotonic() - started)
+            self.seen[index] = observed_error(exc, taking.started)
 
     def next_item(self, gen: Any, started: float) -> Any:
         """The generator's next ref within the shared bound, or None when none came: Ray 2.60's
@@ -337,7 +403,7 @@ class Interpreter:
             return
         if fault.kind is FaultKind.OBJECT_NODE_REMOVAL:
             stored = self.cluster is not None and self._stored(fault.victim)  # no removable node: missed
-            (self.landed if stored and self.remove_node() else self.missed).append(fault)
+            (self.landed if stored and self.remove_node(fault.replace_after) else self.missed).append(fault)
             return
         held = fault.victim in self.program.held()
         try:
@@ -345,7 +411,10 @@ class Interpreter:
                 self.missed.append(fault)
                 return
             if fault.kind.removes_node:
-                (self.landed if self.remove_node() else self.missed).append(fault)
+                (self.landed if self.remove_node(fault.replace_after) else self.missed).append(fault)
+                return
+            if fault.kind.ray_kills:
+                (self.landed if self.ray_kill(fault) else self.missed).append(fault)
                 return
             target = (TaskTarget(self.name(fault.victim)) if fault.kind is FaultKind.KILL_WORKER
                       else ActorTarget.of(self.refs[self.program.actor_of(fault)]))
@@ -370,6 +439,9 @@ class Interpreter:
             if not self._started(fault.victim):
                 self.missed.append(fault)
                 return
+            if isinstance(self.program.steps[fault.victim], Call):
+                (self.landed if self.cancel_call(fault) else self.missed).append(fault)
+                return
             running, ref = self._running(fault.victim), self.refs[fault.victim]
             ray.cancel(ref, force=force)
             self.landed.append(fault)
@@ -379,9 +451,66 @@ class Interpreter:
         finally:
             Path(self.marks, f"release-{fault.victim}").touch()
 
-    def remove_node(self) -> bool:
+    def cancel_call(self, fault: Fault) -> bool:
+        """``ray.cancel`` a held actor call: Ray flags a regular actor's running call rather than
+        interrupting it, so it lands once the call saw the flag (its ``flagged`` mark, within
+        :data:`CANCEL_BOUND`); the caller releases it either way."""
+        import ray
+
+        from chaos import wait_until
+        from chaos.errors import HangError
+
+        ray.cancel(self.refs[fault.victim], force=False)
+        flagged = Path(self.marks, f"flagged-{fault.victim}")
+        try:
+            wait_until(flagged.exists, timeout=CANCEL_BOUND, interval=0.01,
+                       what=f"call {fault.victim} to see its cancel")
+        except HangError:
+            return False
+        return True
+
+    def ray_kill(self, fault: Fault) -> bool:
+        """``ray.kill`` the fault's actor (``no_restart`` for RAY_KILL_NO_RESTART); landed once
+        the process it ran in has exited (within :data:`KILL_BOUND`), else missed."""
+        import ray
+
+        from chaos import wait_until
+        from chaos.errors import HangError
+
+        actor = self.program.actor_of(fault)
+        pid = self._running(fault.victim) if fault.victim != actor else None
+        pid = pid if pid is not None else self._actor_pid(actor)
+        if pid is None:
+            return False
+        ray.kill(self.refs[actor], no_restart=fault.kind is FaultKind.RAY_KILL_NO_RESTART)
+        try:
+            wait_until(lambda: _exited(pid), timeout=KILL_BOUND, interval=0.01, what=f"actor process {pid} to exit")
+        except HangError:
+            return False
+        return True
+
+    def _actor_pid(self, index: int) -> int | None:
+        """The process actor ``index`` runs in now (Ray's State API), once it is alive (bounded)."""
+        from ray.util.state import get_actor
+
+        from chaos import wait_until
+        from chaos.errors import HangError
+
+        actor_id = self.refs[index]._actor_id.hex()
+
+        def alive() -> int | None:
+            state = get_actor(actor_id, address=self.address, timeout=int(self.bound))
+            return state.pid if state is not None and state.state == "ALIVE" and state.pid else None
+
+        try:
+            return int(wait_until(alive, timeout=self.bound, interval=0.05, what=f"actor {index} to be alive"))
+        except HangError:
+            return None  # its constructor failed, or it never came up: nothing to kill
+
+    def remove_node(self, replace_after: float = 0.0) -> bool:
         """Remove the cluster's one HUNT_NODE node at once (its raylet and workers SIGKILLed),
-        then add a replacement with the same resource; False (missed) without such a node."""
+        then add a replacement with the same resource, at once or ``replace_after`` seconds later
+        in the background (joined before the program's probe); False (missed) without such a node."""
         nodes = self._removable()
         if len(nodes) != 1:
             return False
@@ -389,10 +518,22 @@ class Interpreter:
             self.cluster.remove_node(nodes[0], allow_graceful=False)  # asserts its processes are gone
         except Exception:  # noqa: BLE001 - fail closed: a removal not confirmed is missed
             return False
+        if not replace_after:
+            self._replace()
+            return True
+        self.replacing = threading.Timer(replace_after, self._replace)
+        self.replacing.start()
+        return True
+
+    def _replace(self) -> None:
         self.cluster.add_node(num_cpus=1, object_store_memory=REPLACEMENT_STORE, resources={HUNT_NODE: 100.0},
                               **shared_host_worker_args())
         self.cluster.wait_for_nodes(timeout=NODE_BOUND)
-        return True
+
+    def _replaced(self) -> None:
+        """Wait for a late replacement (bounded), so the next program finds its removable node."""
+        if self.replacing is not None:
+            self.replacing.join(timeout=max(f.replace_after for f in self.program.faults) + NODE_BOUND)
 
     def restart_gcs(self) -> bool:
         """SIGKILL the GCS and start it again (:class:`chaos.KillGcs`, confirmed answering with
@@ -517,12 +658,14 @@ class Interpreter:
         return [n for n in nodes if HUNT_NODE in (n._ray_params.resources or {})]
 
     def _started(self, index: int) -> bool:
-        """Wait until the held step says it started (True) or its ref ended first (False)."""
+        """Wait until the held step says it started (True) or its ref ended first (False); a
+        stream's generator, when its task has ended (an item ready is no end)."""
         import ray
 
         from chaos import wait_until
 
         marker, ref = Path(self.marks, f"started-{index}"), self.refs[index]
+        ref = ref.completed() if index in self.streams else ref
 
         def decided() -> str | None:
             if marker.exists():
@@ -600,6 +743,16 @@ class Interpreter:
                     ray.cancel(ref, force=not isinstance(step, Call))
             except Exception:  # noqa: BLE001 - best effort: the next program starts clean anyway
                 pass
+
+
+def _exited(pid: int) -> bool:
+    """Has process ``pid`` exited (gone, or a zombie its parent has not reaped yet)?"""
+    import psutil
+
+    try:
+        return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return True
 
 
 def _positions(refs: list[Any], subset: list[Any]) -> list[int]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from scenarios.hunt._model import Actor, Call, Cancel, Drop, Naming, Program, Put, Stream, Task, Wait
+from scenarios.hunt._model import Actor, Call, Cancel, Drop, FaultKind, Naming, Program, Put, Stream, Task, Wait
 from scenarios.hunt._run import ProgramVerdict
 
 
@@ -71,6 +71,11 @@ def fault_labels(verdict: ProgramVerdict) -> set[str]:
     labels = {f"fault landed: {f.kind.value}" for f in verdict.landed}
     labels |= {f"fault missed: {f.kind.value}" for f in verdict.missed}
     program = verdict.program
+    for fault in (f for f in verdict.landed if isinstance(program.steps[f.victim], Stream)
+                  and f.kind is FaultKind.KILL_WORKER):
+        stream = program.steps[fault.victim]
+        assert isinstance(stream, Stream)
+        labels.add("stream: its worker killed mid-stream, " + ("retried" if stream.max_retries else "no retries"))
     for fault in verdict.landed:
         actor = program.steps[program.actor_of(fault)] if fault.kind.kills_actor else None
         if isinstance(actor, Actor) and actor.max_restarts != 0 and any(
@@ -81,9 +86,19 @@ def fault_labels(verdict: ProgramVerdict) -> set[str]:
         victim = program.steps[fault.victim]
         if isinstance(victim, Task) and victim.max_retries > 0:
             labels.add("cancel fault: a task with retries left")
+        if isinstance(victim, Call):
+            labels.add("cancel fault: an actor call (flagged)")
         if any(fault.victim in program.depends(i) for i in range(fault.victim + 1, fault.after + 1)):
             labels.add("cancel fault: after its dependents were submitted")
-    return labels or {"no fault"}
+    return labels | _lifecycle_labels(verdict) or {"no fault"}
+
+
+def _lifecycle_labels(verdict: ProgramVerdict) -> set[str]:
+    """A late replacement of a removed node, and several GCS restarts in one program."""
+    late = any(f.kind.removes_node and f.replace_after > 0 for f in verdict.landed)
+    restarts = sum(f.kind is FaultKind.GCS_RESTART for f in verdict.landed)
+    return {label for label, on in (("node removal: its replacement joined late", late),
+                                    ("gcs_restart: several in one program", restarts > 1)) if on}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

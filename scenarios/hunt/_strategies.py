@@ -10,6 +10,7 @@ from scenarios.hunt._model import (
     BLOCKING,
     GETTABLE,
     ITEM_SIZES,
+    LATE_REPLACEMENT,
     SIZES,
     SLOW_RESTART,
     Actor,
@@ -94,7 +95,7 @@ def _step(draw: Any, steps: list[Step]) -> Step:
     if kind is StepKind.STREAM:
         count = draw(st.integers(1, 4))
         return Stream(const=const, count=count, take=draw(st.integers(0, count)), args=_args(draw, steps),
-                      size=_size(draw, ITEM_SIZES))
+                      size=_size(draw, ITEM_SIZES), max_retries=draw(st.sampled_from([0, 1, 3])))
     if kind is StepKind.WAIT:
         sources = tuple(sorted(draw(st.lists(st.sampled_from(gettable), min_size=1, max_size=3, unique=True))))
         return Wait(sources=sources, num_returns=draw(st.integers(1, len(sources))),
@@ -137,13 +138,19 @@ def _rpc(draw: Any, program: Program) -> Fault | None:
     return Fault(FaultKind.RPC_FAILURES, victim, victim)
 
 
+#: The most GCS restarts one program has (each at its own moment).
+MAX_GCS_RESTARTS = 2
+
+
 def _gcs(draw: Any, program: Program) -> Fault | None:
     """A GCS restart after any step (drawn for that step, landing once it or a later one is
-    submitted), once a program."""
-    if any(f.kind is FaultKind.GCS_RESTART for f in program.faults):
+    submitted), at most :data:`MAX_GCS_RESTARTS` a program, each after a step of its own."""
+    restarts = {f.after for f in program.faults if f.kind is FaultKind.GCS_RESTART}
+    if len(restarts) >= MAX_GCS_RESTARTS:
         return None
     victim = draw(st.integers(0, len(program.steps) - 1))
-    return Fault(FaultKind.GCS_RESTART, victim, draw(st.integers(victim, len(program.steps) - 1)))
+    after = draw(st.integers(victim, len(program.steps) - 1))
+    return None if after in restarts else Fault(FaultKind.GCS_RESTART, victim, after)
 
 
 def _taken(program: Program) -> set[int]:
@@ -151,7 +158,9 @@ def _taken(program: Program) -> set[int]:
     RPCs (a step there is no other fault's: it would be placed on two nodes), else the victim
     step; and the values the driver drops (a fault's victim is a value it still holds)."""
     faulted = {program.actor_of(f) if f.kind.kills_actor else f.victim for f in program.faults}
-    return faulted | program.on_rpc_node() | program.dropped()
+    cancelled_calls = {s.actor for f in program.faults if f.kind.cancels
+                       and isinstance(s := program.steps[f.victim], Call)}  # its actor is held busy
+    return faulted | cancelled_calls | program.on_rpc_node() | program.dropped()
 
 
 def _pressure(draw: Any, program: Program) -> Fault | None:
@@ -174,12 +183,14 @@ def _kill(draw: Any, program: Program) -> Fault | None:
     on another held step (it could not start before that one's fault)."""
     steps, taken, held = program.steps, _taken(program), program.held()
     candidates = [i for i, s in enumerate(steps)
-                  if s.kind in (StepKind.TASK, StepKind.ACTOR, StepKind.CALL)
+                  if s.kind in (StepKind.TASK, StepKind.ACTOR, StepKind.CALL, StepKind.STREAM)
                   and (s.actor if isinstance(s, Call) else i) not in taken and i not in taken
                   and not (program.depends(i) & held)]
     if not candidates:
         return None
     victim = draw(st.sampled_from(candidates))
+    if steps[victim].kind is StepKind.STREAM:  # killed mid-stream, as the driver consumes it
+        return Fault(FaultKind.KILL_WORKER, victim, victim)
     after = _moment(draw, steps, victim)
     if steps[victim].kind is StepKind.TASK:
         # Lineage reconstruction runs the task again, which needs its arguments: not one the driver dropped.
@@ -188,13 +199,22 @@ def _kill(draw: Any, program: Program) -> Fault | None:
         cancels = [FaultKind.CANCEL, FaultKind.FORCE_CANCEL]
         kind = draw(st.sampled_from([FaultKind.KILL_WORKER] * 3 + removals + cancels))
         # Its value's only copy is lost once the task ends, before a later step pulls a second one.
-        return Fault(kind, victim, victim if kind is FaultKind.OBJECT_NODE_REMOVAL else after)
+        return Fault(kind, victim, victim if kind is FaultKind.OBJECT_NODE_REMOVAL else after,
+                     _replacement(draw, kind))
     actor = steps[victim].actor if isinstance(steps[victim], Call) else victim
     owns = any(isinstance(s, Call) and s.actor == actor and s.boxed and i <= after and i != victim
                for i, s in enumerate(steps))
     kill = FaultKind.OWNER_DEATH if owns else FaultKind.KILL_ACTOR
-    kinds = [kill] * 3 + ([] if _removed(program) else [FaultKind.ACTOR_NODE_REMOVAL])
-    return Fault(draw(st.sampled_from(kinds)), victim, after)
+    kinds = [kill] * 3 + [FaultKind.RAY_KILL, FaultKind.RAY_KILL_NO_RESTART]
+    kinds += [] if _removed(program) else [FaultKind.ACTOR_NODE_REMOVAL]
+    kinds += [FaultKind.CANCEL] if isinstance(steps[victim], Call) else []  # a regular actor's call: flagged
+    kind = draw(st.sampled_from(kinds))
+    return Fault(kind, victim, after, _replacement(draw, kind))
+
+
+def _replacement(draw: Any, kind: FaultKind) -> float:
+    """When a removed node's replacement joins: at once more often than not, else late."""
+    return float(draw(st.sampled_from([0.0, 0.0, LATE_REPLACEMENT]))) if kind.removes_node else 0.0
 
 
 def _removed(program: Program) -> bool:
