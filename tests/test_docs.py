@@ -278,11 +278,17 @@ def test_a_block_that_defines_tests_is_run_under_pytest() -> None:
 PAGE_TESTS = sorted({b.path for b in BLOCKS if b.pytest})
 FIXTURES = ROOT / "tests" / "docs_fixtures"
 
+#: Pages whose tests run under make deep only (CI's hour): a user's own suite under the plugin is
+#: shown in make slow by test_quickstart_pytest_on_your_own_actor and tests/test_example_suite.py.
+DEEP_PAGES = {"docs/how-to/pytest-plugin.md", "docs/how-to/test-your-actor.md"}
+
 
 @pytest.mark.ray
 @pytest.mark.slow
 @pytest.mark.usefixtures("no_shared_cluster")
-@pytest.mark.parametrize("page", PAGE_TESTS, ids=[str(p.relative_to(ROOT)) for p in PAGE_TESTS])
+@pytest.mark.parametrize("page", [pytest.param(p, marks=[pytest.mark.deep] if str(p.relative_to(ROOT)) in DEEP_PAGES
+                                               else []) for p in PAGE_TESTS],
+                         ids=[str(p.relative_to(ROOT)) for p in PAGE_TESTS])
 def test_the_tests_a_page_shows_pass(page: Path, pytester: pytest.Pytester) -> None:
     blocks = [b for b in BLOCKS if b.path == page and b.pytest]
     for block in blocks:

@@ -97,6 +97,7 @@ def run_project(pytester: pytest.Pytester, rounds: int) -> list[dict[str, Any]]:
 
 
 @pytest.mark.slow
+@pytest.mark.deep  # CI's hour: make slow counts a deposit twice in flight (tests/test_machine_in_flight.py)
 @pytest.mark.ray
 def test_the_docs_ledger_counts_each_acknowledged_deposit_once_and_its_plain_variant_twice(
         pytester: pytest.Pytester) -> None:

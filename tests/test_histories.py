@@ -115,6 +115,7 @@ def test_a_dedupe_that_assumes_ordered_retries_is_caught(ray_cluster: ClusterHan
 
 
 @pytest.mark.slow
+@pytest.mark.deep  # CI's hour: make slow checks the counter's history under random kills
 def test_the_parameter_server_applies_each_push_once_in_a_replayable_order(
         ray_cluster: ClusterHandle, tmp_path: Path) -> None:
     server = start_server(str(tmp_path / "ckpt"))

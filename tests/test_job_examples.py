@@ -76,6 +76,7 @@ def _fails_without_fault_tolerance(example: str, command: str, report: Path) -> 
     assert "job_succeeded" in out.stdout and "BROKEN" in out.stdout
 
 
+@pytest.mark.deep  # CI's hour: make slow runs the Tune example given up under a kill (below)
 @pytest.mark.timeout(RUN_BOUND + 120)
 def test_tune_example_survives_a_killed_trial(tmp_path: Path) -> None:
     before = _tune_folders()

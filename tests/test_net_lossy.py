@@ -180,7 +180,10 @@ def _run(name: str, params: dict[str, object] | None = None, *,
 @pytest.mark.usefixtures("no_shared_cluster")
 # CI's budget: make slow runs the lossy network, make deep the bandwidth cap too (its fault is
 # confirmed in make slow by tests/test_net_faults.py).
-@pytest.mark.parametrize("name", ["lossy-network", pytest.param("bandwidth-starved", marks=pytest.mark.deep)])
+# Both under make deep (CI's hour); make slow measures packet loss and a bandwidth cap themselves
+# (tests/test_net_faults.py).
+@pytest.mark.parametrize("name", [pytest.param("lossy-network", marks=pytest.mark.deep),
+                                  pytest.param("bandwidth-starved", marks=pytest.mark.deep)])
 def test_the_scenario_holds_under_its_fault_and_its_twin_misses_the_fault(name: str) -> None:
     from scenarios.model._scenario import load_scenario
 

@@ -38,6 +38,7 @@ def _runs(params: dict[str, object], *, baseline: bool) -> dict[RunLabel, dict[s
     return {run.label: {v.name: v for v in run.verdicts} for run in run_scenario(scenario, baseline=baseline)}
 
 
+@pytest.mark.deep  # CI's hour: make slow runs the scenario under Ctrl-C (below) and each partition (test_net_faults)
 def test_partition_worker_holds_its_invariants_and_its_twin_misses_the_partition() -> None:
     runs = _runs({}, baseline=True)
     verdicts, twin = runs[RunLabel.CHAOS], runs[RunLabel.BASELINE]

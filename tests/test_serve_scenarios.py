@@ -118,6 +118,7 @@ def in_the_example(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(EXAMPLE)
 
 
+@pytest.mark.deep  # CI's hour: make slow runs the four Serve scenarios, each beside its twin
 @pytest.mark.usefixtures("in_the_example")
 def test_the_serve_example_holds_beside_its_fault_free_twin(ray_cluster: ClusterHandle) -> None:
     baseline, chaos = _one_kill_held_beside_its_twin("serve-app.toml", ray_cluster.address)
