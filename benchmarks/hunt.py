@@ -45,6 +45,9 @@ class Reporter:
 
 #: Seconds spent in each phase of the programs' runs, summed over the hunt.
 SPENT: Counter[str] = Counter()
+#: Seconds spent landing (or missing) each kind of fault, and how many there were.
+LANDING: Counter[str] = Counter()
+LANDING_COUNT: Counter[str] = Counter()
 
 
 def hunt(minutes: float) -> tuple[Counter[str], dict[str, ProgramVerdict], int]:
@@ -71,6 +74,9 @@ def hunt(minutes: float) -> tuple[Counter[str], dict[str, ProgramVerdict], int]:
                                   rpc_failures=True)
             ran += 1
             SPENT.update({phase.value: seconds for phase, seconds in verdict.phases})
+            for kind, seconds in verdict.landing:
+                LANDING[kind.value] += seconds
+                LANDING_COUNT[kind.value] += 1
             for label in sorted(features(program) | fault_labels(verdict)):
                 event(label)
                 stats[label] += 1
@@ -105,6 +111,9 @@ def main() -> None:
     print("\n| phase of a program's run | seconds | share |\n|---|---:|---:|")
     for phase, seconds in SPENT.most_common():
         print(f"| {phase} | {seconds:.0f} | {seconds / total:.0%} |")
+    print("\n| fault kind | landings tried | seconds landing them | each (mean) |\n|---|---:|---:|---:|")
+    for kind, seconds in LANDING.most_common():
+        print(f"| {kind} | {LANDING_COUNT[kind]} | {seconds:.0f} | {seconds / LANDING_COUNT[kind]:.2f} |")
     print("\nfailure classes (first program of each, replayable):")
     for label, verdict in classes.items():
         known = "" if label in new else ", undocumented" if label in silent else ", known"

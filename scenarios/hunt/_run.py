@@ -114,6 +114,8 @@ class ProgramVerdict:
     slowest: float
     #: Seconds the run spent in each phase (where a hunt's time goes: benchmarks/hunt.py sums them).
     phases: tuple[tuple[Phase, float], ...] = ()
+    #: Seconds each fault took to land or miss (part of the DRIVE phase), by its kind.
+    landing: tuple[tuple[FaultKind, float], ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -197,6 +199,8 @@ class Interpreter:
     replacing: threading.Thread | None = None
     #: Streams being consumed: their generator, and the items taken so far.
     streams: dict[int, _Taking] = field(default_factory=dict)
+    #: Seconds each fault took to land (or miss), by its kind, in the order they came.
+    landing: list[tuple[FaultKind, float]] = field(default_factory=list)
 
     def run(self) -> ProgramVerdict:
         injections = self._injections()
@@ -214,7 +218,8 @@ class Interpreter:
         failures = [*judge(self.program, self.landed, self.seen, processes=processes), *failures]
         slowest = max((o.seconds for o in self.seen.values() if isinstance(o, Observed)), default=0.0)
         return ProgramVerdict(program=self.program, landed=tuple(self.landed), missed=tuple(self.missed),
-                              failures=tuple(failures), slowest=slowest, phases=clock.seconds())
+                              failures=tuple(failures), slowest=slowest, phases=clock.seconds(),
+                              landing=tuple(self.landing))
 
     def _drive(self) -> list[Failure]:
         """Submit every step and land every fault; a raise here is the driver crashing."""
@@ -223,7 +228,9 @@ class Interpreter:
                 self.submitted[index] = time.time()
                 self.refs[index] = self.submit(index, step)
                 for fault in (f for f in self.program.faults if f.after == index):
+                    started = time.monotonic()
                     self.land(fault)
+                    self.landing.append((fault.kind, time.monotonic() - started))
                 if isinstance(step, Stream):  # consumed as it is submitted (a held one, after its fault)
                     self.finish(index, step)
                     self.ended[index] = time.time()
