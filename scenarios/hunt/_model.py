@@ -267,7 +267,8 @@ class Fault:
     for the latter: the actor is dead for good whatever its ``max_restarts``); it lands once the
     actor's process has exited.
     ``replace_after`` (node removals only): seconds before the removed node's replacement joins
-    (0: at once; :data:`LATE_REPLACEMENT`: a late one, so what the node ran waits for somewhere to go)."""
+    (0: at once; :data:`LATE_REPLACEMENT`: a late one, so what the node ran waits for somewhere to go;
+    the driver goes on submitting steps meanwhile, and adds it, its delay over, before it blocks)."""
 
     kind: FaultKind
     victim: int

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from chaos.cluster import shared_host_worker_args
 from chaos.history import Verdict
 from scenarios.hunt._model import (
+    BLOCKING,
     CANCEL_HOLD,
     GETTABLE,
     Actor,
@@ -195,8 +196,8 @@ class Interpreter:
     kills: set[int] = field(default_factory=set)
     #: The raylet of the HUNT_RPC node (its pid): it leases, feeds and answers the steps placed there.
     rpc_raylet: int | None = None
-    #: A late replacement of the removed node, joining in the background (joined before the probe).
-    replacing: threading.Thread | None = None
+    #: When a late replacement of the removed node is due (``time.monotonic()``), until it joins.
+    replacement_due: float | None = None
     #: Streams being consumed: their generator, and the items taken so far.
     streams: dict[int, _Taking] = field(default_factory=dict)
     #: Seconds each fault took to land (or miss), by its kind, in the order they came.
@@ -208,10 +209,12 @@ class Interpreter:
         with tempfile.TemporaryDirectory(prefix="hunt-") as marks:
             self.marks = marks
             try:
-                failures = clock.timed(Phase.DRIVE, self._drive) + clock.timed(Phase.OBSERVE, self._observe_all)
+                failures = clock.timed(Phase.DRIVE, self._drive)
+                clock.timed(Phase.REPLACE, lambda: self.replace_late(due_or_not=True))
+                failures += clock.timed(Phase.OBSERVE, self._observe_all)
             finally:
                 clock.timed(Phase.CLEAN_UP, self._clean_up)
-                clock.timed(Phase.REPLACE, self._replaced)
+                clock.timed(Phase.REPLACE, lambda: self.replace_late(due_or_not=True))
             self._judge_rpc_failures(injections)  # before the probe: its failures carry the fault
             failures += clock.timed(Phase.PROBE, self._cluster_usable)  # once what it left running is cancelled
             processes = self.processes()  # while the marks are there
@@ -225,6 +228,8 @@ class Interpreter:
         """Submit every step and land every fault; a raise here is the driver crashing."""
         try:
             for index, step in enumerate(self.program.steps):
+                # A step the driver blocks in waits on what the late replacement brings back.
+                self.replace_late(due_or_not=step.kind in BLOCKING)
                 self.submitted[index] = time.time()
                 self.refs[index] = self.submit(index, step)
                 for fault in (f for f in self.program.faults if f.after == index):
@@ -328,8 +333,8 @@ class Interpreter:
 
     def finish(self, index: int, step: Stream) -> None:
         """Take the rest of the stream's ``take`` items (after its fault, if it was held), and record them."""
-        taking = self.streams.pop(index)
         self.take(index, step, step.take)
+        taking = self.streams.pop(index)
         if index not in self.seen:
             self.seen[index] = Observed(value=tuple(taking.items), seconds=time.monotonic() - taking.started)
 
@@ -397,6 +402,7 @@ class Interpreter:
         from chaos import ActorTarget, Chaos, Kill, TaskTarget
         from chaos.errors import ChaosError
 
+        self.replace_late(due_or_not=True)  # a later fault's victim may wait on the removed node's work
         if fault.kind is FaultKind.OBJECT_STORE_PRESSURE:
             self.press(fault)
             return
@@ -517,7 +523,7 @@ class Interpreter:
     def remove_node(self, replace_after: float = 0.0) -> bool:
         """Remove the cluster's one HUNT_NODE node at once (its raylet and workers SIGKILLed),
         then add a replacement with the same resource, at once or ``replace_after`` seconds later
-        in the background (joined before the program's probe); False (missed) without such a node."""
+        (:meth:`replace_late`); False (missed) without such a node."""
         nodes = self._removable()
         if len(nodes) != 1:
             return False
@@ -528,8 +534,7 @@ class Interpreter:
         if not replace_after:
             self._replace()
             return True
-        self.replacing = threading.Timer(replace_after, self._replace)
-        self.replacing.start()
+        self.replacement_due = time.monotonic() + replace_after
         return True
 
     def _replace(self) -> None:
@@ -537,10 +542,19 @@ class Interpreter:
                               **shared_host_worker_args())
         self.cluster.wait_for_nodes(timeout=NODE_BOUND)
 
-    def _replaced(self) -> None:
-        """Wait for a late replacement (bounded), so the next program finds its removable node."""
-        if self.replacing is not None:
-            self.replacing.join(timeout=max(f.replace_after for f in self.program.faults) + NODE_BOUND)
+    def replace_late(self, *, due_or_not: bool) -> None:
+        """Add the late replacement once it is due; ``due_or_not``: now, waiting out its delay
+        first (the driver is about to block on what may need it: a stream, a wait, the gets).
+        Ray starts a node from the main thread only (it installs signal handlers), so the driver
+        adds it between steps rather than a timer thread."""
+        if self.replacement_due is None:
+            return
+        left = self.replacement_due - time.monotonic()
+        if left > 0 and not due_or_not:
+            return
+        threading.Event().wait(max(0.0, left))  # the fault's own delay, drawn with the program
+        self.replacement_due = None
+        self._replace()
 
     def restart_gcs(self) -> bool:
         """SIGKILL the GCS and start it again (:class:`chaos.KillGcs`, confirmed answering with
