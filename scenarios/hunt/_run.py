@@ -200,6 +200,8 @@ class Interpreter:
     replacement_due: float | None = None
     #: Streams being consumed: their generator, and the items taken so far.
     streams: dict[int, _Taking] = field(default_factory=dict)
+    #: The probe's fresh actor (or what making it raised), made once every fault has landed.
+    probe: Any = None
     #: Seconds each fault took to land (or miss), by its kind, in the order they came.
     landing: list[tuple[FaultKind, float]] = field(default_factory=list)
 
@@ -210,6 +212,7 @@ class Interpreter:
             self.marks = marks
             try:
                 failures = clock.timed(Phase.DRIVE, self._drive)
+                clock.timed(Phase.PROBE, self._start_probe)  # every fault has landed: it starts while the gets wait
                 clock.timed(Phase.REPLACE, lambda: self.replace_late(due_or_not=True))
                 failures += clock.timed(Phase.OBSERVE, self._observe_all)
             finally:
@@ -565,7 +568,7 @@ class Interpreter:
             return False
         try:
             with Chaos(address=self.address).inject(KillGcs(seconds=GCS_DOWN)):
-                pass
+                threading.Event().wait(GCS_DOWN)  # the fault's length: the GCS stays down meanwhile
         except Exception:  # noqa: BLE001 - fail closed: a restart not confirmed is missed
             return False
         return True
@@ -726,19 +729,32 @@ class Interpreter:
     def remaining(self, started: float) -> float:
         return max(LAST_LOOK, self.bound - (time.monotonic() - started))
 
-    def _cluster_usable(self) -> list[Failure]:
-        """A trivial task and a fresh actor answer within :data:`PROBE_BOUND`."""
-        import ray
-
-        from scenarios.hunt._remote import HuntProbe, hunt_ping, remote
+    def _start_probe(self) -> None:
+        """Create the probe's fresh actor (on the head, no CPU) once every fault has landed, so
+        its worker starts while the driver gets the program's values; :meth:`_cluster_usable` asks it."""
+        from scenarios.hunt._remote import HuntProbe, remote
 
         try:  # on the head: the probe asks whether the cluster answers, not the faulty nodes
-            probe = remote(HuntProbe).options(resources=self.placement(-1)).remote()
+            self.probe = remote(HuntProbe).options(resources=self.placement(-1)).remote()
+        except Exception as exc:  # noqa: BLE001 - a finding, whatever it is: judged by the probe
+            self.probe = exc
+
+    def _cluster_usable(self) -> list[Failure]:
+        """A trivial task and the fresh actor (made once the faults landed) answer within :data:`PROBE_BOUND`."""
+        import ray
+
+        from scenarios.hunt._remote import hunt_ping, remote
+
+        try:
+            if isinstance(self.probe, Exception) or self.probe is None:
+                raise self.probe or RuntimeError("no probe actor was made")
             ping = remote(hunt_ping).options(resources=self.placement(-1)).remote(7)
-            answers = ray.get([ping, probe.ping.remote(8)], timeout=PROBE_BOUND)
-            ray.kill(probe)
+            answers = ray.get([ping, self.probe.ping.remote(8)], timeout=PROBE_BOUND)
         except Exception as exc:  # noqa: BLE001 - a finding, whatever it is
             answers = [repr(exc)]
+        finally:
+            if not isinstance(self.probe, Exception | None):
+                ray.kill(self.probe)  # answered or not: it outlives no program
         if answers == [7, 8]:
             return []
         return [Failure(Signature(None, self._fault_kinds(), Seen.CLUSTER_UNUSABLE), -1,
