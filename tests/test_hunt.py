@@ -488,7 +488,8 @@ GCS = FaultKind.GCS_RESTART
 
 def test_gcs_restarts_are_drawn_only_where_asked_for_several_in_a_program() -> None:
     twice = find(programs(gcs_restart=True), lambda p: sum(f.kind is GCS for f in p.faults) > 1, settings=DRAWN)
-    assert GCS not in twice.held() and not GCS.holds
+    assert not GCS.holds and not (twice.held() & {f.victim for f in twice.faults if f.kind is GCS} - {
+        f.victim for f in twice.faults if f.kind.holds})  # a restart holds nothing of its own
     fault_labels_of = fault_labels(ProgramVerdict(twice, twice.faults, (), (), 0.0))
     assert "gcs_restart: several in one program" in fault_labels_of
 
@@ -945,6 +946,8 @@ RETRYING = (Actor(1, max_restarts=-1, max_task_retries=-1), Call(0, 2), Call(0, 
 def test_ray_kill_restarts_a_restartable_actor_and_may_fail_the_call_it_interrupted() -> None:
     program = Program(RETRYING, (Fault(RAY_KILL, 1, 1),))
     assert expect(program, program.faults)[1:] == [Expected(3, DIED), Expected(4)]
+    idle = Program(RETRYING, (Fault(RAY_KILL, 0, 1),))  # call 1 was submitted before: maybe running at the kill
+    assert expect(idle, idle.faults)[1:] == [Expected(3, DIED), Expected(4)]
     assert judge(program, program.faults, {1: Observed(value=3), 2: Observed(value=4)}) == []
     died = Observed(error=ErrorKind.ACTOR_DIED, error_type="ActorDiedError")
     assert judge(program, program.faults, {1: died, 2: Observed(value=4)}) == []
@@ -965,16 +968,19 @@ def test_ray_kill_with_no_restart_leaves_the_actor_dead_whatever_its_max_restart
     assert expect(dropped, dropped.faults)[3] == Expected(None, ACTOR_ERRORS)
 
 
-def test_a_cancelled_call_is_flagged_not_interrupted_so_it_returns_its_value_or_is_cancelled() -> None:
+def test_a_cancelled_call_is_flagged_while_it_runs_so_its_get_raises_and_a_value_is_a_lost_cancel() -> None:
     program = Program((Actor(1), Call(0, 2), Call(0, 3)), (Fault(FaultKind.CANCEL, 1, 1),))
-    assert expect(program, program.faults)[1:] == [Expected(3, TABLE[Situation.CANCELLED_CALL]), Expected(4)]
+    assert expect(program, program.faults)[1:] == [Expected(None, TABLE[Situation.CANCELLED_CALL]), Expected(4)]
     cancelled = Observed(error=ErrorKind.TASK_CANCELLED, error_type="TaskCancelledError")
-    assert judge(program, program.faults, {1: Observed(value=3), 2: Observed(value=4)}) == []  # not a lost cancel
     assert judge(program, program.faults, {1: cancelled, 2: Observed(value=4)}) == []
+    lost = judge(program, program.faults, {1: Observed(value=3), 2: Observed(value=4)})
+    assert [(f.signature.seen, f.signature.detail) for f in lost] == [(Seen.CANCEL_LOST, "force=False")]
     crashed = Observed(error=ErrorKind.WORKER_CRASHED, error_type="WorkerCrashedError")
     planted = judge(program, program.faults, {1: crashed, 2: cancelled})  # the next call was not cancelled
     assert [f.signature.seen for f in planted] == [Seen.OUTSIDE_TABLE, Seen.OUTSIDE_TABLE]
-    assert [f.signature.seen for f in judge(program, program.faults, {1: Observed(value=4)})] == [Seen.WRONG_VALUE]
+    assert [f.signature.seen for f in judge(program, program.faults, {1: Observed(hung=True)})] == [Seen.HANG]
+    wrong = judge(program, program.faults, {1: cancelled, 2: Observed(value=5)})  # the next call's value
+    assert [f.signature.seen for f in wrong] == [Seen.WRONG_VALUE]
 
 
 def test_a_late_replacement_changes_no_outcome_and_is_for_node_removals_only() -> None:
@@ -1010,6 +1016,12 @@ def test_a_stream_killed_mid_stream_runs_again_with_a_retry_else_fails_past_what
     program = Program((Stream(0, 2, 2, max_retries=0),), (Fault(FaultKind.KILL_WORKER, 0, 0),))
     planted = judge(program, program.faults, {0: Observed(value=(0, 1))})  # the kill left it whole
     assert [f.signature.seen for f in planted] == [Seen.VALUE_NOT_ERROR]
+    crashed = Observed(value=(3, 4), error=ErrorKind.WORKER_CRASHED, error_type="WorkerCrashedError")
+    killed = Program((Put(1), Stream(2, 4, 3, (Arg(0),), max_retries=0)), (Fault(FaultKind.KILL_WORKER, 1, 1),))
+    assert judge(killed, killed.faults, {1: crashed}) == []  # the two it yielded, then the crash
+    wrong_first = judge(killed, killed.faults, {1: Observed(value=(3, 5), error=crashed.error,
+                                                            error_type=crashed.error_type)})
+    assert [f.signature.seen for f in wrong_first] == [Seen.WRONG_VALUE], wrong_first
     retried = Program((Stream(0, 2, 2, max_retries=1),), (Fault(FaultKind.KILL_WORKER, 0, 0),))
     for wrong, seen_as in ((Observed(value=(0, 0)), Seen.WRONG_VALUE), (Observed(hung=True), Seen.HANG),
                            (Observed(error=ErrorKind.WORKER_CRASHED, error_type="WorkerCrashedError"),
@@ -1023,4 +1035,18 @@ def test_a_streams_fault_is_a_worker_kill_landing_as_it_is_consumed() -> None:
     with pytest.raises(ValueError, match="KILL_WORKER"):
         Program((Stream(0, 2, 2),), (Fault(FaultKind.CANCEL, 0, 0),))
     drawn = find(programs(), lambda p: any(isinstance(p.steps[f.victim], Stream) for f in p.faults), settings=DRAWN)
-    assert all(f.victim in drawn.held() for f in drawn.faults if isinstance(drawn.steps[f.victim], Stream))
+    assert all(f.after == f.victim for f in drawn.faults if isinstance(drawn.steps[f.victim], Stream))
+
+
+def test_a_worker_running_the_hunts_actors_imports_neither_hypothesis_nor_pydantic_nor_the_oracle() -> None:
+    """Every actor a program makes starts a worker that imports the module defining it: with the
+    packages' names loaded eagerly it paid 1.2 s more (a fresh actor answered in 2.7 s, 1.4 s
+    without: Ray 2.60, 2026-12-06), which every program's probe paid again."""
+    import subprocess
+    import sys
+
+    heavy = ("hypothesis", "pydantic", "scenarios.hunt._oracle", "scenarios.hunt._run", "scenarios.runner._run")
+    code = f"import sys, scenarios.hunt._remote; print(sorted(m for m in {heavy!r} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+    assert hunt.Program is Program and "programs" in dir(hunt)  # the public names still load when used

@@ -146,6 +146,28 @@ def test_each_fault_kind_lands_on_what_the_oracle_judges(ray_cluster: ClusterHan
     assert not verdict.new, verdict.report()
 
 
+class CancelsAnother(Interpreter):
+    """A planted landing bug: the cancel goes to the call queued behind the held one."""
+
+    def cancel_call(self, fault: Fault) -> bool:
+        return super().cancel_call(Fault(fault.kind, fault.victim + 1, fault.after))
+
+
+def test_a_ray_kill_or_a_call_cancel_without_its_evidence_is_missed(ray_cluster: ClusterHandle,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail closed: an actor that never came up (its argument failed) has no process to see exit,
+    and a cancel the held call never saw flagged proves nothing."""
+    import scenarios.hunt._run as run
+
+    dead = Program((Task(0, flaky=True), Actor(1, (Arg(0),), max_restarts=1), Call(1, 2)),
+                   (Fault(FaultKind.RAY_KILL, 1, 2),))
+    assert list(run_program(dead, address=ray_cluster.address, bound=3.0).missed) == list(dead.faults)
+    monkeypatch.setattr(run, "CANCEL_BOUND", 2.0)
+    other = Program((Actor(1), Call(0, 2), Call(0, 3)), (Fault(FaultKind.CANCEL, 1, 2),))
+    verdict = CancelsAnother(other, ray_cluster.address).run()
+    assert list(verdict.missed) == list(other.faults) and not verdict.landed, verdict
+
+
 #: Big values and a dropped ref: a 4 MiB put is borrowed by a task (nested in a list) that is
 #: held running while the driver drops the put, then its worker is SIGKILLed: the retry gets the
 #: borrowed value again (Ray keeps what a pending task's arguments hold); a padded call and a

@@ -165,8 +165,8 @@ CITATIONS: dict[Situation, Citation] = {
     Situation.INTERRUPTED_BY_RAY_KILL: Citation(page="https://docs.ray.io/en/latest/ray-core/api/doc/ray.kill.html",
                                                 says=("This will interrupt any running tasks on the actor, causing "
                                                       "them to fail immediately.")),
-    # A regular actor's running call is flagged, not interrupted (so it may return its value), and
-    # the same reference says what a get of a cancelled actor task raises.
+    # A regular actor's running call is flagged, not interrupted, and the same reference says what a
+    # get of a cancelled actor task that "has been scheduled" raises: a value is a lost cancel.
     Situation.CANCELLED_CALL: Citation(page="https://docs.ray.io/en/latest/ray-core/api/doc/ray.cancel.html", says=(
         "Calling ray.get on a cancelled Task raises a TaskCancelledError if the Task has been scheduled or "
         "interrupted.")),
@@ -362,7 +362,7 @@ def _call(program: Program, index: int, step: Call, landed: Sequence[Fault],
         if _restarts(spec, fault) and _dropped_stored_args(program, spec):
             result = result.may(Situation.RESTART_WITHOUT_ARGS)
     if any(f.kind is FaultKind.CANCEL and f.victim == index for f in landed):
-        result = result.may(Situation.CANCELLED_CALL)  # flagged, not interrupted: its value may come back
+        result = result.must(TABLE[Situation.CANCELLED_CALL])  # flagged while it ran: scheduled, so it raises
     failing = any(f.kind is FaultKind.RPC_FAILURES for f in landed) and step.actor in program.on_rpc_node()
     return result.may(Situation.CALL_ON_FAILING_NODE) if failing else result
 
@@ -382,14 +382,15 @@ def _restarts(spec: Actor, fault: Fault) -> bool:
 
 def _call_under_kill(result: Expected, index: int, step: Call, spec: Actor, fault: Fault) -> Expected:
     """A call of a killed actor: dead for good without restarts; at most once without task
-    retries; what it put before the kill is lost with its owner; running at a ``ray.kill``, it
-    may fail whatever its retries."""
+    retries; what it put before the kill is lost with its owner; submitted before a ``ray.kill``
+    (so maybe running at it), it may fail whatever its retries, or, retried (the actor
+    fault-tolerance guide's at-least-once calls), return its value."""
     hit = index > fault.after or index == fault.victim  # queued after, or in flight at the kill
     if step.boxed and index <= fault.after and index != fault.victim:  # restarts or not
         result = result.may(Situation.OWNED_BY_KILLED)
     if not _restarts(spec, fault):
         return result.must(TABLE[Situation.CALL_OF_DEAD_ACTOR]) if hit else result.may(Situation.CALL_OF_DEAD_ACTOR)
-    if fault.kind is FaultKind.RAY_KILL and index == fault.victim:
+    if fault.kind is FaultKind.RAY_KILL and index <= fault.after:  # it may have been running at the kill
         result = result.may(Situation.INTERRUPTED_BY_RAY_KILL)
     if spec.max_task_retries == 0 and (hit or index <= fault.after):
         result = result.may(Situation.CALL_WITHOUT_RETRIES)
@@ -521,15 +522,15 @@ def judge(program: Program, landed: Sequence[Fault], seen: dict[int, Observed | 
           processes: Processes = Processes()) -> list[Failure]:
     """Every step the run observed against the oracle's outcome for it."""
     faults = tuple(sorted({f.kind for f in landed}, key=lambda k: k.value))
-    # A cancelled task must raise; a cancelled actor call is flagged, not interrupted (see _call).
-    cancelled = {f.victim: f.kind is FaultKind.FORCE_CANCEL for f in landed
-                 if f.kind.cancels and isinstance(program.steps[f.victim], Task)}
+    clean = expect(program, (), processes=processes)  # what each step gives without a fault
+    cancelled = {f.victim: f.kind is FaultKind.FORCE_CANCEL for f in landed if f.kind.cancels}
     failures = []
     for index, outcome in enumerate(expect(program, landed, processes=processes)):
         step, observed = program.steps[index], seen.get(index)
         if observed is None:
             continue
-        wrong = _judged(step, outcome, observed, cancelled=cancelled.get(index))
+        wrong = _judged(step, outcome, observed, cancelled=cancelled.get(index)) or _taken_before(
+            step, clean[index], observed)
         if wrong is not None:
             what, detail = wrong
             if what is Seen.OUTSIDE_TABLE and _undocumented(program, landed, index, observed):
@@ -537,6 +538,17 @@ def judge(program: Program, landed: Sequence[Fault], seen: dict[int, Observed | 
             failures.append(Failure(Signature(step=step.kind, faults=faults, seen=what, detail=detail), index,
                                     f"step {index} {step}: expected {outcome}, saw {observed}"))
     return failures
+
+
+def _taken_before(step: Step, clean: Expected | None, observed: Observed | WaitSeen) -> tuple[Seen, str] | None:
+    """A stream that raised after the driver took some of its items: those items must be its
+    first ones (a worker killed mid-stream yielded them before it died)."""
+    if not (isinstance(step, Stream) and isinstance(observed, Observed) and observed.error_type):
+        return None
+    taken, want = observed.value, clean.value if clean is not None else None
+    if not isinstance(taken, tuple) or not taken or not isinstance(want, tuple) or taken == want[:len(taken)]:
+        return None
+    return Seen.WRONG_VALUE, f"items {taken!r} before {observed.error_type}, not {want[:len(taken)]!r}"
 
 
 def _undocumented(program: Program, landed: Sequence[Fault], index: int, observed: Observed | WaitSeen) -> bool:

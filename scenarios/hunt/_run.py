@@ -3,6 +3,7 @@ bound, and judge it against the oracle."""
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import gc
 import tempfile
@@ -198,6 +199,8 @@ class Interpreter:
     rpc_raylet: int | None = None
     #: When a late replacement of the removed node is due (``time.monotonic()``), until it joins.
     replacement_due: float | None = None
+    #: Why a replacement did not join (the probe reports it: later programs have no removable node).
+    replacement_failed: str | None = None
     #: Streams being consumed: their generator, and the items taken so far.
     streams: dict[int, _Taking] = field(default_factory=dict)
     #: The probe's fresh actor (or what making it raised), made once every fault has landed.
@@ -216,10 +219,13 @@ class Interpreter:
                 clock.timed(Phase.REPLACE, lambda: self.replace_late(due_or_not=True))
                 failures += clock.timed(Phase.OBSERVE, self._observe_all)
             finally:
-                clock.timed(Phase.CLEAN_UP, self._clean_up)
                 clock.timed(Phase.REPLACE, lambda: self.replace_late(due_or_not=True))
+                clock.timed(Phase.CLEAN_UP, self._clean_up)
             self._judge_rpc_failures(injections)  # before the probe: its failures carry the fault
-            failures += clock.timed(Phase.PROBE, self._cluster_usable)  # once what it left running is cancelled
+            try:
+                failures += clock.timed(Phase.PROBE, self._cluster_usable)  # once what it left running is cancelled
+            finally:
+                self._kill_probe()
             processes = self.processes()  # while the marks are there
         failures = [*judge(self.program, self.landed, self.seen, processes=processes), *failures]
         slowest = max((o.seconds for o in self.seen.values() if isinstance(o, Observed)), default=0.0)
@@ -236,6 +242,7 @@ class Interpreter:
                 self.submitted[index] = time.time()
                 self.refs[index] = self.submit(index, step)
                 for fault in (f for f in self.program.faults if f.after == index):
+                    self.replace_late(due_or_not=True)  # its victim may wait on the removed node's work
                     started = time.monotonic()
                     self.land(fault)
                     self.landing.append((fault.kind, time.monotonic() - started))
@@ -352,8 +359,8 @@ class Interpreter:
                     return
                 item = self._get(ref, taking.started)
                 taking.items.append(item[0] if step.size else item)
-        except Exception as exc:  # noqa: BLE001 - judged against the table
-            self.seen[index] = observed_error(exc, taking.started)
+        except Exception as exc:  # noqa: BLE001 - judged against the table, and the items taken before it
+            self.seen[index] = dataclasses.replace(observed_error(exc, taking.started), value=tuple(taking.items))
 
     def next_item(self, gen: Any, started: float) -> Any:
         """The generator's next ref within the shared bound, or None when none came: Ray 2.60's
@@ -405,7 +412,6 @@ class Interpreter:
         from chaos import ActorTarget, Chaos, Kill, TaskTarget
         from chaos.errors import ChaosError
 
-        self.replace_late(due_or_not=True)  # a later fault's victim may wait on the removed node's work
         if fault.kind is FaultKind.OBJECT_STORE_PRESSURE:
             self.press(fault)
             return
@@ -534,10 +540,9 @@ class Interpreter:
             self.cluster.remove_node(nodes[0], allow_graceful=False)  # asserts its processes are gone
         except Exception:  # noqa: BLE001 - fail closed: a removal not confirmed is missed
             return False
-        if not replace_after:
-            self._replace()
-            return True
         self.replacement_due = time.monotonic() + replace_after
+        if not replace_after:
+            self.replace_late(due_or_not=True)
         return True
 
     def _replace(self) -> None:
@@ -557,7 +562,10 @@ class Interpreter:
             return
         threading.Event().wait(max(0.0, left))  # the fault's own delay, drawn with the program
         self.replacement_due = None
-        self._replace()
+        try:
+            self._replace()
+        except Exception as exc:  # noqa: BLE001 - the cluster lost its removable node: judged by the probe
+            self.replacement_failed = f"the removed node's replacement did not join within {NODE_BOUND:g} s: {exc!r}"
 
     def restart_gcs(self) -> bool:
         """SIGKILL the GCS and start it again (:class:`chaos.KillGcs`, confirmed answering with
@@ -752,13 +760,22 @@ class Interpreter:
             answers = ray.get([ping, self.probe.ping.remote(8)], timeout=PROBE_BOUND)
         except Exception as exc:  # noqa: BLE001 - a finding, whatever it is
             answers = [repr(exc)]
-        finally:
-            if not isinstance(self.probe, Exception | None):
-                ray.kill(self.probe)  # answered or not: it outlives no program
+        lost = [] if self.replacement_failed is None else [
+            Failure(Signature(None, self._fault_kinds(), Seen.CLUSTER_UNUSABLE), -1, self.replacement_failed)]
         if answers == [7, 8]:
-            return []
-        return [Failure(Signature(None, self._fault_kinds(), Seen.CLUSTER_UNUSABLE), -1,
-                        f"a trivial task and actor answered {answers!r} within {PROBE_BOUND:g} s")]
+            return lost
+        return [*lost, Failure(Signature(None, self._fault_kinds(), Seen.CLUSTER_UNUSABLE), -1,
+                               f"a trivial task and actor answered {answers!r} within {PROBE_BOUND:g} s")]
+
+    def _kill_probe(self) -> None:
+        """The probe's actor outlives no program (best effort: a cluster that lost it already is judged)."""
+        import ray
+
+        if not isinstance(self.probe, Exception | None):
+            try:
+                ray.kill(self.probe)
+            except Exception:  # noqa: BLE001 - best effort, see above
+                pass
 
     def _fault_kinds(self) -> tuple[FaultKind, ...]:
         return tuple(sorted({f.kind for f in self.landed}, key=lambda k: k.value))
