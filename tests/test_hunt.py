@@ -328,14 +328,17 @@ def test_only_a_lost_cancel_is_a_known_finding_and_it_is_still_reported() -> Non
     assert [f.signature.seen for f in ProgramVerdict(program, (), (), tuple(wrong), 0.0).new] == [Seen.WRONG_VALUE]
 
 
-def test_a_call_hang_is_known_only_under_a_gcs_restart_with_rpc_failures() -> None:
-    known = Signature(StepKind.CALL, (FaultKind.GCS_RESTART, FaultKind.RPC_FAILURES), Seen.HANG)
+def test_a_call_hang_is_known_only_where_rpc_failures_landed() -> None:
+    """The script reproduces it with Ray's RPC failure knob, through a GCS restart or not (2 of 24
+    tries, 2 of 16), never without the knob (0 of 8)."""
     script = "findings/actor_call_hangs_after_gcs_restart_with_rpc_failures.py"
-    assert (found := known_finding(Failure(known, 5, "hung"))) is not None and found.script == script
-    for faults in ((FaultKind.GCS_RESTART,), (FaultKind.RPC_FAILURES,), (FaultKind.KILL_ACTOR,), ()):
+    for faults in ((FaultKind.GCS_RESTART, FaultKind.RPC_FAILURES), (FaultKind.RPC_FAILURES,)):
+        known = Signature(StepKind.CALL, faults, Seen.HANG)
+        assert (found := known_finding(Failure(known, 5, "hung"))) is not None and found.script == script
+    for faults in ((FaultKind.GCS_RESTART,), (FaultKind.KILL_ACTOR,), ()):
         assert known_finding(Failure(Signature(StepKind.CALL, faults, Seen.HANG), 5, "hung")) is None, faults
-    wrong = Signature(StepKind.CALL, known.faults, Seen.WRONG_VALUE)
-    assert known_finding(Failure(wrong, 5, "wrong")) is None
+    for step, seen in ((StepKind.CALL, Seen.WRONG_VALUE), (StepKind.TASK, Seen.HANG)):
+        assert known_finding(Failure(Signature(step, (FaultKind.RPC_FAILURES,), seen), 5, "x")) is None
 
 
 def test_the_strategy_draws_object_store_pressure() -> None:
