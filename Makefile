@@ -35,7 +35,7 @@ LOCK_ARGS ?=
 
 REPORT ?= report/dqn-cartpole
 
-.PHONY: install bytecode browser redis fuse net run test slow deep lint docs thorough mutants soak hunt bench bench-load compat compat-venv compat-all findings-matrix findings-report latency lock leakcheck clean
+.PHONY: install bytecode browser redis fuse net run test slow deep lint docs thorough mutants soak hunt hunt-speed bench bench-load compat compat-venv compat-all findings-matrix findings-report latency lock leakcheck clean
 
 # constraints.txt pins every package the install resolves (see `make lock`); pyproject keeps
 # loose ranges for users.
@@ -147,6 +147,14 @@ soak: $(STAMP)
 HUNT_MINUTES ?= 30
 hunt: $(STAMP) redis bytecode
 	$(PY) benchmarks/hunt.py --minutes $(HUNT_MINUTES)
+	@$(MAKE) --no-print-directory leakcheck
+
+# The hunt's engine against a baseline commit's on the same HUNT_PROGRAMS programs (drawn by the
+# baseline's generator, seeded), each on a hunt cluster of its own: programs a minute, and the ratio.
+HUNT_PROGRAMS ?= 60
+hunt-speed: $(STAMP) redis bytecode
+	@test -n "$(BASELINE)" || { echo "give BASELINE=<commit> (the engine to compare with)"; exit 2; }
+	$(PY) benchmarks/hunt_speed.py --programs $(HUNT_PROGRAMS) --baseline $(BASELINE)
 	@$(MAKE) --no-print-directory leakcheck
 
 # Fails when any Ray, Redis or paused process, or a namespace, link, bridge or nftables table

@@ -57,12 +57,15 @@ programs = [eval(text, {"__builtins__": {}}, names) for text in texts]  # our ow
 with redis_server() as redis, local_cluster(nodes=2, object_store_mb=96, redis_address=redis,
                                             worker_resources={HUNT_NODE: 100.0}, log_to_driver=False) as c:
     add_rpc_node(c.cluster, object_store_bytes=REPLACEMENT_STORE, bound=NODE_BOUND)
-    started, landed, failures = time.monotonic(), 0, 0
+    started, landed, failures, classes = time.monotonic(), 0, 0, {}
     for program in programs:
         verdict = run_program(program, address=c.address, cluster=c.cluster, gcs_restart=True, rpc_failures=True)
         landed, failures = landed + len(verdict.landed), failures + len(verdict.failures)
+        for failure in verdict.failures:
+            classes[failure.signature.label()] = classes.get(failure.signature.label(), 0) + 1
     seconds = time.monotonic() - started
-print(json.dumps({"programs": len(programs), "seconds": seconds, "landed": landed, "failures": failures}))
+print(json.dumps({"programs": len(programs), "seconds": seconds, "landed": landed, "failures": failures,
+                  "classes": classes}))
 """
 
 
@@ -75,6 +78,8 @@ class EngineRun:
     seconds: float
     landed: int
     failures: int
+    #: Failure class -> steps that showed it (known findings included: a hunt reports them too).
+    classes: dict[str, int]
 
     @property
     def per_minute(self) -> float:
@@ -124,6 +129,9 @@ def main() -> None:
         print(f"| {run.engine} | {run.programs} | {run.seconds:.0f} | {run.per_minute:.1f} | {run.landed} | "
               f"{run.failures} |")
     print(f"\nthis checkout runs {runs[1].per_minute / runs[0].per_minute:.2f} times the baseline's programs a minute")
+    for run in runs:
+        print(f"\n{run.engine}: failure classes (steps)" + "".join(f"\n- {label} ({n})"
+                                                                for label, n in sorted(run.classes.items())))
 
 
 if __name__ == "__main__":

@@ -153,6 +153,7 @@ class CancelsAnother(Interpreter):
         return super().cancel_call(Fault(fault.kind, fault.victim + 1, fault.after))
 
 
+@pytest.mark.slow  # 10 s: make test's budget
 def test_a_ray_kill_or_a_call_cancel_without_its_evidence_is_missed(ray_cluster: ClusterHandle,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Fail closed: an actor that never came up (its argument failed) has no process to see exit,
