@@ -1053,3 +1053,17 @@ def test_a_worker_running_the_hunts_actors_imports_neither_hypothesis_nor_pydant
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]", out.stdout
     assert hunt.Program is Program and "programs" in dir(hunt)  # the public names still load when used
+
+
+def test_a_call_with_a_failed_argument_of_an_actor_killed_for_good_may_find_it_dead_first() -> None:
+    """Found by a hunt: the oracle allowed only the argument's ValueError, and Ray raised
+    ActorDiedError (the actor was gone before the call's argument was looked at)."""
+    program = Program((Task(0, flaky=True, boxed=True), Actor(8, max_restarts=1, max_task_retries=1),
+                       Call(1, 2, (Arg(0, nested=True),), boxed=True)), (Fault(NO_RESTART, 1, 1),))
+    assert expect(program, program.faults)[2] == Expected(None, ACTOR_ERRORS | {ErrorKind.VALUE_ERROR})
+    died = Observed(error=ErrorKind.ACTOR_DIED, error_type="ActorDiedError")
+    assert judge(program, program.faults, {2: died}) == []
+    assert [f.signature.seen for f in judge(program, program.faults, {2: Observed(value=10)})] == [
+        Seen.VALUE_NOT_ERROR]
+    alive = Program(program.steps)  # no kill: only the argument's error
+    assert expect(alive, ())[2] == Expected(None, frozenset({ErrorKind.VALUE_ERROR}))

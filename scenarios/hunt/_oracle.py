@@ -352,9 +352,12 @@ def _call(program: Program, index: int, step: Call, landed: Sequence[Fault],
           out: list[Expected | None]) -> Expected:
     actor, args = out[step.actor], _args(step.args, out)
     assert actor is not None
-    if not isinstance(actor.value, int) or not isinstance(args.value, int):
+    if not isinstance(actor.value, int):
         return Expected(None, actor.errors | args.errors)
-    result = Expected(actor.value + args.value + step.const, actor.errors | args.errors)
+    # A failed argument fails the call, but the actor's fate still applies: a call of an actor
+    # killed for good may find it dead before its argument is looked at.
+    value = actor.value + args.value + step.const if isinstance(args.value, int) else None
+    result = Expected(value, actor.errors | args.errors)
     spec = program.steps[step.actor]
     assert isinstance(spec, Actor)
     for fault in (f for f in landed if f.kind.kills_actor and program.actor_of(f) == step.actor):
