@@ -44,11 +44,16 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m deselects: a deep test is slow, so make test never runs it
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The last-resort per-test bound (pyproject's ``timeout``) grows with the profile's depth
-    for the suite's own properties: under ``thorough`` one runs ten times the examples, so a
-    fixed bound would fail it for being thorough. ``--timeout`` on the command line wins;
-    every wait inside a property keeps its own deadline either way."""
+    """A test marked ``deep`` is marked ``slow`` too (``deep`` is a kind of slow test: make test's
+    ``-m "not slow"`` must leave it out). The last-resort per-test bound (pyproject's ``timeout``)
+    grows with the profile's depth for the suite's own properties: under ``thorough`` one runs
+    ten times the examples, so a fixed bound would fail it for being thorough. ``--timeout`` on
+    the command line wins; every wait inside a property keeps its own deadline either way."""
+    for item in items:
+        if item.get_closest_marker("deep") and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)
     depth = _depth()
     if depth <= 1.0 or config.getoption("timeout", None) is not None:
         return
