@@ -1067,3 +1067,22 @@ def test_a_call_with_a_failed_argument_of_an_actor_killed_for_good_may_find_it_d
         Seen.VALUE_NOT_ERROR]
     alive = Program(program.steps)  # no kill: only the argument's error
     assert expect(alive, ())[2] == Expected(None, frozenset({ErrorKind.VALUE_ERROR}))
+
+
+def test_a_slowly_restarting_actors_calls_may_spend_a_finite_retry_budget_but_not_an_endless_one() -> None:
+    """Found by make hunt-speed: an actor (max_task_retries=1, a 2 s restart) whose node was
+    removed with a call in flight and one queued; both raised ActorUnavailableError (6 programs of 6)."""
+    def calls(retries: int, slow: float) -> list[Expected | None]:
+        program = Program((Actor(5, max_restarts=1, max_task_retries=retries, slow_restart=slow), Call(0, 3),
+                           Call(0, 4)), (Fault(ACTOR_REMOVAL, 1, 2),))
+        return expect(program, program.faults)[1:]
+
+    spent = TABLE[Situation.RETRIES_SPENT_RESTARTING]
+    assert calls(1, 2.0) == [Expected(8, spent), Expected(9, spent)]
+    assert calls(-1, 2.0) == [Expected(8), Expected(9)]  # endless retries: the values
+    assert calls(1, 0.0) == [Expected(8), Expected(9)]  # a quick restart: not seen to spend them
+    program = Program((Actor(5, max_restarts=1, max_task_retries=1, slow_restart=2.0), Call(0, 3)),
+                      (Fault(ACTOR_REMOVAL, 1, 1),))
+    died = Observed(error=ErrorKind.WORKER_CRASHED, error_type="WorkerCrashedError")
+    assert [f.signature.seen for f in judge(program, program.faults, {1: died})] == [Seen.OUTSIDE_TABLE]
+    assert [f.signature.seen for f in judge(program, program.faults, {1: Observed(value=9)})] == [Seen.WRONG_VALUE]

@@ -62,6 +62,8 @@ class Situation(enum.Enum):
     RESTART_WITHOUT_ARGS = "a call of a killed actor whose constructor argument in the object store was dropped"
     INTERRUPTED_BY_RAY_KILL = "a call running on its actor when ray.kill killed it"
     CANCELLED_CALL = "an actor call cancelled with ray.cancel while it ran (a regular actor's)"
+    RETRIES_SPENT_RESTARTING = ("a call in flight or queued at a kill of its slowly restarting actor, its finite "
+                                "max_task_retries spent while the actor was unavailable")
 
 
 #: Which exception Ray documents for each situation (fault → situation → exception):
@@ -115,6 +117,7 @@ TABLE: dict[Situation, frozenset[ErrorKind]] = {
     Situation.RESTART_WITHOUT_ARGS: frozenset({ErrorKind.ACTOR_DIED}),
     Situation.INTERRUPTED_BY_RAY_KILL: frozenset({ErrorKind.ACTOR_DIED}),
     Situation.CANCELLED_CALL: frozenset({ErrorKind.TASK_CANCELLED}),
+    Situation.RETRIES_SPENT_RESTARTING: frozenset({ErrorKind.ACTOR_DIED, ErrorKind.ACTOR_UNAVAILABLE}),
 }
 
 
@@ -162,6 +165,11 @@ CITATIONS: dict[Situation, Citation] = {
     Situation.RESTART_WITHOUT_ARGS: Citation(page="https://github.com/ray-project/ray/issues/53727", says=(
         "has constructor arguments in the object store and max_restarts > 0. If the arguments in the object "
         "store go out of scope or are lost, the actor restart will fail.")),
+    # max_task_retries counts each failed attempt, one that found the actor unavailable too; a
+    # restart that takes seconds leaves room for more than one.
+    Situation.RETRIES_SPENT_RESTARTING: Citation(page=f"{_API}RayActorError.html", says=(
+        "This exception could happen because the actor process is dead, or is unavailable for the moment. Ray "
+        "raises subclasses ActorDiedError and ActorUnavailableError respectively.")),
     Situation.INTERRUPTED_BY_RAY_KILL: Citation(page="https://docs.ray.io/en/latest/ray-core/api/doc/ray.kill.html",
                                                 says=("This will interrupt any running tasks on the actor, causing "
                                                       "them to fail immediately.")),
@@ -397,6 +405,8 @@ def _call_under_kill(result: Expected, index: int, step: Call, spec: Actor, faul
         result = result.may(Situation.INTERRUPTED_BY_RAY_KILL)
     if spec.max_task_retries == 0 and (hit or index <= fault.after):
         result = result.may(Situation.CALL_WITHOUT_RETRIES)
+    elif spec.max_task_retries > 0 and spec.slow_restart and (hit or index <= fault.after):
+        result = result.may(Situation.RETRIES_SPENT_RESTARTING)  # a finite budget, seconds unavailable
     return result
 
 
