@@ -138,9 +138,10 @@ LANDS = {
 }
 
 
-#: In make slow (make test's 8 minutes): ray.kill's no_restart variant (ray.kill lands in make test)
-#: and a stream killed with a retry left (one without lands in make test).
-SECOND_CASES = {"ray_kill_no_restart", "kill_worker-mid-stream-retried"}
+#: In make slow (make test's 8 minutes): the landings of ray.kill, of a call's cancel and of a
+#: stream's worker kill; make test lands the kinds it had before them.
+SECOND_CASES = {"ray_kill", "ray_kill_no_restart", "cancel-an-actor-call", "kill_worker-mid-stream",
+                "kill_worker-mid-stream-retried"}
 
 
 @pytest.mark.parametrize("kind", [pytest.param(k, marks=[pytest.mark.slow] if k in SECOND_CASES else [])
