@@ -1086,3 +1086,22 @@ def test_a_slowly_restarting_actors_calls_may_spend_a_finite_retry_budget_but_no
     died = Observed(error=ErrorKind.WORKER_CRASHED, error_type="WorkerCrashedError")
     assert [f.signature.seen for f in judge(program, program.faults, {1: died})] == [Seen.OUTSIDE_TABLE]
     assert [f.signature.seen for f in judge(program, program.faults, {1: Observed(value=9)})] == [Seen.WRONG_VALUE]
+
+
+def test_a_late_replacement_that_does_not_join_is_recorded_for_the_probe_not_raised(tmp_path: Path) -> None:
+    """Fail loud, not crash: the driver adds the late replacement between steps; a node that will
+    not start is recorded (the probe reports it as CLUSTER_UNUSABLE) and is not tried again."""
+    from scenarios.hunt._run import Interpreter
+
+    class WontStart:  # a cluster whose node start fails, as a full disk would make Ray's
+        def add_node(self, **_: Any) -> None:
+            raise RuntimeError("no space left on device")
+
+    interpreter = Interpreter(Program((Task(1),)), "127.0.0.1:1", cluster=WontStart(), marks=str(tmp_path))
+    interpreter.replacement_due = time.monotonic() - 1.0
+    interpreter.replace_late(due_or_not=False)
+    assert interpreter.replacement_due is None
+    assert interpreter.replacement_failed is not None and "no space left" in interpreter.replacement_failed
+    interpreter.replacement_due = time.monotonic() + 60.0
+    interpreter.replace_late(due_or_not=False)  # not due yet: nothing tried, nothing recorded anew
+    assert interpreter.replacement_due is not None
