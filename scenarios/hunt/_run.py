@@ -85,6 +85,7 @@ class Phase(enum.Enum):
     CLEAN_UP = "release, cancel, kill actors"
     REPLACE = "wait for a late replacement node"
     PROBE = "probe the cluster"
+    WARM = "start workers ahead"
 
 
 class _Phases:
@@ -226,6 +227,9 @@ class Interpreter:
                 failures += clock.timed(Phase.PROBE, self._cluster_usable)  # once what it left running is cancelled
             finally:
                 self._kill_probe()
+                # Every fault has landed and the probe answered: workers started now serve the
+                # next program (its probe's actor among them), started after this one's faults.
+                clock.timed(Phase.WARM, self._warm)
             processes = self.processes()  # while the marks are there
         failures = [*judge(self.program, self.landed, self.seen, processes=processes), *failures]
         slowest = max((o.seconds for o in self.seen.values() if isinstance(o, Observed)), default=0.0)
@@ -521,13 +525,17 @@ class Interpreter:
         actor_id = self.refs[index]._actor_id.hex()
 
         def alive() -> int | None:
+            """Its pid once alive; -1 once dead (for good: its constructor failed), so the wait ends."""
             state = get_actor(actor_id, address=self.address, timeout=int(self.bound))
+            if state is not None and state.state == "DEAD":
+                return -1
             return state.pid if state is not None and state.state == "ALIVE" and state.pid else None
 
         try:
-            return int(wait_until(alive, timeout=self.bound, interval=0.05, what=f"actor {index} to be alive"))
+            pid = int(wait_until(alive, timeout=self.bound, interval=0.05, what=f"actor {index} to be alive"))
         except HangError:
-            return None  # its constructor failed, or it never came up: nothing to kill
+            return None  # it never came up within the bound: nothing to kill
+        return pid if pid > 0 else None  # dead: nothing to kill
 
     def remove_node(self, replace_after: float = 0.0) -> bool:
         """Remove the cluster's one HUNT_NODE node at once (its raylet and workers SIGKILLed),
@@ -738,14 +746,26 @@ class Interpreter:
         return max(LAST_LOOK, self.bound - (time.monotonic() - started))
 
     def _start_probe(self) -> None:
-        """Create the probe's fresh actor (on the head, no CPU) once every fault has landed, so
-        its worker starts while the driver gets the program's values; :meth:`_cluster_usable` asks it."""
+        """Create the probe's fresh actor (on the head, no CPU) once every fault has landed, while
+        the driver gets the program's values; :meth:`_cluster_usable` asks it. Its worker may be
+        one the head started ahead after the previous program (:meth:`_warm`): the actor is
+        scheduled after this program's faults, its process started after the last program's."""
         from scenarios.hunt._remote import HuntProbe, remote
 
         try:  # on the head: the probe asks whether the cluster answers, not the faulty nodes
             self.probe = remote(HuntProbe).options(resources=self.placement(-1)).remote()
         except Exception as exc:  # noqa: BLE001 - a finding, whatever it is: judged by the probe
             self.probe = exc
+
+    def _warm(self) -> None:
+        """Have the head start workers ahead (``_pool``) for the next program's actors and held
+        tasks; best effort, as their absence only slows it."""
+        import ray
+
+        from scenarios.hunt._pool import prestart
+
+        heads = [n["NodeID"] for n in ray.nodes() if n["Alive"] and HEAD in n["Resources"]]
+        prestart(heads[0] if heads else ray.get_runtime_context().get_node_id())
 
     def _cluster_usable(self) -> list[Failure]:
         """A trivial task and the fresh actor (made once the faults landed) answer within :data:`PROBE_BOUND`."""

@@ -1,0 +1,74 @@
+"""Workers started ahead on the head: each actor a program makes, and each task held running
+without a CPU, needs a worker process of its own, and starting one (importing Ray) takes most of
+a second of a 2-core machine. Ray's raylet starts workers ahead on request (its
+``PrestartWorkers`` RPC, which Ray's own libraries use before a burst of actors); a worker so
+started waits idle for ``keep_alive`` seconds, and the next actor or task of the same job and
+runtime env takes it instead of starting one.
+
+The hunt asks for them at the end of each program, once its faults have landed and its probe
+answered, so a worker the next program takes from the pool was started after every fault of the
+program before it. A request that fails changes nothing but speed: the steps then start their own
+workers, as without a pool."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+#: Workers asked for after each program: the head's raylet starts as many at once as it has
+#: CPUs (Ray's ``worker_maximum_startup_concurrency``) and drops the rest of a larger request.
+WARM = 2
+#: Seconds a prestarted worker waits for an actor or task before the raylet ends it.
+KEEP_ALIVE = 30
+#: Seconds the raylet has to accept the request.
+REQUEST_BOUND = 5.0
+
+
+def prestart(node_id: str, *, count: int = WARM) -> bool:
+    """Ask the raylet of node ``node_id`` (hex) to start ``count`` workers for this driver's
+    job ahead of need; False when it could not be asked (no such node, an RPC error)."""
+    import grpc
+    from ray._private.authentication.grpc_authentication_client_interceptor import (
+        _get_authentication_metadata_tuple,
+    )
+
+    address = _raylet_address(node_id)
+    if address is None:
+        return False
+    try:
+        _stub(address).PrestartWorkers(_request(count), metadata=_get_authentication_metadata_tuple(),
+                                       timeout=REQUEST_BOUND)
+    except grpc.RpcError:
+        return False
+    return True
+
+
+def _request(count: int) -> Any:
+    """This job's request: its workers must match the job and its (empty) runtime env to be taken."""
+    import ray
+    from ray._private.utils import get_runtime_env_info
+    from ray.core.generated import common_pb2, node_manager_pb2
+    from ray.runtime_env import RuntimeEnv
+
+    job = ray.get_runtime_context().get_job_id()
+    env = get_runtime_env_info(RuntimeEnv(**ray.get_runtime_context().runtime_env), is_job_runtime_env=False,
+                               serialize=False)
+    return node_manager_pb2.PrestartWorkersRequest(language=common_pb2.PYTHON, job_id=bytes.fromhex(job),
+                                                   runtime_env_info=env, keep_alive_duration_secs=KEEP_ALIVE,
+                                                   num_workers=count)
+
+
+def _raylet_address(node_id: str) -> str | None:
+    import ray
+
+    found = [n for n in ray.nodes() if n["NodeID"] == node_id and n["Alive"]]
+    return f"{found[0]['NodeManagerAddress']}:{found[0]['NodeManagerPort']}" if found else None
+
+
+@cache
+def _stub(address: str) -> Any:
+    """One channel per raylet address for the driver's life (a replaced node has a new port)."""
+    import grpc
+    from ray.core.generated import node_manager_pb2_grpc
+
+    return node_manager_pb2_grpc.NodeManagerServiceStub(grpc.insecure_channel(address))
