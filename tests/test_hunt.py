@@ -36,6 +36,7 @@ from scenarios.hunt import (
 )
 from scenarios.hunt._model import BLOCKING
 from scenarios.hunt._oracle import (
+    CITATIONS,
     Expected,
     Failure,
     Observed,
@@ -649,8 +650,6 @@ def test_rpc_failures_let_a_call_find_its_actor_unavailable_and_change_nothing_e
 
 
 def test_every_row_of_the_table_is_cited_from_rays_docs() -> None:
-    from scenarios.hunt._oracle import CITATIONS
-
     assert set(CITATIONS) == set(TABLE) == set(Situation)
     for situation, citation in CITATIONS.items():
         # Ray's docs, or (where they are silent) the warning Ray itself prints, with its issue
@@ -986,6 +985,16 @@ def test_a_cancelled_call_is_flagged_while_it_runs_so_its_get_raises_and_a_value
     assert [f.signature.seen for f in wrong] == [Seen.WRONG_VALUE]
 
 
+def test_an_async_actors_cancelled_call_raises_as_a_regular_actors_does() -> None:
+    """Ray cancels an async actor's running call as an asyncio task: its get raises
+    TaskCancelledError, and a value is a lost cancel; calls queued behind it keep their values."""
+    program = Program((Actor(1, asynchronous=True), Call(0, 2), Call(0, 3)), (Fault(FaultKind.CANCEL, 1, 1),))
+    assert expect(program, program.faults)[1:] == [Expected(None, TABLE[Situation.CANCELLED_CALL]), Expected(4)]
+    lost = judge(program, program.faults, {1: Observed(value=3), 2: Observed(value=4)})
+    assert [f.signature.seen for f in lost] == [Seen.CANCEL_LOST]
+    assert "If it is an async Actor" in CITATIONS[Situation.CANCELLED_CALL].says
+
+
 def test_a_late_replacement_changes_no_outcome_and_is_for_node_removals_only() -> None:
     steps = (Task(1, max_retries=1), Actor(2, max_restarts=1, max_task_retries=-1), Call(1, 3))
     for fault in (Fault(FaultKind.NODE_REMOVAL, 0, 0), Fault(ACTOR_REMOVAL, 2, 2), Fault(OBJECT_REMOVAL, 0, 0)):
@@ -999,7 +1008,7 @@ def test_a_late_replacement_changes_no_outcome_and_is_for_node_removals_only() -
 
 @pytest.mark.parametrize("wanted", [
     "fault landed: ray_kill", "fault landed: ray_kill_no_restart", "cancel fault: an actor call (flagged)",
-    "node removal: its replacement joined late"])
+    "node removal: its replacement joined late", "cancel fault: an async actor's call (its asyncio task)"])
 def test_the_strategy_draws_ray_kills_call_cancels_and_late_replacements(wanted: str) -> None:
     def labelled(program: Program) -> bool:
         return wanted in fault_labels(ProgramVerdict(program, program.faults, (), (), 0.0))

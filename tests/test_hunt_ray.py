@@ -32,7 +32,7 @@ from scenarios.hunt import (
     programs,
     run_program,
 )
-from scenarios.hunt._pool import prestart
+from scenarios.hunt._pool import idle_workers, prestart, top_up
 from scenarios.hunt._remote import HuntProbe, hunt_cancellable, hunt_task, remote
 from scenarios.hunt._run import BOUND, Interpreter
 from scenarios.hunt._stats import fault_labels, features
@@ -127,6 +127,12 @@ LANDS = {
                                    (Fault(FaultKind.RAY_KILL_NO_RESTART, 0, 1),)),
     # a regular actor's running call: flagged (it saw the flag), then released
     "cancel-an-actor-call": Program((Actor(1), Call(0, 2), Call(0, 3)), (Fault(FaultKind.CANCEL, 1, 1),)),
+    # an async actor's running call: its asyncio task cancelled (the call saw CancelledError) while
+    # the call behind it ran on; then a kill of an async actor with a call held in flight
+    "cancel-an-async-call": Program((Actor(1, asynchronous=True), Call(0, 2), Call(0, 3)),
+                                    (Fault(FaultKind.CANCEL, 1, 2),)),
+    "kill_actor-async": Program((Actor(1, max_restarts=1, max_task_retries=-1, asynchronous=True),
+                                 Call(0, 2), Call(0, 3, (Arg(1, nested=True),))), (Fault(FaultKind.KILL_ACTOR, 1, 2),)),
     # a stream's worker killed after two of four items, which the driver took first; no retry and one
     "kill_worker-mid-stream": Program((Put(1), Stream(2, 4, 4, (Arg(0),), max_retries=0)),
                                       (Fault(FaultKind.KILL_WORKER, 1, 1),)),
@@ -139,10 +145,11 @@ LANDS = {
 }
 
 
-#: In make slow (make test's 8 minutes): the landings of ray.kill, of a call's cancel and of a
-#: stream's worker kill; make test lands the kinds it had before them.
+#: In make slow (make test's 8 minutes): the landings of ray.kill, of a call's cancel (a regular
+#: and an async actor's), of a kill of an async actor and of a stream's worker kill; make test
+#: lands the kinds it had before them.
 SECOND_CASES = {"ray_kill", "ray_kill_no_restart", "cancel-an-actor-call", "kill_worker-mid-stream",
-                "kill_worker-mid-stream-retried"}
+                "kill_worker-mid-stream-retried", "cancel-an-async-call", "kill_actor-async"}
 
 
 @pytest.mark.parametrize("kind", [pytest.param(k, marks=[pytest.mark.slow] if k in SECOND_CASES else [])
@@ -152,6 +159,19 @@ def test_each_fault_kind_lands_on_what_the_oracle_judges(ray_cluster: ClusterHan
     verdict = run_program(program, address=ray_cluster.address)
     assert list(verdict.landed) == list(program.faults), f"faults missed: {verdict.missed}"
     assert not verdict.new, verdict.report()
+
+
+class CancelsNothing(Interpreter):
+    """A planted landing bug: the cancel is said to land but never sent, so the held call returns its value."""
+
+    def cancel_call(self, fault: Fault) -> bool:
+        return True
+
+
+def test_a_cancel_that_never_reached_an_async_call_is_a_lost_cancel(ray_cluster: ClusterHandle) -> None:
+    program = LANDS["cancel-an-async-call"]
+    verdict = CancelsNothing(program, ray_cluster.address).run()
+    assert [f.signature.seen for f in verdict.failures] == [Seen.CANCEL_LOST], verdict.report()
 
 
 class CancelsAnother(Interpreter):
@@ -180,21 +200,27 @@ def test_a_ray_kill_or_a_call_cancel_without_its_evidence_is_missed(ray_cluster:
     assert list(verdict.missed) == list(other.faults) and not verdict.landed, verdict
 
 
-def _idle_workers() -> set[int]:
+def _raylet(node_id: str) -> int:
+    """The pid of this machine's raylet of node ``node_id`` (its command line names the node)."""
     import psutil
 
-    return {p.pid for p in psutil.process_iter(["cmdline"]) if (p.info["cmdline"] or [""])[0] == "ray::IDLE"}
+    found = [p.pid for p in psutil.process_iter(["cmdline"])
+             if (line := p.info["cmdline"] or [""])[0].endswith("/raylet") and f"--node_id={node_id}" in line]
+    assert len(found) == 1, found
+    return found[0]
 
 
 def test_workers_started_ahead_are_taken_by_the_next_actor(ray_cluster: ClusterHandle) -> None:
-    """The pool the hunt keeps: the raylet starts a worker on request, and an actor made next
-    runs in a worker that was already there (not one started for it)."""
+    """The pool the hunt keeps: the raylet starts a worker on request, an actor made next runs in
+    a worker that was already there (not one started for it), and a pool that is full asks for none."""
     import ray
 
-    before = _idle_workers()
-    assert prestart(ray.get_runtime_context().get_node_id(), count=1)
-    wait_until(lambda: _idle_workers() - before, timeout=30, what="a worker started ahead")
-    waiting = _idle_workers()
+    node = ray.get_runtime_context().get_node_id()
+    raylet, before = _raylet(node), set(idle_workers(_raylet(node)))
+    assert prestart(node, count=1)
+    wait_until(lambda: set(idle_workers(raylet)) - before, timeout=30, what="a worker started ahead")
+    waiting = set(idle_workers(raylet))
+    assert top_up(node, raylet, warm=len(waiting)) == 0
     probe = remote(HuntProbe).remote()
     try:
         assert ray.get(probe.pid.remote(), timeout=30) in waiting

@@ -132,7 +132,9 @@ class Actor:
     """An actor whose base is ``const + sum(args)`` (its constructor gets the args); named or
     detached, its calls go through the handle ``ray.get_actor`` returns for its name.
     ``slow_restart`` seconds: its constructor takes that long when it runs again after a
-    restart, so calls arrive while the actor is restarting."""
+    restart, so calls arrive while the actor is restarting. ``asynchronous``: its method is a
+    coroutine, so Ray makes it an async actor: its calls run concurrently on its event loop (a
+    held one waits there while later ones run), and a cancel cancels a running call's asyncio task."""
 
     const: int
     args: tuple[Arg, ...] = ()
@@ -140,6 +142,7 @@ class Actor:
     max_task_retries: int = 0
     naming: Naming = Naming.ANONYMOUS
     slow_restart: float = 0.0
+    asynchronous: bool = False
     kind: StepKind = field(default=StepKind.ACTOR, repr=False)
 
 
@@ -261,8 +264,10 @@ class Fault:
     ``ray.cancel`` reference: a running task gets a KeyboardInterrupt (or its worker exits, with
     ``force``), ``ray.get`` raises TaskCancelledError (or WorkerCrashedError), and cancelled
     tasks are not retried, whatever their ``max_retries``. A CANCEL's victim may be an actor call
-    (held running, a regular actor's): Ray does not interrupt it but flags it
-    (``ray.get_runtime_context().is_canceled()``); it lands once the call saw the flag.
+    (held running): a regular actor's Ray does not interrupt but flags
+    (``ray.get_runtime_context().is_canceled()``), and it lands once the call saw the flag; an
+    async actor's Ray cancels as an asyncio task, and it lands once the call's await raised
+    CancelledError.
     RAY_KILL / RAY_KILL_NO_RESTART: as KILL_ACTOR, by ``ray.kill(actor)`` (``no_restart=True``
     for the latter: the actor is dead for good whatever its ``max_restarts``); it lands once the
     actor's process has exited.

@@ -61,7 +61,8 @@ class Situation(enum.Enum):
     CALL_ON_FAILING_NODE = "a call of an actor on the node whose processes fail a share of their RPCs"
     RESTART_WITHOUT_ARGS = "a call of a killed actor whose constructor argument in the object store was dropped"
     INTERRUPTED_BY_RAY_KILL = "a call running on its actor when ray.kill killed it"
-    CANCELLED_CALL = "an actor call cancelled with ray.cancel while it ran (a regular actor's)"
+    CANCELLED_CALL = ("an actor call cancelled with ray.cancel while it ran (a regular actor's, flagged; an async "
+                      "actor's, its asyncio task cancelled)")
     RETRIES_SPENT_RESTARTING = ("a call in flight or queued at a kill of its slowly restarting actor, its finite "
                                 "max_task_retries spent while the actor was unavailable")
 
@@ -80,7 +81,7 @@ class Situation(enum.Enum):
 #: ObjectReconstructionFailedError whose reason is MAX_ATTEMPTS_EXCEEDED or RETRIES_DISABLED);
 #: ray_kill → as kill_actor, and INTERRUPTED_BY_RAY_KILL for the call it interrupted, retries or
 #: not; ray_kill_no_restart → CALL_OF_DEAD_ACTOR whatever max_restarts; a cancel of a running
-#: actor call → CANCELLED_CALL, or its value. A late replacement of a removed node changes no
+#: actor call (a regular actor's or an async one's) → CANCELLED_CALL. A late replacement of a removed node changes no
 #: outcome: what waits for it (a retry, a restart, a reconstruction) runs once it joins.
 #: Anything else is a finding.
 #:
@@ -177,7 +178,7 @@ CITATIONS: dict[Situation, Citation] = {
     # get of a cancelled actor task that "has been scheduled" raises: a value is a lost cancel.
     Situation.CANCELLED_CALL: Citation(page="https://docs.ray.io/en/latest/ray-core/api/doc/ray.cancel.html", says=(
         "Calling ray.get on a cancelled Task raises a TaskCancelledError if the Task has been scheduled or "
-        "interrupted.")),
+        "interrupted. [...] If it is an async Actor, Ray cancels a asyncio.Task.")),
 }
 
 
@@ -373,7 +374,7 @@ def _call(program: Program, index: int, step: Call, landed: Sequence[Fault],
         if _restarts(spec, fault) and _dropped_stored_args(program, spec):
             result = result.may(Situation.RESTART_WITHOUT_ARGS)
     if any(f.kind is FaultKind.CANCEL and f.victim == index for f in landed):
-        result = result.must(TABLE[Situation.CANCELLED_CALL])  # flagged while it ran: scheduled, so it raises
+        result = result.must(TABLE[Situation.CANCELLED_CALL])  # seen while it ran: scheduled, so it raises
     failing = any(f.kind is FaultKind.RPC_FAILURES for f in landed) and step.actor in program.on_rpc_node()
     return result.may(Situation.CALL_ON_FAILING_NODE) if failing else result
 

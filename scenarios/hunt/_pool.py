@@ -5,9 +5,12 @@ a second of a 2-core machine. Ray's raylet starts workers ahead on request (its
 started waits idle for ``keep_alive`` seconds, and the next actor or task of the same job and
 runtime env takes it instead of starting one.
 
-The hunt asks for them at the end of each program, once its faults have landed and its probe
-answered, so a worker the next program takes from the pool was started after every fault of the
-program before it. A request that fails changes nothing but speed: the steps then start their own
+The hunt tops the head's idle workers up to :data:`WARM` at the end of each program, once its
+faults have landed and its probe answered, so a worker the next program takes from the pool was
+started after every fault of the program before it. It asks only for what is missing: asking for two after every program, idle
+workers piled up and an object-store pressure landed less often (its victim not spilled within
+its bound in 4 of 15 programs, against 0 of 15 without a pool and 0 of 20 topping up: Ray 2.60,
+2026-12-07). A request that fails changes nothing but speed: the steps then start their own
 workers, as without a pool."""
 
 from __future__ import annotations
@@ -22,6 +25,35 @@ WARM = 2
 KEEP_ALIVE = 30
 #: Seconds the raylet has to accept the request.
 REQUEST_BOUND = 5.0
+
+
+def top_up(node_id: str, raylet_pid: int, *, warm: int = WARM) -> int:
+    """Ask node ``node_id``'s raylet (process ``raylet_pid``, on this machine) for as many workers
+    as it lacks to have ``warm`` idle ones; how many were asked for (0 when none was missing, or
+    the request failed)."""
+    missing = warm - len(idle_workers(raylet_pid))
+    return missing if missing > 0 and prestart(node_id, count=missing) else 0
+
+
+def idle_workers(raylet_pid: int) -> list[int]:
+    """The pids of the raylet's idle workers: its children Ray titles ``ray::IDLE`` (a worker
+    that has not taken a task or actor, or is between tasks)."""
+    import psutil
+
+    try:
+        children = psutil.Process(raylet_pid).children()
+    except psutil.Error:
+        return []
+    return [c.pid for c in children if _title(c) == "ray::IDLE"]
+
+
+def _title(process: Any) -> str:
+    import psutil
+
+    try:
+        return str((process.cmdline() or [""])[0]).strip()
+    except psutil.Error:  # gone, or a zombie: not idle
+        return ""
 
 
 def prestart(node_id: str, *, count: int = WARM) -> bool:

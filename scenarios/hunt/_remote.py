@@ -32,13 +32,11 @@ def resolve(value: Any) -> int:
 
 def hold(marks: str, index: int, *, flagged: bool = False) -> None:
     """Say the step started, in which process, then wait (bounded) until the driver releases it
-    after its fault. The mark appears whole (renamed into place): the driver reads the pid at once.
+    after its fault.
     ``flagged`` (an actor's call): a cancel flags the call rather than interrupting it; seeing the
     flag, the call says so (its ``flagged`` mark) and goes on waiting for its release."""
     interruptible()  # a cancel fault's KeyboardInterrupt must reach a held task
-    said = Path(marks, f"starting-{index}-{os.getpid()}")
-    said.write_text(str(os.getpid()))
-    said.replace(Path(marks, f"started-{index}"))
+    say_started(marks, index)
 
     def released() -> bool:
         if flagged and _cancel_flagged():
@@ -46,6 +44,13 @@ def hold(marks: str, index: int, *, flagged: bool = False) -> None:
         return Path(marks, f"release-{index}").exists()
 
     wait_until(released, timeout=HOLD_BOUND, interval=0.01, what=f"step {index} to be released")
+
+
+def say_started(marks: str, index: int) -> None:
+    """Write step ``index``'s started mark with this process's pid, whole (renamed into place)."""
+    said = Path(marks, f"starting-{index}-{os.getpid()}")
+    said.write_text(str(os.getpid()))
+    said.replace(Path(marks, f"started-{index}"))
 
 
 def _cancel_flagged() -> bool:
@@ -90,13 +95,20 @@ def hunt_task(index: int, const: int, marks: str, held: bool, flaky: bool, box: 
     return padded(boxed(total, box, marks, index), pad)
 
 
+def actor_base(const: int, args: tuple[Any, ...], slow_restart: float) -> int:
+    """An actor's base from its constructor's args (resolved again on a restart); a restart of a
+    slow actor takes ``slow_restart`` seconds here (the workload: a constructor that takes seconds)."""
+    base = const + sum(resolve(a) for a in args)
+    if slow_restart and ray.get_runtime_context().was_current_actor_reconstructed:
+        threading.Event().wait(slow_restart)
+    return base
+
+
 class HuntActor:
-    """An actor whose base comes from its constructor's args (resolved again on a restart)."""
+    """An actor whose base comes from its constructor's args: a regular actor, one call at a time."""
 
     def __init__(self, const: int, *args: Any, slow_restart: float = 0.0) -> None:
-        self.base = const + sum(resolve(a) for a in args)
-        if slow_restart and ray.get_runtime_context().was_current_actor_reconstructed:
-            threading.Event().wait(slow_restart)  # the workload: a constructor that takes seconds
+        self.base = actor_base(const, args, slow_restart)
 
     def call(self, index: int, const: int, marks: str, held: bool, box: bool, *args: Any, pad: int = 0) -> Any:
         note_pid(marks, index)
@@ -104,6 +116,48 @@ class HuntActor:
         if held:
             hold(marks, index, flagged=True)
         return padded(boxed(total, box, marks, index), pad)
+
+
+class HuntAsyncActor:
+    """:class:`HuntActor` as an async actor: its call is a coroutine, so its calls run
+    concurrently on its event loop, and a held one waits there without blocking the others."""
+
+    def __init__(self, const: int, *args: Any, slow_restart: float = 0.0) -> None:
+        self.base = actor_base(const, args, slow_restart)
+
+    async def call(self, index: int, const: int, marks: str, held: bool, box: bool, *args: Any,
+                   pad: int = 0) -> Any:
+        note_pid(marks, index)
+        total = self.base + const + sum([await resolve_async(a) for a in args])
+        if held:
+            await hold_async(marks, index)
+        return padded(boxed(total, box, marks, index), pad)
+
+
+async def resolve_async(value: Any) -> int:
+    """:func:`resolve` on an async actor's event loop: a ref is awaited (a blocking get would
+    stall every call of the actor, the one it waits for among them)."""
+    import asyncio
+
+    while not isinstance(value, int):
+        value = value[0] if isinstance(value, list) else await asyncio.wait_for(value, HOLD_BOUND)
+    return value
+
+
+async def hold_async(marks: str, index: int) -> None:
+    """:func:`hold` on an async actor's event loop, other calls running meanwhile. Ray cancels
+    an async actor's running call as an asyncio task: CancelledError is raised at its await here,
+    and the call says so (its ``cancelled`` mark) before letting it end the call."""
+    import asyncio
+
+    say_started(marks, index)
+    try:
+        async with asyncio.timeout(HOLD_BOUND):
+            while not Path(marks, f"release-{index}").exists():
+                await asyncio.sleep(0.01)
+    except asyncio.CancelledError:
+        Path(marks, f"cancelled-{index}").touch()
+        raise
 
 
 def padded(value: Any, pad: int) -> Any:

@@ -310,12 +310,13 @@ class Interpreter:
         registers a name as the actor is created, so the lookup finds it at once)."""
         import ray
 
-        from scenarios.hunt._remote import HuntActor, remote
+        from scenarios.hunt._remote import HuntActor, HuntAsyncActor, remote
 
         named = {} if step.naming is Naming.ANONYMOUS else {"name": f"hunt-{self.run_id}-{index}"}
         detached = {"lifetime": "detached"} if step.naming is Naming.DETACHED else {}
-        options = remote(HuntActor).options(max_restarts=step.max_restarts, max_task_retries=step.max_task_retries,
-                                    num_cpus=0, resources=self.placement(index), **named, **detached)
+        cls = HuntAsyncActor if step.asynchronous else HuntActor
+        options = remote(cls).options(max_restarts=step.max_restarts, max_task_retries=step.max_task_retries,
+                                      num_cpus=0, resources=self.placement(index), **named, **detached)
         actor = options.remote(step.const, *self.args(step.args), slow_restart=step.slow_restart)
         if named:
             self.handles[index] = ray.get_actor(named["name"])
@@ -479,17 +480,21 @@ class Interpreter:
 
     def cancel_call(self, fault: Fault) -> bool:
         """``ray.cancel`` a held actor call: Ray flags a regular actor's running call rather than
-        interrupting it, so it lands once the call saw the flag (its ``flagged`` mark, within
+        interrupting it, and cancels an async actor's as an asyncio task, so it lands once the
+        call saw the flag or the CancelledError (its ``flagged`` or ``cancelled`` mark, within
         :data:`CANCEL_BOUND`); the caller releases it either way."""
         import ray
 
         from chaos import wait_until
         from chaos.errors import HangError
 
+        call = self.program.steps[fault.victim]
+        actor = self.program.steps[call.actor] if isinstance(call, Call) else None
         ray.cancel(self.refs[fault.victim], force=False)
-        flagged = Path(self.marks, f"flagged-{fault.victim}")
+        seen = "cancelled" if isinstance(actor, Actor) and actor.asynchronous else "flagged"
+        mark = Path(self.marks, f"{seen}-{fault.victim}")
         try:
-            wait_until(flagged.exists, timeout=CANCEL_BOUND, interval=0.01,
+            wait_until(mark.exists, timeout=CANCEL_BOUND, interval=0.01,
                        what=f"call {fault.victim} to see its cancel")
         except HangError:
             return False
@@ -758,14 +763,19 @@ class Interpreter:
             self.probe = exc
 
     def _warm(self) -> None:
-        """Have the head start workers ahead (``_pool``) for the next program's actors and held
-        tasks; best effort, as their absence only slows it."""
-        import ray
+        """Top the head's idle workers up (``_pool``) for the next program's actors and held
+        tasks; best effort, as their absence only slows it. Only on a cluster this process
+        started (its head raylet is a process here, whose idle workers it counts)."""
+        from ray._private import ray_constants
 
-        from scenarios.hunt._pool import prestart
+        from scenarios.hunt._pool import top_up
 
-        heads = [n["NodeID"] for n in ray.nodes() if n["Alive"] and HEAD in n["Resources"]]
-        prestart(heads[0] if heads else ray.get_runtime_context().get_node_id())
+        if self.cluster is None:
+            return
+        head = self.cluster.head_node
+        raylets = head.all_processes.get(ray_constants.PROCESS_TYPE_RAYLET, [])
+        if raylets:
+            top_up(head.node_id, raylets[0].process.pid)
 
     def _cluster_usable(self) -> list[Failure]:
         """A trivial task and the fresh actor (made once the faults landed) answer within :data:`PROBE_BOUND`."""

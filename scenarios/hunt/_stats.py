@@ -53,7 +53,8 @@ def _step_features(step: object) -> set[str]:
                                         ("actor: named (called through ray.get_actor)", step.naming is Naming.NAMED),
                                         ("actor: detached (and named)", step.naming is Naming.DETACHED),
                                         ("actor: restarts slowly (its constructor takes seconds)",
-                                         step.slow_restart > 0)) if on}
+                                         step.slow_restart > 0),
+                                        ("actor: async (its calls run concurrently)", step.asynchronous)) if on}
     if isinstance(step, Call):
         return {"call: returns a ref the actor put"} if step.boxed else set()
     if isinstance(step, Stream):
@@ -87,7 +88,10 @@ def fault_labels(verdict: ProgramVerdict) -> set[str]:
         if isinstance(victim, Task) and victim.max_retries > 0:
             labels.add("cancel fault: a task with retries left")
         if isinstance(victim, Call):
-            labels.add("cancel fault: an actor call (flagged)")
+            actor = program.steps[victim.actor]
+            asynchronous = isinstance(actor, Actor) and actor.asynchronous
+            labels.add("cancel fault: an async actor's call (its asyncio task)" if asynchronous
+                       else "cancel fault: an actor call (flagged)")
         if any(fault.victim in program.depends(i) for i in range(fault.victim + 1, fault.after + 1)):
             labels.add("cancel fault: after its dependents were submitted")
     return labels | _lifecycle_labels(verdict) or {"no fault"}

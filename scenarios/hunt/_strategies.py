@@ -87,7 +87,7 @@ def _step(draw: Any, steps: list[Step]) -> Step:
         slow = draw(st.sampled_from([0.0, SLOW_RESTART])) if restarts != 0 else 0.0
         return Actor(const=const, args=_args(draw, steps), max_restarts=restarts,
                      max_task_retries=draw(st.sampled_from([0, 1, -1])), naming=draw(st.sampled_from(list(Naming))),
-                     slow_restart=slow)
+                     slow_restart=slow, asynchronous=draw(st.sampled_from([False, False, False, True])))
     if kind is StepKind.CALL:
         actor = draw(st.sampled_from(actors))
         return Call(actor=actor, const=const, args=_unordered_safe(steps, actor, _args(draw, steps)),
@@ -207,7 +207,7 @@ def _kill(draw: Any, program: Program) -> Fault | None:
     kill = FaultKind.OWNER_DEATH if owns else FaultKind.KILL_ACTOR
     kinds = [kill] * 3 + [FaultKind.RAY_KILL, FaultKind.RAY_KILL_NO_RESTART]
     kinds += [] if _removed(program) else [FaultKind.ACTOR_NODE_REMOVAL]
-    kinds += [FaultKind.CANCEL] if isinstance(steps[victim], Call) else []  # a regular actor's call: flagged
+    kinds += [FaultKind.CANCEL] if isinstance(steps[victim], Call) else []  # flagged, or an async one's cancelled
     kind = draw(st.sampled_from(kinds))
     return Fault(kind, victim, after, _replacement(draw, kind))
 
