@@ -329,17 +329,44 @@ def test_only_a_lost_cancel_is_a_known_finding_and_it_is_still_reported() -> Non
     assert [f.signature.seen for f in ProgramVerdict(program, (), (), tuple(wrong), 0.0).new] == [Seen.WRONG_VALUE]
 
 
-def test_a_call_hang_is_known_only_where_rpc_failures_landed() -> None:
+#: A program with an actor (and its calls) on the node failing RPCs and one elsewhere, and a
+#: stream there and one elsewhere: steps 1, 2 and 3 ran on that node, 5, 6 and 7 did not.
+PLACED = Program((Actor(1), Call(0, 2), Stream(0, 2, 2), Put(3), Actor(4), Call(4, 5), Stream(1, 2, 2),
+                  Task(6)), (Fault(FaultKind.RPC_FAILURES, 1, 1), Fault(FaultKind.RPC_FAILURES, 2, 2)))
+
+
+def _known(step: StepKind, faults: tuple[FaultKind, ...], index: int, seen: Seen = Seen.HANG) -> str | None:
+    found = known_finding(Failure(Signature(step, faults, seen), index, "x"), PLACED)
+    return found.script if found is not None else None
+
+
+def test_a_call_hang_is_known_only_where_rpc_failures_landed_on_its_actors_node() -> None:
     """The script reproduces it with Ray's RPC failure knob, through a GCS restart or not (2 of 24
-    tries, 2 of 16), never without the knob (0 of 8)."""
+    tries, 2 of 16), never without the knob (0 of 8), for an actor on the knob's node."""
     script = "findings/actor_call_hangs_after_gcs_restart_with_rpc_failures.py"
+    assert PLACED.on_rpc_node() == {0, 2}
     for faults in ((FaultKind.GCS_RESTART, FaultKind.RPC_FAILURES), (FaultKind.RPC_FAILURES,)):
-        known = Signature(StepKind.CALL, faults, Seen.HANG)
-        assert (found := known_finding(Failure(known, 5, "hung"))) is not None and found.script == script
+        assert _known(StepKind.CALL, faults, 1) == script
+        assert _known(StepKind.CALL, faults, 5) is None  # its actor lives elsewhere: not what the script shows
     for faults in ((FaultKind.GCS_RESTART,), (FaultKind.KILL_ACTOR,), ()):
-        assert known_finding(Failure(Signature(StepKind.CALL, faults, Seen.HANG), 5, "hung")) is None, faults
-    for step, seen in ((StepKind.CALL, Seen.WRONG_VALUE), (StepKind.TASK, Seen.HANG)):
-        assert known_finding(Failure(Signature(step, (FaultKind.RPC_FAILURES,), seen), 5, "x")) is None
+        assert _known(StepKind.CALL, faults, 1) is None, faults
+    assert _known(StepKind.CALL, (FaultKind.RPC_FAILURES,), 1, Seen.WRONG_VALUE) is None
+    assert _known(StepKind.TASK, (FaultKind.RPC_FAILURES,), 7) is None
+    hung = Failure(Signature(StepKind.CALL, (FaultKind.RPC_FAILURES,), Seen.HANG), 1, "x")
+    assert known_finding(hung) is None  # where it ran unknown: not explained
+
+
+def test_a_stream_hang_is_known_only_on_the_node_failing_rpcs_under_pressure_too() -> None:
+    """The script shows a stream's first item later than the hunt's bound on the knob's node
+    while the head's store is filled: known under both faults, for a stream there, and no wider."""
+    script = "findings/stream_item_late_with_rpc_failures.py"
+    both = (FaultKind.OBJECT_STORE_PRESSURE, FaultKind.RPC_FAILURES)
+    for faults in (both, (FaultKind.GCS_RESTART, *both)):
+        assert _known(StepKind.STREAM, faults, 2) == script
+        assert _known(StepKind.STREAM, faults, 6) is None  # a stream on the head
+    for faults in ((FaultKind.RPC_FAILURES,), (FaultKind.OBJECT_STORE_PRESSURE,), (FaultKind.KILL_WORKER,), ()):
+        assert _known(StepKind.STREAM, faults, 2) is None, faults
+    assert _known(StepKind.STREAM, both, 2, Seen.WRONG_VALUE) is None
 
 
 def test_the_strategy_draws_object_store_pressure() -> None:

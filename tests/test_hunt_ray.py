@@ -210,23 +210,30 @@ def _raylet(node_id: str) -> int:
     return found[0]
 
 
-def test_workers_started_ahead_are_taken_by_the_next_actor(ray_cluster: ClusterHandle) -> None:
+def test_workers_started_ahead_are_taken_by_the_next_actor_and_never_by_the_probe(ray_cluster: ClusterHandle) -> None:
     """The pool the hunt keeps: the raylet starts a worker on request, an actor made next runs in
-    a worker that was already there (not one started for it), and a pool that is full asks for none."""
+    a worker that was already there (not one started for it), the probe's actor never does, and
+    a top-up asks only for what is missing."""
     import ray
 
+    from scenarios.hunt._run import PROBE_ENV
+
     node = ray.get_runtime_context().get_node_id()
-    raylet, before = _raylet(node), set(idle_workers(_raylet(node)))
-    assert prestart(node, count=1)
-    wait_until(lambda: set(idle_workers(raylet)) - before, timeout=30, what="a worker started ahead")
-    waiting = set(idle_workers(raylet))
-    assert top_up(node, raylet, warm=len(waiting)) == 0
-    probe = remote(HuntProbe).remote()
+    (entry,) = [n for n in ray.nodes() if n["NodeID"] == node]
+    address, raylet = f"{entry['NodeManagerAddress']}:{entry['NodeManagerPort']}", _raylet(node)
+    before = set(idle_workers(raylet))
+    assert prestart(address, count=1)
+    started = wait_until(lambda: set(idle_workers(raylet)) - before, timeout=30, what="a worker started ahead")
+    idle = len(idle_workers(raylet))
+    assert top_up(address, raylet, warm=idle) == 0 and top_up(address, raylet, warm=idle + 1) == 1
+    probe, actor = remote(HuntProbe).options(runtime_env=PROBE_ENV).remote(), remote(HuntProbe).remote()
     try:
-        assert ray.get(probe.pid.remote(), timeout=30) in waiting
+        assert ray.get(probe.pid.remote(), timeout=30) not in started | before
+        assert ray.get(actor.pid.remote(), timeout=30) in started | set(idle_workers(raylet)) | before
     finally:
         ray.kill(probe)
-    assert not prestart("ff" * 28, count=1)  # no such node: nothing asked, nothing raised
+        ray.kill(actor)
+    assert not prestart("127.0.0.1:1", count=1)  # nothing answers there: nothing asked, nothing raised
 
 
 #: Big values and a dropped ref: a 4 MiB put is borrowed by a task (nested in a list) that is

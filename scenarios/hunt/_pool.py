@@ -1,25 +1,25 @@
 """Workers started ahead on the head: each actor a program makes, and each task held running
 without a CPU, needs a worker process of its own, and starting one (importing Ray) takes most of
 a second of a 2-core machine. Ray's raylet starts workers ahead on request (its
-``PrestartWorkers`` RPC, which Ray's own libraries use before a burst of actors); a worker so
+``PrestartWorkers`` RPC); a worker so
 started waits idle for ``keep_alive`` seconds, and the next actor or task of the same job and
 runtime env takes it instead of starting one.
 
 The hunt tops the head's idle workers up to :data:`WARM` at the end of each program, once its
 faults have landed and its probe answered, so a worker the next program takes from the pool was
-started after every fault of the program before it. It asks only for what is missing: asking for two after every program, idle
-workers piled up and an object-store pressure landed less often (its victim not spilled within
-its bound in 4 of 15 programs, against 0 of 15 without a pool and 0 of 20 topping up: Ray 2.60,
-2026-12-07). A request that fails changes nothing but speed: the steps then start their own
-workers, as without a pool."""
+started after every fault of the program before it. It asks only for what is missing: asking
+for two after every program, idle workers piled up and an object-store pressure landed less
+often (its victim not spilled within its bound in 4 of a test's 15 programs, against 0 of 15
+without a pool; topping up, 0 of 20 on a two-node cluster: Ray 2.60, 2026-12-07). A request
+that fails changes nothing but speed: the steps then start their own workers, as without a pool.
+The probe's actor never takes a pooled worker (``_run.PROBE_ENV``)."""
 
 from __future__ import annotations
 
 from functools import cache
 from typing import Any
 
-#: Workers asked for after each program: the head's raylet starts as many at once as it has
-#: CPUs (Ray's ``worker_maximum_startup_concurrency``) and drops the rest of a larger request.
+#: Idle workers the head keeps for the next program's actors and held tasks.
 WARM = 2
 #: Seconds a prestarted worker waits for an actor or task before the raylet ends it.
 KEEP_ALIVE = 30
@@ -27,12 +27,12 @@ KEEP_ALIVE = 30
 REQUEST_BOUND = 5.0
 
 
-def top_up(node_id: str, raylet_pid: int, *, warm: int = WARM) -> int:
-    """Ask node ``node_id``'s raylet (process ``raylet_pid``, on this machine) for as many workers
-    as it lacks to have ``warm`` idle ones; how many were asked for (0 when none was missing, or
-    the request failed)."""
+def top_up(address: str, raylet_pid: int, *, warm: int = WARM) -> int:
+    """Ask the raylet at ``address`` (``ip:port``; process ``raylet_pid``, on this machine) for as
+    many workers as it lacks to have ``warm`` idle ones; how many were asked for (0 when none was
+    missing, or the request failed)."""
     missing = warm - len(idle_workers(raylet_pid))
-    return missing if missing > 0 and prestart(node_id, count=missing) else 0
+    return missing if missing > 0 and prestart(address, count=missing) else 0
 
 
 def idle_workers(raylet_pid: int) -> list[int]:
@@ -56,23 +56,28 @@ def _title(process: Any) -> str:
         return ""
 
 
-def prestart(node_id: str, *, count: int = WARM) -> bool:
-    """Ask the raylet of node ``node_id`` (hex) to start ``count`` workers for this driver's
-    job ahead of need; False when it could not be asked (no such node, an RPC error)."""
+def prestart(address: str, *, count: int = WARM) -> bool:
+    """Ask the raylet at ``address`` (``ip:port``) to start ``count`` workers for this driver's
+    job ahead of need; False when it could not be asked (nothing answers there, an RPC error)."""
     import grpc
-    from ray._private.authentication.grpc_authentication_client_interceptor import (
-        _get_authentication_metadata_tuple,
-    )
 
-    address = _raylet_address(node_id)
-    if address is None:
-        return False
     try:
-        _stub(address).PrestartWorkers(_request(count), metadata=_get_authentication_metadata_tuple(),
-                                       timeout=REQUEST_BOUND)
+        _stub(address).PrestartWorkers(_request(count), metadata=_auth(), timeout=REQUEST_BOUND)
     except grpc.RpcError:
         return False
     return True
+
+
+def _auth() -> tuple[tuple[str, str], ...]:
+    """The token metadata a raylet in token mode asks of a caller; none on a Ray without the
+    token mode's module."""
+    try:
+        from ray._private.authentication.grpc_authentication_client_interceptor import (
+            _get_authentication_metadata_tuple,
+        )
+    except ImportError:
+        return ()
+    return tuple(_get_authentication_metadata_tuple())
 
 
 def _request(count: int) -> Any:
@@ -88,13 +93,6 @@ def _request(count: int) -> Any:
     return node_manager_pb2.PrestartWorkersRequest(language=common_pb2.PYTHON, job_id=bytes.fromhex(job),
                                                    runtime_env_info=env, keep_alive_duration_secs=KEEP_ALIVE,
                                                    num_workers=count)
-
-
-def _raylet_address(node_id: str) -> str | None:
-    import ray
-
-    found = [n for n in ray.nodes() if n["NodeID"] == node_id and n["Alive"]]
-    return f"{found[0]['NodeManagerAddress']}:{found[0]['NodeManagerPort']}" if found else None
 
 
 @cache

@@ -61,6 +61,9 @@ PROBE_BOUND = 30.0
 HUNT_NODE = "hunt_node"
 #: The resource the head of a ``local_cluster`` of several nodes has: every other step asks for it.
 HEAD = "rc_head"
+#: The probe actor's runtime env: no worker the pool started ahead (for the job's own env) matches
+#: it, so the raylet starts one for it, after the program's faults.
+PROBE_ENV = {"env_vars": {"RAYCHAOS_HUNT_PROBE": "1"}}
 #: Seconds a GCS restart keeps the GCS down before starting it again.
 GCS_DOWN = 0.5
 #: Seconds a cancelled running task has to end before the driver releases it anyway (then a
@@ -144,7 +147,8 @@ class ProgramVerdict:
     def new(self) -> tuple[Failure, ...]:
         """The failures no known finding explains (see ``findings/``): what a hunt is for. An
         outcome Ray's docs are silent on is counted apart (:attr:`undocumented`)."""
-        return tuple(f for f in self.failures if known_finding(f) is None and f.signature.seen is not Seen.UNDOCUMENTED)
+        return tuple(f for f in self.failures
+                     if known_finding(f, self.program) is None and f.signature.seen is not Seen.UNDOCUMENTED)
 
     @property
     def undocumented(self) -> tuple[Failure, ...]:
@@ -154,12 +158,12 @@ class ProgramVerdict:
     def report(self) -> str:
         """The failures (a known one with its reproduction) and the program that replays them
         (its repr is a valid Program)."""
-        lines = [f"{f.signature.label()}: {f.message}" + _known_note(f) for f in self.failures]
+        lines = [f"{f.signature.label()}: {f.message}" + _known_note(f, self.program) for f in self.failures]
         return "\n".join([*lines, f"replay: run_program({self.program!r})"])
 
 
-def _known_note(failure: Failure) -> str:
-    known = known_finding(failure)
+def _known_note(failure: Failure, program: Program) -> str:
+    known = known_finding(failure, program)
     return f" [known: {known.script}]" if known else ""
 
 
@@ -224,11 +228,11 @@ class Interpreter:
                 clock.timed(Phase.CLEAN_UP, self._clean_up)
             self._judge_rpc_failures(injections)  # before the probe: its failures carry the fault
             try:
-                failures += clock.timed(Phase.PROBE, self._cluster_usable)  # once what it left running is cancelled
+                unusable = clock.timed(Phase.PROBE, self._cluster_usable)  # once what it left running is cancelled
+                failures += unusable
             finally:
                 self._kill_probe()
-                # Every fault has landed and the probe answered: workers started now serve the
-                # next program (its probe's actor among them), started after this one's faults.
+            if not unusable:  # every fault has landed and the probe answered: workers for the next program
                 clock.timed(Phase.WARM, self._warm)
             processes = self.processes()  # while the marks are there
         failures = [*judge(self.program, self.landed, self.seen, processes=processes), *failures]
@@ -752,30 +756,34 @@ class Interpreter:
 
     def _start_probe(self) -> None:
         """Create the probe's fresh actor (on the head, no CPU) once every fault has landed, while
-        the driver gets the program's values; :meth:`_cluster_usable` asks it. Its worker may be
-        one the head started ahead after the previous program (:meth:`_warm`): the actor is
-        scheduled after this program's faults, its process started after the last program's."""
+        the driver gets the program's values; :meth:`_cluster_usable` asks it. Its runtime env
+        (:data:`PROBE_ENV`) is its own, so it never takes a worker started ahead (:meth:`_warm`):
+        its worker process starts after this program's faults, as the probe must show it can."""
         from scenarios.hunt._remote import HuntProbe, remote
 
         try:  # on the head: the probe asks whether the cluster answers, not the faulty nodes
-            self.probe = remote(HuntProbe).options(resources=self.placement(-1)).remote()
+            self.probe = remote(HuntProbe).options(resources=self.placement(-1), runtime_env=PROBE_ENV).remote()
         except Exception as exc:  # noqa: BLE001 - a finding, whatever it is: judged by the probe
             self.probe = exc
 
     def _warm(self) -> None:
         """Top the head's idle workers up (``_pool``) for the next program's actors and held
-        tasks; best effort, as their absence only slows it. Only on a cluster this process
-        started (its head raylet is a process here, whose idle workers it counts)."""
+        tasks; best effort, as their absence only slows it: nothing it raises reaches the run.
+        Only on a cluster this process started (its head raylet is a process here, whose idle
+        workers it counts; its address is the node's own, no GCS asked)."""
         from ray._private import ray_constants
 
         from scenarios.hunt._pool import top_up
 
         if self.cluster is None:
             return
-        head = self.cluster.head_node
-        raylets = head.all_processes.get(ray_constants.PROCESS_TYPE_RAYLET, [])
-        if raylets:
-            top_up(head.node_id, raylets[0].process.pid)
+        try:
+            head = self.cluster.head_node
+            raylets = head.all_processes.get(ray_constants.PROCESS_TYPE_RAYLET, [])
+            if raylets:
+                top_up(f"{head.node_ip_address}:{head.node_manager_port}", raylets[0].process.pid)
+        except Exception:  # noqa: BLE001 - best effort, see above
+            pass
 
     def _cluster_usable(self) -> list[Failure]:
         """A trivial task and the fresh actor (made once the faults landed) answer within :data:`PROBE_BOUND`."""
