@@ -1141,3 +1141,21 @@ def test_a_late_replacement_that_does_not_join_is_recorded_for_the_probe_not_rai
     interpreter.replacement_due = time.monotonic() + 60.0
     interpreter.replace_late(due_or_not=False)  # not due yet: nothing tried, nothing recorded anew
     assert interpreter.replacement_due is not None
+
+
+def test_an_async_actors_ref_not_ready_raises_what_a_regular_actors_get_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ref an async call awaits past the bound raises GetTimeoutError, as the blocking get of a
+    regular actor's call does: one failure class, one label."""
+    import asyncio
+
+    from ray.exceptions import GetTimeoutError
+
+    import scenarios.hunt._remote as remote_module
+
+    monkeypatch.setattr(remote_module, "HOLD_BOUND", 0.05)
+
+    async def awaits_a_ref_never_ready() -> int:
+        return await remote_module.resolve_async(asyncio.get_running_loop().create_future())
+
+    with pytest.raises(GetTimeoutError, match=re.escape("not ready within 0.05 s")):
+        asyncio.run(awaits_a_ref_never_ready())

@@ -136,11 +136,17 @@ class HuntAsyncActor:
 
 async def resolve_async(value: Any) -> int:
     """:func:`resolve` on an async actor's event loop: a ref is awaited (a blocking get would
-    stall every call of the actor, the one it waits for among them)."""
+    stall every call of the actor, the one it waits for among them). Past the bound it raises
+    what :func:`resolve`'s get does, ``GetTimeoutError``, so a class is labelled the same either way."""
     import asyncio
 
+    from ray.exceptions import GetTimeoutError
+
     while not isinstance(value, int):
-        value = value[0] if isinstance(value, list) else await asyncio.wait_for(value, HOLD_BOUND)
+        try:
+            value = value[0] if isinstance(value, list) else await asyncio.wait_for(value, HOLD_BOUND)
+        except TimeoutError:
+            raise GetTimeoutError(f"a ref was not ready within {HOLD_BOUND:g} s") from None
     return value
 
 
