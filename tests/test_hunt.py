@@ -356,17 +356,17 @@ def test_a_call_hang_is_known_only_where_rpc_failures_landed_on_its_actors_node(
     assert known_finding(hung) is None  # where it ran unknown: not explained
 
 
-def test_a_stream_hang_is_known_only_on_the_node_failing_rpcs_under_pressure_too() -> None:
-    """The script shows a stream's first item later than the hunt's bound on the knob's node
-    while the head's store is filled: known under both faults, for a stream there, and no wider."""
+def test_a_stream_hang_is_known_only_on_the_node_failing_rpcs() -> None:
+    """The script shows a stream's first item later than the hunt's bound on the knob's node,
+    with the head's store filled or not (1 of 60 tries each), never without the knob (0 of 30):
+    known for a stream there where RPC failures landed, and no wider."""
     script = "findings/stream_item_late_with_rpc_failures.py"
-    both = (FaultKind.OBJECT_STORE_PRESSURE, FaultKind.RPC_FAILURES)
-    for faults in (both, (FaultKind.GCS_RESTART, *both)):
+    for faults in ((FaultKind.RPC_FAILURES,), (FaultKind.OBJECT_STORE_PRESSURE, FaultKind.RPC_FAILURES)):
         assert _known(StepKind.STREAM, faults, 2) == script
         assert _known(StepKind.STREAM, faults, 6) is None  # a stream on the head
-    for faults in ((FaultKind.RPC_FAILURES,), (FaultKind.OBJECT_STORE_PRESSURE,), (FaultKind.KILL_WORKER,), ()):
+    for faults in ((FaultKind.OBJECT_STORE_PRESSURE,), (FaultKind.KILL_WORKER,), ()):
         assert _known(StepKind.STREAM, faults, 2) is None, faults
-    assert _known(StepKind.STREAM, both, 2, Seen.WRONG_VALUE) is None
+    assert _known(StepKind.STREAM, (FaultKind.RPC_FAILURES,), 2, Seen.WRONG_VALUE) is None
 
 
 def test_the_strategy_draws_object_store_pressure() -> None:
