@@ -195,9 +195,10 @@ def test_a_ray_kill_or_a_call_cancel_without_its_evidence_is_missed(ray_cluster:
     # Missed as soon as the State API says the actor is dead, not once the 30 s bound is spent.
     assert [kind for kind, seconds in verdict.landing if seconds < BOUND / 3] == [FaultKind.RAY_KILL], verdict.landing
     monkeypatch.setattr(run, "CANCEL_BOUND", 2.0)
-    other = Program((Actor(1), Call(0, 2), Call(0, 3)), (Fault(FaultKind.CANCEL, 1, 2),))
-    verdict = CancelsAnother(other, ray_cluster.address).run()
-    assert list(verdict.missed) == list(other.faults) and not verdict.landed, verdict
+    for asynchronous in (False, True):  # a regular call's flag unseen; an async call's CancelledError unseen
+        other = Program((Actor(1, asynchronous=asynchronous), Call(0, 2), Call(0, 3)), (Fault(FaultKind.CANCEL, 1, 2),))
+        verdict = CancelsAnother(other, ray_cluster.address).run()
+        assert list(verdict.missed) == list(other.faults) and not verdict.landed, verdict
 
 
 def _raylet(node_id: str) -> int:

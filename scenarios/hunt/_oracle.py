@@ -496,6 +496,7 @@ class KnownFinding:
 
 
 def _ran_on_rpc_node(program: Program, index: int) -> bool:
+    """Did step ``index`` run on the node failing RPCs (a call runs where its actor lives)?"""
     step = program.steps[index] if 0 <= index < len(program.steps) else None
     return step is not None and (step.actor if isinstance(step, Call) else index) in program.on_rpc_node()
 
@@ -589,10 +590,8 @@ def _undocumented(program: Program, landed: Sequence[Fault], index: int, observe
     program's own ValueError, an exception the table does not name, a hang: failure classes."""
     if not landed or any(f.kind is not FaultKind.RPC_FAILURES for f in landed):
         return False
-    step = program.steps[index]
-    where = step.actor if isinstance(step, Call) else index  # a call runs where its actor lives
     error = observed.error if isinstance(observed, Observed) else None
-    return where in program.on_rpc_node() and error is not None and error.is_rays
+    return _ran_on_rpc_node(program, index) and error is not None and error.is_rays
 
 
 def _judged(step: Step, outcome: Expected | None, observed: Observed | WaitSeen, *,
