@@ -226,7 +226,7 @@ def test_a_dropped_value_is_never_named_again_nor_a_faults_victim(program: Progr
             later = program.steps[index + 1:]
             assert not any(a.source == step.source for s in later for a in getattr(s, "args", ())), step
             assert not any(step.source in getattr(s, "sources", ()) for s in later), step
-    victims = {f.victim for f in program.faults if f.kind is not FaultKind.GCS_RESTART}
+    victims = {f.victim for f in program.faults if not f.kind.restarts_gcs}
     assert not victims & program.dropped()
 
 
@@ -1159,3 +1159,67 @@ def test_an_async_actors_ref_not_ready_raises_what_a_regular_actors_get_does(mon
 
     with pytest.raises(GetTimeoutError, match=re.escape("not ready within 0.05 s")):
         asyncio.run(awaits_a_ref_never_ready())
+
+
+UNSCHEDULABLE = frozenset({ErrorKind.TASK_UNSCHEDULABLE})
+
+
+def test_a_removals_victim_pinned_to_its_node_has_nowhere_to_retry_restart_or_rebuild() -> None:
+    """Pinned by node affinity (soft=False): a task's retry and a lost return's reconstruction
+    raise TaskUnschedulableError (its borrower too); without an attempt left, as unpinned; a
+    restartable actor's later calls raise, as a dead one's, or ActorUnschedulableError."""
+    def outcomes(kind: FaultKind, retries: int, *, pinned: bool) -> list[Expected | None]:
+        program = Program((Put(1), Task(2, (Arg(0),), max_retries=retries), Task(3, (Arg(1, nested=True),))),
+                          (Fault(kind, 1, 1 if kind is OBJECT_REMOVAL else 2, pinned=pinned),))
+        return expect(program, program.faults)
+
+    removed = outcomes(FaultKind.NODE_REMOVAL, 1, pinned=True)
+    assert removed[1:] == [Expected(None, UNSCHEDULABLE), Expected(None, UNSCHEDULABLE)]
+    assert outcomes(FaultKind.NODE_REMOVAL, 1, pinned=False)[1] == Expected(3)  # run again on the replacement
+    assert outcomes(FaultKind.NODE_REMOVAL, 0, pinned=True) == outcomes(FaultKind.NODE_REMOVAL, 0, pinned=False)
+    assert outcomes(OBJECT_REMOVAL, 1, pinned=True)[1] == Expected(None, UNSCHEDULABLE)
+    assert outcomes(OBJECT_REMOVAL, 0, pinned=True) == outcomes(OBJECT_REMOVAL, 0, pinned=False)
+    actor = Program((Actor(2, max_restarts=1, max_task_retries=-1), Call(0, 3), Call(0, 4)),
+                    (Fault(ACTOR_REMOVAL, 1, 1, pinned=True),))
+    nowhere = ACTOR_ERRORS | {ErrorKind.ACTOR_UNSCHEDULABLE}
+    assert expect(actor, actor.faults)[1:] == [Expected(None, nowhere), Expected(None, nowhere)]
+    planted = judge(actor, actor.faults, {1: Observed(value=5), 2: Observed(value=6)})  # restarted elsewhere
+    assert {f.signature.seen for f in planted} == {Seen.VALUE_NOT_ERROR}
+
+
+def test_a_bundles_node_a_redis_fault_and_a_repeated_cancel_change_no_outcome_of_their_own() -> None:
+    """An actor in a placement group restarts as any other once its bundle's node goes; a Redis
+    fault (the GCS restarted after it) changes nothing, as a GCS restart; a cancel called
+    three times is judged as one."""
+    steps = (Put(1), Actor(2, (Arg(0),), max_restarts=1, max_task_retries=-1), Call(1, 3), Call(1, 4))
+    grouped = (*steps[:1], Actor(2, (Arg(0),), max_restarts=1, max_task_retries=-1, grouped=True), *steps[2:])
+    removal = (Fault(ACTOR_REMOVAL, 2, 2),)
+    assert expect(Program(grouped, removal), removal) == expect(Program(steps, removal), removal)
+    for kind in (FaultKind.REDIS_CLIENT_KILL, FaultKind.REDIS_IDLE_TIMEOUT, FaultKind.REDIS_RESTART):
+        assert kind.restarts_gcs and kind.redis and not kind.holds
+        assert expect(Program(steps, (Fault(kind, 1, 2),)), (Fault(kind, 1, 2),)) == expect(Program(steps), ())
+    cancel, thrice = Fault(FaultKind.CANCEL, 0, 1), Fault(FaultKind.CANCEL, 0, 1, repeats=3)
+    task = (Task(1, max_retries=2), Task(2, (Arg(0, nested=True),)))
+    assert expect(Program(task, (thrice,)), (thrice,)) == expect(Program(task, (cancel,)), (cancel,))
+
+
+def test_pins_repeats_and_groups_are_refused_where_they_mean_nothing() -> None:
+    with pytest.raises(ValueError, match="pinned=True is for node removals only"):
+        Fault(FaultKind.KILL_WORKER, 0, 0, pinned=True)
+    with pytest.raises(ValueError, match=re.escape("repeats=2; ray.cancel is repeated for cancels only")):
+        Fault(FaultKind.KILL_WORKER, 0, 0, repeats=2)
+    with pytest.raises(ValueError, match="1 to 3 times"):
+        Fault(FaultKind.CANCEL, 0, 0, repeats=4)
+    with pytest.raises(ValueError, match="pin it or group it"):
+        Program((Actor(1, max_restarts=1, grouped=True), Call(0, 2)), (Fault(ACTOR_REMOVAL, 1, 1, pinned=True),))
+
+
+@pytest.mark.parametrize("wanted", [
+    "node removal: its victim pinned to it (no node for a retry)", "node removal: a placement group bundle's node",
+    "cancel fault: repeated (ray.cancel called again at once)", "fault landed: redis_client_kill",
+    "fault landed: redis_idle_timeout", "fault landed: redis_restart"])
+def test_the_strategy_draws_pins_bundles_repeated_cancels_and_redis_faults(wanted: str) -> None:
+    def labelled(program: Program) -> bool:
+        return wanted in fault_labels(ProgramVerdict(program, program.faults, (), (), 0.0))
+
+    assert labelled(find(programs(gcs_restart=True), labelled, settings=DRAWN))

@@ -7,6 +7,7 @@ on the node failing RPCs returns every value."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -21,6 +22,7 @@ from scenarios.hunt import (
     Naming,
     Program,
     Put,
+    Seen,
     Stream,
     Task,
     Wait,
@@ -137,3 +139,68 @@ def test_what_runs_on_the_node_failing_rpcs_returns_every_value(removable: Clust
         if verdict.landed:
             break
     assert list(verdict.landed) == list(program.faults), f"no call of the victim's own failed in {TRIES} runs"
+
+
+#: A removal's victim pinned to the removable node by node affinity (soft=False): its retry, its
+#: restart, its lost return's reconstruction each has no node to go to once the node is removed.
+PINNED = {
+    "task": Program((Put(1), Task(2, (Arg(0),), max_retries=1), Task(3, (Arg(1, nested=True),))),
+                    (Fault(FaultKind.NODE_REMOVAL, 1, 2, pinned=True),)),
+    "actor": Program((Actor(2, max_restarts=1, max_task_retries=-1), Call(0, 3), Call(0, 4)),
+                     (Fault(FaultKind.ACTOR_NODE_REMOVAL, 1, 2, pinned=True),)),
+    "return": Program((Put(1), Task(2, (Arg(0),), max_retries=1), Task(3, (Arg(1, nested=True),))),
+                      (Fault(FaultKind.OBJECT_NODE_REMOVAL, 1, 1, pinned=True),)),
+}
+
+
+@pytest.mark.parametrize("victim", [v if v == "actor" else pytest.param(v, marks=DEEP) for v in PINNED])
+def test_a_removals_victim_pinned_to_its_node_lands_and_has_nowhere_to_go(removable: ClusterHandle,
+                                                                          victim: str) -> None:
+    """What needs the removed node again raises Ray's unschedulable errors, replacement or not."""
+    program = PINNED[victim]
+    interpreter = Interpreter(program, removable.address, cluster=removable.cluster)
+    verdict = interpreter.run()
+    assert list(verdict.landed) == list(program.faults), f"faults missed: {verdict.missed}"
+    assert not verdict.failures, verdict.report()
+    errors = {getattr(seen, "error", None) for seen in interpreter.seen.values()}
+    assert errors & {ErrorKind.TASK_UNSCHEDULABLE, ErrorKind.ACTOR_UNSCHEDULABLE}, interpreter.seen
+
+
+class Unpinned(Interpreter):
+    """A planted placement bug: a pinned victim is not pinned, so its retry runs on the replacement."""
+
+    def where(self, index: int) -> dict[str, Any]:
+        return {"resources": self.placement(index)}
+
+
+def test_a_pinned_task_whose_retry_ran_elsewhere_is_red(removable: ClusterHandle) -> None:
+    program = PINNED["task"]
+    verdict = Unpinned(program, removable.address, cluster=removable.cluster).run()
+    assert list(verdict.landed) == list(program.faults), f"faults missed: {verdict.missed}"
+    assert {f.signature.seen for f in verdict.new} == {Seen.VALUE_NOT_ERROR}, verdict.report()
+
+
+def test_the_loss_of_a_placement_group_bundles_node_lands_and_its_actor_restarts_in_it(
+        removable: ClusterHandle) -> None:
+    """A restartable actor in its group's one bundle on the removable node, a call held in flight:
+    the node goes, its replacement joins late, Ray places the bundle again there and restarts the
+    actor in it; every call returns its value (a grouped actor on the head is untouched)."""
+    program = Program((Actor(2, max_restarts=1, max_task_retries=-1, grouped=True), Call(0, 3), Call(0, 4),
+                       Actor(5, grouped=True), Call(3, 1)),
+                      (Fault(FaultKind.ACTOR_NODE_REMOVAL, 1, 2, replace_after=LATE_REPLACEMENT),))
+    verdict = run_program(program, address=removable.address, cluster=removable.cluster)
+    assert list(verdict.landed) == list(program.faults), f"faults missed: {verdict.missed}"
+    assert not verdict.failures, verdict.report()
+
+
+@pytest.mark.parametrize("kind", [FaultKind.REDIS_CLIENT_KILL, pytest.param(FaultKind.REDIS_IDLE_TIMEOUT, marks=DEEP),
+                                  pytest.param(FaultKind.REDIS_RESTART, marks=DEEP)], ids=lambda k: k.value)
+def test_a_redis_fault_lands_the_gcs_comes_back_and_no_outcome_changes(removable: ClusterHandle,
+                                                                       kind: FaultKind) -> None:
+    """The GCS's Redis connections killed, closed once idle, or Redis restarted, with an actor's
+    call and a task in flight: the GCS exits, the driver starts it again, every value comes back."""
+    program = Program((Put(1), Actor(2, max_restarts=1), Call(1, 3), Task(4, (Arg(0),)), Call(1, 1)),
+                      (Fault(kind, 2, 3),))
+    verdict = run_program(program, address=removable.address, cluster=removable.cluster, gcs_restart=True)
+    assert list(verdict.landed) == list(program.faults), f"faults missed: {verdict.missed}"
+    assert not verdict.failures, verdict.report()

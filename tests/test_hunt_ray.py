@@ -138,6 +138,11 @@ LANDS = {
                                       (Fault(FaultKind.KILL_WORKER, 1, 1),)),
     "kill_worker-mid-stream-retried": Program((Put(1), Stream(2, 4, 4, (Arg(0),), max_retries=1, size=200 << 10)),
                                               (Fault(FaultKind.KILL_WORKER, 1, 1),)),
+    # ray.cancel called again at once: thrice with force on a task with retries left, twice on an async call
+    "force_cancel-thrice": Program((Task(1, max_retries=2, boxed=True), Task(2, (Arg(0),))),
+                                   (Fault(FaultKind.FORCE_CANCEL, 0, 1, repeats=3),)),
+    "cancel-an-async-call-twice": Program((Actor(1, asynchronous=True), Call(0, 2), Call(0, 3)),
+                                          (Fault(FaultKind.CANCEL, 1, 2, repeats=2),)),
     "pressure-on-a-put": Program((Put(3), Task(1, (Arg(0, nested=True),))),
                                  (Fault(FaultKind.OBJECT_STORE_PRESSURE, 0, 1),)),
     "pressure-on-a-boxed-ref": Program((Task(4, boxed=True), Task(1, (Arg(0),))),
@@ -146,10 +151,11 @@ LANDS = {
 
 
 #: In make slow (make test's 8 minutes): the landings of ray.kill, of a call's cancel (a regular
-#: and an async actor's), of a kill of an async actor and of a stream's worker kill; make test
+#: and an async actor's), of a kill of an async actor, of a stream's worker kill and of repeated cancels; make test
 #: lands the kinds it had before them.
 SECOND_CASES = {"ray_kill", "ray_kill_no_restart", "cancel-an-actor-call", "kill_worker-mid-stream",
-                "kill_worker-mid-stream-retried", "cancel-an-async-call", "kill_actor-async"}
+                "kill_worker-mid-stream-retried", "cancel-an-async-call", "kill_actor-async", "force_cancel-thrice",
+                "cancel-an-async-call-twice"}
 
 
 @pytest.mark.parametrize("kind", [pytest.param(k, marks=[pytest.mark.slow] if k in SECOND_CASES else [])

@@ -223,6 +223,7 @@ class PlantedCrashLoop(WORKLOADS["replay-crash-loop"]):  # type: ignore[misc, va
         return self.max_restarts + 5
 
 
+@pytest.mark.slow  # about 9 s each: the end-to-end tier, so make test stays within its budget
 def test_every_crash_loop_invariant_can_break(ray_cluster: ClusterHandle) -> None:
     kill = Kill(ActorTarget(name="replay", namespace="raychaos"))
     # Each kill comes well after the restart before it (the planted crash at the start, then the
@@ -254,6 +255,7 @@ class PlantedParamServer(WORKLOADS["parameter-server"]):  # type: ignore[misc, v
     server_class = SkipsOnePush
 
 
+@pytest.mark.slow  # about 9 s each: the end-to-end tier, so make test stays within its budget
 def test_every_parameter_server_invariant_can_break(ray_cluster: ClusterHandle) -> None:
     result = planted(PlantedParamServer, duration=2.0, address=ray_cluster.address)
     assert_all_red(result, PlantedParamServer)

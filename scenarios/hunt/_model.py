@@ -38,6 +38,20 @@ class FaultKind(enum.Enum):
     FORCE_CANCEL = "force_cancel"  # ray.cancel(ref, force=True) of a task while it runs
     RAY_KILL = "ray_kill"  # ray.kill(actor): it restarts as max_restarts allows
     RAY_KILL_NO_RESTART = "ray_kill_no_restart"  # ray.kill(actor, no_restart=True): dead for good
+    REDIS_CLIENT_KILL = "redis_client_kill"  # CLIENT KILL the GCS's Redis connections; the GCS restarted if it exits
+    REDIS_IDLE_TIMEOUT = "redis_idle_timeout"  # Redis closes idle connections after 1 s; as above
+    REDIS_RESTART = "redis_restart"  # SIGKILL the GCS's Redis, start it again with its data; as above
+
+    @property
+    def restarts_gcs(self) -> bool:
+        """Does it take the GCS down and bring it back (its tables kept on Redis)? Its victim
+        only dates it, and it changes no step's outcome."""
+        return self in (FaultKind.GCS_RESTART, *REDIS_FAULTS)
+
+    @property
+    def redis(self) -> bool:
+        """Is it a fault of the Redis that keeps the GCS's tables?"""
+        return self in REDIS_FAULTS
 
     @property
     def kills_actor(self) -> bool:
@@ -63,11 +77,16 @@ class FaultKind(enum.Enum):
         """Does its victim wait running until it lands? Pressure's and an object node removal's
         victim is a value, not a process; a GCS restart's is the step it follows, whatever that
         step still runs."""
-        return self not in (FaultKind.OBJECT_STORE_PRESSURE, FaultKind.GCS_RESTART, FaultKind.OBJECT_NODE_REMOVAL,
-                            FaultKind.RPC_FAILURES)
+        return not self.restarts_gcs and self not in (FaultKind.OBJECT_STORE_PRESSURE, FaultKind.OBJECT_NODE_REMOVAL,
+                                                      FaultKind.RPC_FAILURES)
 
     def __repr__(self) -> str:  # a program's repr is the Python that replays it
         return f"FaultKind.{self.name}"
+
+
+#: The faults of the Redis behind the GCS: the GCS exits when its connection drops
+#: (findings/gcs_exits_when_redis_connection_drops.py), and the hunt starts it again, as a supervisor would.
+REDIS_FAULTS = (FaultKind.REDIS_CLIENT_KILL, FaultKind.REDIS_IDLE_TIMEOUT, FaultKind.REDIS_RESTART)
 
 
 class Naming(enum.Enum):
@@ -134,7 +153,9 @@ class Actor:
     ``slow_restart`` seconds: its constructor takes that long when it runs again after a
     restart, so calls arrive while the actor is restarting. ``asynchronous``: its method is a
     coroutine, so Ray makes it an async actor: its calls run concurrently on its event loop (a
-    held one waits there while later ones run), and a cancel cancels a running call's asyncio task."""
+    held one waits there while later ones run), and a cancel cancels a running call's asyncio task.
+    ``grouped``: it runs in the one bundle of a placement group of its own (on the node it would
+    run on anyway); when that node is removed, Ray places the bundle again and restarts the actor in it."""
 
     const: int
     args: tuple[Arg, ...] = ()
@@ -143,6 +164,7 @@ class Actor:
     naming: Naming = Naming.ANONYMOUS
     slow_restart: float = 0.0
     asynchronous: bool = False
+    grouped: bool = False
     kind: StepKind = field(default=StepKind.ACTOR, repr=False)
 
 
@@ -224,6 +246,8 @@ CANCEL_HOLD = 3.0
 #: Seconds a late replacement of a removed node waits before it joins: what was on the node
 #: (a task's retry, an actor's restart, a lost object's reconstruction) has nowhere to go meanwhile.
 LATE_REPLACEMENT = 5.0
+#: The most times a cancel fault calls ``ray.cancel`` on its victim.
+MAX_REPEATS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,12 +297,27 @@ class Fault:
     actor's process has exited.
     ``replace_after`` (node removals only): seconds before the removed node's replacement joins
     (0: at once; :data:`LATE_REPLACEMENT`: a late one, so what the node ran waits for somewhere to go;
-    the driver goes on submitting steps meanwhile, and adds it, its delay over, before it blocks)."""
+    the driver goes on submitting steps meanwhile, and adds it, its delay over, before it blocks).
+    ``pinned`` (node removals only): the victim is pinned to the removable node by node affinity
+    (``soft=False``), so its retry, restart or reconstruction has no node to go to once that node
+    is gone: a replacement is another node. Ray's NodeAffinitySchedulingStrategy reference: "If
+    the node doesn't exist or is infeasible, the task or actor will fail if soft is False".
+    ``repeats`` (cancels only): how many times ``ray.cancel`` is called, back to back, with the
+    same ``force`` (a force cancel right after a plain one crashes the driver:
+    findings/force_cancel_after_cancel_crashes_driver.py; the hunt's driver is the hunt).
+    REDIS_CLIENT_KILL / REDIS_IDLE_TIMEOUT / REDIS_RESTART: as GCS_RESTART, through the Redis
+    that keeps the GCS's tables: its connections killed (``CLIENT KILL``), closed once idle
+    for a second (``timeout 1``), or the server SIGKILLed and started again with its data.
+    The GCS exits when its connection drops (findings/gcs_exits_when_redis_connection_drops.py);
+    the driver starts it again, as the head's supervisor would. It lands once the fault was
+    confirmed on Redis and the GCS answers again; landed, it changes no step's outcome."""
 
     kind: FaultKind
     victim: int
     after: int
     replace_after: float = 0.0
+    pinned: bool = False
+    repeats: int = 1
 
     def __post_init__(self) -> None:
         if self.replace_after and not self.kind.removes_node:
@@ -286,6 +325,12 @@ class Fault:
                                 "(a replacement node joins after them); leave it 0 for other faults")
         if self.replace_after < 0:
             raise InvalidConfig(f"{self!r}: replace_after={self.replace_after!r} seconds; give 0 (at once) or more")
+        if self.pinned and not self.kind.removes_node:
+            raise InvalidConfig(f"{self!r}: pinned=True is for node removals only (their victim is pinned to the "
+                                "removed node); leave it False for other faults")
+        if self.repeats != 1 and not (self.kind.cancels and 1 <= self.repeats <= MAX_REPEATS):
+            raise InvalidConfig(f"{self!r}: repeats={self.repeats!r}; ray.cancel is repeated for cancels only, "
+                                f"1 to {MAX_REPEATS} times: give repeats=1 for other faults")
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,7 +353,7 @@ class Program:
                 raise InvalidConfig(f"step {index} {step!r} names step(s) {sorted(named & dropped)}, which an earlier "
                                     "Drop dropped; name a value the driver still holds, or drop it later")
         for fault in (f for f in self.faults if isinstance(self.steps[f.victim], Stream)
-                      and f.kind is not FaultKind.GCS_RESTART):  # a GCS restart's victim only dates it
+                      and not f.kind.restarts_gcs):  # a GCS restart's victim only dates it
             if fault.kind not in (FaultKind.KILL_WORKER, FaultKind.RPC_FAILURES) or fault.after != fault.victim:
                 raise InvalidConfig(f"{fault!r} falls on the stream at step {fault.victim}; a stream's fault is a "
                                     "KILL_WORKER (or RPC_FAILURES) landing as it is consumed: after=victim")
@@ -317,7 +362,12 @@ class Program:
             if not (isinstance(victim, Task) or (isinstance(victim, Call) and fault.kind is FaultKind.CANCEL)):
                 raise InvalidConfig(f"{fault!r} cancels step {fault.victim} {victim!r}; a cancel's victim is a task, "
                                     "or an actor call without force (Ray refuses force=True for actor calls)")
-        if victims := {f.victim for f in self.faults if f.kind is not FaultKind.GCS_RESTART} & self.dropped():
+        for fault in (f for f in self.faults if f.pinned and f.kind is FaultKind.ACTOR_NODE_REMOVAL):
+            actor = self.steps[self.actor_of(fault)]
+            if isinstance(actor, Actor) and actor.grouped:
+                raise InvalidConfig(f"{fault!r} pins the actor at step {self.actor_of(fault)}, which runs in a "
+                                    "placement group: an actor has one scheduling strategy; pin it or group it")
+        if victims := {f.victim for f in self.faults if not f.kind.restarts_gcs} & self.dropped():
             raise InvalidConfig(f"faults on step(s) {sorted(victims)}, whose value the program drops; a fault's "
                                 "victim is a value the driver holds: drop another, or fault another step")
 
@@ -346,6 +396,11 @@ class Program:
             step = self.steps[fault.victim]
             found.add(step.actor if isinstance(step, Call) else fault.victim)
         return frozenset(found)
+
+    def pinned(self) -> frozenset[int]:
+        """Steps pinned to the removable node by node affinity: a pinned removal's victim (an
+        actor, for an actor node removal)."""
+        return frozenset(self.actor_of(f) if f.kind.kills_actor else f.victim for f in self.faults if f.pinned)
 
     def stored_on_node(self) -> frozenset[int]:
         """Tasks whose return is made big and kept on the removable node (an object node

@@ -35,6 +35,8 @@ class ErrorKind(enum.Enum):
     TASK_CANCELLED = "TaskCancelledError"
     OBJECT_STORE_FULL = "ObjectStoreFullError"
     NODE_DIED = "NodeDiedError"
+    TASK_UNSCHEDULABLE = "TaskUnschedulableError"
+    ACTOR_UNSCHEDULABLE = "ActorUnschedulableError"
     OBJECT_LOST = "ObjectLostError"  # or a reconstruction failed for want of attempts (see _run._SPENT)
     VALUE_ERROR = "ValueError"  # the program's own flaky task
 
@@ -65,6 +67,10 @@ class Situation(enum.Enum):
                       "actor's, its asyncio task cancelled)")
     RETRIES_SPENT_RESTARTING = ("a call in flight or queued at a kill of its slowly restarting actor, its finite "
                                 "max_task_retries spent while the actor was unavailable")
+    PINNED_TASK_NOWHERE = ("a task pinned to a removed node by node affinity (soft=False) with an attempt left "
+                           "for its retry or its return's reconstruction")
+    PINNED_ACTOR_NOWHERE = ("a call of a restartable actor pinned to its removed node by node affinity "
+                            "(soft=False): its restart has no node")
 
 
 #: Which exception Ray documents for each situation (fault → situation → exception):
@@ -82,7 +88,12 @@ class Situation(enum.Enum):
 #: ray_kill → as kill_actor, and INTERRUPTED_BY_RAY_KILL for the call it interrupted, retries or
 #: not; ray_kill_no_restart → CALL_OF_DEAD_ACTOR whatever max_restarts; a cancel of a running
 #: actor call (a regular actor's or an async one's) → CANCELLED_CALL. A late replacement of a removed node changes no
-#: outcome: what waits for it (a retry, a restart, a reconstruction) runs once it joins.
+#: outcome: what waits for it (a retry, a restart, a reconstruction) runs once it joins. A removal's
+#: victim pinned to the node by node affinity (soft=False) has nowhere to go, replacement or not:
+#: a retry or a reconstruction → PINNED_TASK_NOWHERE, a restart → PINNED_ACTOR_NOWHERE. An actor
+#: in a placement group's bundle restarts as any other: Ray places a dead node's bundles again
+#: (the placement-group guide's fault tolerance). A GCS restart, or a Redis fault after which the
+#: GCS was started again, changes nothing (the GCS fault-tolerance guide).
 #: Anything else is a finding.
 #:
 #: A task whose node died raises NodeDiedError ("the node is either dead or unreachable", as
@@ -119,6 +130,8 @@ TABLE: dict[Situation, frozenset[ErrorKind]] = {
     Situation.INTERRUPTED_BY_RAY_KILL: frozenset({ErrorKind.ACTOR_DIED}),
     Situation.CANCELLED_CALL: frozenset({ErrorKind.TASK_CANCELLED}),
     Situation.RETRIES_SPENT_RESTARTING: frozenset({ErrorKind.ACTOR_DIED, ErrorKind.ACTOR_UNAVAILABLE}),
+    Situation.PINNED_TASK_NOWHERE: frozenset({ErrorKind.TASK_UNSCHEDULABLE}),
+    Situation.PINNED_ACTOR_NOWHERE: frozenset({ErrorKind.ACTOR_UNSCHEDULABLE}),
 }
 
 
@@ -179,6 +192,14 @@ CITATIONS: dict[Situation, Citation] = {
     Situation.CANCELLED_CALL: Citation(page="https://docs.ray.io/en/latest/ray-core/api/doc/ray.cancel.html", says=(
         "Calling ray.get on a cancelled Task raises a TaskCancelledError if the Task has been scheduled or "
         "interrupted. [...] If it is an async Actor, Ray cancels a asyncio.Task.")),
+    Situation.PINNED_TASK_NOWHERE: Citation(page=f"{_API}TaskUnschedulableError.html", says=(
+        "Raised when the task cannot be scheduled. One example is that the node specified through "
+        "NodeAffinitySchedulingStrategy is dead.")),
+    # Its restart cannot be scheduled: a call raises this, or finds the actor dead or unavailable for
+    # the moment (CALL_OF_DEAD_ACTOR's row, which a pinned actor's calls may end in too).
+    Situation.PINNED_ACTOR_NOWHERE: Citation(page=f"{_API}ActorUnschedulableError.html", says=(
+        "Raised when the actor cannot be scheduled. One example is that the node specified through "
+        "NodeAffinitySchedulingStrategy is dead.")),
 }
 
 
@@ -303,6 +324,8 @@ def _task(program: Program, index: int, step: Task, landed: Sequence[Fault], arg
     killed = any(f.kind is FaultKind.KILL_WORKER and f.victim == index for f in landed)
     removed = any(f.kind is FaultKind.NODE_REMOVAL and f.victim == index for f in landed)
     failed = attempts(step.max_retries, step.retry_exceptions, killed=killed or removed, flaky=step.flaky)
+    if removed and step.max_retries > 0 and index in program.pinned():  # its retry has no node
+        failed, result = None, result.must(TABLE[Situation.PINNED_TASK_NOWHERE])
     if failed is not None:
         crash = TABLE[Situation.TASK_ON_REMOVED_NODE if removed else Situation.KILLED_TASK]
         result = result.must(crash if failed is ErrorKind.WORKER_CRASHED else frozenset({failed}))
@@ -313,20 +336,23 @@ def _task(program: Program, index: int, step: Task, landed: Sequence[Fault], arg
     if step.boxed and _worker_killed_after(index, processes):
         result = result.may(Situation.OWNED_BY_KILLED)
     if any(f.kind is FaultKind.OBJECT_NODE_REMOVAL and f.victim == index for f in landed):
-        result = _lost_with_node(result, index, step, landed)
+        result = _lost_with_node(result, index, step, landed, pinned=index in program.pinned())
     return result
 
 
-def _lost_with_node(result: Expected, index: int, step: Task, landed: Sequence[Fault]) -> Expected:
+def _lost_with_node(result: Expected, index: int, step: Task, landed: Sequence[Fault], *,
+                    pinned: bool = False) -> Expected:
     """A finished task's return lost with its node: re-executed while an attempt is left (the
-    first attempt, a killed one and a flaky one's retry spent theirs), else lost; what it put
-    died with it."""
+    first attempt, a killed one and a flaky one's retry spent theirs), else lost; ``pinned`` to
+    that node, the re-execution has no node to run on. What it put died with it."""
     if not isinstance(result.value, int):
         return result  # it failed before the removal: its error is no stored object
     killed = any(f.kind in (FaultKind.KILL_WORKER, FaultKind.NODE_REMOVAL) and f.victim == index for f in landed)
     left = step.max_retries - (1 if killed else 0) - (1 if step.flaky and step.retry_exceptions else 0)
     if left <= 0:
         result = result.may(Situation.OBJECT_ON_REMOVED_NODE)
+    elif pinned:
+        result = result.must(TABLE[Situation.PINNED_TASK_NOWHERE])
     return result.may(Situation.OWNED_BY_KILLED) if step.boxed else result
 
 
@@ -401,6 +427,9 @@ def _call_under_kill(result: Expected, index: int, step: Call, spec: Actor, faul
     if step.boxed and index <= fault.after and index != fault.victim:  # restarts or not
         result = result.may(Situation.OWNED_BY_KILLED)
     if not _restarts(spec, fault):
+        return result.must(TABLE[Situation.CALL_OF_DEAD_ACTOR]) if hit else result.may(Situation.CALL_OF_DEAD_ACTOR)
+    if fault.pinned:  # its restart has no node: dead, as one that may not restart
+        result = result.may(Situation.PINNED_ACTOR_NOWHERE)
         return result.must(TABLE[Situation.CALL_OF_DEAD_ACTOR]) if hit else result.may(Situation.CALL_OF_DEAD_ACTOR)
     if fault.kind is FaultKind.RAY_KILL and index <= fault.after:  # it may have been running at the kill
         result = result.may(Situation.INTERRUPTED_BY_RAY_KILL)

@@ -73,6 +73,13 @@ CANCEL_BOUND = 10.0
 NODE_BOUND = 60.0
 #: Seconds an actor's process has to exit after ``ray.kill`` (else the kill is missed).
 KILL_BOUND = 10.0
+#: Seconds the GCS has to exit once its Redis connection dropped (Ray 2.60's exits about 3.7 s
+#: after: findings/gcs_exits_when_redis_connection_drops.py); one that does not kept serving.
+GCS_EXIT_BOUND = 8.0
+#: Seconds a Redis idle timeout of 1 s stays set: what the GCS left idle meanwhile is closed.
+IDLE_HOLD = 2.0
+#: Seconds a placement group's bundle has to be placed before its node's removal is missed.
+GROUP_BOUND = 30.0
 #: The replacement node's object store (bytes): small, as the hunt's own.
 REPLACEMENT_STORE = 96 * 1024 * 1024
 #: Bytes an object node removal's victim pads its return with: past Ray's 100 KiB inline
@@ -212,6 +219,8 @@ class Interpreter:
     probe: Any = None
     #: Seconds each fault took to land (or miss), by its kind, in the order they came.
     landing: list[tuple[FaultKind, float]] = field(default_factory=list)
+    #: A grouped actor's placement group (by the actor's step), removed once the program has run.
+    groups: dict[int, Any] = field(default_factory=dict)
 
     def run(self) -> ProgramVerdict:
         injections = self._injections()
@@ -303,8 +312,7 @@ class Interpreter:
 
         held = index in self.program.held()
         options = remote(hunt_task).options(max_retries=step.max_retries, retry_exceptions=step.retry_exceptions,
-                                    name=self.name(index), num_cpus=0 if held else 1,
-                                    resources=self.placement(index))
+                                    name=self.name(index), num_cpus=0 if held else 1, **self.where(index))
         pad = max(step.size, STORED_PAD if index in self.program.stored_on_node() else 0)
         return options.remote(index, step.const, self.marks, held, step.flaky, step.boxed, *self.args(step.args),
                               pad=pad)
@@ -319,8 +327,10 @@ class Interpreter:
         named = {} if step.naming is Naming.ANONYMOUS else {"name": f"hunt-{self.run_id}-{index}"}
         detached = {"lifetime": "detached"} if step.naming is Naming.DETACHED else {}
         cls = HuntAsyncActor if step.asynchronous else HuntActor
+        if step.grouped:
+            self.groups[index] = self.group(index)
         options = remote(cls).options(max_restarts=step.max_restarts, max_task_retries=step.max_task_retries,
-                                      num_cpus=0, resources=self.placement(index), **named, **detached)
+                                      num_cpus=0, **self.where(index), **named, **detached)
         actor = options.remote(step.const, *self.args(step.args), slow_restart=step.slow_restart)
         if named:
             self.handles[index] = ray.get_actor(named["name"])
@@ -343,7 +353,7 @@ class Interpreter:
 
         held = index in self.program.held()
         gen = remote(hunt_stream).options(num_returns="streaming", max_retries=step.max_retries,
-                                          name=self.name(index), resources=self.placement(index)).remote(
+                                          name=self.name(index), **self.where(index)).remote(
             step.const, step.count, *self.args(step.args), marks=self.marks, index=index, pad=step.size,
             held_at=step.held_at() if held else -1)
         self.streams[index] = _Taking(gen=gen, started=time.monotonic())
@@ -410,6 +420,28 @@ class Interpreter:
             return {HUNT_NODE: 0.01}
         return {HUNT_RPC: 0.01} if self.rpc_failures and index in self.program.on_rpc_node() else {HEAD: 0.001}
 
+    def where(self, index: int) -> dict[str, Any]:
+        """Step ``index``'s placement options: its resources (:meth:`placement`), and its
+        scheduling strategy: a pinned removal's victim is pinned to the removable node by node
+        affinity (``soft=False``), a grouped actor runs in its placement group's one bundle."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
+
+        found: dict[str, Any] = {"resources": self.placement(index)}
+        nodes = self._removable()
+        if index in self.program.pinned() and len(nodes) == 1:  # no removable node: its removal is missed
+            found["scheduling_strategy"] = NodeAffinitySchedulingStrategy(nodes[0].node_id, soft=False)
+        if index in self.groups:
+            found["scheduling_strategy"] = PlacementGroupSchedulingStrategy(self.groups[index],
+                                                                            placement_group_bundle_index=0)
+        return found
+
+    def group(self, index: int) -> Any:
+        """A placement group of one bundle for actor ``index``, holding what the actor asks for
+        where it would run anyway (a share of a CPU without a cluster: a bundle holds something)."""
+        from ray.util import placement_group
+
+        return placement_group([self.placement(index) or {"CPU": 0.01}], name=f"{self.name(index)}-group")
+
     def name(self, index: int) -> str:
         return f"hunt-{self.run_id}-{index}"
 
@@ -424,8 +456,9 @@ class Interpreter:
         if fault.kind is FaultKind.OBJECT_STORE_PRESSURE:
             self.press(fault)
             return
-        if fault.kind is FaultKind.GCS_RESTART:
-            (self.landed if self.restart_gcs() else self.missed).append(fault)
+        if fault.kind.restarts_gcs:
+            restarted = self.redis_fault(fault.kind) if fault.kind.redis else self.restart_gcs()
+            (self.landed if restarted else self.missed).append(fault)
             return
         if fault.kind is FaultKind.RPC_FAILURES:
             return  # its node fails RPCs all along: landed or missed once the program has run
@@ -442,7 +475,8 @@ class Interpreter:
                 self.missed.append(fault)
                 return
             if fault.kind.removes_node:
-                (self.landed if self.remove_node(fault.replace_after) else self.missed).append(fault)
+                placed = self._grouped_on_node(fault)  # a grouped actor's bundle must be on the node removed
+                (self.landed if placed and self.remove_node(fault.replace_after) else self.missed).append(fault)
                 return
             if fault.kind.ray_kills:
                 (self.landed if self.ray_kill(fault) else self.missed).append(fault)
@@ -474,7 +508,8 @@ class Interpreter:
                 (self.landed if self.cancel_call(fault) else self.missed).append(fault)
                 return
             running, ref = self._running(fault.victim), self.refs[fault.victim]
-            ray.cancel(ref, force=force)
+            for _ in range(fault.repeats):  # back to back, each with the same force
+                ray.cancel(ref, force=force)
             self.landed.append(fault)
             if force and running is not None:
                 self.kills.add(running)  # the worker exits: what it put is lost with it
@@ -494,7 +529,8 @@ class Interpreter:
 
         call = self.program.steps[fault.victim]
         actor = self.program.steps[call.actor] if isinstance(call, Call) else None
-        ray.cancel(self.refs[fault.victim], force=False)
+        for _ in range(fault.repeats):
+            ray.cancel(self.refs[fault.victim], force=False)
         seen = "cancelled" if isinstance(actor, Actor) and actor.asynchronous else "flagged"
         mark = Path(self.marks, f"{seen}-{fault.victim}")
         try:
@@ -509,20 +545,13 @@ class Interpreter:
         the process it ran in has exited (within :data:`KILL_BOUND`), else missed."""
         import ray
 
-        from chaos import wait_until
-        from chaos.errors import HangError
-
         actor = self.program.actor_of(fault)
         pid = self._running(fault.victim) if fault.victim != actor else None
         pid = pid if pid is not None else self._actor_pid(actor)
         if pid is None:
             return False
         ray.kill(self.refs[actor], no_restart=fault.kind is FaultKind.RAY_KILL_NO_RESTART)
-        try:
-            wait_until(lambda: _exited(pid), timeout=KILL_BOUND, interval=0.01, what=f"actor process {pid} to exit")
-        except HangError:
-            return False
-        return True
+        return _exits_within(pid, KILL_BOUND)
 
     def _actor_pid(self, index: int) -> int | None:
         """The process actor ``index`` runs in now (Ray's State API), once it is alive (bounded)."""
@@ -597,6 +626,46 @@ class Interpreter:
         except Exception:  # noqa: BLE001 - fail closed: a restart not confirmed is missed
             return False
         return True
+
+    def redis_fault(self, kind: FaultKind) -> bool:
+        """A fault of the Redis behind the GCS (:mod:`chaos.gcs`, confirmed on Redis and healed),
+        then the GCS started again once it exited (within :data:`GCS_EXIT_BOUND`), as the head's
+        supervisor would; landed once the GCS answers. Missed without a GCS on Redis, when the
+        fault or the restart was not confirmed, and for an idle timeout that closed nothing of the
+        GCS's (it did not exit): a GCS busy all along never idled."""
+        from chaos import Chaos
+        from chaos.gcs import KillRedis, RedisClientKill, RedisIdleTimeout, head_of
+
+        if not self.gcs_restart:
+            return False
+        records = {FaultKind.REDIS_CLIENT_KILL: RedisClientKill(),
+                   FaultKind.REDIS_IDLE_TIMEOUT: RedisIdleTimeout(timeout=1, seconds=IDLE_HOLD),
+                   FaultKind.REDIS_RESTART: KillRedis(seconds=GCS_DOWN)}
+        try:
+            head = head_of(self.address)
+            pid = head.gcs_pid()
+            with Chaos(address=self.address).inject(records[kind]):
+                threading.Event().wait(IDLE_HOLD if kind is FaultKind.REDIS_IDLE_TIMEOUT else GCS_DOWN)
+            exited = _exits_within(pid, GCS_EXIT_BOUND)
+            if exited:
+                head.node.kill_gcs_server(check_alive=False)  # clears Ray's record of the exited one
+                head.restart_gcs(self.address)  # confirmed answering with its nodes alive
+        except Exception:  # noqa: BLE001 - fail closed: a fault or a restart not confirmed is missed
+            return False
+        return exited or kind is not FaultKind.REDIS_IDLE_TIMEOUT
+
+    def _grouped_on_node(self, fault: Fault) -> bool:
+        """True unless ``fault`` removes a grouped actor's node and its bundle is not placed
+        there (within :data:`GROUP_BOUND`): the loss of a bundle's node needs the bundle on it."""
+        from ray.util import placement_group_table
+
+        group = self.groups.get(self.program.actor_of(fault)) if fault.kind.kills_actor else None
+        if group is None:
+            return True
+        nodes = self._removable()
+        if len(nodes) != 1 or not group.wait(timeout_seconds=GROUP_BOUND):
+            return False
+        return bool(placement_group_table(group).get("bundles_to_node_id", {}).get(0) == nodes[0].node_id)
 
     def press(self, fault: Fault) -> None:
         """Fill the object store past capacity; landed only if the store says it spilled and
@@ -835,6 +904,29 @@ class Interpreter:
                     ray.cancel(ref, force=not isinstance(step, Call))
             except Exception:  # noqa: BLE001 - best effort: the next program starts clean anyway
                 pass
+        self._remove_groups()
+
+    def _remove_groups(self) -> None:
+        """Remove the program's placement groups, once their actors are killed (best effort)."""
+        from ray.util import remove_placement_group
+
+        for group in self.groups.values():
+            try:
+                remove_placement_group(group)
+            except Exception:  # noqa: BLE001 - best effort: a group outlives its job at most
+                pass
+
+
+def _exits_within(pid: int, bound: float) -> bool:
+    """Does process ``pid`` exit within ``bound`` seconds?"""
+    from chaos import wait_until
+    from chaos.errors import HangError
+
+    try:
+        wait_until(lambda: _exited(pid), timeout=bound, interval=0.05, what=f"process {pid} to exit")
+    except HangError:
+        return False
+    return True
 
 
 def _exited(pid: int) -> bool:
@@ -864,7 +956,8 @@ def classify(exc: BaseException) -> ErrorKind | None:
         (rx.WorkerCrashedError, ErrorKind.WORKER_CRASHED), (rx.ActorDiedError, ErrorKind.ACTOR_DIED),
         (rx.ActorUnavailableError, ErrorKind.ACTOR_UNAVAILABLE), (rx.OwnerDiedError, ErrorKind.OWNER_DIED),
         (rx.TaskCancelledError, ErrorKind.TASK_CANCELLED), (rx.ObjectStoreFullError, ErrorKind.OBJECT_STORE_FULL),
-        (rx.NodeDiedError, ErrorKind.NODE_DIED), (ValueError, ErrorKind.VALUE_ERROR)]
+        (rx.NodeDiedError, ErrorKind.NODE_DIED), (rx.TaskUnschedulableError, ErrorKind.TASK_UNSCHEDULABLE),
+        (rx.ActorUnschedulableError, ErrorKind.ACTOR_UNSCHEDULABLE), (ValueError, ErrorKind.VALUE_ERROR)]
     if _retries_spent(cause):
         return ErrorKind.OBJECT_LOST
     return next((kind for cls, kind in kinds if isinstance(cause, cls)), None)

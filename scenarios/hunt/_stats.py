@@ -54,7 +54,8 @@ def _step_features(step: object) -> set[str]:
                                         ("actor: detached (and named)", step.naming is Naming.DETACHED),
                                         ("actor: restarts slowly (its constructor takes seconds)",
                                          step.slow_restart > 0),
-                                        ("actor: async (its calls run concurrently)", step.asynchronous)) if on}
+                                        ("actor: async (its calls run concurrently)", step.asynchronous),
+                                        ("actor: in a placement group's bundle", step.grouped)) if on}
     if isinstance(step, Call):
         return {"call: returns a ref the actor put"} if step.boxed else set()
     if isinstance(step, Stream):
@@ -94,14 +95,23 @@ def fault_labels(verdict: ProgramVerdict) -> set[str]:
                        else "cancel fault: an actor call (flagged)")
         if any(fault.victim in program.depends(i) for i in range(fault.victim + 1, fault.after + 1)):
             labels.add("cancel fault: after its dependents were submitted")
+        if fault.repeats > 1:
+            labels.add("cancel fault: repeated (ray.cancel called again at once)")
     return labels | _lifecycle_labels(verdict) or {"no fault"}
 
 
 def _lifecycle_labels(verdict: ProgramVerdict) -> set[str]:
-    """A late replacement of a removed node, and several GCS restarts in one program."""
-    late = any(f.kind.removes_node and f.replace_after > 0 for f in verdict.landed)
-    restarts = sum(f.kind is FaultKind.GCS_RESTART for f in verdict.landed)
+    """A late replacement of a removed node, a removal's victim pinned to it, the loss of a
+    placement group bundle's node, and several GCS restarts (a Redis fault's too) in one program."""
+    program, landed = verdict.program, verdict.landed
+    late = any(f.kind.removes_node and f.replace_after > 0 for f in landed)
+    pinned = any(f.pinned for f in landed)
+    bundle = any(f.kind is FaultKind.ACTOR_NODE_REMOVAL and isinstance(a := program.steps[program.actor_of(f)], Actor)
+                 and a.grouped for f in landed)
+    restarts = sum(f.kind.restarts_gcs for f in landed)
     return {label for label, on in (("node removal: its replacement joined late", late),
+                                    ("node removal: its victim pinned to it (no node for a retry)", pinned),
+                                    ("node removal: a placement group bundle's node", bundle),
                                     ("gcs_restart: several in one program", restarts > 1)) if on}
 
 

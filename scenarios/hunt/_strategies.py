@@ -11,6 +11,8 @@ from scenarios.hunt._model import (
     GETTABLE,
     ITEM_SIZES,
     LATE_REPLACEMENT,
+    MAX_REPEATS,
+    REDIS_FAULTS,
     SIZES,
     SLOW_RESTART,
     Actor,
@@ -87,7 +89,8 @@ def _step(draw: Any, steps: list[Step]) -> Step:
         slow = draw(st.sampled_from([0.0, SLOW_RESTART])) if restarts != 0 else 0.0
         return Actor(const=const, args=_args(draw, steps), max_restarts=restarts,
                      max_task_retries=draw(st.sampled_from([0, 1, -1])), naming=draw(st.sampled_from(list(Naming))),
-                     slow_restart=slow, asynchronous=draw(st.sampled_from([False, False, False, True])))
+                     slow_restart=slow, asynchronous=draw(st.sampled_from([False, False, False, True])),
+                     grouped=draw(st.sampled_from([False, False, False, True])))
     if kind is StepKind.CALL:
         actor = draw(st.sampled_from(actors))
         return Call(actor=actor, const=const, args=_unordered_safe(steps, actor, _args(draw, steps)),
@@ -144,13 +147,16 @@ MAX_GCS_RESTARTS = 2
 
 def _gcs(draw: Any, program: Program) -> Fault | None:
     """A GCS restart after any step (drawn for that step, landing once it or a later one is
-    submitted), at most :data:`MAX_GCS_RESTARTS` a program, each after a step of its own."""
-    restarts = {f.after for f in program.faults if f.kind is FaultKind.GCS_RESTART}
+    submitted), at most :data:`MAX_GCS_RESTARTS` a program, each after a step of its own: a
+    SIGKILL of the GCS more often than not, else a fault of its Redis (the GCS exits, and is
+    started again)."""
+    restarts = {f.after for f in program.faults if f.kind.restarts_gcs}
     if len(restarts) >= MAX_GCS_RESTARTS:
         return None
     victim = draw(st.integers(0, len(program.steps) - 1))
     after = draw(st.integers(victim, len(program.steps) - 1))
-    return None if after in restarts else Fault(FaultKind.GCS_RESTART, victim, after)
+    kind = draw(st.sampled_from([FaultKind.GCS_RESTART] * 3 + list(REDIS_FAULTS)))
+    return None if after in restarts else Fault(kind, victim, after)
 
 
 def _taken(program: Program) -> set[int]:
@@ -200,7 +206,7 @@ def _kill(draw: Any, program: Program) -> Fault | None:
         kind = draw(st.sampled_from([FaultKind.KILL_WORKER] * 3 + removals + cancels))
         # Its value's only copy is lost once the task ends, before a later step pulls a second one.
         return Fault(kind, victim, victim if kind is FaultKind.OBJECT_NODE_REMOVAL else after,
-                     _replacement(draw, kind))
+                     _replacement(draw, kind), pinned=_pinned(draw, kind), repeats=_repeats(draw, kind))
     actor = steps[victim].actor if isinstance(steps[victim], Call) else victim
     owns = any(isinstance(s, Call) and s.actor == actor and s.boxed and i <= after and i != victim
                for i, s in enumerate(steps))
@@ -209,12 +215,24 @@ def _kill(draw: Any, program: Program) -> Fault | None:
     kinds += [] if _removed(program) else [FaultKind.ACTOR_NODE_REMOVAL]
     kinds += [FaultKind.CANCEL] if isinstance(steps[victim], Call) else []  # flagged, or an async one's cancelled
     kind = draw(st.sampled_from(kinds))
-    return Fault(kind, victim, after, _replacement(draw, kind))
+    grouped = isinstance(spec := steps[actor], Actor) and spec.grouped  # one scheduling strategy: its group's
+    return Fault(kind, victim, after, _replacement(draw, kind), pinned=not grouped and _pinned(draw, kind),
+                 repeats=_repeats(draw, kind))
 
 
 def _replacement(draw: Any, kind: FaultKind) -> float:
     """When a removed node's replacement joins: at once more often than not, else late."""
     return float(draw(st.sampled_from([0.0, 0.0, LATE_REPLACEMENT]))) if kind.removes_node else 0.0
+
+
+def _pinned(draw: Any, kind: FaultKind) -> bool:
+    """Is a removal's victim pinned to its node (no node for its retry, ever)? One in three."""
+    return bool(draw(st.sampled_from([False, False, True]))) if kind.removes_node else False
+
+
+def _repeats(draw: Any, kind: FaultKind) -> int:
+    """How many times a cancel calls ray.cancel: once more often than not, else twice or thrice."""
+    return int(draw(st.sampled_from([1, 1, 2, MAX_REPEATS]))) if kind.cancels else 1
 
 
 def _removed(program: Program) -> bool:
