@@ -187,7 +187,11 @@ class Stream:
     ``size`` > 0: each item is ``[that, size zero bytes]``. ``max_retries``: Ray's task option
     (its default, 3, unless drawn): a worker killed mid-stream runs the generator again.
     A KILL_WORKER's victim, it yields :meth:`held_at` items, then is held until the kill; the
-    driver takes what it wants of those first."""
+    driver takes what it wants of those first. An OBJECT_NODE_REMOVAL's victim, it runs on the
+    removable node with items too big to inline (only there), and the driver takes their refs,
+    gets their values only once the node is gone: Ray rebuilds them by running it again.
+    ``varying``: every run after the first yields that many more items (fewer, negative): a
+    non-deterministic generator, whose replay Ray fails (StreamingGeneratorReplayInconsistentError)."""
 
     const: int
     count: int
@@ -195,7 +199,13 @@ class Stream:
     args: tuple[Arg, ...] = ()
     size: int = 0
     max_retries: int = 3
+    varying: int = 0
     kind: StepKind = field(default=StepKind.STREAM, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.count + self.varying < 0:
+            raise InvalidConfig(f"{self!r}: a run after the first would yield {self.count + self.varying} items; "
+                                f"give varying >= {-self.count}")
 
     def held_at(self) -> int:
         """How many items a held stream yields before it waits for its fault: half of them."""
@@ -267,7 +277,10 @@ class Fault:
     OBJECT_NODE_REMOVAL: ``victim`` is a task pinned to the removable node whose return is too
     big to be inlined (Ray stores it in that node's object store, its only copy); once it has
     finished, the node is removed. A get must find the value again by lineage reconstruction
-    (the task runs again on the replacement) while the task has retries left.
+    (the task runs again on the replacement) while the task has retries left. Its victim may be
+    a stream placed there (its items too big to inline): once the stream has ended with the
+    driver holding the refs of the items it takes (their values not got), the node is removed,
+    and the gets rebuild them by running the generator again.
     GCS_RESTART: the GCS is SIGKILLed and started again once step ``after`` is submitted, while
     the steps before it may still run; ``victim`` is the step it was drawn for, not held. On a
     cluster whose GCS keeps its tables on Redis it changes no step's outcome (Ray's GCS fault
@@ -354,9 +367,11 @@ class Program:
                                     "Drop dropped; name a value the driver still holds, or drop it later")
         for fault in (f for f in self.faults if isinstance(self.steps[f.victim], Stream)
                       and not f.kind.restarts_gcs):  # a GCS restart's victim only dates it
-            if fault.kind not in (FaultKind.KILL_WORKER, FaultKind.RPC_FAILURES) or fault.after != fault.victim:
+            stream_faults = (FaultKind.KILL_WORKER, FaultKind.RPC_FAILURES, FaultKind.OBJECT_NODE_REMOVAL)
+            if fault.kind not in stream_faults or fault.after != fault.victim:
                 raise InvalidConfig(f"{fault!r} falls on the stream at step {fault.victim}; a stream's fault is a "
-                                    "KILL_WORKER (or RPC_FAILURES) landing as it is consumed: after=victim")
+                                    "KILL_WORKER, RPC_FAILURES or OBJECT_NODE_REMOVAL landing as it is consumed: "
+                                    "after=victim")
         for fault in (f for f in self.faults if f.kind.cancels):
             victim = self.steps[fault.victim]
             if not (isinstance(victim, Task) or (isinstance(victim, Call) and fault.kind is FaultKind.CANCEL)):
@@ -403,8 +418,8 @@ class Program:
         return frozenset(self.actor_of(f) if f.kind.kills_actor else f.victim for f in self.faults if f.pinned)
 
     def stored_on_node(self) -> frozenset[int]:
-        """Tasks whose return is made big and kept on the removable node (an object node
-        removal's victims)."""
+        """Tasks whose return (streams whose items) are made big and kept on the removable
+        node: an object node removal's victims."""
         return frozenset(f.victim for f in self.faults if f.kind is FaultKind.OBJECT_NODE_REMOVAL)
 
     def waits_on_actor(self, index: int, actor: int) -> bool:

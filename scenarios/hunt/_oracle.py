@@ -37,13 +37,15 @@ class ErrorKind(enum.Enum):
     NODE_DIED = "NodeDiedError"
     TASK_UNSCHEDULABLE = "TaskUnschedulableError"
     ACTOR_UNSCHEDULABLE = "ActorUnschedulableError"
+    REPLAY_INCONSISTENT = "StreamingGeneratorReplayInconsistentError"
+    STREAM_ENDED = "StopIteration"  # a stream that ended before the driver took what it wanted
     OBJECT_LOST = "ObjectLostError"  # or a reconstruction failed for want of attempts (see _run._SPENT)
     VALUE_ERROR = "ValueError"  # the program's own flaky task
 
     @property
     def is_rays(self) -> bool:
-        """One of Ray's exceptions (the program's own ValueError is not)."""
-        return self is not ErrorKind.VALUE_ERROR
+        """One of Ray's exceptions (the program's own ValueError and a stream's end are not)."""
+        return self not in (ErrorKind.VALUE_ERROR, ErrorKind.STREAM_ENDED)
 
 
 class Situation(enum.Enum):
@@ -69,6 +71,8 @@ class Situation(enum.Enum):
                                 "max_task_retries spent while the actor was unavailable")
     PINNED_TASK_NOWHERE = ("a task pinned to a removed node by node affinity (soft=False) with an attempt left "
                            "for its retry or its return's reconstruction")
+    REPLAYED_OTHERWISE = ("a stream's item lost with its node, rebuilt by a replay of its generator that yields "
+                          "another number of items than its first run")
     PINNED_ACTOR_NOWHERE = ("a call of a restartable actor pinned to its removed node by node affinity "
                             "(soft=False): its restart has no node")
 
@@ -132,6 +136,7 @@ TABLE: dict[Situation, frozenset[ErrorKind]] = {
     Situation.RETRIES_SPENT_RESTARTING: frozenset({ErrorKind.ACTOR_DIED, ErrorKind.ACTOR_UNAVAILABLE}),
     Situation.PINNED_TASK_NOWHERE: frozenset({ErrorKind.TASK_UNSCHEDULABLE}),
     Situation.PINNED_ACTOR_NOWHERE: frozenset({ErrorKind.ACTOR_UNSCHEDULABLE}),
+    Situation.REPLAYED_OTHERWISE: frozenset({ErrorKind.REPLAY_INCONSISTENT}),
 }
 
 
@@ -192,6 +197,13 @@ CITATIONS: dict[Situation, Citation] = {
     Situation.CANCELLED_CALL: Citation(page="https://docs.ray.io/en/latest/ray-core/api/doc/ray.cancel.html", says=(
         "Calling ray.get on a cancelled Task raises a TaskCancelledError if the Task has been scheduled or "
         "interrupted. [...] If it is an async Actor, Ray cancels a asyncio.Task.")),
+    # Ray 2.60's own exception (its docstring is the reference page): the replay is failed fast.
+    Situation.REPLAYED_OTHERWISE: Citation(
+        page="https://docs.ray.io/en/master/ray-core/api/doc/ray.exceptions.StreamingGeneratorReplayInconsistentError.html",
+        says=("Raised when a streaming generator task's replay produces a different number of objects than the "
+              "first successful attempt. This indicates the generator output is non-deterministic. The task is "
+              "failed fast to prevent downstream consumers from hanging (when fewer objects are produced) or "
+              "silently dropping data (when more objects are produced).")),
     Situation.PINNED_TASK_NOWHERE: Citation(page=f"{_API}TaskUnschedulableError.html", says=(
         "Raised when the task cannot be scheduled. One example is that the node specified through "
         "NodeAffinitySchedulingStrategy is dead.")),
@@ -265,7 +277,8 @@ def _expect_step(program: Program, index: int, step: Step, landed: Sequence[Faul
     if isinstance(step, Call):
         return _pressed(_call(program, index, step, landed, out), index, step, landed)
     if isinstance(step, Stream):
-        return _stream(step, index, _shifted(_args(step.args, out), step.const, step.take), landed)
+        items = _stream(step, index, _shifted(_args(step.args, out), step.const, step.take), landed)
+        return _stream_lost(step, index, items, landed, pinned=index in program.pinned())
     if isinstance(step, Cancel):
         # The value stays for its consumers (a lost cancel is judged once, on the Cancel step:
         # see _judged); the step itself must raise.
@@ -314,6 +327,25 @@ def _stream(step: Stream, index: int, items: Expected, landed: Sequence[Fault]) 
     if spent and isinstance(items.value, tuple) and step.take > step.held_at():
         return items.must(TABLE[Situation.KILLED_TASK])
     return items
+
+
+def _stream_lost(step: Stream, index: int, items: Expected, landed: Sequence[Fault], *,
+                 pinned: bool = False) -> Expected:
+    """A finished stream whose taken items' only copies went with their node: rebuilt by running
+    the generator again while a retry is left (Ray's generator guide: object fault tolerance works
+    with generator tasks), else lost; ``pinned`` to that node, the replay has no node to run on.
+    A replay that yields another number of items than the first run is failed (each item may
+    have come back before that was seen), and an item past the replay's count cannot come back."""
+    lost = any(f.kind is FaultKind.OBJECT_NODE_REMOVAL and f.victim == index for f in landed)
+    if not (lost and isinstance(items.value, tuple) and step.take > 0):
+        return items
+    if step.max_retries == 0:
+        return items.must(TABLE[Situation.OBJECT_ON_REMOVED_NODE])
+    if pinned:
+        return items.must(TABLE[Situation.PINNED_TASK_NOWHERE])
+    if step.take > step.count + step.varying:
+        return items.must(TABLE[Situation.REPLAYED_OTHERWISE])
+    return items.may(Situation.REPLAYED_OTHERWISE) if step.varying else items
 
 
 def _task(program: Program, index: int, step: Task, landed: Sequence[Fault], args: Expected,
@@ -617,10 +649,24 @@ def _undocumented(program: Program, landed: Sequence[Fault], index: int, observe
     describe), the step ran on that node (a call where its actor lives), and the exception is a
     kind of Ray's the table names. Another landed fault has documented outcomes to judge by; the
     program's own ValueError, an exception the table does not name, a hang: failure classes."""
+    if _retry_yielded_fewer(program, landed, index, observed):
+        return True
     if not landed or any(f.kind is not FaultKind.RPC_FAILURES for f in landed):
         return False
     error = observed.error if isinstance(observed, Observed) else None
     return _ran_on_rpc_node(program, index) and error is not None and error.is_rays
+
+
+def _retry_yielded_fewer(program: Program, landed: Sequence[Fault], index: int,
+                         observed: Observed | WaitSeen) -> bool:
+    """A non-deterministic stream whose worker was killed mid-stream and that ended, retried,
+    before the driver took what it wanted: its retry yielded fewer items than its first run
+    would have. Ray fails a replay that differs from the first *successful* run; of a retry
+    after a failed one its docs say nothing (Ray 2.60 keeps the retry's count, as measured)."""
+    step = program.steps[index] if 0 <= index < len(program.steps) else None
+    killed = any(f.kind is FaultKind.KILL_WORKER and f.victim == index for f in landed)
+    ended = isinstance(observed, Observed) and observed.error is ErrorKind.STREAM_ENDED
+    return isinstance(step, Stream) and step.varying != 0 and killed and ended
 
 
 def _judged(step: Step, outcome: Expected | None, observed: Observed | WaitSeen, *,

@@ -69,6 +69,15 @@ def first_attempt(marks: str, index: int) -> bool:
     return True
 
 
+def first_run(marks: str, index: int) -> bool:
+    """True for the first run of step ``index`` (a retry or a replay is not)."""
+    try:
+        Path(marks, f"ran-{index}").touch(exist_ok=False)
+    except FileExistsError:
+        return False
+    return True
+
+
 def boxed(value: int, box: bool, marks: str, index: int) -> Any:
     """The value, or a list holding a ref this process put (and so owns), saying so first."""
     if not box:
@@ -173,10 +182,14 @@ def padded(value: Any, pad: int) -> Any:
 
 
 def hunt_stream(const: int, count: int, *args: Any, marks: str = "", index: int = -1, pad: int = 0,
-                held_at: int = -1) -> Iterator[Any]:
-    """``held_at`` >= 0: held (:func:`hold`) once that many items are yielded, until its fault."""
+                held_at: int = -1, varying: int = 0) -> Iterator[Any]:
+    """``held_at`` >= 0: held (:func:`hold`) once that many items are yielded, until its fault.
+    ``varying``: every run after the first (a retry, a reconstruction's replay) yields that many
+    items more (or fewer): a non-deterministic generator."""
     if marks:
         note_pid(marks, index)
+    if varying and not first_run(marks, index):
+        count += varying
     base = const + sum(resolve(a) for a in args)
     for i in range(count):
         if i == held_at:

@@ -176,10 +176,12 @@ def _known_note(failure: Failure, program: Program) -> str:
 
 @dataclass
 class _Taking:
-    """A stream being consumed: its generator, when it started, the items taken so far."""
+    """A stream being consumed: its generator, when it started, the refs taken so far and the
+    values got of them (all of them, but for a stream whose items are got after their node is gone)."""
 
     gen: Any
     started: float
+    refs: list[Any] = field(default_factory=list)
     items: list[int] = field(default_factory=list)
 
 
@@ -351,35 +353,64 @@ class Interpreter:
         held for a fault, those it yields before it waits (:meth:`finish` takes the rest)."""
         from scenarios.hunt._remote import hunt_stream, remote
 
-        held = index in self.program.held()
+        held, stored = index in self.program.held(), index in self.program.stored_on_node()
         gen = remote(hunt_stream).options(num_returns="streaming", max_retries=step.max_retries,
                                           name=self.name(index), **self.where(index)).remote(
-            step.const, step.count, *self.args(step.args), marks=self.marks, index=index, pad=step.size,
-            held_at=step.held_at() if held else -1)
+            step.const, step.count, *self.args(step.args), marks=self.marks, index=index,
+            pad=max(step.size, STORED_PAD if stored else 0), held_at=step.held_at() if held else -1,
+            varying=step.varying)
         self.streams[index] = _Taking(gen=gen, started=time.monotonic())
         self.take(index, step, min(step.take, step.held_at()) if held else step.take)
+        if stored:  # the node goes once the stream has ended: its first run then succeeded
+            import ray
+
+            ray.wait([gen.completed()], timeout=self.remaining(self.streams[index].started), fetch_local=False)
         return gen
 
     def finish(self, index: int, step: Stream) -> None:
-        """Take the rest of the stream's ``take`` items (after its fault, if it was held), and record them."""
+        """Take the rest of the stream's ``take`` items (after its fault, if it was held), get the
+        values of those taken as refs only (once their node is gone), and record them. The driver
+        blocks here: a late replacement joins first (what it takes may be rebuilt there)."""
+        self.replace_late(due_or_not=True)
         self.take(index, step, step.take)
-        taking = self.streams.pop(index)
+        taking = self.streams[index]
+        self.attempt(index, lambda: taking.items.extend(self._item(r, index, taking.started)
+                                                        for r in taking.refs[len(taking.items):]))
+        self.streams.pop(index)
         if index not in self.seen:
             self.seen[index] = Observed(value=tuple(taking.items), seconds=time.monotonic() - taking.started)
 
     def take(self, index: int, step: Stream, upto: int) -> None:
-        """Take items until ``upto`` are in (bounded); a hang or an exception is the step's outcome."""
-        taking = self.streams[index]
-        try:
-            while index not in self.seen and len(taking.items) < upto:
+        """Take items until ``upto`` are in (bounded); a hang, an exception or the stream's end
+        (fewer items than it was to yield) is the step's outcome. A stream whose items are to be
+        lost with their node: their refs only, got after the fault (:meth:`finish`)."""
+        taking, deferred = self.streams[index], index in self.program.stored_on_node()
+
+        def more() -> None:
+            while index not in self.seen and len(taking.refs) < upto:
                 ref = self.next_item(taking.gen, taking.started)
                 if ref is None:
                     self.seen[index] = Observed(hung=True, seconds=time.monotonic() - taking.started)
                     return
-                item = self._get(ref, taking.started)
-                taking.items.append(item[0] if step.size else item)
+                taking.refs.append(ref)
+                if not deferred:
+                    taking.items.append(self._item(ref, index, taking.started))
+
+        self.attempt(index, more)
+
+    def attempt(self, index: int, work: Callable[[], None]) -> None:
+        """Run ``work`` on stream ``index``; what it raises is the step's outcome, with the items
+        taken before it (the stream's end, StopIteration, as :attr:`ErrorKind.STREAM_ENDED`)."""
+        taking = self.streams[index]
+        try:
+            if index not in self.seen:
+                work()
         except Exception as exc:  # noqa: BLE001 - judged against the table, and the items taken before it
             self.seen[index] = dataclasses.replace(observed_error(exc, taking.started), value=tuple(taking.items))
+
+    def _item(self, ref: Any, index: int, started: float) -> int:
+        item = self._get(ref, started)
+        return int(item[0] if self.program.padded(index) else item)
 
     def next_item(self, gen: Any, started: float) -> Any:
         """The generator's next ref within the shared bound, or None when none came: Ray 2.60's
@@ -759,16 +790,21 @@ class Interpreter:
         """Wait (bounded) until task ``index`` has finished, its return left where it was made
         (``fetch_local=False``), then ask where its copies are: True only if the removable node
         holds the only one, the padded value (a task that raised left a small error inlined
-        in its owner, and one another step already pulled has a second copy: missed)."""
+        in its owner, and one another step already pulled has a second copy: missed). A stream's:
+        each item the driver took (as a ref); one that took none has nothing to lose (missed)."""
         import ray
         from ray.experimental import get_object_locations
 
-        ref, nodes = self.refs[index], self._removable()
-        ready, _ = ray.wait([ref], timeout=self.bound, fetch_local=False)
-        if not ready or len(nodes) != 1:
+        taking, nodes = self.streams.get(index), self._removable()
+        refs = taking.refs if taking is not None else [self.refs[index]]  # a stream's items taken as refs
+        if not refs or len(nodes) != 1:
             return False
-        where = get_object_locations([ref], timeout_ms=int(self.bound * 1000)).get(ref, {})
-        return where.get("node_ids") == [nodes[0].node_id] and (where.get("object_size") or 0) > STORED_PAD
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.bound, fetch_local=False)
+        if len(ready) < len(refs):
+            return False
+        found = get_object_locations(refs, timeout_ms=int(self.bound * 1000))
+        return all(found.get(r, {}).get("node_ids") == [nodes[0].node_id]
+                   and (found.get(r, {}).get("object_size") or 0) > STORED_PAD for r in refs)
 
     def _removable(self) -> list[Any]:
         """The cluster's nodes holding HUNT_NODE (one, or none without a cluster): not the HUNT_RPC one."""
@@ -957,7 +993,10 @@ def classify(exc: BaseException) -> ErrorKind | None:
         (rx.ActorUnavailableError, ErrorKind.ACTOR_UNAVAILABLE), (rx.OwnerDiedError, ErrorKind.OWNER_DIED),
         (rx.TaskCancelledError, ErrorKind.TASK_CANCELLED), (rx.ObjectStoreFullError, ErrorKind.OBJECT_STORE_FULL),
         (rx.NodeDiedError, ErrorKind.NODE_DIED), (rx.TaskUnschedulableError, ErrorKind.TASK_UNSCHEDULABLE),
-        (rx.ActorUnschedulableError, ErrorKind.ACTOR_UNSCHEDULABLE), (ValueError, ErrorKind.VALUE_ERROR)]
+        (rx.ActorUnschedulableError, ErrorKind.ACTOR_UNSCHEDULABLE), (ValueError, ErrorKind.VALUE_ERROR),
+        (StopIteration, ErrorKind.STREAM_ENDED)]
+    if type(cause).__name__ == "StreamingGeneratorReplayInconsistentError":  # not in every Ray the hunt runs on
+        return ErrorKind.REPLAY_INCONSISTENT
     if _retries_spent(cause):
         return ErrorKind.OBJECT_LOST
     return next((kind for cls, kind in kinds if isinstance(cause, cls)), None)

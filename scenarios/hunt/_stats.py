@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from scenarios.hunt._model import Actor, Call, Cancel, Drop, FaultKind, Naming, Program, Put, Stream, Task, Wait
+from scenarios.hunt._model import Actor, Call, Cancel, Drop, Fault, FaultKind, Naming, Program, Put, Stream, Task, Wait
 from scenarios.hunt._run import ProgramVerdict
 
 
@@ -59,7 +59,8 @@ def _step_features(step: object) -> set[str]:
     if isinstance(step, Call):
         return {"call: returns a ref the actor put"} if step.boxed else set()
     if isinstance(step, Stream):
-        return {"stream: consumed fully" if step.take == step.count else "stream: consumed partly"}
+        return {"stream: consumed fully" if step.take == step.count else "stream: consumed partly",
+                *(["stream: non-deterministic (a run after the first yields another count)"] if step.varying else [])}
     if isinstance(step, Wait):
         timeout = "none" if step.timeout is None else f"{step.timeout:g}"
         return {f"wait: timeout={timeout}", *(["wait: fetch_local=False"] if not step.fetch_local else [])}
@@ -73,11 +74,9 @@ def fault_labels(verdict: ProgramVerdict) -> set[str]:
     labels = {f"fault landed: {f.kind.value}" for f in verdict.landed}
     labels |= {f"fault missed: {f.kind.value}" for f in verdict.missed}
     program = verdict.program
-    for fault in (f for f in verdict.landed if isinstance(program.steps[f.victim], Stream)
-                  and f.kind is FaultKind.KILL_WORKER):
-        stream = program.steps[fault.victim]
-        assert isinstance(stream, Stream)
-        labels.add("stream: its worker killed mid-stream, " + ("retried" if stream.max_retries else "no retries"))
+    for fault in verdict.landed:
+        if isinstance(stream := program.steps[fault.victim], Stream):
+            labels |= _stream_labels(stream, fault)
     for fault in verdict.landed:
         actor = program.steps[program.actor_of(fault)] if fault.kind.kills_actor else None
         if isinstance(actor, Actor) and actor.max_restarts != 0 and any(
@@ -98,6 +97,19 @@ def fault_labels(verdict: ProgramVerdict) -> set[str]:
         if fault.repeats > 1:
             labels.add("cancel fault: repeated (ray.cancel called again at once)")
     return labels | _lifecycle_labels(verdict) or {"no fault"}
+
+
+def _stream_labels(stream: Stream, fault: Fault) -> set[str]:
+    """A stream as a fault's victim: killed mid-stream, or its items lost and rebuilt; run again
+    by a non-deterministic generator."""
+    again = "retried" if stream.max_retries else "no retries"
+    if fault.kind is FaultKind.KILL_WORKER:
+        labels = {f"stream: its worker killed mid-stream, {again}"}
+    elif fault.kind is FaultKind.OBJECT_NODE_REMOVAL:
+        labels = {"stream: its items lost with their node, " + ("rebuilt" if stream.max_retries else "no retries")}
+    else:
+        return set()
+    return labels | ({"stream: a non-deterministic one run again"} if stream.varying and stream.max_retries else set())
 
 
 def _lifecycle_labels(verdict: ProgramVerdict) -> set[str]:

@@ -98,7 +98,8 @@ def _step(draw: Any, steps: list[Step]) -> Step:
     if kind is StepKind.STREAM:
         count = draw(st.integers(1, 4))
         return Stream(const=const, count=count, take=draw(st.integers(0, count)), args=_args(draw, steps),
-                      size=_size(draw, ITEM_SIZES), max_retries=draw(st.sampled_from([0, 1, 3])))
+                      size=_size(draw, ITEM_SIZES), max_retries=draw(st.sampled_from([0, 1, 3])),
+                      varying=draw(st.sampled_from([0, 0, 0, 1, -1])))
     if kind is StepKind.WAIT:
         sources = tuple(sorted(draw(st.lists(st.sampled_from(gettable), min_size=1, max_size=3, unique=True))))
         return Wait(sources=sources, num_returns=draw(st.integers(1, len(sources))),
@@ -195,8 +196,10 @@ def _kill(draw: Any, program: Program) -> Fault | None:
     if not candidates:
         return None
     victim = draw(st.sampled_from(candidates))
-    if steps[victim].kind is StepKind.STREAM:  # killed mid-stream, as the driver consumes it
-        return Fault(FaultKind.KILL_WORKER, victim, victim)
+    if isinstance(stream := steps[victim], Stream):  # as the driver consumes it: killed mid-stream, or lost
+        losable = stream.take > 0 and not _removed(program) and not program.depends(victim) & program.dropped()
+        kind = draw(st.sampled_from([FaultKind.KILL_WORKER] * 2 + [FaultKind.OBJECT_NODE_REMOVAL] * losable))
+        return Fault(kind, victim, victim, _replacement(draw, kind), pinned=_pinned(draw, kind))
     after = _moment(draw, steps, victim)
     if steps[victim].kind is StepKind.TASK:
         # Lineage reconstruction runs the task again, which needs its arguments: not one the driver dropped.
