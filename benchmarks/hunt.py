@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, event, given, settings, target
 
 from chaos.cluster import local_cluster, redis_server
 from scenarios.hunt import Program, ProgramVerdict, programs, run_program
-from scenarios.hunt._rpc import add_rpc_node
+from scenarios.hunt._rpc import add_rpc_node, add_slow_node
 from scenarios.hunt._run import HUNT_NODE, NODE_BOUND, REPLACEMENT_STORE
 from scenarios.hunt._stats import Progress, fault_labels, features
 
@@ -52,7 +52,8 @@ LANDING_COUNT: Counter[str] = Counter()
 
 def hunt(minutes: float) -> tuple[Counter[str], dict[str, ProgramVerdict], int]:
     """Run generated programs until ``minutes`` pass, on a head, one removable node (where
-    node removals land) and one node whose processes fail RPCs (where RPC failures land), whose
+    node removals land), one node whose processes fail RPCs (where RPC failures land) and one
+    whose processes delay them (where RPC delays land), whose
     GCS keeps its tables on a Redis of its own (where GCS restarts land); returns the label
     counts, the first verdict of each failure class and how many programs ran."""
     stats: Counter[str] = Counter()
@@ -63,15 +64,16 @@ def hunt(minutes: float) -> tuple[Counter[str], dict[str, ProgramVerdict], int]:
     with redis_server() as redis, local_cluster(nodes=2, object_store_mb=STORE_MB, redis_address=redis,
                                                 worker_resources={HUNT_NODE: 100.0}, log_to_driver=False) as cluster:
         add_rpc_node(cluster.cluster, object_store_bytes=REPLACEMENT_STORE, bound=NODE_BOUND)
+        add_slow_node(cluster.cluster, object_store_bytes=REPLACEMENT_STORE, bound=NODE_BOUND)
 
         @settings(max_examples=25, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-        @given(program=programs(gcs_restart=True, rpc_failures=True))
+        @given(program=programs(gcs_restart=True, rpc_failures=True, rpc_delay=True))
         def one(program: Program) -> None:
             nonlocal ran
             if time.monotonic() > end:
                 return
             verdict = run_program(program, address=cluster.address, cluster=cluster.cluster, gcs_restart=True,
-                                  rpc_failures=True)
+                                  rpc_failures=True, rpc_delay=True)
             ran += 1
             SPENT.update({phase.value: seconds for phase, seconds in verdict.phases})
             for kind, seconds in verdict.landing:

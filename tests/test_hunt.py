@@ -1274,3 +1274,14 @@ def test_the_strategy_draws_streams_lost_with_their_node_and_non_deterministic_r
         return wanted in fault_labels(ProgramVerdict(program, program.faults, (), (), 0.0))
 
     assert labelled(find(programs(), labelled, settings=DRAWN))
+
+
+def test_rpc_delays_are_drawn_only_where_asked_for_never_on_a_step_another_fault_has_and_change_nothing() -> None:
+    delayed = find(programs(rpc_delay=True), lambda p: any(f.kind is FaultKind.RPC_DELAY for f in p.faults),
+                   settings=DRAWN)
+    (fault,) = (f for f in delayed.faults if f.kind is FaultKind.RPC_DELAY)
+    others = {delayed.actor_of(f) if f.kind.kills_actor else f.victim for f in delayed.faults if f is not fault}
+    assert not delayed.on_rpc_node(FaultKind.RPC_DELAY) & others and fault.kind.placed and not fault.kind.holds
+    assert expect(delayed, (fault,)) == expect(delayed, ())
+    plain = find(programs(), lambda p: len(p.faults) == 2, settings=DRAWN)
+    assert not any(f.kind is FaultKind.RPC_DELAY for f in plain.faults)

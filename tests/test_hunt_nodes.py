@@ -30,7 +30,7 @@ from scenarios.hunt import (
     run_program,
 )
 from scenarios.hunt._model import LATE_REPLACEMENT
-from scenarios.hunt._rpc import add_rpc_node
+from scenarios.hunt._rpc import add_rpc_node, add_slow_node
 from scenarios.hunt._run import HUNT_NODE, NODE_BOUND, REPLACEMENT_STORE, Interpreter
 
 # make slow lands each node fault kind once (one case of each: a plant that marks any of them
@@ -49,10 +49,12 @@ def removal(retries: int) -> Program:
 
 @pytest.fixture(scope="module")
 def removable(no_shared_cluster: None) -> Iterator[ClusterHandle]:
-    """A head, one removable node and one failing RPCs; the GCS keeps its tables on a Redis of its own."""
+    """A head, one removable node, one failing RPCs and one delaying them; the GCS keeps its
+    tables on a Redis of its own."""
     with redis_server() as redis, local_cluster(nodes=2, object_store_mb=96, worker_resources={HUNT_NODE: 100.0},
                                                 redis_address=redis, log_to_driver=False) as handle:
         add_rpc_node(handle.cluster, object_store_bytes=REPLACEMENT_STORE, bound=NODE_BOUND)
+        add_slow_node(handle.cluster, object_store_bytes=REPLACEMENT_STORE, bound=NODE_BOUND)
         yield handle
 
 
@@ -243,3 +245,20 @@ def test_a_lost_streams_replay_that_gave_every_item_back_is_red(removable: Clust
     verdict = Deterministic(program, removable.address, cluster=removable.cluster).run()
     assert list(verdict.landed) == list(program.faults), f"faults missed: {verdict.missed}"
     assert {f.signature.seen for f in verdict.new} == {Seen.VALUE_NOT_ERROR}, verdict.report()
+
+
+@pytest.mark.parametrize("victim", ["actor", pytest.param("stream", marks=DEEP)])
+def test_what_runs_on_the_node_delaying_rpcs_lands_and_returns_every_value(removable: ClusterHandle,
+                                                                           victim: str) -> None:
+    """An actor (a call borrowing the driver's put, a boxed one) or a stream on the node whose
+    processes delay every task pushed to them: each value as without the delay."""
+    program = {"actor": Program((Put(1), Actor(2, (Arg(0, nested=True),), 1, -1), Call(1, 3, boxed=True),
+                                 Call(1, 4, (Arg(0, nested=True),)), Task(5, (Arg(2),))),
+                                (Fault(FaultKind.RPC_DELAY, 1, 1),)),
+               "stream": Program((Put(1), Stream(3, 4, 4, (Arg(0, nested=True),), size=200 << 10)),
+                                 (Fault(FaultKind.RPC_DELAY, 1, 1),))}[victim]
+    verdict = run_program(program, address=removable.address, cluster=removable.cluster, rpc_delay=True)
+    assert list(verdict.landed) == list(program.faults), f"faults missed: {verdict.missed}"
+    assert not verdict.failures, verdict.report()
+    missed = run_program(program, address=removable.address, cluster=removable.cluster)  # no slow node: fail closed
+    assert list(missed.missed) == list(program.faults) and not missed.landed

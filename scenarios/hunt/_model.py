@@ -34,6 +34,7 @@ class FaultKind(enum.Enum):
     OBJECT_NODE_REMOVAL = "object_node_removal"  # remove the node holding a task's return, its only copy
     GCS_RESTART = "gcs_restart"  # SIGKILL the GCS and start it again (it keeps its tables on Redis)
     RPC_FAILURES = "rpc_failures"  # run the victim on the node whose processes fail a share of their RPCs
+    RPC_DELAY = "rpc_delay"  # run the victim on the node whose processes delay their RPC handlers
     CANCEL = "cancel"  # ray.cancel(ref) of a task while it runs (held), at a drawn moment
     FORCE_CANCEL = "force_cancel"  # ray.cancel(ref, force=True) of a task while it runs
     RAY_KILL = "ray_kill"  # ray.kill(actor): it restarts as max_restarts allows
@@ -77,8 +78,13 @@ class FaultKind(enum.Enum):
         """Does its victim wait running until it lands? Pressure's and an object node removal's
         victim is a value, not a process; a GCS restart's is the step it follows, whatever that
         step still runs."""
-        return not self.restarts_gcs and self not in (FaultKind.OBJECT_STORE_PRESSURE, FaultKind.OBJECT_NODE_REMOVAL,
-                                                      FaultKind.RPC_FAILURES)
+        return not self.restarts_gcs and not self.placed and self not in (FaultKind.OBJECT_STORE_PRESSURE,
+                                                                          FaultKind.OBJECT_NODE_REMOVAL)
+
+    @property
+    def placed(self) -> bool:
+        """Is it where its victim runs (a node started with one of Ray's RPC testing knobs)?"""
+        return self in (FaultKind.RPC_FAILURES, FaultKind.RPC_DELAY)
 
     def __repr__(self) -> str:  # a program's repr is the Python that replays it
         return f"FaultKind.{self.name}"
@@ -295,6 +301,12 @@ class Fault:
     ``_rpc.RAYLET_METHODS``. Their background calls do not count. ``after`` is its victim.
     Ray retries its RPCs (its own chaos tests inject failures into every RPC), so it changes no
     step's outcome.
+    RPC_DELAY: as RPC_FAILURES, on the node whose processes were started with Ray's RPC delay knob
+    (``RAY_testing_asio_delay_us``): every task or call pushed to a worker there waits a fixed
+    time before it runs (``CoreWorkerService.grpc_server.PushTask``), and a lease, an object pull
+    and a stream item's reply each a drawn time. It lands once a process that ran a step placed
+    there is seen started with the knob (its pid mark's environment): the fixed delay then held
+    up every task it ran. A delay changes no step's outcome.
     CANCEL / FORCE_CANCEL: ``victim`` is a task, held running until ``ray.cancel`` of its ref
     (with ``force`` for FORCE_CANCEL), issued once step ``after`` is submitted (its dependents
     and borrowers may exist by then); the driver releases it only once it ended (bounded). Ray's
@@ -367,11 +379,12 @@ class Program:
                                     "Drop dropped; name a value the driver still holds, or drop it later")
         for fault in (f for f in self.faults if isinstance(self.steps[f.victim], Stream)
                       and not f.kind.restarts_gcs):  # a GCS restart's victim only dates it
-            stream_faults = (FaultKind.KILL_WORKER, FaultKind.RPC_FAILURES, FaultKind.OBJECT_NODE_REMOVAL)
+            stream_faults = (FaultKind.KILL_WORKER, FaultKind.OBJECT_NODE_REMOVAL, FaultKind.RPC_FAILURES,
+                             FaultKind.RPC_DELAY)
             if fault.kind not in stream_faults or fault.after != fault.victim:
                 raise InvalidConfig(f"{fault!r} falls on the stream at step {fault.victim}; a stream's fault is a "
-                                    "KILL_WORKER, RPC_FAILURES or OBJECT_NODE_REMOVAL landing as it is consumed: "
-                                    "after=victim")
+                                    "KILL_WORKER, OBJECT_NODE_REMOVAL, RPC_FAILURES or RPC_DELAY landing as it is "
+                                    "consumed: after=victim")
         for fault in (f for f in self.faults if f.kind.cancels):
             victim = self.steps[fault.victim]
             if not (isinstance(victim, Task) or (isinstance(victim, Call) and fault.kind is FaultKind.CANCEL)):
@@ -404,10 +417,11 @@ class Program:
         to stay on the removable node)?"""
         return self.size(index) > 0 or index in self.stored_on_node()
 
-    def on_rpc_node(self) -> frozenset[int]:
-        """Steps that run on the node failing RPCs: an RPC_FAILURES victim (an actor for a call)."""
+    def on_rpc_node(self, kind: FaultKind = FaultKind.RPC_FAILURES) -> frozenset[int]:
+        """Steps that run on the node failing RPCs: an RPC_FAILURES victim (an actor for a call);
+        ``kind=RPC_DELAY``: on the node delaying them, an RPC_DELAY victim."""
         found = set()
-        for fault in (f for f in self.faults if f.kind is FaultKind.RPC_FAILURES):
+        for fault in (f for f in self.faults if f.kind is kind):
             step = self.steps[fault.victim]
             found.add(step.actor if isinstance(step, Call) else fault.victim)
         return frozenset(found)

@@ -1,6 +1,6 @@
 """The hunt's node that fails RPCs: started with Ray's RPC failure knob for every method, and
 the failures its processes injected into the calls a step makes itself while it ran (what makes
-the fault land)."""
+the fault land); and its node that delays them, started with Ray's RPC delay knob."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import glob
 import os
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 #: The custom resource of the node whose processes fail RPCs (only RPC_FAILURES victims ask for it).
@@ -69,6 +70,41 @@ def add_rpc_node(cluster: Any, *, object_store_bytes: int, bound: float) -> None
     cluster.add_node(num_cpus=1, object_store_memory=object_store_bytes, resources={HUNT_RPC: 100.0}, env_vars=env,
                      **shared_host_worker_args())
     cluster.wait_for_nodes(timeout=bound)
+
+
+#: The custom resource of the node whose processes delay RPC handlers (only RPC_DELAY victims ask for it).
+HUNT_SLOW = "hunt_slow"
+#: Microseconds every task or call pushed to a worker on that node waits before it runs (fixed:
+#: a process started with the knob delays each one), and the most a lease granted by its raylet,
+#: an object pulled there and the reply to a stream item's report wait (each drawn up to it).
+PUSH_DELAY_US = 200_000
+#: Ray's asio delay knob (``RAY_testing_asio_delay_us``: ``method=min_us:max_us``, comma-separated),
+#: read by each process of the node as it starts.
+DELAY_KNOB = ",".join(f"{method}={low}:{PUSH_DELAY_US}" for method, low in (
+    ("CoreWorkerService.grpc_server.PushTask", PUSH_DELAY_US),
+    ("NodeManagerService.grpc_server.RequestWorkerLease", 0),
+    ("ObjectManagerService.grpc_server.Pull", 0),
+    ("CoreWorkerService.grpc_client.ReportGeneratorItemReturns", 0)))
+
+
+def add_slow_node(cluster: Any, *, object_store_bytes: int, bound: float) -> None:
+    """Add to ``cluster`` one node of 1 CPU holding :data:`HUNT_SLOW`, whose raylet and workers
+    delay RPC handlers by :data:`DELAY_KNOB`."""
+    from chaos.cluster import shared_host_worker_args
+
+    cluster.add_node(num_cpus=1, object_store_memory=object_store_bytes, resources={HUNT_SLOW: 100.0},
+                     env_vars={"RAY_testing_asio_delay_us": DELAY_KNOB}, **shared_host_worker_args())
+    cluster.wait_for_nodes(timeout=bound)
+
+
+def delayed_process(pid: int) -> bool:
+    """Was process ``pid`` started with the slow node's knob (its environment says so)? False
+    when it is gone or unreadable: fail closed."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return f"RAY_testing_asio_delay_us={DELAY_KNOB}".encode() in environ
 
 
 def rpc_raylet(cluster: Any) -> int | None:

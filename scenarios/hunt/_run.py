@@ -47,7 +47,7 @@ from scenarios.hunt._oracle import (
     judge,
     known_finding,
 )
-from scenarios.hunt._rpc import HUNT_RPC, Injected, Injections, Window, rpc_raylet
+from scenarios.hunt._rpc import HUNT_RPC, HUNT_SLOW, Injected, Injections, Window, delayed_process, rpc_raylet
 
 T = TypeVar("T")
 
@@ -196,6 +196,7 @@ class Interpreter:
     cluster: Any = None  # a ray.cluster_utils.Cluster with one HUNT_NODE worker: node removals land
     gcs_restart: bool = False  # the cluster's GCS keeps its tables on Redis: GCS restarts land
     rpc_failures: bool = False  # the cluster has a HUNT_RPC node (see _rpc.add_rpc_node): RPC failures land
+    rpc_delay: bool = False  # the cluster has a HUNT_SLOW node (see _rpc.add_slow_node): RPC delays land
     marks: str = ""
     refs: dict[int, Any] = field(default_factory=dict)
     #: A named actor's handle as ``ray.get_actor`` returned it: its calls go through it.
@@ -235,6 +236,7 @@ class Interpreter:
                 clock.timed(Phase.REPLACE, lambda: self.replace_late(due_or_not=True))
                 failures += clock.timed(Phase.OBSERVE, self._observe_all)
             finally:
+                self._judge_rpc_delay()  # while the processes that ran its victims live
                 clock.timed(Phase.REPLACE, lambda: self.replace_late(due_or_not=True))
                 clock.timed(Phase.CLEAN_UP, self._clean_up)
             self._judge_rpc_failures(injections)  # before the probe: its failures carry the fault
@@ -449,6 +451,8 @@ class Interpreter:
                       for f in self.program.faults)
         if removed:
             return {HUNT_NODE: 0.01}
+        if self.rpc_delay and index in self.program.on_rpc_node(FaultKind.RPC_DELAY):
+            return {HUNT_SLOW: 0.01}
         return {HUNT_RPC: 0.01} if self.rpc_failures and index in self.program.on_rpc_node() else {HEAD: 0.001}
 
     def where(self, index: int) -> dict[str, Any]:
@@ -491,8 +495,8 @@ class Interpreter:
             restarted = self.redis_fault(fault.kind) if fault.kind.redis else self.restart_gcs()
             (self.landed if restarted else self.missed).append(fault)
             return
-        if fault.kind is FaultKind.RPC_FAILURES:
-            return  # its node fails RPCs all along: landed or missed once the program has run
+        if fault.kind.placed:
+            return  # its node fails or delays RPCs all along: landed or missed once the program has run
         if fault.kind.cancels:
             self.cancel(fault)
             return
@@ -754,9 +758,21 @@ class Interpreter:
         return record.made_for_a_step(by_raylet=by_raylet) and any(
             (by_raylet or record.pid in self._pids(i)) and self._window(i).holds(record.at) for i in self._rpc_steps())
 
-    def _rpc_steps(self) -> set[int]:
-        """The steps placed on the HUNT_RPC node: a victim, or an actor victim's calls."""
-        on_node, dropped = self.program.on_rpc_node(), self.program.dropped()  # a dropped step is not judged
+    def _judge_rpc_delay(self) -> None:
+        """RPC_DELAY landed if a process that ran a step placed on the HUNT_SLOW node was started
+        with its delay knob (the fixed delay of every task pushed to it then held that step up);
+        else missed: the victim ran elsewhere, never, or in a process gone before it was read."""
+        faults = [f for f in self.program.faults if f.kind is FaultKind.RPC_DELAY]
+        if not faults:
+            return
+        pids = {pid for i in self._rpc_steps(FaultKind.RPC_DELAY) for pid in self._pids(i)}
+        hit = self.rpc_delay and any(delayed_process(pid) for pid in pids)
+        (self.landed if hit else self.missed).extend(faults)
+
+    def _rpc_steps(self, kind: FaultKind = FaultKind.RPC_FAILURES) -> set[int]:
+        """The steps placed on the HUNT_RPC node (the HUNT_SLOW one, for RPC_DELAY): a victim,
+        or an actor victim's calls."""
+        on_node, dropped = self.program.on_rpc_node(kind), self.program.dropped()  # a dropped step is not judged
         return {i for i, s in enumerate(self.program.steps)
                 if (i in on_node or (isinstance(s, Call) and s.actor in on_node)) and i not in dropped}
 
@@ -1046,7 +1062,7 @@ def observed_error(exc: BaseException, started: float) -> Observed:
 
 
 def run_program(program: Program, *, address: str, bound: float = BOUND, cluster: Any = None,
-                gcs_restart: bool = False, rpc_failures: bool = False) -> ProgramVerdict:
+                gcs_restart: bool = False, rpc_failures: bool = False, rpc_delay: bool = False) -> ProgramVerdict:
     """Run ``program`` with its faults on the connected cluster at ``address``; judge it.
     ``cluster``: its ``ray.cluster_utils.Cluster`` with one worker node holding :data:`HUNT_NODE`
     (``local_cluster(nodes=2, worker_resources={HUNT_NODE: 100})``), where node removals land;
@@ -1054,6 +1070,7 @@ def run_program(program: Program, *, address: str, bound: float = BOUND, cluster
     Redis (``local_cluster(redis_address=...)``), so GCS restarts land; without it they are missed
     (a GCS killed without Redis would take the cluster with it). ``rpc_failures``: ``cluster``
     also has the node :func:`scenarios.hunt._rpc.add_rpc_node` adds, where RPC_FAILURES victims
-    run; without it they are missed."""
+    run; without it they are missed. ``rpc_delay``: ``cluster`` also has the node
+    :func:`scenarios.hunt._rpc.add_slow_node` adds, where RPC_DELAY victims run; without it they are missed."""
     return Interpreter(program=program, address=address, bound=bound, cluster=cluster, gcs_restart=gcs_restart,
-                       rpc_failures=rpc_failures).run()
+                       rpc_failures=rpc_failures, rpc_delay=rpc_delay).run()

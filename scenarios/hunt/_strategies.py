@@ -114,23 +114,25 @@ def _moment(draw: Any, steps: tuple[Step, ...], victim: int) -> int:
     return int(draw(st.integers(victim, limit)))
 
 
-def _fault(draw: Any, program: Program, *, gcs_restart: bool, rpc_failures: bool) -> Fault | None:
+def _fault(draw: Any, program: Program, *, gcs_restart: bool, rpc_failures: bool,
+           rpc_delay: bool = False) -> Fault | None:
     """One more fault: object-store pressure on a stored value now and then (one a program:
-    each fills the whole store), a GCS restart and RPC failures (one a program each) where
-    asked for, else a kill."""
+    each fills the whole store), a GCS restart, RPC failures and RPC delays (one a program
+    each) where asked for, else a kill."""
     if draw(st.integers(0, 3)) == 0 and (fault := _pressure(draw, program)) is not None:
         return fault
     if gcs_restart and draw(st.integers(0, 3)) == 0 and (fault := _gcs(draw, program)) is not None:
         return fault
-    if rpc_failures and draw(st.integers(0, 3)) == 0 and (fault := _rpc(draw, program)) is not None:
+    placed = [k for k, on in ((FaultKind.RPC_FAILURES, rpc_failures), (FaultKind.RPC_DELAY, rpc_delay)) if on]
+    if placed and draw(st.integers(0, 3)) == 0 and (fault := _rpc(draw, program, draw(st.sampled_from(placed)))):
         return fault
     return _kill(draw, program)
 
 
-def _rpc(draw: Any, program: Program) -> Fault | None:
-    """RPC failures under a task, a stream, or an actor and its calls (drawn on the actor or
-    one of its calls) that no other fault has, once a program."""
-    if any(f.kind is FaultKind.RPC_FAILURES for f in program.faults):
+def _rpc(draw: Any, program: Program, kind: FaultKind = FaultKind.RPC_FAILURES) -> Fault | None:
+    """RPC failures (or delays, ``kind``) under a task, a stream, or an actor and its calls
+    (drawn on the actor or one of its calls) that no other fault has, once a program."""
+    if any(f.kind is kind for f in program.faults):
         return None
     steps, taken = program.steps, _taken(program)
     candidates = [i for i, s in enumerate(steps)
@@ -139,7 +141,7 @@ def _rpc(draw: Any, program: Program) -> Fault | None:
     if not candidates:
         return None
     victim = draw(st.sampled_from(candidates))
-    return Fault(FaultKind.RPC_FAILURES, victim, victim)
+    return Fault(kind, victim, victim)
 
 
 #: The most GCS restarts one program has (each at its own moment).
@@ -167,7 +169,8 @@ def _taken(program: Program) -> set[int]:
     faulted = {program.actor_of(f) if f.kind.kills_actor else f.victim for f in program.faults}
     cancelled_calls = {s.actor for f in program.faults if f.kind.cancels
                        and isinstance(s := program.steps[f.victim], Call)}  # its actor is held busy
-    return faulted | cancelled_calls | program.on_rpc_node() | program.dropped()
+    return faulted | cancelled_calls | program.on_rpc_node() | program.on_rpc_node(FaultKind.RPC_DELAY) | \
+        program.dropped()
 
 
 def _pressure(draw: Any, program: Program) -> Fault | None:
@@ -255,18 +258,19 @@ def _no_held_dependents(program: Program) -> bool:
 
 @st.composite
 def programs(draw: Any, *, max_steps: int = MAX_STEPS, max_faults: int = 2, gcs_restart: bool = False,
-             rpc_failures: bool = False) -> Program:
+             rpc_failures: bool = False, rpc_delay: bool = False) -> Program:
     """Small Ray programs (2..``max_steps`` steps) and 1..``max_faults`` faults where the
     program has a victim for one (a task, an actor, a call or a stored value); ``max_faults=0``: none.
     ``gcs_restart``: GCS restarts are drawn too (for a cluster whose GCS keeps its tables on
     Redis: :func:`run_program`'s ``gcs_restart``). ``rpc_failures``: RPC failures are drawn too
-    (for a cluster with the node that fails them: :func:`run_program`'s ``rpc_failures``)."""
+    (for a cluster with the node that fails them: :func:`run_program`'s ``rpc_failures``);
+    ``rpc_delay``: RPC delays, for a cluster with the node that delays them (``rpc_delay``)."""
     steps: list[Step] = []
     for _ in range(draw(st.integers(2, max_steps))):
         steps.append(_step(draw, steps))
     program = Program(tuple(steps))
     for _ in range(draw(st.integers(min(1, max_faults), max_faults))):
-        fault = _fault(draw, program, gcs_restart=gcs_restart, rpc_failures=rpc_failures)
+        fault = _fault(draw, program, gcs_restart=gcs_restart, rpc_failures=rpc_failures, rpc_delay=rpc_delay)
         if fault is None:
             break
         candidate = Program(program.steps, (*program.faults, fault))
