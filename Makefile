@@ -139,9 +139,10 @@ soak: $(STAMP)
 	$(PY) benchmarks/soak.py --seconds $(SOAK_SECONDS)
 	@$(MAKE) --no-print-directory leakcheck
 
-# Generated Ray programs under worker, actor and owner SIGKILLs, object-store pressure, the
-# removal of a task's or an actor's node and GCS restarts, for HUNT_MINUTES (default 30) on a
-# cluster of its own (a head and one removable node, its GCS on a Redis of its own): prints each
+# Generated Ray programs under worker, actor and owner SIGKILLs, ray.kill, cancels, object-store
+# pressure, the removal of a task's, an actor's or an object's node, GCS restarts and faults of its
+# Redis, RPC failures and delays, for HUNT_MINUTES (default 30) on a cluster of its own (a head, a
+# removable node, a node failing RPCs and one delaying them, its GCS on a Redis of its own): prints each
 # failure class found (with the program that replays it) and how many programs exercised each
 # feature and fault.
 HUNT_MINUTES ?= 30

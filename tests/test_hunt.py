@@ -1255,16 +1255,17 @@ def test_a_streams_items_lost_with_their_node_are_rebuilt_unless_no_retry_or_a_r
 
 def test_a_non_deterministic_streams_retry_that_ended_early_is_undocumented_and_nothing_else_is() -> None:
     """Ray fails a replay that differs from the first successful run; of a retry after a killed
-    run its docs say nothing: a stream that ended there is counted apart. Without the kill, or
-    a deterministic stream, an early end is a finding."""
-    def failures(varying: int, kind: FaultKind = FaultKind.KILL_WORKER) -> list[Failure]:
+    run (or an RPC failure, which may retry it) its docs say nothing: a stream that ended there is
+    counted apart. With no fault landed, or a deterministic stream, an early end is a finding."""
+    def failures(varying: int, kind: FaultKind = FaultKind.KILL_WORKER, *, landed: bool = True) -> list[Failure]:
         program = Program((Stream(0, 4, 4, max_retries=1, varying=varying),), (Fault(kind, 0, 0),))
         ended = Observed(value=(0, 1, 2), error=ErrorKind.STREAM_ENDED, error_type="StopIteration")
-        return judge(program, program.faults, {0: ended})
+        return judge(program, program.faults if landed else (), {0: ended})
 
     assert [f.signature.seen for f in failures(-1)] == [Seen.UNDOCUMENTED]
+    assert [f.signature.seen for f in failures(-1, FaultKind.RPC_FAILURES)] == [Seen.UNDOCUMENTED]  # may retry it
     assert [f.signature.seen for f in failures(0)] == [Seen.OUTSIDE_TABLE]
-    assert [f.signature.seen for f in failures(-1, FaultKind.RPC_FAILURES)] == [Seen.OUTSIDE_TABLE]
+    assert [f.signature.seen for f in failures(-1, landed=False)] == [Seen.OUTSIDE_TABLE]  # nothing ran it again
 
 
 @pytest.mark.parametrize("wanted", ["stream: its items lost with their node, rebuilt",
@@ -1285,3 +1286,16 @@ def test_rpc_delays_are_drawn_only_where_asked_for_never_on_a_step_another_fault
     assert expect(delayed, (fault,)) == expect(delayed, ())
     plain = find(programs(), lambda p: len(p.faults) == 2, settings=DRAWN)
     assert not any(f.kind is FaultKind.RPC_DELAY for f in plain.faults)
+
+
+@pytest.mark.parametrize("varying, retries, taken, seen", [
+    (-1, 1, 3, Seen.UNDOCUMENTED),  # the retry's own count: Ray's docs are silent
+    (-1, 1, 2, Seen.OUTSIDE_TABLE),  # fewer than the retry yields: items lost
+    (1, 1, 3, Seen.OUTSIDE_TABLE),  # a retry yielding more cannot end early
+    (-1, 0, 3, Seen.OUTSIDE_TABLE),  # no retry: it had to raise WorkerCrashedError, not end
+])
+def test_only_a_retry_ending_at_its_own_count_is_undocumented(varying: int, retries: int, taken: int,
+                                                              seen: Seen) -> None:
+    program = Program((Stream(0, 4, 4, max_retries=retries, varying=varying),), (Fault(FaultKind.KILL_WORKER, 0, 0),))
+    ended = Observed(value=tuple(range(taken)), error=ErrorKind.STREAM_ENDED, error_type="StopIteration")
+    assert [f.signature.seen for f in judge(program, program.faults, {0: ended})] == [seen]

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from chaos.cluster import ClusterHandle, local_cluster, redis_server
+from chaos.errors import FaultIneffective
 from scenarios.hunt import (
     Actor,
     Arg,
@@ -153,6 +154,8 @@ PINNED = {
                      (Fault(FaultKind.ACTOR_NODE_REMOVAL, 1, 2, pinned=True),)),
     "return": Program((Put(1), Task(2, (Arg(0),), max_retries=1), Task(3, (Arg(1, nested=True),))),
                       (Fault(FaultKind.OBJECT_NODE_REMOVAL, 1, 1, pinned=True),)),
+    "stream": Program((Put(1), Stream(2, 3, 2, (Arg(0),), max_retries=1)),
+                      (Fault(FaultKind.OBJECT_NODE_REMOVAL, 1, 1, pinned=True),)),
 }
 
 
@@ -262,3 +265,20 @@ def test_what_runs_on_the_node_delaying_rpcs_lands_and_returns_every_value(remov
     assert not verdict.failures, verdict.report()
     missed = run_program(program, address=removable.address, cluster=removable.cluster)  # no slow node: fail closed
     assert list(missed.missed) == list(program.faults) and not missed.landed
+
+
+@DEEP
+def test_a_slow_node_whose_knob_ray_ignores_is_refused(removable: ClusterHandle,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail closed: a knob naming no method Ray delays (misspelt) leaves calls fast, so the node is
+    refused with what was measured, rather than RPC delays counted landed on configuration alone."""
+    import scenarios.hunt._rpc as rpc
+
+    monkeypatch.setattr(rpc, "DELAY_KNOB", rpc.DELAY_KNOB.replace("PushTask", "PushTasks"))
+    before = {n.node_id for n in removable.cluster.worker_nodes}
+    try:
+        with pytest.raises(FaultIneffective, match="this Ray does not apply RAY_testing_asio_delay_us"):
+            rpc.add_slow_node(removable.cluster, object_store_bytes=REPLACEMENT_STORE, bound=NODE_BOUND)
+    finally:
+        for node in [n for n in removable.cluster.worker_nodes if n.node_id not in before]:
+            removable.cluster.remove_node(node)

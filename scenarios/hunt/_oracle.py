@@ -646,12 +646,15 @@ def _taken_before(step: Step, clean: Expected | None, observed: Observed | WaitS
 def _undocumented(program: Program, landed: Sequence[Fault], index: int, observed: Observed | WaitSeen) -> bool:
     """Is a disallowed exception of this step one Ray's docs are silent on? Only when the one kind
     of fault that landed is Ray's RPC failure knob (a testing knob whose effects Ray's docs do not
-    describe), the step ran on that node (a call where its actor lives), and the exception is a
-    kind of Ray's the table names. Another landed fault has documented outcomes to judge by; the
-    program's own ValueError, an exception the table does not name, a hang: failure classes."""
+    describe; an RPC delay beside it changes nothing), the step ran on that node (a call where its
+    actor lives), and the exception is a kind of Ray's the table names; or a non-deterministic
+    stream's retry ended at its own count (:func:`_retry_yielded_fewer`). Another landed fault has
+    documented outcomes to judge by; the program's own ValueError, an exception the table does not
+    name, a hang: failure classes."""
     if _retry_yielded_fewer(program, landed, index, observed):
         return True
-    if not landed or any(f.kind is not FaultKind.RPC_FAILURES for f in landed):
+    kinds = {f.kind for f in landed}  # a delay beside the failures changes nothing of its own
+    if FaultKind.RPC_FAILURES not in kinds or kinds - {FaultKind.RPC_FAILURES, FaultKind.RPC_DELAY}:
         return False
     error = observed.error if isinstance(observed, Observed) else None
     return _ran_on_rpc_node(program, index) and error is not None and error.is_rays
@@ -659,14 +662,20 @@ def _undocumented(program: Program, landed: Sequence[Fault], index: int, observe
 
 def _retry_yielded_fewer(program: Program, landed: Sequence[Fault], index: int,
                          observed: Observed | WaitSeen) -> bool:
-    """A non-deterministic stream whose worker was killed mid-stream and that ended, retried,
-    before the driver took what it wanted: its retry yielded fewer items than its first run
-    would have. Ray fails a replay that differs from the first *successful* run; of a retry
-    after a failed one its docs say nothing (Ray 2.60 keeps the retry's count, as measured)."""
+    """A stream whose runs after the first yield fewer items, run again after its worker was
+    killed mid-stream (or a call of its failed on the node failing RPCs, which may retry it),
+    that ended exactly at its retry's count, before the driver took what it wanted. Ray fails a
+    replay that differs from the first *successful* run; of a retry after a failed one its docs
+    say nothing (Ray 2.60 keeps the retry's count, as measured). Any other early end (without a
+    retry, a retry yielding more, fewer items than the retry's) is a failure class."""
     step = program.steps[index] if 0 <= index < len(program.steps) else None
-    killed = any(f.kind is FaultKind.KILL_WORKER and f.victim == index for f in landed)
-    ended = isinstance(observed, Observed) and observed.error is ErrorKind.STREAM_ENDED
-    return isinstance(step, Stream) and step.varying != 0 and killed and ended
+    if not (isinstance(step, Stream) and step.max_retries > 0 and step.varying < 0
+            and isinstance(observed, Observed) and observed.error is ErrorKind.STREAM_ENDED):
+        return False
+    retried = any(f.kind in (FaultKind.KILL_WORKER, FaultKind.RPC_FAILURES) and f.victim == index for f in landed)
+    shorter = step.count + step.varying
+    taken = observed.value if isinstance(observed.value, tuple) else ()
+    return retried and step.take > shorter and len(taken) == shorter
 
 
 def _judged(step: Step, outcome: Expected | None, observed: Observed | WaitSeen, *,

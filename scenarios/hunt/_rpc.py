@@ -8,6 +8,7 @@ import datetime
 import glob
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,7 @@ HUNT_SLOW = "hunt_slow"
 #: a process started with the knob delays each one), and the most a lease granted by its raylet,
 #: an object pulled there and the reply to a stream item's report wait (each drawn up to it).
 PUSH_DELAY_US = 200_000
+PUSH_DELAY_S = PUSH_DELAY_US / 1e6
 #: Ray's asio delay knob (``RAY_testing_asio_delay_us``: ``method=min_us:max_us``, comma-separated),
 #: read by each process of the node as it starts.
 DELAY_KNOB = ",".join(f"{method}={low}:{PUSH_DELAY_US}" for method, low in (
@@ -88,13 +90,44 @@ DELAY_KNOB = ",".join(f"{method}={low}:{PUSH_DELAY_US}" for method, low in (
 
 
 def add_slow_node(cluster: Any, *, object_store_bytes: int, bound: float) -> None:
-    """Add to ``cluster`` one node of 1 CPU holding :data:`HUNT_SLOW`, whose raylet and workers
-    delay RPC handlers by :data:`DELAY_KNOB`."""
+    """Add to ``cluster`` (its driver connected) one node of 1 CPU holding :data:`HUNT_SLOW`,
+    whose raylet and workers delay RPC handlers by :data:`DELAY_KNOB`, and confirm the knob took:
+    a call of an actor there takes at least the fixed push delay.
+
+    Raises:
+        FaultIneffective: the call came back sooner (a Ray that ignores the knob, or reads it
+            under another name): no RPC delay could land on that node.
+    """
     from chaos.cluster import shared_host_worker_args
+    from chaos.errors import FaultIneffective
 
     cluster.add_node(num_cpus=1, object_store_memory=object_store_bytes, resources={HUNT_SLOW: 100.0},
                      env_vars={"RAY_testing_asio_delay_us": DELAY_KNOB}, **shared_host_worker_args())
     cluster.wait_for_nodes(timeout=bound)
+    took = _one_call_there(bound)
+    if took < PUSH_DELAY_S:
+        raise FaultIneffective(f"a call of an actor on the slow node came back in {took * 1000:.0f} ms, under the "
+                               f"{PUSH_DELAY_S * 1000:.0f} ms its knob ({DELAY_KNOB!r}) fixes: this Ray does not "
+                               "apply RAY_testing_asio_delay_us; run the hunt without rpc_delay")
+
+
+def _one_call_there(bound: float) -> float:
+    """Seconds one call of a fresh actor on the slow node takes, once the actor is up."""
+    import ray
+
+    @ray.remote(num_cpus=0, resources={HUNT_SLOW: 0.01})
+    class Echo:
+        def ping(self) -> int:
+            return 0
+
+    echo = Echo.remote()  # type: ignore[attr-defined]
+    try:
+        ray.get(echo.ping.remote(), timeout=bound)  # it is up
+        started = time.monotonic()
+        ray.get(echo.ping.remote(), timeout=bound)
+        return time.monotonic() - started
+    finally:
+        ray.kill(echo)
 
 
 def delayed_process(pid: int) -> bool:

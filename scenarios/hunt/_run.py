@@ -47,7 +47,16 @@ from scenarios.hunt._oracle import (
     judge,
     known_finding,
 )
-from scenarios.hunt._rpc import HUNT_RPC, HUNT_SLOW, Injected, Injections, Window, delayed_process, rpc_raylet
+from scenarios.hunt._rpc import (
+    HUNT_RPC,
+    HUNT_SLOW,
+    PUSH_DELAY_S,
+    Injected,
+    Injections,
+    Window,
+    delayed_process,
+    rpc_raylet,
+)
 
 T = TypeVar("T")
 
@@ -376,6 +385,8 @@ class Interpreter:
         self.replace_late(due_or_not=True)
         self.take(index, step, step.take)
         taking = self.streams[index]
+        if index in self.program.stored_on_node():  # its gets wait for a rebuild: their bound starts now
+            taking.started = time.monotonic()
         self.attempt(index, lambda: taking.items.extend(self._item(r, index, taking.started)
                                                         for r in taking.refs[len(taking.items):]))
         self.streams.pop(index)
@@ -501,7 +512,7 @@ class Interpreter:
             self.cancel(fault)
             return
         if fault.kind is FaultKind.OBJECT_NODE_REMOVAL:
-            stored = self.cluster is not None and self._stored(fault.victim)  # no removable node: missed
+            stored = self.cluster is not None and _confirmed(lambda: self._stored(fault.victim))  # no node: missed
             (self.landed if stored and self.remove_node(fault.replace_after) else self.missed).append(fault)
             return
         held = fault.victim in self.program.held()
@@ -509,8 +520,8 @@ class Interpreter:
             if held and not self._started(fault.victim):
                 self.missed.append(fault)
                 return
-            if fault.kind.removes_node:
-                placed = self._grouped_on_node(fault)  # a grouped actor's bundle must be on the node removed
+            if fault.kind.removes_node:  # an actor's (and a grouped one's bundle) must be on the node removed
+                placed = _confirmed(lambda: self._actor_on_node(fault) and self._grouped_on_node(fault))
                 (self.landed if placed and self.remove_node(fault.replace_after) else self.missed).append(fault)
                 return
             if fault.kind.ray_kills:
@@ -679,15 +690,45 @@ class Interpreter:
         try:
             head = head_of(self.address)
             pid = head.gcs_pid()
+        except Exception:  # noqa: BLE001 - fail closed: no GCS of this process's to fault
+            return False
+        try:
             with Chaos(address=self.address).inject(records[kind]):
                 threading.Event().wait(IDLE_HOLD if kind is FaultKind.REDIS_IDLE_TIMEOUT else GCS_DOWN)
-            exited = _exits_within(pid, GCS_EXIT_BOUND)
-            if exited:
-                head.node.kill_gcs_server(check_alive=False)  # clears Ray's record of the exited one
-                head.restart_gcs(self.address)  # confirmed answering with its nodes alive
-        except Exception:  # noqa: BLE001 - fail closed: a fault or a restart not confirmed is missed
+        except Exception:  # noqa: BLE001 - fail closed: missed, but it may have dropped the GCS's connections
+            _confirmed(lambda: self._supervise(head, pid))
+            return False
+        try:
+            exited = self._supervise(head, pid)
+        except Exception:  # noqa: BLE001 - fail closed: a restart not confirmed is missed
             return False
         return exited or kind is not FaultKind.REDIS_IDLE_TIMEOUT
+
+    def _supervise(self, head: Any, pid: int) -> bool:
+        """As the head's supervisor: wait (:data:`GCS_EXIT_BOUND`) for GCS ``pid`` to exit, and
+        start it again (confirmed answering) if it did, or if it lives on with no connection to
+        its Redis (it would exit later, and the driver with it); True if it exited."""
+        from chaos.gcs import gcs_connections, redis_of
+
+        exited = _exits_within(pid, GCS_EXIT_BOUND)
+        if exited or not gcs_connections(redis_of(head.node.redis_address), pid):
+            head.node.kill_gcs_server(check_alive=False)  # clears Ray's record of the exited one
+            head.restart_gcs(self.address)  # confirmed answering with its nodes alive
+        return exited
+
+    def _actor_on_node(self, fault: Fault) -> bool:
+        """True unless ``fault`` removes an actor's node and the actor is not alive there (Ray's
+        State API, within the bound): a removal before it came up, or of another node, would hit
+        nothing the oracle judges (its creation would be rescheduled, not a restart)."""
+        from ray.util.state import get_actor
+
+        if not fault.kind.kills_actor:
+            return True
+        index, nodes = self.program.actor_of(fault), self._removable()
+        if len(nodes) != 1 or self._actor_pid(index) is None:
+            return False
+        state = get_actor(self.refs[index]._actor_id.hex(), address=self.address, timeout=int(self.bound))
+        return state is not None and state.state == "ALIVE" and state.node_id == nodes[0].node_id
 
     def _grouped_on_node(self, fault: Fault) -> bool:
         """True unless ``fault`` removes a grouped actor's node and its bundle is not placed
@@ -759,14 +800,17 @@ class Interpreter:
             (by_raylet or record.pid in self._pids(i)) and self._window(i).holds(record.at) for i in self._rpc_steps())
 
     def _judge_rpc_delay(self) -> None:
-        """RPC_DELAY landed if a process that ran a step placed on the HUNT_SLOW node was started
-        with its delay knob (the fixed delay of every task pushed to it then held that step up);
-        else missed: the victim ran elsewhere, never, or in a process gone before it was read."""
+        """RPC_DELAY landed if a step placed on the HUNT_SLOW node ran in a process started with
+        its delay knob (the node was confirmed to apply it: ``_rpc.add_slow_node``) and took at
+        least the knob's fixed push delay from its submission to its result; else missed: the
+        victim ran elsewhere, never, too fast to have been delayed, or in a process gone before
+        it was read."""
         faults = [f for f in self.program.faults if f.kind is FaultKind.RPC_DELAY]
         if not faults:
             return
-        pids = {pid for i in self._rpc_steps(FaultKind.RPC_DELAY) for pid in self._pids(i)}
-        hit = self.rpc_delay and any(delayed_process(pid) for pid in pids)
+        hit = self.rpc_delay and any(
+            self._window(i).end - self._window(i).start >= PUSH_DELAY_S and any(map(delayed_process, self._pids(i)))
+            for i in self._rpc_steps(FaultKind.RPC_DELAY))
         (self.landed if hit else self.missed).extend(faults)
 
     def _rpc_steps(self, kind: FaultKind = FaultKind.RPC_FAILURES) -> set[int]:
@@ -815,6 +859,8 @@ class Interpreter:
         refs = taking.refs if taking is not None else [self.refs[index]]  # a stream's items taken as refs
         if not refs or len(nodes) != 1:
             return False
+        if taking is not None and (index in self.seen or not ray.wait([taking.gen.completed()], timeout=0)[0]):
+            return False  # it failed, or runs still: a loss now would make a retry, not a replay
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.bound, fetch_local=False)
         if len(ready) < len(refs):
             return False
@@ -967,6 +1013,15 @@ class Interpreter:
                 remove_placement_group(group)
             except Exception:  # noqa: BLE001 - best effort: a group outlives its job at most
                 pass
+
+
+def _confirmed(check: Callable[[], bool]) -> bool:
+    """``check()``, False when it raises: a landing that could not be confirmed is missed, never
+    a driver crash (a Ray call may fail under the program's own faults)."""
+    try:
+        return check()
+    except Exception:  # noqa: BLE001 - fail closed, see above
+        return False
 
 
 def _exits_within(pid: int, bound: float) -> bool:
