@@ -35,7 +35,7 @@ LOCK_ARGS ?=
 
 REPORT ?= report/dqn-cartpole
 
-.PHONY: install bytecode browser redis fuse net run test slow deep lint docs thorough mutants soak hunt hunt-speed bench bench-load compat compat-venv compat-all findings-matrix findings-report latency lock leakcheck clean
+.PHONY: install bytecode browser redis fuse net run test slow deep lint docs thorough mutants soak hunt hunt-compat hunt-speed bench bench-load compat compat-venv compat-all findings-matrix findings-report latency lock leakcheck clean
 
 # constraints.txt pins every package the install resolves (see `make lock`); pyproject keeps
 # loose ranges for users.
@@ -149,6 +149,12 @@ HUNT_MINUTES ?= 30
 hunt: $(STAMP) redis bytecode
 	$(PY) benchmarks/hunt.py --minutes $(HUNT_MINUTES)
 	@$(MAKE) --no-print-directory leakcheck
+
+# The same hunt on another Ray release's compatibility venv (`make hunt-compat RAY=2.50`): a class
+# it finds there and not on the newest Ray is one fixed since.
+hunt-compat: redis bytecode compat-venv
+	$(COMPAT_VENV)/bin/python benchmarks/hunt.py --minutes $(HUNT_MINUTES)
+	$(COMPAT_VENV)/bin/python -m chaos.leakcheck
 
 # The hunt's engine against a baseline commit's on the same HUNT_PROGRAMS programs (drawn by the
 # baseline's generator, seeded), each on a hunt cluster of its own: programs a minute, and the ratio.
