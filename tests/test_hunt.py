@@ -1213,6 +1213,8 @@ def test_pins_repeats_and_groups_are_refused_where_they_mean_nothing() -> None:
         Fault(FaultKind.KILL_WORKER, 0, 0, repeats=2)
     with pytest.raises(ValueError, match="1 to 3 times"):
         Fault(FaultKind.CANCEL, 0, 0, repeats=4)
+    with pytest.raises(ValueError, match="spilled=True is for OBJECT_NODE_REMOVAL only"):
+        Fault(FaultKind.NODE_REMOVAL, 0, 0, spilled=True)
     with pytest.raises(ValueError, match="pin it or group it"):
         Program((Actor(1, max_restarts=1, grouped=True), Call(0, 2)), (Fault(ACTOR_REMOVAL, 1, 1, pinned=True),))
 
@@ -1220,7 +1222,8 @@ def test_pins_repeats_and_groups_are_refused_where_they_mean_nothing() -> None:
 @pytest.mark.parametrize("wanted", [
     "node removal: its victim pinned to it (no node for a retry)", "node removal: a placement group bundle's node",
     "cancel fault: repeated (ray.cancel called again at once)", "fault landed: redis_client_kill",
-    "fault landed: redis_idle_timeout", "fault landed: redis_restart"])
+    "fault landed: redis_idle_timeout", "fault landed: redis_restart",
+    "node removal: its lost value spilled on it first"])
 def test_the_strategy_draws_pins_bundles_repeated_cancels_and_redis_faults(wanted: str) -> None:
     def labelled(program: Program) -> bool:
         return wanted in fault_labels(ProgramVerdict(program, program.faults, (), (), 0.0))

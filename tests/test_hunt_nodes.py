@@ -223,7 +223,11 @@ LOST_STREAM = {
 }
 
 
-@pytest.mark.parametrize("case", ["rebuilt", pytest.param("replayed-otherwise", marks=DEEP)])
+LOST_STREAM["spilled-first"] = Program((Put(1), Stream(2, 4, 3, (Arg(0),), max_retries=1)),
+                                       (Fault(FaultKind.OBJECT_NODE_REMOVAL, 1, 1, spilled=True),))
+
+
+@pytest.mark.parametrize("case", ["rebuilt", pytest.param("replayed-otherwise", marks=DEEP), "spilled-first"])
 def test_a_streams_items_lost_with_their_node_land_and_keep_to_the_oracle(removable: ClusterHandle,
                                                                           case: str) -> None:
     program = LOST_STREAM[case]
@@ -231,7 +235,7 @@ def test_a_streams_items_lost_with_their_node_land_and_keep_to_the_oracle(remova
     verdict = interpreter.run()
     assert list(verdict.landed) == list(program.faults), f"faults missed: {verdict.missed}"
     assert not verdict.failures, verdict.report()
-    want = {"rebuilt": None, "replayed-otherwise": ErrorKind.REPLAY_INCONSISTENT}[case]
+    want = {"rebuilt": None, "replayed-otherwise": ErrorKind.REPLAY_INCONSISTENT, "spilled-first": None}[case]
     assert getattr(interpreter.seen[1], "error", None) is want, interpreter.seen
 
 

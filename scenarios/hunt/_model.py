@@ -327,6 +327,10 @@ class Fault:
     (``soft=False``), so its retry, restart or reconstruction has no node to go to once that node
     is gone: a replacement is another node. Ray's NodeAffinitySchedulingStrategy reference: "If
     the node doesn't exist or is infeasible, the task or actor will fail if soft is False".
+    ``spilled`` (OBJECT_NODE_REMOVAL only): before the node is removed, its object store is
+    filled past capacity (by a task there), so Ray spills the victim's value on that node first:
+    the node then takes the spilled copy with it. It lands only once the victim's owner says it
+    was spilled.
     ``repeats`` (cancels only): how many times ``ray.cancel`` is called, back to back, with the
     same ``force`` (a force cancel right after a plain one crashes the driver:
     findings/force_cancel_after_cancel_crashes_driver.py; the hunt's driver is the hunt).
@@ -343,6 +347,7 @@ class Fault:
     replace_after: float = 0.0
     pinned: bool = False
     repeats: int = 1
+    spilled: bool = False
 
     def __post_init__(self) -> None:
         if self.replace_after and not self.kind.removes_node:
@@ -353,6 +358,9 @@ class Fault:
         if self.pinned and not self.kind.removes_node:
             raise InvalidConfig(f"{self!r}: pinned=True is for node removals only (their victim is pinned to the "
                                 "removed node); leave it False for other faults")
+        if self.spilled and self.kind is not FaultKind.OBJECT_NODE_REMOVAL:
+            raise InvalidConfig(f"{self!r}: spilled=True is for OBJECT_NODE_REMOVAL only (its victim's value is "
+                                "spilled on the node before it goes); leave it False for other faults")
         if self.repeats != 1 and not (self.kind.cancels and 1 <= self.repeats <= MAX_REPEATS):
             raise InvalidConfig(f"{self!r}: repeats={self.repeats!r}; ray.cancel is repeated for cancels only, "
                                 f"1 to {MAX_REPEATS} times: give repeats=1 for other faults")

@@ -197,6 +197,21 @@ def hunt_stream(const: int, count: int, *args: Any, marks: str = "", index: int 
         yield padded(base + i, pad)
 
 
+def hunt_fill(capacity: int, chunk: int, marks: str, index: int) -> int:
+    """Fill this node's object store to ``capacity`` bytes and more (refs this worker puts and
+    holds), so Ray spills what the store held; say so (the ``filled`` mark), then hold them until
+    the driver releases step ``index`` (its node is removed meanwhile, this worker with it)."""
+    import numpy as np
+
+    held: list[Any] = []
+    while len(held) * chunk <= capacity:
+        held.append(ray.put(np.zeros(chunk, np.uint8)))
+    Path(marks, f"filled-{index}").touch()
+    wait_until(lambda: Path(marks, f"release-{index}").exists(), timeout=HOLD_BOUND, interval=0.05,
+               what=f"step {index}'s node pressure to be released")
+    return len(held) * chunk
+
+
 def hunt_cancellable(const: int, seconds: float, started: str = "", *, marks: str = "", index: int = -1) -> int:
     """Wait ``seconds``, then return ``const``; a cancel's KeyboardInterrupt ends the wait within
     :data:`CANCEL_SLICE`. ``started``, a path: touched once the wait is about to begin.

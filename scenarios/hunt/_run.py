@@ -513,7 +513,9 @@ class Interpreter:
             return
         if fault.kind is FaultKind.OBJECT_NODE_REMOVAL:
             stored = self.cluster is not None and _confirmed(lambda: self._stored(fault.victim))  # no node: missed
-            (self.landed if stored and self.remove_node(fault.replace_after) else self.missed).append(fault)
+            spilled = stored and _confirmed(lambda: self._spilled_on_node(fault))
+            (self.landed if spilled and self.remove_node(fault.replace_after) else self.missed).append(fault)
+            Path(self.marks, f"release-{fault.victim}").touch()  # a filler of a node that stays ends
             return
         held = fault.victim in self.program.held()
         try:
@@ -715,6 +717,28 @@ class Interpreter:
             head.node.kill_gcs_server(check_alive=False)  # clears Ray's record of the exited one
             head.restart_gcs(self.address)  # confirmed answering with its nodes alive
         return exited
+
+    def _spilled_on_node(self, fault: Fault) -> bool:
+        """True unless ``fault`` is to spill its victim on the removable node first and Ray did
+        not: a task there fills that node's store past its capacity (:func:`_remote.hunt_fill`),
+        and the victim's owner must say each of its values (a stream's taken items) was spilled
+        (``_pressure.was_spilled``); the filler holds its refs until the node goes."""
+        from chaos import wait_until
+        from scenarios.hunt._pressure import CHUNK, OVERFILL, was_spilled
+        from scenarios.hunt._remote import hunt_fill, remote
+
+        if not fault.spilled:
+            return True
+        taking, node = self.streams.get(fault.victim), self._removable()[0]
+        refs = taking.refs if taking is not None else [self.refs[fault.victim]]
+        capacity = int(node._ray_params.object_store_memory or REPLACEMENT_STORE)
+        filler = remote(hunt_fill).options(num_cpus=0, max_retries=0, resources={HUNT_NODE: 0.01}).remote(
+            int(capacity * OVERFILL), CHUNK, self.marks, fault.victim)
+        filled = Path(self.marks, f"filled-{fault.victim}")
+        if not wait_until(lambda: filled.exists() or bool(_ended(filler)), timeout=self.bound, interval=0.05,
+                          what="the removable node's store to be filled") or not filled.exists():
+            return False  # the filler failed
+        return all(was_spilled(r) for r in refs)
 
     def _actor_on_node(self, fault: Fault) -> bool:
         """True unless ``fault`` removes an actor's node and the actor is not alive there (Ray's
@@ -1013,6 +1037,13 @@ class Interpreter:
                 remove_placement_group(group)
             except Exception:  # noqa: BLE001 - best effort: a group outlives its job at most
                 pass
+
+
+def _ended(ref: Any) -> bool:
+    """Has ``ref`` ended (a value or an error), without waiting?"""
+    import ray
+
+    return bool(ray.wait([ref], timeout=0, fetch_local=False)[0])
 
 
 def _confirmed(check: Callable[[], bool]) -> bool:

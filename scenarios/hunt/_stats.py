@@ -114,16 +114,19 @@ def _stream_labels(stream: Stream, fault: Fault) -> set[str]:
 
 def _lifecycle_labels(verdict: ProgramVerdict) -> set[str]:
     """A late replacement of a removed node, a removal's victim pinned to it, the loss of a
-    placement group bundle's node, and several GCS restarts (a Redis fault's too) in one program."""
+    placement group bundle's node, of a value spilled on the node first, and several GCS restarts
+    (a Redis fault's too) in one program."""
     program, landed = verdict.program, verdict.landed
     late = any(f.kind.removes_node and f.replace_after > 0 for f in landed)
     pinned = any(f.pinned for f in landed)
+    spilled = any(f.spilled for f in landed)
     bundle = any(f.kind is FaultKind.ACTOR_NODE_REMOVAL and isinstance(a := program.steps[program.actor_of(f)], Actor)
                  and a.grouped for f in landed)
     restarts = sum(f.kind.restarts_gcs for f in landed)
     return {label for label, on in (("node removal: its replacement joined late", late),
                                     ("node removal: its victim pinned to it (no node for a retry)", pinned),
                                     ("node removal: a placement group bundle's node", bundle),
+                                    ("node removal: its lost value spilled on it first", spilled),
                                     ("gcs_restart: several in one program", restarts > 1)) if on}
 
 

@@ -204,7 +204,8 @@ def _kill(draw: Any, program: Program) -> Fault | None:
     if isinstance(stream := steps[victim], Stream):  # as the driver consumes it: killed mid-stream, or lost
         losable = stream.take > 0 and not _removed(program) and not program.depends(victim) & program.dropped()
         kind = draw(st.sampled_from([FaultKind.KILL_WORKER] * 2 + [FaultKind.OBJECT_NODE_REMOVAL] * losable))
-        return Fault(kind, victim, victim, _replacement(draw, kind), pinned=_pinned(draw, kind))
+        return Fault(kind, victim, victim, _replacement(draw, kind), pinned=_pinned(draw, kind),
+                     spilled=_spilled(draw, kind))
     after = _moment(draw, steps, victim)
     if steps[victim].kind is StepKind.TASK:
         # Lineage reconstruction runs the task again, which needs its arguments: not one the driver dropped.
@@ -214,7 +215,8 @@ def _kill(draw: Any, program: Program) -> Fault | None:
         kind = draw(st.sampled_from([FaultKind.KILL_WORKER] * 3 + removals + cancels))
         # Its value's only copy is lost once the task ends, before a later step pulls a second one.
         return Fault(kind, victim, victim if kind is FaultKind.OBJECT_NODE_REMOVAL else after,
-                     _replacement(draw, kind), pinned=_pinned(draw, kind), repeats=_repeats(draw, kind))
+                     _replacement(draw, kind), pinned=_pinned(draw, kind), repeats=_repeats(draw, kind),
+                     spilled=_spilled(draw, kind))
     actor = steps[victim].actor if isinstance(steps[victim], Call) else victim
     owns = any(isinstance(s, Call) and s.actor == actor and s.boxed and i <= after and i != victim
                for i, s in enumerate(steps))
@@ -236,6 +238,11 @@ def _replacement(draw: Any, kind: FaultKind) -> float:
 def _pinned(draw: Any, kind: FaultKind) -> bool:
     """Is a removal's victim pinned to its node (no node for its retry, ever)? One in three."""
     return bool(draw(st.sampled_from([False, False, True]))) if kind.removes_node else False
+
+
+def _spilled(draw: Any, kind: FaultKind) -> bool:
+    """Is a lost value spilled on its node before the node goes? One object node removal in three."""
+    return bool(draw(st.sampled_from([False, False, True]))) if kind is FaultKind.OBJECT_NODE_REMOVAL else False
 
 
 def _repeats(draw: Any, kind: FaultKind) -> int:
