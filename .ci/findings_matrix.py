@@ -73,6 +73,7 @@ FINDINGS = (
     Finding(script="shutdown_blocked_when_gcs_gone.py", args=("1",), deadline=240),
     Finding(script="actor_call_hangs_after_gcs_restart_with_rpc_failures.py", args=("1",), deadline=420),
     Finding(script="stream_item_late_with_rpc_failures.py", args=("--tries", "60"), deadline=900),
+    Finding(script="group_actor_pending_after_gcs_restart.py", args=("1",), deadline=420),
 )
 
 

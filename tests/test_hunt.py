@@ -39,6 +39,7 @@ from scenarios.hunt._oracle import (
     CITATIONS,
     Expected,
     Failure,
+    KnownFinding,
     Observed,
     Processes,
     WaitSeen,
@@ -1302,3 +1303,30 @@ def test_only_a_retry_ending_at_its_own_count_is_undocumented(varying: int, retr
     program = Program((Stream(0, 4, 4, max_retries=retries, varying=varying),), (Fault(FaultKind.KILL_WORKER, 0, 0),))
     ended = Observed(value=tuple(range(taken)), error=ErrorKind.STREAM_ENDED, error_type="StopIteration")
     assert [f.signature.seen for f in judge(program, program.faults, {0: ended})] == [seen]
+
+
+def test_a_gcs_down_at_a_kill_may_spend_a_calls_finite_retries_as_a_slow_restart_does() -> None:
+    """The restart waits for the GCS: a retry finding the actor unavailable meanwhile spends one.
+    A GCS restart before the kill slows nothing; retries without bound are never spent."""
+    def errors(retries: int, gcs_after: int) -> frozenset[ErrorKind]:
+        program = Program((Actor(2, max_restarts=1, max_task_retries=retries), Put(1), Call(0, 9)),
+                          (Fault(FaultKind.KILL_ACTOR, 2, 2), Fault(FaultKind.GCS_RESTART, 1, gcs_after)))
+        outcome = expect(program, program.faults)[2]
+        assert outcome is not None and outcome.value == 11
+        return outcome.errors
+
+    assert errors(1, 2) == ACTOR_ERRORS
+    assert errors(1, 1) == frozenset() and errors(-1, 2) == frozenset()
+
+
+def test_a_grouped_actors_call_hang_is_known_only_under_a_gcs_fault_and_only_for_a_grouped_actor() -> None:
+    def known(grouped: bool, kind: FaultKind) -> KnownFinding | None:
+        program = Program((Actor(9, grouped=grouped), Call(0, 6)), (Fault(kind, 1, 1),))
+        failure = Failure(Signature(StepKind.CALL, (kind,), Seen.HANG), 1, "hung")
+        return known_finding(failure, program)
+
+    for kind in (FaultKind.GCS_RESTART, FaultKind.REDIS_CLIENT_KILL, FaultKind.REDIS_RESTART):
+        found = known(True, kind)
+        assert found is not None and found.script == "findings/group_actor_pending_after_gcs_restart.py"
+    assert known(False, FaultKind.GCS_RESTART) is None  # an actor without a group: a new class
+    assert known(True, FaultKind.KILL_ACTOR) is None  # no GCS fault: a new class

@@ -3,6 +3,7 @@ bound, and judge it against the oracle."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import gc
@@ -401,7 +402,11 @@ class Interpreter:
 
         def more() -> None:
             while index not in self.seen and len(taking.refs) < upto:
-                ref = self.next_item(taking.gen, taking.started)
+                try:
+                    ref = self.next_item(taking.gen, taking.started)
+                except StopIteration:  # deferred: an error it yielded, not its end, is then the outcome
+                    taking.items.extend(self._item(r, index, taking.started) for r in taking.refs[len(taking.items):])
+                    raise
                 if ref is None:
                     self.seen[index] = Observed(hung=True, seconds=time.monotonic() - taking.started)
                     return
@@ -631,13 +636,15 @@ class Interpreter:
         if len(nodes) != 1:
             return False
         try:
+            workers = _node_workers(nodes[0])  # Ray's removal kills the node's own processes, not its workers
             self.cluster.remove_node(nodes[0], allow_graceful=False)  # asserts its processes are gone
         except Exception:  # noqa: BLE001 - fail closed: a removal not confirmed is missed
             return False
+        outlived = _killed_all(workers)  # as a node's failure would: a worker left running could still reply
         self.replacement_due = time.monotonic() + replace_after
         if not replace_after:
             self.replace_late(due_or_not=True)
-        return True
+        return not outlived  # fail closed: a worker of the removed node that outlived it
 
     def _replace(self) -> None:
         self.cluster.add_node(num_cpus=1, object_store_memory=REPLACEMENT_STORE, resources={HUNT_NODE: 100.0},
@@ -1044,6 +1051,34 @@ def _ended(ref: Any) -> bool:
     import ray
 
     return bool(ray.wait([ref], timeout=0, fetch_local=False)[0])
+
+
+def _node_workers(node: Any) -> list[Any]:
+    """The worker processes of ``node`` (a ``ray._private.node.Node`` this process started): its
+    raylet's children that are not Ray's own node processes."""
+    import psutil
+    from ray._private import ray_constants
+
+    raylets = node.all_processes.get(ray_constants.PROCESS_TYPE_RAYLET, [])
+    if not raylets:
+        return []
+    own = {info.process.pid for infos in node.all_processes.values() for info in infos}
+    try:
+        children = psutil.Process(raylets[0].process.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    return [c for c in children if c.pid not in own]
+
+
+def _killed_all(processes: list[Any]) -> list[Any]:
+    """SIGKILL ``processes`` (gone already is fine); those still alive after :data:`KILL_BOUND`."""
+    import psutil
+
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+    _, alive = psutil.wait_procs(processes, timeout=KILL_BOUND)
+    return list(alive)
 
 
 def _confirmed(check: Callable[[], bool]) -> bool:
