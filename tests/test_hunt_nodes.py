@@ -279,6 +279,7 @@ def test_a_slow_node_whose_knob_ray_ignores_is_refused(removable: ClusterHandle,
     import scenarios.hunt._rpc as rpc
 
     monkeypatch.setattr(rpc, "DELAY_KNOB", rpc.DELAY_KNOB.replace("PushTask", "PushTasks"))
+    monkeypatch.setattr(rpc, "HUNT_SLOW", "hunt_slow_misspelt")  # its probe runs there, not on the cluster's own
     before = {n.node_id for n in removable.cluster.worker_nodes}
     try:
         with pytest.raises(FaultIneffective, match="this Ray does not apply RAY_testing_asio_delay_us"):
