@@ -151,7 +151,7 @@ hunt: $(STAMP) redis bytecode
 	@$(MAKE) --no-print-directory leakcheck
 
 # The same hunt on another Ray release's compatibility venv (`make hunt-compat RAY=2.50`): a class
-# it finds there and not on the newest Ray is one fixed since.
+# it finds there and not on the newest Ray is one Ray fixed between the two releases.
 hunt-compat: redis bytecode compat-venv
 	$(COMPAT_VENV)/bin/python benchmarks/hunt.py --minutes $(HUNT_MINUTES)
 	$(COMPAT_VENV)/bin/python -m chaos.leakcheck
