@@ -123,9 +123,9 @@ def one_round(folder: str, grouped: bool, gcs_kill: bool) -> str:
     for cycle in range(CYCLES):
         outcome = one_cycle(node, port, grouped, gcs_kill, cycle)
         seen.append(outcome)
-        if outcome.startswith(("hung", "not run")):
+        if outcome.startswith(("hung", "other hang", "not run")):
             break
-    return seen[-1] if seen[-1].startswith(("hung", "not run")) else "; ".join(seen)
+    return seen[-1] if seen[-1].startswith(("hung", "other hang", "not run")) else "; ".join(seen)
 
 
 def one_cycle(node: object, port: int, grouped: bool, gcs_kill: bool, cycle: int) -> str:
@@ -160,8 +160,10 @@ def one_cycle(node: object, port: int, grouped: bool, gcs_kill: bool, cycle: int
     except ray.exceptions.GetTimeoutError:
         state = ray._private.state.actors(actor._actor_id.hex()).get("State", "unknown")  # the GCS's own table
         group_state = placement_group_table(group).get("state") if group is not None else "no group"
-        return (f"hung in cycle {cycle}: {did}; the GCS exited after {gone:.1f} s and was started again; the call "
-                f"gave nothing within {WAIT:g} s; actor {state}, placement group {group_state}")
+        # The finding is the actor left pending with its group created; another hang is reported apart.
+        what = "hung" if state == "PENDING_CREATION" and group_state in ("CREATED", "no group") else "other hang"
+        return (f"{what} in cycle {cycle}: {did}; the GCS exited after {gone:.1f} s and was started again; the "
+                f"call gave nothing within {WAIT:g} s; actor {state}, placement group {group_state}")
     ray.kill(actor)
     return f"cycle {cycle} answered {time.monotonic() - started:.1f} s after the restart"
 
@@ -186,6 +188,8 @@ def run_round(grouped: bool, gcs_kill: bool) -> str:
                                  text=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
         try:
             stdout, _ = child.communicate(timeout=CYCLES * (EXIT_BOUND + WAIT) + 120)
+        except subprocess.TimeoutExpired:
+            return "no outcome: the round outlived its bound"
         finally:
             kill_session(child.pid)
         return next((line[8:] for line in stdout.splitlines() if line.startswith("OUTCOME ")),

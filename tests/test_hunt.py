@@ -1306,8 +1306,9 @@ def test_only_a_retry_ending_at_its_own_count_is_undocumented(varying: int, retr
 
 
 def test_a_gcs_down_at_a_kill_may_spend_a_calls_finite_retries_as_a_slow_restart_does() -> None:
-    """The restart waits for the GCS: a retry finding the actor unavailable meanwhile spends one.
-    A GCS restart before the kill slows nothing; retries without bound are never spent."""
+    """The restart waits for the GCS taken down right after the kill: a retry finding the actor
+    unavailable meanwhile spends one. A GCS restart before the kill or at a later step slows
+    nothing; retries without bound are never spent."""
     def errors(retries: int, gcs_after: int) -> frozenset[ErrorKind]:
         program = Program((Actor(2, max_restarts=1, max_task_retries=retries), Put(1), Call(0, 9)),
                           (Fault(FaultKind.KILL_ACTOR, 2, 2), Fault(FaultKind.GCS_RESTART, 1, gcs_after)))
@@ -1317,6 +1318,10 @@ def test_a_gcs_down_at_a_kill_may_spend_a_calls_finite_retries_as_a_slow_restart
 
     assert errors(1, 2) == ACTOR_ERRORS
     assert errors(1, 1) == frozenset() and errors(-1, 2) == frozenset()
+    later = Program((Actor(2, max_restarts=1, max_task_retries=1), Call(0, 9), Put(1)),
+                    (Fault(FaultKind.KILL_ACTOR, 1, 1), Fault(FaultKind.GCS_RESTART, 2, 2)))
+    outcome = expect(later, later.faults)[1]
+    assert outcome is not None and not outcome.errors  # restarted before the GCS went down
 
 
 def test_a_grouped_actors_call_hang_is_known_only_under_a_gcs_fault_and_only_for_a_grouped_actor() -> None:
@@ -1325,8 +1330,16 @@ def test_a_grouped_actors_call_hang_is_known_only_under_a_gcs_fault_and_only_for
         failure = Failure(Signature(StepKind.CALL, (kind,), Seen.HANG), 1, "hung")
         return known_finding(failure, program)
 
-    for kind in (FaultKind.GCS_RESTART, FaultKind.REDIS_CLIENT_KILL, FaultKind.REDIS_RESTART):
+    for kind in (FaultKind.GCS_RESTART, FaultKind.REDIS_CLIENT_KILL):
         found = known(True, kind)
         assert found is not None and found.script == "findings/group_actor_pending_after_gcs_restart.py"
     assert known(False, FaultKind.GCS_RESTART) is None  # an actor without a group: a new class
     assert known(True, FaultKind.KILL_ACTOR) is None  # no GCS fault: a new class
+    assert known(True, FaultKind.REDIS_RESTART) is None  # not what the script shows
+    killed = Program((Actor(9, grouped=True, max_restarts=1), Call(0, 6)),
+                     (Fault(FaultKind.KILL_ACTOR, 0, 0), Fault(FaultKind.GCS_RESTART, 1, 1)))
+    hung = Failure(Signature(StepKind.CALL, (FaultKind.GCS_RESTART, FaultKind.KILL_ACTOR), Seen.HANG), 1, "hung")
+    assert known_finding(hung, killed) is None  # its actor had a fault of its own: its restart may be what hung
+    late = Program((Put(1), Actor(9, grouped=True), Call(1, 6)), (Fault(FaultKind.GCS_RESTART, 0, 0),))
+    assert known_finding(Failure(Signature(StepKind.CALL, (FaultKind.GCS_RESTART,), Seen.HANG), 2, "hung"),
+                         late) is None  # the actor made after the GCS came back

@@ -429,8 +429,10 @@ def _call(program: Program, index: int, step: Call, landed: Sequence[Fault],
     spec = program.steps[step.actor]
     assert isinstance(spec, Actor)
     for fault in (f for f in landed if f.kind.kills_actor and program.actor_of(f) == step.actor):
-        # The GCS down at or after the kill: the restart waits for it, the actor unavailable meanwhile.
-        gcs_down = any(f.kind.restarts_gcs and f.after >= fault.after for f in landed)
+        # The GCS taken down right after the kill (the same moment, landed after it): the restart
+        # waits for it, the actor unavailable meanwhile. Later, the actor has restarted already.
+        gcs_down = any(f.kind.restarts_gcs and f.after == fault.after and landed.index(f) > landed.index(fault)
+                       for f in landed)
         result = _call_under_kill(result, index, step, spec, fault, slow=bool(spec.slow_restart) or gcs_down)
         if _restarts(spec, fault) and _dropped_stored_args(program, spec):
             result = result.may(Situation.RESTART_WITHOUT_ARGS)
@@ -554,7 +556,8 @@ class KnownFinding:
     on_rpc_node: bool = False
     #: Faults at least one of which must have landed (empty: none needed).
     under_any: frozenset[FaultKind] = frozenset()
-    #: Known only for a call of an actor in a placement group, as its script's is.
+    #: Known only for a call of an actor in a placement group, made before a fault of ``under_any``
+    #: and faulted by nothing else, as its script's is.
     of_grouped_actor: bool = False
 
     def explains(self, failure: Failure, program: Program | None = None) -> bool:
@@ -568,14 +571,20 @@ class KnownFinding:
             return False
         if self.on_rpc_node and not (program is not None and _ran_on_rpc_node(program, failure.step)):
             return False
-        return not self.of_grouped_actor or (program is not None and _of_grouped_actor(program, failure.step))
+        return not self.of_grouped_actor or (program is not None and _of_grouped_actor(program, failure.step,
+                                                                                        self.under_any))
 
 
-def _of_grouped_actor(program: Program, index: int) -> bool:
-    """Is step ``index`` a call of an actor in a placement group?"""
+def _of_grouped_actor(program: Program, index: int, under: frozenset[FaultKind]) -> bool:
+    """Is step ``index`` a call of an actor in a placement group, made (the actor) before a fault
+    of ``under`` in the program, with no fault of its own (a kill, its node's removal)?"""
     step = program.steps[index] if 0 <= index < len(program.steps) else None
-    actor = program.steps[step.actor] if isinstance(step, Call) else None
-    return isinstance(actor, Actor) and actor.grouped
+    if not isinstance(step, Call):
+        return False
+    actor = program.steps[step.actor]
+    made_before = any(f.kind in under and step.actor <= f.after for f in program.faults)
+    faulted = any(f.kind.kills_actor and program.actor_of(f) == step.actor for f in program.faults)
+    return isinstance(actor, Actor) and actor.grouped and made_before and not faulted
 
 
 def _ran_on_rpc_node(program: Program, index: int) -> bool:
@@ -601,7 +610,7 @@ KNOWN: tuple[KnownFinding, ...] = (
     KnownFinding(step=StepKind.STREAM, seen=Seen.HANG, script="findings/stream_item_late_with_rpc_failures.py",
                  under=frozenset({FaultKind.RPC_FAILURES}), on_rpc_node=True),
     KnownFinding(step=StepKind.CALL, seen=Seen.HANG, script="findings/group_actor_pending_after_gcs_restart.py",
-                 under_any=frozenset(k for k in FaultKind if k.restarts_gcs), of_grouped_actor=True),
+                 under_any=frozenset({FaultKind.GCS_RESTART, FaultKind.REDIS_CLIENT_KILL}), of_grouped_actor=True),
 )
 
 

@@ -234,6 +234,8 @@ class Interpreter:
     landing: list[tuple[FaultKind, float]] = field(default_factory=list)
     #: A grouped actor's placement group (by the actor's step), removed once the program has run.
     groups: dict[int, Any] = field(default_factory=dict)
+    #: The tasks that filled the removable node's store (``Fault.spilled``), cancelled at clean-up.
+    fillers: list[Any] = field(default_factory=list)
 
     def run(self) -> ProgramVerdict:
         injections = self._injections()
@@ -635,12 +637,16 @@ class Interpreter:
         nodes = self._removable()
         if len(nodes) != 1:
             return False
+        workers = _confirmed_list(lambda: _node_workers(nodes[0]))  # Ray's removal kills its own, not workers
         try:
-            workers = _node_workers(nodes[0])  # Ray's removal kills the node's own processes, not its workers
             self.cluster.remove_node(nodes[0], allow_graceful=False)  # asserts its processes are gone
         except Exception:  # noqa: BLE001 - fail closed: a removal not confirmed is missed
-            return False
-        outlived = _killed_all(workers)  # as a node's failure would: a worker left running could still reply
+            if nodes[0] in self.cluster.worker_nodes:
+                return False  # still there: nothing to replace
+            outlived = True  # taken out of the cluster, its processes not confirmed gone: replace it anyway
+        else:
+            outlived = False
+        outlived = bool(_killed_all(workers)) or outlived  # as a node's failure: a worker left could still reply
         self.replacement_due = time.monotonic() + replace_after
         if not replace_after:
             self.replace_late(due_or_not=True)
@@ -742,10 +748,13 @@ class Interpreter:
         filler = remote(hunt_fill).options(num_cpus=0, max_retries=0, resources={HUNT_NODE: 0.01}).remote(
             int(capacity * OVERFILL), CHUNK, self.marks, fault.victim)
         filled = Path(self.marks, f"filled-{fault.victim}")
-        if not wait_until(lambda: filled.exists() or bool(_ended(filler)), timeout=self.bound, interval=0.05,
-                          what="the removable node's store to be filled") or not filled.exists():
-            return False  # the filler failed
-        return all(was_spilled(r) for r in refs)
+        try:
+            wait_until(lambda: filled.exists() or bool(_ended(filler)), timeout=self.bound, interval=0.05,
+                       what="the removable node's store to be filled")
+            spilled = filled.exists() and all(was_spilled(r) for r in refs)
+        finally:
+            self.fillers.append(filler)  # cancelled at clean-up, if its node stayed
+        return spilled
 
     def _actor_on_node(self, fault: Fault) -> bool:
         """True unless ``fault`` removes an actor's node and the actor is not alive there (Ray's
@@ -1033,6 +1042,9 @@ class Interpreter:
                     ray.cancel(ref, force=not isinstance(step, Call))
             except Exception:  # noqa: BLE001 - best effort: the next program starts clean anyway
                 pass
+        for filler in self.fillers:
+            with contextlib.suppress(Exception):  # best effort, as above: its node may be gone with it
+                ray.cancel(filler, force=True)
         self._remove_groups()
 
     def _remove_groups(self) -> None:
@@ -1071,14 +1083,28 @@ def _node_workers(node: Any) -> list[Any]:
 
 
 def _killed_all(processes: list[Any]) -> list[Any]:
-    """SIGKILL ``processes`` (gone already is fine); those still alive after :data:`KILL_BOUND`."""
+    """SIGKILL ``processes`` (gone already is fine); those that have not exited (a zombie not yet
+    reaped has) within :data:`KILL_BOUND`."""
     import psutil
 
+    from chaos import wait_until
+    from chaos.errors import HangError
+
     for process in processes:
-        with contextlib.suppress(psutil.NoSuchProcess):
+        with contextlib.suppress(psutil.Error):
             process.kill()
-    _, alive = psutil.wait_procs(processes, timeout=KILL_BOUND)
-    return list(alive)
+    with contextlib.suppress(HangError):
+        wait_until(lambda: all(_exited(p.pid) for p in processes), timeout=KILL_BOUND, interval=0.05,
+                   what="the removed node's workers to exit")
+    return [p for p in processes if not _exited(p.pid)]
+
+
+def _confirmed_list(listing: Callable[[], list[Any]]) -> list[Any]:
+    """``listing()``, or [] when it raises (best effort: what it lists is then not checked)."""
+    try:
+        return listing()
+    except Exception:  # noqa: BLE001 - see above
+        return []
 
 
 def _confirmed(check: Callable[[], bool]) -> bool:
