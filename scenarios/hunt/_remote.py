@@ -62,17 +62,18 @@ def _cancel_flagged() -> bool:
 
 def first_attempt(marks: str, index: int) -> bool:
     """True once per step: the attempt that raises when the step is flaky."""
-    try:
-        Path(marks, f"raised-{index}").touch(exist_ok=False)
-    except FileExistsError:
-        return False
-    return True
+    return _once(marks, f"raised-{index}")
 
 
 def first_run(marks: str, index: int) -> bool:
     """True for the first run of step ``index`` (a retry or a replay is not)."""
+    return _once(marks, f"ran-{index}")
+
+
+def _once(marks: str, name: str) -> bool:
+    """True for the first caller, across processes: the one whose mark ``name`` is new."""
     try:
-        Path(marks, f"ran-{index}").touch(exist_ok=False)
+        Path(marks, name).touch(exist_ok=False)
     except FileExistsError:
         return False
     return True
