@@ -559,6 +559,25 @@ def test_a_gcs_restart_or_a_node_removal_that_cannot_land_is_missed(tmp_path: Pa
     assert interpreter.missed == list(program.faults) and not interpreter.landed
 
 
+def test_this_sessions_faults_that_cannot_land_are_missed_never_landed(tmp_path: Path) -> None:
+    """Fail closed, each new fault without what it needs: Redis faults without a GCS on Redis, a
+    pinned or grouped actor's node and a spilled value's node without a removable node, an RPC
+    delay without the slow node. Each is missed; none lands."""
+    from scenarios.hunt._run import Interpreter
+
+    steps = (Actor(1, max_restarts=1, grouped=True), Call(0, 2), Task(3, max_retries=1), Actor(4), Call(3, 5))
+    faults = (Fault(FaultKind.REDIS_CLIENT_KILL, 0, 1), Fault(FaultKind.REDIS_IDLE_TIMEOUT, 1, 2),
+              Fault(FaultKind.REDIS_RESTART, 2, 3), Fault(ACTOR_REMOVAL, 0, 1),
+              Fault(FaultKind.OBJECT_NODE_REMOVAL, 2, 2, spilled=True), Fault(FaultKind.RPC_DELAY, 3, 3))
+    interpreter = Interpreter(Program(steps, faults), "127.0.0.1:1", marks=str(tmp_path))  # no cluster, no Redis
+    for fault in faults:
+        interpreter.land(fault)
+    interpreter._judge_rpc_delay()
+    assert interpreter.missed == list(faults) and not interpreter.landed
+    pinned = Program((Task(1, max_retries=1),), (Fault(FaultKind.NODE_REMOVAL, 0, 0, pinned=True),))
+    assert Interpreter(pinned, "127.0.0.1:1", marks=str(tmp_path)).where(0) == {"resources": {}}  # nothing to pin to
+
+
 OBJECT_REMOVAL = FaultKind.OBJECT_NODE_REMOVAL
 LOST = frozenset({ErrorKind.OBJECT_LOST})
 
