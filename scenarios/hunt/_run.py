@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from chaos._reclaim._owner import kill_all
 from chaos.cluster import shared_host_worker_args
 from chaos.history import Verdict
 from scenarios.hunt._model import (
@@ -647,8 +646,7 @@ class Interpreter:
             outlived = True  # taken out of the cluster, its processes not confirmed gone: replace it anyway
         else:
             outlived = False
-        # As a node's failure would (a worker left running could still reply); a zombie has ended.
-        outlived = bool(kill_all(workers, timeout=KILL_BOUND)) or outlived
+        outlived = bool(_killed_all(workers)) or outlived  # as a node's failure: a worker left could still reply
         self.replacement_due = time.monotonic() + replace_after
         if not replace_after:
             self.replace_late(due_or_not=True)
@@ -1067,9 +1065,9 @@ def _ended(ref: Any) -> bool:
     return bool(ray.wait([ref], timeout=0, fetch_local=False)[0])
 
 
-def _node_workers(node: Any) -> list[int]:
-    """The pids of the worker processes of ``node`` (a ``ray._private.node.Node`` this process
-    started): its raylet's children that are not Ray's own node processes."""
+def _node_workers(node: Any) -> list[Any]:
+    """The worker processes of ``node`` (a ``ray._private.node.Node`` this process started): its
+    raylet's children that are not Ray's own node processes."""
     import psutil
     from ray._private import ray_constants
 
@@ -1081,10 +1079,27 @@ def _node_workers(node: Any) -> list[int]:
         children = psutil.Process(raylets[0].process.pid).children(recursive=True)
     except psutil.NoSuchProcess:
         return []
-    return [c.pid for c in children if c.pid not in own]
+    return [c for c in children if c.pid not in own]
 
 
-def _confirmed_list(listing: Callable[[], list[int]]) -> list[int]:
+def _killed_all(processes: list[Any]) -> list[Any]:
+    """SIGKILL ``processes`` (gone already is fine); those that have not exited (a zombie not yet
+    reaped has) within :data:`KILL_BOUND`."""
+    import psutil
+
+    from chaos import wait_until
+    from chaos.errors import HangError
+
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    with contextlib.suppress(HangError):
+        wait_until(lambda: all(_exited(p.pid) for p in processes), timeout=KILL_BOUND, interval=0.05,
+                   what="the removed node's workers to exit")
+    return [p for p in processes if not _exited(p.pid)]
+
+
+def _confirmed_list(listing: Callable[[], list[Any]]) -> list[Any]:
     """``listing()``, or [] when it raises (best effort: what it lists is then not checked)."""
     try:
         return listing()
