@@ -1,8 +1,9 @@
-"""Hunt for Ray bugs: generated programs under faults, for a given time, on a cluster of its
-own; prints its progress as it goes (to standard error: a bar, the time left, programs a minute,
-each fault kind's landed count), then the failure classes found and the feature/fault table.
+"""Hunt for Ray bugs: generated programs under faults, for a given time, on hunt clusters of
+its own side by side (each with a driver process); prints its progress as it goes (to standard
+error: a bar, the time left, programs a minute, each fault kind's landed count), then the
+failure classes found and the feature/fault table.
 
-    python benchmarks/hunt.py --minutes 30
+    python benchmarks/hunt.py --minutes 30 [--clusters 2]
 """
 
 from __future__ import annotations
@@ -10,19 +11,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 
-from hypothesis import HealthCheck, event, given, settings, target
-
-from chaos.cluster import local_cluster, redis_server
-from scenarios.hunt import Program, ProgramVerdict, programs, run_program
-from scenarios.hunt._rpc import add_rpc_node, add_slow_node
-from scenarios.hunt._run import HUNT_NODE, NODE_BOUND, REPLACEMENT_STORE
+from scenarios.hunt import ProgramVerdict
+from scenarios.hunt._fleet import SIDE_BY_SIDE, SideBySide
 from scenarios.hunt._stats import Progress, fault_labels, features
 
-#: The hunt's object store (MiB): small, so object-store pressure fills it past capacity (and
-#: frees it) in 1.1 s. It spills to Ray's default directory, under the cluster's temp dir.
-STORE_MB = 96
 #: Seconds between progress lines when standard error is not a terminal (a log, CI).
 PROGRESS_EVERY = 30.0
 
@@ -44,61 +38,54 @@ class Reporter:
 
 
 #: Seconds spent in each phase of the programs' runs, summed over the hunt.
-SPENT: Counter[str] = Counter()
+SPENT: defaultdict[str, float] = defaultdict(float)
 #: Seconds spent landing (or missing) each kind of fault, and how many there were.
-LANDING: Counter[str] = Counter()
+LANDING: defaultdict[str, float] = defaultdict(float)
 LANDING_COUNT: Counter[str] = Counter()
 
 
-def hunt(minutes: float) -> tuple[Counter[str], dict[str, ProgramVerdict], int]:
-    """Run generated programs until ``minutes`` pass, on a head, one removable node (where
-    node removals land), one node whose processes fail RPCs (where RPC failures land) and one
-    whose processes delay them (where RPC delays land), whose
-    GCS keeps its tables on a Redis of its own (where GCS restarts land); returns the label
-    counts, the first verdict of each failure class and how many programs ran."""
+def hunt(minutes: float, clusters: int) -> tuple[Counter[str], dict[str, ProgramVerdict], int]:
+    """Run generated programs until ``minutes`` pass on ``clusters`` hunt clusters side by side
+    (``scenarios.hunt._fleet``: each a head, one removable node where node removals land, one
+    node whose processes fail RPCs, one whose processes delay them, and a GCS on a Redis of its
+    own, where GCS restarts land); returns the label counts, the first verdict of each failure
+    class and how many programs ran."""
     stats: Counter[str] = Counter()
     classes: dict[str, ProgramVerdict] = {}
     ran = 0
-    end = time.monotonic() + minutes * 60
-    reporter = Reporter(minutes)
-    with redis_server() as redis, local_cluster(nodes=2, object_store_mb=STORE_MB, redis_address=redis,
-                                                worker_resources={HUNT_NODE: 100.0}, log_to_driver=False) as cluster:
-        add_rpc_node(cluster.cluster, object_store_bytes=REPLACEMENT_STORE, bound=NODE_BOUND)
-        add_slow_node(cluster.cluster, object_store_bytes=REPLACEMENT_STORE, bound=NODE_BOUND)
-
-        @settings(max_examples=25, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-        @given(program=programs(gcs_restart=True, rpc_failures=True, rpc_delay=True))
-        def one(program: Program) -> None:
-            nonlocal ran
-            if time.monotonic() > end:
-                return
-            verdict = run_program(program, address=cluster.address, cluster=cluster.cluster, gcs_restart=True,
-                                  rpc_failures=True, rpc_delay=True)
+    with SideBySide(clusters, minutes=minutes) as side:
+        reporter = Reporter(minutes)
+        for verdict in side.verdicts():
             ran += 1
-            SPENT.update({phase.value: seconds for phase, seconds in verdict.phases})
-            for kind, seconds in verdict.landing:
-                LANDING[kind.value] += seconds
-                LANDING_COUNT[kind.value] += 1
-            for label in sorted(features(program) | fault_labels(verdict)):
-                event(label)
-                stats[label] += 1
-            target(verdict.slowest, label="slowest get (s)")
-            for failure in verdict.failures:
-                classes.setdefault(failure.signature.label(), verdict)
-                stats[f"failure: {failure.signature.label()}"] += 1
+            record(verdict, stats, classes)
             reporter.program_done(ran, len(classes), stats)
-
-        while time.monotonic() < end:
-            one()
     return stats, classes, ran
+
+
+def record(verdict: ProgramVerdict, stats: Counter[str], classes: dict[str, ProgramVerdict]) -> None:
+    """Count one program's features, faults, phases, landings and failures."""
+    for phase, seconds in verdict.phases:
+        SPENT[phase.value] += seconds
+    for kind, seconds in verdict.landing:
+        LANDING[kind.value] += seconds
+        LANDING_COUNT[kind.value] += 1
+    for label in features(verdict.program) | fault_labels(verdict):
+        stats[label] += 1
+    for failure in verdict.failures:
+        classes.setdefault(failure.signature.label(), verdict)
+        stats[f"failure: {failure.signature.label()}"] += 1
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--clusters", type=int, default=SIDE_BY_SIDE,
+                        help=f"hunt clusters side by side, each with a driver process (default {SIDE_BY_SIDE})")
     args = parser.parse_args()
+    if args.minutes <= 0 or args.clusters < 1:
+        parser.error(f"--minutes must be > 0 and --clusters >= 1, got {args.minutes} and {args.clusters}")
     started = time.monotonic()
-    stats, classes, ran = hunt(args.minutes)
+    stats, classes, ran = hunt(args.minutes, args.clusters)
     new = [label for label, verdict in classes.items() if any(f.signature.label() == label for f in verdict.new)]
     silent = [label for label, verdict in classes.items()
               if any(f.signature.label() == label for f in verdict.undocumented)]
@@ -111,10 +98,10 @@ def main() -> None:
             print(f"| {label} | {count} |")
     total = sum(SPENT.values())
     print("\n| phase of a program's run | seconds | share |\n|---|---:|---:|")
-    for phase, seconds in SPENT.most_common():
+    for phase, seconds in sorted(SPENT.items(), key=lambda kv: -kv[1]):
         print(f"| {phase} | {seconds:.0f} | {seconds / total:.0%} |")
     print("\n| fault kind | landings tried | seconds landing them | each (mean) |\n|---|---:|---:|---:|")
-    for kind, seconds in LANDING.most_common():
+    for kind, seconds in sorted(LANDING.items(), key=lambda kv: -kv[1]):
         print(f"| {kind} | {LANDING_COUNT[kind]} | {seconds:.0f} | {seconds / LANDING_COUNT[kind]:.2f} |")
     print("\nfailure classes (first program of each, replayable):")
     for label, verdict in classes.items():

@@ -1,9 +1,10 @@
 """Programs per minute of the hunt's engine against a baseline commit's, on the same programs.
 
 The baseline's own generator draws the programs (so the fault mix is the baseline's), seeded;
-then each engine runs all of them on a hunt cluster of its own (a head, a removable node, a node
-failing RPCs, the GCS on Redis: ``make hunt``'s), the baseline's first, one after the other in
-this one run. Cluster start is not timed. Prints a table and the ratio.
+then each engine runs all of them as its ``make hunt`` would: the baseline on one hunt cluster (a
+head, a removable node, a node failing RPCs, the GCS on Redis), this checkout on ``--clusters``
+such clusters side by side, each taking the next program as it finishes one; the baseline's first, one after
+the other in this one run. Cluster start and stop are not timed. Prints a table and the ratio.
 
     python benchmarks/hunt_speed.py --programs 60 --baseline 1c88672
 """
@@ -20,6 +21,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from scenarios.hunt._fleet import SIDE_BY_SIDE
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Seconds one engine may take for its programs (cluster start included) before the run fails.
@@ -42,8 +45,8 @@ draw()
 print("\\n".join(drawn[: int(sys.argv[1])]))
 """
 
-#: Run in the checkout being measured: runs the programs read from standard input on a hunt
-#: cluster (as benchmarks/hunt.py starts it) and prints what it took, as JSON.
+#: Run in the baseline: runs the programs read from standard input on a hunt cluster (as its
+#: benchmarks/hunt.py starts it) and prints what it took, as JSON. Only names the baseline has.
 RUN = """
 import json, sys, time
 import scenarios.hunt as hunt
@@ -65,6 +68,23 @@ with redis_server() as redis, local_cluster(nodes=2, object_store_mb=96, redis_a
             classes[failure.signature.label()] = classes.get(failure.signature.label(), 0) + 1
     seconds = time.monotonic() - started
 print(json.dumps({"programs": len(programs), "seconds": seconds, "landed": landed, "failures": failures,
+                  "classes": classes}))
+"""
+
+#: Run in this checkout: the same, on ``sys.argv[1]`` hunt clusters side by side (as its
+#: benchmarks/hunt.py runs them), each taking the next program as it finishes one.
+RUN_SIDE_BY_SIDE = """
+import json, sys
+from scenarios.hunt._fleet import HuntSetup, SideBySide
+texts = [line for line in sys.stdin.read().splitlines() if line.strip()]
+setup = HuntSetup(rpc_delay=False)  # the baseline's cluster: no slow node, no program asks for it
+landed, failures, classes = 0, 0, {}
+with SideBySide(int(sys.argv[1]), setup=setup, programs=texts) as side:
+    for verdict in side.verdicts():
+        landed, failures = landed + len(verdict.landed), failures + len(verdict.failures)
+        for failure in verdict.failures:
+            classes[failure.signature.label()] = classes.get(failure.signature.label(), 0) + 1
+print(json.dumps({"programs": len(texts), "seconds": side.seconds, "landed": landed, "failures": failures,
                   "classes": classes}))
 """
 
@@ -107,8 +127,8 @@ def python_in(tree: Path, code: str, *args: str, stdin: str = "") -> str:
     return done.stdout
 
 
-def run_engine(tree: Path, engine: str, programs: str) -> EngineRun:
-    result = json.loads(python_in(tree, RUN, stdin=programs).strip().splitlines()[-1])
+def run_engine(tree: Path, engine: str, programs: str, *, code: str = RUN, args: tuple[str, ...] = ()) -> EngineRun:
+    result = json.loads(python_in(tree, code, *args, stdin=programs).strip().splitlines()[-1])
     return EngineRun(engine=engine, **result)
 
 
@@ -117,11 +137,16 @@ def main() -> None:
     parser.add_argument("--programs", type=int, default=60)
     parser.add_argument("--baseline", required=True, help="the commit whose generator and engine are the baseline")
     parser.add_argument("--seed", type=int, default=2026)
+    parser.add_argument("--clusters", type=int, default=SIDE_BY_SIDE,
+                        help=f"this checkout's hunt clusters side by side (default {SIDE_BY_SIDE}, as make hunt)")
     args = parser.parse_args()
+    if args.programs < 1 or args.clusters < 1:
+        parser.error(f"--programs and --clusters must be >= 1, got {args.programs} and {args.clusters}")
     with checkout(args.baseline) as baseline:
         programs = python_in(baseline, GENERATE, str(args.programs), str(args.seed))
         runs = [run_engine(baseline, f"baseline ({args.baseline})", programs),
-                run_engine(ROOT, "this checkout", programs)]
+                run_engine(ROOT, f"this checkout ({args.clusters} side by side)", programs, code=RUN_SIDE_BY_SIDE,
+                           args=(str(args.clusters),))]
     print(f"{args.programs} programs drawn by the baseline's generator (seed {args.seed}), each engine on a cluster of "
           "its own, cluster start not timed\n\n"
           "| engine | programs | seconds | programs/min | faults landed | failures |\n|---|---:|---:|---:|---:|---:|")

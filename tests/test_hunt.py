@@ -34,7 +34,7 @@ from scenarios.hunt import (
     Wait,
     programs,
 )
-from scenarios.hunt._model import BLOCKING
+from scenarios.hunt._model import BEYOND, BLOCKING
 from scenarios.hunt._oracle import (
     CITATIONS,
     Expected,
@@ -1363,3 +1363,31 @@ def test_a_grouped_actors_call_hang_is_known_only_under_a_gcs_fault_and_only_for
     late = Program((Put(1), Actor(9, grouped=True), Call(1, 6)), (Fault(FaultKind.GCS_RESTART, 0, 0),))
     assert known_finding(Failure(Signature(StepKind.CALL, (FaultKind.GCS_RESTART,), Seen.HANG), 2, "hung"),
                          late) is None  # the actor made after the GCS came back
+
+
+def test_away_tasks_and_another_jobs_actors_are_refused_where_something_else_places_them() -> None:
+    with pytest.raises(ValueError, match="no node removal's bystander"):
+        Program((Task(1, away=True), Task(2, max_retries=1)), (Fault(FaultKind.NODE_REMOVAL, 1, 1),))
+    with pytest.raises(ValueError, match="give away=False, or drop the fault"):
+        Program((Task(1, away=True),), (Fault(FaultKind.RPC_FAILURES, 0, 0),))
+    with pytest.raises(ValueError, match="by_job=True is for a detached actor without args"):
+        Actor(1, naming=Naming.NAMED, by_job=True)
+    with pytest.raises(ValueError, match="another driver job makes where it runs"):
+        Program((Actor(1, naming=Naming.DETACHED, by_job=True), Call(0, 2)), (Fault(FaultKind.RPC_DELAY, 1, 1),))
+    Program((Task(1, away=True), Actor(2, naming=Naming.DETACHED, by_job=True, max_restarts=1), Call(1, 3)),
+            (Fault(FaultKind.KILL_ACTOR, 2, 2), Fault(FaultKind.GCS_RESTART, 0, 2)))  # what may be, is
+
+
+@pytest.mark.parametrize("wanted", [
+    "task: runs away on the removable node (the smallest store)", "actor: made by another driver job, which ended",
+    "size: task of 80 MiB (in the object store)", "size: put of 80 MiB (in the object store)"])
+def test_the_strategy_draws_away_tasks_values_beyond_the_smallest_store_and_another_jobs_actors(wanted: str) -> None:
+    assert find(programs(gcs_restart=True, rpc_failures=True, rpc_delay=True), lambda p: wanted in features(p),
+                settings=DRAWN)
+
+
+def test_a_value_beyond_its_nodes_store_is_counted_only_where_the_run_saw_it() -> None:
+    program = Program((Put(1, size=BEYOND), Task(2, (Arg(0),), away=True)))
+    label = "size: bigger than the store of the node it went to or was made on (seen)"
+    assert label in fault_labels(ProgramVerdict(program, (), (), (), 0.0, beyond=(1,)))
+    assert label not in fault_labels(ProgramVerdict(program, (), (), (), 0.0))

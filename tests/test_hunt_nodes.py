@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from chaos.cluster import ClusterHandle, local_cluster, redis_server
+from chaos.cluster import ClusterHandle
 from chaos.errors import FaultIneffective
 from scenarios.hunt import (
     Actor,
@@ -30,9 +30,9 @@ from scenarios.hunt import (
     Wait,
     run_program,
 )
-from scenarios.hunt._model import LATE_REPLACEMENT
-from scenarios.hunt._rpc import add_rpc_node, add_slow_node
-from scenarios.hunt._run import HUNT_NODE, NODE_BOUND, REPLACEMENT_STORE, Interpreter
+from scenarios.hunt._fleet import HuntSetup, hunt_cluster
+from scenarios.hunt._model import BEYOND, LATE_REPLACEMENT
+from scenarios.hunt._run import NODE_BOUND, NODE_STORE, Interpreter
 
 # make slow lands each node fault kind once (one case of each: a plant that marks any of them
 # missed is red in CI); make deep runs every case.
@@ -50,12 +50,9 @@ def removal(retries: int) -> Program:
 
 @pytest.fixture(scope="module")
 def removable(no_shared_cluster: None) -> Iterator[ClusterHandle]:
-    """A head, one removable node, one failing RPCs and one delaying them; the GCS keeps its
-    tables on a Redis of its own."""
-    with redis_server() as redis, local_cluster(nodes=2, object_store_mb=96, worker_resources={HUNT_NODE: 100.0},
-                                                redis_address=redis, log_to_driver=False) as handle:
-        add_rpc_node(handle.cluster, object_store_bytes=REPLACEMENT_STORE, bound=NODE_BOUND)
-        add_slow_node(handle.cluster, object_store_bytes=REPLACEMENT_STORE, bound=NODE_BOUND)
+    """The hunt's cluster: a head, one removable node (a smaller store), one failing RPCs and one
+    delaying them; the GCS keeps its tables on a Redis of its own."""
+    with hunt_cluster(HuntSetup()) as handle:
         yield handle
 
 
@@ -92,6 +89,47 @@ def test_two_gcs_restarts_with_work_in_flight_land_and_change_no_outcome(removab
     verdict = run_program(program, address=removable.address, cluster=removable.cluster, gcs_restart=True)
     assert list(verdict.landed) == list(program.faults), f"faults missed: {verdict.missed}"
     assert not verdict.failures, verdict.report()
+
+
+def test_an_actor_another_job_made_outlives_that_job_a_restart_and_two_gcs_restarts(removable: ClusterHandle) -> None:
+    """A second driver job makes a detached actor and ends; the GCS restarts, the actor is
+    SIGKILLed and restarts (its maker's job long gone), the GCS restarts again with a call in
+    flight: every call returns its value. Ray's own records show the actor was another job's,
+    and that job ended."""
+    from ray.util.state import list_actors, list_jobs
+
+    program = Program((Actor(1, max_restarts=-1, max_task_retries=-1, naming=Naming.DETACHED, by_job=True),
+                       Call(0, 2), Call(0, 3), Call(0, 4)),
+                      (Fault(FaultKind.GCS_RESTART, 0, 0), Fault(FaultKind.KILL_ACTOR, 2, 2),
+                       Fault(FaultKind.GCS_RESTART, 3, 3)))
+    verdict = run_program(program, address=removable.address, cluster=removable.cluster, gcs_restart=True)
+    assert list(verdict.landed) == list(program.faults), f"faults missed: {verdict.missed}"
+    assert not verdict.failures, verdict.report()
+    import ray
+
+    ours = ray.get_runtime_context().get_job_id()
+    made = [a for a in list_actors(address=removable.address, filters=[("class_name", "=", "HuntActor")], limit=10_000)
+            if a.name and a.name.endswith("-0") and a.job_id != ours]
+    ended = {j.job_id for j in list_jobs(address=removable.address) if j.status == "SUCCEEDED"}
+    assert made and made[-1].job_id in ended, (made, ended)
+
+
+class AtHome(Interpreter):
+    """A planted placement bug: every step runs on the head, an away task's too."""
+
+    def placement(self, index: int) -> dict[str, float]:
+        return {"rc_head": 0.001}
+
+
+def test_an_away_task_takes_and_makes_values_bigger_than_its_nodes_store(removable: ClusterHandle) -> None:
+    """A put bigger than the removable node's store (75 MiB), the argument of a task there that
+    returns a value as big, read by a task on the head: every value comes back, and the run saw
+    the task run there; placed on the head instead (a plant), the run does not count it."""
+    program = Program((Put(1, size=BEYOND), Task(2, (Arg(0),), away=True, size=BEYOND), Task(3, (Arg(1),))))
+    verdict = run_program(program, address=removable.address, cluster=removable.cluster)
+    assert verdict.ok and verdict.beyond == (1,), verdict.report()
+    planted = AtHome(program=program, address=removable.address, cluster=removable.cluster).run()
+    assert planted.ok and planted.beyond == (), planted.report()
 
 
 @pytest.mark.parametrize("retries", [pytest.param(0, marks=DEEP), 1], ids=["no-retries", "a-retry"])
@@ -283,7 +321,7 @@ def test_a_slow_node_whose_knob_ray_ignores_is_refused(removable: ClusterHandle,
     before = {n.node_id for n in removable.cluster.worker_nodes}
     try:
         with pytest.raises(FaultIneffective, match="this Ray does not apply RAY_testing_asio_delay_us"):
-            rpc.add_slow_node(removable.cluster, object_store_bytes=REPLACEMENT_STORE, bound=NODE_BOUND)
+            rpc.add_slow_node(removable.cluster, object_store_bytes=NODE_STORE, bound=NODE_BOUND)
     finally:
         for node in [n for n in removable.cluster.worker_nodes if n.node_id not in before]:
             removable.cluster.remove_node(node)

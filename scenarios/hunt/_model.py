@@ -121,6 +121,9 @@ class Arg:
 #: (``max_direct_call_object_size``: the value lives in an object store), a few store chunks, and
 #: a quarter of the hunt's 96 MiB store.
 SIZES = (0, 200 * 1024, 4 * 1024 * 1024, 24 * 1024 * 1024)
+#: Bytes of a value bigger than the removable node's store (Ray's smallest, 75 MiB) and within the
+#: other nodes' (96 MiB): a put, or a task's return, the removable node receives or makes.
+BEYOND = 80 * 1024 * 1024
 #: Seconds a slow actor's constructor takes when it runs again after a restart.
 SLOW_RESTART = 2.0
 #: A stream item's padding: a stream of 4 such items stays well within a store.
@@ -140,7 +143,9 @@ class Put:
 class Task:
     """A task returning ``const + sum(args)``, or, ``boxed``, a list holding a ref it put.
     ``flaky``: raises ValueError on its first attempt (``retry_exceptions`` decides a retry).
-    ``size`` > 0: its return is ``[that, size zero bytes]``."""
+    ``size`` > 0: its return is ``[that, size zero bytes]``. ``away``: it runs on the removable
+    node, whose store is the cluster's smallest, though nothing removes that node: an argument
+    or a return of :data:`BEYOND` bytes is bigger than the store it goes to or is made in."""
 
     const: int
     args: tuple[Arg, ...] = ()
@@ -149,6 +154,7 @@ class Task:
     flaky: bool = False
     boxed: bool = False
     size: int = 0
+    away: bool = False
     kind: StepKind = field(default=StepKind.TASK, repr=False)
 
 
@@ -161,7 +167,10 @@ class Actor:
     coroutine, so Ray makes it an async actor: its calls run concurrently on its event loop (a
     held one waits there while later ones run), and a cancel cancels a running call's asyncio task.
     ``grouped``: it runs in the one bundle of a placement group of its own (on the node it would
-    run on anyway); when that node is removed, Ray places the bundle again and restarts the actor in it."""
+    run on anyway); when that node is removed, Ray places the bundle again and restarts the actor in it.
+    ``by_job`` (a detached actor without args): a second driver job makes it and ends before the
+    next step (``_job``); the program's driver looks it up by name, so its later GCS faults fall
+    across two jobs, one of them ended."""
 
     const: int
     args: tuple[Arg, ...] = ()
@@ -171,7 +180,14 @@ class Actor:
     slow_restart: float = 0.0
     asynchronous: bool = False
     grouped: bool = False
+    by_job: bool = False
     kind: StepKind = field(default=StepKind.ACTOR, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.by_job and (self.naming is not Naming.DETACHED or self.args or self.grouped):
+            raise InvalidConfig(f"{self!r}: by_job=True is for a detached actor without args outside a placement "
+                                "group (it outlives the job that makes it; a ref or a group is the driver's own, "
+                                "not that job's): give naming=Naming.DETACHED, args=(), grouped=False")
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,6 +414,18 @@ class Program:
             if not (isinstance(victim, Task) or (isinstance(victim, Call) and fault.kind is FaultKind.CANCEL)):
                 raise InvalidConfig(f"{fault!r} cancels step {fault.victim} {victim!r}; a cancel's victim is a task, "
                                     "or an actor call without force (Ray refuses force=True for actor calls)")
+        if (away := self.away()) and (faults := [f for f in self.faults if f.kind.removes_node or
+                                                 (f.kind.placed and f.victim in away)]):
+            raise InvalidConfig(f"{faults[0]!r} with the task(s) at step(s) {sorted(away)} running away on the "
+                                "removable node: an away task is no fault's, and no node removal's bystander; "
+                                "give away=False, or drop the fault")
+        for fault in (f for f in self.faults if f.pinned or f.kind.placed):
+            step = self.steps[fault.victim]
+            maker = step.actor if isinstance(step, Call) else fault.victim
+            if isinstance(made := self.steps[maker], Actor) and made.by_job:
+                raise InvalidConfig(f"{fault!r} places (or pins) the actor at step {maker}, which another driver "
+                                    "job makes where it runs (on the head, or the removable node for a removal): "
+                                    "fault another actor, or make this one by the driver")
         for fault in (f for f in self.faults if f.pinned and f.kind is FaultKind.ACTOR_NODE_REMOVAL):
             actor = self.steps[self.actor_of(fault)]
             if isinstance(actor, Actor) and actor.grouped:
@@ -411,6 +439,10 @@ class Program:
         """Steps held running until their fault lands (so the fault finds them in flight)."""
         return frozenset(f.victim for f in self.faults
                          if f.kind.holds and self.steps[f.victim].kind is not StepKind.ACTOR)
+
+    def away(self) -> frozenset[int]:
+        """The tasks that run on the removable node though nothing removes it (``Task.away``)."""
+        return frozenset(i for i, s in enumerate(self.steps) if isinstance(s, Task) and s.away)
 
     def dropped(self) -> frozenset[int]:
         """The steps whose value the driver drops (by a :class:`Drop` step)."""

@@ -90,8 +90,11 @@ GCS_EXIT_BOUND = 8.0
 IDLE_HOLD = 2.0
 #: Seconds a placement group's bundle has to be placed before its node's removal is missed.
 GROUP_BOUND = 30.0
-#: The replacement node's object store (bytes): small, as the hunt's own.
-REPLACEMENT_STORE = 96 * 1024 * 1024
+#: The removable node's object store (bytes), and each replacement's: Ray's smallest, under the
+#: hunt's other nodes' 96 MiB, so a value the head holds can be bigger than the store it is sent to.
+REMOVABLE_STORE = 75 * 1024 * 1024
+#: The object store (bytes) of the hunt cluster's other nodes: small, so pressure fills one fast.
+NODE_STORE = 96 * 1024 * 1024
 #: Bytes an object node removal's victim pads its return with: past Ray's 100 KiB inline
 #: limit (``max_direct_call_object_size``), so the value lives in its node's object store.
 STORED_PAD = 256 * 1024
@@ -139,6 +142,9 @@ class ProgramVerdict:
     phases: tuple[tuple[Phase, float], ...] = ()
     #: Seconds each fault took to land or miss (part of the DRIVE phase), by its kind.
     landing: tuple[tuple[FaultKind, float], ...] = ()
+    #: The away tasks seen to take or make a value bigger than their node's store (confirmed:
+    #: one of their processes was a worker of the removable node, whose store is smaller).
+    beyond: tuple[int, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -239,7 +245,7 @@ class Interpreter:
 
     def run(self) -> ProgramVerdict:
         injections = self._injections()
-        clock = _Phases()
+        clock, beyond = _Phases(), tuple[int, ...]()
         with tempfile.TemporaryDirectory(prefix="hunt-") as marks:
             self.marks = marks
             try:
@@ -247,6 +253,7 @@ class Interpreter:
                 clock.timed(Phase.PROBE, self._start_probe)  # every fault has landed: it starts while the gets wait
                 clock.timed(Phase.REPLACE, lambda: self.replace_late(due_or_not=True))
                 failures += clock.timed(Phase.OBSERVE, self._observe_all)
+                beyond = self._beyond_store()  # while the processes that ran them live
             finally:
                 self._judge_rpc_delay()  # while the processes that ran its victims live
                 clock.timed(Phase.REPLACE, lambda: self.replace_late(due_or_not=True))
@@ -264,7 +271,7 @@ class Interpreter:
         slowest = max((o.seconds for o in self.seen.values() if isinstance(o, Observed)), default=0.0)
         return ProgramVerdict(program=self.program, landed=tuple(self.landed), missed=tuple(self.missed),
                               failures=tuple(failures), slowest=slowest, phases=clock.seconds(),
-                              landing=tuple(self.landing))
+                              landing=tuple(self.landing), beyond=beyond)
 
     def _drive(self) -> list[Failure]:
         """Submit every step and land every fault; a raise here is the driver crashing."""
@@ -340,6 +347,8 @@ class Interpreter:
 
         from scenarios.hunt._remote import HuntActor, HuntAsyncActor, remote
 
+        if step.by_job:
+            return self.made_by_job(index, step)
         named = {} if step.naming is Naming.ANONYMOUS else {"name": f"hunt-{self.run_id}-{index}"}
         detached = {"lifetime": "detached"} if step.naming is Naming.DETACHED else {}
         cls = HuntAsyncActor if step.asynchronous else HuntActor
@@ -351,6 +360,24 @@ class Interpreter:
         if named:
             self.handles[index] = ray.get_actor(named["name"])
         return actor
+
+    def made_by_job(self, index: int, step: Actor) -> Any:
+        """Actor ``index`` made by a second driver job, which has ended: its handle, by its name
+        (a job that failed raises ``JobFailed``: the driver cannot go on, a finding)."""
+        import ray
+
+        from scenarios.hunt._job import JobFailed, JobSpec, make_by_job
+
+        made = make_by_job(JobSpec(address=self.address, namespace=ray.get_runtime_context().namespace,
+                                   node_ip=ray.util.get_node_ip_address(), name=self.name(index), const=step.const,
+                                   max_restarts=step.max_restarts, max_task_retries=step.max_task_retries,
+                                   slow_restart=step.slow_restart, asynchronous=step.asynchronous,
+                                   resources=self.placement(index)))
+        self.handles[index] = ray.get_actor(self.name(index))
+        if self.handles[index]._actor_id.hex() != made:  # fail closed: the name must find that job's actor
+            raise JobFailed(f"the name {self.name(index)!r} found actor {self.handles[index]._actor_id.hex()}, not "
+                            f"{made}, the one the job made")
+        return self.handles[index]
 
     def submit_cancel(self, index: int, step: Cancel) -> Any:
         import ray
@@ -460,14 +487,14 @@ class Interpreter:
         self.seen[index] = Observed(hung=True, seconds=self.bound) if short else seen
 
     def placement(self, index: int) -> dict[str, float]:
-        """On a cluster with a removable node: a node removal's victim runs there, every other
-        step on the head (so only the victim dies with the node)."""
+        """On a cluster with a removable node: a node removal's victim runs there, and an away
+        task; every other step on the head (so only the victim dies with the node)."""
         if self.cluster is None:
             return {}
         removed = any((f.kind in (FaultKind.NODE_REMOVAL, FaultKind.OBJECT_NODE_REMOVAL) and f.victim == index)
                       or (f.kind is FaultKind.ACTOR_NODE_REMOVAL and self.program.actor_of(f) == index)
                       for f in self.program.faults)
-        if removed:
+        if removed or index in self.program.away():
             return {HUNT_NODE: 0.01}
         if self.rpc_delay and index in self.program.on_rpc_node(FaultKind.RPC_DELAY):
             return {HUNT_SLOW: 0.01}
@@ -653,9 +680,7 @@ class Interpreter:
         return not outlived  # fail closed: a worker of the removed node that outlived it
 
     def _replace(self) -> None:
-        self.cluster.add_node(num_cpus=1, object_store_memory=REPLACEMENT_STORE, resources={HUNT_NODE: 100.0},
-                              **shared_host_worker_args())
-        self.cluster.wait_for_nodes(timeout=NODE_BOUND)
+        add_removable_node(self.cluster)
 
     def replace_late(self, *, due_or_not: bool) -> None:
         """Add the late replacement once it is due; ``due_or_not``: now, waiting out its delay
@@ -744,7 +769,7 @@ class Interpreter:
             return True
         taking, node = self.streams.get(fault.victim), self._removable()[0]
         refs = taking.refs if taking is not None else [self.refs[fault.victim]]
-        capacity = int(node._ray_params.object_store_memory or REPLACEMENT_STORE)
+        capacity = int(node._ray_params.object_store_memory or REMOVABLE_STORE)
         filler = remote(hunt_fill).options(num_cpus=0, max_retries=0, resources={HUNT_NODE: 0.01}).remote(
             int(capacity * OVERFILL), CHUNK, self.marks, fault.victim)
         filled = Path(self.marks, f"filled-{fault.victim}")
@@ -908,6 +933,17 @@ class Interpreter:
         return all(found.get(r, {}).get("node_ids") == [nodes[0].node_id]
                    and (found.get(r, {}).get("object_size") or 0) > STORED_PAD for r in refs)
 
+    def _beyond_store(self) -> tuple[int, ...]:
+        """The away tasks whose argument or return is bigger than the removable node's store, one
+        of whose processes is a worker of that node (``ProgramVerdict.beyond``)."""
+        nodes = self._removable()
+        if len(nodes) != 1:
+            return ()
+        store = int(nodes[0]._ray_params.object_store_memory or 0)
+        workers = {p.pid for p in _node_workers(nodes[0])}
+        return tuple(i for i in sorted(self.program.away()) if self._pids(i) & workers and max(
+            self.program.size(j) for j in (i, *(a.source for a in getattr(self.program.steps[i], "args", ())))) > store)
+
     def _removable(self) -> list[Any]:
         """The cluster's nodes holding HUNT_NODE (one, or none without a cluster): not the HUNT_RPC one."""
         nodes = self.cluster.worker_nodes if self.cluster is not None else ()
@@ -1056,6 +1092,14 @@ class Interpreter:
                 remove_placement_group(group)
             except Exception:  # noqa: BLE001 - best effort: a group outlives its job at most
                 pass
+
+
+def add_removable_node(cluster: Any) -> None:
+    """Add to ``cluster`` (a ``ray.cluster_utils.Cluster``) the node node removals remove: 1 CPU,
+    :data:`HUNT_NODE`, a store of :data:`REMOVABLE_STORE`; once it has joined (or raise)."""
+    cluster.add_node(num_cpus=1, object_store_memory=REMOVABLE_STORE, resources={HUNT_NODE: 100.0},
+                     **shared_host_worker_args())
+    cluster.wait_for_nodes(timeout=NODE_BOUND)
 
 
 def _ended(ref: Any) -> bool:
@@ -1212,7 +1256,8 @@ def run_program(program: Program, *, address: str, bound: float = BOUND, cluster
                 gcs_restart: bool = False, rpc_failures: bool = False, rpc_delay: bool = False) -> ProgramVerdict:
     """Run ``program`` with its faults on the connected cluster at ``address``; judge it.
     ``cluster``: its ``ray.cluster_utils.Cluster`` with one worker node holding :data:`HUNT_NODE`
-    (``local_cluster(nodes=2, worker_resources={HUNT_NODE: 100})``), where node removals land;
+    (:func:`add_removable_node`, or ``local_cluster(nodes=2, worker_resources={HUNT_NODE: 100})``),
+    where node removals land;
     without it they are missed. ``gcs_restart``: this process started the cluster with its GCS on
     Redis (``local_cluster(redis_address=...)``), so GCS restarts land; without it they are missed
     (a GCS killed without Redis would take the cluster with it). ``rpc_failures``: ``cluster``

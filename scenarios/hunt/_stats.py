@@ -43,6 +43,7 @@ def _drop_features(program: Program, index: int, step: Drop) -> set[str]:
 def _step_features(step: object) -> set[str]:
     if isinstance(step, Task):
         return {label for label, on in (("task: max_retries > 0", step.max_retries > 0),
+                                        ("task: runs away on the removable node (the smallest store)", step.away),
                                         ("task: retry_exceptions", step.retry_exceptions),
                                         ("task: raises on its first attempt", step.flaky),
                                         ("task: returns a ref it put", step.boxed)) if on}
@@ -55,7 +56,8 @@ def _step_features(step: object) -> set[str]:
                                         ("actor: restarts slowly (its constructor takes seconds)",
                                          step.slow_restart > 0),
                                         ("actor: async (its calls run concurrently)", step.asynchronous),
-                                        ("actor: in a placement group's bundle", step.grouped)) if on}
+                                        ("actor: in a placement group's bundle", step.grouped),
+                                        ("actor: made by another driver job, which ended", step.by_job)) if on}
     if isinstance(step, Call):
         return {"call: returns a ref the actor put"} if step.boxed else set()
     if isinstance(step, Stream):
@@ -73,6 +75,7 @@ def fault_labels(verdict: ProgramVerdict) -> set[str]:
     """Each fault kind that landed or missed, and calls in flight while their actor restarted."""
     labels = {f"fault landed: {f.kind.value}" for f in verdict.landed}
     labels |= {f"fault missed: {f.kind.value}" for f in verdict.missed}
+    labels |= {"size: bigger than the store of the node it went to or was made on (seen)"} if verdict.beyond else set()
     program = verdict.program
     for fault in verdict.landed:
         if isinstance(stream := program.steps[fault.victim], Stream):

@@ -7,6 +7,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from scenarios.hunt._model import (
+    BEYOND,
     BLOCKING,
     GETTABLE,
     ITEM_SIZES,
@@ -77,20 +78,27 @@ def _step(draw: Any, steps: list[Step]) -> Step:
     kinds += [StepKind.DROP] if droppable else []
     kind, const = draw(st.sampled_from(kinds)), draw(st.integers(0, 9))
     if kind is StepKind.PUT:
-        return Put(const, size=_size(draw, SIZES))
+        return Put(const, size=BEYOND if draw(st.integers(0, 9)) == 9 else _size(draw, SIZES))
     if kind is StepKind.DROP:
         return Drop(draw(st.sampled_from(droppable)))
     if kind is StepKind.TASK:
+        # One task in five runs on the removable node, its store the smallest: one in three of
+        # those returns a value bigger than that store.
+        away = bool(draw(st.sampled_from([False] * 4 + [True])))
+        size = draw(st.sampled_from([0, 0, BEYOND])) if away else _size(draw, SIZES)
         return Task(const=const, args=_args(draw, steps), max_retries=draw(st.sampled_from([0, 0, 1, 2])),
                     retry_exceptions=draw(st.booleans()), flaky=draw(st.booleans()), boxed=draw(st.booleans()),
-                    size=_size(draw, SIZES))
+                    size=size, away=away)
     if kind is StepKind.ACTOR:
         restarts = draw(st.sampled_from([0, 1, -1]))
         slow = draw(st.sampled_from([0.0, SLOW_RESTART])) if restarts != 0 else 0.0
-        return Actor(const=const, args=_args(draw, steps), max_restarts=restarts,
-                     max_task_retries=draw(st.sampled_from([0, 1, -1])), naming=draw(st.sampled_from(list(Naming))),
-                     slow_restart=slow, asynchronous=draw(st.sampled_from([False, False, False, True])),
-                     grouped=draw(st.sampled_from([False, False, False, True])))
+        args, naming, grouped = _args(draw, steps), draw(st.sampled_from(list(Naming))), draw(
+            st.sampled_from([False, False, False, True]))
+        # Another job's actor costs that job's start (2 to 3 s): one detached actor in three.
+        by_job = naming is Naming.DETACHED and not args and not grouped and draw(st.sampled_from([False, False, True]))
+        return Actor(const=const, args=args, max_restarts=restarts, max_task_retries=draw(st.sampled_from([0, 1, -1])),
+                     naming=naming, slow_restart=slow, asynchronous=draw(st.sampled_from([False, False, False, True])),
+                     grouped=grouped, by_job=by_job)
     if kind is StepKind.CALL:
         actor = draw(st.sampled_from(actors))
         return Call(actor=actor, const=const, args=_unordered_safe(steps, actor, _args(draw, steps)),
@@ -137,11 +145,18 @@ def _rpc(draw: Any, program: Program, kind: FaultKind = FaultKind.RPC_FAILURES) 
     steps, taken = program.steps, _taken(program)
     candidates = [i for i, s in enumerate(steps)
                   if s.kind in (StepKind.TASK, StepKind.STREAM, StepKind.ACTOR, StepKind.CALL)
-                  and (s.actor if isinstance(s, Call) else i) not in taken and i not in taken]
+                  and (s.actor if isinstance(s, Call) else i) not in taken | _placed_elsewhere(program)
+                  and i not in taken]
     if not candidates:
         return None
     victim = draw(st.sampled_from(candidates))
     return Fault(kind, victim, victim)
+
+
+def _placed_elsewhere(program: Program) -> set[int]:
+    """The steps that run where something else puts them: the actors another driver job makes
+    (that job's choice), the tasks that run away on the removable node."""
+    return {i for i, s in enumerate(program.steps) if isinstance(s, Actor) and s.by_job} | program.away()
 
 
 #: The most GCS restarts one program has (each at its own moment).
@@ -225,8 +240,9 @@ def _kill(draw: Any, program: Program) -> Fault | None:
     kinds += [] if _removed(program) else [FaultKind.ACTOR_NODE_REMOVAL]
     kinds += [FaultKind.CANCEL] if isinstance(steps[victim], Call) else []  # flagged, or an async one's cancelled
     kind = draw(st.sampled_from(kinds))
-    grouped = isinstance(spec := steps[actor], Actor) and spec.grouped  # one scheduling strategy: its group's
-    return Fault(kind, victim, after, _replacement(draw, kind), pinned=not grouped and _pinned(draw, kind),
+    # One scheduling strategy: its group's; another job's actor runs where that job put it.
+    unpinnable = isinstance(spec := steps[actor], Actor) and (spec.grouped or spec.by_job)
+    return Fault(kind, victim, after, _replacement(draw, kind), pinned=not unpinnable and _pinned(draw, kind),
                  repeats=_repeats(draw, kind))
 
 
@@ -251,8 +267,9 @@ def _repeats(draw: Any, kind: FaultKind) -> int:
 
 
 def _removed(program: Program) -> bool:
-    """Has a fault taken the cluster's one removable node already?"""
-    return any(f.kind.removes_node for f in program.faults)
+    """Is the cluster's one removable node spoken for: a fault removes it already, or a task runs
+    there away (a removal would take it along, a bystander the oracle does not judge)?"""
+    return any(f.kind.removes_node for f in program.faults) or bool(program.away())
 
 
 def _no_held_dependents(program: Program) -> bool:
