@@ -1244,7 +1244,8 @@ def test_pins_repeats_and_groups_are_refused_where_they_mean_nothing() -> None:
     "node removal: its victim pinned to it (no node for a retry)", "node removal: a placement group bundle's node",
     "cancel fault: repeated (ray.cancel called again at once)", "fault landed: redis_client_kill",
     "fault landed: redis_idle_timeout", "fault landed: redis_restart",
-    "node removal: its lost value spilled on it first"])
+    "node removal: its lost value spilled on it first",
+    "GCS fault: after another driver job made an actor and ended (across two jobs)"])
 def test_the_strategy_draws_pins_bundles_repeated_cancels_and_redis_faults(wanted: str) -> None:
     def labelled(program: Program) -> bool:
         return wanted in fault_labels(ProgramVerdict(program, program.faults, (), (), 0.0))
@@ -1391,3 +1392,13 @@ def test_a_value_beyond_its_nodes_store_is_counted_only_where_the_run_saw_it() -
     label = "size: bigger than the store of the node it went to or was made on (seen)"
     assert label in fault_labels(ProgramVerdict(program, (), (), (), 0.0, beyond=(1,)))
     assert label not in fault_labels(ProgramVerdict(program, (), (), (), 0.0))
+
+
+def test_a_gcs_fault_after_another_jobs_actor_is_counted_as_across_two_jobs_only_once_landed() -> None:
+    program = Program((Put(1), Actor(2, naming=Naming.DETACHED, by_job=True), Call(1, 3)),
+                      (Fault(FaultKind.GCS_RESTART, 2, 2),))
+    label = "GCS fault: after another driver job made an actor and ended (across two jobs)"
+    assert label in fault_labels(ProgramVerdict(program, program.faults, (), (), 0.0))
+    assert label not in fault_labels(ProgramVerdict(program, (), program.faults, (), 0.0))
+    early = Program((Put(1), Actor(2, naming=Naming.DETACHED, by_job=True)), (Fault(FaultKind.GCS_RESTART, 0, 0),))
+    assert label not in fault_labels(ProgramVerdict(early, early.faults, (), (), 0.0))

@@ -119,6 +119,7 @@ class PlantedTasks(BlocksOnce, WORKLOADS["sampling"]):  # type: ignore[misc]
 SAMPLING = {"steps": 20_000, "wait_timeout": 0.3, "drain_timeout": 1.0}
 
 
+@pytest.mark.slow  # about 6.5 s each: the end-to-end tier, so make test stays within its budget
 def test_every_sampling_invariant_can_break(ray_cluster: ClusterHandle) -> None:
     # 5 s: a 3 s run on a slower day finished 5 tasks and ended before its loop blocked.
     result = planted(PlantedTasks, duration=5.0, params=SAMPLING, address=ray_cluster.address)
@@ -284,6 +285,7 @@ class PlantedStarvation(WORKLOADS["starvation"]):  # type: ignore[misc, valid-ty
             ray.cancel(ref, force=True)
 
 
+@pytest.mark.slow  # about 6.5 s each: the end-to-end tier, so make test stays within its budget
 def test_every_starvation_invariant_can_break(ray_cluster: ClusterHandle,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     # The planted watchdog bug: it cannot tell an infeasible request from resources all held.

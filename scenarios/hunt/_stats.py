@@ -77,6 +77,9 @@ def fault_labels(verdict: ProgramVerdict) -> set[str]:
     labels |= {f"fault missed: {f.kind.value}" for f in verdict.missed}
     labels |= {"size: bigger than the store of the node it went to or was made on (seen)"} if verdict.beyond else set()
     program = verdict.program
+    jobs = [i for i, s in enumerate(program.steps) if isinstance(s, Actor) and s.by_job]
+    if any(f.kind.restarts_gcs and f.after >= min(jobs) for f in verdict.landed if jobs):
+        labels.add("GCS fault: after another driver job made an actor and ended (across two jobs)")
     for fault in verdict.landed:
         if isinstance(stream := program.steps[fault.victim], Stream):
             labels |= _stream_labels(stream, fault)

@@ -94,8 +94,8 @@ def _step(draw: Any, steps: list[Step]) -> Step:
         slow = draw(st.sampled_from([0.0, SLOW_RESTART])) if restarts != 0 else 0.0
         args, naming, grouped = _args(draw, steps), draw(st.sampled_from(list(Naming))), draw(
             st.sampled_from([False, False, False, True]))
-        # Another job's actor costs that job's start (2 to 3 s): one detached actor in three.
-        by_job = naming is Naming.DETACHED and not args and not grouped and draw(st.sampled_from([False, False, True]))
+        # Another job's actor costs that job's start (2 to 3 s): one such detached actor in two.
+        by_job = naming is Naming.DETACHED and not args and not grouped and draw(st.booleans())
         return Actor(const=const, args=args, max_restarts=restarts, max_task_retries=draw(st.sampled_from([0, 1, -1])),
                      naming=naming, slow_restart=slow, asynchronous=draw(st.sampled_from([False, False, False, True])),
                      grouped=grouped, by_job=by_job)
