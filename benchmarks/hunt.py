@@ -14,7 +14,7 @@ import time
 from collections import Counter, defaultdict
 
 from scenarios.hunt import ProgramVerdict
-from scenarios.hunt._fleet import SIDE_BY_SIDE, SideBySide
+from scenarios.hunt._fleet import SIDE_BY_SIDE, HunterFailed, SideBySide
 from scenarios.hunt._stats import Progress, fault_labels, features
 
 #: Seconds between progress lines when standard error is not a terminal (a log, CI).
@@ -42,6 +42,8 @@ SPENT: defaultdict[str, float] = defaultdict(float)
 #: Seconds spent landing (or missing) each kind of fault, and how many there were.
 LANDING: defaultdict[str, float] = defaultdict(float)
 LANDING_COUNT: Counter[str] = Counter()
+#: Why the hunt stopped early (a hunter crashed or was stuck), if it did.
+FAILED: list[str] = []
 
 
 def hunt(minutes: float, clusters: int) -> tuple[Counter[str], dict[str, ProgramVerdict], int]:
@@ -53,12 +55,15 @@ def hunt(minutes: float, clusters: int) -> tuple[Counter[str], dict[str, Program
     stats: Counter[str] = Counter()
     classes: dict[str, ProgramVerdict] = {}
     ran = 0
-    with SideBySide(clusters, minutes=minutes) as side:
-        reporter = Reporter(minutes)
-        for verdict in side.verdicts():
-            ran += 1
-            record(verdict, stats, classes)
-            reporter.program_done(ran, len(classes), stats)
+    try:
+        with SideBySide(clusters, minutes=minutes) as side:
+            reporter = Reporter(minutes)
+            for verdict in side.verdicts():
+                ran += 1
+                record(verdict, stats, classes)
+                reporter.program_done(ran, len(classes), stats)
+    except HunterFailed as exc:  # what the hunt found so far is printed all the same, then it fails
+        FAILED.append(str(exc))
     return stats, classes, ran
 
 
@@ -107,6 +112,8 @@ def main() -> None:
     for label, verdict in classes.items():
         known = "" if label in new else ", undocumented" if label in silent else ", known"
         print(f"\n## {label}  ({stats['failure: ' + label]} steps{known})\n{verdict.report()}")
+    if FAILED:
+        raise SystemExit(f"\nthe hunt stopped early: {FAILED[0]}")
 
 
 if __name__ == "__main__":

@@ -1387,6 +1387,20 @@ def test_the_strategy_draws_away_tasks_values_beyond_the_smallest_store_and_anot
                 settings=DRAWN)
 
 
+@settings(max_examples=200, deadline=None)
+@given(program=programs(gcs_restart=True, rpc_failures=True, rpc_delay=True))
+def test_no_pressure_falls_on_an_away_tasks_value_it_cannot_reach(program: Program) -> None:
+    assert not {f.victim for f in program.faults if f.kind is FaultKind.OBJECT_STORE_PRESSURE} & program.away()
+
+
+def test_an_away_tasks_value_made_under_a_pressure_on_the_heads_store_may_not_be_refused() -> None:
+    program = Program((Put(1), Task(2, away=True, size=BEYOND), Task(3, size=BEYOND)),
+                      (Fault(FaultKind.OBJECT_STORE_PRESSURE, 0, 2),))
+    expected = expect(program, program.faults)
+    assert ErrorKind.OBJECT_STORE_FULL not in expected[1].errors  # its node's store was not filled
+    assert ErrorKind.OBJECT_STORE_FULL in expected[2].errors  # the head's was
+
+
 def test_a_value_beyond_its_nodes_store_is_counted_only_where_the_run_saw_it() -> None:
     program = Program((Put(1, size=BEYOND), Task(2, (Arg(0),), away=True)))
     label = "size: bigger than the store of the node it went to or was made on (seen)"

@@ -6,17 +6,20 @@ programs it is given or draws, and sending each verdict to the process that star
 Most of a program's run is waiting, not computing: for a GCS to come back, for a killed process
 to be seen gone, for a retry's backoff. One driver process can attach to one cluster only, so
 the hunt runs several drivers at once, each with its cluster, and their waits overlap on the
-machine's cores. A hunter dies with the process that started it (``PR_SET_PDEATHSIG``); its
-cluster's reaper then stops what it started, as for any driver killed.
+machine's cores. A hunter is SIGTERMed when the process that started it dies
+(``PR_SET_PDEATHSIG``) and stops its cluster on the way out; SIGKILLed, its cluster's reaper
+stops what it started, as for any driver killed, and a second driver job it runs dies with it.
 
 Messages cross a pipe between live processes (``multiprocessing``): nothing is read from disk."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import enum
 import multiprocessing
 import signal
+import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -35,9 +38,11 @@ STORE_MB = NODE_STORE >> 20
 SIDE_BY_SIDE = 2
 #: Seconds each hunter has to start its cluster (Redis, four nodes, the slow node's check call).
 START_BOUND = 240.0
-#: Seconds a hunter past its time may take to finish the program it runs and say so.
-FINISH_BOUND = 120.0
-#: Seconds a hunter has to stop its cluster once done, before it is killed (its reaper cleans up).
+#: Seconds one program's run may take before its hunter is taken for stuck: more than its own
+#: bounds add up to (the gets' shared 30 s, a late replacement's 60 s, a second job's 60 s and
+#: its end's 60 s, the probe's 30 s, each landing's own).
+PROGRAM_BOUND = 360.0
+#: Seconds a hunter has to stop its cluster once told, before SIGTERM, then as long before SIGKILL.
 EXIT_BOUND = 90.0
 
 
@@ -123,6 +128,7 @@ class SideBySide:
         self.hunters: list[tuple[Any, Connection]] = []
         #: How many programs each hunter ran (by its place in :attr:`hunters`).
         self.ran_by: list[int] = [0] * clusters
+        self.given = 0
         self.started = self.ended = 0.0
 
     def __enter__(self) -> SideBySide:
@@ -136,15 +142,15 @@ class SideBySide:
                 theirs.close()
                 self.hunters.append((process, ours))
                 _ready(ours, process)
+            self.started = time.monotonic()
+            for _, pipe in self.hunters:
+                if self.minutes > 0:
+                    pipe.send(GO)
+                else:
+                    self._give(pipe)
         except BaseException:
             self._stop()
             raise
-        self.started = time.monotonic()
-        for _, pipe in self.hunters:
-            if self.minutes > 0:
-                pipe.send(GO)
-            else:
-                self._give(pipe)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -160,12 +166,12 @@ class SideBySide:
 
         Raises:
             HunterFailed: a hunter crashed, exited without saying it was done, or ran past its
-                time (:data:`FINISH_BOUND` past its minutes, or a given program past its bounds)."""
+                time (a program past :data:`PROGRAM_BOUND`), or a program given came back from none."""
         busy: dict[Any, int] = {pipe: place for place, (_, pipe) in enumerate(self.hunters)}
         while busy:
             ready = wait(list(busy), timeout=self._patience())
             if not ready:
-                raise HunterFailed(f"{len(busy)} hunter(s) still running past their time")
+                raise HunterFailed(f"{len(busy)} hunter(s) still running a program after {PROGRAM_BOUND:g} s")
             for pipe in ready:
                 message = _received(pipe, self.hunters[busy[pipe]][0])
                 if message.kind is MessageKind.RAN and message.verdict is not None:
@@ -176,28 +182,37 @@ class SideBySide:
                 elif message.kind is MessageKind.DONE:
                     del busy[pipe]
         self.ended = time.monotonic()
+        if self.given != sum(self.ran_by) or self.queue:  # fail closed: every program given, and back
+            raise HunterFailed(f"{self.given} programs given, {sum(self.ran_by)} verdicts back, "
+                               f"{len(self.queue)} never given")
 
     def _give(self, pipe: Any) -> None:
         """The next program given to the hunter at ``pipe``; none left: stop."""
-        pipe.send(self.queue.pop(0) if self.queue else STOP)
+        if self.queue:
+            self.given += 1
+            pipe.send(self.queue.pop(0))
+        else:
+            pipe.send(STOP)
 
     def _patience(self) -> float:
-        """Seconds the next message may take: to the drawing hunters' end, or one program's bounds."""
-        from scenarios.hunt._run import BOUND
-
+        """Seconds the next message may take: past the drawing hunters' end, or one program."""
         if self.minutes > 0:
-            return max(0.0, self.started + self.minutes * 60 + FINISH_BOUND - time.monotonic())
-        return BOUND + NODE_BOUND + FINISH_BOUND
+            return max(0.0, self.started + self.minutes * 60 - time.monotonic()) + PROGRAM_BOUND
+        return PROGRAM_BOUND
 
     def _stop(self) -> None:
-        """Let each hunter stop its cluster; kill one that overruns (its reaper cleans up)."""
+        """Tell every hunter to stop (the end of its pipe), let each stop its cluster; SIGTERM
+        one that overruns (it stops its cluster on the way out), then SIGKILL (its reaper cleans up)."""
+        for _, pipe in self.hunters:
+            pipe.close()  # a hunter between programs sees the end of its pipe, and stops
         deadline = time.monotonic() + EXIT_BOUND
-        for process, pipe in self.hunters:
-            pipe.close()  # a hunter waiting for work sees the end of its pipe, and stops
+        for process, _ in self.hunters:
             process.join(max(0.0, deadline - time.monotonic()))
-            if process.is_alive():
-                process.kill()
-                process.join(EXIT_BOUND)
+        for process, _ in self.hunters:
+            for end in (process.terminate, process.kill):
+                if process.is_alive():
+                    end()
+                    process.join(EXIT_BOUND)
 
 
 def _ready(pipe: Connection, process: Any) -> None:
@@ -225,37 +240,59 @@ def _received(pipe: Any, process: Any) -> Message:
 def _hunter(pipe: Connection, setup: HuntSetup, minutes: float, hunters: int) -> None:
     """Start the cluster and say so; then draw programs for ``minutes`` once told to go, or run
     each program given until told to stop; say each verdict, and the end (the ``hunters``
-    clusters start one after another: the first waits for the last)."""
+    clusters start one after another: the first waits for the last). Told to stop (the end of
+    its pipe, between programs) or SIGTERMed, it stops its cluster and ends."""
     _die_with_parent()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # the cluster's teardown runs on the way out
     try:
         with hunt_cluster(setup) as cluster:
-            pipe.send(Message(kind=MessageKind.READY))
+            _tell(pipe, Message(kind=MessageKind.READY))
             if not pipe.poll(START_BOUND * hunters):
-                return
-            send = lambda verdict: pipe.send(Message(kind=MessageKind.RAN, verdict=verdict))  # noqa: E731
-            if minutes > 0 and pipe.recv() == GO:
-                _draw(setup, minutes, cluster, send)
+                raise HunterFailed(f"no start within {START_BOUND * hunters:g} s of this cluster's")
+            send = lambda verdict: _tell(pipe, Message(kind=MessageKind.RAN, verdict=verdict))  # noqa: E731
+            if minutes > 0 and _heard(pipe) == GO:
+                _draw(setup, minutes, cluster, send, stop=lambda: pipe.poll(0))
             elif not minutes > 0:
                 _given(pipe, setup, cluster, send)
-            pipe.send(Message(kind=MessageKind.DONE))
-    except (EOFError, BrokenPipeError):
-        return  # the hunt that started it is gone: nothing to tell
+            _tell(pipe, Message(kind=MessageKind.DONE))
+    except _ParentGone:
+        return  # the hunt that started it has ended or let it go: nothing to tell
     except BaseException:  # noqa: BLE001 - said to the parent, which fails the run
-        pipe.send(Message(kind=MessageKind.CRASHED, detail=traceback.format_exc()))
+        with contextlib.suppress(OSError):
+            pipe.send(Message(kind=MessageKind.CRASHED, detail=traceback.format_exc()))
+
+
+class _ParentGone(Exception):
+    """The hunt's end of the pipe is closed: it stopped listening."""
+
+
+def _tell(pipe: Connection, message: Message) -> None:
+    try:
+        pipe.send(message)
+    except (BrokenPipeError, EOFError, OSError):
+        raise _ParentGone from None
+
+
+def _heard(pipe: Connection) -> str:
+    try:
+        return str(pipe.recv())
+    except (EOFError, OSError):
+        raise _ParentGone from None
 
 
 def _given(pipe: Connection, setup: HuntSetup, cluster: Any, send: Callable[[ProgramVerdict], None]) -> None:
     """Run each program the parent gives (the first already sent), until it says stop."""
-    while (text := pipe.recv()) != STOP:
+    while (text := _heard(pipe)) != STOP:
         send(_run(program_from(text), setup, cluster))
-        if not pipe.poll(FINISH_BOUND):
-            return
+        if not pipe.poll(PROGRAM_BOUND):
+            raise HunterFailed(f"no program nor stop within {PROGRAM_BOUND:g} s of the last verdict")
 
 
 def _die_with_parent() -> None:
-    """SIGKILL this process when the one that started it dies, however it dies."""
+    """SIGTERM this process when the one that started it dies, however it dies: it stops its
+    cluster on the way out (and, SIGKILLed, leaves it to the cluster's reaper)."""
     pr_set_pdeathsig = 1
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def _run(program: Any, setup: HuntSetup, cluster: Any) -> ProgramVerdict:
@@ -265,8 +302,9 @@ def _run(program: Any, setup: HuntSetup, cluster: Any) -> ProgramVerdict:
                        rpc_failures=setup.rpc_failures, rpc_delay=setup.rpc_delay)
 
 
-def _draw(setup: HuntSetup, minutes: float, cluster: Any, send: Callable[[ProgramVerdict], None]) -> None:
-    """Programs drawn by Hypothesis until ``minutes`` have passed."""
+def _draw(setup: HuntSetup, minutes: float, cluster: Any, send: Callable[[ProgramVerdict], None], *,
+          stop: Callable[[], bool]) -> None:
+    """Programs drawn by Hypothesis until ``minutes`` have passed, or ``stop()`` says so."""
     from hypothesis import HealthCheck, event, given, settings, target
 
     from scenarios.hunt._stats import fault_labels, features
@@ -278,7 +316,7 @@ def _draw(setup: HuntSetup, minutes: float, cluster: Any, send: Callable[[Progra
     @given(program=programs(gcs_restart=setup.gcs_restart, rpc_failures=setup.rpc_failures,
                             rpc_delay=setup.rpc_delay))
     def one(program: Any) -> None:
-        if time.monotonic() > end:
+        if time.monotonic() > end or stop():
             return
         verdict = _run(program, setup, cluster)
         for label in sorted(features(program) | fault_labels(verdict)):
@@ -286,5 +324,5 @@ def _draw(setup: HuntSetup, minutes: float, cluster: Any, send: Callable[[Progra
         target(verdict.slowest, label="slowest get (s)")
         send(verdict)
 
-    while time.monotonic() < end:
+    while time.monotonic() < end and not stop():
         one()

@@ -4,8 +4,8 @@ So a program's GCS faults fall across two driver jobs: the actor outlives the jo
 (Ray's actor lifetimes: a detached actor is not fate-shared with its creator's job).
 
 The hunt's driver runs it (:func:`make_by_job`) as ``python -m scenarios.hunt._job SPEC``,
-SPEC a :class:`JobSpec` as JSON; the job prints the actor's id and exits 0, or exits 1 with
-why on standard error."""
+SPEC a :class:`JobSpec` as JSON; the job prints its job's id and the actor's and exits 0, or
+exits 1 with why on standard error."""
 
 from __future__ import annotations
 
@@ -36,15 +36,23 @@ class JobSpec:
     resources: dict[str, float]  # where it runs (the step's placement)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Made:
+    """What the job says it made: its own job's id and the actor's (hex)."""
+
+    job: str
+    actor: str
+
+
 class JobFailed(RuntimeError):
-    """The second driver job did not make its actor: the program's driver cannot go on."""
+    """The second driver job did not make its actor, or did not end: the program's driver cannot go on."""
 
 
-def make_by_job(spec: JobSpec) -> str:
-    """Run the job; the id of the actor it made.
+def make_by_job(spec: JobSpec) -> Made:
+    """Run the job (it dies with this process: ``PR_SET_PDEATHSIG``, set as it starts); what it made.
 
     Raises:
-        JobFailed: it exited otherwise than 0, or ran past :data:`JOB_BOUND`."""
+        JobFailed: it exited otherwise than 0 or said nothing, or ran past :data:`JOB_BOUND`."""
     root = str(Path(__file__).resolve().parents[2])  # the checkout this hunt runs: its workers import it
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
     try:
@@ -52,9 +60,20 @@ def make_by_job(spec: JobSpec) -> str:
                               capture_output=True, text=True, timeout=JOB_BOUND, check=False)
     except subprocess.TimeoutExpired:
         raise JobFailed(f"the job making actor {spec.name!r} ran past {JOB_BOUND:g} s") from None
-    if done.returncode != 0:
-        raise JobFailed(f"the job making actor {spec.name!r} exited {done.returncode}: {done.stderr[-2000:]}")
-    return done.stdout.strip().splitlines()[-1]
+    said = done.stdout.split()
+    if done.returncode != 0 or len(said) < 2:
+        raise JobFailed(f"the job making actor {spec.name!r} exited {done.returncode}, saying {done.stdout!r}: "
+                        f"{done.stderr[-2000:]}")
+    return Made(job=said[-2], actor=said[-1])
+
+
+def _die_with_parent() -> None:
+    """In the job's process, first thing (not a ``preexec_fn``: the driver has threads): SIGKILL
+    it when the hunt's driver, which started it, dies."""
+    import ctypes
+    import signal
+
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
 
 
 def _main(spec: JobSpec) -> str:
@@ -72,10 +91,11 @@ def _main(spec: JobSpec) -> str:
                                     max_task_retries=spec.max_task_retries, num_cpus=0,
                                     resources=spec.resources).remote(spec.const, slow_restart=spec.slow_restart)
         ray.get(actor.__ray_ready__.remote(), timeout=JOB_BOUND / 2)
-        return str(actor._actor_id.hex())
+        return f"{ray.get_runtime_context().get_job_id()} {actor._actor_id.hex()}"
     finally:
         ray.shutdown()
 
 
 if __name__ == "__main__":
+    _die_with_parent()
     print(_main(JobSpec(**json.loads(sys.argv[1]))), flush=True)

@@ -417,8 +417,8 @@ class Program:
         if (away := self.away()) and (faults := [f for f in self.faults if f.kind.removes_node or
                                                  (f.kind.placed and f.victim in away)]):
             raise InvalidConfig(f"{faults[0]!r} with the task(s) at step(s) {sorted(away)} running away on the "
-                                "removable node: an away task is no fault's, and no node removal's bystander; "
-                                "give away=False, or drop the fault")
+                                "removable node: an away task is no node removal's bystander, nor an RPC fault's "
+                                "victim (placed on a node of its own); give away=False, or drop the fault")
         for fault in (f for f in self.faults if f.pinned or f.kind.placed):
             step = self.steps[fault.victim]
             maker = step.actor if isinstance(step, Call) else fault.victim

@@ -296,7 +296,8 @@ def _pressed(result: Expected, index: int, step: Task | Call, landed: Sequence[F
     pressed = any(f.kind is FaultKind.OBJECT_STORE_PRESSURE and index <= f.after and f.victim != index
                   for f in landed)
     made_in_store = step.boxed or step.size > 0  # a ref it put, or a return too big to inline
-    return result.may(Situation.MADE_UNDER_PRESSURE) if made_in_store and pressed else result
+    here = not (isinstance(step, Task) and step.away)  # the pressure fills the head's store, not the removable node's
+    return result.may(Situation.MADE_UNDER_PRESSURE) if made_in_store and pressed and here else result
 
 
 def _args(args: tuple[Arg, ...], out: list[Expected | None]) -> Expected:

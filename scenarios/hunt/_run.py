@@ -362,22 +362,30 @@ class Interpreter:
         return actor
 
     def made_by_job(self, index: int, step: Actor) -> Any:
-        """Actor ``index`` made by a second driver job, which has ended: its handle, by its name
-        (a job that failed raises ``JobFailed``: the driver cannot go on, a finding)."""
+        """Actor ``index`` made by a second driver job, once the GCS says that job ended: its
+        handle, by its name. A job that failed or did not end raises ``JobFailed`` (the driver
+        cannot go on, a finding), its actor killed if it was made."""
         import ray
 
         from scenarios.hunt._job import JobFailed, JobSpec, make_by_job
 
-        made = make_by_job(JobSpec(address=self.address, namespace=ray.get_runtime_context().namespace,
-                                   node_ip=ray.util.get_node_ip_address(), name=self.name(index), const=step.const,
-                                   max_restarts=step.max_restarts, max_task_retries=step.max_task_retries,
-                                   slow_restart=step.slow_restart, asynchronous=step.asynchronous,
-                                   resources=self.placement(index)))
-        self.handles[index] = ray.get_actor(self.name(index))
-        if self.handles[index]._actor_id.hex() != made:  # fail closed: the name must find that job's actor
-            raise JobFailed(f"the name {self.name(index)!r} found actor {self.handles[index]._actor_id.hex()}, not "
-                            f"{made}, the one the job made")
-        return self.handles[index]
+        try:
+            made = make_by_job(JobSpec(address=self.address, namespace=ray.get_runtime_context().namespace,
+                                       node_ip=ray.util.get_node_ip_address(), name=self.name(index),
+                                       const=step.const, max_restarts=step.max_restarts,
+                                       max_task_retries=step.max_task_retries, slow_restart=step.slow_restart,
+                                       asynchronous=step.asynchronous, resources=self.placement(index)))
+            handle = ray.get_actor(self.name(index))
+            if handle._actor_id.hex() != made.actor:  # fail closed: the name must find that job's actor
+                raise JobFailed(f"the name {self.name(index)!r} found actor {handle._actor_id.hex()}, not "
+                                f"{made.actor}, the one the job made")
+            _job_ended(made.job)
+        except Exception:
+            with contextlib.suppress(Exception):  # best effort: a detached actor outlives the job
+                ray.kill(ray.get_actor(self.name(index)))
+            raise
+        self.handles[index] = handle
+        return handle
 
     def submit_cancel(self, index: int, step: Cancel) -> Any:
         import ray
@@ -934,15 +942,25 @@ class Interpreter:
                    and (found.get(r, {}).get("object_size") or 0) > STORED_PAD for r in refs)
 
     def _beyond_store(self) -> tuple[int, ...]:
-        """The away tasks whose argument or return is bigger than the removable node's store, one
-        of whose processes is a worker of that node (``ProgramVerdict.beyond``)."""
+        """The away tasks that returned their value, one of whose processes is a worker of the
+        removable node, and whose return or an argument is bigger than that node's store: a task
+        that returned took each argument (Ray's or its own get) and made its return there
+        (``ProgramVerdict.beyond``). None when that store's size is not known."""
         nodes = self._removable()
-        if len(nodes) != 1:
+        store = int(nodes[0]._ray_params.object_store_memory or 0) if len(nodes) == 1 else 0
+        if not store:
             return ()
-        store = int(nodes[0]._ray_params.object_store_memory or 0)
         workers = {p.pid for p in _node_workers(nodes[0])}
-        return tuple(i for i in sorted(self.program.away()) if self._pids(i) & workers and max(
-            self.program.size(j) for j in (i, *(a.source for a in getattr(self.program.steps[i], "args", ())))) > store)
+        return tuple(i for i in sorted(self.program.away()) if self._returned(i) and self._pids(i) & workers
+                     and max(self.program.size(j) for j in (i, *(a.source for a in self._args_of(i)))) > store)
+
+    def _args_of(self, index: int) -> tuple[Arg, ...]:
+        return tuple(getattr(self.program.steps[index], "args", ()))
+
+    def _returned(self, index: int) -> bool:
+        """Did step ``index``'s get give a value (no exception, no hang)?"""
+        seen = self.seen.get(index)
+        return isinstance(seen, Observed) and seen.value is not None and not (seen.error_type or seen.hung)
 
     def _removable(self) -> list[Any]:
         """The cluster's nodes holding HUNT_NODE (one, or none without a cluster): not the HUNT_RPC one."""
@@ -1092,6 +1110,25 @@ class Interpreter:
                 remove_placement_group(group)
             except Exception:  # noqa: BLE001 - best effort: a group outlives its job at most
                 pass
+
+
+def _job_ended(job: str) -> None:
+    """Wait (bounded) until the GCS's job table says driver job ``job`` (hex) is dead: Ray marks
+    a job finished once its driver's disconnect reaches the GCS, after the process exits.
+
+    Raises:
+        JobFailed: it was not, within ``_job.JOB_BOUND``."""
+    from ray._private import state
+
+    from chaos import wait_until
+    from chaos.errors import HangError
+    from scenarios.hunt._job import JOB_BOUND, JobFailed
+
+    try:
+        wait_until(lambda: any(j["JobID"] == job and j["IsDead"] for j in state.state.job_table()),
+                   timeout=JOB_BOUND, interval=0.05, what=f"job {job} to be marked dead")
+    except HangError:
+        raise JobFailed(f"the GCS did not mark job {job} dead within {JOB_BOUND:g} s of its driver's exit") from None
 
 
 def add_removable_node(cluster: Any) -> None:

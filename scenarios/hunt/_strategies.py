@@ -197,8 +197,8 @@ def _pressure(draw: Any, program: Program) -> Fault | None:
     if any(f.kind is FaultKind.OBJECT_STORE_PRESSURE for f in program.faults):
         return None
     taken = _taken(program)
-    candidates = [i for i, s in enumerate(steps)
-                  if (isinstance(s, Put) or (isinstance(s, Task) and s.boxed)) and i not in taken]
+    candidates = [i for i, s in enumerate(steps)  # not an away task's: the pressure fills the head's store
+                  if (isinstance(s, Put) or (isinstance(s, Task) and s.boxed and not s.away)) and i not in taken]
     if not candidates:
         return None
     victim = draw(st.sampled_from(candidates))
