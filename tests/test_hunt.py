@@ -34,7 +34,7 @@ from scenarios.hunt import (
     Wait,
     programs,
 )
-from scenarios.hunt._model import BEYOND, BLOCKING
+from scenarios.hunt._model import BEYOND, BLOCKING, LATE_REPLACEMENT
 from scenarios.hunt._oracle import (
     CITATIONS,
     Expected,
@@ -1416,3 +1416,31 @@ def test_a_gcs_fault_after_another_jobs_actor_is_counted_as_across_two_jobs_only
     assert label not in fault_labels(ProgramVerdict(program, (), program.faults, (), 0.0))
     early = Program((Put(1), Actor(2, naming=Naming.DETACHED, by_job=True)), (Fault(FaultKind.GCS_RESTART, 0, 0),))
     assert label not in fault_labels(ProgramVerdict(early, early.faults, (), (), 0.0))
+
+
+def test_a_hang_waiting_on_a_known_hang_is_that_findings_and_nothing_else_is() -> None:
+    """A task and a wait on a grouped actor's call that hung (the known finding) cannot end
+    before it: known too. A hang of a step waiting on nothing that hung, or a wrong value, is not."""
+    program = Program((Actor(9, grouped=True), Call(0, 6), Task(1, (Arg(1),)), Wait((1,), 1, None), Task(2)),
+                      (Fault(FaultKind.GCS_RESTART, 1, 1),))
+    faults = (FaultKind.GCS_RESTART,)
+    call = Failure(Signature(StepKind.CALL, faults, Seen.HANG), 1, "hung")
+    task = Failure(Signature(StepKind.TASK, faults, Seen.HANG), 2, "hung")
+    wait = Failure(Signature(StepKind.WAIT, faults, Seen.HANG), 3, "hung")
+    alone = Failure(Signature(StepKind.TASK, faults, Seen.HANG), 4, "hung")
+    wrong = Failure(Signature(StepKind.TASK, faults, Seen.WRONG_VALUE), 2, "7 != 8")
+    failures = (call, task, wait, alone, wrong)
+    verdict = ProgramVerdict(program, program.faults, (), failures, 0.0)
+    assert verdict.new == (alone, wrong)
+    assert known_finding(task, program) is None  # without the run's other failures: nothing to wait on
+
+
+def test_a_late_replacement_of_an_actors_node_may_spend_a_calls_finite_retries_as_a_slow_restart_does() -> None:
+    def errors(replace_after: float, retries: int) -> frozenset[ErrorKind]:
+        program = Program((Actor(4, max_restarts=1, max_task_retries=retries), Call(0, 5)),
+                          (Fault(ACTOR_REMOVAL, 1, 1, replace_after=replace_after),))
+        return expect(program, program.faults)[1].errors
+
+    assert ErrorKind.ACTOR_UNAVAILABLE in errors(LATE_REPLACEMENT, 1)  # seconds with nowhere to restart
+    assert ErrorKind.ACTOR_UNAVAILABLE not in errors(0.0, 1)  # replaced at once: its retry finds it back
+    assert ErrorKind.ACTOR_UNAVAILABLE not in errors(LATE_REPLACEMENT, -1)  # an endless budget is never spent

@@ -68,8 +68,8 @@ class Situation(enum.Enum):
     CANCELLED_CALL = ("an actor call cancelled with ray.cancel while it ran (a regular actor's, flagged; an async "
                       "actor's, its asyncio task cancelled)")
     RETRIES_SPENT_RESTARTING = ("a call in flight or queued at a kill of its slowly restarting actor (a slow "
-                                "constructor, or the GCS down meanwhile), its finite max_task_retries spent while "
-                                "the actor was unavailable")
+                                "constructor, the GCS down meanwhile, or its node's replacement late), its finite "
+                                "max_task_retries spent while the actor was unavailable")
     PINNED_TASK_NOWHERE = ("a task pinned to a removed node by node affinity (soft=False) with an attempt left "
                            "for its retry or its return's reconstruction")
     REPLAYED_OTHERWISE = ("a stream's item lost with its node, rebuilt by a replay of its generator that yields "
@@ -434,7 +434,9 @@ def _call(program: Program, index: int, step: Call, landed: Sequence[Fault],
         # waits for it, the actor unavailable meanwhile. Later, the actor has restarted already.
         gcs_down = any(f.kind.restarts_gcs and f.after == fault.after and landed.index(f) > landed.index(fault)
                        for f in landed)
-        result = _call_under_kill(result, index, step, spec, fault, slow=bool(spec.slow_restart) or gcs_down)
+        # A late replacement of its removed node leaves the restart nowhere to go for seconds too.
+        slow = bool(spec.slow_restart) or gcs_down or fault.replace_after > 0
+        result = _call_under_kill(result, index, step, spec, fault, slow=slow)
         if _restarts(spec, fault) and _dropped_stored_args(program, spec):
             result = result.may(Situation.RESTART_WITHOUT_ARGS)
     if any(f.kind is FaultKind.CANCEL and f.victim == index for f in landed):
@@ -459,8 +461,9 @@ def _restarts(spec: Actor, fault: Fault) -> bool:
 def _call_under_kill(result: Expected, index: int, step: Call, spec: Actor, fault: Fault, *,
                      slow: bool = False) -> Expected:
     """A call of a killed actor: dead for good without restarts; at most once without task
-    retries; with finite ones, spent while a ``slow`` restart (a slow constructor, or the GCS
-    down at or after the kill) leaves the actor unavailable for seconds; what it put before the
+    retries; with finite ones, spent while a ``slow`` restart (a slow constructor, the GCS
+    down at or after the kill, or a late replacement of its node) leaves the actor unavailable
+    for seconds; what it put before the
     kill is lost with its owner; submitted before a ``ray.kill``
     (so maybe running at it), it may fail whatever its retries, or, retried (the actor
     fault-tolerance guide's at-least-once calls), return its value."""
@@ -615,9 +618,18 @@ KNOWN: tuple[KnownFinding, ...] = (
 )
 
 
-def known_finding(failure: Failure, program: Program | None = None) -> KnownFinding | None:
-    """The known finding that explains ``failure`` in ``program`` (where its step ran), if any."""
-    return next((k for k in KNOWN if k.explains(failure, program)), None)
+def known_finding(failure: Failure, program: Program | None = None,
+                  others: Sequence[Failure] = ()) -> KnownFinding | None:
+    """The known finding that explains ``failure`` in ``program`` (where its step ran), if any.
+    A hang of a step that waits on a step whose hang a known finding explains (one of
+    ``others``, the same run's failures) is that finding's too: it cannot end before what it
+    waits on does."""
+    found = next((k for k in KNOWN if k.explains(failure, program)), None)
+    if found is not None or failure.signature.seen is not Seen.HANG or program is None:
+        return found
+    waits_on = program.depends(failure.step) if 0 <= failure.step < len(program.steps) else frozenset()
+    return next((k for other in others if other.signature.seen is Seen.HANG and other.step in waits_on
+                 for k in KNOWN if k.explains(other, program)), None)
 
 
 def judge_step(outcome: Expected, seen: Observed) -> tuple[Seen, str] | None:

@@ -11,7 +11,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -171,7 +171,8 @@ class ProgramVerdict:
         """The failures no known finding explains (see ``findings/``): what a hunt is for. An
         outcome Ray's docs are silent on is counted apart (:attr:`undocumented`)."""
         return tuple(f for f in self.failures
-                     if known_finding(f, self.program) is None and f.signature.seen is not Seen.UNDOCUMENTED)
+                     if known_finding(f, self.program, self.failures) is None
+                     and f.signature.seen is not Seen.UNDOCUMENTED)
 
     @property
     def undocumented(self) -> tuple[Failure, ...]:
@@ -181,12 +182,13 @@ class ProgramVerdict:
     def report(self) -> str:
         """The failures (a known one with its reproduction) and the program that replays them
         (its repr is a valid Program)."""
-        lines = [f"{f.signature.label()}: {f.message}" + _known_note(f, self.program) for f in self.failures]
+        lines = [f"{f.signature.label()}: {f.message}" + _known_note(f, self.program, self.failures)
+                 for f in self.failures]
         return "\n".join([*lines, f"replay: run_program({self.program!r})"])
 
 
-def _known_note(failure: Failure, program: Program) -> str:
-    known = known_finding(failure, program)
+def _known_note(failure: Failure, program: Program, others: Sequence[Failure] = ()) -> str:
+    known = known_finding(failure, program, others)
     return f" [known: {known.script}]" if known else ""
 
 
