@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -110,11 +111,13 @@ class EngineRun:
 def checkout(revision: str) -> Iterator[Path]:
     """A detached worktree of ``revision``, removed afterwards."""
     where = Path(tempfile.mkdtemp(prefix="hunt-baseline-"))
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(where), revision], check=True)
     try:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(where), revision],
+                       check=True)
         yield where
     finally:
         subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(where)], check=False)
+        shutil.rmtree(where, ignore_errors=True)  # a worktree that was never added leaves its folder
 
 
 def python_in(tree: Path, code: str, *args: str, stdin: str = "") -> str:
