@@ -519,6 +519,7 @@ def test_calls_of_an_actor_whose_node_was_removed_follow_its_restarts_as_a_kills
 GCS = FaultKind.GCS_RESTART
 
 
+@pytest.mark.slow  # 6-7 s of drawing: make test's budget
 def test_gcs_restarts_are_drawn_only_where_asked_for_several_in_a_program() -> None:
     twice = find(programs(gcs_restart=True), lambda p: sum(f.kind.restarts_gcs for f in p.faults) > 1,
                  settings=DRAWN)  # a GCS SIGKILL or a Redis fault, each restarting the GCS
