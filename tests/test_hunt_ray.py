@@ -324,3 +324,16 @@ def test_generated_programs_under_faults_keep_to_the_oracle(ray_cluster: Cluster
         event(f"failure: {failure.signature.label()}")
     target(verdict.slowest, label="slowest get (s)")
     assert not verdict.new, verdict.report()
+
+
+def test_a_driver_job_still_alive_is_not_taken_for_ended(ray_cluster: ClusterHandle) -> None:
+    """The second job's end is read back from the GCS's job table: this driver's own job, alive,
+    fails the wait (and an id the table does not have, too) rather than passing it."""
+    import ray
+
+    from scenarios.hunt._job import JobFailed, ended
+
+    with pytest.raises(JobFailed, match=r"did not mark job \w+ dead within 0.3 s"):
+        ended(ray.get_runtime_context().get_job_id(), bound=0.3)
+    with pytest.raises(JobFailed, match="did not mark job ffffffff dead"):
+        ended("ffffffff", bound=0.3)

@@ -15,7 +15,6 @@ Messages cross a pipe between live processes (``multiprocessing``): nothing is r
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import enum
 import multiprocessing
 import signal
@@ -28,6 +27,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from scenarios.hunt._job import die_with_parent
 from scenarios.hunt._run import NODE_BOUND, NODE_STORE, ProgramVerdict, add_removable_node
 
 #: The object store (MiB) of the head and the nodes faulting RPCs: small, so object-store
@@ -242,7 +242,8 @@ def _hunter(pipe: Connection, setup: HuntSetup, minutes: float, hunters: int) ->
     each program given until told to stop; say each verdict, and the end (the ``hunters``
     clusters start one after another: the first waits for the last). Told to stop (the end of
     its pipe, between programs) or SIGTERMed, it stops its cluster and ends."""
-    _die_with_parent()
+    # SIGTERM, not SIGKILL: it stops its cluster on the way out (SIGKILLed, the cluster's reaper does).
+    die_with_parent(signal.SIGTERM)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # the cluster's teardown runs on the way out
     try:
         with hunt_cluster(setup) as cluster:
@@ -286,13 +287,6 @@ def _given(pipe: Connection, setup: HuntSetup, cluster: Any, send: Callable[[Pro
         send(_run(program_from(text), setup, cluster))
         if not pipe.poll(PROGRAM_BOUND):
             raise HunterFailed(f"no program nor stop within {PROGRAM_BOUND:g} s of the last verdict")
-
-
-def _die_with_parent() -> None:
-    """SIGTERM this process when the one that started it dies, however it dies: it stops its
-    cluster on the way out (and, SIGKILLed, leaves it to the cluster's reaper)."""
-    pr_set_pdeathsig = 1
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def _run(program: Any, setup: HuntSetup, cluster: Any) -> ProgramVerdict:

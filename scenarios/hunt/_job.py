@@ -49,10 +49,12 @@ class JobFailed(RuntimeError):
 
 
 def make_by_job(spec: JobSpec) -> Made:
-    """Run the job (it dies with this process: ``PR_SET_PDEATHSIG``, set as it starts); what it made.
+    """Run the job (it dies with this process: ``PR_SET_PDEATHSIG``, set as it starts); what it
+    made, once the GCS says the job ended (this process is a driver of the same cluster).
 
     Raises:
-        JobFailed: it exited otherwise than 0 or said nothing, or ran past :data:`JOB_BOUND`."""
+        JobFailed: it exited otherwise than 0 or said nothing, ran past :data:`JOB_BOUND`, or
+            was not marked dead within it."""
     root = str(Path(__file__).resolve().parents[2])  # the checkout this hunt runs: its workers import it
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
     try:
@@ -64,16 +66,36 @@ def make_by_job(spec: JobSpec) -> Made:
     if done.returncode != 0 or len(said) < 2:
         raise JobFailed(f"the job making actor {spec.name!r} exited {done.returncode}, saying {done.stdout!r}: "
                         f"{done.stderr[-2000:]}")
-    return Made(job=said[-2], actor=said[-1])
+    made = Made(job=said[-2], actor=said[-1])
+    ended(made.job)
+    return made
 
 
-def _die_with_parent() -> None:
-    """In the job's process, first thing (not a ``preexec_fn``: the driver has threads): SIGKILL
-    it when the hunt's driver, which started it, dies."""
+def ended(job: str, *, bound: float = JOB_BOUND) -> None:
+    """Wait (``bound`` s) until the GCS's job table says driver job ``job`` (hex) is dead: Ray
+    marks a job finished once its driver's disconnect reaches the GCS, after the process exits.
+
+    Raises:
+        JobFailed: it was not."""
+    from ray._private import state
+
+    from chaos import wait_until
+    from chaos.errors import HangError
+
+    try:
+        wait_until(lambda: any(j["JobID"] == job and j["IsDead"] for j in state.state.job_table()),
+                   timeout=bound, interval=0.05, what=f"job {job} to be marked dead")
+    except HangError:
+        raise JobFailed(f"the GCS did not mark job {job} dead within {bound:g} s of its driver's exit") from None
+
+
+def die_with_parent(signum: int) -> None:
+    """Have the kernel send this process ``signum`` when the process (thread) that started it
+    dies, however it dies (``PR_SET_PDEATHSIG``). Called first thing in the child, not as a
+    ``preexec_fn``: a driver has threads."""
     import ctypes
-    import signal
 
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signum)  # 1: PR_SET_PDEATHSIG
 
 
 def _main(spec: JobSpec) -> str:
@@ -97,5 +119,7 @@ def _main(spec: JobSpec) -> str:
 
 
 if __name__ == "__main__":
-    _die_with_parent()
+    import signal
+
+    die_with_parent(signal.SIGKILL)  # a job left without its hunt's driver has nothing to do
     print(_main(JobSpec(**json.loads(sys.argv[1]))), flush=True)

@@ -142,8 +142,8 @@ class ProgramVerdict:
     phases: tuple[tuple[Phase, float], ...] = ()
     #: Seconds each fault took to land or miss (part of the DRIVE phase), by its kind.
     landing: tuple[tuple[FaultKind, float], ...] = ()
-    #: The away tasks seen to take or make a value bigger than their node's store (confirmed:
-    #: one of their processes was a worker of the removable node, whose store is smaller).
+    #: The away tasks seen to take or make a value bigger than their node's store (confirmed: each
+    #: returned its value, and one of its processes was a worker of the removable node).
     beyond: tuple[int, ...] = ()
 
     @property
@@ -381,7 +381,6 @@ class Interpreter:
             if handle._actor_id.hex() != made.actor:  # fail closed: the name must find that job's actor
                 raise JobFailed(f"the name {self.name(index)!r} found actor {handle._actor_id.hex()}, not "
                                 f"{made.actor}, the one the job made")
-            _job_ended(made.job)
         except Exception:
             with contextlib.suppress(Exception):  # best effort: a detached actor outlives the job
                 ray.kill(ray.get_actor(self.name(index)))
@@ -954,10 +953,8 @@ class Interpreter:
             return ()
         workers = {p.pid for p in _node_workers(nodes[0])}
         return tuple(i for i in sorted(self.program.away()) if self._returned(i) and self._pids(i) & workers
-                     and max(self.program.size(j) for j in (i, *(a.source for a in self._args_of(i)))) > store)
-
-    def _args_of(self, index: int) -> tuple[Arg, ...]:
-        return tuple(getattr(self.program.steps[index], "args", ()))
+                     and max(self.program.size(j) for j in (i, *(a.source for a in getattr(
+                         self.program.steps[i], "args", ())))) > store)
 
     def _returned(self, index: int) -> bool:
         """Did step ``index``'s get give a value (no exception, no hang)?"""
@@ -1112,25 +1109,6 @@ class Interpreter:
                 remove_placement_group(group)
             except Exception:  # noqa: BLE001 - best effort: a group outlives its job at most
                 pass
-
-
-def _job_ended(job: str) -> None:
-    """Wait (bounded) until the GCS's job table says driver job ``job`` (hex) is dead: Ray marks
-    a job finished once its driver's disconnect reaches the GCS, after the process exits.
-
-    Raises:
-        JobFailed: it was not, within ``_job.JOB_BOUND``."""
-    from ray._private import state
-
-    from chaos import wait_until
-    from chaos.errors import HangError
-    from scenarios.hunt._job import JOB_BOUND, JobFailed
-
-    try:
-        wait_until(lambda: any(j["JobID"] == job and j["IsDead"] for j in state.state.job_table()),
-                   timeout=JOB_BOUND, interval=0.05, what=f"job {job} to be marked dead")
-    except HangError:
-        raise JobFailed(f"the GCS did not mark job {job} dead within {JOB_BOUND:g} s of its driver's exit") from None
 
 
 def add_removable_node(cluster: Any) -> None:
