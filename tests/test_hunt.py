@@ -1105,7 +1105,7 @@ def test_a_streams_fault_is_a_worker_kill_landing_as_it_is_consumed() -> None:
 def test_a_worker_running_the_hunts_actors_imports_neither_hypothesis_nor_pydantic_nor_the_oracle() -> None:
     """Every actor a program makes starts a worker that imports the module defining it: with the
     packages' names loaded eagerly it paid 1.2 s more (a fresh actor answered in 2.7 s, 1.4 s
-    without: Ray 2.60, 2026-12-06), which every program's probe paid again."""
+    without: Ray 2.60, 2026-12-06)."""
     import subprocess
     import sys
 

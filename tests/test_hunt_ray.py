@@ -217,6 +217,29 @@ def _raylet(node_id: str) -> int:
     return found[0]
 
 
+@pytest.mark.slow  # 4 s: make test's budget
+def test_the_probe_actor_is_kept_across_programs_and_one_that_does_not_answer_is_replaced(
+        ray_cluster: ClusterHandle) -> None:
+    """The cluster's probe actor is made once and asked after every program (no fresh worker
+    each time); planted: killed between programs, the next program is judged unusable, and the
+    one after that makes a new probe and is green."""
+    import ray
+
+    from scenarios.hunt._run import _PROBE
+
+    def probe_id() -> str:
+        (probe,) = _PROBE.values()
+        return str(probe._actor_id.hex())
+
+    assert run_program(PLAIN, address=ray_cluster.address).ok
+    first = probe_id()
+    assert run_program(PLAIN, address=ray_cluster.address).ok and probe_id() == first
+    ray.kill(next(iter(_PROBE.values())), no_restart=True)
+    assert seen(run_program(PLAIN, address=ray_cluster.address)) == {(Seen.CLUSTER_UNUSABLE, "")}
+    assert not _PROBE  # the probe that did not answer is forgotten
+    assert run_program(PLAIN, address=ray_cluster.address).ok and probe_id() != first
+
+
 def test_workers_started_ahead_are_taken_by_the_next_actor_and_never_by_the_probe(ray_cluster: ClusterHandle) -> None:
     """The pool the hunt keeps: the raylet starts a worker on request, an actor made next runs in
     a worker that was already there (not one started for it), the probe's actor never does, and

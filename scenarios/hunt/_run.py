@@ -72,8 +72,11 @@ HUNT_NODE = "hunt_node"
 #: The resource the head of a ``local_cluster`` of several nodes has: every other step asks for it.
 HEAD = "rc_head"
 #: The probe actor's runtime env: no worker the pool started ahead (for the job's own env) matches
-#: it, so the raylet starts one for it, after the program's faults.
+#: it, so the raylet starts one for it, and the pool keeps its count.
 PROBE_ENV = {"env_vars": {"RAYCHAOS_HUNT_PROBE": "1"}}
+#: This driver's probe actor, by its cluster's address and the driver's worker id (a driver of
+#: another connection is another key): one at a time, as a driver is connected to one cluster.
+_PROBE: dict[tuple[str, str], Any] = {}
 #: Seconds a GCS restart keeps the GCS down before starting it again.
 GCS_DOWN = 0.5
 #: Seconds a cancelled running task has to end before the driver releases it anyway (then a
@@ -236,7 +239,7 @@ class Interpreter:
     replacement_failed: str | None = None
     #: Streams being consumed: their generator, and the items taken so far.
     streams: dict[int, _Taking] = field(default_factory=dict)
-    #: The probe's fresh actor (or what making it raised), made once every fault has landed.
+    #: The cluster's probe actor (or what making it raised): made after the first program's faults, kept.
     probe: Any = None
     #: Seconds each fault took to land (or miss), by its kind, in the order they came.
     landing: list[tuple[FaultKind, float]] = field(default_factory=list)
@@ -252,7 +255,7 @@ class Interpreter:
             self.marks = marks
             try:
                 failures = clock.timed(Phase.DRIVE, self._drive)
-                clock.timed(Phase.PROBE, self._start_probe)  # every fault has landed: it starts while the gets wait
+                clock.timed(Phase.PROBE, self._start_probe)  # faults landed: a new one starts as the gets wait
                 clock.timed(Phase.REPLACE, lambda: self.replace_late(due_or_not=True))
                 failures += clock.timed(Phase.OBSERVE, self._observe_all)
                 beyond = self._beyond_store()  # while the processes that ran them live
@@ -261,11 +264,8 @@ class Interpreter:
                 clock.timed(Phase.REPLACE, lambda: self.replace_late(due_or_not=True))
                 clock.timed(Phase.CLEAN_UP, self._clean_up)
             self._judge_rpc_failures(injections)  # before the probe: its failures carry the fault
-            try:
-                unusable = clock.timed(Phase.PROBE, self._cluster_usable)  # once what it left running is cancelled
-                failures += unusable
-            finally:
-                self._kill_probe()
+            unusable = clock.timed(Phase.PROBE, self._cluster_usable)  # once what it left running is cancelled
+            failures += unusable
             if not unusable:  # every fault has landed and the probe answered: workers for the next program
                 clock.timed(Phase.WARM, self._warm)
             processes = self.processes()  # while the marks are there
@@ -646,8 +646,6 @@ class Interpreter:
 
     def _actor_pid(self, index: int) -> int | None:
         """The process actor ``index`` runs in now (Ray's State API), once it is alive (bounded)."""
-        from ray.util.state import get_actor
-
         from chaos import wait_until
         from chaos.errors import HangError
 
@@ -655,10 +653,10 @@ class Interpreter:
 
         def alive() -> int | None:
             """Its pid once alive; -1 once dead (for good: its constructor failed), so the wait ends."""
-            state = get_actor(actor_id, address=self.address, timeout=int(self.bound))
-            if state is not None and state.state == "DEAD":
+            row = actor_row(actor_id)
+            if row is not None and row.state == "DEAD":
                 return -1
-            return state.pid if state is not None and state.state == "ALIVE" and state.pid else None
+            return row.pid if row is not None and row.state == "ALIVE" and row.pid else None
 
         try:
             pid = int(wait_until(alive, timeout=self.bound, interval=0.05, what=f"actor {index} to be alive"))
@@ -794,15 +792,13 @@ class Interpreter:
         """True unless ``fault`` removes an actor's node and the actor is not alive there (Ray's
         State API, within the bound): a removal before it came up, or of another node, would hit
         nothing the oracle judges (its creation would be rescheduled, not a restart)."""
-        from ray.util.state import get_actor
-
         if not fault.kind.kills_actor:
             return True
         index, nodes = self.program.actor_of(fault), self._removable()
         if len(nodes) != 1 or self._actor_pid(index) is None:
             return False
-        state = get_actor(self.refs[index]._actor_id.hex(), address=self.address, timeout=int(self.bound))
-        return state is not None and state.state == "ALIVE" and state.node_id == nodes[0].node_id
+        row = actor_row(self.refs[index]._actor_id.hex())
+        return row is not None and row.state == "ALIVE" and row.node_id == nodes[0].node_id
 
     def _grouped_on_node(self, fault: Fault) -> bool:
         """True unless ``fault`` removes a grouped actor's node and its bundle is not placed
@@ -1015,16 +1011,22 @@ class Interpreter:
         return max(LAST_LOOK, self.bound - (time.monotonic() - started))
 
     def _start_probe(self) -> None:
-        """Create the probe's fresh actor (on the head, no CPU) once every fault has landed, while
-        the driver gets the program's values; :meth:`_cluster_usable` asks it. Its runtime env
-        (:data:`PROBE_ENV`) is its own, so it never takes a worker started ahead (:meth:`_warm`):
-        its worker process starts after this program's faults, as the probe must show it can."""
+        """The cluster's probe actor (on the head, no CPU): made once every fault of the driver's
+        first program on the cluster has landed (it starts while the gets wait), then kept and
+        asked after every program (:meth:`_cluster_usable`); one that did not answer is killed,
+        and the next program makes a new one. Its runtime env (:data:`PROBE_ENV`) is its own, so
+        it never takes a worker started ahead (:meth:`_warm`)."""
         from scenarios.hunt._remote import HuntProbe, remote
 
-        try:  # on the head: the probe asks whether the cluster answers, not the faulty nodes
-            self.probe = remote(HuntProbe).options(resources=self.placement(-1), runtime_env=PROBE_ENV).remote()
-        except Exception as exc:  # noqa: BLE001 - a finding, whatever it is: judged by the probe
-            self.probe = exc
+        key = _probe_key(self.address)
+        if _PROBE.get(key) is None:
+            _PROBE.clear()  # one driver, one cluster: another key's probe went with its cluster
+            try:  # on the head: the probe asks whether the cluster answers, not the faulty nodes
+                _PROBE[key] = remote(HuntProbe).options(resources=self.placement(-1), runtime_env=PROBE_ENV).remote()
+            except Exception as exc:  # noqa: BLE001 - a finding, whatever it is: judged by the probe
+                self.probe = exc
+                return
+        self.probe = _PROBE[key]
 
     def _warm(self) -> None:
         """Top the head's idle workers up (``_pool``) for the next program's actors and held
@@ -1046,7 +1048,7 @@ class Interpreter:
             pass
 
     def _cluster_usable(self) -> list[Failure]:
-        """A trivial task and the fresh actor (made once the faults landed) answer within :data:`PROBE_BOUND`."""
+        """A trivial task and the cluster's probe actor (:meth:`_start_probe`) answer within :data:`PROBE_BOUND`."""
         import ray
 
         from scenarios.hunt._remote import hunt_ping, remote
@@ -1062,18 +1064,19 @@ class Interpreter:
             Failure(Signature(None, self._fault_kinds(), Seen.CLUSTER_UNUSABLE), -1, self.replacement_failed)]
         if answers == [7, 8]:
             return lost
+        self._forget_probe()
         return [*lost, Failure(Signature(None, self._fault_kinds(), Seen.CLUSTER_UNUSABLE), -1,
                                f"a trivial task and actor answered {answers!r} within {PROBE_BOUND:g} s")]
 
-    def _kill_probe(self) -> None:
-        """The probe's actor outlives no program (best effort: a cluster that lost it already is judged)."""
+    def _forget_probe(self) -> None:
+        """Kill the probe actor that did not answer (best effort: a cluster that lost it already
+        is judged), so the next program makes a new one rather than ask it again."""
         import ray
 
-        if not isinstance(self.probe, Exception | None):
-            try:
-                ray.kill(self.probe)
-            except Exception:  # noqa: BLE001 - best effort, see above
-                pass
+        stale = _PROBE.pop(_probe_key(self.address), None)
+        if stale is not None:
+            with contextlib.suppress(Exception):
+                ray.kill(stale)
 
     def _fault_kinds(self) -> tuple[FaultKind, ...]:
         return tuple(sorted({f.kind for f in self.landed}, key=lambda k: k.value))
@@ -1117,6 +1120,34 @@ def add_removable_node(cluster: Any) -> None:
     cluster.add_node(num_cpus=1, object_store_memory=REMOVABLE_STORE, resources={HUNT_NODE: 100.0},
                      **shared_host_worker_args())
     cluster.wait_for_nodes(timeout=NODE_BOUND)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ActorRow:
+    """An actor as the GCS's actor table has it: its state (``ALIVE``, ``RESTARTING``, ``DEAD``,
+    ...), the pid it runs in (0 before it does) and its node's id."""
+
+    state: str
+    pid: int
+    node_id: str
+
+
+def actor_row(actor_id: str) -> ActorRow | None:
+    """Actor ``actor_id`` (hex) as the connected driver's GCS has it, None when it knows none:
+    one GCS call, where the State API's ``get_actor`` goes through the dashboard (about 30 ms of
+    its CPU and the driver's each, polled every 50 ms while a fault waits for its victim)."""
+    from ray._private import state
+
+    row = state.state.actor_table(actor_id)
+    if not row:
+        return None
+    return ActorRow(state=str(row["State"]), pid=int(row["Pid"]), node_id=str(row["Address"]["NodeID"]))
+
+
+def _probe_key(address: str) -> tuple[str, str]:
+    import ray
+
+    return address, ray.get_runtime_context().get_worker_id()
 
 
 def _ended(ref: Any) -> bool:
