@@ -198,7 +198,7 @@ def test_a_ray_kill_or_a_call_cancel_without_its_evidence_is_missed(ray_cluster:
                    (Fault(FaultKind.RAY_KILL, 1, 2),))
     verdict = run_program(dead, address=ray_cluster.address)
     assert list(verdict.missed) == list(dead.faults)
-    # Missed as soon as the State API says the actor is dead, not once the 30 s bound is spent.
+    # Missed as soon as the GCS says the actor is dead, not once the 30 s bound is spent.
     assert [kind for kind, seconds in verdict.landing if seconds < BOUND / 3] == [FaultKind.RAY_KILL], verdict.landing
     monkeypatch.setattr(run, "CANCEL_BOUND", 2.0)
     for asynchronous in (False, True):  # a regular call's flag unseen; an async call's CancelledError unseen

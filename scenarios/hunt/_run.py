@@ -662,7 +662,23 @@ class Interpreter:
             pid = int(wait_until(alive, timeout=self.bound, interval=0.05, what=f"actor {index} to be alive"))
         except HangError:
             return None  # it never came up within the bound: nothing to kill
-        return pid if pid > 0 else None  # dead: nothing to kill
+        return pid if pid > 0 and self._came_up(index, pid) else None  # dead: nothing to kill
+
+    def _came_up(self, index: int, pid: int) -> bool:
+        """Did actor ``index``'s constructor run, in process ``pid``? ALIVE is no evidence: the
+        GCS shows an actor whose constructor's argument failed ALIVE for a moment before DEAD
+        (Ray 2.60; a poll of every 50 ms saw it). One of its calls ran there (its pid mark, also
+        a call held running), or a method call answers (bounded), as only a constructed actor's does."""
+        import ray
+
+        calls = [i for i, step in enumerate(self.program.steps) if isinstance(step, Call) and step.actor == index]
+        if any(pid in self._pids(i) for i in calls):
+            return True
+        try:
+            ray.get(self.refs[index].__ray_ready__.remote(), timeout=self.bound)
+        except Exception:  # noqa: BLE001 - its constructor failed, or it never answered: not up
+            return False
+        return True
 
     def remove_node(self, replace_after: float = 0.0) -> bool:
         """Remove the cluster's one HUNT_NODE node at once (its raylet and workers SIGKILLed),
