@@ -1346,6 +1346,24 @@ def test_a_gcs_down_at_a_kill_may_spend_a_calls_finite_retries_as_a_slow_restart
     assert outcome is not None and not outcome.errors  # restarted before the GCS went down
 
 
+def test_a_task_hang_under_an_object_node_removal_is_known_only_before_ray_2_51(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The class fixed since Ray 2.51 (findings/lost_object_rebuilt_late_after_node_removal.py) is
+    known on older releases only: on 2.51 and later it is new again."""
+    import chaos.cluster
+
+    program = Program((Put(1), Task(2, (Arg(0),), max_retries=1, size=256 << 10), Task(3, (Arg(1),))),
+                      (Fault(FaultKind.OBJECT_NODE_REMOVAL, 1, 1),))
+    hung = Failure(Signature(StepKind.TASK, (FaultKind.OBJECT_NODE_REMOVAL,), Seen.HANG), 2, "hung")
+    for release, known in (((2, 50), True), ((2, 51), False), ((2, 60), False)):
+        monkeypatch.setattr(chaos.cluster, "ray_minor", lambda release=release: release)
+        found = known_finding(hung, program)
+        assert (found is not None and found.script.endswith("lost_object_rebuilt_late_after_node_removal.py")) is known
+    monkeypatch.setattr(chaos.cluster, "ray_minor", lambda: (2, 50))
+    other = Failure(Signature(StepKind.TASK, (FaultKind.NODE_REMOVAL,), Seen.HANG), 2, "hung")
+    assert known_finding(other, program) is None  # not the fault the script shows
+
+
 def test_a_grouped_actors_call_hang_is_known_only_under_a_gcs_fault_and_only_for_a_grouped_actor() -> None:
     def known(grouped: bool, kind: FaultKind) -> KnownFinding | None:
         program = Program((Actor(9, grouped=grouped), Call(0, 6)), (Fault(kind, 1, 1),))
