@@ -26,8 +26,10 @@ detection and 2 of 2 with the hunt's; with ``--bound 120`` the value came 60.2 s
 removal; with ``--late 0`` (the replacement at once) still past 30 s; the head's raylet logged the
 resubmitted task's lease as unschedulable 0.3 s after the node was declared dead, then the
 replacement alive 1.9 s later, and nothing more until the task ran. ``--retry``: 0 of 5
-(5.1-6.1 s). Ray 2.51.2, 2.52.1, 2.55.1, 2.58.1 and 2.60.0: 0 of 2 each (2.60.0: 6.8-6.9 s after
-the removal; 16-17 s with Ray's default failure detection).
+(5.1-6.1 s); with ``--retry-delay-ms 4000 --late 8`` (the retry asked for after the node was
+declared dead), 0 of 2 (8.1 and 9.1 s: it ran as the replacement joined). Ray 2.51.2, 2.52.1,
+2.55.1, 2.58.1 and 2.60.0: 0 of 2 each (2.60.0: 6.8-6.9 s after the removal; 16-17 s with Ray's
+default failure detection).
 
     python findings/lost_object_rebuilt_late_after_node_removal.py [--retry] [--late S] [--bound S] [rounds]
 """
