@@ -74,7 +74,7 @@ FINDINGS = (
     Finding(script="actor_call_hangs_after_gcs_restart_with_rpc_failures.py", args=("1",), deadline=420),
     Finding(script="stream_item_late_with_rpc_failures.py", args=("--tries", "60"), deadline=900),
     Finding(script="group_actor_pending_after_gcs_restart.py", args=("1",), deadline=420),
-    Finding(script="lost_object_rebuilt_late_after_node_removal.py", args=("2",), deadline=300),
+    Finding(script="task_rerun_late_after_node_removal.py", args=("2",), deadline=300),
 )
 
 

@@ -1346,10 +1346,9 @@ def test_a_gcs_down_at_a_kill_may_spend_a_calls_finite_retries_as_a_slow_restart
     assert outcome is not None and not outcome.errors  # restarted before the GCS went down
 
 
-def test_a_task_hang_under_an_object_node_removal_is_known_only_before_ray_2_51(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """The class fixed since Ray 2.51 (findings/lost_object_rebuilt_late_after_node_removal.py) is
-    known on older releases only: on 2.51 and later it is new again."""
+def test_a_task_hang_under_a_node_removal_is_known_only_before_ray_2_51(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The classes not seen since Ray 2.51 (findings/task_rerun_late_after_node_removal.py) are
+    known on older releases only, for the tasks its script shows: on 2.51 and later they are new."""
     import chaos.cluster
 
     program = Program((Put(1), Task(2, (Arg(0),), max_retries=1, size=256 << 10), Task(3, (Arg(1),))),
@@ -1358,10 +1357,19 @@ def test_a_task_hang_under_an_object_node_removal_is_known_only_before_ray_2_51(
     for release, known in (((2, 50), True), ((2, 51), False), ((2, 60), False)):
         monkeypatch.setattr(chaos.cluster, "ray_minor", lambda release=release: release)
         found = known_finding(hung, program)
-        assert (found is not None and found.script.endswith("lost_object_rebuilt_late_after_node_removal.py")) is known
+        assert (found is not None and found.script.endswith("task_rerun_late_after_node_removal.py")) is known
     monkeypatch.setattr(chaos.cluster, "ray_minor", lambda: (2, 50))
     other = Failure(Signature(StepKind.TASK, (FaultKind.NODE_REMOVAL,), Seen.HANG), 2, "hung")
     assert known_finding(other, program) is None  # not the fault the script shows
+    apart = Program((*program.steps, Task(4, (Arg(0),))), program.faults)
+    assert known_finding(Failure(hung.signature, 3, "hung"), apart) is None  # not given the lost value
+    assert known_finding(Failure(hung.signature, 1, "hung"), program) is None  # the victim's own retry
+    removed = Program((Task(1, max_retries=1), Task(2)), (Fault(FaultKind.NODE_REMOVAL, 0, 1),))
+    retried = Failure(Signature(StepKind.TASK, (FaultKind.NODE_REMOVAL,), Seen.HANG), 0, "hung")
+    assert known_finding(retried, removed) is not None  # the removed node's own task, retried
+    assert known_finding(Failure(retried.signature, 1, "hung"), removed) is None  # not the victim
+    monkeypatch.setattr(chaos.cluster, "ray_minor", lambda: (2, 60))
+    assert known_finding(retried, removed) is None
 
 
 def test_a_grouped_actors_call_hang_is_known_only_under_a_gcs_fault_and_only_for_a_grouped_actor() -> None:

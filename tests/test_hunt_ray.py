@@ -221,8 +221,9 @@ def _raylet(node_id: str) -> int:
 def test_the_probe_actor_is_kept_across_programs_and_one_that_does_not_answer_is_replaced(
         ray_cluster: ClusterHandle) -> None:
     """The cluster's probe actor is made once and asked after every program (no fresh worker
-    each time); planted: killed between programs, the next program is judged unusable, and the
-    one after that makes a new probe and is green."""
+    each time), and made afresh after a program in which a GCS fault landed; planted: killed
+    between programs, the next program is judged unusable, and the one after that makes a new
+    probe and is green."""
     import ray
 
     from scenarios.hunt._run import _PROBE
@@ -238,6 +239,10 @@ def test_the_probe_actor_is_kept_across_programs_and_one_that_does_not_answer_is
     assert seen(run_program(PLAIN, address=ray_cluster.address)) == {(Seen.CLUSTER_UNUSABLE, "")}
     assert not _PROBE  # the probe that did not answer is forgotten
     assert run_program(PLAIN, address=ray_cluster.address).ok and probe_id() != first
+    second, after_gcs = probe_id(), Interpreter(PLAIN, ray_cluster.address)
+    after_gcs.landed.append(Fault(FaultKind.GCS_RESTART, 0, 0))  # as if it landed: only the probe is asked
+    after_gcs._start_probe()
+    assert probe_id() not in (first, second) and after_gcs._cluster_usable() == []
 
 
 def test_workers_started_ahead_are_taken_by_the_next_actor_and_never_by_the_probe(ray_cluster: ClusterHandle) -> None:

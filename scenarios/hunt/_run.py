@@ -77,6 +77,10 @@ PROBE_ENV = {"env_vars": {"RAYCHAOS_HUNT_PROBE": "1"}}
 #: This driver's probe actor, by its cluster's address and the driver's worker id (a driver of
 #: another connection is another key): one at a time, as a driver is connected to one cluster.
 _PROBE: dict[tuple[str, str], Any] = {}
+#: Seconds an actor seen ALIVE has to answer a method call before it counts as never constructed.
+READY_BOUND = 5.0
+#: Seconds one read of the GCS's actor table may take (the GCS answers in milliseconds when up).
+ROW_BOUND = 5.0
 #: Seconds a GCS restart keeps the GCS down before starting it again.
 GCS_DOWN = 0.5
 #: Seconds a cancelled running task has to end before the driver releases it anyway (then a
@@ -645,7 +649,8 @@ class Interpreter:
         return _exits_within(pid, KILL_BOUND)
 
     def _actor_pid(self, index: int) -> int | None:
-        """The process actor ``index`` runs in now (Ray's State API), once it is alive (bounded)."""
+        """The process actor ``index`` runs in now (the GCS's actor table), once it is alive and
+        came up there (bounded); None when it did not, or moved to another process meanwhile."""
         from chaos import wait_until
         from chaos.errors import HangError
 
@@ -662,20 +667,25 @@ class Interpreter:
             pid = int(wait_until(alive, timeout=self.bound, interval=0.05, what=f"actor {index} to be alive"))
         except HangError:
             return None  # it never came up within the bound: nothing to kill
-        return pid if pid > 0 and self._came_up(index, pid) else None  # dead: nothing to kill
+        if pid <= 0 or not self._came_up(index, pid):
+            return None  # dead, or never constructed: nothing to kill
+        row = actor_row(actor_id)  # fail closed: a restart while it was asked is another process
+        return pid if row is not None and row.state == "ALIVE" and row.pid == pid else None
 
     def _came_up(self, index: int, pid: int) -> bool:
         """Did actor ``index``'s constructor run, in process ``pid``? ALIVE is no evidence: the
         GCS shows an actor whose constructor's argument failed ALIVE for a moment before DEAD
         (Ray 2.60; a poll of every 50 ms saw it). One of its calls ran there (its pid mark, also
-        a call held running), or a method call answers (bounded), as only a constructed actor's does."""
+        a call held running), or a method call answers within :data:`READY_BOUND`, as only a
+        constructed actor's does (one queued behind a call still waiting on its arguments does
+        not: not up, so the fault is missed)."""
         import ray
 
         calls = [i for i, step in enumerate(self.program.steps) if isinstance(step, Call) and step.actor == index]
         if any(pid in self._pids(i) for i in calls):
             return True
         try:
-            ray.get(self.refs[index].__ray_ready__.remote(), timeout=self.bound)
+            ray.get(self.refs[index].__ray_ready__.remote(), timeout=READY_BOUND)
         except Exception:  # noqa: BLE001 - its constructor failed, or it never answered: not up
             return False
         return True
@@ -805,16 +815,15 @@ class Interpreter:
         return spilled
 
     def _actor_on_node(self, fault: Fault) -> bool:
-        """True unless ``fault`` removes an actor's node and the actor is not alive there (Ray's
-        State API, within the bound): a removal before it came up, or of another node, would hit
-        nothing the oracle judges (its creation would be rescheduled, not a restart)."""
+        """True unless ``fault`` removes an actor's node and the actor is not alive there (the
+        GCS's actor table, within the bound): a removal before it came up, or of another node,
+        would hit nothing the oracle judges (its creation would be rescheduled, not a restart)."""
         if not fault.kind.kills_actor:
             return True
         index, nodes = self.program.actor_of(fault), self._removable()
-        if len(nodes) != 1 or self._actor_pid(index) is None:
-            return False
-        row = actor_row(self.refs[index]._actor_id.hex())
-        return row is not None and row.state == "ALIVE" and row.node_id == nodes[0].node_id
+        pid = self._actor_pid(index) if len(nodes) == 1 else None
+        row = actor_row(self.refs[index]._actor_id.hex()) if pid is not None else None
+        return row is not None and row.state == "ALIVE" and row.pid == pid and row.node_id == nodes[0].node_id
 
     def _grouped_on_node(self, fault: Fault) -> bool:
         """True unless ``fault`` removes a grouped actor's node and its bundle is not placed
@@ -1030,11 +1039,15 @@ class Interpreter:
         """The cluster's probe actor (on the head, no CPU): made once every fault of the driver's
         first program on the cluster has landed (it starts while the gets wait), then kept and
         asked after every program (:meth:`_cluster_usable`); one that did not answer is killed,
-        and the next program makes a new one. Its runtime env (:data:`PROBE_ENV`) is its own, so
-        it never takes a worker started ahead (:meth:`_warm`)."""
+        and the next program makes a new one. After a program in which a GCS or Redis fault
+        landed it is made afresh: a new actor shows the GCS still places one and a worker still
+        starts. Its runtime env (:data:`PROBE_ENV`) is its own, so it never takes a worker
+        started ahead (:meth:`_warm`)."""
         from scenarios.hunt._remote import HuntProbe, remote
 
         key = _probe_key(self.address)
+        if any(f.kind.restarts_gcs for f in self.landed):
+            self._forget_probe()
         if _PROBE.get(key) is None:
             _PROBE.clear()  # one driver, one cluster: another key's probe went with its cluster
             try:  # on the head: the probe asks whether the cluster answers, not the faulty nodes
@@ -1085,8 +1098,8 @@ class Interpreter:
                                f"a trivial task and actor answered {answers!r} within {PROBE_BOUND:g} s")]
 
     def _forget_probe(self) -> None:
-        """Kill the probe actor that did not answer (best effort: a cluster that lost it already
-        is judged), so the next program makes a new one rather than ask it again."""
+        """Kill the kept probe actor (best effort: a cluster that lost it already is judged), so
+        a new one is made rather than it asked again."""
         import ray
 
         stale = _PROBE.pop(_probe_key(self.address), None)
@@ -1149,12 +1162,20 @@ class ActorRow:
 
 
 def actor_row(actor_id: str) -> ActorRow | None:
-    """Actor ``actor_id`` (hex) as the connected driver's GCS has it, None when it knows none:
-    one GCS call, where the State API's ``get_actor`` goes through the dashboard (about 30 ms of
-    its CPU and the driver's each, polled every 50 ms while a fault waits for its victim)."""
+    """Actor ``actor_id`` (hex) as the connected driver's GCS has it, None when it knows none or
+    did not answer within :data:`ROW_BOUND`: one GCS call, where the State API's ``get_actor``
+    goes through the dashboard (about 30 ms of its CPU and the driver's each, polled every 50 ms
+    while a fault waits for its victim). Ray's accessor waits on the GCS without a deadline, so
+    the call runs on a daemon thread of its own, awaited for the bound (one left waiting on a
+    GCS that never answers holds no exit)."""
     from ray._private import state
 
-    row = state.state.actor_table(actor_id)
+    answer: list[Any] = []
+    reader = threading.Thread(target=lambda: answer.append(state.state.actor_table(actor_id)),
+                              name="hunt-gcs-read", daemon=True)
+    reader.start()
+    reader.join(ROW_BOUND)
+    row = answer[0] if answer else None  # none yet (or the read raised): the poll asks again
     if not row:
         return None
     return ActorRow(state=str(row["State"]), pid=int(row["Pid"]), node_id=str(row["Address"]["NodeID"]))
