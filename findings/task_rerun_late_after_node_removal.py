@@ -20,7 +20,8 @@ Ray's smallest). A task (``max_retries=1``) asking for ``victim`` returns a 256 
 Ray's 100 KiB inline limit: it lives in that node's store) and ends; the node is removed
 (``allow_graceful=False``), a task on the head is given the value, and after ``--late`` seconds a
 replacement node with the same resources joins. A round reproduces when the head's task gives no
-value within ``--bound`` s of the removal (30: the hunt's). ``--retry``: the task on the node is
+value within ``--bound`` s of the removal (30: the hunt's); a round whose replacement took more than
+``--late`` + 10 s to join, or whose task did not end first, is not counted. ``--retry``: the task on the node is
 held running (a file marks it started; it waits for a release file) when the node is removed, and
 its own retry must return; ``--kill-worker``: its worker is SIGKILLed right after the removal, as
 the hunt's node removal does (a raylet's workers end only once they notice it gone);
@@ -55,6 +56,7 @@ BOUND = 30.0  # seconds the hunt gives a get: past it, a hang
 HOLD = 60.0  # seconds a held task waits for its release file
 STORE = 75 * 1024 * 1024  # Ray's smallest object store
 PAD = 256 * 1024  # past Ray's 100 KiB inline limit: the value lives in its node's store
+JOIN_SLACK = 10.0  # seconds past --late a replacement may take to join for its round to count
 #: The hunt's cluster settings: a dead node declared within seconds (Ray's defaults: about 20 s).
 CONFIG = {"health_check_initial_delay_ms": 1000, "health_check_period_ms": 1000, "health_check_timeout_ms": 2000,
           "health_check_failure_threshold": 3, "task_retry_delay_ms": 100}
@@ -109,7 +111,8 @@ def kill_started(folder: str) -> None:
 
 
 def one_round(*, late: float, lineage: bool, bound: float, config: dict[str, int],
-              no_cpu: bool = False, kill_worker: bool = False) -> tuple[bool, str]:
+              no_cpu: bool = False, kill_worker: bool = False) -> tuple[bool | None, str]:
+    """Whether the round reproduced (None: not counted, its setup did not hold) and what was seen."""
     import ray
     from ray.cluster_utils import Cluster
 
@@ -128,7 +131,7 @@ def one_round(*, late: float, lineage: bool, bound: float, config: dict[str, int
                 open(os.path.join(folder, "release"), "w").close()
                 ended, _ = ray.wait([ref], timeout=BOUND, fetch_local=False)  # its value on the node
                 if not ended:  # a removal now would retry the task, not rebuild a lost value
-                    return False, f"the task did not end within {BOUND:g} s: nothing lost, not counted"
+                    return None, f"the task did not end within {BOUND:g} s: nothing lost, not counted"
             else:
                 wait_for(lambda: started(folder), BOUND, "the task to start")
             cluster.remove_node(node, allow_graceful=False)
@@ -139,15 +142,18 @@ def one_round(*, late: float, lineage: bool, bound: float, config: dict[str, int
             consumer = ray.remote(consume).options(resources={"head": 0.01}).remote(ref) if lineage else None
             threading.Event().wait(late)  # the replacement's lateness, the fault's own delay
             cluster.add_node(**node_args())
+            joined = f"the replacement joined {time.monotonic() - removed:.1f} s after the removal"
+            if time.monotonic() - removed > late + JOIN_SLACK:  # not "within seconds": no claim either way
+                return None, f"{joined}: not counted"
             try:
                 value = ray.get(consumer if consumer is not None else ref,
                                 timeout=max(0.1, bound - (time.monotonic() - removed)))
             except ray.exceptions.GetTimeoutError:
-                return True, f"no value within {bound:g} s of the removal"
+                return True, f"no value within {bound:g} s of the removal ({joined})"
             except Exception as exc:  # noqa: BLE001 - what Ray raised, shown
-                return False, f"raised {type(exc).__name__}"
+                return False, f"raised {type(exc).__name__} ({joined})"
             return False, f"returned {len(value) if isinstance(value, bytes) else value!r} " \
-                          f"{time.monotonic() - removed:.1f} s after the removal"
+                          f"{time.monotonic() - removed:.1f} s after the removal ({joined})"
     finally:
         ray.shutdown()
         cluster.shutdown()
@@ -164,17 +170,22 @@ def main() -> None:
     parser.add_argument("--no-cpu", action="store_true", help="the task asks for no CPU (as the hunt's held tasks)")
     parser.add_argument("--kill-worker", action="store_true", help="SIGKILL the held task's worker after the removal")
     args = parser.parse_args()
+    if (args.kill_worker or args.no_cpu) and not args.retry:
+        parser.error("--kill-worker and --no-cpu shape the held task of --retry: give --retry too")
     import ray
 
-    print(f"Ray {ray.__version__}; late {args.late:g} s; {'retry' if args.retry else 'lost value'}", flush=True)
-    hung = 0
+    variant = [name for name, on in (("--retry", args.retry), ("--kill-worker", args.kill_worker),
+                                     ("--no-cpu", args.no_cpu), ("--ray-detection", args.ray_detection)) if on]
+    print(f"Ray {ray.__version__}; late {args.late:g} s; {' '.join(variant) or 'lost value'}", flush=True)
+    hung = counted = 0
     for number in range(1, args.rounds + 1):
         config = {**({} if args.ray_detection else CONFIG), "task_retry_delay_ms": args.retry_delay_ms}
         reproduced, what = one_round(late=args.late, lineage=not args.retry, bound=args.bound, config=config,
                                      no_cpu=args.no_cpu, kill_worker=args.kill_worker)
-        hung += reproduced
-        print(f"round {number}: {'HUNG' if reproduced else 'ok'}: {what}", flush=True)
-    print(f"REPRODUCED {hung} of {args.rounds}")
+        hung, counted = hung + bool(reproduced), counted + (reproduced is not None)
+        shown = "not counted" if reproduced is None else "HUNG" if reproduced else "ok"
+        print(f"round {number}: {shown}: {what}", flush=True)
+    print(f"REPRODUCED {hung} of {counted}")
 
 
 if __name__ == "__main__":

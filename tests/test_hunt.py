@@ -1354,7 +1354,7 @@ def test_a_task_hang_under_a_node_removal_is_known_only_before_ray_2_51(monkeypa
     program = Program((Put(1), Task(2, (Arg(0),), max_retries=1, size=256 << 10), Task(3, (Arg(1),))),
                       (Fault(FaultKind.OBJECT_NODE_REMOVAL, 1, 1),))
     hung = Failure(Signature(StepKind.TASK, (FaultKind.OBJECT_NODE_REMOVAL,), Seen.HANG), 2, "hung")
-    for release, known in (((2, 50), True), ((2, 51), False), ((2, 60), False)):
+    for release, known in (((2, 50), True), ((2, 51), False), ((2, 60), False), ((0, 0), False)):
         monkeypatch.setattr(chaos.cluster, "ray_minor", lambda release=release: release)
         found = known_finding(hung, program)
         assert (found is not None and found.script.endswith("task_rerun_late_after_node_removal.py")) is known
@@ -1364,10 +1364,14 @@ def test_a_task_hang_under_a_node_removal_is_known_only_before_ray_2_51(monkeypa
     apart = Program((*program.steps, Task(4, (Arg(0),))), program.faults)
     assert known_finding(Failure(hung.signature, 3, "hung"), apart) is None  # not given the lost value
     assert known_finding(Failure(hung.signature, 1, "hung"), program) is None  # the victim's own retry
+    nested = Program((Put(1), Task(2, (Arg(0),), max_retries=1), Task(3, (Arg(1, nested=True),))), program.faults)
+    assert known_finding(hung, nested) is None  # borrowed, not resolved by Ray: not the script's shape
     removed = Program((Task(1, max_retries=1), Task(2)), (Fault(FaultKind.NODE_REMOVAL, 0, 1),))
     retried = Failure(Signature(StepKind.TASK, (FaultKind.NODE_REMOVAL,), Seen.HANG), 0, "hung")
     assert known_finding(retried, removed) is not None  # the removed node's own task, retried
     assert known_finding(Failure(retried.signature, 1, "hung"), removed) is None  # not the victim
+    no_retry = Program((Task(1, max_retries=0), Task(2)), removed.faults)
+    assert known_finding(retried, no_retry) is None  # no retry left: it must raise, a hang is new
     monkeypatch.setattr(chaos.cluster, "ray_minor", lambda: (2, 60))
     assert known_finding(retried, removed) is None
 

@@ -221,7 +221,7 @@ def _raylet(node_id: str) -> int:
 def test_the_probe_actor_is_kept_across_programs_and_one_that_does_not_answer_is_replaced(
         ray_cluster: ClusterHandle) -> None:
     """The cluster's probe actor is made once and asked after every program (no fresh worker
-    each time), and made afresh after a program in which a GCS fault landed; planted: killed
+    each time), and made afresh in a program in which a GCS fault landed; planted: killed
     between programs, the next program is judged unusable, and the one after that makes a new
     probe and is green."""
     import ray

@@ -565,10 +565,11 @@ class KnownFinding:
     of_grouped_actor: bool = False
     #: Known only on Ray releases before this (major, minor): one fixed since is new again after it.
     before: tuple[int, int] | None = None
-    #: Known only for a task given the value of a victim of a fault of ``under`` (an argument,
-    #: nested or not): the lost value's consumer, as its script's is.
+    #: Known only for a task given, as a top-level argument, the value of a task with a retry left
+    #: that a fault of ``under`` is aimed at: the lost value's consumer, as its script's is.
     of_lost_value: bool = False
-    #: Known only for a task that is itself a victim of a fault of ``under``, as its script's is.
+    #: Known only for a task with a retry left that is itself a victim of a fault of ``under``, as
+    #: its script's is.
     of_victim: bool = False
 
     def explains(self, failure: Failure, program: Program | None = None) -> bool:
@@ -580,8 +581,8 @@ class KnownFinding:
         signature, faults = failure.signature, set(failure.signature.faults)
         if not (signature.step is self.step and signature.seen is self.seen and self.under <= faults):
             return False
-        if self.before is not None and ray_minor() >= self.before:
-            return False
+        if self.before is not None and not (0, 0) < ray_minor() < self.before:
+            return False  # a release since, or one not known (fail closed: a class not known)
         if self.under_any and not self.under_any & faults:
             return False
         if self.on_rpc_node and not (program is not None and _ran_on_rpc_node(program, failure.step)):
@@ -607,16 +608,22 @@ def _of_grouped_actor(program: Program, index: int, under: frozenset[FaultKind])
 
 
 def _given_lost_value(program: Program, index: int, under: frozenset[FaultKind]) -> bool:
-    """Is step ``index`` a task given (as an argument) the value of a victim of a fault of ``under``?"""
+    """Is step ``index`` a task given, as a top-level argument, the value of a task with a retry
+    left that a fault of ``under`` is aimed at (the value rebuilt by re-running that task)?"""
     step = program.steps[index] if 0 <= index < len(program.steps) else None
-    victims = {f.victim for f in program.faults if f.kind in under}
-    return isinstance(step, Task) and any(a.source in victims for a in step.args)
+    victims = {f.victim for f in program.faults if f.kind in under and _retry_left(program, f.victim)}
+    return isinstance(step, Task) and any(a.source in victims and not a.nested for a in step.args)
 
 
 def _victim_task(program: Program, index: int, under: frozenset[FaultKind]) -> bool:
-    """Is step ``index`` a task that a fault of ``under`` is aimed at?"""
+    """Is step ``index`` a task with a retry left that a fault of ``under`` is aimed at?"""
+    return _retry_left(program, index) and any(f.victim == index for f in program.faults if f.kind in under)
+
+
+def _retry_left(program: Program, index: int) -> bool:
+    """Is step ``index`` a task with a retry its flaky first attempt does not spend?"""
     step = program.steps[index] if 0 <= index < len(program.steps) else None
-    return isinstance(step, Task) and any(f.victim == index for f in program.faults if f.kind in under)
+    return isinstance(step, Task) and step.max_retries - (1 if step.flaky and step.retry_exceptions else 0) >= 1
 
 
 def _ran_on_rpc_node(program: Program, index: int) -> bool:

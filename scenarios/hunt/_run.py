@@ -1039,10 +1039,11 @@ class Interpreter:
         """The cluster's probe actor (on the head, no CPU): made once every fault of the driver's
         first program on the cluster has landed (it starts while the gets wait), then kept and
         asked after every program (:meth:`_cluster_usable`); one that did not answer is killed,
-        and the next program makes a new one. After a program in which a GCS or Redis fault
-        landed it is made afresh: a new actor shows the GCS still places one and a worker still
-        starts. Its runtime env (:data:`PROBE_ENV`) is its own, so it never takes a worker
-        started ahead (:meth:`_warm`)."""
+        and the next program makes a new one. In a program in which a GCS or Redis fault landed
+        it is made afresh once its faults have landed, and that program's end asks the new one: it
+        shows the GCS still places an actor and a worker still starts after such a fault. Its
+        runtime env (:data:`PROBE_ENV`) is its own, so it never takes a worker started ahead
+        (:meth:`_warm`)."""
         from scenarios.hunt._remote import HuntProbe, remote
 
         key = _probe_key(self.address)
@@ -1171,8 +1172,12 @@ def actor_row(actor_id: str) -> ActorRow | None:
     from ray._private import state
 
     answer: list[Any] = []
-    reader = threading.Thread(target=lambda: answer.append(state.state.actor_table(actor_id)),
-                              name="hunt-gcs-read", daemon=True)
+
+    def read() -> None:
+        with contextlib.suppress(Exception):  # a GCS that fails the read: no answer, asked again
+            answer.append(state.state.actor_table(actor_id))
+
+    reader = threading.Thread(target=read, name="hunt-gcs-read", daemon=True)
     reader.start()
     reader.join(ROW_BOUND)
     row = answer[0] if answer else None  # none yet (or the read raised): the poll asks again
