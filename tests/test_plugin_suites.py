@@ -145,6 +145,7 @@ SCOPED = """
 
 
 @pytest.mark.ray
+@pytest.mark.slow  # 13-19 s (a pytest run of its own starting a cluster): make test's 8 minutes
 def test_a_suites_session_and_module_fixtures_start_actors_on_the_session_cluster(pytester: pytest.Pytester) -> None:
     """``ray_cluster`` was function-scoped: a module- or session-scoped fixture on it was a
     ScopeMismatch. Now it lives for the session: two modules' fixtures share one cluster."""
