@@ -57,6 +57,12 @@ class Finding:
     args: tuple[str, ...]  # a bounded run: fewer rounds than the README's own command
     deadline: float  # seconds
     by_exit: str = ""  # for a script that reproduces by ending (one round a run): the abort's own text
+    variant: str = ""  # a second behaviour of the same script: the options that select it (in ``args``)
+
+    @property
+    def name(self) -> str:
+        """What the matrix keys its results by: the script, and its variant when it has one."""
+        return f"{self.script} {self.variant}" if self.variant else self.script
 
 
 FINDINGS = (
@@ -75,6 +81,8 @@ FINDINGS = (
     Finding(script="stream_item_late_with_rpc_failures.py", args=("--tries", "60"), deadline=900),
     Finding(script="group_actor_pending_after_gcs_restart.py", args=("1",), deadline=420),
     Finding(script="task_rerun_late_after_node_removal.py", args=("2",), deadline=300),
+    Finding(script="task_rerun_late_after_node_removal.py", args=("--retry", "--kill-worker", "2"), deadline=300,
+            variant="--retry --kill-worker"),
 )
 
 
@@ -128,7 +136,7 @@ def run(finding: Finding, python: str, ray: str) -> Result:
         ray_logs = read_ray_logs(Path(temp))
     logs = ROOT / ".compat" / "findings"
     logs.mkdir(parents=True, exist_ok=True)
-    (logs / f"{ray}-{finding.script}.log").write_text(out, encoding="utf-8")
+    (logs / f"{ray}-{finding.name.replace(' ', '_')}.log").write_text(out, encoding="utf-8")
     return judge(finding, ray, out, proc.returncode, timed_out=timed_out, left=left,
                  seconds=time.monotonic() - start, ray_logs=ray_logs)
 
@@ -166,26 +174,26 @@ def judge(finding: Finding, ray: str, out: str, returncode: int | None, *, timed
           seconds: float, ray_logs: str = "") -> Result:
     note = f"{left} process(es) left, killed" if left else ""
     if timed_out:
-        return Result(finding=finding.script, ray=ray, status="unknown", reproduced=0, rounds=0,
+        return Result(finding=finding.name, ray=ray, status="unknown", reproduced=0, rounds=0,
                       seconds=seconds, note=f"past its {finding.deadline:g} s deadline")
     if finding.by_exit:
         healed = "healed:" in out
         # The abort is the raylet's; the driver only learns that the store went away.
         hit = returncode != 0 and finding.by_exit in out + ray_logs and not healed
         ran = hit or healed
-        return Result(finding=finding.script, ray=ray, status="measured" if ran else "unknown",
+        return Result(finding=finding.name, ray=ray, status="measured" if ran else "unknown",
                       reproduced=int(hit), rounds=1, seconds=seconds,
                       note=note if ran else f"exit {returncode}, neither the abort nor the heal seen")
     found = REPRODUCED.findall(out)
     if errored := next((m for m in ERRORED if m in out), None):  # a round that crashed counts as "not"
-        return Result(finding=finding.script, ray=ray, status="unknown", reproduced=0, rounds=0,
+        return Result(finding=finding.name, ray=ray, status="unknown", reproduced=0, rounds=0,
                       seconds=seconds, note=f"exit {returncode}; a round errored ({errored!r} in its output)")
     if not found:
         tail = out.strip().splitlines()[-1:] or ["no output"]
-        return Result(finding=finding.script, ray=ray, status="unknown", reproduced=0, rounds=0,
+        return Result(finding=finding.name, ray=ray, status="unknown", reproduced=0, rounds=0,
                       seconds=seconds, note=f"exit {returncode}, no REPRODUCED line: {tail[0][:160]}")
     k, n = (int(x) for x in found[-1])
-    return Result(finding=finding.script, ray=ray, status="measured", reproduced=k, rounds=n,
+    return Result(finding=finding.name, ray=ray, status="measured", reproduced=k, rounds=n,
                   seconds=seconds, note=note)
 
 
@@ -200,7 +208,7 @@ def merge(matrix: dict[str, Any], ray: str, installed: str, results: list[Result
                                     "machine": f"{os.cpu_count()} cores, {platform.machine()}, "
                                                f"Python {platform.python_version()}"}}
     ordered = sorted([*kept, *(asdict(r) for r in results)],
-                     key=lambda r: ([f.script for f in FINDINGS].index(r["finding"]), r["ray"]))
+                     key=lambda r: ([f.name for f in FINDINGS].index(r["finding"]), r["ray"]))
     return {"runs": dict(sorted(runs.items())), "results": ordered}
 
 
@@ -219,7 +227,7 @@ def table(matrix: dict[str, Any]) -> str:
     index = {(r["finding"], r["ray"]): r for r in matrix["results"]}
     rows = ["| finding | " + " | ".join(rays) + " |", "|---|" + "---:|" * len(rays)]
     for finding in FINDINGS:
-        cells = [cell(index.get((finding.script, ray))) for ray in rays]
+        cells = [cell(index.get((finding.name, ray))) for ray in rays]
         rows.append(f"| `{' '.join((finding.script, *finding.args))}` | " + " | ".join(cells) + " |")
     installed = ", ".join(f"{ray}: {run['installed']} ({run['date']})" for ray, run in matrix["runs"].items())
     return "\n".join([*rows, "", f"Rounds reproduced per release (the release's newest patch; run on: {installed})."])
@@ -275,8 +283,8 @@ def releases_table(matrix: dict[str, Any]) -> str:
     rays = list(matrix["runs"])
     rows = ["| finding | on Ray's releases (bounded rounds each: `findings/README.md`) |", "|---|---|"]
     for finding in FINDINGS:
-        results = {r["ray"]: r for r in matrix["results"] if r["finding"] == finding.script}
-        rows.append(f"| `{finding.script}` | {releases(rays, results)} |")
+        results = {r["ray"]: r for r in matrix["results"] if r["finding"] == finding.name}
+        rows.append(f"| `{finding.name}` | {releases(rays, results)} |")
     return "\n".join(rows)
 
 
@@ -333,7 +341,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ray", help="the minor release the Python holds, e.g. 2.55")
     parser.add_argument("--python", help="a Python whose environment holds that Ray")
-    parser.add_argument("--only", action="append", default=[], help="a finding's script (repeatable)")
+    parser.add_argument("--only", action="append", default=[],
+                        help="a finding's script, with its variant's options if it has one (repeatable)")
     parser.add_argument("--table", action="store_true", help="only rewrite README.md's table from the JSON")
     parser.add_argument("--report", metavar="SCRIPT", help="print a ready-to-file issue for one finding")
     args = parser.parse_args()
@@ -347,13 +356,13 @@ def main() -> None:
         return
     if not (args.ray and args.python):
         parser.error("give --ray and --python (or --table)")
-    chosen = [f for f in FINDINGS if not args.only or f.script in args.only]
-    if unknown := set(args.only) - {f.script for f in FINDINGS}:
-        parser.error(f"--only {sorted(unknown)}: not a finding here; one of {[f.script for f in FINDINGS]}")
+    chosen = [f for f in FINDINGS if not args.only or f.name in args.only]
+    if unknown := set(args.only) - {f.name for f in FINDINGS}:
+        parser.error(f"--only {sorted(unknown)}: not a finding here; one of {[f.name for f in FINDINGS]}")
     results = []
     for finding in chosen:
         results.append(result := run(finding, args.python, args.ray))
-        print(f"Ray {args.ray} {finding.script}: {cell(asdict(result))} in {result.seconds:.0f} s {result.note}",
+        print(f"Ray {args.ray} {finding.name}: {cell(asdict(result))} in {result.seconds:.0f} s {result.note}",
               flush=True)
     matrix = merge(load(), args.ray, installed_ray(args.python), results)
     MATRIX.write_text(json.dumps(matrix, indent=2) + "\n", encoding="utf-8")

@@ -35,8 +35,9 @@ nothing more until the task ran. ``--retry --kill-worker``: 2 of 2, and 2 of 2 w
 without ``--kill-worker``, 0 of 9 (``--ray-detection``: 0 of 5, 5.1-6.1 s; ``--no-cpu``: 0 of 2;
 ``--retry-delay-ms 4000 --late 8``, the retry asked for after the node was declared dead: 0 of 2,
 8.1 and 9.1 s). Ray 2.51.2, 2.52.1, 2.55.1, 2.58.1 and 2.60.0: 0 of 2 each (2.60.0: 6.8-7.0 s
-after the removal; with ``--ray-detection``, 0 of 3, 16-17 s); ``--retry --no-cpu --kill-worker``
-on 2.51.2 and 2.60.0: 0 of 2 each (6.7-7.2 s).
+after the removal; with ``--ray-detection``, 0 of 3, 16-17 s), and ``--retry --kill-worker``: 0
+of 2 each (2.50.1 in the same runs: 2 of 2); ``--retry --no-cpu --kill-worker`` on 2.51.2 and
+2.60.0: 0 of 2 each (6.7-7.2 s).
 
     python findings/task_rerun_late_after_node_removal.py [--retry [--kill-worker] [--no-cpu]]
         [--late S] [--bound S] [--retry-delay-ms MS] [--ray-detection] [rounds]

@@ -643,8 +643,8 @@ def _ran_on_rpc_node(program: Program, index: int) -> bool:
 #: with Ray alone through Redis connection kills, 1 of 2 through SIGKILLs, 0 of 2 without a group);
 #: before Ray 2.51, a task that must run again after its node's removal (to rebuild a value a
 #: task was given, or the node's own task retried after its worker and raylet died) may run only
-#: a minute later (5 of 5 and 4 of 4 rounds with Ray 2.50.1 alone; 0 of 2 on each later release
-#: measured: 2.51, 2.52, 2.55, 2.58 and 2.60, the retry on 2.51 and 2.60), known there for those tasks only.
+#: a minute later (5 of 5 and 4 of 4 rounds with Ray 2.50.1 alone; 0 of 2 of each on each later
+#: release measured: 2.51, 2.52, 2.55, 2.58 and 2.60), known there for those tasks only.
 KNOWN: tuple[KnownFinding, ...] = (
     KnownFinding(StepKind.CANCEL, Seen.CANCEL_LOST, "findings/cancel_lost_under_load.py"),
     KnownFinding(step=StepKind.CALL, seen=Seen.HANG,
