@@ -382,7 +382,7 @@ def _lost_with_node(result: Expected, index: int, step: Task, landed: Sequence[F
     if not isinstance(result.value, int):
         return result  # it failed before the removal: its error is no stored object
     killed = any(f.kind in (FaultKind.KILL_WORKER, FaultKind.NODE_REMOVAL) and f.victim == index for f in landed)
-    left = step.max_retries - (1 if killed else 0) - (1 if step.flaky and step.retry_exceptions else 0)
+    left = _retries_left(step, killed=killed)
     if left <= 0:
         result = result.may(Situation.OBJECT_ON_REMOVED_NODE)
     elif pinned:
@@ -623,7 +623,13 @@ def _victim_task(program: Program, index: int, under: frozenset[FaultKind]) -> b
 def _retry_left(program: Program, index: int) -> bool:
     """Is step ``index`` a task with a retry its flaky first attempt does not spend?"""
     step = program.steps[index] if 0 <= index < len(program.steps) else None
-    return isinstance(step, Task) and step.max_retries - (1 if step.flaky and step.retry_exceptions else 0) >= 1
+    return isinstance(step, Task) and _retries_left(step, killed=False) >= 1
+
+
+def _retries_left(step: Task, *, killed: bool) -> int:
+    """A task's retries once a landed kill of it (``killed``) and a flaky first attempt that
+    raises into ``retry_exceptions`` have spent theirs."""
+    return step.max_retries - (1 if killed else 0) - (1 if step.flaky and step.retry_exceptions else 0)
 
 
 def _ran_on_rpc_node(program: Program, index: int) -> bool:

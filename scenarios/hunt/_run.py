@@ -1167,20 +1167,17 @@ def actor_row(actor_id: str) -> ActorRow | None:
     did not answer within :data:`ROW_BOUND`: one GCS call, where the State API's ``get_actor``
     goes through the dashboard (about 30 ms of its CPU and the driver's each, polled every 50 ms
     while a fault waits for its victim). Ray's accessor waits on the GCS without a deadline, so
-    the call runs on a daemon thread of its own, awaited for the bound (one left waiting on a
+    the read is :func:`scenarios.model._bounded.bounded` (a daemon thread: one left waiting on a
     GCS that never answers holds no exit)."""
     from ray._private import state
 
-    answer: list[Any] = []
+    from scenarios.model._bounded import bounded
 
-    def read() -> None:
-        with contextlib.suppress(Exception):  # a GCS that fails the read: no answer, asked again
-            answer.append(state.state.actor_table(actor_id))
-
-    reader = threading.Thread(target=read, name="hunt-gcs-read", daemon=True)
-    reader.start()
-    reader.join(ROW_BOUND)
-    row = answer[0] if answer else None  # none yet (or the read raised): the poll asks again
+    try:
+        row = bounded(lambda: state.state.actor_table(actor_id), what=f"the GCS's row of actor {actor_id}",
+                      seconds=ROW_BOUND)
+    except Exception:  # noqa: BLE001 - no answer in time, or the read failed: the poll asks again
+        return None
     if not row:
         return None
     return ActorRow(state=str(row["State"]), pid=int(row["Pid"]), node_id=str(row["Address"]["NodeID"]))
