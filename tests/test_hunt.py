@@ -1475,3 +1475,29 @@ def test_a_late_replacement_of_an_actors_node_may_spend_a_calls_finite_retries_a
     assert ErrorKind.ACTOR_UNAVAILABLE in errors(LATE_REPLACEMENT, 1)  # seconds with nowhere to restart
     assert ErrorKind.ACTOR_UNAVAILABLE not in errors(0.0, 1)  # replaced at once: its retry finds it back
     assert ErrorKind.ACTOR_UNAVAILABLE not in errors(LATE_REPLACEMENT, -1)  # an endless budget is never spent
+
+
+def test_an_actors_gcs_row_not_read_in_time_or_failing_is_no_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unknown is not an answer: a GCS read that does not return within its bound, or raises,
+    gives no row (the poll asks again until its own deadline), and a row read is typed."""
+    import threading
+
+    from ray._private import state
+
+    import scenarios.hunt._run as run
+
+    release = threading.Event()
+    monkeypatch.setattr(run, "ROW_BOUND", 0.1)
+    monkeypatch.setattr(state.state, "actor_table", lambda actor_id: release.wait(5) and {})
+    started = time.monotonic()
+    assert run.actor_row("ab" * 16) is None and time.monotonic() - started < 2
+    release.set()
+
+    def failing(actor_id: str) -> dict[str, Any]:
+        raise RuntimeError("the GCS is down")
+
+    monkeypatch.setattr(state.state, "actor_table", failing)
+    assert run.actor_row("ab" * 16) is None
+    found = {"State": "ALIVE", "Pid": 42, "Address": {"NodeID": "n1"}}
+    monkeypatch.setattr(state.state, "actor_table", lambda actor_id: found)
+    assert run.actor_row("ab" * 16) == run.ActorRow(state="ALIVE", pid=42, node_id="n1")

@@ -243,6 +243,8 @@ def test_the_probe_actor_is_kept_across_programs_and_one_that_does_not_answer_is
     after_gcs.landed.append(Fault(FaultKind.GCS_RESTART, 0, 0))  # as if it landed: only the probe is asked
     after_gcs._start_probe()
     assert probe_id() not in (first, second) and after_gcs._cluster_usable() == []
+    unasked = Interpreter(PLAIN, ray_cluster.address)  # no probe made (or making it raised): nothing answered
+    assert [f.signature.seen for f in unasked._cluster_usable()] == [Seen.CLUSTER_UNUSABLE]
 
 
 def test_workers_started_ahead_are_taken_by_the_next_actor_and_never_by_the_probe(ray_cluster: ClusterHandle) -> None:
